@@ -1,0 +1,64 @@
+# shoal's two commands: `make run` (build, then the benchmark report) and
+# `make test` (build and pass every test: normal, ASan+UBSan, TSan, format,
+# install). CMake and ctest do the work underneath; see README.md.
+JOBS ?= 2
+PREFIX ?= /usr/local
+B := build
+
+CMAKE_CFG = cmake -S . -B $(B)/$(1) -DCMAKE_BUILD_TYPE=$(2) $(3) >/dev/null
+CTEST = ctest --test-dir $(B)/$(1) --output-on-failure -j$(JOBS) $(2)
+
+.PHONY: all deps build run test test-release test-asan test-tsan format format-check \
+	install install-check clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	@$(call CMAKE_CFG,release,RelWithDebInfo)
+	@cmake --build $(B)/release -j$(JOBS)
+
+run: build
+	@scripts/deps.sh bench
+	$(B)/release/tools/shoal bench
+
+test: deps
+	@$(MAKE) --no-print-directory test-release test-asan test-tsan format-check install-check
+	@echo "make test: all passed"
+
+test-release:
+	@$(call CMAKE_CFG,release,RelWithDebInfo)
+	@cmake --build $(B)/release -j$(JOBS)
+	$(call CTEST,release,)
+
+test-asan:
+	@$(call CMAKE_CFG,asan,Debug,-DSHOAL_SANITIZE=address)
+	@cmake --build $(B)/asan -j$(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		$(call CTEST,asan,)
+
+test-tsan:
+	@$(call CMAKE_CFG,tsan,RelWithDebInfo,-DSHOAL_SANITIZE=thread)
+	@cmake --build $(B)/tsan -j$(JOBS)
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(call CTEST,tsan,-L tsan)
+
+SOURCES = $(shell git ls-files '*.c' '*.h')
+
+format:
+	clang-format -i $(SOURCES)
+
+format-check:
+	@clang-format --dry-run --Werror $(SOURCES) && echo "format-check: ok"
+
+install: build
+	cmake --install $(B)/release --prefix $(PREFIX)
+
+# Installs into a scratch prefix and builds a program against it both ways
+# a user would: pkg-config and CMake's find_package.
+install-check: build
+	@scripts/install-check.sh $(B)/release
+
+clean:
+	rm -rf $(B)

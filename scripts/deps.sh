@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages shoal needs, only when some are missing: a
+# fast no-op otherwise (one dpkg-query). `apt-get update` runs at most once,
+# and only when an install is needed.
+#   scripts/deps.sh          build and test dependencies
+#   scripts/deps.sh bench    plus what `make run` compares against (Go)
+set -euo pipefail
+
+pkgs=(gcc make cmake pkg-config libc6-dev clang-format)
+if [ "${1:-}" = bench ]; then
+	pkgs+=(golang-go)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+	st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+	[ "$st" = "install ok installed" ] || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}" >&2
+sudo=
+if [ "$(id -u)" != 0 ]; then
+	command -v sudo >/dev/null || {
+		echo "deps: need root (or sudo) to install: ${missing[*]}" >&2
+		exit 1
+	}
+	sudo=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+if ! $sudo apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
+	$sudo apt-get update -qq
+	$sudo apt-get install -y --no-install-recommends "${missing[@]}"
+fi

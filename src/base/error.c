@@ -1,0 +1,91 @@
+/* Error codes: names and texts for shoal_strerror, errno conversion, and
+ * the panic used for programming errors. */
+#include "shoal_impl.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static const struct {
+	int code;
+	const char *text;
+} codes[] = {
+	{SHOAL_OK, "SHOAL_OK: success"},
+	{SHOAL_EPERM, "SHOAL_EPERM: operation not permitted"},
+	{SHOAL_ENOENT, "SHOAL_ENOENT: no such entry"},
+	{SHOAL_EINTR, "SHOAL_EINTR: interrupted"},
+	{SHOAL_EIO, "SHOAL_EIO: input/output error"},
+	{SHOAL_EBADF, "SHOAL_EBADF: bad file descriptor"},
+	{SHOAL_EAGAIN, "SHOAL_EAGAIN: try again"},
+	{SHOAL_ENOMEM, "SHOAL_ENOMEM: out of memory"},
+	{SHOAL_EACCES, "SHOAL_EACCES: permission denied"},
+	{SHOAL_EBUSY, "SHOAL_EBUSY: busy"},
+	{SHOAL_EEXIST, "SHOAL_EEXIST: already exists"},
+	{SHOAL_EINVAL, "SHOAL_EINVAL: invalid argument"},
+	{SHOAL_EMFILE, "SHOAL_EMFILE: too many open files"},
+	{SHOAL_ENOSPC, "SHOAL_ENOSPC: no space left"},
+	{SHOAL_EPIPE, "SHOAL_EPIPE: broken pipe"},
+	{SHOAL_ERANGE, "SHOAL_ERANGE: out of range"},
+	{SHOAL_EDEADLK, "SHOAL_EDEADLK: would deadlock"},
+	{SHOAL_ENOSYS, "SHOAL_ENOSYS: not implemented by the system"},
+	{SHOAL_EOVERFLOW, "SHOAL_EOVERFLOW: value too large (arithmetic overflow)"},
+	{SHOAL_EPROTO, "SHOAL_EPROTO: protocol error"},
+	{SHOAL_EMSGSIZE, "SHOAL_EMSGSIZE: message too long"},
+	{SHOAL_ENOTSUP, "SHOAL_ENOTSUP: not supported"},
+	{SHOAL_ECONNRESET, "SHOAL_ECONNRESET: connection reset by peer"},
+	{SHOAL_ETIMEDOUT, "SHOAL_ETIMEDOUT: deadline passed"},
+	{SHOAL_ECONNREFUSED, "SHOAL_ECONNREFUSED: connection refused"},
+	{SHOAL_ECANCELED, "SHOAL_ECANCELED: canceled"},
+	{SHOAL_ECLOSED, "SHOAL_ECLOSED: closed"},
+	{SHOAL_ECRASHED, "SHOAL_ECRASHED: peer process crashed"},
+	{SHOAL_EBADMSG, "SHOAL_EBADMSG: input failed validation"},
+	{SHOAL_ESEALED, "SHOAL_ESEALED: object is sealed"},
+};
+
+const char *shoal_strerror(int err)
+{
+	for (size_t i = 0; i < SH_ARRAY_LEN(codes); i++)
+		if (codes[i].code == err)
+			return codes[i].text;
+	if (err < 0 && err > -4096)
+		return "SHOAL_E?: unnamed system error (see errno)";
+	return "SHOAL_E?: unknown error code";
+}
+
+int shoal_errno(void)
+{
+	return errno > 0 ? -errno : SHOAL_EIO;
+}
+
+void sh_write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+void sh_panic(const char *file, int line, const char *fmt, ...)
+{
+	char buf[512];
+	int n = snprintf(buf, sizeof(buf), "shoal PANIC %s:%d: ", file, line);
+	va_list ap;
+	va_start(ap, fmt);
+	if (n > 0 && (size_t)n < sizeof(buf))
+		n += vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof(buf) - 1)
+		n = (int)sizeof(buf) - 2;
+	buf[n++] = '\n';
+	sh_write_all(2, buf, (size_t)n);
+	abort();
+}

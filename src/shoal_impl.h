@@ -1,0 +1,65 @@
+/* The internal umbrella header: every file under src/ includes this and
+ * nothing else of shoal's. Public names are shoal_/SHOAL_ (include/shoal/);
+ * internal non-static names are sh_/SH_; static helpers are unprefixed.
+ * Nothing declared here is exported from the shared library. */
+#ifndef SHOAL_IMPL_H
+#define SHOAL_IMPL_H
+
+#include <shoal/shoal.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define sh_likely(x) __builtin_expect(!!(x), 1)
+#define sh_unlikely(x) __builtin_expect(!!(x), 0)
+#define sh_container_of(p, T, m) ((T *)(void *)((char *)(p)-offsetof(T, m)))
+#define SH_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Sanitizer detection, for gcc and clang alike. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SH_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define SH_TSAN 1
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) && !defined(SH_ASAN)
+#define SH_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer) && !defined(SH_TSAN)
+#define SH_TSAN 1
+#endif
+#endif
+
+/* Logging with a component tag; formatting is skipped below the level. */
+#define sh_log(lvl, comp, ...)                                 \
+	do {                                                   \
+		if ((lvl) <= shoal_log_get_level())            \
+			shoal_log((lvl), (comp), __VA_ARGS__); \
+	} while (0)
+#define sh_error(comp, ...) sh_log(SHOAL_LOG_ERROR, comp, __VA_ARGS__)
+#define sh_warn(comp, ...) sh_log(SHOAL_LOG_WARN, comp, __VA_ARGS__)
+#define sh_info(comp, ...) sh_log(SHOAL_LOG_INFO, comp, __VA_ARGS__)
+#define sh_debug(comp, ...) sh_log(SHOAL_LOG_DEBUG, comp, __VA_ARGS__)
+
+/* For programming errors only (never bad input or out-of-memory): prints
+ * where and why, then aborts. */
+void sh_panic(const char *file, int line, const char *fmt, ...)
+	__attribute__((noreturn, format(printf, 3, 4)));
+#define SH_PANIC(...) sh_panic(__FILE__, __LINE__, __VA_ARGS__)
+#define SH_ASSERT(e)                                                              \
+	do {                                                                      \
+		if (sh_unlikely(!(e)))                                            \
+			sh_panic(__FILE__, __LINE__, "assertion failed: %s", #e); \
+	} while (0)
+
+/* Writes a whole buffer to fd with write(2), retrying on EINTR and partial
+ * writes; async-signal-safe. */
+void sh_write_all(int fd, const void *buf, size_t len);
+
+/* Allocate one T (zeroed) / free it, through the replaceable allocator. */
+#define SH_NEW(T) ((T *)shoal_calloc(1, sizeof(T)))
+#define SH_DELETE(p) shoal_free((p), sizeof(*(p)))
+
+#endif

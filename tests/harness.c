@@ -1,0 +1,122 @@
+/* Runner for SH_TEST cases: one child process per case (so a crash or a
+ * hang fails that case only), a per-case timeout, a summary line that ctest
+ * and CI read. */
+#include "test.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_TESTS 256
+
+static struct {
+	const char *name;
+	sh_test_fn fn;
+	int timeout_s;
+} tests[MAX_TESTS];
+static int ntests;
+
+void sh_test_register(const char *name, sh_test_fn fn, int timeout_s)
+{
+	if (ntests == MAX_TESTS) {
+		fprintf(stderr, "too many tests (max %d)\n", MAX_TESTS);
+		abort();
+	}
+	tests[ntests].name = name;
+	tests[ntests].fn = fn;
+	tests[ntests].timeout_s = timeout_s;
+	ntests++;
+}
+
+void sh_test_fail(const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "%s:%d: FAILED: ", file, line);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	fflush(stderr);
+	abort();
+}
+
+int sh_test_sanitized(void)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	return 1;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+	return 1;
+#else
+	return 0;
+#endif
+#else
+	return 0;
+#endif
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int run_one(int i, int nofork)
+{
+	if (nofork) {
+		tests[i].fn();
+		return 0;
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		perror("fork");
+		return -1;
+	}
+	if (pid == 0) {
+		alarm((unsigned)tests[i].timeout_s * (sh_test_sanitized() ? 3 : 1));
+		tests[i].fn();
+		fflush(NULL);
+		_exit(0);
+	}
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return 0;
+	if (WIFSIGNALED(st))
+		fprintf(stderr, "  %s: killed by signal %d%s\n", tests[i].name, WTERMSIG(st),
+			WTERMSIG(st) == SIGALRM ? " (timeout)" : "");
+	else
+		fprintf(stderr, "  %s: exit status %d\n", tests[i].name, WEXITSTATUS(st));
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	int nofork = getenv("SHOAL_TEST_NOFORK") && atoi(getenv("SHOAL_TEST_NOFORK"));
+	int passed = 0, failed = 0;
+	for (int i = 0; i < ntests; i++) {
+		if (argc > 1) {
+			int want = 0;
+			for (int a = 1; a < argc; a++)
+				want |= strcmp(argv[a], tests[i].name) == 0;
+			if (!want)
+				continue;
+		}
+		double t0 = now_ms();
+		int rc = run_one(i, nofork);
+		printf("%s %s (%.1f ms)\n", rc == 0 ? "ok  " : "FAIL", tests[i].name,
+		       now_ms() - t0);
+		fflush(stdout);
+		if (rc == 0)
+			passed++;
+		else
+			failed++;
+	}
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : (passed ? 0 : 1);
+}

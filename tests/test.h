@@ -1,0 +1,66 @@
+/* The test harness: SH_TEST(name) defines a case; the runner in harness.c
+ * runs each case in its own child process under a timeout and ends with
+ * "N passed, N failed". `test_x NAME...` runs only the named cases;
+ * SHOAL_TEST_NOFORK=1 runs them in-process (for gdb). Checks print both
+ * sides, or the expected and actual error code with their names. */
+#ifndef SHOAL_TEST_H
+#define SHOAL_TEST_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <shoal/shoal.h>
+
+typedef void (*sh_test_fn)(void);
+void sh_test_register(const char *name, sh_test_fn fn, int timeout_s);
+void sh_test_fail(const char *file, int line, const char *fmt, ...)
+	__attribute__((noreturn, format(printf, 3, 4)));
+
+#define SH_TEST_T(name, timeout_s)                                \
+	static void test_##name(void);                            \
+	__attribute__((constructor)) static void reg_##name(void) \
+	{                                                         \
+		sh_test_register(#name, test_##name, timeout_s);  \
+	}                                                         \
+	static void test_##name(void)
+#define SH_TEST(name) SH_TEST_T(name, 60)
+
+#define CHECK(e)                                                           \
+	do {                                                               \
+		if (!(e))                                                  \
+			sh_test_fail(__FILE__, __LINE__, "CHECK(%s)", #e); \
+	} while (0)
+
+#define CHECK_EQ(a, b)                                                                         \
+	do {                                                                                   \
+		long long a_ = (long long)(a), b_ = (long long)(b);                            \
+		if (a_ != b_)                                                                  \
+			sh_test_fail(__FILE__, __LINE__, "%s == %s: %lld != %lld", #a, #b, a_, \
+				     b_);                                                      \
+	} while (0)
+
+/* expr must return exactly code (0 for success). */
+#define CHECK_RC(expr, code)                                                                  \
+	do {                                                                                  \
+		int rc_ = (expr), want_ = (code);                                             \
+		if (rc_ != want_)                                                             \
+			sh_test_fail(__FILE__, __LINE__, "%s: expected %d (%s), got %d (%s)", \
+				     #expr, want_, shoal_strerror(want_), rc_,                \
+				     shoal_strerror(rc_));                                    \
+	} while (0)
+#define CHECK_OK(expr) CHECK_RC(expr, 0)
+
+#define CHECK_STR(a, b)                                                                        \
+	do {                                                                                   \
+		const char *a_ = (a), *b_ = (b);                                               \
+		if (!a_ || !b_ || strcmp(a_, b_) != 0)                                         \
+			sh_test_fail(__FILE__, __LINE__, "%s == %s: \"%s\" != \"%s\"", #a, #b, \
+				     a_ ? a_ : "(null)", b_ ? b_ : "(null)");                  \
+	} while (0)
+
+/* Nonzero when built with a sanitizer (slower: scale loops down). */
+int sh_test_sanitized(void);
+
+#endif
