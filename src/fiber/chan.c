@@ -1,0 +1,560 @@
+/* Channels and select. A channel belongs to one scheduler, so its fast path
+ * takes no lock: a send to a waiting receiver copies the element straight
+ * into the receiver's buffer and makes it runnable. Other threads reach the
+ * channel through cross-thread operations (sh_xop) posted to the owner's
+ * inbox; the owner performs them as if they were local waiters. */
+#include "fiber_impl.h"
+
+#include <string.h>
+
+struct shoal_chan {
+	shoal_sched *sched;		 /* NULL once the scheduler is gone (orphaned) */
+	shoal_chan *all_prev, *all_next; /* the scheduler's list of channels */
+	size_t elem_size, cap;
+	size_t head, count;
+	bool closed;
+	size_t nxop; /* cross-thread operations queued here */
+	sh_wq recvq, sendq;
+	char buf[];
+};
+
+/* ---- wait queues ------------------------------------------------------------ */
+
+static inline void wq_push(sh_wq *q, sh_waiter *w)
+{
+	w->next = NULL;
+	w->prev = q->tail;
+	if (q->tail)
+		q->tail->next = w;
+	else
+		q->head = w;
+	q->tail = w;
+	w->linked = true;
+}
+
+static inline void wq_remove(sh_wq *q, sh_waiter *w)
+{
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		q->head = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	else
+		q->tail = w->prev;
+	w->prev = w->next = NULL;
+	w->linked = false;
+}
+
+static inline sh_waiter *wq_pop(sh_wq *q)
+{
+	sh_waiter *w = q->head;
+	if (w)
+		wq_remove(q, w);
+	return w;
+}
+
+/* The queue a waiter sits in; senders are the xops and SELECT_SEND cases. */
+static sh_wq *waiter_queue(sh_waiter *w, bool is_send)
+{
+	return is_send ? &w->chan->sendq : &w->chan->recvq;
+}
+
+static inline void copy_elem(void *dst, const void *src, size_t n)
+{
+	if (n == sizeof(void *))
+		memcpy(dst, src, sizeof(void *));
+	else
+		memcpy(dst, src, n);
+}
+
+/* The top bit of sh_waiter.index marks a sender, so undoing a select knows
+ * which queue each of its waiters sits in. */
+#define W_SEND 0x80000000u
+
+void sh_chan_unlink_waiters(shoal_fiber *f)
+{
+	for (uint32_t i = 0; i < f->wait_n; i++) {
+		sh_waiter *w = &f->wait_waiters[i];
+		if (w->linked)
+			wq_remove(waiter_queue(w, w->index & W_SEND), w);
+	}
+}
+
+/* Completes a waiter that was just popped from its queue. */
+static inline void fire(sh_waiter *w, int rc)
+{
+	if (w->xop) {
+		w->xop->chan->nxop--;
+		sh_xop_complete(w->xop, rc);
+		return;
+	}
+	shoal_fiber *f = w->fiber;
+	if (w->group) {
+		for (uint32_t i = 0; i < w->ngroup; i++) {
+			sh_waiter *o = &w->group[i];
+			if (o->linked)
+				wq_remove(waiter_queue(o, o->index & W_SEND), o);
+		}
+	}
+	f->wake_index = w->index & ~W_SEND;
+	sh_wake(f, rc);
+}
+
+/* ---- the non-blocking halves ------------------------------------------------- */
+
+static inline int try_send(shoal_chan *c, const void *elem)
+{
+	if (c->closed)
+		return SHOAL_ECLOSED;
+	sh_waiter *w = wq_pop(&c->recvq);
+	if (w) {
+		copy_elem(w->elem, elem, c->elem_size);
+		fire(w, 0);
+		return 0;
+	}
+	if (c->count < c->cap) {
+		size_t tail = c->head + c->count;
+		if (tail >= c->cap)
+			tail -= c->cap;
+		memcpy(c->buf + tail * c->elem_size, elem, c->elem_size);
+		c->count++;
+		return 0;
+	}
+	return SHOAL_EAGAIN;
+}
+
+static inline int try_recv(shoal_chan *c, void *elem)
+{
+	if (c->count) {
+		memcpy(elem, c->buf + c->head * c->elem_size, c->elem_size);
+		if (++c->head == c->cap)
+			c->head = 0;
+		c->count--;
+		/* A blocked sender may now move into the freed slot. */
+		sh_waiter *w = wq_pop(&c->sendq);
+		if (w) {
+			size_t tail = c->head + c->count;
+			if (tail >= c->cap)
+				tail -= c->cap;
+			memcpy(c->buf + tail * c->elem_size, w->elem, c->elem_size);
+			c->count++;
+			fire(w, 0);
+		}
+		return 0;
+	}
+	sh_waiter *w = wq_pop(&c->sendq);
+	if (w) {
+		copy_elem(elem, w->elem, c->elem_size);
+		fire(w, 0);
+		return 0;
+	}
+	return c->closed ? SHOAL_ECLOSED : SHOAL_EAGAIN;
+}
+
+static int close_local(shoal_chan *c)
+{
+	if (c->closed)
+		return SHOAL_ECLOSED;
+	c->closed = true;
+	sh_waiter *w;
+	while ((w = wq_pop(&c->recvq)))
+		fire(w, SHOAL_ECLOSED);
+	while ((w = wq_pop(&c->sendq)))
+		fire(w, SHOAL_ECLOSED);
+	return 0;
+}
+
+/* ---- cross-thread operations ------------------------------------------------ */
+
+void sh_xop_complete(sh_xop *op, int rc)
+{
+	op->rc = rc;
+	if (op->fiber_sched) {
+		op->kind = SH_XOP_WAKE;
+		sh_inbox_post(op->fiber_sched, op);
+		return;
+	}
+	atomic_store_explicit(&op->state, SH_XOP_DONE, memory_order_release);
+	sh_futex_wake(&op->state);
+}
+
+void sh_chan_xop(shoal_sched *s, sh_xop *op)
+{
+	(void)s;
+	shoal_chan *c = op->chan;
+	switch (op->kind) {
+	case SH_XOP_SEND: {
+		int rc = try_send(c, op->elem);
+		if (rc != SHOAL_EAGAIN) {
+			sh_xop_complete(op, rc);
+			return;
+		}
+		memset(&op->w, 0, sizeof(op->w));
+		op->w.xop = op;
+		op->w.chan = c;
+		op->w.elem = (void *)(uintptr_t)op->elem; /* senders only read it */
+		op->w.index = W_SEND;
+		c->nxop++;
+		wq_push(&c->sendq, &op->w);
+		return;
+	}
+	case SH_XOP_CLOSE:
+		sh_xop_complete(op, close_local(c));
+		return;
+	case SH_XOP_RETRACT: {
+		sh_xop *t = op->target;
+		if (t->w.linked) {
+			wq_remove(&c->sendq, &t->w);
+			c->nxop--;
+			sh_xop_complete(t, op->rc);
+		}
+		sh_xop_complete(op, 0);
+		return;
+	}
+	default:
+		SH_PANIC("unexpected cross-thread operation kind %d", op->kind);
+	}
+}
+
+/* Waits for an xop posted to another scheduler. A fiber blocks only itself;
+ * a thread without a scheduler sleeps on the futex. On deadline or cancel the
+ * operation is retracted, and we wait for the owner to acknowledge so that
+ * it never touches our stack after we return. */
+static int xop_run(shoal_chan *c, sh_xop *op, int64_t deadline)
+{
+	shoal_sched *me = sh_tls_sched;
+	op->chan = c;
+	atomic_store_explicit(&op->state, SH_XOP_PENDING, memory_order_relaxed);
+	if (me) {
+		op->fiber = me->cur;
+		op->fiber_sched = me;
+	}
+	sh_inbox_post(c->sched, op);
+	int interrupted = 0;
+	if (me) {
+		shoal_fiber *cur = me->cur;
+		cur->wait_kind = SH_WAIT_XOP;
+		cur->wait_obj = op;
+		int rc = sh_block(me, deadline);
+		if (!op->woken)
+			interrupted = rc ? rc : SHOAL_ECANCELED;
+	} else {
+		while (atomic_load_explicit(&op->state, memory_order_acquire) == SH_XOP_PENDING) {
+			if (deadline != SHOAL_FOREVER && shoal_now_ns() >= deadline) {
+				interrupted = SHOAL_ETIMEDOUT;
+				break;
+			}
+			sh_futex_wait(&op->state, SH_XOP_PENDING, deadline);
+		}
+	}
+	if (!interrupted)
+		return op->rc;
+	sh_xop rop;
+	memset(&rop, 0, sizeof(rop));
+	rop.kind = SH_XOP_RETRACT;
+	rop.chan = c;
+	rop.target = op;
+	rop.rc = interrupted;
+	rop.fiber = op->fiber;
+	rop.fiber_sched = op->fiber_sched;
+	sh_inbox_post(c->sched, &rop);
+	if (me) {
+		while (!rop.woken || !op->woken) {
+			me->cur->wait_kind = SH_WAIT_HARD;
+			sh_block(me, SHOAL_FOREVER);
+		}
+	} else {
+		while (atomic_load_explicit(&rop.state, memory_order_acquire) == SH_XOP_PENDING)
+			sh_futex_wait(&rop.state, SH_XOP_PENDING, SHOAL_FOREVER);
+		/* The retraction is acknowledged after the op completed. */
+		SH_ASSERT(atomic_load_explicit(&op->state, memory_order_acquire) == SH_XOP_DONE);
+	}
+	return op->rc;
+}
+
+/* ---- allocation --------------------------------------------------------------- */
+
+/* Programs that make a channel per fiber make and drop thousands at once;
+ * small channels are recycled per scheduler instead of going to malloc. */
+#define CHAN_CLASS 64
+#define CHAN_CACHE_MAX 65536
+
+static int chan_class(size_t total)
+{
+	size_t k = (total + CHAN_CLASS - 1) / CHAN_CLASS;
+	return k >= 1 && k <= SH_ARRAY_LEN(((shoal_sched *)0)->chan_cache) ? (int)k - 1 : -1;
+}
+
+/* What shoal_alloc was asked for, so the sized free matches. */
+static size_t chan_bytes(size_t total)
+{
+	int k = chan_class(total);
+	return k < 0 ? total : (size_t)(k + 1) * CHAN_CLASS;
+}
+
+static shoal_chan *chan_alloc(shoal_sched *s, size_t total)
+{
+	int k = chan_class(total);
+	if (k < 0)
+		return shoal_alloc(total);
+	void *c = s->chan_cache[k];
+	if (c) {
+		s->chan_cache[k] = *(void **)c;
+		s->chan_cached[k]--;
+		return c;
+	}
+	return shoal_alloc((size_t)(k + 1) * CHAN_CLASS);
+}
+
+static void chan_free(shoal_sched *s, shoal_chan *c, size_t total)
+{
+	int k = chan_class(total);
+	if (k < 0) {
+		shoal_free(c, total);
+	} else if (s->chan_cached[k] >= CHAN_CACHE_MAX || s->destroying) {
+		shoal_free(c, (size_t)(k + 1) * CHAN_CLASS);
+	} else {
+		*(void **)c = s->chan_cache[k];
+		s->chan_cache[k] = c;
+		s->chan_cached[k]++;
+	}
+}
+
+void sh_chan_orphan_all(shoal_sched *s)
+{
+	for (shoal_chan *c = s->chans; c; c = c->all_next) {
+		c->sched = NULL;
+		c->closed = true;
+	}
+	s->chans = NULL;
+}
+
+void sh_chan_cache_fini(shoal_sched *s)
+{
+	for (int k = 0; k < (int)SH_ARRAY_LEN(s->chan_cache); k++) {
+		void *c = s->chan_cache[k];
+		while (c) {
+			void *n = *(void **)c;
+			shoal_free(c, (size_t)(k + 1) * CHAN_CLASS);
+			c = n;
+		}
+		s->chan_cache[k] = NULL;
+		s->chan_cached[k] = 0;
+	}
+}
+
+/* ---- public API ------------------------------------------------------------------ */
+
+int shoal_chan_create(shoal_chan **out, size_t elem_size, size_t capacity)
+{
+	shoal_sched *s = sh_tls_sched;
+	if (!out || !s || elem_size == 0)
+		return SHOAL_EINVAL;
+	size_t bytes, total;
+	if (shoal_mul_size(elem_size, capacity, &bytes) != 0 ||
+	    shoal_add_size(bytes, sizeof(shoal_chan), &total) != 0)
+		return SHOAL_EOVERFLOW;
+	shoal_chan *c = chan_alloc(s, total);
+	if (!c)
+		return SHOAL_ENOMEM;
+	memset(c, 0, sizeof(*c));
+	c->sched = s;
+	c->elem_size = elem_size;
+	c->cap = capacity;
+	c->all_next = s->chans;
+	if (s->chans)
+		s->chans->all_prev = c;
+	s->chans = c;
+	*out = c;
+	return 0;
+}
+
+int shoal_chan_destroy(shoal_chan *c)
+{
+	if (!c)
+		return SHOAL_EINVAL;
+	if (!c->sched) {
+		/* Its scheduler was destroyed: nobody can wait on it now. */
+		shoal_free(c, chan_bytes(sizeof(*c) + c->elem_size * c->cap));
+		return 0;
+	}
+	if (c->sched != sh_tls_sched)
+		return SHOAL_EINVAL;
+	/* Operations still in the inbox count as waiters too. */
+	if (atomic_load_explicit(&c->sched->inbox_pending, memory_order_acquire))
+		sh_inbox_drain(c->sched);
+	if (c->recvq.head || c->sendq.head || c->nxop)
+		return SHOAL_EBUSY;
+	shoal_sched *s = c->sched;
+	if (c->all_prev)
+		c->all_prev->all_next = c->all_next;
+	else
+		s->chans = c->all_next;
+	if (c->all_next)
+		c->all_next->all_prev = c->all_prev;
+	chan_free(s, c, sizeof(*c) + c->elem_size * c->cap);
+	return 0;
+}
+
+size_t shoal_chan_len(const shoal_chan *c)
+{
+	return c ? c->count : 0;
+}
+
+/* A blocked fiber waits through the waiter and the small buffer inside its
+ * own structure, so the fiber that completes the operation touches only the
+ * channel and the (densely packed) fiber structures, never the sleeper's
+ * stack page: with thousands of fibers every stack page is a TLB miss. */
+static int block_on(shoal_sched *s, shoal_chan *c, sh_wq *q, void *elem, bool send,
+		    int64_t deadline)
+{
+	shoal_fiber *cur = s->cur;
+	sh_waiter *w = &cur->w1;
+	bool small = c->elem_size <= sizeof(cur->xbuf);
+	w->fiber = cur;
+	w->xop = NULL;
+	w->chan = c;
+	w->group = NULL;
+	w->index = send ? W_SEND : 0;
+	if (small) {
+		if (send)
+			memcpy(cur->xbuf, elem, c->elem_size);
+		w->elem = cur->xbuf;
+	} else {
+		w->elem = elem;
+	}
+	wq_push(q, w);
+	cur->wait_kind = SH_WAIT_CHAN;
+	cur->wait_waiters = w;
+	cur->wait_n = 1;
+	int rc = sh_block(s, deadline);
+	if (rc == 0 && small && !send)
+		memcpy(elem, cur->xbuf, c->elem_size);
+	return rc;
+}
+
+int shoal_chan_send(shoal_chan *c, const void *elem, int64_t deadline)
+{
+	if (sh_unlikely(!c || !elem))
+		return SHOAL_EINVAL;
+	shoal_sched *s = sh_tls_sched;
+	if (sh_unlikely(c->sched != s)) {
+		if (!c->sched)
+			return SHOAL_ECLOSED;
+		if (s && s->cur->cancelled)
+			return SHOAL_ECANCELED;
+		sh_xop op;
+		memset(&op, 0, sizeof(op));
+		op.kind = SH_XOP_SEND;
+		op.elem = elem;
+		return xop_run(c, &op, deadline);
+	}
+	int rc = sh_check_cancel(s);
+	if (rc)
+		return rc;
+	rc = try_send(c, elem);
+	if (rc != SHOAL_EAGAIN)
+		return rc;
+	if (deadline == SHOAL_NOWAIT)
+		return SHOAL_ETIMEDOUT;
+	return block_on(s, c, &c->sendq, (void *)(uintptr_t)elem, true, deadline);
+}
+
+int shoal_chan_recv(shoal_chan *c, void *elem, int64_t deadline)
+{
+	shoal_sched *s = sh_tls_sched;
+	if (sh_unlikely(!c || !elem || c->sched != s))
+		return c && elem && !c->sched ? SHOAL_ECLOSED : SHOAL_EINVAL;
+	int rc = sh_check_cancel(s);
+	if (rc)
+		return rc;
+	rc = try_recv(c, elem);
+	if (rc != SHOAL_EAGAIN)
+		return rc;
+	if (deadline == SHOAL_NOWAIT)
+		return SHOAL_ETIMEDOUT;
+	return block_on(s, c, &c->recvq, elem, false, deadline);
+}
+
+int shoal_chan_close(shoal_chan *c)
+{
+	if (!c)
+		return SHOAL_EINVAL;
+	shoal_sched *s = sh_tls_sched;
+	if (!c->sched)
+		return SHOAL_ECLOSED;
+	if (c->sched != s) {
+		sh_xop op;
+		memset(&op, 0, sizeof(op));
+		op.kind = SH_XOP_CLOSE;
+		return xop_run(c, &op, SHOAL_FOREVER);
+	}
+	return close_local(c);
+}
+
+#define SELECT_STACK_CASES 8
+
+int shoal_select(shoal_select_case *cases, size_t n, int64_t deadline, size_t *chosen)
+{
+	shoal_sched *s = sh_tls_sched;
+	if (!s || (n && !cases) || !chosen || n > UINT32_MAX / 2)
+		return SHOAL_EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		shoal_select_case *k = &cases[i];
+		if (!k->chan)
+			continue;
+		if (k->chan->sched != s || !k->elem ||
+		    (k->op != SHOAL_SELECT_RECV && k->op != SHOAL_SELECT_SEND))
+			return SHOAL_EINVAL;
+	}
+	int rc = sh_check_cancel(s);
+	if (rc)
+		return rc;
+	size_t start = n ? (size_t)(sh_rand(s) % n) : 0;
+	for (size_t j = 0; j < n; j++) {
+		size_t i = start + j < n ? start + j : start + j - n;
+		shoal_select_case *k = &cases[i];
+		if (!k->chan)
+			continue;
+		rc = k->op == SHOAL_SELECT_RECV ? try_recv(k->chan, k->elem)
+						: try_send(k->chan, k->elem);
+		if (rc != SHOAL_EAGAIN) {
+			*chosen = i;
+			return rc;
+		}
+	}
+	if (deadline == SHOAL_NOWAIT)
+		return SHOAL_ETIMEDOUT;
+	sh_waiter local[SELECT_STACK_CASES], *ws = local;
+	if (n > SELECT_STACK_CASES) {
+		ws = shoal_calloc(n, sizeof(sh_waiter));
+		if (!ws)
+			return SHOAL_ENOMEM;
+	}
+	shoal_fiber *cur = s->cur;
+	for (size_t i = 0; i < n; i++) {
+		sh_waiter *w = &ws[i];
+		shoal_select_case *k = &cases[i];
+		w->fiber = cur;
+		w->xop = NULL;
+		w->elem = k->elem;
+		w->chan = k->chan;
+		w->group = ws;
+		w->ngroup = (uint32_t)n;
+		w->linked = false;
+		bool send = k->op == SHOAL_SELECT_SEND;
+		w->index = (uint32_t)i | (send ? W_SEND : 0);
+		if (k->chan)
+			wq_push(send ? &k->chan->sendq : &k->chan->recvq, w);
+	}
+	cur->wait_kind = SH_WAIT_CHAN;
+	cur->wait_waiters = ws;
+	cur->wait_n = (uint32_t)n;
+	rc = sh_block(s, deadline);
+	if (rc == 0 || rc == SHOAL_ECLOSED)
+		*chosen = cur->wake_index;
+	if (ws != local)
+		shoal_free(ws, n * sizeof(sh_waiter));
+	return rc;
+}

@@ -1,0 +1,244 @@
+/* Internals shared by the fiber layer's files: the fiber and scheduler
+ * structures, waiters, the stack pool and the cross-thread operations. */
+#ifndef SHOAL_FIBER_IMPL_H
+#define SHOAL_FIBER_IMPL_H
+
+#include "shoal_impl.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* ---- context switch (ctx_*.S) ---- */
+void sh_ctx_switch(void **from_sp, void *to_sp);
+/* Saves the current context like sh_ctx_switch, then calls fn(arg) on a
+ * fresh stack whose top is `top` (16-byte aligned); fn never returns. */
+void sh_ctx_start(void **from_sp, void *top, void *arg, void (*fn)(void *));
+
+/* ---- stacks (stack.c) ---- */
+
+/* A stack is [base, base + size) usable, with a guard page just below base
+ * when guarded. Nothing writes to it before its fiber first runs. */
+typedef struct sh_stack_pool sh_stack_pool;
+typedef struct sh_stack {
+	char *base;
+	size_t size;
+	bool guarded;
+} sh_stack;
+
+int sh_stack_pools_init(void **pools);
+void sh_stack_pools_fini(void *pools);
+int sh_stack_get(void *pools, size_t size, shoal_guard_mode mode, sh_stack *out);
+void sh_stack_put(void *pools, const sh_stack *st);
+void sh_stack_trim(void *pools, size_t keep);
+void sh_stack_stats(void *pools, size_t *mapped, size_t *nfree, size_t *guarded);
+/* The guard page containing addr, if any stack of this thread's pools has
+ * one there (async-signal-safe: reads only). */
+bool sh_stack_is_guard(void *pools, const void *addr);
+
+/* ---- waiting ---- */
+
+typedef struct sh_xop sh_xop;
+
+/* One party waiting on a channel: a fiber of the owning scheduler (in a
+ * send, recv or select), or a cross-thread operation (xop). */
+typedef struct sh_waiter {
+	struct sh_waiter *prev, *next;
+	shoal_fiber *fiber; /* NULL when xop is set */
+	sh_xop *xop;
+	void *elem;
+	shoal_chan *chan;
+	struct sh_waiter *group; /* select: the array of this fiber's waiters */
+	uint32_t ngroup;
+	uint32_t index; /* case index inside a select */
+	bool linked;
+} sh_waiter;
+
+typedef struct sh_wq {
+	sh_waiter *head, *tail;
+} sh_wq;
+
+/* Why a blocked fiber is waiting, so a timer or cancel can undo the wait. */
+enum sh_wait_kind {
+	SH_WAIT_NONE = 0,
+	SH_WAIT_CHAN, /* waiters in wait_waiters[0..wait_n) */
+	SH_WAIT_SLEEP,
+	SH_WAIT_JOIN, /* wait_obj: the fiber being joined */
+	SH_WAIT_FD,   /* wait_fd, wait_dir */
+	SH_WAIT_XOP,  /* wait_obj: the sh_xop in another scheduler */
+	SH_WAIT_HARD, /* cannot be interrupted */
+};
+
+enum sh_fiber_state { SH_RUNNABLE = 1, SH_RUNNING, SH_BLOCKED, SH_DEAD };
+
+/* Fiber structures live in dense per-scheduler chunks, not on their
+ * stacks: waking, joining and spawning then touch packed memory, and a
+ * fiber's stack page is first touched when the fiber first runs. The first
+ * cache line holds what a channel hop touches. */
+struct shoal_fiber {
+	void *sp; /* saved stack pointer; NULL until the fiber first runs */
+	shoal_sched *sched;
+	struct shoal_fiber *run_next; /* run queue, or the free list */
+	uint8_t state;
+	uint8_t wait_kind;
+	bool cancelled, detached, is_root, joining;
+	int wake_rc;
+	uint32_t wake_index;
+	uint32_t wait_n;
+	sh_waiter *wait_waiters;
+	size_t heap_idx;  /* SIZE_MAX when not in the timer heap */
+	sh_waiter w1;	  /* the waiter of a plain send or recv */
+	uint64_t xbuf[2]; /* small elements in flight to or from this fiber */
+	/* timer heap entry */
+	int64_t deadline;
+	uint64_t timer_seq;
+	void *wait_obj;
+	int wait_fd;
+	int wait_dir;
+	/* structure: parent owns children; detached ones hang off the sched */
+	struct shoal_fiber *parent;
+	struct shoal_fiber *child_head;
+	struct shoal_fiber *sib_prev, *sib_next;
+	struct shoal_fiber *joiner;
+	shoal_fiber_fn fn;
+	void *arg;
+	void *result;
+	sh_stack stack;
+	uint64_t id;
+	void **fls;
+	char name[32];
+#if defined(SH_ASAN)
+	void *asan_fake;
+	const void *asan_bottom;
+	size_t asan_size;
+#endif
+#if defined(SH_TSAN)
+	void *tsan_fiber;
+#endif
+};
+
+/* Cross-thread operation: a send or close issued by a thread that does not
+ * own the channel. It lives on the issuer's stack; the owner links it into
+ * its inbox, performs it, and reports completion through `state`. The
+ * issuer may ask to retract it (deadline or cancel) and then waits for the
+ * owner to acknowledge, so the owner never touches a dead xop. */
+enum sh_xop_kind { SH_XOP_SEND = 1, SH_XOP_CLOSE, SH_XOP_RETRACT, SH_XOP_WAKE };
+enum sh_xop_state { SH_XOP_PENDING = 0, SH_XOP_DONE = 1 };
+
+struct sh_xop {
+	sh_xop *next; /* inbox link (owner's inbox, then the issuer's for WAKE) */
+	uint8_t kind;
+	bool woken; /* fiber issuers: the WAKE reached the issuer's thread */
+	shoal_chan *chan;
+	const void *elem;
+	sh_waiter w; /* the send waiter while queued on the channel */
+	int rc;
+	_Atomic uint32_t state; /* futex word for thread issuers */
+	/* set when the issuer is a fiber of another scheduler */
+	shoal_fiber *fiber;
+	shoal_sched *fiber_sched;
+	sh_xop *target; /* SH_XOP_RETRACT: the operation to take back */
+};
+
+typedef struct sh_fdslot {
+	shoal_fiber *waiter[2]; /* 0: in, 1: out */
+	uint32_t ready;		/* readiness seen and not consumed yet */
+	bool registered;
+} sh_fdslot;
+
+struct shoal_sched {
+	shoal_fiber *cur;
+	shoal_fiber *runq_head, *runq_tail;
+	shoal_fiber root;
+	pthread_t thread;
+	size_t stack_size, page_size;
+	shoal_guard_mode guard;
+	size_t stack_cache;
+	void *pools;
+	/* timers: binary min-heap on (deadline, timer_seq) */
+	shoal_fiber **heap;
+	size_t heap_len, heap_cap;
+	uint64_t timer_seq;
+	/* poller */
+	int epfd;
+	int evfd;
+	sh_fdslot *fds;
+	size_t nfds_cap;
+	size_t nfds_registered;
+	/* cross-thread inbox */
+	pthread_mutex_t inbox_lock;
+	sh_xop *inbox_head, *inbox_tail;
+	_Atomic int inbox_pending;
+	/* detached fibers */
+	shoal_fiber *detached_head;
+	shoal_fiber *dead;	 /* died; its stack is released after the next switch */
+	shoal_fiber *fiber_free; /* free fiber structures (linked by run_next) */
+	void *fiber_chunks;
+	uint64_t rng;
+	uint64_t switches, spawned;
+	uint64_t id_next, id_end;
+	/* freed channels by size class, reused without malloc */
+	shoal_chan *chans; /* live channels, orphaned when we are destroyed */
+	void *chan_cache[4];
+	size_t chan_cached[4];
+	size_t live;
+	uint32_t tick;
+	bool destroying;
+	void *altstack;
+	size_t altstack_size;
+};
+
+/* The scheduler of the calling thread. */
+extern _Thread_local shoal_sched *sh_tls_sched;
+
+/* ---- scheduler primitives used by chan.c ---- */
+
+/* Blocks the current fiber until woken or the deadline passes (the caller
+ * has set wait_kind and linked its waiters). Returns the wake code. */
+int sh_block(shoal_sched *s, int64_t deadline);
+static inline void sh_runq_push(shoal_sched *s, shoal_fiber *f)
+{
+	f->run_next = NULL;
+	if (s->runq_tail)
+		s->runq_tail->run_next = f;
+	else
+		s->runq_head = f;
+	s->runq_tail = f;
+}
+
+/* Makes a blocked fiber runnable with result rc. */
+static inline void sh_wake(shoal_fiber *f, int rc)
+{
+	if (f->state != SH_BLOCKED)
+		return;
+	f->wake_rc = rc;
+	f->state = SH_RUNNABLE;
+	sh_runq_push(f->sched, f);
+}
+/* Checks the current fiber's cancellation: SHOAL_ECANCELED or 0. */
+static inline int sh_check_cancel(shoal_sched *s)
+{
+	return sh_unlikely(s->cur->cancelled) ? SHOAL_ECANCELED : 0;
+}
+uint64_t sh_rand(shoal_sched *s);
+
+/* Posts an xop into s's inbox and rings its doorbell when it was empty. */
+void sh_inbox_post(shoal_sched *s, sh_xop *op);
+/* Drains the inbox (owner thread). */
+void sh_inbox_drain(shoal_sched *s);
+/* Channel side of the inbox (chan.c). */
+void sh_chan_xop(shoal_sched *s, sh_xop *op);
+void sh_chan_unlink_waiters(shoal_fiber *f);
+void sh_chan_cache_fini(shoal_sched *s);
+void sh_chan_orphan_all(shoal_sched *s);
+/* Completes an xop towards its issuer. */
+void sh_xop_complete(sh_xop *op, int rc);
+
+/* Futex helpers. */
+void sh_futex_wait(_Atomic uint32_t *addr, uint32_t val, int64_t deadline);
+void sh_futex_wake(_Atomic uint32_t *addr);
+
+/* Signal handling for stack overflow reports (signal.c). */
+int sh_overflow_thread_init(shoal_sched *s);
+void sh_overflow_thread_fini(shoal_sched *s);
+
+#endif
