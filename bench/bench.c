@@ -1,0 +1,950 @@
+/* The benchmark machinery shared by every suite: records, the table of
+ * BENCH.md, JSON Lines, CSV, an SVG bar plot, option parsing and the child
+ * processes each case runs in (so that the peak RSS reported for a case is
+ * that case's own, read from wait4()). Suites and programs use bench.h. */
+#include "bench.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- options ------------------------------------------------------------ */
+
+const char sh_bench_opts_usage[] =
+	"  --quick          fewer iterations and smaller sizes (under a minute)\n"
+	"  --json           JSON Lines on stdout instead of the table\n"
+	"  --csv FILE       also write the results as CSV\n"
+	"  --plot FILE.svg  also write a plot of the sweeps\n"
+	"  --large          include the sizes that need many GiB of memory\n";
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t a = strlen(s), b = strlen(suffix);
+	return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* The value of "--name VALUE" or "--name=VALUE"; NULL with err set if absent. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name, char *err,
+			     size_t errlen)
+{
+	size_t len = strlen(name);
+	const char *a = argv[*i];
+	if (a[len] == '=')
+		return a[len + 1] ? a + len + 1 : NULL;
+	if (*i + 1 >= argc || argv[*i + 1][0] == '\0' ||
+	    (argv[*i + 1][0] == '-' && argv[*i + 1][1] != '\0')) {
+		snprintf(err, errlen, "%s needs a file name after it, got %s", name,
+			 *i + 1 < argc ? argv[*i + 1] : "nothing");
+		return NULL;
+	}
+	return argv[++*i];
+}
+
+int sh_bench_parse_opts(int argc, char **argv, int first, sh_bench_opts *o, char **pos, int maxpos,
+			int *npos, char *err, size_t errlen)
+{
+	*npos = 0;
+	for (int i = first; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "--quick") == 0) {
+			o->quick = 1;
+		} else if (strcmp(a, "--json") == 0) {
+			o->json = 1;
+		} else if (strcmp(a, "--large") == 0) {
+			o->large = 1;
+		} else if (strncmp(a, "--csv", 5) == 0 && (a[5] == '\0' || a[5] == '=')) {
+			err[0] = '\0';
+			o->csv = opt_value(argc, argv, &i, "--csv", err, errlen);
+			if (!o->csv) {
+				if (!err[0])
+					snprintf(err, errlen, "--csv= needs a file name");
+				return -1;
+			}
+		} else if (strncmp(a, "--plot", 6) == 0 && (a[6] == '\0' || a[6] == '=')) {
+			err[0] = '\0';
+			o->plot = opt_value(argc, argv, &i, "--plot", err, errlen);
+			if (!o->plot) {
+				if (!err[0])
+					snprintf(err, errlen, "--plot= needs a file name");
+				return -1;
+			}
+			if (!ends_with(o->plot, ".svg")) {
+				snprintf(err, errlen,
+					 "--plot writes SVG: expected a FILE.svg, got '%s'",
+					 o->plot);
+				return -1;
+			}
+		} else if (a[0] == '-' && a[1] != '\0') {
+			snprintf(err, errlen,
+				 "unknown option '%s' (expected --quick, --json, --csv FILE, "
+				 "--plot FILE.svg or --large)",
+				 a);
+			return -1;
+		} else {
+			if (*npos == maxpos) {
+				snprintf(err, errlen, "unexpected argument '%s'", a);
+				return -1;
+			}
+			pos[(*npos)++] = argv[i];
+		}
+	}
+	o->progress = !o->json && isatty(2);
+	return 0;
+}
+
+/* ---- results ------------------------------------------------------------ */
+
+static void copy_str(char *dst, size_t len, const char *src)
+{
+	snprintf(dst, len, "%s", src ? src : "");
+}
+
+void sh_bench_report_init(sh_bench_report *r)
+{
+	memset(r, 0, sizeof(*r));
+}
+
+void sh_bench_report_free(sh_bench_report *r)
+{
+	free(r->res);
+	memset(r, 0, sizeof(*r));
+}
+
+sh_bench_result *sh_bench_add(sh_bench_report *r, const char *suite, const char *test,
+			      const char *label, int baseline)
+{
+	if (r->n == r->cap) {
+		size_t cap = r->cap ? r->cap * 2 : 32;
+		sh_bench_result *p = realloc(r->res, cap * sizeof(*p));
+		if (!p) {
+			fprintf(stderr, "bench: out of memory\n");
+			exit(1);
+		}
+		r->res = p;
+		r->cap = cap;
+	}
+	sh_bench_result *x = &r->res[r->n++];
+	memset(x, 0, sizeof(*x));
+	copy_str(x->suite, sizeof(x->suite), suite);
+	copy_str(x->test, sizeof(x->test), test);
+	copy_str(x->label, sizeof(x->label), label);
+	x->baseline = baseline;
+	x->status = SH_BENCH_OK;
+	x->peak_rss_kib = -1;
+	x->cmp_word = "faster";
+	return x;
+}
+
+void sh_bench_param_num(sh_bench_result *x, const char *name, double v)
+{
+	if (x->nparams == SH_BENCH_MAX_PARAMS)
+		return;
+	sh_bench_param *p = &x->params[x->nparams++];
+	copy_str(p->name, sizeof(p->name), name);
+	if (v == floor(v) && fabs(v) < 1e15)
+		snprintf(p->text, sizeof(p->text), "%.0f", v);
+	else
+		snprintf(p->text, sizeof(p->text), "%.9g", v);
+	p->is_num = 1;
+}
+
+void sh_bench_param_str(sh_bench_result *x, const char *name, const char *v)
+{
+	if (x->nparams == SH_BENCH_MAX_PARAMS)
+		return;
+	sh_bench_param *p = &x->params[x->nparams++];
+	copy_str(p->name, sizeof(p->name), name);
+	copy_str(p->text, sizeof(p->text), v);
+	p->is_num = 0;
+}
+
+void sh_bench_metric_set(sh_bench_result *x, const char *name, double v)
+{
+	for (int i = 0; i < x->nmetrics; i++) {
+		if (strcmp(x->metrics[i].name, name) == 0) {
+			x->metrics[i].value = v;
+			return;
+		}
+	}
+	if (x->nmetrics == SH_BENCH_MAX_METRICS)
+		return;
+	copy_str(x->metrics[x->nmetrics].name, sizeof(x->metrics[0].name), name);
+	x->metrics[x->nmetrics++].value = v;
+}
+
+double sh_bench_metric_get(const sh_bench_result *x, const char *name, double def)
+{
+	for (int i = 0; i < x->nmetrics; i++)
+		if (strcmp(x->metrics[i].name, name) == 0)
+			return x->metrics[i].value;
+	return def;
+}
+
+void sh_bench_fail(sh_bench_result *x, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(x->message, sizeof(x->message), fmt, ap);
+	va_end(ap);
+	x->status = SH_BENCH_FAILED;
+}
+
+void sh_bench_skip(sh_bench_result *x, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(x->message, sizeof(x->message), fmt, ap);
+	va_end(ap);
+	x->status = SH_BENCH_SKIPPED;
+}
+
+void sh_bench_note(sh_bench_report *r, const char *fmt, ...)
+{
+	size_t room = sizeof(r->notes) - r->notes_len;
+	if (room < 2)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int k = vsnprintf(r->notes + r->notes_len, room - 1, fmt, ap);
+	va_end(ap);
+	if (k < 0)
+		return;
+	r->notes_len += (size_t)k < room - 1 ? (size_t)k : room - 2;
+	r->notes[r->notes_len++] = '\n';
+	r->notes[r->notes_len] = '\0';
+}
+
+void sh_bench_stats(const double *v, int n, double *mean, double *sd, double *min, double *max)
+{
+	double sum = 0, lo = INFINITY, hi = -INFINITY;
+	for (int i = 0; i < n; i++) {
+		sum += v[i];
+		lo = v[i] < lo ? v[i] : lo;
+		hi = v[i] > hi ? v[i] : hi;
+	}
+	double m = n ? sum / n : 0, ss = 0;
+	for (int i = 0; i < n; i++)
+		ss += (v[i] - m) * (v[i] - m);
+	*mean = m;
+	*sd = n > 1 ? sqrt(ss / (n - 1)) : 0;
+	*min = n ? lo : 0;
+	*max = n ? hi : 0;
+}
+
+void sh_bench_show_samples(sh_bench_result *x, const double *v, int n, const char *unit)
+{
+	sh_bench_stats(v, n, &x->mean, &x->sd, &x->min, &x->max);
+	copy_str(x->show_unit, sizeof(x->show_unit), unit);
+	x->has_stats = n > 0;
+}
+
+static int same_params(const sh_bench_result *a, const sh_bench_result *b)
+{
+	if (a->nparams != b->nparams)
+		return 0;
+	for (int i = 0; i < a->nparams; i++)
+		if (strcmp(a->params[i].name, b->params[i].name) != 0 ||
+		    strcmp(a->params[i].text, b->params[i].text) != 0)
+			return 0;
+	return 1;
+}
+
+const sh_bench_result *sh_bench_baseline_of(const sh_bench_report *r, const sh_bench_result *x)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		const sh_bench_result *b = &r->res[i];
+		if (b->baseline && b != x && strcmp(b->suite, x->suite) == 0 &&
+		    strcmp(b->test, x->test) == 0 && same_params(b, x))
+			return b;
+	}
+	return NULL;
+}
+
+/* ---- the table ---------------------------------------------------------- */
+
+void sh_bench_fmt_time(char *buf, size_t len, double s)
+{
+	double a = fabs(s);
+	if (a >= 1)
+		snprintf(buf, len, "%.3f s", s);
+	else if (a >= 1e-3)
+		snprintf(buf, len, "%.2f ms", s * 1e3);
+	else if (a >= 1e-6)
+		snprintf(buf, len, "%.2f us", s * 1e6);
+	else
+		snprintf(buf, len, "%.1f ns", s * 1e9);
+}
+
+static void fmt_stat(char *buf, size_t len, const sh_bench_result *x, double v)
+{
+	if (strcmp(x->show_unit, "s") == 0)
+		sh_bench_fmt_time(buf, len, v);
+	else
+		snprintf(buf, len, "%.1f %s", v, x->show_unit);
+}
+
+static void fmt_params(char *buf, size_t len, const sh_bench_result *x, char sep)
+{
+	size_t k = 0;
+	buf[0] = '\0';
+	for (int i = 0; i < x->nparams && k < len; i++) {
+		int w = snprintf(buf + k, len - k, "%s%s=%s", i ? (sep == ' ' ? " " : ";") : "",
+				 x->params[i].name, x->params[i].text);
+		if (w < 0)
+			break;
+		k += (size_t)w;
+	}
+}
+
+void sh_bench_fmt_vs(char *buf, size_t len, const sh_bench_report *r, const sh_bench_result *x)
+{
+	buf[0] = '\0';
+	if (x->baseline) {
+		snprintf(buf, len, "(baseline)");
+		return;
+	}
+	const sh_bench_result *b = sh_bench_baseline_of(r, x);
+	if (!b || b->status != SH_BENCH_OK || x->cmp_value <= 0 || b->cmp_value <= 0)
+		return;
+	double ratio = b->cmp_value / x->cmp_value;
+	int k;
+	if (ratio >= 1)
+		k = snprintf(buf, len, "%.1fx %s than %s", ratio, x->cmp_word, b->label);
+	else
+		k = snprintf(buf, len, "%.1fx %s than %s", 1 / ratio,
+			     strcmp(x->cmp_word, "faster") == 0 ? "slower" : "dearer", b->label);
+	if (k > 0 && (size_t)k < len && x->peak_rss_kib > 0 && b->peak_rss_kib > 0)
+		snprintf(buf + k, len - (size_t)k, ", RSS %.2fx",
+			 x->peak_rss_kib / b->peak_rss_kib);
+}
+
+enum { NCOLS = 9, CELL = 64 };
+
+static void print_row(FILE *f, char cells[][CELL], const int *width)
+{
+	char line[NCOLS * (CELL + 2) + 4];
+	size_t k = 0;
+	for (int c = 0; c < NCOLS; c++) {
+		/* Names left-aligned, figures right-aligned, so columns of
+		 * numbers line up on their units. */
+		int left = c < 3 || c == NCOLS - 1;
+		int w = snprintf(line + k, sizeof(line) - k, left ? "%-*s  " : "%*s  ", width[c],
+				 cells[c]);
+		if (w < 0)
+			break;
+		k += (size_t)w;
+	}
+	while (k > 0 && line[k - 1] == ' ')
+		k--;
+	line[k] = '\0';
+	fprintf(f, "%s\n", line);
+}
+
+void sh_bench_print_table(FILE *f, const sh_bench_report *r, const char *suite, const char *title)
+{
+	static const char *const head[NCOLS] = {"test", "impl",	    "params",
+						"mean", "std dev",  "min (best)",
+						"max",	"peak RSS", "vs baseline"};
+	size_t nok = 0;
+	for (size_t i = 0; i < r->n; i++)
+		nok += strcmp(r->res[i].suite, suite) == 0 && r->res[i].status == SH_BENCH_OK;
+	char(*rows)[NCOLS][CELL] = calloc(nok + 1, sizeof(*rows));
+	if (!rows)
+		return;
+	int width[NCOLS];
+	for (int c = 0; c < NCOLS; c++) {
+		copy_str(rows[0][c], CELL, head[c]);
+		width[c] = (int)strlen(head[c]);
+	}
+	size_t n = 1;
+	for (size_t i = 0; i < r->n; i++) {
+		const sh_bench_result *x = &r->res[i];
+		if (strcmp(x->suite, suite) != 0 || x->status != SH_BENCH_OK)
+			continue;
+		char(*row)[CELL] = rows[n++];
+		copy_str(row[0], CELL, x->test);
+		copy_str(row[1], CELL, x->label);
+		fmt_params(row[2], CELL, x, ' ');
+		if (x->has_stats) {
+			fmt_stat(row[3], CELL, x, x->mean);
+			fmt_stat(row[4], CELL, x, x->sd);
+			fmt_stat(row[5], CELL, x, x->min);
+			fmt_stat(row[6], CELL, x, x->max);
+		}
+		if (x->peak_rss_kib >= 0)
+			snprintf(row[7], CELL, "%.1f MB", x->peak_rss_kib * 1024 / 1e6);
+		sh_bench_fmt_vs(row[8], CELL, r, x);
+		for (int c = 0; c < NCOLS; c++) {
+			int w = (int)strlen(row[c]);
+			width[c] = w > width[c] ? w : width[c];
+		}
+	}
+	if (title)
+		fprintf(f, "%s\n\n", title);
+	for (size_t i = 0; i < n; i++)
+		print_row(f, rows[i], width);
+	free(rows);
+
+	static const struct {
+		int status;
+		const char *head;
+	} other[] = {{SH_BENCH_FAILED, "failed"}, {SH_BENCH_SKIPPED, "skipped"}};
+	for (size_t s = 0; s < 2; s++) {
+		int first = 1;
+		for (size_t i = 0; i < r->n; i++) {
+			const sh_bench_result *x = &r->res[i];
+			if (strcmp(x->suite, suite) != 0 || x->status != other[s].status)
+				continue;
+			if (first)
+				fprintf(f, "\n%s:\n", other[s].head);
+			first = 0;
+			char p[CELL];
+			fmt_params(p, sizeof(p), x, ' ');
+			fprintf(f, "  %s %s%s%s: %s\n", x->test, x->label, p[0] ? " " : "", p,
+				x->message);
+		}
+	}
+	if (r->notes_len)
+		fprintf(f, "\n%s", r->notes);
+}
+
+/* ---- JSON Lines and CSV ------------------------------------------------- */
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(f, "\\%c", *p);
+		else if (*p == '\n')
+			fputs("\\n", f);
+		else if (*p < 0x20)
+			fprintf(f, "\\u%04x", *p);
+		else
+			fputc(*p, f);
+	}
+	fputc('"', f);
+}
+
+static void json_num(FILE *f, double v)
+{
+	if (!isfinite(v))
+		fputs("null", f);
+	else if (v == floor(v) && fabs(v) < 1e15)
+		fprintf(f, "%.0f", v);
+	else
+		fprintf(f, "%.9g", v);
+}
+
+static const char *status_name(int status)
+{
+	return status == SH_BENCH_OK ? "ok" : status == SH_BENCH_FAILED ? "failed" : "skipped";
+}
+
+void sh_bench_print_json(FILE *f, const sh_bench_report *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		const sh_bench_result *x = &r->res[i];
+		fputs("{\"suite\": ", f);
+		json_str(f, x->suite);
+		fputs(", \"test\": ", f);
+		json_str(f, x->test);
+		fputs(", \"params\": {", f);
+		for (int k = 0; k < x->nparams; k++) {
+			fputs(k ? ", " : "", f);
+			json_str(f, x->params[k].name);
+			fputs(": ", f);
+			if (x->params[k].is_num)
+				fputs(x->params[k].text, f);
+			else
+				json_str(f, x->params[k].text);
+		}
+		fprintf(f, "}, \"status\": \"%s\", \"baseline\": %s", status_name(x->status),
+			x->baseline ? "true" : "false");
+		if (x->status != SH_BENCH_OK) {
+			fputs(x->status == SH_BENCH_FAILED ? ", \"error\": " : ", \"reason\": ", f);
+			json_str(f, x->message);
+		}
+		fputs(", \"metrics\": {", f);
+		for (int k = 0; k < x->nmetrics; k++) {
+			fputs(k ? ", " : "", f);
+			json_str(f, x->metrics[k].name);
+			fputs(": ", f);
+			json_num(f, x->metrics[k].value);
+		}
+		fputs("}}\n", f);
+	}
+	fflush(f);
+}
+
+static void csv_field(FILE *f, const char *s)
+{
+	if (!strpbrk(s, ",\"\n")) {
+		fputs(s, f);
+		return;
+	}
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"')
+			fputc('"', f);
+		fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+int sh_bench_write_csv(const char *path, const sh_bench_report *r)
+{
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return -1;
+	fputs("suite,test,params,status,baseline,metric,value,message\n", f);
+	for (size_t i = 0; i < r->n; i++) {
+		const sh_bench_result *x = &r->res[i];
+		char p[256];
+		fmt_params(p, sizeof(p), x, ';');
+		int rows = x->nmetrics ? x->nmetrics : 1;
+		for (int k = 0; k < rows; k++) {
+			csv_field(f, x->suite);
+			fputc(',', f);
+			csv_field(f, x->test);
+			fputc(',', f);
+			csv_field(f, p);
+			fprintf(f, ",%s,%s,", status_name(x->status),
+				x->baseline ? "true" : "false");
+			if (x->nmetrics) {
+				csv_field(f, x->metrics[k].name);
+				fputc(',', f);
+				json_num(f, x->metrics[k].value);
+			} else {
+				fputc(',', f);
+			}
+			fputc(',', f);
+			csv_field(f, x->message);
+			fputc('\n', f);
+		}
+	}
+	int bad = ferror(f);
+	if (fclose(f) != 0 || bad)
+		return -1;
+	return 0;
+}
+
+/* ---- SVG ---------------------------------------------------------------- */
+
+static void svg_text(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '<')
+			fputs("&lt;", f);
+		else if (*s == '>')
+			fputs("&gt;", f);
+		else if (*s == '&')
+			fputs("&amp;", f);
+		else
+			fputc(*s, f);
+	}
+}
+
+int sh_bench_svg_begin(FILE *f, int width, int height, const char *title)
+{
+	fprintf(f,
+		"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+		"font-family=\"sans-serif\" font-size=\"11\">\n"
+		"<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+		"<text x=\"%d\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">",
+		width, height, width / 2);
+	svg_text(f, title);
+	fputs("</text>\n", f);
+	return 30;
+}
+
+void sh_bench_svg_end(FILE *f)
+{
+	fputs("</svg>\n", f);
+}
+
+int sh_bench_svg_bars(FILE *f, const sh_bench_report *r, const char *suite, const char *test,
+		      const char *metric, double scale, const char *y_unit, int x, int y, int w,
+		      int h)
+{
+	static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"};
+	enum { MAXG = 16, MAXL = 4 };
+	const sh_bench_result *grp[MAXG];
+	const char *labels[MAXL];
+	int ng = 0, nl = 0;
+	double lo = INFINITY, hi = -INFINITY;
+	for (size_t i = 0; i < r->n; i++) {
+		const sh_bench_result *t = &r->res[i];
+		double v = sh_bench_metric_get(t, metric, -1) * scale;
+		if (strcmp(t->suite, suite) != 0 || strcmp(t->test, test) != 0 ||
+		    t->status != SH_BENCH_OK || v <= 0)
+			continue;
+		int g = 0, l = 0;
+		while (g < ng && !same_params(grp[g], t))
+			g++;
+		if (g == ng && ng < MAXG)
+			grp[ng++] = t;
+		while (l < nl && strcmp(labels[l], t->label) != 0)
+			l++;
+		if (l == nl && nl < MAXL)
+			labels[nl++] = t->label;
+		lo = v < lo ? v : lo;
+		hi = v > hi ? v : hi;
+	}
+	if (ng == 0)
+		return 0;
+	/* Log scale, whole decades, because the cases span three of them. */
+	double d0 = floor(log10(lo)), d1 = ceil(log10(hi));
+	if (d1 <= d0)
+		d1 = d0 + 1;
+	int left = x + 60, top = y + 10, bottom = y + h - 40, right = x + w - 10;
+	fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\">", x + 4, y + 4);
+	svg_text(f, test);
+	fputs(": ", f);
+	svg_text(f, metric);
+	fputs(" (", f);
+	svg_text(f, y_unit);
+	fputs(", log scale)</text>\n", f);
+	for (double d = d0; d <= d1; d++) {
+		int py = bottom - (int)((d - d0) / (d1 - d0) * (bottom - top));
+		fprintf(f,
+			"<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#ddd\"/>\n"
+			"<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%g</text>\n",
+			left, py, right, py, left - 4, py + 4, pow(10, d));
+	}
+	fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", left,
+		bottom, right, bottom);
+	double gw = (double)(right - left) / ng, bw = gw * 0.8 / nl;
+	for (int g = 0; g < ng; g++) {
+		char p[CELL];
+		fmt_params(p, sizeof(p), grp[g], ' ');
+		int cx = left + (int)(gw * g + gw / 2);
+		fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", cx, bottom + 14);
+		svg_text(f, p);
+		fputs("</text>\n", f);
+		for (size_t i = 0; i < r->n; i++) {
+			const sh_bench_result *t = &r->res[i];
+			double v = sh_bench_metric_get(t, metric, -1) * scale;
+			if (strcmp(t->suite, suite) != 0 || strcmp(t->test, test) != 0 ||
+			    t->status != SH_BENCH_OK || v <= 0 || !same_params(grp[g], t))
+				continue;
+			int l = 0;
+			while (l < nl && strcmp(labels[l], t->label) != 0)
+				l++;
+			if (l == nl)
+				continue;
+			int bh = (int)((log10(v) - d0) / (d1 - d0) * (bottom - top));
+			int bx = left + (int)(gw * g + gw * 0.1 + bw * l);
+			fprintf(f,
+				"<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n"
+				"<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" "
+				"font-size=\"9\">%.3g</text>\n",
+				bx, bottom - bh, (int)bw - 2, bh, colors[l % 4], bx + (int)bw / 2,
+				bottom - bh - 3, v);
+		}
+	}
+	for (int l = 0; l < nl; l++) {
+		fprintf(f,
+			"<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>"
+			"<text x=\"%d\" y=\"%d\">",
+			left + 80 * l, bottom + 22, colors[l % 4], left + 80 * l + 14, bottom + 31);
+		svg_text(f, labels[l]);
+		fputs("</text>\n", f);
+	}
+	return h;
+}
+
+/* ---- child processes ---------------------------------------------------- */
+
+double sh_bench_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+long sh_bench_self_pss_kib(void)
+{
+	FILE *f = fopen("/proc/self/smaps_rollup", "r");
+	if (!f)
+		return -1;
+	char line[256];
+	long kib = -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Pss: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+static void write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t k = write(fd, p, len);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return;
+		p += k;
+		len -= (size_t)k;
+	}
+}
+
+/* Reads fd until EOF into buf (excess is read and dropped) or until the
+ * deadline. Returns the bytes kept, or -1 on timeout. */
+static ssize_t read_until_eof(int fd, char *buf, size_t cap, double deadline)
+{
+	size_t got = 0;
+	char scratch[4096];
+	for (;;) {
+		double left = deadline - sh_bench_now();
+		if (left <= 0)
+			return -1;
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int k = poll(&p, 1, (int)(left * 1000) + 1);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k == 0)
+			continue;
+		char *dst = got < cap ? buf + got : scratch;
+		size_t room = got < cap ? cap - got : sizeof(scratch);
+		ssize_t n = read(fd, dst, room);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return (ssize_t)got;
+		if (dst != scratch)
+			got += (size_t)n;
+	}
+}
+
+static void describe_status(int st, char *err, size_t errlen)
+{
+	if (WIFSIGNALED(st))
+		snprintf(err, errlen, "child killed by signal %d (%s)", WTERMSIG(st),
+			 strsignal(WTERMSIG(st)));
+	else
+		snprintf(err, errlen, "child exited with status %d", WEXITSTATUS(st));
+}
+
+struct child_head {
+	int rc;
+	char err[240];
+};
+
+int sh_bench_in_child(sh_bench_child_fn fn, void *arg, void *out, size_t out_size, int timeout_s,
+		      long *peak_rss_kib, char *err, size_t errlen)
+{
+	int fds[2];
+	*peak_rss_kib = -1;
+	if (pipe2(fds, O_CLOEXEC) != 0) {
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		return -1;
+	}
+	size_t total = sizeof(struct child_head) + out_size;
+	char *buf = calloc(1, total);
+	if (!buf) {
+		close(fds[0]);
+		close(fds[1]);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		snprintf(err, errlen, "fork: %s", strerror(errno));
+		close(fds[0]);
+		close(fds[1]);
+		free(buf);
+		return -1;
+	}
+	if (pid == 0) {
+		close(fds[0]);
+		struct child_head *h = (struct child_head *)buf;
+		h->rc = fn(arg, buf + sizeof(*h), out_size, h->err, sizeof(h->err));
+		write_all(fds[1], buf, total);
+		_exit(0);
+	}
+	close(fds[1]);
+	ssize_t got = read_until_eof(fds[0], buf, total, sh_bench_now() + timeout_s);
+	close(fds[0]);
+	if (got < 0)
+		kill(pid, SIGKILL);
+	int st = 0;
+	struct rusage ru;
+	memset(&ru, 0, sizeof(ru));
+	while (wait4(pid, &st, 0, &ru) < 0 && errno == EINTR)
+		;
+	*peak_rss_kib = ru.ru_maxrss;
+	int rc = -1;
+	struct child_head h;
+	memcpy(&h, buf, sizeof(h));
+	if (got < 0)
+		snprintf(err, errlen, "timed out after %d s (child killed)", timeout_s);
+	else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || (size_t)got != total)
+		describe_status(st, err, errlen);
+	else if (h.rc != 0)
+		snprintf(err, errlen, "%s", h.err[0] ? h.err : "failed without a message");
+	else {
+		memcpy(out, buf + sizeof(h), out_size);
+		rc = 0;
+	}
+	free(buf);
+	return rc;
+}
+
+int sh_bench_exec(char *const argv[], const char *dir, char *const env[], char *out, size_t outlen,
+		  int timeout_s, long *peak_rss_kib, char *err, size_t errlen)
+{
+	int fds[2];
+	if (peak_rss_kib)
+		*peak_rss_kib = -1;
+	if (outlen)
+		out[0] = '\0';
+	if (pipe2(fds, O_CLOEXEC) != 0) {
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		return -1;
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		snprintf(err, errlen, "fork: %s", strerror(errno));
+		close(fds[0]);
+		close(fds[1]);
+		return -1;
+	}
+	if (pid == 0) {
+		int devnull = open("/dev/null", O_RDONLY);
+		if (devnull >= 0)
+			dup2(devnull, 0);
+		dup2(fds[1], 1);
+		dup2(fds[1], 2);
+		for (size_t i = 0; env && env[i]; i++) {
+			char name[128];
+			const char *eq = strchr(env[i], '=');
+			if (!eq || (size_t)(eq - env[i]) >= sizeof(name))
+				continue;
+			memcpy(name, env[i], (size_t)(eq - env[i]));
+			name[eq - env[i]] = '\0';
+			setenv(name, eq + 1, 1);
+		}
+		if (dir && chdir(dir) != 0) {
+			dprintf(2, "cannot enter %s: %s\n", dir, strerror(errno));
+			_exit(127);
+		}
+		execvp(argv[0], argv);
+		dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(fds[1]);
+	ssize_t got =
+		read_until_eof(fds[0], out, outlen ? outlen - 1 : 0, sh_bench_now() + timeout_s);
+	close(fds[0]);
+	if (got < 0)
+		kill(pid, SIGKILL);
+	else if (outlen)
+		out[got] = '\0';
+	int st = 0;
+	struct rusage ru;
+	memset(&ru, 0, sizeof(ru));
+	while (wait4(pid, &st, 0, &ru) < 0 && errno == EINTR)
+		;
+	if (peak_rss_kib)
+		*peak_rss_kib = ru.ru_maxrss;
+	if (got < 0) {
+		snprintf(err, errlen, "%s timed out after %d s (killed)", argv[0], timeout_s);
+		return -1;
+	}
+	if (!WIFEXITED(st)) {
+		describe_status(st, err, errlen);
+		return -1;
+	}
+	return WEXITSTATUS(st);
+}
+
+/* ---- suites and the driver ---------------------------------------------- */
+
+const sh_bench_suite sh_bench_suites[] = {
+	{"fibers", "hackysack, hop cost and context switches: shoal fibers vs Go goroutines",
+	 sh_bench_fibers, sh_bench_fibers_table, sh_bench_fibers_plot},
+};
+const size_t sh_bench_nsuites = sizeof(sh_bench_suites) / sizeof(sh_bench_suites[0]);
+
+const sh_bench_suite *sh_bench_find_suite(const char *name)
+{
+	for (size_t i = 0; i < sh_bench_nsuites; i++)
+		if (strcmp(sh_bench_suites[i].name, name) == 0)
+			return &sh_bench_suites[i];
+	return NULL;
+}
+
+/* FILE.svg for one suite, FILE-SUITE.svg when several suites plot. */
+static void plot_path(char *buf, size_t len, const char *path, const char *suite, int several)
+{
+	if (!several) {
+		snprintf(buf, len, "%s", path);
+		return;
+	}
+	size_t stem = strlen(path) - 4;
+	snprintf(buf, len, "%.*s-%s.svg", (int)stem, path, suite);
+}
+
+int sh_bench_main(const sh_bench_suite *const *suites, size_t n, const sh_bench_opts *o)
+{
+	sh_bench_report r;
+	sh_bench_report_init(&r);
+	int status = 0, nplots = 0;
+	for (size_t i = 0; i < n; i++)
+		nplots += suites[i]->plot != NULL;
+	for (size_t i = 0; i < n; i++) {
+		const sh_bench_suite *s = suites[i];
+		size_t before = r.n;
+		r.notes_len = 0;
+		r.notes[0] = '\0';
+		if (s->run(o, &r) != 0)
+			status = 1;
+		for (size_t k = before; k < r.n; k++)
+			if (r.res[k].status == SH_BENCH_FAILED)
+				status = 1;
+		if (!o->json) {
+			if (i)
+				fputc('\n', stdout);
+			s->table(stdout, &r);
+			fflush(stdout);
+		}
+		if (o->plot && s->plot) {
+			char path[4096];
+			plot_path(path, sizeof(path), o->plot, s->name, nplots > 1);
+			FILE *f = fopen(path, "w");
+			if (f) {
+				s->plot(f, &r);
+				if (fclose(f) != 0)
+					f = NULL;
+			}
+			if (!f) {
+				fprintf(stderr, "shoal bench: cannot write %s: %s\n", path,
+					strerror(errno));
+				status = 2;
+			}
+		}
+	}
+	if (o->json)
+		sh_bench_print_json(stdout, &r);
+	if (o->csv && sh_bench_write_csv(o->csv, &r) != 0) {
+		fprintf(stderr, "shoal bench: cannot write %s: %s\n", o->csv, strerror(errno));
+		status = 2;
+	}
+	sh_bench_report_free(&r);
+	return status;
+}

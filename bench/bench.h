@@ -1,0 +1,194 @@
+/* The benchmark machinery every suite shares (see /work/shared/BENCH.md):
+ * result records, the table for people, JSON Lines, CSV, a small SVG plot,
+ * option parsing, and running one case in a child process so that its peak
+ * RSS is its own. Suites fill an sh_bench_report; the programs print it.
+ * Internal to bench/ and tools/: names are sh_bench_*. */
+#ifndef SH_BENCH_H
+#define SH_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- options ------------------------------------------------------------ */
+
+typedef struct sh_bench_opts {
+	int quick;	  /* fewer iterations, smaller sizes */
+	int json;	  /* JSON Lines on stdout instead of the table */
+	int large;	  /* include the sizes that need many GiB */
+	const char *csv;  /* write the results as CSV here, or NULL */
+	const char *plot; /* write an SVG plot here, or NULL */
+	int progress;	  /* say on stderr what runs (when it is a tty) */
+} sh_bench_opts;
+
+/* Parses the options of BENCH.md from argv[first..argc). Arguments that are
+ * not options are stored in pos[] (at most maxpos of them, count in *npos).
+ * Returns 0, or -1 with a message naming what was expected and what came in
+ * err. */
+int sh_bench_parse_opts(int argc, char **argv, int first, sh_bench_opts *o, char **pos, int maxpos,
+			int *npos, char *err, size_t errlen);
+
+/* The option lines of a usage text, shared by every program. */
+extern const char sh_bench_opts_usage[];
+
+/* ---- results ------------------------------------------------------------ */
+
+enum { SH_BENCH_OK = 0, SH_BENCH_FAILED = 1, SH_BENCH_SKIPPED = 2 };
+
+#define SH_BENCH_MAX_PARAMS 4
+#define SH_BENCH_MAX_METRICS 16
+
+typedef struct sh_bench_param {
+	char name[24];
+	char text[40];
+	int is_num; /* printed bare in JSON, quoted otherwise */
+} sh_bench_param;
+
+typedef struct sh_bench_metric {
+	char name[32];
+	double value;
+} sh_bench_metric;
+
+typedef struct sh_bench_result {
+	char suite[16];
+	char test[32];
+	/* What was measured ("shoal", "go", "memcpy"): shown in the table
+	 * only, since JSON tells the two sides apart by "baseline". */
+	char label[16];
+	int baseline;
+	int status;
+	char message[256]; /* error (failed) or reason (skipped) */
+	sh_bench_param params[SH_BENCH_MAX_PARAMS];
+	int nparams;
+	sh_bench_metric metrics[SH_BENCH_MAX_METRICS];
+	int nmetrics;
+	/* For the table: the repetitions' statistics in show_unit ("s" is
+	 * scaled to s/ms/us/ns as fits; anything else is printed as is). */
+	int has_stats;
+	double mean, sd, min, max;
+	char show_unit[16];
+	double peak_rss_kib; /* < 0: not measured */
+	/* The figure compared with the baseline row of the same suite, test
+	 * and params (lower is better), and the word for "lower" ("faster",
+	 * "cheaper"). cmp_value <= 0: not compared. */
+	double cmp_value;
+	const char *cmp_word;
+} sh_bench_result;
+
+typedef struct sh_bench_report {
+	sh_bench_result *res;
+	size_t n, cap;
+	/* Lines a suite wants printed under its table (a goal, a caveat). */
+	char notes[2048];
+	size_t notes_len;
+} sh_bench_report;
+
+void sh_bench_report_init(sh_bench_report *r);
+void sh_bench_report_free(sh_bench_report *r);
+
+/* A new result (status ok) appended to r; never NULL (exits on OOM, this is
+ * a benchmark program). The pointer is valid until the next add. */
+sh_bench_result *sh_bench_add(sh_bench_report *r, const char *suite, const char *test,
+			      const char *label, int baseline);
+void sh_bench_param_num(sh_bench_result *x, const char *name, double v);
+void sh_bench_param_str(sh_bench_result *x, const char *name, const char *v);
+void sh_bench_metric_set(sh_bench_result *x, const char *name, double v);
+/* Returns the metric's value, or def when x has no such metric. */
+double sh_bench_metric_get(const sh_bench_result *x, const char *name, double def);
+void sh_bench_fail(sh_bench_result *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sh_bench_skip(sh_bench_result *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sh_bench_note(sh_bench_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Sets the table statistics from n samples already in unit. */
+void sh_bench_show_samples(sh_bench_result *x, const double *v, int n, const char *unit);
+
+/* Mean, sample standard deviation, min and max of v[0..n). */
+void sh_bench_stats(const double *v, int n, double *mean, double *sd, double *min, double *max);
+
+/* The baseline row matching x (same suite, test and params), or NULL. */
+const sh_bench_result *sh_bench_baseline_of(const sh_bench_report *r, const sh_bench_result *x);
+
+/* ---- output ------------------------------------------------------------- */
+
+/* The table of BENCH.md for the results of one suite: ok rows, failed,
+ * skipped, the suite's notes and a summary line (written by the caller). */
+void sh_bench_print_table(FILE *f, const sh_bench_report *r, const char *suite, const char *title);
+void sh_bench_print_json(FILE *f, const sh_bench_report *r);
+/* Writes every result as CSV, one row per metric. Returns 0 or -1 (errno). */
+int sh_bench_write_csv(const char *path, const sh_bench_report *r);
+
+/* Appends to an SVG document one panel of grouped bars (log scale): one
+ * group per params of `test` in `suite`, one bar per label, height =
+ * metric * scale, in y_unit. Returns the height used. */
+int sh_bench_svg_begin(FILE *f, int width, int height, const char *title);
+int sh_bench_svg_bars(FILE *f, const sh_bench_report *r, const char *suite, const char *test,
+		      const char *metric, double scale, const char *y_unit, int x, int y, int w,
+		      int h);
+void sh_bench_svg_end(FILE *f);
+
+/* x against its baseline row: "7.3x faster than go, RSS 0.40x", "(baseline)"
+ * for a baseline, "" when there is nothing to compare. */
+void sh_bench_fmt_vs(char *buf, size_t len, const sh_bench_report *r, const sh_bench_result *x);
+
+/* Formats seconds with a fitting unit ("2.91 ms"). */
+void sh_bench_fmt_time(char *buf, size_t len, double s);
+
+/* ---- child processes ---------------------------------------------------- */
+
+/* Work done in a child: fills out[0..out_size) and returns 0, or returns -1
+ * with a message in err. */
+typedef int (*sh_bench_child_fn)(void *arg, void *out, size_t out_size, char *err, size_t errlen);
+
+/* Runs fn in a forked child and copies its out back through a pipe.
+ * *peak_rss_kib gets the child's ru_maxrss from wait4(). A child that
+ * crashes, exits early or outlives timeout_s (then killed) is an error.
+ * Returns 0 or -1 with err set. Call with stdout flushed. */
+int sh_bench_in_child(sh_bench_child_fn fn, void *arg, void *out, size_t out_size, int timeout_s,
+		      long *peak_rss_kib, char *err, size_t errlen);
+
+/* Runs argv (PATH lookup) in dir (NULL: here) with the extra environment
+ * entries env ("NAME=value", NULL-terminated, may be NULL), captures its
+ * stdout and stderr together into out (NUL-terminated, truncated to
+ * outlen), kills it after timeout_s. *peak_rss_kib (may be NULL) gets its
+ * ru_maxrss. Returns the exit status (0-255), or -1 with err set when it
+ * could not run, was killed or timed out. */
+int sh_bench_exec(char *const argv[], const char *dir, char *const env[], char *out, size_t outlen,
+		  int timeout_s, long *peak_rss_kib, char *err, size_t errlen);
+
+/* Pss of the calling process in KiB from /proc/self/smaps_rollup, or -1. */
+long sh_bench_self_pss_kib(void);
+
+/* Monotonic clock in seconds. */
+double sh_bench_now(void);
+
+/* ---- suites ------------------------------------------------------------- */
+
+typedef struct sh_bench_suite {
+	const char *name;
+	const char *about;
+	/* Appends its results to r. Returns 0, or -1 if it could not run at
+	 * all (results that failed are reported in r, not here). */
+	int (*run)(const sh_bench_opts *o, sh_bench_report *r);
+	/* Prints the suite's table (and summary) of r's results to f. */
+	void (*table)(FILE *f, const sh_bench_report *r);
+	/* Writes an SVG plot of its results to f, or NULL if it has none. */
+	void (*plot)(FILE *f, const sh_bench_report *r);
+} sh_bench_suite;
+
+extern const sh_bench_suite sh_bench_suites[];
+extern const size_t sh_bench_nsuites;
+const sh_bench_suite *sh_bench_find_suite(const char *name);
+
+/* Runs the given suites with o, prints tables or JSON, writes CSV and plot.
+ * Returns the exit status for the program: 0, 1 if a result failed or a
+ * suite could not run, 2 if an output file could not be written. */
+int sh_bench_main(const sh_bench_suite *const *suites, size_t n, const sh_bench_opts *o);
+
+/* The fibers suite (suite_fibers.c). */
+int sh_bench_fibers(const sh_bench_opts *o, sh_bench_report *r);
+void sh_bench_fibers_table(FILE *f, const sh_bench_report *r);
+void sh_bench_fibers_plot(FILE *f, const sh_bench_report *r);
+/* One hackysack case (n sackers plus one, turns kicks), shoal and go. */
+int sh_bench_hackysack_case(const sh_bench_opts *o, sh_bench_report *r, uint32_t n, uint64_t turns);
+
+#endif

@@ -1,0 +1,927 @@
+/* The fibers suite: the hackysack benchmark of the Stackless/Fibra seed
+ * (N+1 sackers, each a fiber with its own rendezvous channel, a random
+ * target each kick, one global counter, everyone sent home at `turns`), the
+ * cost of one hop, and a two-fiber context-switch ping-pong. Each case runs
+ * in its own child process so its peak RSS is its own; Go goroutines run
+ * the same cases from bench/go/hackysack.go as the baseline when `go` is
+ * installed. */
+#include "bench.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <shoal/shoal.h>
+
+#define REPS 3
+#define SUITE "fibers"
+
+/* ---- the PRNG, identical in hackysack.go -------------------------------- */
+
+static uint64_t splitmix64(uint64_t x)
+{
+	x += 0x9E3779B97F4A7C15ull;
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+	return x ^ (x >> 31);
+}
+
+/* xorshift64*: a few cycles a draw, so the benchmark measures the runtime
+ * and not rand()'s lock. */
+static uint64_t xorshift(uint64_t *s)
+{
+	uint64_t x = *s;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* ---- hackysack on shoal fibers ------------------------------------------ */
+
+struct hs_run;
+
+struct hs_sacker {
+	shoal_chan *ch;
+	shoal_fiber *f;
+	struct hs_run *run;
+	uint32_t idx;
+};
+
+/* One runit. counter and rng are touched only by the fiber holding the
+ * sack, and fibers of one scheduler never run at once, so no locks. */
+struct hs_run {
+	struct hs_sacker *s;
+	uint32_t total;
+	uint64_t turns;
+	uint64_t counter;
+	uint64_t rng;
+	int err;
+	const char *err_op;
+	int sample_pss;
+	long pss_kib;
+	double pause_s;
+};
+
+/* On a failed channel call the sack is lost and every sacker would wait
+ * forever: close all channels so they wake with SHOAL_ECLOSED and return,
+ * and the failure is reported instead of a hang. */
+static void hs_abort(struct hs_run *run, int err, const char *op)
+{
+	if (run->err)
+		return;
+	run->err = err;
+	run->err_op = op;
+	for (uint32_t i = 0; i < run->total; i++)
+		if (run->s[i].ch)
+			shoal_chan_close(run->s[i].ch);
+}
+
+static uint32_t hs_pick(struct hs_run *run)
+{
+	return (uint32_t)(((xorshift(&run->rng) >> 32) * run->total) >> 32);
+}
+
+static void *hs_sacker_main(void *arg)
+{
+	struct hs_sacker *me = arg;
+	struct hs_run *run = me->run;
+	for (;;) {
+		struct hs_sacker *msg;
+		int rc = shoal_chan_recv(me->ch, &msg, SHOAL_FOREVER);
+		if (rc != 0) {
+			hs_abort(run, rc, "shoal_chan_recv");
+			return NULL;
+		}
+		if (!msg) /* "exit" */
+			return me;
+		/* A rendezvous send to oneself would deadlock: draw again, as
+		 * Stackless' original does. */
+		uint32_t to;
+		do
+			to = hs_pick(run);
+		while (to == me->idx);
+		if (++run->counter >= run->turns) {
+			if (run->sample_pss) {
+				/* Everyone is alive now: the memory peak. */
+				double t = sh_bench_now();
+				run->pss_kib = sh_bench_self_pss_kib();
+				run->pause_s = sh_bench_now() - t;
+			}
+			struct hs_sacker *bye = NULL;
+			for (uint32_t i = 0; i < run->total; i++) {
+				if (i == me->idx)
+					continue;
+				rc = shoal_chan_send(run->s[i].ch, &bye, SHOAL_FOREVER);
+				if (rc != 0) {
+					hs_abort(run, rc, "shoal_chan_send (exit)");
+					return NULL;
+				}
+			}
+			return me;
+		}
+		rc = shoal_chan_send(run->s[to].ch, &me, SHOAL_FOREVER);
+		if (rc != 0) {
+			hs_abort(run, rc, "shoal_chan_send");
+			return NULL;
+		}
+	}
+}
+
+/* One whole runit, timed: channels, fibers, the game, joins, teardown.
+ * A child process runs this, so on a setup error it returns without
+ * unwinding and the process exit cleans up. */
+static int hs_runit(uint32_t n, uint64_t turns, uint64_t seed, int sample_pss, double *elapsed,
+		    long *pss_kib, char *err, size_t errlen)
+{
+	struct hs_run run;
+	memset(&run, 0, sizeof(run));
+	double t0 = sh_bench_now();
+	run.total = n + 1;
+	run.turns = turns;
+	run.rng = splitmix64(seed);
+	run.rng = run.rng ? run.rng : 1;
+	run.sample_pss = sample_pss;
+	run.pss_kib = -1;
+	run.s = calloc(run.total, sizeof(*run.s));
+	if (!run.s) {
+		snprintf(err, errlen, "out of memory for %u sackers", run.total);
+		return -1;
+	}
+	int rc;
+	for (uint32_t i = 0; i < run.total; i++) {
+		run.s[i].run = &run;
+		run.s[i].idx = i;
+		rc = shoal_chan_create(&run.s[i].ch, sizeof(struct hs_sacker *), 0);
+		if (rc != 0) {
+			snprintf(err, errlen, "shoal_chan_create #%u: %s", i, shoal_strerror(rc));
+			return -1;
+		}
+	}
+	for (uint32_t i = 0; i < run.total; i++) {
+		rc = shoal_spawn(&run.s[i].f, hs_sacker_main, &run.s[i], NULL);
+		if (rc != 0) {
+			snprintf(err, errlen, "shoal_spawn #%u: %s", i, shoal_strerror(rc));
+			return -1;
+		}
+	}
+	struct hs_sacker *one = &run.s[0];
+	rc = shoal_chan_send(one->ch, &one, SHOAL_FOREVER);
+	if (rc != 0) {
+		snprintf(err, errlen, "first kick: shoal_chan_send: %s", shoal_strerror(rc));
+		return -1;
+	}
+	uint32_t bad_join = 0, bad_result = 0;
+	int join_rc = 0;
+	for (uint32_t i = 0; i < run.total; i++) {
+		void *res = NULL;
+		rc = shoal_join(run.s[i].f, &res);
+		if (rc != 0) {
+			bad_join++;
+			join_rc = rc;
+		} else if (res != &run.s[i]) {
+			bad_result++;
+		}
+	}
+	int destroy_rc = 0;
+	for (uint32_t i = 0; i < run.total; i++) {
+		rc = shoal_chan_destroy(run.s[i].ch);
+		if (rc != 0)
+			destroy_rc = rc;
+	}
+	free(run.s);
+	*elapsed = sh_bench_now() - t0 - run.pause_s;
+	*pss_kib = run.pss_kib;
+
+	if (run.err) {
+		snprintf(err, errlen, "a sacker's %s failed: %s", run.err_op,
+			 shoal_strerror(run.err));
+		return -1;
+	}
+	if (bad_join) {
+		snprintf(err, errlen, "%u of %u joins failed (last: %s)", bad_join, run.total,
+			 shoal_strerror(join_rc));
+		return -1;
+	}
+	if (bad_result) {
+		snprintf(err, errlen, "%u of %u sackers returned a wrong value", bad_result,
+			 run.total);
+		return -1;
+	}
+	if (destroy_rc) {
+		snprintf(err, errlen, "shoal_chan_destroy: %s", shoal_strerror(destroy_rc));
+		return -1;
+	}
+	if (run.counter != turns) {
+		snprintf(err, errlen, "counter is %llu at the end, expected turns = %llu",
+			 (unsigned long long)run.counter, (unsigned long long)turns);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- two fibers ping-ponging -------------------------------------------- */
+
+struct sw_run {
+	uint64_t iters;
+	shoal_chan *ab, *ba;
+	int err;
+	const char *err_op;
+	const void *last;  /* which fiber ran last */
+	uint64_t handoffs; /* control passed from one fiber to the other */
+};
+
+static void sw_note(struct sw_run *w, const void *me)
+{
+	w->handoffs += w->last && w->last != me;
+	w->last = me;
+}
+
+static void *sw_yield_main(void *arg)
+{
+	struct sw_run *w = arg;
+	int me;
+	for (uint64_t i = 0; i < w->iters; i++) {
+		sw_note(w, &me);
+		int rc = shoal_yield();
+		if (rc != 0) {
+			w->err = rc;
+			w->err_op = "shoal_yield";
+			return NULL;
+		}
+	}
+	return w;
+}
+
+static void *sw_ping_main(void *arg)
+{
+	struct sw_run *w = arg;
+	for (uint64_t i = 0; i < w->iters; i++) {
+		uint64_t back = 0;
+		int rc = shoal_chan_send(w->ab, &i, SHOAL_FOREVER);
+		if (rc == 0)
+			rc = shoal_chan_recv(w->ba, &back, SHOAL_FOREVER);
+		if (rc == 0 && back != i)
+			rc = SHOAL_EBADMSG;
+		if (rc != 0) {
+			w->err = rc;
+			w->err_op = "ping";
+			shoal_chan_close(w->ab);
+			shoal_chan_close(w->ba);
+			return NULL;
+		}
+	}
+	return w;
+}
+
+static void *sw_pong_main(void *arg)
+{
+	struct sw_run *w = arg;
+	for (uint64_t i = 0; i < w->iters; i++) {
+		uint64_t v;
+		int rc = shoal_chan_recv(w->ab, &v, SHOAL_FOREVER);
+		if (rc == 0)
+			rc = shoal_chan_send(w->ba, &v, SHOAL_FOREVER);
+		if (rc != 0) {
+			if (!w->err) {
+				w->err = rc;
+				w->err_op = "pong";
+			}
+			shoal_chan_close(w->ab);
+			shoal_chan_close(w->ba);
+			return NULL;
+		}
+	}
+	return w;
+}
+
+/* Times `switches` handoffs between two fibers (yield or a pair of
+ * rendezvous channels). */
+static int sw_run_once(int use_chan, uint64_t switches, double *elapsed, char *err, size_t errlen)
+{
+	struct sw_run w;
+	memset(&w, 0, sizeof(w));
+	w.iters = switches / 2;
+	shoal_fiber *a, *b;
+	int rc;
+	double t0 = sh_bench_now();
+	if (use_chan) {
+		if ((rc = shoal_chan_create(&w.ab, sizeof(uint64_t), 0)) != 0 ||
+		    (rc = shoal_chan_create(&w.ba, sizeof(uint64_t), 0)) != 0) {
+			snprintf(err, errlen, "shoal_chan_create: %s", shoal_strerror(rc));
+			return -1;
+		}
+		rc = shoal_spawn(&a, sw_ping_main, &w, NULL);
+		if (rc == 0)
+			rc = shoal_spawn(&b, sw_pong_main, &w, NULL);
+	} else {
+		rc = shoal_spawn(&a, sw_yield_main, &w, NULL);
+		if (rc == 0)
+			rc = shoal_spawn(&b, sw_yield_main, &w, NULL);
+	}
+	if (rc != 0) {
+		snprintf(err, errlen, "shoal_spawn: %s", shoal_strerror(rc));
+		return -1;
+	}
+	void *ra = NULL, *rb = NULL;
+	int ja = shoal_join(a, &ra), jb = shoal_join(b, &rb);
+	if (use_chan) {
+		shoal_chan_destroy(w.ab);
+		shoal_chan_destroy(w.ba);
+	}
+	*elapsed = sh_bench_now() - t0;
+	if (w.err) {
+		snprintf(err, errlen, "%s failed: %s", w.err_op, shoal_strerror(w.err));
+		return -1;
+	}
+	if (ja != 0 || jb != 0 || ra != &w || rb != &w) {
+		snprintf(err, errlen, "shoal_join: %s / %s", shoal_strerror(ja),
+			 shoal_strerror(jb));
+		return -1;
+	}
+	/* Two runnable fibers that yield must alternate; if they did not,
+	 * the figure would not be a switch. */
+	if (!use_chan && w.handoffs + 4 < 2 * w.iters) {
+		snprintf(err, errlen,
+			 "the two yielding fibers alternated %llu times in %llu yields each "
+			 "(expected about %llu handoffs)",
+			 (unsigned long long)w.handoffs, (unsigned long long)w.iters,
+			 (unsigned long long)(2 * w.iters));
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- the child process side --------------------------------------------- */
+
+enum { JOB_HACKYSACK, JOB_SWITCH_YIELD, JOB_SWITCH_CHAN };
+
+struct job {
+	int kind;
+	uint32_t n;
+	uint64_t turns; /* or switches */
+};
+
+struct job_out {
+	int reps;
+	double t[REPS];
+	long pss_kib;
+	double sched_switches; /* scheduler switches over the whole job */
+};
+
+static int job_child(void *arg, void *outp, size_t out_size, char *err, size_t errlen)
+{
+	const struct job *j = arg;
+	struct job_out *out = outp;
+	(void)out_size;
+	out->pss_kib = -1;
+	shoal_sched *s;
+	int rc = shoal_sched_create(&s, NULL);
+	if (rc != 0) {
+		snprintf(err, errlen, "shoal_sched_create: %s", shoal_strerror(rc));
+		return -1;
+	}
+	shoal_sched_stats st0, st1;
+	shoal_sched_stats_get(s, &st0);
+	for (int i = 0; i < REPS; i++) {
+		int r;
+		if (j->kind == JOB_HACKYSACK) {
+			long pss = -1;
+			r = hs_runit(j->n, j->turns, 0x5eed + (uint64_t)i, i == REPS - 1,
+				     &out->t[i], &pss, err, errlen);
+			if (pss >= 0)
+				out->pss_kib = pss;
+		} else {
+			r = sw_run_once(j->kind == JOB_SWITCH_CHAN, j->turns, &out->t[i], err,
+					errlen);
+		}
+		if (r != 0)
+			return -1;
+		out->reps = i + 1;
+	}
+	shoal_sched_stats_get(s, &st1);
+	out->sched_switches = (double)(st1.switches - st0.switches);
+	if (st1.live != 0) {
+		snprintf(err, errlen, "%zu fibers still live after every join", st1.live);
+		return -1;
+	}
+	rc = shoal_sched_destroy(s);
+	if (rc != 0) {
+		snprintf(err, errlen, "shoal_sched_destroy: %s", shoal_strerror(rc));
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- Go, the baseline ----------------------------------------------------- */
+
+/* The build lives from go_prepare() to go_cleanup(); version, state and
+ * reason stay for the table, printed after the suite has cleaned up. */
+static struct {
+	int state;	/* 0 untried, 1 ready, -1 skip, -2 build failed */
+	int last_state; /* state of the last suite run, for the summary */
+	char dir[PATH_MAX];
+	char bin[PATH_MAX + 32];
+	char version[32];
+	char why[256];
+	int gomaxprocs;
+} go;
+
+static int on_path(const char *prog)
+{
+	const char *path = getenv("PATH");
+	if (!path)
+		return 0;
+	char buf[PATH_MAX];
+	while (*path) {
+		size_t len = strcspn(path, ":");
+		snprintf(buf, sizeof(buf), "%.*s/%s", (int)(len ? len : 1), len ? path : ".", prog);
+		if (access(buf, X_OK) == 0)
+			return 1;
+		path += len + (path[len] == ':');
+	}
+	return 0;
+}
+
+/* The Go source sits beside this file in the source tree; SHOAL_SRCDIR
+ * points there from elsewhere (an installed binary). */
+static int find_go_source(char *buf, size_t len)
+{
+	const char *src = getenv("SHOAL_SRCDIR");
+	if (src) {
+		snprintf(buf, len, "%s/bench/go/hackysack.go", src);
+		if (access(buf, R_OK) == 0)
+			return 0;
+	}
+	const char *here = __FILE__;
+	const char *slash = strrchr(here, '/');
+	snprintf(buf, len, "%.*s/go/hackysack.go", slash ? (int)(slash - here) : 1,
+		 slash ? here : ".");
+	return access(buf, R_OK) == 0 ? 0 : -1;
+}
+
+static int copy_file(const char *from, const char *to)
+{
+	FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+	char buf[8192];
+	size_t k;
+	int rc = in && out ? 0 : -1;
+	while (rc == 0 && (k = fread(buf, 1, sizeof(buf), in)) > 0)
+		rc = fwrite(buf, 1, k, out) == k ? 0 : -1;
+	if (in)
+		fclose(in);
+	if (out && fclose(out) != 0)
+		rc = -1;
+	return rc;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void go_cleanup(void)
+{
+	if (go.dir[0])
+		nftw(go.dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	go.dir[0] = '\0';
+	go.bin[0] = '\0';
+	go.last_state = go.state;
+	go.state = 0;
+}
+
+/* The last non-empty line of a program's output, for error messages. */
+static const char *last_line(char *out)
+{
+	size_t n = strlen(out);
+	while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' '))
+		out[--n] = '\0';
+	char *nl = strrchr(out, '\n');
+	return nl ? nl + 1 : out;
+}
+
+/* Builds hackysack.go once into a temporary directory, with its own Go
+ * cache and no network, so the run leaves nothing behind. */
+static void go_prepare(const sh_bench_opts *o)
+{
+	if (go.state != 0)
+		return;
+	char src[PATH_MAX], path[PATH_MAX + 64], out[8192], err[256];
+	if (!on_path("go")) {
+		go.state = -1;
+		snprintf(go.why, sizeof(go.why), "go not installed (apt-get install golang-go)");
+		return;
+	}
+	if (find_go_source(src, sizeof(src)) != 0) {
+		go.state = -1;
+		snprintf(go.why, sizeof(go.why),
+			 "bench/go/hackysack.go not found (set SHOAL_SRCDIR to the source tree)");
+		return;
+	}
+	const char *tmp = getenv("TMPDIR");
+	snprintf(go.dir, sizeof(go.dir), "%s/shoal-bench-go-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(go.dir)) {
+		go.state = -2;
+		snprintf(go.why, sizeof(go.why), "mkdtemp %.150s: %.60s", go.dir, strerror(errno));
+		go.dir[0] = '\0';
+		return;
+	}
+	if (o->progress)
+		fprintf(stderr, "\r\033[K[fibers] building the Go baseline");
+	char *ver_argv[] = {"go", "version", NULL};
+	if (sh_bench_exec(ver_argv, NULL, NULL, out, sizeof(out), 60, NULL, err, sizeof(err)) == 0)
+		sscanf(out, "go version %31s", go.version);
+	snprintf(path, sizeof(path), "%s/src", go.dir);
+	mkdir(path, 0700);
+	snprintf(path, sizeof(path), "%s/src/hackysack.go", go.dir);
+	int rc = copy_file(src, path);
+	snprintf(path, sizeof(path), "%s/src/go.mod", go.dir);
+	FILE *f = rc == 0 ? fopen(path, "w") : NULL;
+	if (!f || fputs("module shoalbench\n\ngo 1.19\n", f) < 0 || fclose(f) != 0) {
+		go.state = -2;
+		snprintf(go.why, sizeof(go.why), "cannot copy %.100s into %.100s", src, go.dir);
+		return;
+	}
+	char e_cache[PATH_MAX + 16], e_path[PATH_MAX + 16], srcdir[PATH_MAX + 8];
+	snprintf(e_cache, sizeof(e_cache), "GOCACHE=%s/cache", go.dir);
+	snprintf(e_path, sizeof(e_path), "GOPATH=%s/gopath", go.dir);
+	snprintf(srcdir, sizeof(srcdir), "%s/src", go.dir);
+	snprintf(go.bin, sizeof(go.bin), "%s/hackysack-go", go.dir);
+	char *env[] = {e_cache,		  e_path,
+		       "GOPROXY=off",	  "GOENV=off",
+		       "GOFLAGS=",	  "GO111MODULE=on",
+		       "CGO_ENABLED=0",	  "GOTOOLCHAIN=local",
+		       "GOTELEMETRY=off", NULL};
+	char *build_argv[] = {"go", "build", "-o", go.bin, ".", NULL};
+	rc = sh_bench_exec(build_argv, srcdir, env, out, sizeof(out), 300, NULL, err, sizeof(err));
+	if (rc != 0) {
+		go.state = -2;
+		snprintf(go.why, sizeof(go.why), "go build failed: %.200s",
+			 rc < 0 ? err : last_line(out));
+		return;
+	}
+	go.state = 1;
+}
+
+/* Parses "ok t=T1,T2,T3 pss_kib=K gomaxprocs=P go=V". */
+static int go_parse(char *out, struct job_out *jo, int *procs, char *err, size_t errlen)
+{
+	char *line = strstr(out, "ok t=");
+	memset(jo, 0, sizeof(*jo));
+	jo->pss_kib = -1;
+	if (!line || (line != out && line[-1] != '\n')) {
+		snprintf(err, errlen, "%s", out[0] ? last_line(out) : "no output");
+		return -1;
+	}
+	char *p = line + 5;
+	while (jo->reps < REPS) {
+		char *end;
+		double v = strtod(p, &end);
+		if (end == p || v <= 0)
+			break;
+		jo->t[jo->reps++] = v;
+		p = end;
+		if (*p != ',')
+			break;
+		p++;
+	}
+	char *k = strstr(p, "pss_kib=");
+	if (k)
+		jo->pss_kib = strtol(k + 8, NULL, 10);
+	k = strstr(p, "gomaxprocs=");
+	if (k)
+		*procs = (int)strtol(k + 11, NULL, 10);
+	if (jo->reps != REPS) {
+		snprintf(err, errlen, "could not parse: %s", line);
+		return -1;
+	}
+	return 0;
+}
+
+static int go_job(const struct job *j, int timeout_s, struct job_out *jo, long *rss, char *err,
+		  size_t errlen)
+{
+	char n[32], turns[32], reps[16];
+	snprintf(n, sizeof(n), "%u", j->n);
+	snprintf(turns, sizeof(turns), "%llu", (unsigned long long)j->turns);
+	snprintf(reps, sizeof(reps), "%d", REPS);
+	char *argv[16];
+	int a = 0;
+	argv[a++] = go.bin;
+	argv[a++] = "-reps";
+	argv[a++] = reps;
+	if (j->kind == JOB_HACKYSACK) {
+		argv[a++] = "-test";
+		argv[a++] = "hackysack";
+		argv[a++] = "-n";
+		argv[a++] = n;
+		argv[a++] = "-turns";
+		argv[a++] = turns;
+	} else {
+		argv[a++] = "-test";
+		argv[a++] = "switch";
+		argv[a++] = "-variant";
+		argv[a++] = j->kind == JOB_SWITCH_CHAN ? "chan" : "yield";
+		argv[a++] = "-switches";
+		argv[a++] = turns;
+	}
+	argv[a] = NULL;
+	char out[4096];
+	int rc = sh_bench_exec(argv, NULL, NULL, out, sizeof(out), timeout_s, rss, err, errlen);
+	if (rc < 0)
+		return -1;
+	int procs = 0;
+	if (go_parse(out, jo, &procs, err, errlen) != 0)
+		return -1;
+	if (j->kind == JOB_HACKYSACK)
+		go.gomaxprocs = procs;
+	if (j->kind != JOB_HACKYSACK)
+		jo->pss_kib = -1;
+	if (rc != 0) {
+		snprintf(err, errlen, "exit status %d: %s", rc, last_line(out));
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- turning a job into result rows ---------------------------------------- */
+
+enum { TEST_HACKYSACK, TEST_HOP, TEST_SWITCH };
+
+static const char *const test_names[] = {"hackysack", "hop", "switch"};
+
+static void set_params(sh_bench_result *x, int test, const struct job *j)
+{
+	if (test == TEST_SWITCH) {
+		sh_bench_param_str(x, "variant", j->kind == JOB_SWITCH_CHAN ? "chan" : "yield");
+		sh_bench_param_num(x, "switches", (double)j->turns);
+	} else {
+		sh_bench_param_num(x, "n", j->n);
+		sh_bench_param_num(x, "turns", (double)j->turns);
+	}
+}
+
+static void fill_result(sh_bench_result *x, int test, const struct job *j, const struct job_out *jo,
+			long rss, int is_shoal)
+{
+	double mean, sd, min, max;
+	sh_bench_stats(jo->t, jo->reps, &mean, &sd, &min, &max);
+	double per = 1e9 / (double)j->turns, v[REPS];
+	if (test == TEST_HACKYSACK) {
+		sh_bench_metric_set(x, "best_s", min);
+	} else if (test == TEST_HOP) {
+		sh_bench_metric_set(x, "ns_per_hop", min * per);
+	} else {
+		sh_bench_metric_set(x, "ns_per_switch", min * per);
+	}
+	sh_bench_metric_set(x, "mean_s", mean);
+	sh_bench_metric_set(x, "stddev_s", sd);
+	sh_bench_metric_set(x, "min_s", min);
+	sh_bench_metric_set(x, "max_s", max);
+	sh_bench_metric_set(x, "reps", jo->reps);
+	if (rss >= 0)
+		sh_bench_metric_set(x, "peak_rss_kib", (double)rss);
+	if (jo->pss_kib >= 0)
+		sh_bench_metric_set(x, "pss_kib", (double)jo->pss_kib);
+	if (is_shoal && test == TEST_HOP && jo->sched_switches > 0)
+		sh_bench_metric_set(x, "sched_switches_per_hop",
+				    jo->sched_switches / ((double)j->turns * jo->reps));
+	x->peak_rss_kib = (double)rss;
+	if (test == TEST_HACKYSACK) {
+		sh_bench_show_samples(x, jo->t, jo->reps, "s");
+		x->cmp_value = min;
+		x->cmp_word = "faster";
+	} else {
+		for (int i = 0; i < jo->reps; i++)
+			v[i] = jo->t[i] * per;
+		sh_bench_show_samples(x, v, jo->reps, test == TEST_HOP ? "ns/hop" : "ns/switch");
+		x->cmp_value = min * per;
+		x->cmp_word = "cheaper";
+	}
+}
+
+static void progress(const sh_bench_opts *o, int test, const char *who, const struct job *j)
+{
+	if (!o->progress)
+		return;
+	if (test == TEST_SWITCH)
+		fprintf(stderr, "\r\033[K[fibers] switch %s %s", who,
+			j->kind == JOB_SWITCH_CHAN ? "chan" : "yield");
+	else
+		fprintf(stderr, "\r\033[K[fibers] %s %s n=%u turns=%llu", test_names[test], who,
+			j->n, (unsigned long long)j->turns);
+}
+
+/* Runs one case on shoal, then on Go, and appends both rows. */
+static void run_case(const sh_bench_opts *o, sh_bench_report *r, int test, const struct job *j)
+{
+	int timeout_s = o->quick ? 120 : 900;
+	char err[256];
+	struct job_out jo;
+	long rss = -1;
+
+	progress(o, test, "shoal", j);
+	memset(&jo, 0, sizeof(jo));
+	int rc = sh_bench_in_child(job_child, (void *)j, &jo, sizeof(jo), timeout_s, &rss, err,
+				   sizeof(err));
+	sh_bench_result *x = sh_bench_add(r, SUITE, test_names[test], "shoal", 0);
+	set_params(x, test, j);
+	if (rc != 0)
+		sh_bench_fail(x, "%s", err);
+	else
+		fill_result(x, test, j, &jo, rss, 1);
+
+	x = sh_bench_add(r, SUITE, test_names[test], "go", 1);
+	set_params(x, test, j);
+	if (go.state == -1) {
+		sh_bench_skip(x, "%s", go.why);
+		return;
+	}
+	if (go.state != 1) {
+		sh_bench_fail(x, "%s", go.why);
+		return;
+	}
+	progress(o, test, "go", j);
+	rss = -1;
+	if (go_job(j, timeout_s, &jo, &rss, err, sizeof(err)) != 0)
+		sh_bench_fail(x, "%s", err);
+	else
+		fill_result(x, test, j, &jo, rss, 0);
+}
+
+static void suite_notes(sh_bench_report *r)
+{
+	sh_bench_note(r,
+		      "min (best) is the best of %d runs, as timeit reports; each case runs in "
+		      "its own process; peak RSS is that process's ru_maxrss (pss_kib in --json: "
+		      "Pss when the last kick lands, every sacker alive).",
+		      REPS);
+	if (go.state == 1 && go.gomaxprocs > 0)
+		sh_bench_note(r,
+			      "go: %s, GOMAXPROCS=%d (its default here) for hackysack and hop, "
+			      "1 for switch (a handoff on one thread, as on one shoal scheduler).",
+			      go.version[0] ? go.version : "version unknown", go.gomaxprocs);
+}
+
+int sh_bench_fibers(const sh_bench_opts *o, sh_bench_report *r)
+{
+	static const struct {
+		uint32_t n;
+		uint64_t turns;
+	} cases[] = {{10000, 1000}, {1000, 1000}, {10000, 100000}, {100000, 1000000}};
+	go_prepare(o);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct job j = {JOB_HACKYSACK, cases[i].n, cases[i].turns};
+		run_case(o, r, TEST_HACKYSACK, &j);
+	}
+	struct job hop = {JOB_HACKYSACK, 100, o->quick ? 1000000 : 10000000};
+	run_case(o, r, TEST_HOP, &hop);
+	uint64_t switches = o->quick ? 1000000 : 10000000;
+	struct job yield = {JOB_SWITCH_YIELD, 0, switches};
+	struct job chan = {JOB_SWITCH_CHAN, 0, switches};
+	run_case(o, r, TEST_SWITCH, &yield);
+	run_case(o, r, TEST_SWITCH, &chan);
+	if (o->progress)
+		fprintf(stderr, "\r\033[K");
+	suite_notes(r);
+	go_cleanup();
+	return 0;
+}
+
+int sh_bench_hackysack_case(const sh_bench_opts *o, sh_bench_report *r, uint32_t n, uint64_t turns)
+{
+	go_prepare(o);
+	struct job j = {JOB_HACKYSACK, n, turns};
+	run_case(o, r, TEST_HACKYSACK, &j);
+	if (o->progress)
+		fprintf(stderr, "\r\033[K");
+	suite_notes(r);
+	go_cleanup();
+	return 0;
+}
+
+/* ---- table and plot --------------------------------------------------------- */
+
+static const sh_bench_result *find(const sh_bench_report *r, const char *test, int baseline,
+				   const char *pname, const char *pval)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		const sh_bench_result *x = &r->res[i];
+		if (strcmp(x->suite, SUITE) != 0 || strcmp(x->test, test) != 0 ||
+		    x->baseline != baseline || x->status != SH_BENCH_OK)
+			continue;
+		for (int k = 0; k < x->nparams; k++)
+			if (strcmp(x->params[k].name, pname) == 0 &&
+			    strcmp(x->params[k].text, pval) == 0)
+				return x;
+	}
+	return NULL;
+}
+
+static const sh_bench_result *find_hs(const sh_bench_report *r, int baseline, const char *n,
+				      const char *turns)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		const sh_bench_result *x = &r->res[i];
+		if (strcmp(x->suite, SUITE) == 0 && strcmp(x->test, "hackysack") == 0 &&
+		    x->baseline == baseline && x->status == SH_BENCH_OK && x->nparams == 2 &&
+		    strcmp(x->params[0].text, n) == 0 && strcmp(x->params[1].text, turns) == 0)
+			return x;
+	}
+	return NULL;
+}
+
+static const char *met(int ok)
+{
+	return ok ? "met" : "NOT met";
+}
+
+void sh_bench_fibers_table(FILE *f, const sh_bench_report *r)
+{
+	char title[256];
+	snprintf(title, sizeof(title),
+		 "shoal bench fibers: hackysack (Stackless seed), hop and switch costs, "
+		 "shoal fibers vs %s goroutines",
+		 go.version[0] ? go.version : "Go");
+	sh_bench_print_table(f, r, SUITE, title);
+
+	/* The goals of the issue, checked against this run's own baseline. */
+	char sum[768];
+	size_t k = (size_t)snprintf(sum, sizeof(sum), "summary:");
+	const sh_bench_result *s = find_hs(r, 0, "10000", "1000"),
+			      *g = find_hs(r, 1, "10000", "1000");
+	if (s && g)
+		k += (size_t)snprintf(
+			sum + k, sizeof(sum) - k,
+			" hackysack 10000x1000 %.1fx faster than go (goal >= 6x: %s);",
+			g->cmp_value / s->cmp_value, met(g->cmp_value >= 6 * s->cmp_value));
+	s = find(r, "hop", 0, "n", "100");
+	g = find(r, "hop", 1, "n", "100");
+	if (s && g && k < sizeof(sum))
+		k += (size_t)snprintf(sum + k, sizeof(sum) - k,
+				      " hop %.1f ns vs %.1f ns, %.1fx cheaper (goal >= 10x: %s);",
+				      s->cmp_value, g->cmp_value, g->cmp_value / s->cmp_value,
+				      met(g->cmp_value >= 10 * s->cmp_value));
+	s = find_hs(r, 0, "100000", "1000000");
+	g = find_hs(r, 1, "100000", "1000000");
+	if (s && k < sizeof(sum)) {
+		double mb = s->peak_rss_kib * 1024 / 1e6;
+		k += (size_t)snprintf(sum + k, sizeof(sum) - k,
+				      " 100000 fibers peak RSS %.0f MB (goal < 500 MB: %s", mb,
+				      met(mb < 500));
+		if (g && k < sizeof(sum))
+			k += (size_t)snprintf(sum + k, sizeof(sum) - k, "; go %.0f MB",
+					      g->peak_rss_kib * 1024 / 1e6);
+		if (k < sizeof(sum))
+			k += (size_t)snprintf(sum + k, sizeof(sum) - k, ");");
+	}
+	s = find(r, "switch", 0, "variant", "yield");
+	if (s && k < sizeof(sum))
+		k += (size_t)snprintf(sum + k, sizeof(sum) - k, " switch %.1f ns (yield)",
+				      s->cmp_value);
+	s = find(r, "switch", 0, "variant", "chan");
+	if (s && k < sizeof(sum))
+		k += (size_t)snprintf(sum + k, sizeof(sum) - k, ", %.1f ns (chan)", s->cmp_value);
+	if (k == strlen("summary:")) {
+		/* None of the issue's cases ran (a custom case): plain ratios. */
+		for (size_t i = 0; i < r->n && k < sizeof(sum); i++) {
+			const sh_bench_result *x = &r->res[i];
+			char vs[96];
+			if (strcmp(x->suite, SUITE) != 0 || x->baseline || x->status != SH_BENCH_OK)
+				continue;
+			sh_bench_fmt_vs(vs, sizeof(vs), r, x);
+			if (vs[0])
+				k += (size_t)snprintf(sum + k, sizeof(sum) - k,
+						      " %s %s=%s %s=%s %s;", x->test,
+						      x->params[0].name, x->params[0].text,
+						      x->nparams > 1 ? x->params[1].name : "",
+						      x->nparams > 1 ? x->params[1].text : "", vs);
+		}
+	}
+	if (go.last_state == -1 && k < sizeof(sum))
+		snprintf(sum + k, sizeof(sum) - k,
+			 " (go baseline skipped: goals against go not checked)");
+	else if (go.last_state == -2 && k < sizeof(sum))
+		snprintf(sum + k, sizeof(sum) - k,
+			 " (go baseline failed: goals against go not checked)");
+	fprintf(f, "\n%s\n", sum);
+}
+
+void sh_bench_fibers_plot(FILE *f, const sh_bench_report *r)
+{
+	int y = sh_bench_svg_begin(f, 760, 600, "hackysack: shoal fibers vs Go goroutines");
+	y += sh_bench_svg_bars(f, r, SUITE, "hackysack", "best_s", 1e3, "ms, best of 3", 0, y, 760,
+			       280);
+	sh_bench_svg_bars(f, r, SUITE, "hackysack", "peak_rss_kib", 1024 / 1e6, "MB", 0, y + 10,
+			  760, 280);
+	sh_bench_svg_end(f);
+}
