@@ -3,7 +3,7 @@
  * into the receiver's buffer and makes it runnable. Other threads reach the
  * channel through cross-thread operations (sh_xop) posted to the owner's
  * inbox; the owner performs them as if they were local waiters. */
-#include "fiber_impl.h"
+#include "switch.h"
 
 #include <string.h>
 
@@ -68,36 +68,33 @@ static inline void copy_elem(void *dst, const void *src, size_t n)
 		memcpy(dst, src, n);
 }
 
-/* The top bit of sh_waiter.index marks a sender, so undoing a select knows
- * which queue each of its waiters sits in. */
-#define W_SEND 0x80000000u
-
 void sh_chan_unlink_waiters(shoal_fiber *f)
 {
 	for (uint32_t i = 0; i < f->wait_n; i++) {
 		sh_waiter *w = &f->wait_waiters[i];
 		if (w->linked)
-			wq_remove(waiter_queue(w, w->index & W_SEND), w);
+			wq_remove(waiter_queue(w, w->index & SH_W_SEND), w);
 	}
 }
 
 /* Completes a waiter that was just popped from its queue. */
 static inline void fire(sh_waiter *w, int rc)
 {
-	if (w->xop) {
-		w->xop->chan->nxop--;
-		sh_xop_complete(w->xop, rc);
+	shoal_fiber *f = w->fiber;
+	if (sh_unlikely(!f)) {
+		sh_xop *op = sh_container_of(w, sh_xop, w);
+		op->chan->nxop--;
+		sh_xop_complete(op, rc);
 		return;
 	}
-	shoal_fiber *f = w->fiber;
 	if (w->group) {
 		for (uint32_t i = 0; i < w->ngroup; i++) {
 			sh_waiter *o = &w->group[i];
 			if (o->linked)
-				wq_remove(waiter_queue(o, o->index & W_SEND), o);
+				wq_remove(waiter_queue(o, o->index & SH_W_SEND), o);
 		}
 	}
-	f->wake_index = w->index & ~W_SEND;
+	f->wake_index = w->index & ~SH_W_SEND;
 	sh_wake(f, rc);
 }
 
@@ -117,7 +114,7 @@ static inline int try_send(shoal_chan *c, const void *elem)
 		size_t tail = c->head + c->count;
 		if (tail >= c->cap)
 			tail -= c->cap;
-		memcpy(c->buf + tail * c->elem_size, elem, c->elem_size);
+		copy_elem(c->buf + tail * c->elem_size, elem, c->elem_size);
 		c->count++;
 		return 0;
 	}
@@ -127,7 +124,7 @@ static inline int try_send(shoal_chan *c, const void *elem)
 static inline int try_recv(shoal_chan *c, void *elem)
 {
 	if (c->count) {
-		memcpy(elem, c->buf + c->head * c->elem_size, c->elem_size);
+		copy_elem(elem, c->buf + c->head * c->elem_size, c->elem_size);
 		if (++c->head == c->cap)
 			c->head = 0;
 		c->count--;
@@ -137,7 +134,7 @@ static inline int try_recv(shoal_chan *c, void *elem)
 			size_t tail = c->head + c->count;
 			if (tail >= c->cap)
 				tail -= c->cap;
-			memcpy(c->buf + tail * c->elem_size, w->elem, c->elem_size);
+			copy_elem(c->buf + tail * c->elem_size, w->elem, c->elem_size);
 			c->count++;
 			fire(w, 0);
 		}
@@ -191,10 +188,9 @@ void sh_chan_xop(shoal_sched *s, sh_xop *op)
 			return;
 		}
 		memset(&op->w, 0, sizeof(op->w));
-		op->w.xop = op;
 		op->w.chan = c;
 		op->w.elem = (void *)(uintptr_t)op->elem; /* senders only read it */
-		op->w.index = W_SEND;
+		op->w.index = SH_W_SEND;
 		c->nxop++;
 		wq_push(&c->sendq, &op->w);
 		return;
@@ -358,10 +354,7 @@ int shoal_chan_create(shoal_chan **out, size_t elem_size, size_t capacity)
 	shoal_chan *c = chan_alloc(s, total);
 	if (!c)
 		return SHOAL_ENOMEM;
-	memset(c, 0, sizeof(*c));
-	c->sched = s;
-	c->elem_size = elem_size;
-	c->cap = capacity;
+	*c = (shoal_chan){.sched = s, .elem_size = elem_size, .cap = capacity};
 	c->all_next = s->chans;
 	if (s->chans)
 		s->chans->all_prev = c;
@@ -413,13 +406,12 @@ static int block_on(shoal_sched *s, shoal_chan *c, sh_wq *q, void *elem, bool se
 	sh_waiter *w = &cur->w1;
 	bool small = c->elem_size <= sizeof(cur->xbuf);
 	w->fiber = cur;
-	w->xop = NULL;
 	w->chan = c;
 	w->group = NULL;
-	w->index = send ? W_SEND : 0;
+	w->index = send ? SH_W_SEND : 0;
 	if (small) {
 		if (send)
-			memcpy(cur->xbuf, elem, c->elem_size);
+			copy_elem(cur->xbuf, elem, c->elem_size);
 		w->elem = cur->xbuf;
 	} else {
 		w->elem = elem;
@@ -430,7 +422,7 @@ static int block_on(shoal_sched *s, shoal_chan *c, sh_wq *q, void *elem, bool se
 	cur->wait_n = 1;
 	int rc = sh_block(s, deadline);
 	if (rc == 0 && small && !send)
-		memcpy(elem, cur->xbuf, c->elem_size);
+		copy_elem(elem, cur->xbuf, c->elem_size);
 	return rc;
 }
 
@@ -498,7 +490,7 @@ int shoal_chan_close(shoal_chan *c)
 int shoal_select(shoal_select_case *cases, size_t n, int64_t deadline, size_t *chosen)
 {
 	shoal_sched *s = sh_tls_sched;
-	if (!s || (n && !cases) || !chosen || n > UINT32_MAX / 2)
+	if (!s || (n && !cases) || !chosen || n > SH_SELECT_MAX)
 		return SHOAL_EINVAL;
 	for (size_t i = 0; i < n; i++) {
 		shoal_select_case *k = &cases[i];
@@ -537,14 +529,13 @@ int shoal_select(shoal_select_case *cases, size_t n, int64_t deadline, size_t *c
 		sh_waiter *w = &ws[i];
 		shoal_select_case *k = &cases[i];
 		w->fiber = cur;
-		w->xop = NULL;
 		w->elem = k->elem;
 		w->chan = k->chan;
 		w->group = ws;
-		w->ngroup = (uint32_t)n;
+		w->ngroup = (uint16_t)n;
 		w->linked = false;
 		bool send = k->op == SHOAL_SELECT_SEND;
-		w->index = (uint32_t)i | (send ? W_SEND : 0);
+		w->index = (uint32_t)i | (send ? SH_W_SEND : 0);
 		if (k->chan)
 			wq_push(send ? &k->chan->sendq : &k->chan->recvq, w);
 	}

@@ -40,18 +40,22 @@ bool sh_stack_is_guard(void *pools, const void *addr);
 typedef struct sh_xop sh_xop;
 
 /* One party waiting on a channel: a fiber of the owning scheduler (in a
- * send, recv or select), or a cross-thread operation (xop). */
+ * send, recv or select), or, when fiber is NULL, the cross-thread operation
+ * (sh_xop) that embeds this waiter. 56 bytes, so that a fiber's own waiter
+ * shares its first cache lines with the rest of its hot state. */
 typedef struct sh_waiter {
 	struct sh_waiter *prev, *next;
-	shoal_fiber *fiber; /* NULL when xop is set */
-	sh_xop *xop;
 	void *elem;
-	shoal_chan *chan;
+	shoal_fiber *fiber;
 	struct sh_waiter *group; /* select: the array of this fiber's waiters */
-	uint32_t ngroup;
-	uint32_t index; /* case index inside a select */
+	shoal_chan *chan;
+	uint32_t index; /* case index inside a select, | SH_W_SEND for senders */
+	uint16_t ngroup;
 	bool linked;
 } sh_waiter;
+
+#define SH_W_SEND 0x80000000u
+#define SH_SELECT_MAX 65535
 
 typedef struct sh_wq {
 	sh_waiter *head, *tail;
@@ -73,22 +77,24 @@ enum sh_fiber_state { SH_RUNNABLE = 1, SH_RUNNING, SH_BLOCKED, SH_DEAD };
 /* Fiber structures live in dense per-scheduler chunks, not on their
  * stacks: waking, joining and spawning then touch packed memory, and a
  * fiber's stack page is first touched when the fiber first runs. The first
- * cache line holds what a channel hop touches. */
+ * two cache lines hold everything a channel hop touches in the fiber it
+ * wakes (its waiter, state, wake code, small-element buffer); the rest is
+ * read on spawn, exit, join and timeouts. */
 struct shoal_fiber {
-	void *sp; /* saved stack pointer; NULL until the fiber first runs */
-	shoal_sched *sched;
+	void *sp;		      /* saved stack pointer; NULL until the fiber first runs */
 	struct shoal_fiber *run_next; /* run queue, or the free list */
+	sh_waiter w1;		      /* the waiter of a plain send or recv */
 	uint8_t state;
 	uint8_t wait_kind;
 	bool cancelled, detached, is_root, joining;
 	int wake_rc;
 	uint32_t wake_index;
 	uint32_t wait_n;
-	sh_waiter *wait_waiters;
-	size_t heap_idx;  /* SIZE_MAX when not in the timer heap */
-	sh_waiter w1;	  /* the waiter of a plain send or recv */
 	uint64_t xbuf[2]; /* small elements in flight to or from this fiber */
-	/* timer heap entry */
+	/* second half of line 1 onwards: colder */
+	shoal_sched *sched;
+	sh_waiter *wait_waiters;
+	size_t heap_idx; /* SIZE_MAX when not in the timer heap */
 	int64_t deadline;
 	uint64_t timer_seq;
 	void *wait_obj;
@@ -114,7 +120,7 @@ struct shoal_fiber {
 #if defined(SH_TSAN)
 	void *tsan_fiber;
 #endif
-};
+} __attribute__((aligned(64)));
 
 /* Cross-thread operation: a send or close issued by a thread that does not
  * own the channel. It lives on the issuer's stack; the owner links it into
@@ -147,6 +153,7 @@ typedef struct sh_fdslot {
 
 struct shoal_sched {
 	shoal_fiber *cur;
+	void *raw; /* what shoal_alloc returned, before alignment */
 	shoal_fiber *runq_head, *runq_tail;
 	shoal_fiber root;
 	pthread_t thread;
@@ -192,9 +199,6 @@ extern _Thread_local shoal_sched *sh_tls_sched;
 
 /* ---- scheduler primitives used by chan.c ---- */
 
-/* Blocks the current fiber until woken or the deadline passes (the caller
- * has set wait_kind and linked its waiters). Returns the wake code. */
-int sh_block(shoal_sched *s, int64_t deadline);
 static inline void sh_runq_push(shoal_sched *s, shoal_fiber *f)
 {
 	f->run_next = NULL;

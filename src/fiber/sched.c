@@ -4,7 +4,7 @@
  * that blocks switches straight to the next runnable one, so a channel hop
  * costs one context switch, and only a fiber with nothing to hand over to
  * runs the poller, on its own stack. */
-#include "fiber_impl.h"
+#include "switch.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -18,18 +18,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(SH_ASAN)
-void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
-void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old,
-				     size_t *size_old);
-#endif
-#if defined(SH_TSAN)
-void *__tsan_get_current_fiber(void);
-void *__tsan_create_fiber(unsigned flags);
-void __tsan_destroy_fiber(void *fiber);
-void __tsan_switch_to_fiber(void *fiber, unsigned flags);
-#endif
-
 _Thread_local shoal_sched *sh_tls_sched;
 
 static _Atomic uint64_t next_fiber_id = 1;
@@ -39,17 +27,6 @@ static _Atomic uint64_t next_fiber_id = 1;
 #define DEFAULT_CACHE 4096
 
 /* ---- run queue ---------------------------------------------------------- */
-
-static inline shoal_fiber *runq_pop(shoal_sched *s)
-{
-	shoal_fiber *f = s->runq_head;
-	if (f) {
-		s->runq_head = f->run_next;
-		if (!s->runq_head)
-			s->runq_tail = NULL;
-	}
-	return f;
-}
 
 uint64_t sh_rand(shoal_sched *s)
 {
@@ -183,6 +160,8 @@ static void fire_timers(shoal_sched *s, int64_t now)
 	}
 }
 
+static void poll_once(shoal_sched *s, int64_t timeout_ns);
+
 static void fiber_struct_free(shoal_sched *s, shoal_fiber *f)
 {
 #if defined(SH_TSAN)
@@ -193,53 +172,32 @@ static void fiber_struct_free(shoal_sched *s, shoal_fiber *f)
 	s->fiber_free = f;
 }
 
-/* A fiber's stack can only be released once we are off it. */
-static void after_switch(shoal_sched *s)
+void sh_release_dead(shoal_sched *s)
 {
 	shoal_fiber *d = s->dead;
-	if (d) {
-		s->dead = NULL;
-		sh_stack_put(s->pools, &d->stack);
-		if (d->detached)
-			fiber_struct_free(s, d);
+	s->dead = NULL;
+	sh_stack_put(s->pools, &d->stack);
+	if (d->detached)
+		fiber_struct_free(s, d);
+}
+
+int sh_timer_arm(shoal_sched *s, shoal_fiber *f, int64_t deadline)
+{
+	f->deadline = deadline;
+	if (heap_add(s, f) != 0) {
+		undo_wait(f);
+		f->wait_kind = SH_WAIT_NONE;
+		return SHOAL_ENOMEM;
 	}
+	return 0;
 }
 
-static void fiber_main(void *arg);
-
-/* Stacks are page-aligned, so without an offset every fiber's hot frames
- * would share the same few L1 sets (the cache index comes from the page
- * offset) and a channel hop would evict the previous fiber's frames. */
-static inline char *stack_top(const shoal_fiber *f)
+void sh_timer_disarm(shoal_sched *s, shoal_fiber *f)
 {
-	return f->stack.base + f->stack.size - (f->id % 32) * 64;
+	heap_remove(s, f);
 }
 
-static void switch_to(shoal_sched *s, shoal_fiber *from, shoal_fiber *to)
-{
-	s->cur = to;
-	to->state = SH_RUNNING;
-	s->switches++;
-#if defined(SH_ASAN)
-	__sanitizer_start_switch_fiber(from->state == SH_DEAD ? NULL : &from->asan_fake,
-				       to->asan_bottom, to->asan_size);
-#endif
-#if defined(SH_TSAN)
-	__tsan_switch_to_fiber(to->tsan_fiber, 0);
-#endif
-	if (sh_likely(to->sp != NULL))
-		sh_ctx_switch(&from->sp, to->sp);
-	else
-		sh_ctx_start(&from->sp, stack_top(to), to, fiber_main);
-#if defined(SH_ASAN)
-	__sanitizer_finish_switch_fiber(from->asan_fake, NULL, NULL);
-#endif
-	after_switch(s);
-}
-
-static void poll_once(shoal_sched *s, int64_t timeout_ns);
-
-static void housekeeping(shoal_sched *s)
+void sh_housekeeping(shoal_sched *s)
 {
 	if (s->heap_len && s->heap[0]->deadline <= shoal_now_ns())
 		fire_timers(s, shoal_now_ns());
@@ -250,7 +208,7 @@ static void housekeeping(shoal_sched *s)
 }
 
 /* Nothing is runnable: sleep in epoll until a timer, an fd or the inbox. */
-static void idle_wait(shoal_sched *s)
+void sh_idle_wait(shoal_sched *s)
 {
 	int64_t now = shoal_now_ns();
 	fire_timers(s, now);
@@ -267,66 +225,6 @@ static void idle_wait(shoal_sched *s)
 		timeout = s->heap[0]->deadline > now ? s->heap[0]->deadline - now : 0;
 	poll_once(s, timeout);
 	fire_timers(s, shoal_now_ns());
-}
-
-/* With thousands of fibers every stack is a cold page and every fiber
- * structure a cold line. While one fiber runs we pull in the frames the
- * following one will pop (a blocked fiber sits a few hundred bytes above its
- * saved sp) and the structure of the one after that. */
-static inline void prefetch_fiber(const shoal_fiber *nn)
-{
-	const char *sp = nn->sp ? (const char *)nn->sp : stack_top(nn) - 256;
-	for (int i = 0; i < 512; i += 64)
-		__builtin_prefetch(sp + i, 1);
-	const shoal_fiber *n3 = nn->run_next;
-	if (n3) {
-		__builtin_prefetch(n3, 1);
-		__builtin_prefetch((const char *)n3 + 64, 1);
-	}
-}
-
-/* Runs other fibers until the current one is runnable again. The current
- * fiber has already been marked blocked (and queued if it only yields). */
-static void schedule(shoal_sched *s)
-{
-	shoal_fiber *cur = s->cur;
-	for (;;) {
-		if (sh_unlikely((++s->tick & 63) == 0))
-			housekeeping(s);
-		shoal_fiber *next = runq_pop(s);
-		if (next) {
-			/* With thousands of fibers each stack is a cold page:
-			 * start fetching the one after next while next runs. */
-			shoal_fiber *nn = s->runq_head;
-			if (nn)
-				prefetch_fiber(nn);
-			if (next != cur)
-				switch_to(s, cur, next);
-			else
-				cur->state = SH_RUNNING;
-			return;
-		}
-		idle_wait(s);
-	}
-}
-
-int sh_block(shoal_sched *s, int64_t deadline)
-{
-	shoal_fiber *cur = s->cur;
-	if (deadline != SHOAL_FOREVER) {
-		cur->deadline = deadline;
-		if (heap_add(s, cur) != 0) {
-			undo_wait(cur);
-			cur->wait_kind = SH_WAIT_NONE;
-			return SHOAL_ENOMEM;
-		}
-	}
-	cur->state = SH_BLOCKED;
-	schedule(s);
-	if (cur->heap_idx != SIZE_MAX)
-		heap_remove(s, cur);
-	cur->wait_kind = SH_WAIT_NONE;
-	return cur->wake_rc;
 }
 
 /* ---- fibers ------------------------------------------------------------ */
@@ -352,23 +250,22 @@ static void child_unlink(shoal_fiber **head, shoal_fiber *f)
 }
 
 #define FIBERS_PER_CHUNK 256
-
-typedef struct fiber_chunk {
-	struct fiber_chunk *next;
-	shoal_fiber f[FIBERS_PER_CHUNK];
-} fiber_chunk;
+/* A chunk: a pointer to the previous chunk, then 64-byte aligned fibers. */
+#define CHUNK_BYTES (sizeof(shoal_fiber) * FIBERS_PER_CHUNK + 128)
 
 static shoal_fiber *fiber_struct_alloc(shoal_sched *s)
 {
 	if (!s->fiber_free) {
-		fiber_chunk *c = shoal_alloc(sizeof(*c));
-		if (!c)
+		void **raw = shoal_alloc(CHUNK_BYTES);
+		if (!raw)
 			return NULL;
-		c->next = s->fiber_chunks;
-		s->fiber_chunks = c;
+		raw[0] = s->fiber_chunks;
+		s->fiber_chunks = raw;
+		shoal_fiber *f =
+			(shoal_fiber *)(((uintptr_t)raw + sizeof(void *) + 63) & ~(uintptr_t)63);
 		for (size_t i = FIBERS_PER_CHUNK; i-- > 0;) {
-			c->f[i].run_next = s->fiber_free;
-			s->fiber_free = &c->f[i];
+			f[i].run_next = s->fiber_free;
+			s->fiber_free = &f[i];
 		}
 	}
 	shoal_fiber *f = s->fiber_free;
@@ -378,10 +275,10 @@ static shoal_fiber *fiber_struct_alloc(shoal_sched *s)
 
 static void fiber_chunks_free(shoal_sched *s)
 {
-	fiber_chunk *c = s->fiber_chunks;
+	void **c = s->fiber_chunks;
 	while (c) {
-		fiber_chunk *n = c->next;
-		shoal_free(c, sizeof(*c));
+		void **n = c[0];
+		shoal_free(c, CHUNK_BYTES);
 		c = n;
 	}
 }
@@ -408,18 +305,19 @@ static __attribute__((noreturn)) void fiber_finish(shoal_sched *s, shoal_fiber *
 	} else if (f->joiner) {
 		sh_wake(f->joiner, 0);
 	}
-	schedule(s);
+	sh_schedule(s);
 	SH_PANIC("dead fiber %" PRIu64 " was resumed", f->id);
 }
 
-static void fiber_main(void *arg)
+void sh_fiber_main(void *arg)
 {
 	shoal_fiber *f = arg;
 	shoal_sched *s = f->sched;
 #if defined(SH_ASAN)
 	__sanitizer_finish_switch_fiber(NULL, NULL, NULL);
 #endif
-	after_switch(s);
+	if (s->dead)
+		sh_release_dead(s);
 	f->result = f->fn(f->arg);
 	fiber_finish(s, f);
 }
@@ -564,7 +462,7 @@ int shoal_yield(void)
 	shoal_fiber *cur = s->cur;
 	cur->state = SH_RUNNABLE;
 	sh_runq_push(s, cur);
-	schedule(s);
+	sh_schedule(s);
 	return sh_check_cancel(s);
 }
 
@@ -932,9 +830,14 @@ int shoal_sched_create(shoal_sched **out, const shoal_sched_opts *opts)
 	if (shoal_align_size(stack, (size_t)sysconf(_SC_PAGESIZE), &stack) != 0 ||
 	    stack > ((size_t)1 << 40))
 		return SHOAL_EINVAL;
-	shoal_sched *s = SH_NEW(shoal_sched);
-	if (!s)
+	/* The root fiber inside is cache-line aligned; the allocator only
+	 * promises malloc's alignment. */
+	void *raw = shoal_alloc(sizeof(shoal_sched) + 64);
+	if (!raw)
 		return SHOAL_ENOMEM;
+	shoal_sched *s = (shoal_sched *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+	memset(s, 0, sizeof(*s));
+	s->raw = raw;
 	int rc = SHOAL_ENOMEM;
 	s->epfd = s->evfd = -1;
 	s->stack_size = stack;
@@ -1003,7 +906,7 @@ fail_pools:
 fail_mutex:
 	pthread_mutex_destroy(&s->inbox_lock);
 fail_free:
-	SH_DELETE(s);
+	shoal_free(raw, sizeof(shoal_sched) + 64);
 	return rc;
 }
 
@@ -1026,7 +929,8 @@ int shoal_sched_destroy(shoal_sched *s)
 		sh_block(s, SHOAL_FOREVER);
 	}
 	/* The last detached fiber died just before we resumed. */
-	after_switch(s);
+	if (s->dead)
+		sh_release_dead(s);
 	sh_inbox_drain(s);
 	fls_destroy(r);
 	r->cancelled = was_cancelled;
@@ -1041,7 +945,7 @@ int shoal_sched_destroy(shoal_sched *s)
 	sh_chan_cache_fini(s);
 	pthread_mutex_destroy(&s->inbox_lock);
 	sh_tls_sched = NULL;
-	SH_DELETE(s);
+	shoal_free(s->raw, sizeof(shoal_sched) + 64);
 	return 0;
 }
 

@@ -1,0 +1,133 @@
+/* The scheduler's hot path, inlined into every blocking call: pick the next
+ * runnable fiber and switch straight to it. Keeping it in one frame with
+ * the caller matters: each C frame between a fiber's code and the switch
+ * saves and restores registers and is one more cold cache line to touch
+ * when a fiber resumes after thousands of others ran. Slow paths (timers,
+ * the poller, releasing dead fibers) live out of line in sched.c. */
+#ifndef SHOAL_FIBER_SWITCH_H
+#define SHOAL_FIBER_SWITCH_H
+
+#include "fiber_impl.h"
+
+#if defined(SH_ASAN)
+void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
+void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old,
+				     size_t *size_old);
+#endif
+#if defined(SH_TSAN)
+void *__tsan_get_current_fiber(void);
+void *__tsan_create_fiber(unsigned flags);
+void __tsan_destroy_fiber(void *fiber);
+void __tsan_switch_to_fiber(void *fiber, unsigned flags);
+#endif
+
+/* Out of line, in sched.c. */
+void sh_fiber_main(void *arg);
+void sh_release_dead(shoal_sched *s);
+void sh_housekeeping(shoal_sched *s);
+void sh_idle_wait(shoal_sched *s);
+int sh_timer_arm(shoal_sched *s, shoal_fiber *f, int64_t deadline);
+void sh_timer_disarm(shoal_sched *s, shoal_fiber *f);
+
+static inline shoal_fiber *sh_runq_pop(shoal_sched *s)
+{
+	shoal_fiber *f = s->runq_head;
+	if (f) {
+		s->runq_head = f->run_next;
+		if (!s->runq_head)
+			s->runq_tail = NULL;
+	}
+	return f;
+}
+
+/* Stacks are page-aligned, so without an offset every fiber's hot frames
+ * would share the same few L1 sets (the cache index comes from the page
+ * offset) and a channel hop would evict the previous fiber's frames. */
+static inline char *sh_stack_top(const shoal_fiber *f)
+{
+	return f->stack.base + f->stack.size - (f->id % 32) * 64;
+}
+
+/* With thousands of fibers every stack is a cold page and every fiber
+ * structure a cold line. While one fiber runs we pull in the frames the
+ * following one will pop (a blocked fiber sits a few hundred bytes above its
+ * saved sp) and the structure of the one after that. */
+static inline void sh_prefetch_fiber(const shoal_fiber *nn)
+{
+	const char *sp = nn->sp;
+	if (!sp && nn->stack.base) /* not started yet: its first frames */
+		sp = sh_stack_top(nn) - 256;
+	if (sp)
+		for (int i = 0; i < 384; i += 64)
+			__builtin_prefetch(sp + i, 1);
+	const shoal_fiber *n3 = nn->run_next;
+	if (n3)
+		__builtin_prefetch(n3, 1);
+}
+
+static inline void sh_switch_to(shoal_sched *s, shoal_fiber *from, shoal_fiber *to)
+{
+	s->cur = to;
+	to->state = SH_RUNNING;
+	s->switches++;
+#if defined(SH_ASAN)
+	__sanitizer_start_switch_fiber(from->state == SH_DEAD ? NULL : &from->asan_fake,
+				       to->asan_bottom, to->asan_size);
+#endif
+#if defined(SH_TSAN)
+	__tsan_switch_to_fiber(to->tsan_fiber, 0);
+#endif
+	if (sh_likely(to->sp != NULL))
+		sh_ctx_switch(&from->sp, to->sp);
+	else
+		sh_ctx_start(&from->sp, sh_stack_top(to), to, sh_fiber_main);
+#if defined(SH_ASAN)
+	__sanitizer_finish_switch_fiber(from->asan_fake, NULL, NULL);
+#endif
+	/* A fiber's stack can only be released once we are off it. */
+	if (sh_unlikely(s->dead != NULL))
+		sh_release_dead(s);
+}
+
+/* Runs other fibers until the current one is runnable again. The current
+ * fiber has already been marked blocked (or queued, if it only yields). */
+static inline void sh_schedule(shoal_sched *s)
+{
+	shoal_fiber *cur = s->cur;
+	for (;;) {
+		if (sh_unlikely((++s->tick & 63) == 0))
+			sh_housekeeping(s);
+		shoal_fiber *next = sh_runq_pop(s);
+		if (sh_likely(next != NULL)) {
+			shoal_fiber *nn = s->runq_head;
+			if (nn)
+				sh_prefetch_fiber(nn);
+			if (next != cur)
+				sh_switch_to(s, cur, next);
+			else
+				cur->state = SH_RUNNING;
+			return;
+		}
+		sh_idle_wait(s);
+	}
+}
+
+/* Blocks the current fiber until woken or the deadline passes (the caller
+ * has set wait_kind and linked its waiters). Returns the wake code. */
+static inline int sh_block(shoal_sched *s, int64_t deadline)
+{
+	shoal_fiber *cur = s->cur;
+	if (deadline != SHOAL_FOREVER) {
+		int rc = sh_timer_arm(s, cur, deadline);
+		if (rc)
+			return rc;
+	}
+	cur->state = SH_BLOCKED;
+	sh_schedule(s);
+	if (sh_unlikely(cur->heap_idx != SIZE_MAX))
+		sh_timer_disarm(s, cur);
+	cur->wait_kind = SH_WAIT_NONE;
+	return cur->wake_rc;
+}
+
+#endif
