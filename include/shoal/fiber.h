@@ -66,8 +66,10 @@ SHOAL_API int shoal_sched_create(shoal_sched **out, const shoal_sched_opts *opts
 
 /* Cancels and joins every fiber still alive, then frees the scheduler. Call
  * from the root fiber of the owning thread. Channels are not freed: they
- * are closed, and shoal_chan_destroy() may free them afterwards from any
- * thread. Returns SHOAL_EINVAL from any other context. */
+ * are closed (threads blocked sending into them get SHOAL_ECLOSED), and
+ * shoal_chan_destroy() may free them afterwards from any thread. Other
+ * threads must have stopped using the channels by the time this returns.
+ * Returns SHOAL_EINVAL from any other context. */
 SHOAL_API int shoal_sched_destroy(shoal_sched *s);
 
 /* The calling thread's scheduler, or NULL. */

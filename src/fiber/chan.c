@@ -13,7 +13,7 @@ struct shoal_chan {
 	size_t elem_size, cap;
 	size_t head, count;
 	bool closed;
-	size_t nxop; /* cross-thread operations queued here */
+	_Atomic int xclosed; /* close requested (any thread may read it) */
 	sh_wq recvq, sendq;
 	char buf[];
 };
@@ -54,6 +54,21 @@ static inline sh_waiter *wq_pop(sh_wq *q)
 	return w;
 }
 
+/* Pops the first sender that still wants to send: a cross-thread sender
+ * whose issuer gave up is dropped here. */
+static inline sh_waiter *pop_sender(shoal_chan *c)
+{
+	for (;;) {
+		sh_waiter *w = wq_pop(&c->sendq);
+		if (!w || sh_likely(w->fiber != NULL))
+			return w;
+		sh_xop *op = sh_container_of(w, sh_xop, w);
+		if (sh_xop_claim(op))
+			return w;
+		sh_xop_unref(op);
+	}
+}
+
 /* The queue a waiter sits in; senders are the xops and SELECT_SEND cases. */
 static sh_wq *waiter_queue(sh_waiter *w, bool is_send)
 {
@@ -82,9 +97,8 @@ static inline void fire(sh_waiter *w, int rc)
 {
 	shoal_fiber *f = w->fiber;
 	if (sh_unlikely(!f)) {
-		sh_xop *op = sh_container_of(w, sh_xop, w);
-		op->chan->nxop--;
-		sh_xop_complete(op, rc);
+		/* Claimed when it was popped (pop_sender). */
+		sh_xop_complete(sh_container_of(w, sh_xop, w), rc);
 		return;
 	}
 	if (w->group) {
@@ -129,7 +143,7 @@ static inline int try_recv(shoal_chan *c, void *elem)
 			c->head = 0;
 		c->count--;
 		/* A blocked sender may now move into the freed slot. */
-		sh_waiter *w = wq_pop(&c->sendq);
+		sh_waiter *w = pop_sender(c);
 		if (w) {
 			size_t tail = c->head + c->count;
 			if (tail >= c->cap)
@@ -140,7 +154,7 @@ static inline int try_recv(shoal_chan *c, void *elem)
 		}
 		return 0;
 	}
-	sh_waiter *w = wq_pop(&c->sendq);
+	sh_waiter *w = pop_sender(c);
 	if (w) {
 		copy_elem(elem, w->elem, c->elem_size);
 		fire(w, 0);
@@ -157,116 +171,149 @@ static int close_local(shoal_chan *c)
 	sh_waiter *w;
 	while ((w = wq_pop(&c->recvq)))
 		fire(w, SHOAL_ECLOSED);
-	while ((w = wq_pop(&c->sendq)))
+	while ((w = pop_sender(c)))
 		fire(w, SHOAL_ECLOSED);
 	return 0;
 }
 
 /* ---- cross-thread operations ------------------------------------------------ */
 
+void sh_xop_unref(sh_xop *op)
+{
+	if (atomic_fetch_sub_explicit(&op->refs, 1, memory_order_acq_rel) == 1)
+		shoal_free(op, op->bytes);
+}
+
+bool sh_xop_claim(sh_xop *op)
+{
+	uint32_t want = SH_XOP_PENDING;
+	return atomic_compare_exchange_strong_explicit(&op->state, &want, SH_XOP_CLAIMED,
+						       memory_order_acq_rel, memory_order_acquire);
+}
+
 void sh_xop_complete(sh_xop *op, int rc)
 {
 	op->rc = rc;
 	if (op->fiber_sched) {
+		/* The issuer's thread wakes its fiber; both hold a reference,
+		 * so the op outlives whichever of us finishes first. */
 		op->kind = SH_XOP_WAKE;
 		sh_inbox_post(op->fiber_sched, op);
-		return;
+	} else {
+		atomic_store_explicit(&op->state, SH_XOP_DONE, memory_order_release);
+		sh_futex_wake(&op->state);
 	}
-	atomic_store_explicit(&op->state, SH_XOP_DONE, memory_order_release);
-	sh_futex_wake(&op->state);
+	sh_xop_unref(op);
 }
 
 void sh_chan_xop(shoal_sched *s, sh_xop *op)
 {
 	(void)s;
 	shoal_chan *c = op->chan;
-	switch (op->kind) {
-	case SH_XOP_SEND: {
-		int rc = try_send(c, op->elem);
-		if (rc != SHOAL_EAGAIN) {
-			sh_xop_complete(op, rc);
+	if (op->kind == SH_XOP_CLOSE) {
+		close_local(c);
+		sh_xop_unref(op);
+		return;
+	}
+	SH_ASSERT(op->kind == SH_XOP_SEND);
+	if (c->closed || c->recvq.head || c->count < c->cap) {
+		if (!sh_xop_claim(op)) {
+			sh_xop_unref(op);
 			return;
 		}
-		memset(&op->w, 0, sizeof(op->w));
-		op->w.chan = c;
-		op->w.elem = (void *)(uintptr_t)op->elem; /* senders only read it */
-		op->w.index = SH_W_SEND;
-		c->nxop++;
-		wq_push(&c->sendq, &op->w);
+		sh_xop_complete(op, try_send(c, op->elem));
 		return;
 	}
-	case SH_XOP_CLOSE:
-		sh_xop_complete(op, close_local(c));
-		return;
-	case SH_XOP_RETRACT: {
-		sh_xop *t = op->target;
-		if (t->w.linked) {
-			wq_remove(&c->sendq, &t->w);
-			c->nxop--;
-			sh_xop_complete(t, op->rc);
-		}
-		sh_xop_complete(op, 0);
-		return;
-	}
-	default:
-		SH_PANIC("unexpected cross-thread operation kind %d", op->kind);
-	}
+	/* Queued like a blocked local sender; claimed when a receiver pops it. */
+	memset(&op->w, 0, sizeof(op->w));
+	op->w.chan = c;
+	op->w.elem = op->elem;
+	op->w.index = SH_W_SEND;
+	wq_push(&c->sendq, &op->w);
 }
 
-/* Waits for an xop posted to another scheduler. A fiber blocks only itself;
- * a thread without a scheduler sleeps on the futex. On deadline or cancel the
- * operation is retracted, and we wait for the owner to acknowledge so that
- * it never touches our stack after we return. */
-static int xop_run(shoal_chan *c, sh_xop *op, int64_t deadline)
+/* A send from a thread that does not own the channel. A fiber of another
+ * scheduler blocks only itself; a thread without one sleeps on the futex. */
+static int xsend(shoal_chan *c, const void *elem, int64_t deadline)
 {
 	shoal_sched *me = sh_tls_sched;
+	size_t bytes;
+	if (shoal_add_size(sizeof(sh_xop), c->elem_size, &bytes) != 0)
+		return SHOAL_EOVERFLOW;
+	sh_xop *op = shoal_alloc(bytes);
+	if (!op)
+		return SHOAL_ENOMEM;
+	memset(op, 0, sizeof(*op));
+	op->bytes = bytes;
+	op->kind = SH_XOP_SEND;
 	op->chan = c;
-	atomic_store_explicit(&op->state, SH_XOP_PENDING, memory_order_relaxed);
+	atomic_init(&op->refs, 2);
+	atomic_init(&op->state, SH_XOP_PENDING);
+	memcpy(op->elem, elem, c->elem_size);
 	if (me) {
 		op->fiber = me->cur;
 		op->fiber_sched = me;
 	}
 	sh_inbox_post(c->sched, op);
-	int interrupted = 0;
+	int rc;
 	if (me) {
 		shoal_fiber *cur = me->cur;
 		cur->wait_kind = SH_WAIT_XOP;
 		cur->wait_obj = op;
-		int rc = sh_block(me, deadline);
-		if (!op->woken)
-			interrupted = rc ? rc : SHOAL_ECANCELED;
+		rc = sh_block(me, deadline);
+		if (op->woken) {
+			rc = op->rc;
+		} else {
+			uint32_t want = SH_XOP_PENDING;
+			if (!atomic_compare_exchange_strong(&op->state, &want, SH_XOP_ABANDONED)) {
+				/* The owner is delivering it: wait for the word. */
+				while (!op->woken) {
+					cur->wait_kind = SH_WAIT_HARD;
+					sh_block(me, SHOAL_FOREVER);
+				}
+				rc = op->rc;
+			}
+		}
 	} else {
-		while (atomic_load_explicit(&op->state, memory_order_acquire) == SH_XOP_PENDING) {
-			if (deadline != SHOAL_FOREVER && shoal_now_ns() >= deadline) {
-				interrupted = SHOAL_ETIMEDOUT;
+		for (;;) {
+			uint32_t st = atomic_load_explicit(&op->state, memory_order_acquire);
+			if (st == SH_XOP_DONE) {
+				rc = op->rc;
 				break;
 			}
-			sh_futex_wait(&op->state, SH_XOP_PENDING, deadline);
+			uint32_t want = SH_XOP_PENDING;
+			if (st == SH_XOP_PENDING && deadline != SHOAL_FOREVER &&
+			    shoal_now_ns() >= deadline &&
+			    atomic_compare_exchange_strong(&op->state, &want, SH_XOP_ABANDONED)) {
+				rc = SHOAL_ETIMEDOUT;
+				break;
+			}
+			sh_futex_wait(&op->state, st,
+				      st == SH_XOP_PENDING ? deadline : SHOAL_FOREVER);
 		}
 	}
-	if (!interrupted)
-		return op->rc;
-	sh_xop rop;
-	memset(&rop, 0, sizeof(rop));
-	rop.kind = SH_XOP_RETRACT;
-	rop.chan = c;
-	rop.target = op;
-	rop.rc = interrupted;
-	rop.fiber = op->fiber;
-	rop.fiber_sched = op->fiber_sched;
-	sh_inbox_post(c->sched, &rop);
-	if (me) {
-		while (!rop.woken || !op->woken) {
-			me->cur->wait_kind = SH_WAIT_HARD;
-			sh_block(me, SHOAL_FOREVER);
-		}
-	} else {
-		while (atomic_load_explicit(&rop.state, memory_order_acquire) == SH_XOP_PENDING)
-			sh_futex_wait(&rop.state, SH_XOP_PENDING, SHOAL_FOREVER);
-		/* The retraction is acknowledged after the op completed. */
-		SH_ASSERT(atomic_load_explicit(&op->state, memory_order_acquire) == SH_XOP_DONE);
+	sh_xop_unref(op);
+	return rc;
+}
+
+/* A close from another thread takes effect when the owner next runs its
+ * scheduler; the caller does not wait for that. */
+static int xclose(shoal_chan *c)
+{
+	if (atomic_exchange(&c->xclosed, 1))
+		return SHOAL_ECLOSED;
+	sh_xop *op = shoal_alloc(sizeof(*op));
+	if (!op) {
+		atomic_store(&c->xclosed, 0);
+		return SHOAL_ENOMEM;
 	}
-	return op->rc;
+	memset(op, 0, sizeof(*op));
+	op->bytes = sizeof(*op);
+	op->kind = SH_XOP_CLOSE;
+	op->chan = c;
+	atomic_init(&op->refs, 1);
+	sh_inbox_post(c->sched, op);
+	return 0;
 }
 
 /* ---- allocation --------------------------------------------------------------- */
@@ -320,8 +367,11 @@ static void chan_free(shoal_sched *s, shoal_chan *c, size_t total)
 void sh_chan_orphan_all(shoal_sched *s)
 {
 	for (shoal_chan *c = s->chans; c; c = c->all_next) {
+		/* Only other threads can still wait here (our fibers are all
+		 * joined): closing completes their operations. */
+		atomic_store(&c->xclosed, 1);
+		close_local(c);
 		c->sched = NULL;
-		c->closed = true;
 	}
 	s->chans = NULL;
 }
@@ -377,7 +427,16 @@ int shoal_chan_destroy(shoal_chan *c)
 	/* Operations still in the inbox count as waiters too. */
 	if (atomic_load_explicit(&c->sched->inbox_pending, memory_order_acquire))
 		sh_inbox_drain(c->sched);
-	if (c->recvq.head || c->sendq.head || c->nxop)
+	/* Cross-thread senders whose issuers gave up hold nothing. */
+	for (sh_waiter *w = c->sendq.head, *n; w; w = n) {
+		n = w->next;
+		if (!w->fiber &&
+		    atomic_load(&sh_container_of(w, sh_xop, w)->state) == SH_XOP_ABANDONED) {
+			wq_remove(&c->sendq, w);
+			sh_xop_unref(sh_container_of(w, sh_xop, w));
+		}
+	}
+	if (c->recvq.head || c->sendq.head)
 		return SHOAL_EBUSY;
 	shoal_sched *s = c->sched;
 	if (c->all_prev)
@@ -431,16 +490,14 @@ int shoal_chan_send(shoal_chan *c, const void *elem, int64_t deadline)
 	if (sh_unlikely(!c || !elem))
 		return SHOAL_EINVAL;
 	shoal_sched *s = sh_tls_sched;
+	if (sh_unlikely(!c->sched))
+		return SHOAL_ECLOSED; /* its scheduler is gone */
 	if (sh_unlikely(c->sched != s)) {
-		if (!c->sched)
-			return SHOAL_ECLOSED;
 		if (s && s->cur->cancelled)
 			return SHOAL_ECANCELED;
-		sh_xop op;
-		memset(&op, 0, sizeof(op));
-		op.kind = SH_XOP_SEND;
-		op.elem = elem;
-		return xop_run(c, &op, deadline);
+		if (atomic_load_explicit(&c->xclosed, memory_order_acquire))
+			return SHOAL_ECLOSED;
+		return xsend(c, elem, deadline);
 	}
 	int rc = sh_check_cancel(s);
 	if (rc)
@@ -456,8 +513,12 @@ int shoal_chan_send(shoal_chan *c, const void *elem, int64_t deadline)
 int shoal_chan_recv(shoal_chan *c, void *elem, int64_t deadline)
 {
 	shoal_sched *s = sh_tls_sched;
-	if (sh_unlikely(!c || !elem || c->sched != s))
-		return c && elem && !c->sched ? SHOAL_ECLOSED : SHOAL_EINVAL;
+	if (sh_unlikely(!c || !elem))
+		return SHOAL_EINVAL;
+	if (sh_unlikely(!c->sched))
+		return SHOAL_ECLOSED; /* its scheduler is gone */
+	if (sh_unlikely(c->sched != s))
+		return SHOAL_EINVAL;
 	int rc = sh_check_cancel(s);
 	if (rc)
 		return rc;
@@ -476,12 +537,10 @@ int shoal_chan_close(shoal_chan *c)
 	shoal_sched *s = sh_tls_sched;
 	if (!c->sched)
 		return SHOAL_ECLOSED;
-	if (c->sched != s) {
-		sh_xop op;
-		memset(&op, 0, sizeof(op));
-		op.kind = SH_XOP_CLOSE;
-		return xop_run(c, &op, SHOAL_FOREVER);
-	}
+	if (c->sched != s)
+		return xclose(c);
+	if (atomic_exchange(&c->xclosed, 1))
+		return SHOAL_ECLOSED;
 	return close_local(c);
 }
 

@@ -123,26 +123,29 @@ struct shoal_fiber {
 } __attribute__((aligned(64)));
 
 /* Cross-thread operation: a send or close issued by a thread that does not
- * own the channel. It lives on the issuer's stack; the owner links it into
- * its inbox, performs it, and reports completion through `state`. The
- * issuer may ask to retract it (deadline or cancel) and then waits for the
- * owner to acknowledge, so the owner never touches a dead xop. */
-enum sh_xop_kind { SH_XOP_SEND = 1, SH_XOP_CLOSE, SH_XOP_RETRACT, SH_XOP_WAKE };
-enum sh_xop_state { SH_XOP_PENDING = 0, SH_XOP_DONE = 1 };
+ * own the channel. It is heap-allocated and shared by the issuer and the
+ * owner (two references), and a send carries a copy of its element, so the
+ * issuer can give up at its deadline without waiting for the owner, which
+ * may be busy outside shoal for as long as it likes: the owner claims an
+ * operation (PENDING -> CLAIMED) before it delivers, the issuer abandons it
+ * (PENDING -> ABANDONED) when it stops waiting, and exactly one wins. */
+enum sh_xop_kind { SH_XOP_SEND = 1, SH_XOP_CLOSE, SH_XOP_WAKE };
+enum sh_xop_state { SH_XOP_PENDING = 0, SH_XOP_CLAIMED, SH_XOP_DONE, SH_XOP_ABANDONED };
 
 struct sh_xop {
 	sh_xop *next; /* inbox link (owner's inbox, then the issuer's for WAKE) */
 	uint8_t kind;
 	bool woken; /* fiber issuers: the WAKE reached the issuer's thread */
 	shoal_chan *chan;
-	const void *elem;
 	sh_waiter w; /* the send waiter while queued on the channel */
 	int rc;
-	_Atomic uint32_t state; /* futex word for thread issuers */
+	_Atomic uint32_t state; /* also the futex word for thread issuers */
+	_Atomic uint32_t refs;
+	size_t bytes; /* allocation size, for the sized free */
 	/* set when the issuer is a fiber of another scheduler */
 	shoal_fiber *fiber;
 	shoal_sched *fiber_sched;
-	sh_xop *target; /* SH_XOP_RETRACT: the operation to take back */
+	_Alignas(16) unsigned char elem[]; /* the element being sent */
 };
 
 typedef struct sh_fdslot {
@@ -234,8 +237,11 @@ void sh_chan_xop(shoal_sched *s, sh_xop *op);
 void sh_chan_unlink_waiters(shoal_fiber *f);
 void sh_chan_cache_fini(shoal_sched *s);
 void sh_chan_orphan_all(shoal_sched *s);
-/* Completes an xop towards its issuer. */
+/* Completes a claimed xop towards its issuer and drops the owner's
+ * reference; drops an abandoned one. */
 void sh_xop_complete(sh_xop *op, int rc);
+bool sh_xop_claim(sh_xop *op);
+void sh_xop_unref(sh_xop *op);
 
 /* Futex helpers. */
 void sh_futex_wait(_Atomic uint32_t *addr, uint32_t val, int64_t deadline);

@@ -142,7 +142,7 @@ static bool undo_wait(shoal_fiber *f)
 		return true;
 	}
 	case SH_WAIT_SLEEP:
-	case SH_WAIT_XOP: /* the caller retracts its operation itself */
+	case SH_WAIT_XOP: /* the caller abandons its operation itself */
 		return true;
 	case SH_WAIT_HARD:
 	default:
@@ -781,7 +781,10 @@ void sh_inbox_drain(shoal_sched *s)
 			    (f->wait_kind == SH_WAIT_XOP || f->wait_kind == SH_WAIT_HARD))
 				sh_wake(f, op->rc);
 		} else if (s->destroying) {
-			sh_xop_complete(op, SHOAL_ECLOSED);
+			if (op->kind == SH_XOP_SEND && sh_xop_claim(op))
+				sh_xop_complete(op, SHOAL_ECLOSED);
+			else
+				sh_xop_unref(op);
 		} else {
 			sh_chan_xop(s, op);
 		}

@@ -1,0 +1,462 @@
+/* Tests for timers: sleeping fibers wake in deadline order (ties in the
+ * order they began to wait), never early and not absurdly late, past
+ * deadlines return at once, deadlines bound receive, send, join and select,
+ * and a wait that finished early leaves no timer behind to fire later. */
+#include "test.h"
+
+#define MS 1000000LL
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
+
+/* The harness ends each case with _exit, which skips LeakSanitizer's
+ * exit-time check: run it once everything is torn down. */
+static void leak_check(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+	__lsan_do_leak_check();
+#endif
+}
+
+static shoal_sched *sched_new(void)
+{
+	shoal_sched *s = NULL;
+	CHECK_OK(shoal_sched_create(&s, NULL));
+	CHECK(s != NULL);
+	return s;
+}
+
+static shoal_chan *chan_new(size_t elem, size_t cap)
+{
+	shoal_chan *c = NULL;
+	CHECK_OK(shoal_chan_create(&c, elem, cap));
+	CHECK(c != NULL);
+	return c;
+}
+
+/* Generous: the machine is a loaded 2-core VM and sanitizers slow us. */
+static int64_t slack(void)
+{
+	return (sh_test_sanitized() ? 6000 : 2000) * MS;
+}
+
+enum { NSLEEP = 200 };
+static struct sleeper {
+	int64_t deadline;
+	int start_seq; /* order in which it began to sleep */
+	int wake_seq;
+	int64_t woke_at;
+	int rc;
+} sl[NSLEEP];
+static int start_counter, wake_counter;
+
+static void *sleeper_fn(void *arg)
+{
+	struct sleeper *p = arg;
+	p->start_seq = start_counter++;
+	p->rc = shoal_sleep_until(p->deadline);
+	p->woke_at = shoal_now_ns();
+	p->wake_seq = wake_counter++;
+	return NULL;
+}
+
+SH_TEST(timers_fire_in_deadline_order)
+{
+	shoal_sched *s = sched_new();
+	/* 50 distinct deadlines, 4 sleepers each, spawned in shuffled order;
+	 * the base leaves time for all of them to start sleeping first */
+	int64_t base = shoal_deadline_in(100 * MS);
+	int perm[NSLEEP];
+	for (int i = 0; i < NSLEEP; i++)
+		perm[i] = i;
+	unsigned rnd = 2024;
+	for (int i = NSLEEP - 1; i > 0; i--) {
+		rnd = rnd * 1103515245 + 12345;
+		int j = (int)((rnd >> 16) % (unsigned)(i + 1));
+		int t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	shoal_fiber *f[NSLEEP];
+	for (int i = 0; i < NSLEEP; i++)
+		CHECK_OK(shoal_spawn(&f[i], sleeper_fn, &sl[i], NULL));
+	/* Children first run at our join below, so deadlines set now count
+	 * from after the (under sanitizers, slow) spawning. */
+	base = shoal_deadline_in(100 * MS);
+	for (int i = 0; i < NSLEEP; i++)
+		sl[i].deadline = base + (perm[i] % 50) * MS;
+	for (int i = 0; i < NSLEEP; i++)
+		CHECK_OK(shoal_join(f[i], NULL));
+	CHECK(start_counter == NSLEEP && wake_counter == NSLEEP);
+	int by_wake[NSLEEP];
+	for (int i = 0; i < NSLEEP; i++) {
+		CHECK_RC(sl[i].rc, SHOAL_ETIMEDOUT);
+		CHECK(sl[i].woke_at >= sl[i].deadline); /* never early */
+		CHECK(sl[i].woke_at - sl[i].deadline < slack());
+		by_wake[sl[i].wake_seq] = i;
+	}
+	for (int k = 1; k < NSLEEP; k++) {
+		struct sleeper *a = &sl[by_wake[k - 1]], *b = &sl[by_wake[k]];
+		if (a->deadline > b->deadline ||
+		    (a->deadline == b->deadline && a->start_seq > b->start_seq))
+			sh_test_fail(__FILE__, __LINE__,
+				     "wake %d: deadline +%lld start %d woke before deadline +%lld "
+				     "start %d",
+				     k, (long long)((a->deadline - base) / MS), a->start_seq,
+				     (long long)((b->deadline - base) / MS), b->start_seq);
+	}
+	CHECK_OK(shoal_sched_destroy(s));
+}
+
+SH_TEST(sleep_never_early)
+{
+	shoal_sched *s = sched_new();
+	static const int64_t waits[] = {1 * MS, 5 * MS, 20 * MS, 50 * MS};
+	for (size_t i = 0; i < 4; i++) {
+		for (int rep = 0; rep < 3; rep++) {
+			int64_t t0 = shoal_now_ns();
+			int64_t d = t0 + waits[i];
+			CHECK_RC(shoal_sleep_until(d), SHOAL_ETIMEDOUT);
+			int64_t t1 = shoal_now_ns();
+			CHECK(t1 >= d);
+			CHECK(t1 - d < slack());
+		}
+	}
+	/* sub-millisecond deadlines are not rounded down to "now" either */
+	for (int rep = 0; rep < 20; rep++) {
+		int64_t d = shoal_now_ns() + 300000;
+		CHECK_RC(shoal_sleep_until(d), SHOAL_ETIMEDOUT);
+		CHECK(shoal_now_ns() >= d);
+	}
+	CHECK_OK(shoal_sched_destroy(s));
+}
+
+SH_TEST_T(past_deadlines_return_at_once, 20)
+{
+	shoal_sched *s = sched_new();
+	int64_t t0 = shoal_now_ns();
+	CHECK_RC(shoal_sleep_until(SHOAL_NOWAIT), SHOAL_ETIMEDOUT);
+	CHECK_RC(shoal_sleep_until(1), SHOAL_ETIMEDOUT);
+	CHECK_RC(shoal_sleep_until(shoal_now_ns() - 1 * MS), SHOAL_ETIMEDOUT);
+	CHECK_RC(shoal_sleep_until(shoal_now_ns()), SHOAL_ETIMEDOUT);
+	shoal_chan *c = chan_new(sizeof(int), 0);
+	int v = 0;
+	CHECK_RC(shoal_chan_recv(c, &v, shoal_now_ns() - 5 * MS), SHOAL_ETIMEDOUT);
+	CHECK_RC(shoal_chan_send(c, &v, 1), SHOAL_ETIMEDOUT);
+	CHECK(shoal_now_ns() - t0 < slack());
+	CHECK_OK(shoal_chan_destroy(c));
+	CHECK_OK(shoal_sched_destroy(s));
+}
+
+static void *sleep_arg_ms(void *arg)
+{
+	return (void *)(intptr_t)shoal_sleep_until(shoal_deadline_in((intptr_t)arg * MS));
+}
+
+static void *recv_fn(void *arg)
+{
+	int v = 0;
+	int rc = shoal_chan_recv(arg, &v, SHOAL_FOREVER);
+	return (void *)(intptr_t)(rc ? rc : v);
+}
+
+SH_TEST(deadlines_on_recv_send_join)
+{
+	shoal_sched *s = sched_new();
+	shoal_chan *c = chan_new(sizeof(int), 0), *b = chan_new(sizeof(int), 1);
+	int v = 1;
+
+	int64_t t0 = shoal_now_ns(), d = t0 + 30 * MS;
+	CHECK_RC(shoal_chan_recv(c, &v, d), SHOAL_ETIMEDOUT);
+	CHECK(shoal_now_ns() >= d && shoal_now_ns() - d < slack());
+
+	d = shoal_deadline_in(30 * MS);
+	CHECK_RC(shoal_chan_send(c, &v, d), SHOAL_ETIMEDOUT);
+	CHECK(shoal_now_ns() >= d && shoal_now_ns() - d < slack());
+	/* the timed-out send was withdrawn: a later receiver finds nothing */
+	shoal_fiber *f;
+	CHECK_OK(shoal_spawn(&f, recv_fn, c, NULL));
+	CHECK_OK(shoal_yield());
+	CHECK_RC(shoal_join_until(f, NULL, SHOAL_NOWAIT), SHOAL_ETIMEDOUT);
+	v = 66;
+	CHECK_OK(shoal_chan_send(c, &v, shoal_deadline_in(5000 * MS)));
+	void *r;
+	CHECK_OK(shoal_join(f, &r));
+	CHECK_EQ((intptr_t)r, 66);
+
+	/* a full buffered channel: send times out, the buffer is unchanged */
+	v = 7;
+	CHECK_OK(shoal_chan_send(b, &v, SHOAL_NOWAIT));
+	v = 8;
+	d = shoal_deadline_in(20 * MS);
+	CHECK_RC(shoal_chan_send(b, &v, d), SHOAL_ETIMEDOUT);
+	CHECK(shoal_now_ns() >= d);
+	CHECK_EQ(shoal_chan_len(b), 1);
+	CHECK_OK(shoal_chan_recv(b, &v, SHOAL_NOWAIT));
+	CHECK_EQ(v, 7);
+	CHECK_RC(shoal_chan_recv(b, &v, SHOAL_NOWAIT), SHOAL_ETIMEDOUT);
+
+	/* join: times out while the target sleeps, then succeeds */
+	CHECK_OK(shoal_spawn(&f, sleep_arg_ms, (void *)(intptr_t)150, NULL));
+	d = shoal_deadline_in(30 * MS);
+	CHECK_RC(shoal_join_until(f, &r, d), SHOAL_ETIMEDOUT);
+	CHECK(shoal_now_ns() >= d);
+	t0 = shoal_now_ns();
+	CHECK_OK(shoal_join_until(f, &r, shoal_deadline_in(5000 * MS)));
+	CHECK_RC((int)(intptr_t)r, SHOAL_ETIMEDOUT);
+	CHECK(shoal_now_ns() - t0 >= 50 * MS); /* it really waited for the sleeper */
+	CHECK_OK(shoal_chan_destroy(c));
+	CHECK_OK(shoal_chan_destroy(b));
+	CHECK_OK(shoal_sched_destroy(s));
+}
+
+/* A wait with a deadline that is satisfied early must cancel its timer:
+ * otherwise it fires later into whatever the fiber waits on next. */
+struct stale {
+	shoal_chan *a, *b;
+	int first_rc, second_rc, second_val;
+	int in_second;
+	int64_t second_at;
+};
+
+static void *stale_fn(void *arg)
+{
+	struct stale *st = arg;
+	int v;
+	st->first_rc = shoal_chan_recv(st->a, &v, shoal_deadline_in(30 * MS));
+	st->in_second = 1;
+	st->second_rc = shoal_chan_recv(st->b, &st->second_val, SHOAL_FOREVER);
+	st->second_at = shoal_now_ns();
+	return NULL;
+}
+
+SH_TEST(early_wakeup_leaves_no_stale_timer)
+{
+	shoal_sched *s = sched_new();
+	struct stale st = {
+		.a = chan_new(sizeof(int), 0), .b = chan_new(sizeof(int), 0), .second_rc = 12345};
+	shoal_fiber *f;
+	CHECK_OK(shoal_spawn(&f, stale_fn, &st, NULL));
+	CHECK_OK(shoal_yield());
+	int v = 1;
+	CHECK_OK(shoal_chan_send(st.a, &v, SHOAL_FOREVER));
+	CHECK_OK(shoal_yield());
+	CHECK_OK(st.first_rc);
+	CHECK(st.in_second);
+	/* sleep well past the first deadline: the fiber must stay blocked */
+	CHECK_RC(shoal_sleep_until(shoal_deadline_in(100 * MS)), SHOAL_ETIMEDOUT);
+	CHECK_EQ(st.second_rc, 12345);
+	v = 2;
+	int64_t t_send = shoal_now_ns();
+	CHECK_OK(shoal_chan_send(st.b, &v, SHOAL_FOREVER));
+	CHECK_OK(shoal_join(f, NULL));
+	CHECK_OK(st.second_rc);
+	CHECK_EQ(st.second_val, 2);
+	CHECK(st.second_at >= t_send);
+	CHECK_OK(shoal_chan_destroy(st.a));
+	CHECK_OK(shoal_chan_destroy(st.b));
+	CHECK_OK(shoal_sched_destroy(s));
+}
+
+/* Timers of fibers that were cancelled or joined must not fire into
+ * recycled fibers or stacks. */
+SH_TEST(cancelled_sleepers_and_reuse)
+{
+	shoal_sched *s = sched_new();
+	shoal_fiber *f[50];
+	for (int i = 0; i < 50; i++)
+		CHECK_OK(shoal_spawn(&f[i], sleep_arg_ms, (void *)(intptr_t)(20 + i), NULL));
+	CHECK_OK(shoal_yield());
+	for (int i = 0; i < 50; i++)
+		CHECK_OK(shoal_cancel(f[i]));
+	for (int i = 0; i < 50; i++) {
+		void *r;
+		CHECK_OK(shoal_join(f[i], &r));
+		CHECK_RC((int)(intptr_t)r, SHOAL_ECANCELED);
+	}
+	/* new fibers (likely on the same stacks) sleep longer than the old
+	 * deadlines: they must wake at their own time, not the old ones */
+	shoal_fiber *g[50];
+	int64_t t0 = shoal_now_ns();
+	for (int i = 0; i < 50; i++)
+		CHECK_OK(shoal_spawn(&g[i], sleep_arg_ms, (void *)(intptr_t)120, NULL));
+	for (int i = 0; i < 50; i++) {
+		void *r;
+		CHECK_OK(shoal_join(g[i], &r));
+		CHECK_RC((int)(intptr_t)r, SHOAL_ETIMEDOUT);
+	}
+	CHECK(shoal_now_ns() - t0 >= 120 * MS);
+	CHECK_OK(shoal_sched_destroy(s));
+	leak_check();
+}
+
+/* Sleeping fibers do not stop the others: while one sleeps, a busy pair
+ * keeps exchanging messages, and the root's own sleep ends on time. */
+static void *busy_pinger(void *arg)
+{
+	shoal_chan **c = arg;
+	int n = 0;
+	for (;;) {
+		int v = n;
+		if (shoal_chan_send(c[0], &v, SHOAL_FOREVER) != 0)
+			return (void *)(intptr_t)n;
+		if (shoal_chan_recv(c[1], &v, SHOAL_FOREVER) != 0)
+			return (void *)(intptr_t)n;
+		n++;
+	}
+}
+
+static void *busy_ponger(void *arg)
+{
+	shoal_chan **c = arg;
+	int v;
+	while (shoal_chan_recv(c[0], &v, SHOAL_FOREVER) == 0)
+		if (shoal_chan_send(c[1], &v, SHOAL_FOREVER) != 0)
+			break;
+	return NULL;
+}
+
+SH_TEST(timers_fire_while_others_run)
+{
+	shoal_sched *s = sched_new();
+	shoal_chan *c[2] = {chan_new(sizeof(int), 0), chan_new(sizeof(int), 0)};
+	shoal_fiber *a, *b, *z;
+	CHECK_OK(shoal_spawn(&a, busy_pinger, c, NULL));
+	CHECK_OK(shoal_spawn(&b, busy_ponger, c, NULL));
+	CHECK_OK(shoal_spawn(&z, sleep_arg_ms, (void *)(intptr_t)20, NULL));
+	int64_t d = shoal_deadline_in(60 * MS);
+	CHECK_RC(shoal_sleep_until(d), SHOAL_ETIMEDOUT);
+	int64_t late = shoal_now_ns() - d;
+	CHECK(late >= 0 && late < slack());
+	void *r;
+	/* the 20 ms sleeper finished while the pair was busy */
+	CHECK_OK(shoal_join_until(z, &r, SHOAL_NOWAIT));
+	CHECK_RC((int)(intptr_t)r, SHOAL_ETIMEDOUT);
+	CHECK_OK(shoal_chan_close(c[0]));
+	CHECK_OK(shoal_chan_close(c[1]));
+	CHECK_OK(shoal_join(a, &r));
+	CHECK((intptr_t)r > 10); /* and the pair made progress meanwhile */
+	CHECK_OK(shoal_join(b, NULL));
+	CHECK_OK(shoal_chan_destroy(c[0]));
+	CHECK_OK(shoal_chan_destroy(c[1]));
+	CHECK_OK(shoal_sched_destroy(s));
+}
+
+/* A fiber that keeps yielding never leaves the run queue empty; due timers
+ * must still fire while it runs, not only once it stops. */
+static int sleeper_done;
+
+static void *short_sleeper(void *arg)
+{
+	CHECK_RC(shoal_sleep_until(shoal_deadline_in(5 * MS)), SHOAL_ETIMEDOUT);
+	sleeper_done = 1;
+	return NULL;
+}
+
+static void *yield_until_sleeper_done(void *arg)
+{
+	int64_t give_up = shoal_deadline_in(2000 * MS);
+	while (!sleeper_done && shoal_now_ns() < give_up)
+		CHECK_OK(shoal_yield());
+	return (void *)(intptr_t)sleeper_done;
+}
+
+SH_TEST(timers_not_starved_by_yielders)
+{
+	shoal_sched *s = sched_new();
+	shoal_fiber *a, *b;
+	CHECK_OK(shoal_spawn(&a, short_sleeper, NULL, NULL));
+	CHECK_OK(shoal_spawn(&b, yield_until_sleeper_done, NULL, NULL));
+	void *r;
+	CHECK_OK(shoal_join(b, &r));
+	if (!(intptr_t)r)
+		sh_test_fail(__FILE__, __LINE__, "a 5 ms sleeper did not wake in 2 s of yields");
+	CHECK_OK(shoal_join(a, NULL));
+	CHECK_OK(shoal_sched_destroy(s));
+}
+
+/* Timers removed from the middle of the heap (cancelled sleepers, waits
+ * satisfied early) must leave the rest in order. */
+enum { NHEAP = 600 };
+static struct hs {
+	int64_t deadline;
+	int kind; /* 0 sleeps, 1 is cancelled, 2 receives early */
+	int rc;
+	int wake_seq;
+	int64_t woke_at;
+} hs[NHEAP];
+static int heap_wakes;
+static shoal_chan *heap_chan;
+
+static void *heap_fiber(void *arg)
+{
+	struct hs *h = arg;
+	if (h->kind == 2) {
+		int v;
+		h->rc = shoal_chan_recv(heap_chan, &v, h->deadline);
+	} else {
+		h->rc = shoal_sleep_until(h->deadline);
+	}
+	h->woke_at = shoal_now_ns();
+	h->wake_seq = heap_wakes++;
+	return NULL;
+}
+
+SH_TEST(timer_heap_removals_keep_order)
+{
+	shoal_sched *s = sched_new();
+	heap_chan = chan_new(sizeof(int), 0);
+	unsigned rnd = 77;
+	shoal_fiber *f[NHEAP];
+	int early = 0;
+	for (int i = 0; i < NHEAP; i++) {
+		hs[i].kind = i % 3;
+		early += hs[i].kind == 2;
+		CHECK_OK(shoal_spawn(&f[i], heap_fiber, &hs[i], NULL));
+	}
+	/* Deadlines count from after the spawning, which sanitizers slow
+	 * down; the children read them when they first run, in the yield. */
+	int64_t base = shoal_deadline_in(80 * MS);
+	for (int i = 0; i < NHEAP; i++) {
+		rnd = rnd * 1103515245 + 12345;
+		hs[i].deadline = base + (int64_t)((rnd >> 8) % 100000) * 1000; /* 0..100 ms */
+	}
+	CHECK_OK(shoal_yield()); /* all waiting now */
+	for (int i = 0; i < NHEAP; i++)
+		if (hs[i].kind == 1)
+			CHECK_OK(shoal_cancel(f[i]));
+	for (int k = 0; k < early; k++) {
+		int v = k;
+		CHECK_OK(shoal_chan_send(heap_chan, &v, SHOAL_FOREVER));
+	}
+	for (int i = 0; i < NHEAP; i++)
+		CHECK_OK(shoal_join(f[i], NULL));
+	int64_t prev_deadline = INT64_MIN;
+	int order[NHEAP], n = 0;
+	for (int i = 0; i < NHEAP; i++) {
+		if (hs[i].kind == 1)
+			CHECK_RC(hs[i].rc, SHOAL_ECANCELED);
+		else if (hs[i].kind == 2)
+			CHECK_OK(hs[i].rc);
+		else
+			CHECK_RC(hs[i].rc, SHOAL_ETIMEDOUT);
+	}
+	/* the sleepers that ran to their deadline, in wake order */
+	for (int seq = 0; seq < NHEAP; seq++)
+		for (int i = 0; i < NHEAP; i++)
+			if (hs[i].wake_seq == seq && hs[i].kind == 0)
+				order[n++] = i;
+	CHECK_EQ(n, NHEAP / 3);
+	for (int k = 0; k < n; k++) {
+		struct hs *h = &hs[order[k]];
+		CHECK(h->woke_at >= h->deadline);
+		if (h->deadline < prev_deadline)
+			sh_test_fail(__FILE__, __LINE__, "sleeper woke out of deadline order at %d",
+				     k);
+		prev_deadline = h->deadline;
+	}
+	CHECK_OK(shoal_chan_destroy(heap_chan));
+	CHECK_OK(shoal_sched_destroy(s));
+	leak_check();
+}
