@@ -1,6 +1,6 @@
 # shoal's two commands: `make run` (build, then the benchmark report) and
-# `make test` (build and pass every test: normal, ASan+UBSan, TSan, format,
-# install). CMake and ctest do the work underneath; see README.md.
+# `make test` (build and pass every test: normal, ASan+UBSan, TSan, aarch64
+# under qemu, format, install). CMake and ctest do the work underneath; see README.md.
 JOBS ?= 2
 PREFIX ?= /usr/local
 B := build
@@ -8,8 +8,8 @@ B := build
 CMAKE_CFG = cmake -S . -B $(B)/$(1) -DCMAKE_BUILD_TYPE=$(2) $(3) >/dev/null
 CTEST = ctest --test-dir $(B)/$(1) --output-on-failure -j$(JOBS) $(2)
 
-.PHONY: all deps build run test test-release test-asan test-tsan format format-check \
-	install install-check clean
+.PHONY: all deps build run test test-release test-asan test-tsan test-aarch64 format \
+	format-check install install-check clean
 
 all: build
 
@@ -25,7 +25,8 @@ run: build
 	$(B)/release/tools/shoal bench
 
 test: deps
-	@$(MAKE) --no-print-directory test-release test-asan test-tsan format-check install-check
+	@$(MAKE) --no-print-directory test-release test-asan test-tsan test-aarch64 format-check \
+		install-check
 	@echo "make test: all passed"
 
 test-release:
@@ -43,6 +44,14 @@ test-tsan:
 	@$(call CMAKE_CFG,tsan,RelWithDebInfo,-DSHOAL_SANITIZE=thread)
 	@cmake --build $(B)/tsan -j$(JOBS)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(call CTEST,tsan,-L tsan)
+
+# The aarch64 build runs under qemu-user, so the aarch64 context switch is
+# tested on every run, not only on arm machines.
+test-aarch64:
+	@scripts/deps.sh cross
+	@$(call CMAKE_CFG,aarch64,RelWithDebInfo,-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake)
+	@cmake --build $(B)/aarch64 -j$(JOBS)
+	$(call CTEST,aarch64,)
 
 SOURCES = $(shell git ls-files '*.c' '*.h')
 

@@ -4,12 +4,19 @@
 # and only when an install is needed.
 #   scripts/deps.sh          build and test dependencies
 #   scripts/deps.sh bench    plus what `make run` compares against (Go)
+#   scripts/deps.sh cross    plus the aarch64 cross compiler and qemu-user
 set -euo pipefail
 
 pkgs=(gcc make cmake pkg-config libc6-dev clang-format)
-if [ "${1:-}" = bench ]; then
-	pkgs+=(golang-go)
-fi
+case "${1:-}" in
+bench) pkgs+=(golang-go) ;;
+cross) pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user) ;;
+"") ;;
+*)
+	echo "deps: unknown group '$1' (expected bench or cross)" >&2
+	exit 2
+	;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do
