@@ -42,15 +42,21 @@ static inline void wq_remove(sh_wq *q, sh_waiter *w)
 		w->next->prev = w->prev;
 	else
 		q->tail = w->prev;
-	w->prev = w->next = NULL;
 	w->linked = false;
 }
 
+/* prev and next of an unlinked waiter are stale; wq_push sets both. */
 static inline sh_waiter *wq_pop(sh_wq *q)
 {
 	sh_waiter *w = q->head;
-	if (w)
-		wq_remove(q, w);
+	if (w) {
+		q->head = w->next;
+		if (w->next)
+			w->next->prev = NULL;
+		else
+			q->tail = NULL;
+		w->linked = false;
+	}
 	return w;
 }
 
@@ -107,8 +113,8 @@ static inline void fire(sh_waiter *w, int rc)
 			if (o->linked)
 				wq_remove(waiter_queue(o, o->index & SH_W_SEND), o);
 		}
+		f->wake_index = w->index & ~SH_W_SEND; /* the select's case */
 	}
-	f->wake_index = w->index & ~SH_W_SEND;
 	sh_wake(f, rc);
 }
 
@@ -234,7 +240,7 @@ void sh_chan_xop(shoal_sched *s, sh_xop *op)
 
 /* A send from a thread that does not own the channel. A fiber of another
  * scheduler blocks only itself; a thread without one sleeps on the futex. */
-static int xsend(shoal_chan *c, const void *elem, int64_t deadline)
+static __attribute__((noinline)) int xsend(shoal_chan *c, const void *elem, int64_t deadline)
 {
 	shoal_sched *me = sh_tls_sched;
 	size_t bytes;
@@ -458,15 +464,13 @@ size_t shoal_chan_len(const shoal_chan *c)
  * own structure, so the fiber that completes the operation touches only the
  * channel and the (densely packed) fiber structures, never the sleeper's
  * stack page: with thousands of fibers every stack page is a TLB miss. */
-static int block_on(shoal_sched *s, shoal_chan *c, sh_wq *q, void *elem, bool send,
-		    int64_t deadline)
+static inline __attribute__((always_inline)) int block_on(shoal_sched *s, shoal_chan *c, sh_wq *q,
+							  void *elem, bool send, int64_t deadline)
 {
 	shoal_fiber *cur = s->cur;
-	sh_waiter *w = &cur->w1;
+	sh_waiter *w = &cur->w1; /* fiber and group were set at spawn */
 	bool small = c->elem_size <= sizeof(cur->xbuf);
-	w->fiber = cur;
 	w->chan = c;
-	w->group = NULL;
 	w->index = send ? SH_W_SEND : 0;
 	if (small) {
 		if (send)
@@ -483,6 +487,14 @@ static int block_on(shoal_sched *s, shoal_chan *c, sh_wq *q, void *elem, bool se
 	if (rc == 0 && small && !send)
 		copy_elem(elem, cur->xbuf, c->elem_size);
 	return rc;
+}
+
+/* A send usually finds its receiver waiting; keeping the blocking half out
+ * of line keeps the common path free of register saves. */
+static __attribute__((noinline)) int send_block(shoal_sched *s, shoal_chan *c, const void *elem,
+						int64_t deadline)
+{
+	return block_on(s, c, &c->sendq, (void *)(uintptr_t)elem, true, deadline);
 }
 
 int shoal_chan_send(shoal_chan *c, const void *elem, int64_t deadline)
@@ -507,7 +519,7 @@ int shoal_chan_send(shoal_chan *c, const void *elem, int64_t deadline)
 		return rc;
 	if (deadline == SHOAL_NOWAIT)
 		return SHOAL_ETIMEDOUT;
-	return block_on(s, c, &c->sendq, (void *)(uintptr_t)elem, true, deadline);
+	return send_block(s, c, elem, deadline);
 }
 
 int shoal_chan_recv(shoal_chan *c, void *elem, int64_t deadline)
@@ -522,9 +534,11 @@ int shoal_chan_recv(shoal_chan *c, void *elem, int64_t deadline)
 	int rc = sh_check_cancel(s);
 	if (rc)
 		return rc;
-	rc = try_recv(c, elem);
-	if (rc != SHOAL_EAGAIN)
-		return rc;
+	if (c->count || c->sendq.head || c->closed) {
+		rc = try_recv(c, elem);
+		if (rc != SHOAL_EAGAIN)
+			return rc;
+	}
 	if (deadline == SHOAL_NOWAIT)
 		return SHOAL_ETIMEDOUT;
 	return block_on(s, c, &c->recvq, elem, false, deadline);

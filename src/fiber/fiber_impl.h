@@ -197,8 +197,11 @@ struct shoal_sched {
 	size_t altstack_size;
 };
 
-/* The scheduler of the calling thread. */
-extern _Thread_local shoal_sched *sh_tls_sched;
+/* The scheduler of the calling thread. initial-exec: every channel call
+ * reads it, and the default model for a shared library makes that a call
+ * to __tls_get_addr. One pointer fits glibc's static TLS reserve even when
+ * libshoal.so is dlopen'ed (as the Python module will be). */
+extern _Thread_local shoal_sched *sh_tls_sched __attribute__((tls_model("initial-exec")));
 
 /* ---- scheduler primitives used by chan.c ---- */
 

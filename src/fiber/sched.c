@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-_Thread_local shoal_sched *sh_tls_sched;
+_Thread_local shoal_sched *sh_tls_sched __attribute__((tls_model("initial-exec")));
 
 static _Atomic uint64_t next_fiber_id = 1;
 
@@ -351,6 +351,7 @@ int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fib
 	f->arg = arg;
 	f->heap_idx = SIZE_MAX;
 	f->wait_fd = -1;
+	f->w1.fiber = f; /* constant: block_on relies on it */
 	if (sh_unlikely(s->id_next == s->id_end)) {
 		/* Ids come in blocks so spawning takes no atomic per fiber. */
 		s->id_next = atomic_fetch_add_explicit(&next_fiber_id, 1024, memory_order_relaxed);
@@ -878,6 +879,7 @@ int shoal_sched_create(shoal_sched **out, const shoal_sched_opts *opts)
 	r->state = SH_RUNNING;
 	r->heap_idx = SIZE_MAX;
 	r->wait_fd = -1;
+	r->w1.fiber = r;
 	r->id = 0;
 	strcpy(r->name, "main");
 #if defined(SH_ASAN)

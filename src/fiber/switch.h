@@ -52,6 +52,8 @@ static inline char *sh_stack_top(const shoal_fiber *f)
  * structure a cold line. While one fiber runs we pull in the frames the
  * following one will pop (a blocked fiber sits a few hundred bytes above its
  * saved sp) and the structure of the one after that. */
+#define SH_PREFETCH_MIN_FIBERS 2048
+
 static inline void sh_prefetch_fiber(const shoal_fiber *nn)
 {
 	const char *sp = nn->sp;
@@ -99,8 +101,10 @@ static inline void sh_schedule(shoal_sched *s)
 			sh_housekeeping(s);
 		shoal_fiber *next = sh_runq_pop(s);
 		if (sh_likely(next != NULL)) {
+			/* Below a few thousand fibers everything stays in the
+			 * caches and prefetching would only cost instructions. */
 			shoal_fiber *nn = s->runq_head;
-			if (nn)
+			if (nn && s->live >= SH_PREFETCH_MIN_FIBERS)
 				sh_prefetch_fiber(nn);
 			if (next != cur)
 				sh_switch_to(s, cur, next);
