@@ -21,9 +21,11 @@ void sh_ctx_start(void **from_sp, void *top, void *arg, void (*fn)(void *));
 typedef struct sh_stack_pool sh_stack_pool;
 typedef struct sh_stack {
 	char *base;
-	size_t size;
+	uint32_t size; /* bytes; stacks are limited to SH_STACK_MAX */
 	bool guarded;
 } sh_stack;
+
+#define SH_STACK_MAX ((size_t)1 << 30)
 
 int sh_stack_pools_init(void **pools);
 void sh_stack_pools_fini(void *pools);
@@ -76,41 +78,47 @@ enum sh_fiber_state { SH_RUNNABLE = 1, SH_RUNNING, SH_BLOCKED, SH_DEAD };
 
 /* Fiber structures live in dense per-scheduler chunks, not on their
  * stacks: waking, joining and spawning then touch packed memory, and a
- * fiber's stack page is first touched when the fiber first runs. The first
- * two cache lines hold everything a channel hop touches in the fiber it
- * wakes (its waiter, state, wake code, small-element buffer); the rest is
- * read on spawn, exit, join and timeouts. */
+ * fiber's stack page is first touched when the fiber first runs. Fields are
+ * grouped by cache line and by when they are touched: lines 0-1 by a channel
+ * hop (waiter, state, wake code, small-element buffer), line 2 by a fiber's
+ * exit and its join, line 3 by timers and spawning, the rest rarely. */
+#define SH_NO_TIMER UINT32_MAX
+
 struct shoal_fiber {
-	void *sp;		      /* saved stack pointer; NULL until the fiber first runs */
+	/* line 0 */
+	void *sp; /* saved stack pointer; NULL until the fiber first runs */
 	struct shoal_fiber *run_next; /* run queue, or the free list */
-	sh_waiter w1;		      /* the waiter of a plain send or recv */
+	sh_waiter w1;                 /* the waiter of a plain send or recv */
+	/* line 1 (from offset 72) */
 	uint8_t state;
 	uint8_t wait_kind;
 	bool cancelled, detached, is_root, joining;
+	uint8_t color; /* stack top offset, in cache lines */
 	int wake_rc;
 	uint32_t wake_index;
 	uint32_t wait_n;
-	uint64_t xbuf[2]; /* small elements in flight to or from this fiber */
-	/* second half of line 1 onwards: colder */
+	uint32_t heap_idx; /* SH_NO_TIMER when not in the timer heap */
+	uint64_t xbuf[2];  /* small elements in flight to or from this fiber */
 	shoal_sched *sched;
 	sh_waiter *wait_waiters;
-	size_t heap_idx; /* SIZE_MAX when not in the timer heap */
+	/* line 2: exit and join */
+	struct shoal_fiber *child_head;
+	struct shoal_fiber *parent;
+	struct shoal_fiber *sib_prev, *sib_next;
+	struct shoal_fiber *joiner;
+	sh_stack stack;
+	void **fls;
+	/* line 3 */
+	void *result;
+	shoal_fiber_fn fn;
+	void *arg;
 	int64_t deadline;
 	uint64_t timer_seq;
 	void *wait_obj;
 	int wait_fd;
 	int wait_dir;
-	/* structure: parent owns children; detached ones hang off the sched */
-	struct shoal_fiber *parent;
-	struct shoal_fiber *child_head;
-	struct shoal_fiber *sib_prev, *sib_next;
-	struct shoal_fiber *joiner;
-	shoal_fiber_fn fn;
-	void *arg;
-	void *result;
-	sh_stack stack;
 	uint64_t id;
-	void **fls;
+	/* line 4 */
 	char name[32];
 #if defined(SH_ASAN)
 	void *asan_fake;
@@ -121,6 +129,9 @@ struct shoal_fiber {
 	void *tsan_fiber;
 #endif
 } __attribute__((aligned(64)));
+
+_Static_assert(offsetof(struct shoal_fiber, child_head) == 128, "exit fields start line 2");
+_Static_assert(offsetof(struct shoal_fiber, result) == 192, "line 3");
 
 /* Cross-thread operation: a send or close issued by a thread that does not
  * own the channel. It is heap-allocated and shared by the issuer and the

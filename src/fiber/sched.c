@@ -51,7 +51,7 @@ static inline bool timer_less(const shoal_fiber *a, const shoal_fiber *b)
 static void heap_set(shoal_sched *s, size_t i, shoal_fiber *f)
 {
 	s->heap[i] = f;
-	f->heap_idx = i;
+	f->heap_idx = (uint32_t)i;
 }
 
 static void heap_up(shoal_sched *s, size_t i)
@@ -89,6 +89,8 @@ static void heap_down(shoal_sched *s, size_t i)
 
 static int heap_add(shoal_sched *s, shoal_fiber *f)
 {
+	if (s->heap_len >= SH_NO_TIMER - 1)
+		return SHOAL_ENOMEM;
 	if (s->heap_len == s->heap_cap) {
 		size_t nc = s->heap_cap ? s->heap_cap * 2 : 64;
 		shoal_fiber **nh =
@@ -107,7 +109,7 @@ static int heap_add(shoal_sched *s, shoal_fiber *f)
 static void heap_remove(shoal_sched *s, shoal_fiber *f)
 {
 	size_t i = f->heap_idx;
-	f->heap_idx = SIZE_MAX;
+	f->heap_idx = SH_NO_TIMER;
 	shoal_fiber *last = s->heap[--s->heap_len];
 	if (i == s->heap_len)
 		return;
@@ -332,7 +334,7 @@ int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fib
 	size_t size = opts && opts->stack_size ? opts->stack_size : s->stack_size;
 	if (size < MIN_STACK)
 		size = MIN_STACK;
-	if (shoal_align_size(size, s->page_size, &size) != 0)
+	if (size > SH_STACK_MAX || shoal_align_size(size, s->page_size, &size) != 0)
 		return SHOAL_EINVAL;
 	shoal_fiber *f = fiber_struct_alloc(s);
 	if (!f)
@@ -349,7 +351,7 @@ int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fib
 	f->stack = st;
 	f->fn = fn;
 	f->arg = arg;
-	f->heap_idx = SIZE_MAX;
+	f->heap_idx = SH_NO_TIMER;
 	f->wait_fd = -1;
 	f->w1.fiber = f; /* constant: block_on relies on it */
 	if (sh_unlikely(s->id_next == s->id_end)) {
@@ -358,6 +360,7 @@ int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fib
 		s->id_end = s->id_next + 1024;
 	}
 	f->id = s->id_next++;
+	f->color = (uint8_t)(f->id % 32);
 	if (opts && opts->name)
 		shoal_fiber_set_name(f, opts->name);
 #if defined(SH_ASAN)
@@ -445,7 +448,7 @@ int shoal_cancel(shoal_fiber *f)
 		return 0;
 	f->cancelled = true;
 	if (f->state == SH_BLOCKED && undo_wait(f)) {
-		if (f->heap_idx != SIZE_MAX)
+		if (f->heap_idx != SH_NO_TIMER)
 			heap_remove(s, f);
 		sh_wake(f, SHOAL_ECANCELED);
 	}
@@ -832,7 +835,7 @@ int shoal_sched_create(shoal_sched **out, const shoal_sched_opts *opts)
 	if (stack < MIN_STACK)
 		stack = MIN_STACK;
 	if (shoal_align_size(stack, (size_t)sysconf(_SC_PAGESIZE), &stack) != 0 ||
-	    stack > ((size_t)1 << 40))
+	    stack > SH_STACK_MAX)
 		return SHOAL_EINVAL;
 	/* The root fiber inside is cache-line aligned; the allocator only
 	 * promises malloc's alignment. */
@@ -877,7 +880,7 @@ int shoal_sched_create(shoal_sched **out, const shoal_sched_opts *opts)
 	r->sched = s;
 	r->is_root = true;
 	r->state = SH_RUNNING;
-	r->heap_idx = SIZE_MAX;
+	r->heap_idx = SH_NO_TIMER;
 	r->wait_fd = -1;
 	r->w1.fiber = r;
 	r->id = 0;

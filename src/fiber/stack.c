@@ -221,7 +221,7 @@ int sh_stack_get(void *vp, size_t size, shoal_guard_mode mode, sh_stack *out)
 	char *g = sl->base + sl->used * p->stride;
 	sl->used++;
 	out->base = g + page_size;
-	out->size = p->size;
+	out->size = (uint32_t)p->size;
 	out->guarded = install_guard(g, mode);
 	if (out->guarded) {
 		p->guarded++;

@@ -45,26 +45,7 @@ static inline shoal_fiber *sh_runq_pop(shoal_sched *s)
  * offset) and a channel hop would evict the previous fiber's frames. */
 static inline char *sh_stack_top(const shoal_fiber *f)
 {
-	return f->stack.base + f->stack.size - (f->id % 32) * 64;
-}
-
-/* With thousands of fibers every stack is a cold page and every fiber
- * structure a cold line. While one fiber runs we pull in the frames the
- * following one will pop (a blocked fiber sits a few hundred bytes above its
- * saved sp) and the structure of the one after that. */
-#define SH_PREFETCH_MIN_FIBERS 2048
-
-static inline void sh_prefetch_fiber(const shoal_fiber *nn)
-{
-	const char *sp = nn->sp;
-	if (!sp && nn->stack.base) /* not started yet: its first frames */
-		sp = sh_stack_top(nn) - 256;
-	if (sp)
-		for (int i = 0; i < 384; i += 64)
-			__builtin_prefetch(sp + i, 1);
-	const shoal_fiber *n3 = nn->run_next;
-	if (n3)
-		__builtin_prefetch(n3, 1);
+	return f->stack.base + f->stack.size - (size_t)f->color * 64;
 }
 
 static inline void sh_switch_to(shoal_sched *s, shoal_fiber *from, shoal_fiber *to)
@@ -101,11 +82,6 @@ static inline void sh_schedule(shoal_sched *s)
 			sh_housekeeping(s);
 		shoal_fiber *next = sh_runq_pop(s);
 		if (sh_likely(next != NULL)) {
-			/* Below a few thousand fibers everything stays in the
-			 * caches and prefetching would only cost instructions. */
-			shoal_fiber *nn = s->runq_head;
-			if (nn && s->live >= SH_PREFETCH_MIN_FIBERS)
-				sh_prefetch_fiber(nn);
 			if (next != cur)
 				sh_switch_to(s, cur, next);
 			else
@@ -128,7 +104,7 @@ static inline int sh_block(shoal_sched *s, int64_t deadline)
 	}
 	cur->state = SH_BLOCKED;
 	sh_schedule(s);
-	if (sh_unlikely(cur->heap_idx != SIZE_MAX))
+	if (sh_unlikely(cur->heap_idx != SH_NO_TIMER))
 		sh_timer_disarm(s, cur);
 	cur->wait_kind = SH_WAIT_NONE;
 	return cur->wake_rc;
