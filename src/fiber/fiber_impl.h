@@ -86,9 +86,9 @@ enum sh_fiber_state { SH_RUNNABLE = 1, SH_RUNNING, SH_BLOCKED, SH_DEAD };
 
 struct shoal_fiber {
 	/* line 0 */
-	void *sp; /* saved stack pointer; NULL until the fiber first runs */
+	void *sp;		      /* saved stack pointer; NULL until the fiber first runs */
 	struct shoal_fiber *run_next; /* run queue, or the free list */
-	sh_waiter w1;                 /* the waiter of a plain send or recv */
+	sh_waiter w1;		      /* the waiter of a plain send or recv */
 	/* line 1 (from offset 72) */
 	uint8_t state;
 	uint8_t wait_kind;
