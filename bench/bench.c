@@ -190,22 +190,26 @@ double sh_bench_metric_get(const sh_bench_result *x, const char *name, double de
 	return def;
 }
 
+static void set_status(sh_bench_result *x, int status, const char *fmt, va_list ap)
+{
+	vsnprintf(x->message, sizeof(x->message), fmt, ap);
+	x->status = status;
+}
+
 void sh_bench_fail(sh_bench_result *x, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(x->message, sizeof(x->message), fmt, ap);
+	set_status(x, SH_BENCH_FAILED, fmt, ap);
 	va_end(ap);
-	x->status = SH_BENCH_FAILED;
 }
 
 void sh_bench_skip(sh_bench_result *x, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(x->message, sizeof(x->message), fmt, ap);
+	set_status(x, SH_BENCH_SKIPPED, fmt, ap);
 	va_end(ap);
-	x->status = SH_BENCH_SKIPPED;
 }
 
 void sh_bench_note(sh_bench_report *r, const char *fmt, ...)

@@ -4,6 +4,9 @@
 #include "test.h"
 
 #include <signal.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
 #include <stdarg.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -54,6 +57,30 @@ int sh_test_sanitized(void)
 #endif
 #else
 	return 0;
+#endif
+}
+
+shoal_sched *sh_test_sched_new(void)
+{
+	shoal_sched *s = NULL;
+	CHECK_OK(shoal_sched_create(&s, NULL));
+	CHECK(s != NULL);
+	CHECK(shoal_sched_current() == s);
+	return s;
+}
+
+shoal_chan *sh_test_chan_new(size_t elem, size_t cap)
+{
+	shoal_chan *c = NULL;
+	CHECK_OK(shoal_chan_create(&c, elem, cap));
+	CHECK(c != NULL);
+	return c;
+}
+
+void sh_test_leak_check(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+	__lsan_do_leak_check();
 #endif
 }
 

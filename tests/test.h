@@ -63,4 +63,14 @@ void sh_test_fail(const char *file, int line, const char *fmt, ...)
 /* Nonzero when built with a sanitizer (slower: scale loops down). */
 int sh_test_sanitized(void);
 
+#define MS 1000000LL /* nanoseconds, for deadlines */
+
+/* A scheduler for the calling thread / a channel, or the case fails. */
+shoal_sched *sh_test_sched_new(void);
+shoal_chan *sh_test_chan_new(size_t elem, size_t cap);
+
+/* Runs LeakSanitizer now (a no-op without it), so a leak is reported by
+ * the case that made it, once everything is torn down. */
+void sh_test_leak_check(void);
+
 #endif

@@ -4,35 +4,6 @@
  * channels, deadlines, and select satisfied or woken by other fibers). */
 #include "test.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
-#endif
-
-/* The harness ends each case with _exit, which skips LeakSanitizer's
- * exit-time check: run it once everything is torn down. */
-static void leak_check(void)
-{
-#if defined(__SANITIZE_ADDRESS__)
-	__lsan_do_leak_check();
-#endif
-}
-
-static shoal_sched *sched_new(void)
-{
-	shoal_sched *s = NULL;
-	CHECK_OK(shoal_sched_create(&s, NULL));
-	CHECK(s != NULL);
-	return s;
-}
-
-static shoal_chan *chan_new(size_t elem, size_t cap)
-{
-	shoal_chan *c = NULL;
-	CHECK_OK(shoal_chan_create(&c, elem, cap));
-	CHECK(c != NULL);
-	return c;
-}
-
 static size_t live_fibers(void)
 {
 	shoal_sched_stats st;
@@ -69,8 +40,8 @@ static void *recv_op(void *arg)
 
 SH_TEST(rendezvous_send_waits_for_receiver)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *c = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 0);
 	int v = 1;
 	/* nobody receives: a non-blocking send cannot complete */
 	CHECK_RC(shoal_chan_send(c, &v, SHOAL_NOWAIT), SHOAL_ETIMEDOUT);
@@ -120,8 +91,8 @@ static void *ping_pong(void *arg)
 
 SH_TEST(rendezvous_ping_pong)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *cs[2] = {chan_new(sizeof(int), 0), chan_new(sizeof(int), 0)};
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *cs[2] = {sh_test_chan_new(sizeof(int), 0), sh_test_chan_new(sizeof(int), 0)};
 	shoal_fiber *f;
 	CHECK_OK(shoal_spawn(&f, ping_pong, cs, NULL));
 	int n = sh_test_sanitized() ? 2000 : 20000;
@@ -140,8 +111,8 @@ SH_TEST(rendezvous_ping_pong)
 
 SH_TEST(buffered_fifo_and_capacity)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *c = chan_new(sizeof(int), 8);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 8);
 	for (int i = 0; i < 8; i++) {
 		CHECK_OK(shoal_chan_send(c, &i, SHOAL_NOWAIT));
 		CHECK_EQ(shoal_chan_len(c), i + 1);
@@ -186,8 +157,8 @@ SH_TEST(buffered_fifo_and_capacity)
 
 SH_TEST(buffered_blocked_senders_keep_order)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *c = chan_new(sizeof(int), 2);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 2);
 	int v;
 	for (v = 0; v < 2; v++)
 		CHECK_OK(shoal_chan_send(c, &v, SHOAL_NOWAIT));
@@ -217,10 +188,10 @@ SH_TEST(buffered_blocked_senders_keep_order)
 
 SH_TEST(blocked_receivers_served_in_order)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	static const size_t caps[] = {0, 3};
 	for (int k = 0; k < 2; k++) {
-		shoal_chan *c = chan_new(sizeof(int), caps[k]);
+		shoal_chan *c = sh_test_chan_new(sizeof(int), caps[k]);
 		struct op o[5];
 		shoal_fiber *f[5];
 		for (int i = 0; i < 5; i++) {
@@ -273,13 +244,13 @@ static void *sized_sender(void *arg)
 
 SH_TEST(element_sizes_copied_exactly)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	static const size_t sizes[] = {1, 8, 24, 4096};
 	static const size_t caps[] = {0, 1, 5};
 	for (size_t si = 0; si < 4; si++) {
 		for (size_t ci = 0; ci < 3; ci++) {
 			size_t size = sizes[si];
-			struct sized z = {chan_new(size, caps[ci]), size, 12};
+			struct sized z = {sh_test_chan_new(size, caps[ci]), size, 12};
 			shoal_fiber *f;
 			CHECK_OK(shoal_spawn(&f, sized_sender, &z, NULL));
 			/* receive into a larger buffer: bytes past the element
@@ -310,8 +281,8 @@ SH_TEST(element_sizes_copied_exactly)
 
 SH_TEST(close_drains_buffer_then_closed)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *c = chan_new(sizeof(int), 4);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 4);
 	for (int i = 0; i < 3; i++)
 		CHECK_OK(shoal_chan_send(c, &i, SHOAL_NOWAIT));
 	CHECK_OK(shoal_chan_close(c));
@@ -328,7 +299,7 @@ SH_TEST(close_drains_buffer_then_closed)
 	CHECK_RC(shoal_chan_close(c), SHOAL_ECLOSED);
 	CHECK_OK(shoal_chan_destroy(c));
 
-	shoal_chan *u = chan_new(sizeof(int), 0);
+	shoal_chan *u = sh_test_chan_new(sizeof(int), 0);
 	CHECK_OK(shoal_chan_close(u));
 	CHECK_RC(shoal_chan_close(u), SHOAL_ECLOSED);
 	CHECK_RC(shoal_chan_send(u, &v, SHOAL_FOREVER), SHOAL_ECLOSED);
@@ -339,15 +310,15 @@ SH_TEST(close_drains_buffer_then_closed)
 
 SH_TEST(close_wakes_blocked_receivers_and_senders)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	/* receivers on an empty channel */
-	shoal_chan *r = chan_new(sizeof(int), 2);
+	shoal_chan *r = sh_test_chan_new(sizeof(int), 2);
 	/* senders on a full one: their elements must not be delivered */
-	shoal_chan *w = chan_new(sizeof(int), 1);
+	shoal_chan *w = sh_test_chan_new(sizeof(int), 1);
 	int v = 1000;
 	CHECK_OK(shoal_chan_send(w, &v, SHOAL_NOWAIT));
 	/* senders on a rendezvous channel */
-	shoal_chan *z = chan_new(sizeof(int), 0);
+	shoal_chan *z = sh_test_chan_new(sizeof(int), 0);
 	struct op o[9];
 	shoal_fiber *f[9];
 	for (int i = 0; i < 9; i++) {
@@ -377,13 +348,13 @@ SH_TEST(close_wakes_blocked_receivers_and_senders)
 	CHECK_OK(shoal_chan_destroy(w));
 	CHECK_OK(shoal_chan_destroy(z));
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 SH_TEST(destroy_with_waiters_is_busy)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *c = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 0);
 	struct op o = {.c = c, .rc = PENDING};
 	shoal_fiber *f;
 	CHECK_OK(shoal_spawn(&f, recv_op, &o, NULL));
@@ -405,7 +376,7 @@ SH_TEST(destroy_with_waiters_is_busy)
 	CHECK_RC(o.rc, SHOAL_ECLOSED);
 
 	/* a fiber blocked in select counts too */
-	shoal_chan *d = chan_new(sizeof(int), 0);
+	shoal_chan *d = sh_test_chan_new(sizeof(int), 0);
 	CHECK_OK(shoal_chan_destroy(c));
 	o = (struct op){.c = d, .rc = PENDING};
 	CHECK_OK(shoal_spawn(&f, recv_op, &o, NULL));
@@ -416,12 +387,12 @@ SH_TEST(destroy_with_waiters_is_busy)
 	/* the cancelled waiter is gone: destroy works now */
 	CHECK_OK(shoal_chan_destroy(d));
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 SH_TEST(create_bad_arguments)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	shoal_chan *c = NULL;
 	CHECK(shoal_chan_create(&c, SIZE_MAX / 2, 4) < 0);
 	CHECK(shoal_chan_create(&c, 4096, SIZE_MAX / 1024) < 0);
@@ -433,8 +404,8 @@ SH_TEST(create_bad_arguments)
 
 SH_TEST(select_picks_ready_case)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *a = chan_new(sizeof(int), 1), *b = chan_new(sizeof(int), 1);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *a = sh_test_chan_new(sizeof(int), 1), *b = sh_test_chan_new(sizeof(int), 1);
 	int v = 42, ra = -1, rb = -1;
 	CHECK_OK(shoal_chan_send(b, &v, SHOAL_NOWAIT));
 	shoal_select_case cs[2] = {{a, SHOAL_SELECT_RECV, &ra}, {b, SHOAL_SELECT_RECV, &rb}};
@@ -469,13 +440,13 @@ SH_TEST(select_picks_ready_case)
 
 SH_TEST(select_random_among_ready)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	enum { K = 3 };
 	shoal_chan *c[K];
 	int got[K];
 	shoal_select_case cs[K];
 	for (int i = 0; i < K; i++) {
-		c[i] = chan_new(sizeof(int), 1);
+		c[i] = sh_test_chan_new(sizeof(int), 1);
 		int v = i;
 		CHECK_OK(shoal_chan_send(c[i], &v, SHOAL_NOWAIT));
 		cs[i] = (shoal_select_case){c[i], SHOAL_SELECT_RECV, &got[i]};
@@ -506,7 +477,7 @@ SH_TEST(select_random_among_ready)
 	CHECK(max_run < 25);
 
 	/* send cases share fairly too */
-	shoal_chan *d[2] = {chan_new(sizeof(int), 1), chan_new(sizeof(int), 1)};
+	shoal_chan *d[2] = {sh_test_chan_new(sizeof(int), 1), sh_test_chan_new(sizeof(int), 1)};
 	int one = 1, sc[2] = {0, 0};
 	shoal_select_case ss[2] = {{d[0], SHOAL_SELECT_SEND, &one},
 				   {d[1], SHOAL_SELECT_SEND, &one}};
@@ -528,8 +499,8 @@ SH_TEST(select_random_among_ready)
 
 SH_TEST(select_null_cases_never_chosen)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *c = chan_new(sizeof(int), 1);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 1);
 	int v = 3, r = 0;
 	shoal_select_case cs[4] = {{NULL, SHOAL_SELECT_RECV, &r},
 				   {NULL, SHOAL_SELECT_SEND, &v},
@@ -557,8 +528,8 @@ SH_TEST(select_null_cases_never_chosen)
 
 SH_TEST(select_closed_channels_return_at_once)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *a = chan_new(sizeof(int), 0), *b = chan_new(sizeof(int), 2);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *a = sh_test_chan_new(sizeof(int), 0), *b = sh_test_chan_new(sizeof(int), 2);
 	CHECK_OK(shoal_chan_close(a));
 	CHECK_OK(shoal_chan_close(b));
 	int x, y;
@@ -585,7 +556,7 @@ SH_TEST(select_closed_channels_return_at_once)
 	CHECK_OK(shoal_chan_destroy(b));
 
 	/* closed but with buffered elements: they are still received */
-	shoal_chan *c = chan_new(sizeof(int), 2);
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 2);
 	int v = 17;
 	CHECK_OK(shoal_chan_send(c, &v, SHOAL_NOWAIT));
 	CHECK_OK(shoal_chan_close(c));
@@ -600,8 +571,8 @@ SH_TEST(select_closed_channels_return_at_once)
 
 SH_TEST(select_deadline)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *a = chan_new(sizeof(int), 0), *b = chan_new(sizeof(int), 1);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *a = sh_test_chan_new(sizeof(int), 0), *b = sh_test_chan_new(sizeof(int), 1);
 	int x, y = 1;
 	CHECK_OK(shoal_chan_send(b, &y, SHOAL_NOWAIT)); /* b is full */
 	shoal_select_case cs[2] = {{a, SHOAL_SELECT_RECV, &x}, {b, SHOAL_SELECT_SEND, &y}};
@@ -650,8 +621,8 @@ static void *delayed_recv(void *arg)
 
 SH_TEST(select_blocks_then_satisfied)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *a = chan_new(sizeof(int), 0), *b = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *a = sh_test_chan_new(sizeof(int), 0), *b = sh_test_chan_new(sizeof(int), 0);
 	int x = -1, y = -1;
 	shoal_select_case cs[2] = {{a, SHOAL_SELECT_RECV, &x}, {b, SHOAL_SELECT_RECV, &y}};
 
@@ -695,8 +666,8 @@ SH_TEST(select_blocks_then_satisfied)
  * the second must stay blocked with its element intact. */
 SH_TEST(select_completes_only_one_case)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *a = chan_new(sizeof(int), 0), *b = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *a = sh_test_chan_new(sizeof(int), 0), *b = sh_test_chan_new(sizeof(int), 0);
 	for (int round = 0; round < 20; round++) {
 		int x = -1, y = -1;
 		shoal_select_case cs[2] = {{a, SHOAL_SELECT_RECV, &x}, {b, SHOAL_SELECT_RECV, &y}};
@@ -747,22 +718,22 @@ SH_TEST(select_completes_only_one_case)
 		CHECK_RC(lost->rc, SHOAL_ECLOSED);
 		CHECK_OK(shoal_chan_destroy(lost->c));
 		if (lost->c == a)
-			a = chan_new(sizeof(int), 0);
+			a = sh_test_chan_new(sizeof(int), 0);
 		else
-			b = chan_new(sizeof(int), 0);
+			b = sh_test_chan_new(sizeof(int), 0);
 	}
 	CHECK_OK(shoal_chan_destroy(a));
 	CHECK_OK(shoal_chan_destroy(b));
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 /* A select with a send and a receive case on the same rendezvous channel
  * must not pair with itself. */
 SH_TEST(select_does_not_match_itself)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *c = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 0);
 	int in = -1, out = 5;
 	shoal_select_case cs[2] = {{c, SHOAL_SELECT_RECV, &in}, {c, SHOAL_SELECT_SEND, &out}};
 	size_t chosen = 99;
@@ -784,8 +755,8 @@ SH_TEST(select_does_not_match_itself)
 
 SH_TEST(select_woken_by_close)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *a = chan_new(sizeof(int), 0), *b = chan_new(sizeof(int), 3);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *a = sh_test_chan_new(sizeof(int), 0), *b = sh_test_chan_new(sizeof(int), 3);
 	int x = -1, y = 4;
 	CHECK_OK(shoal_chan_send(b, &y, SHOAL_NOWAIT));
 	CHECK_OK(shoal_chan_send(b, &y, SHOAL_NOWAIT));
@@ -869,12 +840,12 @@ static void *many_receiver(void *arg)
 
 SH_TEST(select_many_fibers_no_loss)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	mper = sh_test_sanitized() ? 300 : 3000;
 	mseen = calloc((size_t)(MNSEND * mper), 1);
 	CHECK(mseen != NULL);
 	for (int i = 0; i < MNCH; i++)
-		mch[i] = chan_new(sizeof(int), (size_t)i); /* capacities 0..3 */
+		mch[i] = sh_test_chan_new(sizeof(int), (size_t)i); /* capacities 0..3 */
 	shoal_fiber *sf[MNSEND], *rf[MNRECV];
 	for (int i = 0; i < MNRECV; i++)
 		CHECK_OK(shoal_spawn(&rf[i], many_receiver, NULL, NULL));
@@ -893,5 +864,5 @@ SH_TEST(select_many_fibers_no_loss)
 		CHECK_OK(shoal_chan_destroy(mch[i]));
 	free(mseen);
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }

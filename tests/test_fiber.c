@@ -9,36 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
-#endif
-
-/* The harness ends each case with _exit, which skips LeakSanitizer's
- * exit-time check: run it once everything is torn down. */
-static void leak_check(void)
-{
-#if defined(__SANITIZE_ADDRESS__)
-	__lsan_do_leak_check();
-#endif
-}
-
-static shoal_sched *sched_new(void)
-{
-	shoal_sched *s = NULL;
-	CHECK_OK(shoal_sched_create(&s, NULL));
-	CHECK(s != NULL);
-	CHECK(shoal_sched_current() == s);
-	return s;
-}
-
-static shoal_chan *chan_new(size_t elem, size_t cap)
-{
-	shoal_chan *c = NULL;
-	CHECK_OK(shoal_chan_create(&c, elem, cap));
-	CHECK(c != NULL);
-	return c;
-}
-
 static shoal_sched_stats stats(shoal_sched *s)
 {
 	shoal_sched_stats st;
@@ -65,7 +35,7 @@ static void *recv_plus_one(void *arg)
 
 SH_TEST(spawn_join_results)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	shoal_sched_stats st0 = stats(s);
 	CHECK_EQ(st0.live, 0);
 	shoal_fiber *f[10];
@@ -117,7 +87,7 @@ static void *spawner_checks_lazy_start(void *arg)
 
 SH_TEST(spawn_starts_at_next_blocking_point)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	shoal_fiber *f[3];
 	for (int i = 0; i < 3; i++) {
 		CHECK_OK(shoal_spawn(&f[i], log_once, (void *)(intptr_t)(i + 1), NULL));
@@ -152,7 +122,7 @@ static void *rr_fn(void *arg)
 
 SH_TEST(yield_round_robin)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	CHECK_OK(shoal_yield()); /* alone: returns at once */
 	shoal_fiber *f[RR_FIBERS];
 	for (int i = 0; i < RR_FIBERS; i++)
@@ -171,7 +141,7 @@ SH_TEST(yield_round_robin)
 /* The root also takes its turn: yields from root and fibers interleave. */
 SH_TEST(yield_root_interleaves)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	shoal_fiber *f[2];
 	for (int i = 0; i < 2; i++)
 		CHECK_OK(shoal_spawn(&f[i], rr_fn, (void *)(intptr_t)i, NULL));
@@ -187,7 +157,7 @@ SH_TEST(yield_root_interleaves)
 
 SH_TEST(stack_reuse_and_trim)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	size_t mapped_early = 0;
 	for (int i = 0; i < 2000; i++) {
 		shoal_fiber *f;
@@ -202,7 +172,7 @@ SH_TEST(stack_reuse_and_trim)
 	CHECK_EQ(st.stacks_mapped, mapped_early);
 	CHECK_EQ(st.live, 0);
 	/* 64 fibers alive at once need 64 stacks */
-	shoal_chan *c = chan_new(sizeof(int), 0);
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 0);
 	shoal_fiber *f[64];
 	for (int i = 0; i < 64; i++)
 		CHECK_OK(shoal_spawn(&f[i], recv_plus_one, c, NULL));
@@ -251,7 +221,7 @@ static void *name_self(void *arg)
 
 SH_TEST(names_and_ids)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	shoal_fiber *root = shoal_self();
 	CHECK(root != NULL);
 	CHECK_EQ(shoal_fiber_id(root), 0);
@@ -308,7 +278,7 @@ SH_TEST(ids_unique_never_reused)
 	static uint64_t ids[2 * N];
 	int n = 0;
 	for (int round = 0; round < 2; round++) {
-		shoal_sched *s = sched_new();
+		shoal_sched *s = sh_test_sched_new();
 		CHECK_EQ(shoal_fiber_id(shoal_self()), 0);
 		shoal_fiber *f[N];
 		for (int i = 0; i < N; i++) {
@@ -363,7 +333,7 @@ static void *fls_user(void *arg)
 
 SH_TEST(fls_values_and_destructors)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	CHECK_OK(shoal_fls_key_create(&key_a, dtor_a));
 	CHECK_OK(shoal_fls_key_create(&key_b, NULL));
 	CHECK(key_a != key_b);
@@ -405,12 +375,12 @@ SH_TEST(fls_values_and_destructors)
 	/* the root's value is destroyed with the scheduler */
 	CHECK_EQ(dtor_n, 5);
 	CHECK_EQ(dtor_val[4], 7777);
-	leak_check();
+	sh_test_leak_check();
 }
 
 SH_TEST(fls_key_limit)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	shoal_fls_key keys[SHOAL_FLS_MAX + 1];
 	int n = 0, rc = 0;
 	while (n <= SHOAL_FLS_MAX && (rc = shoal_fls_key_create(&keys[n], NULL)) == 0)
@@ -474,8 +444,8 @@ static void *structured_parent(void *arg)
 
 SH_TEST(structured_children_cancelled_with_parent)
 {
-	shoal_sched *s = sched_new();
-	never = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	never = sh_test_chan_new(sizeof(int), 0);
 	for (int i = 0; i < 16; i++)
 		child_rc[i] = 1;
 	shoal_fiber *p;
@@ -491,7 +461,7 @@ SH_TEST(structured_children_cancelled_with_parent)
 	CHECK_EQ(stats(s).live, 0);
 	CHECK_OK(shoal_chan_destroy(never));
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 static int detached_rc = 1, detached_val;
@@ -515,8 +485,8 @@ static void *detaching_parent(void *arg)
 
 SH_TEST(detached_outlives_parent)
 {
-	shoal_sched *s = sched_new();
-	det_chan = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	det_chan = sh_test_chan_new(sizeof(int), 0);
 	shoal_fiber *p;
 	CHECK_OK(shoal_spawn(&p, detaching_parent, NULL, NULL));
 	CHECK_OK(shoal_join(p, NULL));
@@ -543,7 +513,7 @@ SH_TEST(detached_outlives_parent)
 	CHECK_EQ(stats(s).live, 0);
 	CHECK_OK(shoal_chan_destroy(det_chan));
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 static int owned_rc = 1;
@@ -556,8 +526,8 @@ static void *owned_fn(void *arg)
 
 SH_TEST(sched_destroy_cancels_leftovers)
 {
-	shoal_sched *s = sched_new();
-	det_chan = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	det_chan = sh_test_chan_new(sizeof(int), 0);
 	shoal_fiber_opts o = {.detached = 1};
 	CHECK_OK(shoal_spawn(NULL, detached_fn, NULL, &o));
 	shoal_fiber *f; /* owned by root, never joined */
@@ -573,9 +543,9 @@ SH_TEST(sched_destroy_cancels_leftovers)
 	CHECK_RC(owned_rc, SHOAL_ECANCELED);
 	CHECK(shoal_sched_current() == NULL);
 	/* and the thread can become a scheduler again */
-	s = sched_new();
+	s = sh_test_sched_new();
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 /* sched_destroy does not free channels, so the caller must be able to free
@@ -583,8 +553,8 @@ SH_TEST(sched_destroy_cancels_leftovers)
  * (SHOAL_EBUSY), and no other moment exists. */
 SH_TEST(chan_destroy_after_sched_destroy)
 {
-	shoal_sched *s = sched_new();
-	det_chan = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	det_chan = sh_test_chan_new(sizeof(int), 0);
 	shoal_fiber *f;
 	CHECK_OK(shoal_spawn(&f, owned_fn, NULL, NULL));
 	CHECK_OK(shoal_yield());
@@ -597,7 +567,7 @@ SH_TEST(chan_destroy_after_sched_destroy)
 	CHECK_RC(shoal_chan_send(det_chan, &v, SHOAL_FOREVER), SHOAL_ECLOSED);
 	CHECK_RC(shoal_chan_close(det_chan), SHOAL_ECLOSED);
 	CHECK_OK(shoal_chan_destroy(det_chan));
-	leak_check();
+	sh_test_leak_check();
 }
 
 static void *destroy_from_fiber(void *arg)
@@ -607,7 +577,7 @@ static void *destroy_from_fiber(void *arg)
 
 SH_TEST(sched_destroy_only_from_root)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	shoal_fiber *f;
 	CHECK_OK(shoal_spawn(&f, destroy_from_fiber, NULL, NULL));
 	void *r;
@@ -631,8 +601,8 @@ static void *many_wait(void *arg)
 SH_TEST_T(hundred_thousand_fibers, 120)
 {
 	const int n = 100000;
-	shoal_sched *s = sched_new();
-	shoal_chan *c = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 0);
 	shoal_fiber **f = malloc(sizeof *f * (size_t)n);
 	CHECK(f != NULL);
 	for (int i = 0; i < n; i++) {
@@ -682,7 +652,7 @@ static uintptr_t big_frame_sum(void)
 
 SH_TEST(custom_stack_size)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	shoal_fiber_opts o = {.name = "big-stack", .stack_size = 512 * 1024};
 	shoal_fiber *f;
 	CHECK_OK(shoal_spawn(&f, big_frame, NULL, &o));
@@ -710,8 +680,8 @@ SH_TEST(custom_stack_size)
 SH_TEST(many_distinct_stack_sizes)
 {
 	enum { N = 20 };
-	shoal_sched *s = sched_new();
-	shoal_chan *c = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 0);
 	shoal_fiber *f[N];
 	for (int i = 0; i < N; i++) {
 		shoal_fiber_opts o = {.stack_size = (size_t)(64 + 8 * i) * 1024};
@@ -738,7 +708,7 @@ SH_TEST(guard_modes_run_fibers)
 		shoal_sched_opts so = {.guard = modes[m]};
 		shoal_sched *s = NULL;
 		CHECK_OK(shoal_sched_create(&s, &so));
-		shoal_chan *c = chan_new(sizeof(int), 0);
+		shoal_chan *c = sh_test_chan_new(sizeof(int), 0);
 		shoal_fiber *f[20];
 		for (int i = 0; i < 20; i++)
 			CHECK_OK(shoal_spawn(&f[i], recv_plus_one, c, NULL));
@@ -769,7 +739,7 @@ SH_TEST(bad_options)
 	shoal_sched_opts so = {.guard = (shoal_guard_mode)42};
 	CHECK_RC(shoal_sched_create(&s, &so), SHOAL_EINVAL);
 	CHECK(shoal_sched_current() == NULL);
-	s = sched_new();
+	s = sh_test_sched_new();
 	shoal_fiber *f = NULL;
 	CHECK_RC(shoal_spawn(&f, NULL, NULL, NULL), SHOAL_EINVAL);
 	shoal_fiber_opts o = {.stack_size = SIZE_MAX};
@@ -851,19 +821,19 @@ static void *waiter(void *arg)
 
 SH_TEST_T(cancel_each_kind_of_wait, 30)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	for (int kind = 0; kind < W_NKINDS; kind++) {
 		struct wctx w = {.kind = kind, .rc = PENDING, .fd = -1};
 		int p[2] = {-1, -1};
 		shoal_fiber *target = NULL;
 		shoal_chan *tc = NULL;
-		w.c = chan_new(sizeof(int), 0);
+		w.c = sh_test_chan_new(sizeof(int), 0);
 		if (kind == W_FD) {
 			CHECK(pipe2(p, O_NONBLOCK) == 0);
 			w.fd = p[0];
 		}
 		if (kind == W_JOIN) {
-			tc = chan_new(sizeof(int), 0);
+			tc = sh_test_chan_new(sizeof(int), 0);
 			CHECK_OK(shoal_spawn(&target, recv_plus_one, tc, NULL));
 			w.target = target;
 		}
@@ -913,14 +883,14 @@ SH_TEST_T(cancel_each_kind_of_wait, 30)
 		CHECK_EQ(stats(s).live, 0);
 	}
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 SH_TEST(cancel_before_start)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	struct wctx w = {.kind = W_RECV, .rc = PENDING};
-	w.c = chan_new(sizeof(int), 1);
+	w.c = sh_test_chan_new(sizeof(int), 1);
 	int v = 1;
 	CHECK_OK(shoal_chan_send(w.c, &v, SHOAL_NOWAIT)); /* recv could succeed... */
 	shoal_fiber *f;
@@ -951,7 +921,7 @@ static void *cancel_self(void *arg)
 
 SH_TEST(cancel_self)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	shoal_fiber *f;
 	CHECK_OK(shoal_spawn(&f, cancel_self, NULL, NULL));
 	void *r;
@@ -962,7 +932,7 @@ SH_TEST(cancel_self)
 
 SH_TEST(cancel_finished_fiber_is_harmless)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	shoal_fiber *f;
 	CHECK_OK(shoal_spawn(&f, ret_arg, (void *)(intptr_t)55, NULL));
 	CHECK_OK(shoal_yield()); /* it has returned, not yet joined */
@@ -978,8 +948,8 @@ SH_TEST(cancel_finished_fiber_is_harmless)
 
 SH_TEST(join_until_timeout_leaves_joinable)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *c = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 0);
 	shoal_fiber *f;
 	CHECK_OK(shoal_spawn(&f, recv_plus_one, c, NULL));
 	void *r = (void *)(intptr_t)-5;
@@ -1013,7 +983,7 @@ static void *join_target(void *arg)
 
 SH_TEST(join_errors)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	/* self */
 	CHECK_RC(shoal_join(shoal_self(), NULL), SHOAL_EINVAL);
 	shoal_fiber *f;
@@ -1023,7 +993,7 @@ SH_TEST(join_errors)
 	CHECK_RC((int)(intptr_t)r, SHOAL_EINVAL);
 
 	/* two joiners: the second is refused, the first gets the result */
-	shoal_chan *c = chan_new(sizeof(int), 0);
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 0);
 	shoal_fiber *t, *j1, *j2;
 	CHECK_OK(shoal_spawn(&t, recv_plus_one, c, NULL));
 	CHECK_OK(shoal_spawn(&j1, join_target, t, NULL));
@@ -1050,7 +1020,7 @@ SH_TEST(join_errors)
 	CHECK_EQ(stats(s).live, 0);
 	CHECK_OK(shoal_chan_destroy(c));
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 /* ---- scheduler lifecycle ---------------------------------------------------- */
@@ -1063,14 +1033,14 @@ SH_TEST(no_scheduler)
 	CHECK_RC(shoal_spawn(&f, ret_arg, NULL, NULL), SHOAL_EINVAL);
 	shoal_fiber_opts o = {.detached = 1};
 	CHECK_RC(shoal_spawn(NULL, ret_arg, NULL, &o), SHOAL_EINVAL);
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	CHECK_OK(shoal_sched_destroy(s));
 	CHECK_RC(shoal_spawn(&f, ret_arg, NULL, NULL), SHOAL_EINVAL);
 }
 
 SH_TEST(sched_create_twice_busy)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	shoal_sched *s2 = NULL;
 	CHECK_RC(shoal_sched_create(&s2, NULL), SHOAL_EBUSY);
 	CHECK(shoal_sched_current() == s);
@@ -1081,7 +1051,7 @@ SH_TEST(sched_create_twice_busy)
 	CHECK_OK(shoal_join(f, &r));
 	CHECK_EQ((intptr_t)r, 3);
 	CHECK_OK(shoal_sched_destroy(s));
-	s = sched_new();
+	s = sh_test_sched_new();
 	CHECK_OK(shoal_sched_destroy(s));
 }
 
@@ -1112,8 +1082,8 @@ static void *chain_link(void *arg)
 
 SH_TEST(nested_chain_unwinds)
 {
-	shoal_sched *s = sched_new();
-	chain_chan = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	chain_chan = sh_test_chan_new(sizeof(int), 0);
 	const int depth = 200;
 	shoal_fiber *top;
 	CHECK_OK(shoal_spawn(&top, chain_link, (void *)(intptr_t)depth, NULL));
@@ -1128,22 +1098,22 @@ SH_TEST(nested_chain_unwinds)
 	CHECK_EQ(stats(s).live, 0);
 	CHECK_OK(shoal_chan_destroy(chain_chan));
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 /* shoal_sched_destroy with fibers parked in every kind of wait. */
 SH_TEST(sched_destroy_with_every_wait)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	static struct wctx w[W_NKINDS];
 	int p[2];
 	CHECK(pipe2(p, O_NONBLOCK) == 0);
-	shoal_chan *tc = chan_new(sizeof(int), 0);
+	shoal_chan *tc = sh_test_chan_new(sizeof(int), 0);
 	shoal_fiber *target;
 	CHECK_OK(shoal_spawn(&target, recv_plus_one, tc, NULL));
 	for (int kind = 0; kind < W_NKINDS; kind++) {
 		w[kind] = (struct wctx){.kind = kind, .rc = PENDING, .fd = p[0], .target = target};
-		w[kind].c = chan_new(sizeof(int), 0);
+		w[kind].c = sh_test_chan_new(sizeof(int), 0);
 		shoal_fiber_opts o = {.detached = kind % 2};
 		shoal_fiber *f;
 		CHECK_OK(shoal_spawn(&f, waiter, &w[kind], &o));
@@ -1162,12 +1132,12 @@ SH_TEST(sched_destroy_with_every_wait)
 	CHECK_OK(shoal_chan_destroy(tc));
 	close(p[0]);
 	close(p[1]);
-	leak_check();
+	sh_test_leak_check();
 }
 
 SH_TEST(join_until_finished_fiber)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	shoal_fiber *f;
 	CHECK_OK(shoal_spawn(&f, ret_arg, (void *)(intptr_t)31, NULL));
 	CHECK_OK(shoal_yield()); /* it has returned */

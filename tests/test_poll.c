@@ -10,29 +10,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define MS 1000000LL
-
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
-#endif
-
-/* The harness ends each case with _exit, which skips LeakSanitizer's
- * exit-time check: run it once everything is torn down. */
-static void leak_check(void)
-{
-#if defined(__SANITIZE_ADDRESS__)
-	__lsan_do_leak_check();
-#endif
-}
-
-static shoal_sched *sched_new(void)
-{
-	shoal_sched *s = NULL;
-	CHECK_OK(shoal_sched_create(&s, NULL));
-	CHECK(s != NULL);
-	return s;
-}
-
 static void sockpair(int sv[2])
 {
 	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
@@ -129,7 +106,7 @@ static void *reader_fn(void *arg)
 
 SH_TEST(readable_after_peer_writes)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	int sv[2];
 	sockpair(sv);
 	struct rd r = {.fd = sv[0]};
@@ -174,7 +151,7 @@ SH_TEST(readable_after_peer_writes)
 
 SH_TEST(writable_when_buffer_drains)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	int sv[2];
 	sockpair(sv);
 	unsigned rev = 0;
@@ -262,7 +239,7 @@ static void *echo_client(void *arg)
 
 SH_TEST(many_echo_pairs)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	echo_rounds = sh_test_sanitized() ? 10 : 50;
 	shoal_fiber *srv[NPAIRS], *cli[NPAIRS];
 	for (int i = 0; i < NPAIRS; i++) {
@@ -279,7 +256,7 @@ SH_TEST(many_echo_pairs)
 	}
 	CHECK_EQ(echo_ok, NPAIRS);
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 struct bulk {
@@ -324,7 +301,7 @@ static void *bulk_reader(void *arg)
 
 SH_TEST(bulk_transfer_partial_writes)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	int sv[2];
 	sockpair(sv);
 	size_t len = (size_t)(sh_test_sanitized() ? 2 : 16) << 20;
@@ -366,7 +343,7 @@ static void *hup_waiter(void *arg)
 
 SH_TEST(hup_and_err_reported)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	/* socket peer closed: HUP (and readable, for the EOF) */
 	int sv[2];
 	sockpair(sv);
@@ -409,7 +386,7 @@ SH_TEST(hup_and_err_reported)
 	CHECK(h.seen & SHOAL_FD_ERR);
 	forget_close(p[1]);
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 /* ---- one waiter per direction ---------------------------------------------------- */
@@ -447,7 +424,7 @@ static void *write_one(void *arg)
 
 SH_TEST(one_waiter_per_direction)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	int sv[2];
 	sockpair(sv);
 	/* fill sv[0]'s send path so a writer must wait */
@@ -493,7 +470,7 @@ SH_TEST(one_waiter_per_direction)
 
 SH_TEST(forget_wakes_waiter_and_unknown_fd)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	int sv[2];
 	sockpair(sv);
 	struct dirw w = {.fd = sv[0], .rc = 12345};
@@ -531,12 +508,12 @@ SH_TEST(forget_wakes_waiter_and_unknown_fd)
 		close(sv[1]);
 	}
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 SH_TEST(fd_wait_deadline)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	int sv[2];
 	sockpair(sv);
 	int rc;
@@ -599,7 +576,7 @@ static void *between_fn(void *arg)
 
 SH_TEST(readiness_between_waits_not_lost)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	int sv[2];
 	sockpair(sv);
 	struct between b = {.fd = sv[0]};
@@ -652,7 +629,7 @@ static void *delayed_writer(void *arg)
 
 SH_TEST(timers_and_fd_waits_coexist)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	int p[2];
 	nbpipe(p);
 	int64_t t0 = shoal_now_ns();
@@ -713,7 +690,7 @@ static void *starved_waiter(void *arg)
 
 SH_TEST(poller_not_starved_by_yielders)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	yields_total = sh_test_sanitized() ? 20000 : 100000;
 	int p[2];
 	nbpipe(p);
@@ -737,7 +714,7 @@ SH_TEST(poller_not_starved_by_yielders)
 /* Descriptors epoll cannot watch must give an answer, not a hang. */
 SH_TEST_T(unpollable_fds_answer_promptly, 20)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	int64_t t0 = shoal_now_ns();
 	int rc = shoal_fd_wait(-1, SHOAL_FD_IN, shoal_deadline_in(5000 * MS), NULL);
 	CHECK(rc < 0 && rc != SHOAL_ETIMEDOUT);

@@ -10,43 +10,10 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#define MS 1000000LL
-
-/* The harness ends each case with _exit(0), which skips the sanitizer's
- * exit-time verdict: make a data race fail the case at once instead. */
 const char *__tsan_default_options(void);
 __attribute__((used)) const char *__tsan_default_options(void)
 {
 	return "halt_on_error=1";
-}
-
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
-#endif
-
-/* The harness ends each case with _exit, which skips LeakSanitizer's
- * exit-time check: run it once everything is torn down. */
-static void leak_check(void)
-{
-#if defined(__SANITIZE_ADDRESS__)
-	__lsan_do_leak_check();
-#endif
-}
-
-static shoal_sched *sched_new(void)
-{
-	shoal_sched *s = NULL;
-	CHECK_OK(shoal_sched_create(&s, NULL));
-	CHECK(s != NULL);
-	return s;
-}
-
-static shoal_chan *chan_new(size_t elem, size_t cap)
-{
-	shoal_chan *c = NULL;
-	CHECK_OK(shoal_chan_create(&c, elem, cap));
-	CHECK(c != NULL);
-	return c;
 }
 
 static int64_t slack(void)
@@ -122,9 +89,9 @@ static void *consumer_fiber(void *arg)
 
 static void producers_run(size_t cap)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	pc.per = sh_test_sanitized() ? 400 : 5000;
-	pc.c = chan_new(sizeof(int), cap);
+	pc.c = sh_test_chan_new(sizeof(int), cap);
 	pc.seen = calloc((size_t)(NPROD * pc.per), 1);
 	CHECK(pc.seen != NULL);
 	shoal_fiber *f[NCONS];
@@ -150,7 +117,7 @@ static void producers_run(size_t cap)
 SH_TEST(foreign_producers_unbuffered)
 {
 	producers_run(0);
-	leak_check();
+	sh_test_leak_check();
 }
 
 SH_TEST(foreign_producers_buffered)
@@ -170,8 +137,8 @@ static void *late_sender(void *arg)
 
 SH_TEST(foreign_send_wakes_idle_scheduler)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *c = chan_new(sizeof(int), 0), *b = chan_new(sizeof(int), 4);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 0), *b = sh_test_chan_new(sizeof(int), 4);
 	shoal_chan *cs[2] = {c, b};
 	for (int k = 0; k < 2; k++) {
 		/* the root is the only fiber and blocks: the scheduler sleeps in
@@ -211,9 +178,9 @@ static void *timed_sender(void *arg)
 
 SH_TEST(foreign_send_deadline_retracted)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	for (int cap = 0; cap < 2; cap++) {
-		ts.c = chan_new(sizeof(int), (size_t)cap);
+		ts.c = sh_test_chan_new(sizeof(int), (size_t)cap);
 		int v = 1;
 		if (cap == 1)
 			CHECK_OK(shoal_chan_send(ts.c, &v, SHOAL_NOWAIT)); /* full */
@@ -260,9 +227,9 @@ static void *busy_owner_sender(void *arg)
 
 SH_TEST_T(foreign_send_deadline_with_busy_owner, 20)
 {
-	shoal_sched *s = sched_new();
-	bo.unbuf = chan_new(sizeof(int), 0);
-	bo.room = chan_new(sizeof(int), 4);
+	shoal_sched *s = sh_test_sched_new();
+	bo.unbuf = sh_test_chan_new(sizeof(int), 0);
+	bo.room = sh_test_chan_new(sizeof(int), 4);
 	pthread_t t;
 	start(&t, busy_owner_sender, NULL);
 	/* blocks this thread, not just the root fiber; give up after a few
@@ -314,9 +281,9 @@ static void *race_sender(void *arg)
 
 SH_TEST_T(foreign_send_deadline_races_receiver, 120)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	race.rounds = sh_test_sanitized() ? 60 : 300;
-	race.c = chan_new(sizeof(int), 0);
+	race.c = sh_test_chan_new(sizeof(int), 0);
 	pthread_t t;
 	start(&t, race_sender, NULL);
 	int delivered = 0, expired = 0;
@@ -350,7 +317,7 @@ SH_TEST_T(foreign_send_deadline_races_receiver, 120)
 	CHECK_EQ(delivered + expired, race.rounds);
 	CHECK_OK(shoal_chan_destroy(race.c));
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 /* ---- foreign close ------------------------------------------------------------- */
@@ -397,9 +364,9 @@ static void *op_fiber(void *arg)
 
 SH_TEST(foreign_close_wakes_fibers)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *cs[3] = {chan_new(sizeof(int), 0), chan_new(sizeof(int), 0),
-			     chan_new(sizeof(int), 2)};
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *cs[3] = {sh_test_chan_new(sizeof(int), 0), sh_test_chan_new(sizeof(int), 0),
+			     sh_test_chan_new(sizeof(int), 2)};
 	struct op o[6] = {{cs[0], 0, 1}, {cs[0], 0, 1}, {cs[0], 0, 1},
 			  {cs[1], 1, 1}, {cs[1], 1, 1}, {cs[2], 2, 1}};
 	shoal_fiber *f[6];
@@ -446,11 +413,11 @@ static void *racing_closer(void *arg)
 
 SH_TEST(concurrent_closes_one_wins)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	enum { NT = 4 };
 	int rounds = sh_test_sanitized() ? 10 : 50;
 	for (int r = 0; r < rounds; r++) {
-		cc.c = chan_new(sizeof(int), (size_t)(r % 2));
+		cc.c = sh_test_chan_new(sizeof(int), (size_t)(r % 2));
 		atomic_store(&cc.go, 0);
 		atomic_store(&cc.wins, 0);
 		atomic_store(&cc.losses, 0);
@@ -492,8 +459,8 @@ static void *foreign_recv(void *arg)
 
 SH_TEST(foreign_recv_rejected)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *c = chan_new(sizeof(int), 2);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 2);
 	int v = 3;
 	CHECK_OK(shoal_chan_send(c, &v, SHOAL_NOWAIT));
 	pthread_t t;
@@ -540,8 +507,8 @@ static void *ponger(void *arg)
 
 static void *thread_b(void *arg)
 {
-	shoal_sched *s = sched_new();
-	x.in_b = chan_new(sizeof(int), (size_t)(intptr_t)arg);
+	shoal_sched *s = sh_test_sched_new();
+	x.in_b = sh_test_chan_new(sizeof(int), (size_t)(intptr_t)arg);
 	pthread_barrier_wait(&x.bar); /* channels published */
 	shoal_fiber *f;
 	CHECK_OK(shoal_spawn(&f, ponger, NULL, NULL));
@@ -577,12 +544,12 @@ static void *pinger(void *arg)
 
 static void two_schedulers(size_t cap)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	x.rounds = sh_test_sanitized() ? 300 : 3000;
 	x.delay_first_ms = 100;
 	atomic_store(&x.ticks, 0);
 	CHECK(pthread_barrier_init(&x.bar, NULL, 2) == 0);
-	x.in_a = chan_new(sizeof(int), cap);
+	x.in_a = sh_test_chan_new(sizeof(int), cap);
 	pthread_t tb;
 	start(&tb, thread_b, (void *)(intptr_t)cap);
 	pthread_barrier_wait(&x.bar);
@@ -609,7 +576,7 @@ static void two_schedulers(size_t cap)
 SH_TEST(two_schedulers_ping_pong_unbuffered)
 {
 	two_schedulers(0);
-	leak_check();
+	sh_test_leak_check();
 }
 
 SH_TEST(two_schedulers_ping_pong_buffered)
@@ -629,8 +596,8 @@ static struct {
 
 static void *cancel_thread_b(void *arg)
 {
-	shoal_sched *s = sched_new();
-	cx.in_b = chan_new(sizeof(int), cx.prefill ? 1 : 0);
+	shoal_sched *s = sh_test_sched_new();
+	cx.in_b = sh_test_chan_new(sizeof(int), cx.prefill ? 1 : 0);
 	if (cx.prefill) {
 		int v = 1;
 		CHECK_OK(shoal_chan_send(cx.in_b, &v, SHOAL_NOWAIT));
@@ -660,7 +627,7 @@ static void *cross_sender(void *arg)
 SH_TEST(cancel_cross_thread_send)
 {
 	for (int prefill = 0; prefill < 2; prefill++) {
-		shoal_sched *s = sched_new();
+		shoal_sched *s = sh_test_sched_new();
 		cx.prefill = prefill;
 		atomic_store(&cx.step, 0);
 		CHECK(pthread_barrier_init(&cx.bar, NULL, 2) == 0);
@@ -700,8 +667,8 @@ static struct {
 
 static void *cancel_race_b(void *arg)
 {
-	shoal_sched *s = sched_new();
-	cr.in_b = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	cr.in_b = sh_test_chan_new(sizeof(int), 0);
 	pthread_barrier_wait(&cr.bar);
 	for (int i = 1; i <= cr.rounds; i++) {
 		fiber_wait_flag(&cr.go, i);
@@ -725,7 +692,7 @@ static void *race_cross_sender(void *arg)
 
 SH_TEST_T(cancel_cross_thread_send_races_receiver, 120)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	cr.rounds = sh_test_sanitized() ? 50 : 300;
 	CHECK(pthread_barrier_init(&cr.bar, NULL, 2) == 0);
 	pthread_t tb;
@@ -763,7 +730,7 @@ SH_TEST_T(cancel_cross_thread_send_races_receiver, 120)
 	CHECK_EQ(delivered + cancelled, cr.rounds);
 	pthread_barrier_destroy(&cr.bar);
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 /* ---- handles of another scheduler ---------------------------------------------- */
@@ -782,8 +749,8 @@ static void *b_blocked(void *arg)
 
 static void *foreign_owner(void *arg)
 {
-	shoal_sched *s = sched_new();
-	fx.cb = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	fx.cb = sh_test_chan_new(sizeof(int), 0);
 	CHECK_OK(shoal_spawn(&fx.fb, b_blocked, NULL, NULL));
 	CHECK_OK(shoal_yield());
 	atomic_store(&fx.step, 1);
@@ -798,7 +765,7 @@ static void *foreign_owner(void *arg)
 
 SH_TEST(foreign_handles_rejected)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	pthread_t t;
 	start(&t, foreign_owner, NULL);
 	fiber_wait_flag(&fx.step, 1);

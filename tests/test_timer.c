@@ -4,37 +4,6 @@
  * and a wait that finished early leaves no timer behind to fire later. */
 #include "test.h"
 
-#define MS 1000000LL
-
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
-#endif
-
-/* The harness ends each case with _exit, which skips LeakSanitizer's
- * exit-time check: run it once everything is torn down. */
-static void leak_check(void)
-{
-#if defined(__SANITIZE_ADDRESS__)
-	__lsan_do_leak_check();
-#endif
-}
-
-static shoal_sched *sched_new(void)
-{
-	shoal_sched *s = NULL;
-	CHECK_OK(shoal_sched_create(&s, NULL));
-	CHECK(s != NULL);
-	return s;
-}
-
-static shoal_chan *chan_new(size_t elem, size_t cap)
-{
-	shoal_chan *c = NULL;
-	CHECK_OK(shoal_chan_create(&c, elem, cap));
-	CHECK(c != NULL);
-	return c;
-}
-
 /* Generous: the machine is a loaded 2-core VM and sanitizers slow us. */
 static int64_t slack(void)
 {
@@ -63,7 +32,7 @@ static void *sleeper_fn(void *arg)
 
 SH_TEST(timers_fire_in_deadline_order)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	/* 50 distinct deadlines, 4 sleepers each, spawned in shuffled order;
 	 * the base leaves time for all of them to start sleeping first */
 	int64_t base = shoal_deadline_in(100 * MS);
@@ -111,7 +80,7 @@ SH_TEST(timers_fire_in_deadline_order)
 
 SH_TEST(sleep_never_early)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	static const int64_t waits[] = {1 * MS, 5 * MS, 20 * MS, 50 * MS};
 	for (size_t i = 0; i < 4; i++) {
 		for (int rep = 0; rep < 3; rep++) {
@@ -134,13 +103,13 @@ SH_TEST(sleep_never_early)
 
 SH_TEST_T(past_deadlines_return_at_once, 20)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	int64_t t0 = shoal_now_ns();
 	CHECK_RC(shoal_sleep_until(SHOAL_NOWAIT), SHOAL_ETIMEDOUT);
 	CHECK_RC(shoal_sleep_until(1), SHOAL_ETIMEDOUT);
 	CHECK_RC(shoal_sleep_until(shoal_now_ns() - 1 * MS), SHOAL_ETIMEDOUT);
 	CHECK_RC(shoal_sleep_until(shoal_now_ns()), SHOAL_ETIMEDOUT);
-	shoal_chan *c = chan_new(sizeof(int), 0);
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 0);
 	int v = 0;
 	CHECK_RC(shoal_chan_recv(c, &v, shoal_now_ns() - 5 * MS), SHOAL_ETIMEDOUT);
 	CHECK_RC(shoal_chan_send(c, &v, 1), SHOAL_ETIMEDOUT);
@@ -163,8 +132,8 @@ static void *recv_fn(void *arg)
 
 SH_TEST(deadlines_on_recv_send_join)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *c = chan_new(sizeof(int), 0), *b = chan_new(sizeof(int), 1);
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c = sh_test_chan_new(sizeof(int), 0), *b = sh_test_chan_new(sizeof(int), 1);
 	int v = 1;
 
 	int64_t t0 = shoal_now_ns(), d = t0 + 30 * MS;
@@ -233,9 +202,10 @@ static void *stale_fn(void *arg)
 
 SH_TEST(early_wakeup_leaves_no_stale_timer)
 {
-	shoal_sched *s = sched_new();
-	struct stale st = {
-		.a = chan_new(sizeof(int), 0), .b = chan_new(sizeof(int), 0), .second_rc = 12345};
+	shoal_sched *s = sh_test_sched_new();
+	struct stale st = {.a = sh_test_chan_new(sizeof(int), 0),
+			   .b = sh_test_chan_new(sizeof(int), 0),
+			   .second_rc = 12345};
 	shoal_fiber *f;
 	CHECK_OK(shoal_spawn(&f, stale_fn, &st, NULL));
 	CHECK_OK(shoal_yield());
@@ -263,7 +233,7 @@ SH_TEST(early_wakeup_leaves_no_stale_timer)
  * recycled fibers or stacks. */
 SH_TEST(cancelled_sleepers_and_reuse)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	shoal_fiber *f[50];
 	for (int i = 0; i < 50; i++)
 		CHECK_OK(shoal_spawn(&f[i], sleep_arg_ms, (void *)(intptr_t)(20 + i), NULL));
@@ -288,7 +258,7 @@ SH_TEST(cancelled_sleepers_and_reuse)
 	}
 	CHECK(shoal_now_ns() - t0 >= 120 * MS);
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }
 
 /* Sleeping fibers do not stop the others: while one sleeps, a busy pair
@@ -319,8 +289,8 @@ static void *busy_ponger(void *arg)
 
 SH_TEST(timers_fire_while_others_run)
 {
-	shoal_sched *s = sched_new();
-	shoal_chan *c[2] = {chan_new(sizeof(int), 0), chan_new(sizeof(int), 0)};
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c[2] = {sh_test_chan_new(sizeof(int), 0), sh_test_chan_new(sizeof(int), 0)};
 	shoal_fiber *a, *b, *z;
 	CHECK_OK(shoal_spawn(&a, busy_pinger, c, NULL));
 	CHECK_OK(shoal_spawn(&b, busy_ponger, c, NULL));
@@ -364,7 +334,7 @@ static void *yield_until_sleeper_done(void *arg)
 
 SH_TEST(timers_not_starved_by_yielders)
 {
-	shoal_sched *s = sched_new();
+	shoal_sched *s = sh_test_sched_new();
 	shoal_fiber *a, *b;
 	CHECK_OK(shoal_spawn(&a, short_sleeper, NULL, NULL));
 	CHECK_OK(shoal_spawn(&b, yield_until_sleeper_done, NULL, NULL));
@@ -405,8 +375,8 @@ static void *heap_fiber(void *arg)
 
 SH_TEST(timer_heap_removals_keep_order)
 {
-	shoal_sched *s = sched_new();
-	heap_chan = chan_new(sizeof(int), 0);
+	shoal_sched *s = sh_test_sched_new();
+	heap_chan = sh_test_chan_new(sizeof(int), 0);
 	unsigned rnd = 77;
 	shoal_fiber *f[NHEAP];
 	int early = 0;
@@ -458,5 +428,5 @@ SH_TEST(timer_heap_removals_keep_order)
 	}
 	CHECK_OK(shoal_chan_destroy(heap_chan));
 	CHECK_OK(shoal_sched_destroy(s));
-	leak_check();
+	sh_test_leak_check();
 }

@@ -9,13 +9,8 @@
  *     top (16-byte aligned); fn never returns. A new fiber needs no frame
  *     prepared on its stack, so creating one touches none of its pages.
  */
-	.text
-	.globl	sh_ctx_switch
-	.hidden	sh_ctx_switch
-	.type	sh_ctx_switch, @function
-	.p2align 4
-sh_ctx_switch:
-	.cfi_startproc
+/* Pushes the callee-saved state and stores the stack pointer in *%rdi. */
+	.macro SAVE_CONTEXT
 	pushq	%rbp
 	pushq	%rbx
 	pushq	%r12
@@ -26,6 +21,16 @@ sh_ctx_switch:
 	stmxcsr	(%rsp)
 	fnstcw	4(%rsp)
 	movq	%rsp, (%rdi)
+	.endm
+
+	.text
+	.globl	sh_ctx_switch
+	.hidden	sh_ctx_switch
+	.type	sh_ctx_switch, @function
+	.p2align 4
+sh_ctx_switch:
+	.cfi_startproc
+	SAVE_CONTEXT
 	movq	%rsi, %rsp
 	ldmxcsr	(%rsp)
 	fldcw	4(%rsp)
@@ -46,16 +51,7 @@ sh_ctx_switch:
 	.p2align 4
 sh_ctx_start:
 	.cfi_startproc
-	pushq	%rbp
-	pushq	%rbx
-	pushq	%r12
-	pushq	%r13
-	pushq	%r14
-	pushq	%r15
-	subq	$8, %rsp
-	stmxcsr	(%rsp)
-	fnstcw	4(%rsp)
-	movq	%rsp, (%rdi)
+	SAVE_CONTEXT
 	movq	%rsi, %rsp
 	movq	%rdx, %rdi
 	xorl	%ebp, %ebp
