@@ -94,6 +94,7 @@ struct shoal_fiber {
 	uint8_t wait_kind;
 	bool cancelled, detached, is_root, joining;
 	uint8_t color; /* stack top offset, in cache lines */
+	bool has_fls;  /* fls is allocated: an exit need not read line 3 */
 	int wake_rc;
 	uint32_t wake_index;
 	uint32_t wait_n;
@@ -107,9 +108,9 @@ struct shoal_fiber {
 	struct shoal_fiber *sib_prev, *sib_next;
 	struct shoal_fiber *joiner;
 	sh_stack stack;
-	void **fls;
-	/* line 3 */
 	void *result;
+	/* line 3 */
+	void **fls;
 	shoal_fiber_fn fn;
 	void *arg;
 	int64_t deadline;
@@ -131,7 +132,7 @@ struct shoal_fiber {
 } __attribute__((aligned(64)));
 
 _Static_assert(offsetof(struct shoal_fiber, child_head) == 128, "exit fields start line 2");
-_Static_assert(offsetof(struct shoal_fiber, result) == 192, "line 3");
+_Static_assert(offsetof(struct shoal_fiber, fls) == 192, "line 3");
 
 /* Cross-thread operation: a send or close issued by a thread that does not
  * own the channel. It is heap-allocated and shared by the issuer and the

@@ -297,7 +297,8 @@ static __attribute__((noreturn)) void fiber_finish(shoal_sched *s, shoal_fiber *
 		shoal_cancel(c);
 		join_impl(s, c, NULL, SHOAL_FOREVER, true);
 	}
-	fls_destroy(f);
+	if (f->has_fls)
+		fls_destroy(f);
 	f->state = SH_DEAD;
 	s->dead = f;
 	if (f->detached) {
@@ -563,6 +564,7 @@ int shoal_fls_set(shoal_fls_key key, void *value)
 		f->fls = shoal_calloc(SHOAL_FLS_MAX, sizeof(void *));
 		if (!f->fls)
 			return SHOAL_ENOMEM;
+		f->has_fls = true;
 	}
 	f->fls[key] = value;
 	return 0;
@@ -588,6 +590,7 @@ static void fls_destroy(shoal_fiber *f)
 	}
 	shoal_free(f->fls, SHOAL_FLS_MAX * sizeof(void *));
 	f->fls = NULL;
+	f->has_fls = false;
 }
 
 /* ---- poller ---------------------------------------------------------------- */
