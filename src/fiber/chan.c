@@ -332,7 +332,7 @@ static int xclose(shoal_chan *c)
 static int chan_class(size_t total)
 {
 	size_t k = (total + CHAN_CLASS - 1) / CHAN_CLASS;
-	return k >= 1 && k <= SH_ARRAY_LEN(((shoal_sched *)0)->chan_cache) ? (int)k - 1 : -1;
+	return k >= 1 && k <= SH_CHAN_CLASSES ? (int)k - 1 : -1;
 }
 
 /* What shoal_alloc was asked for, so the sized free matches. */
@@ -384,7 +384,7 @@ void sh_chan_orphan_all(shoal_sched *s)
 
 void sh_chan_cache_fini(shoal_sched *s)
 {
-	for (int k = 0; k < (int)SH_ARRAY_LEN(s->chan_cache); k++) {
+	for (int k = 0; k < SH_CHAN_CLASSES; k++) {
 		void *c = s->chan_cache[k];
 		while (c) {
 			void *n = *(void **)c;
@@ -553,9 +553,11 @@ int shoal_chan_close(shoal_chan *c)
 		return SHOAL_ECLOSED;
 	if (c->sched != s)
 		return xclose(c);
-	if (atomic_exchange(&c->xclosed, 1))
-		return SHOAL_ECLOSED;
-	return close_local(c);
+	/* Another thread's close may be waiting in our inbox: close now, and
+	 * whoever asked first gets 0. */
+	int was = atomic_exchange(&c->xclosed, 1);
+	close_local(c);
+	return was ? SHOAL_ECLOSED : 0;
 }
 
 #define SELECT_STACK_CASES 8

@@ -160,6 +160,9 @@ struct sh_xop {
 	_Alignas(16) unsigned char elem[]; /* the element being sent */
 };
 
+/* Channels up to SH_CHAN_CLASSES * 64 bytes are recycled per scheduler. */
+#define SH_CHAN_CLASSES 4
+
 typedef struct sh_fdslot {
 	shoal_fiber *waiter[2]; /* 0: in, 1: out */
 	uint32_t ready;		/* readiness seen and not consumed yet */
@@ -200,8 +203,8 @@ struct shoal_sched {
 	uint64_t id_next, id_end;
 	/* freed channels by size class, reused without malloc */
 	shoal_chan *chans; /* live channels, orphaned when we are destroyed */
-	void *chan_cache[4];
-	size_t chan_cached[4];
+	void *chan_cache[SH_CHAN_CLASSES];
+	size_t chan_cached[SH_CHAN_CLASSES];
 	size_t live;
 	uint32_t tick;
 	bool destroying;
