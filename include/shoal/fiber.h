@@ -170,7 +170,9 @@ SHOAL_API int shoal_chan_destroy(shoal_chan *c);
 
 /* Returns 0 once the element is taken (rendezvous) or buffered;
  * SHOAL_ECLOSED if the channel is or becomes closed (the element was not
- * delivered); SHOAL_ETIMEDOUT; SHOAL_ECANCELED. */
+ * delivered); SHOAL_ETIMEDOUT; SHOAL_ECANCELED. From another thread the
+ * element is copied, so the deadline holds even while the owning thread is
+ * busy outside shoal; after SHOAL_ETIMEDOUT the element is never received. */
 SHOAL_API int shoal_chan_send(shoal_chan *c, const void *elem, int64_t deadline);
 
 /* Returns 0 with an element in *elem; after close, buffered elements are
@@ -180,7 +182,9 @@ SHOAL_API int shoal_chan_recv(shoal_chan *c, void *elem, int64_t deadline);
 
 /* Closes the channel: blocked receivers and senders are woken with
  * SHOAL_ECLOSED, buffered elements stay receivable. Returns SHOAL_ECLOSED
- * if it was already closed. Any thread. */
+ * if it was already closed. Any thread; from a thread that does not own the
+ * channel it never blocks: later sends from other threads fail at once, and
+ * the owner's fibers see the close when their scheduler next runs. */
 SHOAL_API int shoal_chan_close(shoal_chan *c);
 
 /* Elements buffered now (owning thread). */
