@@ -5,6 +5,7 @@
 #include "bench.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
@@ -747,6 +748,22 @@ struct child_head {
 	char err[240];
 };
 
+/* Waits for a child (killing it first when it overran its time) and
+ * returns its wait status; *peak_rss_kib (may be NULL) gets its own peak. */
+static int reap(pid_t pid, bool kill_it, long *peak_rss_kib)
+{
+	if (kill_it)
+		kill(pid, SIGKILL);
+	int st = 0;
+	struct rusage ru;
+	memset(&ru, 0, sizeof(ru));
+	while (wait4(pid, &st, 0, &ru) < 0 && errno == EINTR)
+		;
+	if (peak_rss_kib)
+		*peak_rss_kib = ru.ru_maxrss;
+	return st;
+}
+
 int sh_bench_in_child(sh_bench_child_fn fn, void *arg, void *out, size_t out_size, int timeout_s,
 		      long *peak_rss_kib, char *err, size_t errlen)
 {
@@ -783,14 +800,7 @@ int sh_bench_in_child(sh_bench_child_fn fn, void *arg, void *out, size_t out_siz
 	close(fds[1]);
 	ssize_t got = read_until_eof(fds[0], buf, total, sh_bench_now() + timeout_s);
 	close(fds[0]);
-	if (got < 0)
-		kill(pid, SIGKILL);
-	int st = 0;
-	struct rusage ru;
-	memset(&ru, 0, sizeof(ru));
-	while (wait4(pid, &st, 0, &ru) < 0 && errno == EINTR)
-		;
-	*peak_rss_kib = ru.ru_maxrss;
+	int st = reap(pid, got < 0, peak_rss_kib);
 	int rc = -1;
 	struct child_head h;
 	memcpy(&h, buf, sizeof(h));
@@ -855,17 +865,9 @@ int sh_bench_exec(char *const argv[], const char *dir, char *const env[], char *
 	ssize_t got =
 		read_until_eof(fds[0], out, outlen ? outlen - 1 : 0, sh_bench_now() + timeout_s);
 	close(fds[0]);
-	if (got < 0)
-		kill(pid, SIGKILL);
-	else if (outlen)
+	if (got >= 0 && outlen)
 		out[got] = '\0';
-	int st = 0;
-	struct rusage ru;
-	memset(&ru, 0, sizeof(ru));
-	while (wait4(pid, &st, 0, &ru) < 0 && errno == EINTR)
-		;
-	if (peak_rss_kib)
-		*peak_rss_kib = ru.ru_maxrss;
+	int st = reap(pid, got < 0, peak_rss_kib);
 	if (got < 0) {
 		snprintf(err, errlen, "%s timed out after %d s (killed)", argv[0], timeout_s);
 		return -1;
