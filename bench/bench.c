@@ -743,8 +743,9 @@ static void describe_status(int st, char *err, size_t errlen)
 		snprintf(err, errlen, "child exited with status %d", WEXITSTATUS(st));
 }
 
+/* Aligned so the payload after it is aligned for any result struct. */
 struct child_head {
-	int rc;
+	_Alignas(16) int rc;
 	char err[240];
 };
 

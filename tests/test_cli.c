@@ -1,0 +1,138 @@
+/* End-to-end tests of the programs: the `shoal` command line answers bad
+ * commands, suites and options with exit status 2 and a message naming what
+ * it expected, and `hackysack N TURNS --json` runs a real case in a child
+ * process and prints one JSON object per result with BENCH.md's keys. The
+ * programs are found through SHOAL_TEST_BINDIR, which ctest sets. */
+#include "test.h"
+
+#include <errno.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Runs argv with stdout and stderr captured into out; returns the exit
+ * status, or 128 + signal. */
+static int run(char *const argv[], char *out, size_t outlen)
+{
+	int fds[2];
+	CHECK(pipe(fds) == 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		dup2(fds[1], 1);
+		dup2(fds[1], 2);
+		close(fds[0]);
+		/* Without go on PATH the Go rows are skipped, which keeps this
+		 * test fast and independent of what is installed. */
+		setenv("PATH", "/nonexistent", 1);
+		execv(argv[0], argv);
+		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(fds[1]);
+	size_t got = 0;
+	for (;;) {
+		ssize_t n = read(fds[0], out + got, outlen - 1 - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		if (got == outlen - 1)
+			break;
+	}
+	out[got] = '\0';
+	close(fds[0]);
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		CHECK(errno == EINTR);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static const char *bindir(void)
+{
+	const char *d = getenv("SHOAL_TEST_BINDIR");
+	CHECK(d != NULL);
+	return d;
+}
+
+static void path_of(char *buf, size_t len, const char *rel)
+{
+	snprintf(buf, len, "%s/%s", bindir(), rel);
+	CHECK(access(buf, X_OK) == 0);
+}
+
+#define CHECK_HAS(hay, needle)                                                                     \
+	do {                                                                                       \
+		if (!strstr((hay), (needle)))                                                      \
+			sh_test_fail(__FILE__, __LINE__, "output lacks \"%s\":\n%s", (needle),     \
+				     (hay));                                                       \
+	} while (0)
+
+static char out[1 << 16];
+
+SH_TEST(shoal_rejects_unknown_command)
+{
+	char exe[4096];
+	path_of(exe, sizeof exe, "tools/shoal");
+	char *argv[] = {exe, "frobnicate", NULL};
+	CHECK_EQ(run(argv, out, sizeof out), 2);
+	CHECK_HAS(out, "unknown command 'frobnicate'");
+	CHECK_HAS(out, "bench");
+}
+
+SH_TEST(shoal_rejects_unknown_suite_and_option)
+{
+	char exe[4096];
+	path_of(exe, sizeof exe, "tools/shoal");
+	char *a1[] = {exe, "bench", "nosuch", NULL};
+	CHECK_EQ(run(a1, out, sizeof out), 2);
+	CHECK_HAS(out, "unknown suite 'nosuch'");
+	CHECK_HAS(out, "fibers");
+	char *a2[] = {exe, "bench", "fibers", "--bogus", NULL};
+	CHECK_EQ(run(a2, out, sizeof out), 2);
+	CHECK_HAS(out, "--bogus");
+}
+
+SH_TEST(shoal_version_and_help)
+{
+	char exe[4096];
+	path_of(exe, sizeof exe, "tools/shoal");
+	char *a1[] = {exe, "--version", NULL};
+	CHECK_EQ(run(a1, out, sizeof out), 0);
+	CHECK_HAS(out, SHOAL_VERSION_STRING);
+	char *a2[] = {exe, "help", NULL};
+	CHECK_EQ(run(a2, out, sizeof out), 0);
+	CHECK_HAS(out, "usage: shoal");
+	char *a3[] = {exe, NULL};
+	CHECK_EQ(run(a3, out, sizeof out), 2);
+}
+
+SH_TEST_T(hackysack_json_one_case, 120)
+{
+	char exe[4096];
+	path_of(exe, sizeof exe, "bench/hackysack");
+	char *argv[] = {exe, "200", "2000", "--json", NULL};
+	CHECK_EQ(run(argv, out, sizeof out), 0);
+	/* The shoal row ran and passed its own checks (counter == turns,
+	 * every fiber joined); the Go row is skipped without go. */
+	CHECK_HAS(out, "{\"suite\": \"fibers\", \"test\": \"hackysack\", "
+		       "\"params\": {\"n\": 200, \"turns\": 2000}, \"status\": \"ok\", "
+		       "\"baseline\": false, \"metrics\": {\"best_s\": ");
+	CHECK_HAS(out, "\"peak_rss_kib\": ");
+	CHECK_HAS(out, "\"status\": \"skipped\"");
+	CHECK_HAS(out, "\"baseline\": true");
+	int lines = 0;
+	for (const char *p = out; *p; p++)
+		lines += *p == '\n';
+	CHECK_EQ(lines, 2);
+}
+
+SH_TEST(hackysack_rejects_bad_numbers)
+{
+	char exe[4096];
+	path_of(exe, sizeof exe, "bench/hackysack");
+	char *argv[] = {exe, "10", "lots", NULL};
+	CHECK_EQ(run(argv, out, sizeof out), 2);
+	char *argv2[] = {exe, "0", "100", NULL};
+	CHECK_EQ(run(argv2, out, sizeof out), 2);
+}
