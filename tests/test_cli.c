@@ -61,11 +61,11 @@ static void path_of(char *buf, size_t len, const char *rel)
 	CHECK(access(buf, X_OK) == 0);
 }
 
-#define CHECK_HAS(hay, needle)                                                                     \
-	do {                                                                                       \
-		if (!strstr((hay), (needle)))                                                      \
-			sh_test_fail(__FILE__, __LINE__, "output lacks \"%s\":\n%s", (needle),     \
-				     (hay));                                                       \
+#define CHECK_HAS(hay, needle)                                                                 \
+	do {                                                                                   \
+		if (!strstr((hay), (needle)))                                                  \
+			sh_test_fail(__FILE__, __LINE__, "output lacks \"%s\":\n%s", (needle), \
+				     (hay));                                                   \
 	} while (0)
 
 static char out[1 << 16];
