@@ -58,6 +58,31 @@ void sh_panic(const char *file, int line, const char *fmt, ...)
  * writes; async-signal-safe. */
 void sh_write_all(int fd, const void *buf, size_t len);
 
+/* A LIFO of pointers in one array, for free lists: popping reads the dense
+ * array, never the (possibly cold) freed object itself, so taking many in a
+ * row does not chase pointers from one cache miss to the next. */
+typedef struct sh_ptrstack {
+	void **v;
+	size_t n, cap;
+} sh_ptrstack;
+
+/* Makes room for at least `want` entries; SHOAL_ENOMEM leaves it as it was. */
+int sh_ptrstack_reserve(sh_ptrstack *ps, size_t want);
+void sh_ptrstack_fini(sh_ptrstack *ps);
+
+static inline int sh_ptrstack_push(sh_ptrstack *ps, void *p)
+{
+	if (sh_unlikely(ps->n == ps->cap) && sh_ptrstack_reserve(ps, ps->n + 1) != 0)
+		return SHOAL_ENOMEM;
+	ps->v[ps->n++] = p;
+	return 0;
+}
+
+static inline void *sh_ptrstack_pop(sh_ptrstack *ps)
+{
+	return ps->n ? ps->v[--ps->n] : NULL;
+}
+
 /* Allocate one T (zeroed) / free it, through the replaceable allocator. */
 #define SH_NEW(T) ((T *)shoal_calloc(1, sizeof(T)))
 #define SH_DELETE(p) shoal_free((p), sizeof(*(p)))

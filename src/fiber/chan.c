@@ -347,27 +347,18 @@ static shoal_chan *chan_alloc(shoal_sched *s, size_t total)
 	int k = chan_class(total);
 	if (k < 0)
 		return shoal_alloc(total);
-	void *c = s->chan_cache[k];
-	if (c) {
-		s->chan_cache[k] = *(void **)c;
-		s->chan_cached[k]--;
-		return c;
-	}
-	return shoal_alloc((size_t)(k + 1) * CHAN_CLASS);
+	shoal_chan *c = sh_ptrstack_pop(&s->chan_cache[k]);
+	return c ? c : shoal_alloc((size_t)(k + 1) * CHAN_CLASS);
 }
 
 static void chan_free(shoal_sched *s, shoal_chan *c, size_t total)
 {
 	int k = chan_class(total);
-	if (k < 0) {
+	if (k < 0)
 		shoal_free(c, total);
-	} else if (s->chan_cached[k] >= CHAN_CACHE_MAX || s->destroying) {
+	else if (s->chan_cache[k].n >= CHAN_CACHE_MAX || s->destroying ||
+		 sh_ptrstack_push(&s->chan_cache[k], c) != 0)
 		shoal_free(c, (size_t)(k + 1) * CHAN_CLASS);
-	} else {
-		*(void **)c = s->chan_cache[k];
-		s->chan_cache[k] = c;
-		s->chan_cached[k]++;
-	}
 }
 
 void sh_chan_orphan_all(shoal_sched *s)
@@ -385,14 +376,10 @@ void sh_chan_orphan_all(shoal_sched *s)
 void sh_chan_cache_fini(shoal_sched *s)
 {
 	for (int k = 0; k < SH_CHAN_CLASSES; k++) {
-		void *c = s->chan_cache[k];
-		while (c) {
-			void *n = *(void **)c;
+		void *c;
+		while ((c = sh_ptrstack_pop(&s->chan_cache[k])))
 			shoal_free(c, (size_t)(k + 1) * CHAN_CLASS);
-			c = n;
-		}
-		s->chan_cache[k] = NULL;
-		s->chan_cached[k] = 0;
+		sh_ptrstack_fini(&s->chan_cache[k]);
 	}
 }
 

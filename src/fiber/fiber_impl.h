@@ -195,16 +195,16 @@ struct shoal_sched {
 	_Atomic int inbox_pending;
 	/* detached fibers */
 	shoal_fiber *detached_head;
-	shoal_fiber *dead;	 /* died; its stack is released after the next switch */
-	shoal_fiber *fiber_free; /* free fiber structures (linked by run_next) */
+	shoal_fiber *dead;	/* died; its stack is released after the next switch */
+	sh_ptrstack fiber_free; /* free fiber structures */
+	size_t fibers_total;	/* structures in all chunks */
 	void *fiber_chunks;
 	uint64_t rng;
 	uint64_t switches, spawned;
 	uint64_t id_next, id_end;
 	/* freed channels by size class, reused without malloc */
 	shoal_chan *chans; /* live channels, orphaned when we are destroyed */
-	void *chan_cache[SH_CHAN_CLASSES];
-	size_t chan_cached[SH_CHAN_CLASSES];
+	sh_ptrstack chan_cache[SH_CHAN_CLASSES];
 	size_t live;
 	uint32_t tick;
 	bool destroying;

@@ -170,8 +170,9 @@ static void fiber_struct_free(shoal_sched *s, shoal_fiber *f)
 	__tsan_destroy_fiber(f->tsan_fiber);
 #endif
 	s->live--;
-	f->run_next = s->fiber_free;
-	s->fiber_free = f;
+	/* Cannot fail: the array was sized for every structure when their
+	 * chunk was allocated. */
+	sh_ptrstack_push(&s->fiber_free, f);
 }
 
 void sh_release_dead(shoal_sched *s)
@@ -257,22 +258,21 @@ static void child_unlink(shoal_fiber **head, shoal_fiber *f)
 
 static shoal_fiber *fiber_struct_alloc(shoal_sched *s)
 {
-	if (!s->fiber_free) {
+	if (!s->fiber_free.n) {
+		if (sh_ptrstack_reserve(&s->fiber_free, s->fibers_total + FIBERS_PER_CHUNK) != 0)
+			return NULL;
 		void **raw = shoal_alloc(CHUNK_BYTES);
 		if (!raw)
 			return NULL;
 		raw[0] = s->fiber_chunks;
 		s->fiber_chunks = raw;
+		s->fibers_total += FIBERS_PER_CHUNK;
 		shoal_fiber *f =
 			(shoal_fiber *)(((uintptr_t)raw + sizeof(void *) + 63) & ~(uintptr_t)63);
-		for (size_t i = FIBERS_PER_CHUNK; i-- > 0;) {
-			f[i].run_next = s->fiber_free;
-			s->fiber_free = &f[i];
-		}
+		for (size_t i = FIBERS_PER_CHUNK; i-- > 0;)
+			sh_ptrstack_push(&s->fiber_free, &f[i]);
 	}
-	shoal_fiber *f = s->fiber_free;
-	s->fiber_free = f->run_next;
-	return f;
+	return sh_ptrstack_pop(&s->fiber_free);
 }
 
 static void fiber_chunks_free(shoal_sched *s)
@@ -343,8 +343,7 @@ int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fib
 	sh_stack st;
 	int rc = sh_stack_get(s->pools, size, s->guard, &st);
 	if (rc) {
-		f->run_next = s->fiber_free;
-		s->fiber_free = f;
+		sh_ptrstack_push(&s->fiber_free, f);
 		return rc;
 	}
 	memset(f, 0, offsetof(shoal_fiber, name) + 1);
@@ -952,6 +951,7 @@ int shoal_sched_destroy(shoal_sched *s)
 	shoal_free(s->heap, s->heap_cap * sizeof(shoal_fiber *));
 	sh_stack_pools_fini(s->pools);
 	fiber_chunks_free(s);
+	sh_ptrstack_fini(&s->fiber_free);
 	sh_chan_orphan_all(s);
 	sh_chan_cache_fini(s);
 	pthread_mutex_destroy(&s->inbox_lock);
