@@ -509,10 +509,12 @@ int shoal_chan_send(shoal_chan *c, const void *elem, int64_t deadline)
 	 * receive. Hand the element over and make it runnable, touching
 	 * nothing else; this path calls nothing, so it saves no registers. */
 	shoal_sched *s = sh_tls_sched;
+	if (sh_unlikely(c->sched != s || !s))
+		return send_slow(c, elem, deadline); /* not ours: touch nothing */
 	sh_waiter *w = c->recvq.head;
 	size_t n = c->elem_size;
-	if (sh_likely(c->sched == s && s && w && w->fiber && !w->group && !s->cur->cancelled &&
-		      !c->closed && (n == 8 || n == 4))) {
+	if (sh_likely(w && w->fiber && !w->group && !s->cur->cancelled && !c->closed &&
+		      (n == 8 || n == 4))) {
 		c->recvq.head = w->next;
 		if (w->next)
 			w->next->prev = NULL;
