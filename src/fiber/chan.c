@@ -534,11 +534,11 @@ int shoal_chan_send(shoal_chan *c, const void *elem, int64_t deadline)
 	return send_slow(c, elem, deadline);
 }
 
-int shoal_chan_recv(shoal_chan *c, void *elem, int64_t deadline)
+/* Every receive but the channel hop's: with a deadline, from another
+ * thread, with something to take at once, or of other element sizes. */
+static __attribute__((noinline)) int recv_slow(shoal_chan *c, void *elem, int64_t deadline)
 {
 	shoal_sched *s = sh_tls_sched;
-	if (sh_unlikely(!c || !elem))
-		return SHOAL_EINVAL;
 	if (sh_unlikely(!c->sched))
 		return SHOAL_ECLOSED; /* its scheduler is gone */
 	if (sh_unlikely(c->sched != s))
@@ -554,6 +554,42 @@ int shoal_chan_recv(shoal_chan *c, void *elem, int64_t deadline)
 	if (deadline == SHOAL_NOWAIT)
 		return SHOAL_ETIMEDOUT;
 	return block_on(s, c, &c->recvq, elem, false, deadline);
+}
+
+int shoal_chan_recv(shoal_chan *c, void *elem, int64_t deadline)
+{
+	if (sh_unlikely(!c || !elem))
+		return SHOAL_EINVAL;
+	shoal_sched *s = sh_tls_sched;
+	if (sh_unlikely(c->sched != s || !s))
+		return recv_slow(c, elem, deadline);
+	/* The channel hop: nothing to take, no deadline, a word-sized
+	 * element. Wait through the fiber's own waiter and buffer (see
+	 * block_on) with no more live state than the switch needs. */
+	shoal_fiber *cur = s->cur;
+	size_t n = c->elem_size;
+	if (sh_unlikely(cur->cancelled || c->closed || c->count || c->sendq.head ||
+			deadline != SHOAL_FOREVER || (n != 8 && n != 4)))
+		return recv_slow(c, elem, deadline);
+	sh_waiter *w = &cur->w1;
+	w->chan = c;
+	w->index = 0;
+	w->elem = cur->xbuf;
+	wq_push(&c->recvq, w);
+	cur->wait_kind = SH_WAIT_CHAN;
+	cur->wait_waiters = w;
+	cur->wait_n = 1;
+	cur->state = SH_BLOCKED;
+	sh_schedule(s);
+	cur->wait_kind = SH_WAIT_NONE;
+	int rc = cur->wake_rc;
+	if (sh_likely(rc == 0)) {
+		if (n == 8)
+			memcpy(elem, cur->xbuf, 8);
+		else
+			memcpy(elem, cur->xbuf, 4);
+	}
+	return rc;
 }
 
 int shoal_chan_close(shoal_chan *c)
