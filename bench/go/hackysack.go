@@ -187,8 +187,8 @@ func main() {
 		}
 		for i := 0; i < *reps; i++ {
 			runtime.GC()
-			// Pss is sampled in the first run, as on the C side: it
-			// pays for first touches anyway, and sampling disturbs caches.
+			// Pss is sampled in the first (warm-up) run, as on the C
+			// side: sampling disturbs the caches of the run after it.
 			el, r := runit(uint32(*n), *turns, uint64(0x5eed+i), i == 0)
 			if r.counter != *turns {
 				fmt.Printf("error counter %d != turns %d\n", r.counter, *turns)
