@@ -265,7 +265,6 @@ static __attribute__((noinline)) int xsend(shoal_chan *c, const void *elem, int6
 	if (me) {
 		shoal_fiber *cur = me->cur;
 		cur->wait_kind = SH_WAIT_XOP;
-		cur->wait_obj = op;
 		rc = sh_block(me, deadline);
 		if (op->woken) {
 			rc = op->rc;

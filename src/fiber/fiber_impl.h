@@ -174,7 +174,6 @@ struct shoal_sched {
 	void *raw; /* what shoal_alloc returned, before alignment */
 	shoal_fiber *runq_head, *runq_tail;
 	shoal_fiber root;
-	pthread_t thread;
 	size_t stack_size, page_size;
 	shoal_guard_mode guard;
 	size_t stack_cache;

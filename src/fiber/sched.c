@@ -853,7 +853,6 @@ int shoal_sched_create(shoal_sched **out, const shoal_sched_opts *opts)
 	s->page_size = (size_t)sysconf(_SC_PAGESIZE);
 	s->guard = o.guard;
 	s->stack_cache = o.stack_cache ? o.stack_cache : DEFAULT_CACHE;
-	s->thread = pthread_self();
 	s->rng = (uint64_t)shoal_now_ns() ^ (uint64_t)(uintptr_t)s ^ 0x9E3779B97F4A7C15ULL;
 	if (!s->rng)
 		s->rng = 1;
