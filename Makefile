@@ -29,18 +29,18 @@ test: deps
 		install-check
 	@echo "make test: all passed"
 
-test-release:
+test-release: deps
 	@$(call CMAKE_CFG,release,RelWithDebInfo)
 	@cmake --build $(B)/release -j$(JOBS)
 	$(call CTEST,release,)
 
-test-asan:
+test-asan: deps
 	@$(call CMAKE_CFG,asan,Debug,-DSHOAL_SANITIZE=address)
 	@cmake --build $(B)/asan -j$(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		$(call CTEST,asan,)
 
-test-tsan:
+test-tsan: deps
 	@$(call CMAKE_CFG,tsan,RelWithDebInfo,-DSHOAL_SANITIZE=thread)
 	@cmake --build $(B)/tsan -j$(JOBS)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(call CTEST,tsan,-L tsan)
@@ -55,10 +55,10 @@ test-aarch64:
 
 SOURCES = $(shell git ls-files '*.c' '*.h')
 
-format:
+format: deps
 	clang-format -i $(SOURCES)
 
-format-check:
+format-check: deps
 	@clang-format --dry-run --Werror $(SOURCES) && echo "format-check: ok"
 
 install: build
