@@ -51,6 +51,14 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name, ch
 	return argv[++*i];
 }
 
+int sh_bench_wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+			return 1;
+	return 0;
+}
+
 int sh_bench_parse_opts(int argc, char **argv, int first, sh_bench_opts *o, char **pos, int maxpos,
 			int *npos, char *err, size_t errlen)
 {
@@ -765,21 +773,12 @@ static int reap(pid_t pid, bool kill_it, long *peak_rss_kib)
 	return st;
 }
 
-int sh_bench_in_child(sh_bench_child_fn fn, void *arg, void *out, size_t out_size, int timeout_s,
-		      long *peak_rss_kib, char *err, size_t errlen)
+/* Forks with a pipe from child to parent: returns the pid (0 in the child)
+ * with fds[] open, or -1 with err set and nothing left open. */
+static pid_t start_child(int fds[2], char *err, size_t errlen)
 {
-	int fds[2];
-	*peak_rss_kib = -1;
 	if (pipe2(fds, O_CLOEXEC) != 0) {
 		snprintf(err, errlen, "pipe: %s", strerror(errno));
-		return -1;
-	}
-	size_t total = sizeof(struct child_head) + out_size;
-	char *buf = calloc(1, total);
-	if (!buf) {
-		close(fds[0]);
-		close(fds[1]);
-		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
 	fflush(NULL);
@@ -788,6 +787,23 @@ int sh_bench_in_child(sh_bench_child_fn fn, void *arg, void *out, size_t out_siz
 		snprintf(err, errlen, "fork: %s", strerror(errno));
 		close(fds[0]);
 		close(fds[1]);
+	}
+	return pid;
+}
+
+int sh_bench_in_child(sh_bench_child_fn fn, void *arg, void *out, size_t out_size, int timeout_s,
+		      long *peak_rss_kib, char *err, size_t errlen)
+{
+	int fds[2];
+	*peak_rss_kib = -1;
+	size_t total = sizeof(struct child_head) + out_size;
+	char *buf = calloc(1, total);
+	if (!buf) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	pid_t pid = start_child(fds, err, errlen);
+	if (pid < 0) {
 		free(buf);
 		return -1;
 	}
@@ -827,18 +843,9 @@ int sh_bench_exec(char *const argv[], const char *dir, char *const env[], char *
 		*peak_rss_kib = -1;
 	if (outlen)
 		out[0] = '\0';
-	if (pipe2(fds, O_CLOEXEC) != 0) {
-		snprintf(err, errlen, "pipe: %s", strerror(errno));
+	pid_t pid = start_child(fds, err, errlen);
+	if (pid < 0)
 		return -1;
-	}
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid < 0) {
-		snprintf(err, errlen, "fork: %s", strerror(errno));
-		close(fds[0]);
-		close(fds[1]);
-		return -1;
-	}
 	if (pid == 0) {
 		int devnull = open("/dev/null", O_RDONLY);
 		if (devnull >= 0)

@@ -21,6 +21,9 @@ typedef struct sh_bench_opts {
 	int progress;	  /* say on stderr what runs (when it is a tty) */
 } sh_bench_opts;
 
+/* Nonzero when argv[1..] holds -h or --help. */
+int sh_bench_wants_help(int argc, char **argv);
+
 /* Parses the options of BENCH.md from argv[first..argc). Arguments that are
  * not options are stored in pos[] (at most maxpos of them, count in *npos).
  * Returns 0, or -1 with a message naming what was expected and what came in

@@ -46,11 +46,9 @@ static int parse_count(const char *what, const char *s, unsigned long long min,
 
 int main(int argc, char **argv)
 {
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-			usage(stdout);
-			return 0;
-		}
+	if (sh_bench_wants_help(argc, argv)) {
+		usage(stdout);
+		return 0;
 	}
 	sh_bench_opts o;
 	memset(&o, 0, sizeof(o));

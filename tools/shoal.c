@@ -73,11 +73,9 @@ static void list_suites(FILE *f)
 
 static int cmd_bench(int argc, char **argv)
 {
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-			bench_usage(stdout);
-			return 0;
-		}
+	if (sh_bench_wants_help(argc, argv)) {
+		bench_usage(stdout);
+		return 0;
 	}
 	sh_bench_opts o;
 	memset(&o, 0, sizeof(o));
