@@ -7,6 +7,7 @@
 
 #include <shoal/shoal.h>
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,6 +58,22 @@ void sh_panic(const char *file, int line, const char *fmt, ...)
 /* Writes a whole buffer to fd with write(2), retrying on EINTR and partial
  * writes; async-signal-safe. */
 void sh_write_all(int fd, const void *buf, size_t len);
+
+/* Inside a spin loop: lets the sibling hyperthread run and saves power. */
+static inline void sh_cpu_relax(void)
+{
+#if defined(__x86_64__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield" ::: "memory");
+#endif
+}
+
+/* Futexes (futex.c). shared: the word is in memory shared with other
+ * processes. The wait returns SHOAL_ETIMEDOUT at the deadline, else 0 for a
+ * wake, a changed word or a signal: callers re-check their condition. */
+int sh_futex_wait(_Atomic uint32_t *addr, uint32_t val, int64_t deadline, bool shared);
+void sh_futex_wake(_Atomic uint32_t *addr, bool shared);
 
 /* A LIFO of pointers in one array, for free lists: popping reads the dense
  * array, never the (possibly cold) freed object itself, so taking many in a

@@ -207,7 +207,7 @@ void sh_xop_complete(sh_xop *op, int rc)
 		sh_inbox_post(op->fiber_sched, op);
 	} else {
 		atomic_store_explicit(&op->state, SH_XOP_DONE, memory_order_release);
-		sh_futex_wake(&op->state);
+		sh_futex_wake(&op->state, false);
 	}
 	sh_xop_unref(op);
 }
@@ -294,7 +294,7 @@ static __attribute__((noinline)) int xsend(shoal_chan *c, const void *elem, int6
 				break;
 			}
 			sh_futex_wait(&op->state, st,
-				      st == SH_XOP_PENDING ? deadline : SHOAL_FOREVER);
+				      st == SH_XOP_PENDING ? deadline : SHOAL_FOREVER, false);
 		}
 	}
 	sh_xop_unref(op);

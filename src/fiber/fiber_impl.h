@@ -261,8 +261,6 @@ bool sh_xop_claim(sh_xop *op);
 void sh_xop_unref(sh_xop *op);
 
 /* Futex helpers. */
-void sh_futex_wait(_Atomic uint32_t *addr, uint32_t val, int64_t deadline);
-void sh_futex_wake(_Atomic uint32_t *addr);
 
 /* Signal handling for stack overflow reports (signal.c). */
 int sh_overflow_thread_init(shoal_sched *s);

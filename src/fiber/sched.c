@@ -798,23 +798,6 @@ void sh_inbox_drain(shoal_sched *s)
 	}
 }
 
-void sh_futex_wait(_Atomic uint32_t *addr, uint32_t val, int64_t deadline)
-{
-	struct timespec ts, *tsp = NULL;
-	if (deadline != SHOAL_FOREVER) {
-		ts.tv_sec = deadline / 1000000000;
-		ts.tv_nsec = deadline % 1000000000;
-		tsp = &ts;
-	}
-	syscall(SYS_futex, addr, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, val, tsp, NULL,
-		FUTEX_BITSET_MATCH_ANY);
-}
-
-void sh_futex_wake(_Atomic uint32_t *addr)
-{
-	syscall(SYS_futex, addr, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, INT_MAX, NULL, NULL, 0);
-}
-
 /* ---- scheduler lifetime ------------------------------------------------------- */
 
 shoal_sched *shoal_sched_current(void)

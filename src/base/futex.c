@@ -1,0 +1,36 @@
+/* Futex waits and wakes. Private ones serve threads of one process (the
+ * fiber layer's cross-thread operations); shared ones serve words in shared
+ * memory that another process wakes (the ring doorbells). Deadlines are
+ * absolute CLOCK_MONOTONIC nanoseconds, as everywhere in shoal. */
+#include "shoal_impl.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+int sh_futex_wait(_Atomic uint32_t *addr, uint32_t val, int64_t deadline, bool shared)
+{
+	struct timespec ts, *tsp = NULL;
+	if (deadline != SHOAL_FOREVER) {
+		if (deadline < 0)
+			deadline = 0;
+		ts.tv_sec = deadline / 1000000000;
+		ts.tv_nsec = deadline % 1000000000;
+		tsp = &ts;
+	}
+	int op = FUTEX_WAIT_BITSET | (shared ? 0 : FUTEX_PRIVATE_FLAG);
+	if (syscall(SYS_futex, addr, op, val, tsp, NULL, FUTEX_BITSET_MATCH_ANY) == 0)
+		return 0;
+	if (errno == ETIMEDOUT)
+		return SHOAL_ETIMEDOUT;
+	return 0; /* EAGAIN (the word changed) and EINTR: the caller re-checks */
+}
+
+void sh_futex_wake(_Atomic uint32_t *addr, bool shared)
+{
+	int op = FUTEX_WAKE | (shared ? 0 : FUTEX_PRIVATE_FLAG);
+	syscall(SYS_futex, addr, op, INT_MAX, NULL, NULL, 0);
+}
