@@ -1,0 +1,366 @@
+/* SPSC record rings in shared memory with spin-then-sleep doorbells; the
+ * protocol and the trust rules are in ring.h. Indices are byte counts that
+ * only grow (64-bit: they never wrap); the offset of one is its value
+ * modulo the power-of-two capacity. A record that would run past the end
+ * of the data area is preceded by a pad record to the end, so every
+ * payload is contiguous and can be parsed where it lies. */
+#include "ring/ring.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+#include <unistd.h>
+
+#define RING_MAGIC 0x676e6972u /* "ring" */
+#define RING_VERSION 1u
+#define REC_DATA 1u
+#define REC_PAD 2u
+#define DEFAULT_SPIN_NS 10000
+
+struct sh_ring_shared {
+	_Alignas(64) _Atomic uint64_t tail;	 /* producer's line */
+	_Alignas(64) _Atomic uint64_t head;	 /* consumer's line */
+	_Alignas(64) _Atomic uint32_t data_wait; /* the consumer sleeps here */
+	_Alignas(64) _Atomic uint32_t space_wait; /* the producer sleeps here */
+	_Alignas(64) uint32_t magic;
+	uint32_t version;
+	uint64_t cap;
+	_Atomic uint32_t closed;
+};
+
+_Static_assert(sizeof(struct sh_ring_shared) <= SH_RING_HDR_BYTES, "ring header fits");
+
+typedef struct rec_hdr {
+	uint32_t len;
+	uint32_t kind;
+} rec_hdr;
+
+static inline uint64_t round_up8(uint64_t n)
+{
+	return (n + SH_RING_ALIGN - 1) & ~(uint64_t)(SH_RING_ALIGN - 1);
+}
+
+int sh_ring_bytes(size_t cap, size_t *bytes)
+{
+	if (cap < 4096 || (cap & (cap - 1)) != 0 || cap > ((size_t)1 << 40))
+		return SHOAL_EINVAL;
+	*bytes = SH_RING_HDR_BYTES + cap;
+	return 0;
+}
+
+int sh_ring_format(void *mem, size_t bytes)
+{
+	size_t cap = bytes > SH_RING_HDR_BYTES ? bytes - SH_RING_HDR_BYTES : 0;
+	size_t check;
+	if (!mem || sh_ring_bytes(cap, &check) != 0)
+		return SHOAL_EINVAL;
+	sh_ring_shared *h = mem;
+	memset(h, 0, sizeof(*h));
+	h->magic = RING_MAGIC;
+	h->version = RING_VERSION;
+	h->cap = cap;
+	atomic_thread_fence(memory_order_release);
+	return 0;
+}
+
+int sh_ring_attach(sh_ring *r, void *mem, size_t bytes, bool producer)
+{
+	if (!r || !mem || bytes <= SH_RING_HDR_BYTES)
+		return SHOAL_EINVAL;
+	sh_ring_shared *h = mem;
+	uint64_t cap = bytes - SH_RING_HDR_BYTES;
+	if (h->magic != RING_MAGIC || h->version != RING_VERSION || h->cap != cap) {
+		sh_warn("ring", "bad ring header: expected magic %#x version %u capacity %" PRIu64
+				", got %#x %u %" PRIu64,
+			RING_MAGIC, RING_VERSION, cap, h->magic, h->version, h->cap);
+		return SHOAL_EPROTO;
+	}
+	size_t check;
+	if (sh_ring_bytes(cap, &check) != 0)
+		return SHOAL_EPROTO;
+	uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
+	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
+	if (tail - head > cap || head % SH_RING_ALIGN || tail % SH_RING_ALIGN)
+		return SHOAL_EPROTO;
+	*r = (sh_ring){.sh = h,
+		       .data = (unsigned char *)mem + SH_RING_HDR_BYTES,
+		       .cap = cap,
+		       .pos = producer ? tail : head,
+		       .peer = producer ? head : head,
+		       .spin_ns = DEFAULT_SPIN_NS,
+		       .producer = producer,
+		       .wait_efd = -1,
+		       .wake_efd = -1};
+	return 0;
+}
+
+size_t sh_ring_max_payload(const sh_ring *r)
+{
+	return (size_t)(r->cap - sizeof(rec_hdr));
+}
+
+/* ---- doorbells ---------------------------------------------------------------- */
+
+static void ring_bell(sh_ring *r, _Atomic uint32_t *flag)
+{
+	/* Pairs with the fence in wait_for: either the sleeper sees what we
+	 * published, or we see its flag. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (sh_likely(!atomic_load_explicit(flag, memory_order_relaxed)))
+		return;
+	if (!atomic_exchange_explicit(flag, 0, memory_order_seq_cst))
+		return; /* someone else rang */
+	r->wakes++;
+	if (r->wake_efd >= 0) {
+		uint64_t one = 1;
+		ssize_t n;
+		do
+			n = write(r->wake_efd, &one, sizeof(one));
+		while (n < 0 && errno == EINTR);
+	} else {
+		sh_futex_wake(flag, true);
+	}
+}
+
+static void drain_efd(int fd)
+{
+	uint64_t v;
+	ssize_t n;
+	do
+		n = read(fd, &v, sizeof(v));
+	while (n < 0 && errno == EINTR);
+}
+
+/* Has the other side done what we wait for? Producer: room for need bytes;
+ * consumer: something past pos. Also true when closed. */
+static bool ready(sh_ring *r, uint64_t need)
+{
+	if (atomic_load_explicit(&r->sh->closed, memory_order_acquire))
+		return true;
+	if (r->producer) {
+		uint64_t head = atomic_load_explicit(&r->sh->head, memory_order_acquire);
+		return head <= r->pos && (r->pos - head) + need <= r->cap;
+	}
+	return atomic_load_explicit(&r->sh->tail, memory_order_acquire) != r->pos;
+}
+
+static inline bool expired(int64_t now, int64_t deadline)
+{
+	return deadline != SHOAL_FOREVER && now >= deadline;
+}
+
+/* Spins, then sleeps until ready() or the deadline. 0 when ready. */
+static int wait_for(sh_ring *r, uint64_t need, int64_t deadline)
+{
+	_Atomic uint32_t *flag = r->producer ? &r->sh->space_wait : &r->sh->data_wait;
+	int64_t t0 = shoal_now_ns();
+	for (uint32_t i = 1;; i++) {
+		if (ready(r, need))
+			return 0;
+		sh_cpu_relax();
+		if ((i & 63) == 0) {
+			int64_t now = shoal_now_ns();
+			if (now - t0 >= (int64_t)r->spin_ns || expired(now, deadline))
+				break;
+		}
+	}
+	for (;;) {
+		atomic_store_explicit(flag, 1, memory_order_seq_cst);
+		atomic_thread_fence(memory_order_seq_cst);
+		if (ready(r, need)) {
+			atomic_store_explicit(flag, 0, memory_order_relaxed);
+			return 0;
+		}
+		if (expired(shoal_now_ns(), deadline)) {
+			atomic_store_explicit(flag, 0, memory_order_relaxed);
+			return SHOAL_ETIMEDOUT;
+		}
+		r->sleeps++;
+		if (r->wait_efd >= 0) {
+			int rc = shoal_fd_wait(r->wait_efd, SHOAL_FD_IN, deadline, NULL);
+			if (rc == 0)
+				drain_efd(r->wait_efd);
+			else if (rc != SHOAL_ETIMEDOUT) {
+				atomic_store_explicit(flag, 0, memory_order_relaxed);
+				return rc; /* cancelled */
+			}
+		} else {
+			sh_futex_wait(flag, 1, deadline, true);
+		}
+	}
+}
+
+/* ---- producer ------------------------------------------------------------------- */
+
+/* Reads and checks the consumer's index: it may only grow, up to our own. */
+static int refresh_head(sh_ring *r)
+{
+	uint64_t head = atomic_load_explicit(&r->sh->head, memory_order_acquire);
+	if (head < r->peer || head > r->pos || head % SH_RING_ALIGN) {
+		sh_warn("ring", "consumer index %" PRIu64 " outside [%" PRIu64 ", %" PRIu64 "]",
+			head, r->peer, r->pos);
+		return SHOAL_EPROTO;
+	}
+	r->peer = head;
+	return 0;
+}
+
+static void publish_tail(sh_ring *r)
+{
+	atomic_store_explicit(&r->sh->tail, r->pos, memory_order_release);
+	ring_bell(r, &r->sh->data_wait);
+}
+
+int sh_ring_reserve(sh_ring *r, size_t len, void **buf, int64_t deadline)
+{
+	if (!r || !r->producer || !buf)
+		return SHOAL_EINVAL;
+	if (len > sh_ring_max_payload(r))
+		return SHOAL_EMSGSIZE;
+	uint64_t size = sizeof(rec_hdr) + round_up8(len);
+	for (;;) {
+		if (atomic_load_explicit(&r->sh->closed, memory_order_acquire))
+			return SHOAL_ECLOSED;
+		uint64_t off = r->pos & (r->cap - 1);
+		uint64_t contig = r->cap - off;
+		uint64_t need = size <= contig ? size : contig + size;
+		if (need > r->cap)
+			need = contig; /* first the pad alone, then the record at 0 */
+		if ((r->pos - r->peer) + need > r->cap) {
+			int rc = refresh_head(r);
+			if (rc)
+				return rc;
+		}
+		if ((r->pos - r->peer) + need > r->cap) {
+			if (deadline == SHOAL_NOWAIT)
+				return SHOAL_EAGAIN;
+			int rc = wait_for(r, need, deadline);
+			if (rc)
+				return rc;
+			continue;
+		}
+		if (size > contig) {
+			rec_hdr pad = {.len = (uint32_t)(contig - sizeof(rec_hdr)), .kind = REC_PAD};
+			memcpy(r->data + off, &pad, sizeof(pad));
+			r->pos += contig;
+			if (need == contig)
+				publish_tail(r); /* the consumer must skip it to make room */
+			continue;
+		}
+		r->cur = size;
+		*buf = r->data + off + sizeof(rec_hdr);
+		return 0;
+	}
+}
+
+void sh_ring_commit(sh_ring *r, size_t len)
+{
+	SH_ASSERT(r->cur && sizeof(rec_hdr) + round_up8(len) <= r->cur);
+	rec_hdr h = {.len = (uint32_t)len, .kind = REC_DATA};
+	memcpy(r->data + (r->pos & (r->cap - 1)), &h, sizeof(h));
+	r->pos += sizeof(rec_hdr) + round_up8(len);
+	r->cur = 0;
+	publish_tail(r);
+}
+
+int sh_ring_write(sh_ring *r, const void *buf, size_t len, int64_t deadline)
+{
+	void *p;
+	int rc = sh_ring_reserve(r, len, &p, deadline);
+	if (rc)
+		return rc;
+	if (len)
+		memcpy(p, buf, len);
+	sh_ring_commit(r, len);
+	return 0;
+}
+
+/* ---- consumer ------------------------------------------------------------------- */
+
+static void publish_head(sh_ring *r)
+{
+	atomic_store_explicit(&r->sh->head, r->pos, memory_order_release);
+	ring_bell(r, &r->sh->space_wait);
+}
+
+int sh_ring_peek(sh_ring *r, const void **buf, size_t *len, int64_t deadline)
+{
+	if (!r || r->producer || !buf || !len)
+		return SHOAL_EINVAL;
+	for (;;) {
+		if (r->peer == r->pos) {
+			/* Closed is read before the index: a record published
+			 * before the close is still delivered. */
+			bool closed = atomic_load_explicit(&r->sh->closed, memory_order_acquire);
+			uint64_t tail = atomic_load_explicit(&r->sh->tail, memory_order_acquire);
+			if (tail < r->pos || tail - r->pos > r->cap || tail % SH_RING_ALIGN) {
+				sh_warn("ring",
+					"producer index %" PRIu64 " outside [%" PRIu64 ", %" PRIu64 "]",
+					tail, r->pos, r->pos + r->cap);
+				return SHOAL_EPROTO;
+			}
+			r->peer = tail;
+			if (tail == r->pos) {
+				if (closed)
+					return SHOAL_ECLOSED;
+				if (deadline == SHOAL_NOWAIT)
+					return SHOAL_EAGAIN;
+				int rc = wait_for(r, 0, deadline);
+				if (rc)
+					return rc;
+				continue;
+			}
+		}
+		uint64_t off = r->pos & (r->cap - 1);
+		uint64_t contig = r->cap - off;
+		uint64_t avail = r->peer - r->pos;
+		rec_hdr h;
+		memcpy(&h, r->data + off, sizeof(h)); /* once: the peer may rewrite it */
+		if (h.kind == REC_PAD && h.len == contig - sizeof(rec_hdr) && contig <= avail) {
+			r->pos += contig;
+			publish_head(r);
+			continue;
+		}
+		uint64_t size = sizeof(rec_hdr) + round_up8(h.len);
+		if (h.kind != REC_DATA || size > contig || size > avail) {
+			sh_warn("ring",
+				"bad record at %" PRIu64 ": kind %u, %u bytes, with %" PRIu64
+				" published and %" PRIu64 " before the end",
+				r->pos, h.kind, h.len, avail, contig);
+			return SHOAL_EPROTO;
+		}
+		r->cur = size;
+		*buf = r->data + off + sizeof(rec_hdr);
+		*len = h.len;
+		return 0;
+	}
+}
+
+void sh_ring_release(sh_ring *r)
+{
+	SH_ASSERT(r->cur);
+	r->pos += r->cur;
+	r->cur = 0;
+	publish_head(r);
+}
+
+void sh_ring_close(sh_ring *r)
+{
+	atomic_store_explicit(&r->sh->closed, 1, memory_order_seq_cst);
+	/* The peer's flag rings its doorbell; ours may have a thread or fiber
+	 * of this process asleep on it, woken the way it sleeps. */
+	_Atomic uint32_t *mine = r->producer ? &r->sh->space_wait : &r->sh->data_wait;
+	_Atomic uint32_t *theirs = r->producer ? &r->sh->data_wait : &r->sh->space_wait;
+	ring_bell(r, theirs);
+	if (atomic_exchange_explicit(mine, 0, memory_order_seq_cst)) {
+		if (r->wait_efd >= 0) {
+			uint64_t one = 1;
+			ssize_t n;
+			do
+				n = write(r->wait_efd, &one, sizeof(one));
+			while (n < 0 && errno == EINTR);
+		} else {
+			sh_futex_wake(mine, true);
+		}
+	}
+}

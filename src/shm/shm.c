@@ -1,0 +1,167 @@
+/* memfd regions, seals and descriptor passing (see shm.h). Errors carry the
+ * errno of the call that failed, as a SHOAL_E code, and are logged with
+ * what was asked. */
+#include "shm/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define SEALS (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
+
+int sh_memfd_create(const char *name, size_t size, bool sealable, int *fd_out)
+{
+	if (size > (size_t)INT64_MAX)
+		return SHOAL_EOVERFLOW;
+	int fd = memfd_create(name, MFD_CLOEXEC | (sealable ? MFD_ALLOW_SEALING : 0));
+	if (fd < 0) {
+		int e = -errno;
+		sh_error("shm", "memfd_create(%s): %s", name, strerror(errno));
+		return e;
+	}
+	if (ftruncate(fd, (off_t)size) != 0) {
+		int e = -errno;
+		sh_error("shm", "ftruncate(%s, %zu bytes): %s", name, size, strerror(errno));
+		close(fd);
+		return e;
+	}
+	*fd_out = fd;
+	return 0;
+}
+
+int sh_shm_map(int fd, size_t size, bool writable, void **out)
+{
+	if (size == 0)
+		return SHOAL_EINVAL;
+	void *p = mmap(NULL, size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		int e = -errno;
+		sh_error("shm", "mmap(%zu bytes, %s): %s", size, writable ? "rw" : "ro",
+			 strerror(errno));
+		return e;
+	}
+	*out = p;
+	return 0;
+}
+
+void sh_shm_unmap(void *p, size_t size)
+{
+	if (p)
+		munmap(p, size);
+}
+
+int sh_memfd_seal(int fd)
+{
+	if (fcntl(fd, F_ADD_SEALS, SEALS) != 0)
+		return -errno;
+	return 0;
+}
+
+bool sh_memfd_is_sealed(int fd)
+{
+	int s = fcntl(fd, F_GET_SEALS);
+	return s >= 0 && (s & SEALS) == SEALS;
+}
+
+int sh_fd_send(int sock, const void *buf, size_t len, const int *fds, int nfds)
+{
+	if (len == 0 || nfds < 0 || nfds > SH_FD_MAX)
+		return SHOAL_EINVAL;
+	struct iovec iov = {.iov_base = (void *)(uintptr_t)buf, .iov_len = len};
+	union {
+		char b[CMSG_SPACE(sizeof(int) * SH_FD_MAX)];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (nfds) {
+		memset(&ctl, 0, sizeof(ctl));
+		m.msg_control = ctl.b;
+		m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+	}
+	for (;;) {
+		ssize_t n = sendmsg(sock, &m, MSG_NOSIGNAL);
+		if (n == (ssize_t)len)
+			return 0;
+		if (n >= 0)
+			return SHOAL_EMSGSIZE; /* a seqpacket/dgram socket truncated it */
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+int sh_fd_recv(int sock, void *buf, size_t len, size_t *got, int *fds, int maxfds, int *nfds)
+{
+	if (len == 0 || maxfds < 0)
+		return SHOAL_EINVAL;
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	union {
+		char b[CMSG_SPACE(sizeof(int) * SH_FD_MAX)];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr m = {.msg_iov = &iov,
+			   .msg_iovlen = 1,
+			   .msg_control = ctl.b,
+			   .msg_controllen = sizeof(ctl.b)};
+	ssize_t n;
+	do
+		n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	int have = 0, rc = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (have < maxfds)
+				fds[have++] = fd;
+			else {
+				close(fd);
+				rc = SHOAL_EBADMSG;
+			}
+		}
+	}
+	if (m.msg_flags & (MSG_CTRUNC | MSG_TRUNC))
+		rc = SHOAL_EBADMSG;
+	if (rc) {
+		for (int i = 0; i < have; i++)
+			close(fds[i]);
+		sh_warn("shm", "dropped a message: expected at most %zu bytes and %d descriptors, "
+			       "got %zd bytes%s",
+			len, maxfds, n, (m.msg_flags & MSG_CTRUNC) ? " and truncated control data" : "");
+		return rc;
+	}
+	*got = (size_t)n;
+	if (nfds)
+		*nfds = have;
+	else
+		for (int i = 0; i < have; i++)
+			close(fds[i]);
+	return 0;
+}
+
+int sh_peer_cred(int sock, pid_t *pid, uid_t *uid, gid_t *gid)
+{
+	struct ucred uc;
+	socklen_t l = sizeof(uc);
+	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &uc, &l) != 0)
+		return -errno;
+	if (pid)
+		*pid = uc.pid;
+	if (uid)
+		*uid = uc.uid;
+	if (gid)
+		*gid = uc.gid;
+	return 0;
+}

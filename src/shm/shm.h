@@ -1,0 +1,40 @@
+/* The shm layer: memfd regions, their seals, and passing their file
+ * descriptors to another process over a unix socket. Everything above that
+ * shares memory across processes (rings, blobs) is built from these. */
+#ifndef SHOAL_SHM_H
+#define SHOAL_SHM_H
+
+#include "shoal_impl.h"
+
+#include <sys/types.h>
+
+/* A new anonymous shared-memory file of size bytes (close-on-exec). With
+ * sealable, sh_memfd_seal() can later make it immutable. */
+int sh_memfd_create(const char *name, size_t size, bool sealable, int *fd_out);
+
+/* Maps size bytes of fd shared, read-write or read-only. */
+int sh_shm_map(int fd, size_t size, bool writable, void **out);
+void sh_shm_unmap(void *p, size_t size);
+
+/* Seals fd against every change of contents or size. Fails with
+ * SHOAL_EBUSY while a writable shared mapping of it exists anywhere. */
+int sh_memfd_seal(int fd);
+/* Whether fd carries the seals of sh_memfd_seal (a receiver checks this
+ * before it trusts a region to stay as it is). */
+bool sh_memfd_is_sealed(int fd);
+
+/* The most descriptors one message carries. */
+#define SH_FD_MAX 16
+
+/* Sends len bytes (at least 1) and nfds descriptors in one message. */
+int sh_fd_send(int sock, const void *buf, size_t len, const int *fds, int nfds);
+/* Receives one message of at most len bytes and at most maxfds descriptors
+ * (close-on-exec). A message that carried more descriptors than that, or was
+ * longer than len, is an error and every descriptor it brought is closed.
+ * *got = 0 means the peer closed the connection. */
+int sh_fd_recv(int sock, void *buf, size_t len, size_t *got, int *fds, int maxfds, int *nfds);
+
+/* The peer of a connected unix socket. */
+int sh_peer_cred(int sock, pid_t *pid, uid_t *uid, gid_t *gid);
+
+#endif
