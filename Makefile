@@ -8,7 +8,7 @@ B := build
 CMAKE_CFG = cmake -S . -B $(B)/$(1) -DCMAKE_BUILD_TYPE=$(2) $(3) >/dev/null
 CTEST = ctest --test-dir $(B)/$(1) --output-on-failure -j$(JOBS) $(2)
 
-.PHONY: all deps build run test test-release test-asan test-tsan test-aarch64 format \
+.PHONY: all deps build run test test-release test-asan test-tsan test-aarch64 test-fuzz format \
 	format-check install install-check clean
 
 all: build
@@ -25,8 +25,8 @@ run: build
 	$(B)/release/tools/shoal bench
 
 test: deps
-	@$(MAKE) --no-print-directory test-release test-asan test-tsan test-aarch64 format-check \
-		install-check
+	@$(MAKE) --no-print-directory test-release test-asan test-tsan test-aarch64 test-fuzz \
+		format-check install-check
 	@echo "make test: all passed"
 
 test-release: deps
@@ -52,6 +52,23 @@ test-aarch64:
 	@$(call CMAKE_CFG,aarch64,RelWithDebInfo,-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake)
 	@cmake --build $(B)/aarch64 -j$(JOBS)
 	$(call CTEST,aarch64,)
+
+# Every fuzz/fuzz_NAME.c target, built with clang (libFuzzer, ASan+UBSan, the
+# library instrumented for coverage), runs FUZZ_SECONDS from an empty corpus.
+FUZZ_SECONDS ?= 10
+test-fuzz:
+	@scripts/deps.sh fuzz
+	@$(call CMAKE_CFG,fuzz,Debug,-DCMAKE_C_COMPILER=clang -DSHOAL_FUZZ=ON -DBUILD_TESTING=OFF \
+		-DSHOAL_SANITIZE=address -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link)
+	@cmake --build $(B)/fuzz -j$(JOBS)
+	@mkdir -p $(B)/fuzz/runs
+	@for f in $(B)/fuzz/fuzz/fuzz_*; do \
+		log=$(B)/fuzz/runs/$${f##*/}.log; \
+		SHOAL_LOG=error $$f -max_total_time=$(FUZZ_SECONDS) \
+			-artifact_prefix=$(B)/fuzz/runs/$${f##*/}- >$$log 2>&1 || \
+			{ tail -40 $$log; echo "fuzz: $$f FAILED (log: $$log)"; exit 1; }; \
+		echo "fuzz: $$f: $$(grep -o 'Done [0-9]* runs' $$log), no crash"; \
+	done
 
 SOURCES = $(shell git ls-files '*.c' '*.h')
 

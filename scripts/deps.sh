@@ -11,9 +11,10 @@ pkgs=(gcc make cmake pkg-config libc6-dev clang-format)
 case "${1:-}" in
 bench) pkgs+=(golang-go) ;;
 cross) pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user) ;;
+fuzz) pkgs+=(clang libclang-rt-dev) ;;
 "") ;;
 *)
-	echo "deps: unknown group '$1' (expected bench or cross)" >&2
+	echo "deps: unknown group '$1' (expected bench, cross or fuzz)" >&2
 	exit 2
 	;;
 esac
