@@ -892,6 +892,8 @@ int sh_bench_exec(char *const argv[], const char *dir, char *const env[], char *
 const sh_bench_suite sh_bench_suites[] = {
 	{"fibers", "hackysack, hop cost and context switches: shoal fibers vs Go goroutines",
 	 sh_bench_fibers, sh_bench_fibers_table, sh_bench_fibers_plot},
+	{"ring", "request/reply round trip between processes: shared-memory rings vs a unix socket",
+	 sh_bench_ring, sh_bench_ring_table, NULL},
 };
 const size_t sh_bench_nsuites = sizeof(sh_bench_suites) / sizeof(sh_bench_suites[0]);
 

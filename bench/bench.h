@@ -194,4 +194,8 @@ void sh_bench_fibers_plot(FILE *f, const sh_bench_report *r);
 /* One hackysack case (n sackers plus one, turns kicks), shoal and go. */
 int sh_bench_hackysack_case(const sh_bench_opts *o, sh_bench_report *r, uint32_t n, uint64_t turns);
 
+/* The ring suite (suite_ring.c). */
+int sh_bench_ring(const sh_bench_opts *o, sh_bench_report *r);
+void sh_bench_ring_table(FILE *f, const sh_bench_report *r);
+
 #endif
