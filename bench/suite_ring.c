@@ -42,7 +42,8 @@ static int cmp_double(const void *a, const void *b)
 static int echo_ring(void *mem, size_t one, uint32_t spin_ns)
 {
 	sh_ring req, rep;
-	if (sh_ring_attach(&req, mem, one, false) || sh_ring_attach(&rep, (char *)mem + one, one, true))
+	if (sh_ring_attach(&req, mem, one, false) ||
+	    sh_ring_attach(&rep, (char *)mem + one, one, true))
 		return 2;
 	req.spin_ns = rep.spin_ns = spin_ns;
 	for (;;) {
@@ -134,8 +135,8 @@ static int run_one(enum transport t, int n, double *lat, char *err, size_t errle
 			const void *p;
 			size_t len;
 			int64_t dl = shoal_deadline_in(10 * 1000000000LL);
-			if (sh_ring_write(&req, &v, 8, dl) != 0 || sh_ring_peek(&rep, &p, &len, dl) != 0 ||
-			    len != 8)
+			if (sh_ring_write(&req, &v, 8, dl) != 0 ||
+			    sh_ring_peek(&rep, &p, &len, dl) != 0 || len != 8)
 				rc = -1;
 			else {
 				memcpy(&w, p, 8);
@@ -157,7 +158,8 @@ static int run_one(enum transport t, int n, double *lat, char *err, size_t errle
 	if (mem)
 		sh_shm_unmap(mem, 2 * one);
 	if (rc != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		snprintf(err, errlen, "%s round trip failed (echo child status %#x)", t_names[t], st);
+		snprintf(err, errlen, "%s round trip failed (echo child status %#x)", t_names[t],
+			 st);
 		return -1;
 	}
 	return 0;
@@ -173,8 +175,8 @@ int sh_bench_ring(const sh_bench_opts *o, sh_bench_report *r)
 	const enum transport order[] = {T_UNIX, T_RING, T_RING_FUTEX};
 	for (size_t k = 0; k < 3; k++) {
 		enum transport t = order[k];
-		sh_bench_result *x = sh_bench_add(r, SUITE, "roundtrip", t == T_UNIX ? "socket" : "shoal",
-						  t == T_UNIX);
+		sh_bench_result *x = sh_bench_add(r, SUITE, "roundtrip",
+						  t == T_UNIX ? "socket" : "shoal", t == T_UNIX);
 		sh_bench_param_str(x, "transport", t_names[t]);
 		sh_bench_param_num(x, "bytes", 8);
 		char err[256];
@@ -219,7 +221,8 @@ void sh_bench_ring_table(FILE *f, const sh_bench_report *r)
 	}
 	fprintf(f,
 		"columns: every timed round trip, in us; p50_us and p99_us are in --json.\n"
-		"summary: p50 ring %.2f us, ring with every trip asleep %.2f us, unix socket %.2f us "
+		"summary: p50 ring %.2f us, ring with every trip asleep %.2f us, unix socket %.2f "
+		"us "
 		"(%.1fx)\n\n",
 		ring, fut, sock, ring > 0 ? sock / ring : 0);
 }

@@ -132,8 +132,9 @@ static void stream_between_threads(uint64_t n, uint32_t spin_ns)
 		size_t len;
 		CHECK_OK(sh_ring_peek(&c, &p, &len, SHOAL_FOREVER));
 		if (!rec_check(p, i, len))
-			sh_test_fail(__FILE__, __LINE__, "record %" PRIu64 ": %zu bytes, expected %zu",
-				     i, len, rec_len(i));
+			sh_test_fail(__FILE__, __LINE__,
+				     "record %" PRIu64 ": %zu bytes, expected %zu", i, len,
+				     rec_len(i));
 		sh_ring_release(&c);
 	}
 	CHECK_EQ(pthread_join(t, NULL), 0);
@@ -202,8 +203,7 @@ SH_TEST(ring_full_blocks_then_frees)
 		CHECK_OK(sh_ring_write(&pr, buf, sizeof(buf), SHOAL_NOWAIT));
 	CHECK_RC(sh_ring_write(&pr, buf, sizeof(buf), SHOAL_NOWAIT), SHOAL_EAGAIN);
 	int64_t t0 = shoal_now_ns();
-	CHECK_RC(sh_ring_write(&pr, buf, sizeof(buf), shoal_deadline_in(30 * MS)),
-		 SHOAL_ETIMEDOUT);
+	CHECK_RC(sh_ring_write(&pr, buf, sizeof(buf), shoal_deadline_in(30 * MS)), SHOAL_ETIMEDOUT);
 	CHECK(shoal_now_ns() - t0 >= 30 * MS);
 	CHECK_RC(sh_ring_write(&pr, buf, sh_ring_max_payload(&pr) + 1, SHOAL_NOWAIT),
 		 SHOAL_EMSGSIZE);
@@ -378,7 +378,8 @@ static int echo_child(int sock)
 	if (sh_shm_map(fd, 2 * one, true, &mem) != 0)
 		return 12;
 	sh_ring req, rep;
-	if (sh_ring_attach(&req, mem, one, false) || sh_ring_attach(&rep, (char *)mem + one, one, true))
+	if (sh_ring_attach(&req, mem, one, false) ||
+	    sh_ring_attach(&rep, (char *)mem + one, one, true))
 		return 13;
 	for (;;) {
 		const void *p;

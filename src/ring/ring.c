@@ -18,9 +18,9 @@
 #define DEFAULT_SPIN_NS 10000
 
 struct sh_ring_shared {
-	_Alignas(64) _Atomic uint64_t tail;	 /* producer's line */
-	_Alignas(64) _Atomic uint64_t head;	 /* consumer's line */
-	_Alignas(64) _Atomic uint32_t data_wait; /* the consumer sleeps here */
+	_Alignas(64) _Atomic uint64_t tail;	  /* producer's line */
+	_Alignas(64) _Atomic uint64_t head;	  /* consumer's line */
+	_Alignas(64) _Atomic uint32_t data_wait;  /* the consumer sleeps here */
 	_Alignas(64) _Atomic uint32_t space_wait; /* the producer sleeps here */
 	_Alignas(64) uint32_t magic;
 	uint32_t version;
@@ -70,8 +70,9 @@ int sh_ring_attach(sh_ring *r, void *mem, size_t bytes, bool producer)
 	sh_ring_shared *h = mem;
 	uint64_t cap = bytes - SH_RING_HDR_BYTES;
 	if (h->magic != RING_MAGIC || h->version != RING_VERSION || h->cap != cap) {
-		sh_warn("ring", "bad ring header: expected magic %#x version %u capacity %" PRIu64
-				", got %#x %u %" PRIu64,
+		sh_warn("ring",
+			"bad ring header: expected magic %#x version %u capacity %" PRIu64
+			", got %#x %u %" PRIu64,
 			RING_MAGIC, RING_VERSION, cap, h->magic, h->version, h->cap);
 		return SHOAL_EPROTO;
 	}
@@ -240,7 +241,8 @@ int sh_ring_reserve(sh_ring *r, size_t len, void **buf, int64_t deadline)
 			continue;
 		}
 		if (size > contig) {
-			rec_hdr pad = {.len = (uint32_t)(contig - sizeof(rec_hdr)), .kind = REC_PAD};
+			rec_hdr pad = {.len = (uint32_t)(contig - sizeof(rec_hdr)),
+				       .kind = REC_PAD};
 			memcpy(r->data + off, &pad, sizeof(pad));
 			r->pos += contig;
 			if (need == contig)
@@ -295,7 +297,8 @@ int sh_ring_peek(sh_ring *r, const void **buf, size_t *len, int64_t deadline)
 			uint64_t tail = atomic_load_explicit(&r->sh->tail, memory_order_acquire);
 			if (tail < r->pos || tail - r->pos > r->cap || tail % SH_RING_ALIGN) {
 				sh_warn("ring",
-					"producer index %" PRIu64 " outside [%" PRIu64 ", %" PRIu64 "]",
+					"producer index %" PRIu64 " outside [%" PRIu64 ", %" PRIu64
+					"]",
 					tail, r->pos, r->pos + r->cap);
 				return SHOAL_EPROTO;
 			}

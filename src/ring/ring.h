@@ -29,10 +29,10 @@ typedef struct sh_ring_shared sh_ring_shared;
 typedef struct sh_ring {
 	sh_ring_shared *sh;
 	unsigned char *data;
-	uint64_t cap;	 /* data bytes; a local copy, never re-read */
-	uint64_t pos;	 /* the index this side owns: tail or head */
-	uint64_t peer;	 /* the other index, as last validated */
-	uint64_t cur;	 /* consumer: bytes of the record being read (0: none) */
+	uint64_t cap;	  /* data bytes; a local copy, never re-read */
+	uint64_t pos;	  /* the index this side owns: tail or head */
+	uint64_t peer;	  /* the other index, as last validated */
+	uint64_t cur;	  /* consumer: bytes of the record being read (0: none) */
 	uint32_t spin_ns; /* how long to spin before sleeping */
 	bool producer;
 	int wait_efd; /* -1: sleep on the futex; else block the fiber on this */

@@ -137,9 +137,11 @@ int sh_fd_recv(int sock, void *buf, size_t len, size_t *got, int *fds, int maxfd
 	if (rc) {
 		for (int i = 0; i < have; i++)
 			close(fds[i]);
-		sh_warn("shm", "dropped a message: expected at most %zu bytes and %d descriptors, "
-			       "got %zd bytes%s",
-			len, maxfds, n, (m.msg_flags & MSG_CTRUNC) ? " and truncated control data" : "");
+		sh_warn("shm",
+			"dropped a message: expected at most %zu bytes and %d descriptors, "
+			"got %zd bytes%s",
+			len, maxfds, n,
+			(m.msg_flags & MSG_CTRUNC) ? " and truncated control data" : "");
 		return rc;
 	}
 	*got = (size_t)n;
