@@ -74,6 +74,9 @@ static inline void sh_cpu_relax(void)
  * wake, a changed word or a signal: callers re-check their condition. */
 int sh_futex_wait(_Atomic uint32_t *addr, uint32_t val, int64_t deadline, bool shared);
 void sh_futex_wake(_Atomic uint32_t *addr, bool shared);
+/* Adds one to an eventfd / empties a non-blocking one (futex.c). */
+void sh_eventfd_signal(int fd);
+void sh_eventfd_drain(int fd);
 
 /* A LIFO of pointers in one array, for free lists: popping reads the dense
  * array, never the (possibly cold) freed object itself, so taking many in a

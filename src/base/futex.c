@@ -1,7 +1,8 @@
-/* Futex waits and wakes. Private ones serve threads of one process (the
- * fiber layer's cross-thread operations); shared ones serve words in shared
- * memory that another process wakes (the ring doorbells). Deadlines are
- * absolute CLOCK_MONOTONIC nanoseconds, as everywhere in shoal. */
+/* Waking a sleeper: futexes and eventfds. Private futexes serve threads of
+ * one process (the fiber layer's cross-thread operations); shared ones serve
+ * words in shared memory that another process wakes (the ring doorbells).
+ * An eventfd wakes whoever waits in epoll (a scheduler's inbox, a fiber on a
+ * ring). Deadlines are absolute CLOCK_MONOTONIC nanoseconds. */
 #include "shoal_impl.h"
 
 #include <errno.h>
@@ -33,4 +34,22 @@ void sh_futex_wake(_Atomic uint32_t *addr, bool shared)
 {
 	int op = FUTEX_WAKE | (shared ? 0 : FUTEX_PRIVATE_FLAG);
 	syscall(SYS_futex, addr, op, INT_MAX, NULL, NULL, 0);
+}
+
+void sh_eventfd_signal(int fd)
+{
+	uint64_t one = 1;
+	ssize_t n;
+	do
+		n = write(fd, &one, sizeof(one));
+	while (n < 0 && errno == EINTR);
+}
+
+void sh_eventfd_drain(int fd)
+{
+	uint64_t v;
+	ssize_t n;
+	do
+		n = read(fd, &v, sizeof(v));
+	while (n < 0 && errno == EINTR);
 }

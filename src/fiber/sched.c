@@ -651,9 +651,7 @@ static void poll_once(shoal_sched *s, int64_t timeout_ns)
 	for (int i = 0; i < n; i++) {
 		int fd = evs[i].data.fd;
 		if (fd == s->evfd) {
-			uint64_t v;
-			ssize_t r = read(s->evfd, &v, sizeof(v));
-			(void)r;
+			sh_eventfd_drain(s->evfd);
 			sh_inbox_drain(s);
 			continue;
 		}
@@ -763,11 +761,8 @@ void sh_inbox_post(shoal_sched *s, sh_xop *op)
 	atomic_store_explicit(&s->inbox_pending, 1, memory_order_release);
 	/* Ring while still holding the lock: once we unlock, the owner may
 	 * drain, and the issuer's wake could free the scheduler. */
-	if (was_empty) {
-		uint64_t one = 1;
-		ssize_t r = write(s->evfd, &one, sizeof(one));
-		(void)r;
-	}
+	if (was_empty)
+		sh_eventfd_signal(s->evfd);
 	pthread_mutex_unlock(&s->inbox_lock);
 }
 

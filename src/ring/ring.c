@@ -6,10 +6,8 @@
  * payload is contiguous and can be parsed where it lies. */
 #include "ring/ring.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <string.h>
-#include <unistd.h>
 
 #define RING_MAGIC 0x676e6972u /* "ring" */
 #define RING_VERSION 1u
@@ -59,7 +57,8 @@ int sh_ring_format(void *mem, size_t bytes)
 	h->magic = RING_MAGIC;
 	h->version = RING_VERSION;
 	h->cap = cap;
-	atomic_thread_fence(memory_order_release);
+	/* No fence: the memory reaches the other side through fork or a
+	 * passed descriptor, system calls that order it. */
 	return 0;
 }
 
@@ -87,7 +86,7 @@ int sh_ring_attach(sh_ring *r, void *mem, size_t bytes, bool producer)
 		       .data = (unsigned char *)mem + SH_RING_HDR_BYTES,
 		       .cap = cap,
 		       .pos = producer ? tail : head,
-		       .peer = producer ? head : head,
+		       .peer = head,
 		       .spin_ns = DEFAULT_SPIN_NS,
 		       .producer = producer,
 		       .wait_efd = -1,
@@ -102,47 +101,41 @@ size_t sh_ring_max_payload(const sh_ring *r)
 
 /* ---- doorbells ---------------------------------------------------------------- */
 
-static void ring_bell(sh_ring *r, _Atomic uint32_t *flag)
+/* Clears a wait flag that is set and wakes its sleeper, the way it sleeps:
+ * on efd when that is a descriptor, else on the flag as a futex. */
+static bool wake_sleeper(_Atomic uint32_t *flag, int efd)
 {
-	/* Pairs with the fence in wait_for: either the sleeper sees what we
-	 * published, or we see its flag. */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (sh_likely(!atomic_load_explicit(flag, memory_order_relaxed)))
-		return;
 	if (!atomic_exchange_explicit(flag, 0, memory_order_seq_cst))
-		return; /* someone else rang */
-	r->wakes++;
-	if (r->wake_efd >= 0) {
-		uint64_t one = 1;
-		ssize_t n;
-		do
-			n = write(r->wake_efd, &one, sizeof(one));
-		while (n < 0 && errno == EINTR);
-	} else {
+		return false; /* not asleep, or someone else rang */
+	if (efd >= 0)
+		sh_eventfd_signal(efd);
+	else
 		sh_futex_wake(flag, true);
-	}
+	return true;
 }
 
-static void drain_efd(int fd)
+static void ring_bell(sh_ring *r, _Atomic uint32_t *flag)
 {
-	uint64_t v;
-	ssize_t n;
-	do
-		n = read(fd, &v, sizeof(v));
-	while (n < 0 && errno == EINTR);
+	/* Our index store and this load, the sleeper's flag store and its
+	 * index load in ready(), are all seq_cst: either the sleeper sees what
+	 * we published, or we see its flag. */
+	if (sh_likely(!atomic_load_explicit(flag, memory_order_seq_cst)))
+		return;
+	if (wake_sleeper(flag, r->wake_efd))
+		r->wakes++;
 }
 
 /* Has the other side done what we wait for? Producer: room for need bytes;
  * consumer: something past pos. Also true when closed. */
 static bool ready(sh_ring *r, uint64_t need)
 {
-	if (atomic_load_explicit(&r->sh->closed, memory_order_acquire))
+	if (atomic_load_explicit(&r->sh->closed, memory_order_seq_cst))
 		return true;
 	if (r->producer) {
-		uint64_t head = atomic_load_explicit(&r->sh->head, memory_order_acquire);
+		uint64_t head = atomic_load_explicit(&r->sh->head, memory_order_seq_cst);
 		return head <= r->pos && (r->pos - head) + need <= r->cap;
 	}
-	return atomic_load_explicit(&r->sh->tail, memory_order_acquire) != r->pos;
+	return atomic_load_explicit(&r->sh->tail, memory_order_seq_cst) != r->pos;
 }
 
 static inline bool expired(int64_t now, int64_t deadline)
@@ -167,7 +160,6 @@ static int wait_for(sh_ring *r, uint64_t need, int64_t deadline)
 	}
 	for (;;) {
 		atomic_store_explicit(flag, 1, memory_order_seq_cst);
-		atomic_thread_fence(memory_order_seq_cst);
 		if (ready(r, need)) {
 			atomic_store_explicit(flag, 0, memory_order_relaxed);
 			return 0;
@@ -180,7 +172,7 @@ static int wait_for(sh_ring *r, uint64_t need, int64_t deadline)
 		if (r->wait_efd >= 0) {
 			int rc = shoal_fd_wait(r->wait_efd, SHOAL_FD_IN, deadline, NULL);
 			if (rc == 0)
-				drain_efd(r->wait_efd);
+				sh_eventfd_drain(r->wait_efd);
 			else if (rc != SHOAL_ETIMEDOUT) {
 				atomic_store_explicit(flag, 0, memory_order_relaxed);
 				return rc; /* cancelled */
@@ -208,7 +200,7 @@ static int refresh_head(sh_ring *r)
 
 static void publish_tail(sh_ring *r)
 {
-	atomic_store_explicit(&r->sh->tail, r->pos, memory_order_release);
+	atomic_store_explicit(&r->sh->tail, r->pos, memory_order_seq_cst);
 	ring_bell(r, &r->sh->data_wait);
 }
 
@@ -281,7 +273,7 @@ int sh_ring_write(sh_ring *r, const void *buf, size_t len, int64_t deadline)
 
 static void publish_head(sh_ring *r)
 {
-	atomic_store_explicit(&r->sh->head, r->pos, memory_order_release);
+	atomic_store_explicit(&r->sh->head, r->pos, memory_order_seq_cst);
 	ring_bell(r, &r->sh->space_wait);
 }
 
@@ -355,15 +347,5 @@ void sh_ring_close(sh_ring *r)
 	_Atomic uint32_t *mine = r->producer ? &r->sh->space_wait : &r->sh->data_wait;
 	_Atomic uint32_t *theirs = r->producer ? &r->sh->data_wait : &r->sh->space_wait;
 	ring_bell(r, theirs);
-	if (atomic_exchange_explicit(mine, 0, memory_order_seq_cst)) {
-		if (r->wait_efd >= 0) {
-			uint64_t one = 1;
-			ssize_t n;
-			do
-				n = write(r->wait_efd, &one, sizeof(one));
-			while (n < 0 && errno == EINTR);
-		} else {
-			sh_futex_wake(mine, true);
-		}
-	}
+	wake_sleeper(mine, r->wait_efd);
 }
