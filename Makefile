@@ -49,7 +49,7 @@ test-tsan: deps
 # tested on every run, not only on arm machines.
 test-aarch64:
 	@scripts/deps.sh cross
-	@$(call CMAKE_CFG,aarch64,RelWithDebInfo,-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake)
+	@$(call CMAKE_CFG,aarch64,RelWithDebInfo,-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DSHOAL_STORE=OFF)
 	@cmake --build $(B)/aarch64 -j$(JOBS)
 	$(call CTEST,aarch64,)
 

@@ -103,6 +103,23 @@ static inline void *sh_ptrstack_pop(sh_ptrstack *ps)
 	return ps->n ? ps->v[--ps->n] : NULL;
 }
 
+/* A hash table from nonzero 64-bit keys to pointers (map.c). Zeroed is
+ * empty. Iterate with size_t it = 0; while (sh_map_next(m, &it, &k, &v)),
+ * and do not change the map meanwhile. */
+typedef struct sh_map_slot {
+	uint64_t key; /* 0: empty */
+	void *val;
+} sh_map_slot;
+typedef struct sh_map {
+	sh_map_slot *slots;
+	size_t n, cap;
+} sh_map;
+void *sh_map_get(const sh_map *m, uint64_t key);
+int sh_map_put(sh_map *m, uint64_t key, void *val); /* insert or replace */
+void *sh_map_del(sh_map *m, uint64_t key);	    /* the value, or NULL */
+bool sh_map_next(const sh_map *m, size_t *it, uint64_t *key, void **val);
+void sh_map_fini(sh_map *m);
+
 /* Allocate one T (zeroed) / free it, through the replaceable allocator. */
 #define SH_NEW(T) ((T *)shoal_calloc(1, sizeof(T)))
 #define SH_DELETE(p) shoal_free((p), sizeof(*(p)))

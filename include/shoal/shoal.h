@@ -4,6 +4,7 @@
 
 #include <shoal/base.h>
 #include <shoal/fiber.h>
+#include <shoal/store.h>
 
 #define SHOAL_VERSION_MAJOR 0
 #define SHOAL_VERSION_MINOR 1

@@ -148,11 +148,17 @@ static int wait_for(sh_ring *r, uint64_t need, int64_t deadline)
 {
 	_Atomic uint32_t *flag = r->producer ? &r->sh->space_wait : &r->sh->data_wait;
 	int64_t t0 = shoal_now_ns();
+	/* A fiber spins by yielding, so the other fibers of its thread (a
+	 * server's other connections) keep running while it waits. */
+	bool fiber = r->wait_efd >= 0;
 	for (uint32_t i = 1;; i++) {
 		if (ready(r, need))
 			return 0;
-		sh_cpu_relax();
-		if ((i & 63) == 0) {
+		if (fiber)
+			shoal_yield();
+		else
+			sh_cpu_relax();
+		if (fiber || (i & 63) == 0) {
 			int64_t now = shoal_now_ns();
 			if (now - t0 >= (int64_t)r->spin_ns || expired(now, deadline))
 				break;

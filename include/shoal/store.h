@@ -1,0 +1,234 @@
+/* shoal object store: immutable objects in shared memory that many
+ * processes on a host map read-only, with no copy.
+ *
+ * A blob is a sealed byte region; an object is a typed metadata tree (a
+ * type name, scalar fields, named member nodes, blobs) with a 64-bit id,
+ * and a name may point at it. `tensor` and `tensor_dict` are the built-in
+ * types. A store is served by shoald or embedded in a process
+ * (shoal_store_open_embedded); clients speak the same protocol to both. */
+#ifndef SHOAL_STORE_H
+#define SHOAL_STORE_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include <shoal/base.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Object ids are unique across hosts: the top 24 bits are drawn at random
+ * when a store starts, the low 40 count up. 0 is never an id. */
+typedef uint64_t shoal_id;
+
+/* ---- element types ---------------------------------------------------- */
+
+/* Element types of tensors: safetensors' set (names as safetensors spells
+ * them), mapped onto DLPack where DLPack has a code. */
+typedef enum shoal_dtype {
+	SHOAL_DT_INVALID = 0,
+	SHOAL_DT_BOOL,
+	SHOAL_DT_U8,
+	SHOAL_DT_I8,
+	SHOAL_DT_U16,
+	SHOAL_DT_I16,
+	SHOAL_DT_F16,
+	SHOAL_DT_BF16,
+	SHOAL_DT_U32,
+	SHOAL_DT_I32,
+	SHOAL_DT_F32,
+	SHOAL_DT_U64,
+	SHOAL_DT_I64,
+	SHOAL_DT_F64,
+	SHOAL_DT_F8_E4M3,
+	SHOAL_DT_F8_E5M2,
+	SHOAL_DT_COUNT
+} shoal_dtype;
+
+/* Bytes per element (0 for SHOAL_DT_INVALID or out of range). */
+SHOAL_API size_t shoal_dtype_size(shoal_dtype dt);
+/* "F32", "BF16", ...; "?" when out of range. */
+SHOAL_API const char *shoal_dtype_name(shoal_dtype dt);
+/* The dtype spelled by the len bytes at name, or SHOAL_DT_INVALID. */
+SHOAL_API shoal_dtype shoal_dtype_from_name(const char *name, size_t len);
+
+#define SHOAL_TENSOR_MAX_DIMS 32
+
+/* ---- the store (a daemon, or embedded in this process) ------------------ */
+
+typedef struct shoal_store shoal_store;
+
+typedef struct shoal_store_opts {
+	const char *socket_path; /* NULL: a fresh path under $XDG_RUNTIME_DIR or /tmp */
+	size_t size;		 /* hard limit on the bytes of all blobs; 0: 1 GiB */
+	bool reserve;		 /* pre-fault the small-object arena at start */
+	gid_t group;		 /* also admit peers of this group ((gid_t)-1: none) */
+} shoal_store_opts;
+
+/* Default options: fresh socket path, 1 GiB, no reserve, no extra group. */
+SHOAL_API void shoal_store_opts_init(shoal_store_opts *o);
+
+/* Starts a store served by a thread of this process on a unix socket
+ * (mode 0600) that any process may connect to, as to shoald. */
+SHOAL_API int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts);
+/* The socket path clients connect to. */
+SHOAL_API const char *shoal_store_socket(const shoal_store *s);
+/* Stops serving: every client sees SHOAL_ECLOSED, every object is freed
+ * and the socket is removed. */
+SHOAL_API int shoal_store_close(shoal_store *s);
+
+/* ---- clients ------------------------------------------------------------ */
+
+typedef struct shoal_client shoal_client;
+
+/* Connects to the store at socket_path. One connection is for one thread
+ * at a time. */
+SHOAL_API int shoal_connect(shoal_client **out, const char *socket_path);
+/* Closes the connection: the store drops every reference it held and
+ * discards its unsealed creations and transient objects. Objects got
+ * through it must be released first. */
+SHOAL_API int shoal_disconnect(shoal_client *c);
+/* The message of the last failed call on c ("" after a success): what was
+ * asked and what the store had, e.g. "store full: asked 2097152 bytes,
+ * 1048576 of 2097152 free". */
+SHOAL_API const char *shoal_client_error(const shoal_client *c);
+
+typedef struct shoal_store_stat {
+	uint64_t capacity;	/* the store's --size */
+	uint64_t used;		/* bytes of blobs, sealed or being written */
+	uint64_t objects;	/* sealed objects, including deleted ones still mapped */
+	uint64_t names;		/* names bound */
+	uint64_t clients;	/* open connections */
+	uint64_t pending_frees; /* deleted objects waiting for their last reader */
+} shoal_store_stat;
+SHOAL_API int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st);
+
+/* ---- creating objects --------------------------------------------------- */
+
+typedef struct shoal_builder shoal_builder;
+typedef struct shoal_node shoal_node;
+
+/* Starts an object of the given type name. Nothing exists in the store
+ * until shoal_builder_seal; a builder that is aborted, or whose client
+ * dies, leaves nothing behind. */
+SHOAL_API int shoal_builder_create(shoal_client *c, const char *type, shoal_builder **out);
+/* The root node, which becomes the object. */
+SHOAL_API shoal_node *shoal_builder_root(shoal_builder *b);
+/* Reserves one shared region of bytes that the next blobs are carved
+ * from: one mapping (and one descriptor for every reader) instead of one
+ * per blob. Fails with SHOAL_ENOSPC beyond the store's capacity. */
+SHOAL_API int shoal_builder_reserve(shoal_builder *b, size_t bytes);
+
+SHOAL_API int shoal_node_set_int(shoal_node *n, const char *key, int64_t v);
+SHOAL_API int shoal_node_set_float(shoal_node *n, const char *key, double v);
+SHOAL_API int shoal_node_set_bool(shoal_node *n, const char *key, bool v);
+SHOAL_API int shoal_node_set_str(shoal_node *n, const char *key, const char *v, size_t len);
+SHOAL_API int shoal_node_set_ints(shoal_node *n, const char *key, const int64_t *v, size_t count);
+/* A member node, in order; names are unique within a node. */
+SHOAL_API int shoal_node_add_member(shoal_node *n, const char *name, const char *type,
+				    shoal_node **child);
+/* A blob of size bytes, writable at *data until the object is sealed. */
+SHOAL_API int shoal_node_add_blob(shoal_node *n, size_t size, void **data);
+/* Makes n a tensor (its type must be "tensor"): dtype and shape fields,
+ * C-contiguous, and one blob of the product of shape times the element
+ * size, writable at *data until the seal. */
+SHOAL_API int shoal_node_set_tensor(shoal_node *n, shoal_dtype dt, int ndim, const int64_t *shape,
+				    void **data);
+
+enum {
+	SHOAL_PERSIST = 1, /* outlive the creating connection */
+	SHOAL_REPLACE = 2, /* rebind name if it is taken (else SHOAL_EEXIST) */
+};
+/* Seals the object and all its blobs in one request: from now on no one,
+ * its creator included, can change them. Binds name if not NULL. The
+ * builder is consumed whatever the result. */
+SHOAL_API int shoal_builder_seal(shoal_builder *b, const char *name, unsigned flags, shoal_id *id);
+/* Drops an unsealed builder and its regions. */
+SHOAL_API void shoal_builder_abort(shoal_builder *b);
+
+/* One blob of bytes as an object of type "bytes". */
+SHOAL_API int shoal_put_bytes(shoal_client *c, const char *name, const void *data, size_t size,
+			      unsigned flags, shoal_id *id);
+
+/* ---- reading objects ---------------------------------------------------- */
+
+typedef struct shoal_object shoal_object;
+
+/* Maps an object read-only, in one round trip, and holds a reference on
+ * it until shoal_object_release: a delete meanwhile unbinds the name but
+ * frees nothing until the last reader lets go. */
+SHOAL_API int shoal_get(shoal_client *c, shoal_id id, shoal_object **out);
+SHOAL_API int shoal_get_by_name(shoal_client *c, const char *name, shoal_object **out);
+SHOAL_API int shoal_object_release(shoal_object *o);
+
+/* The root of a got object, as a node tree. */
+SHOAL_API const shoal_node *shoal_object_root(const shoal_object *o);
+SHOAL_API shoal_id shoal_object_id(const shoal_object *o);
+/* Identifies the content across hosts: set on creation, kept by a copy. */
+SHOAL_API uint64_t shoal_object_signature(const shoal_object *o);
+/* Bytes of all its blobs. */
+SHOAL_API uint64_t shoal_object_bytes(const shoal_object *o);
+
+SHOAL_API const char *shoal_node_type(const shoal_node *n);
+/* A field, or SHOAL_ENOENT; SHOAL_EINVAL if it has another kind. */
+SHOAL_API int shoal_node_get_int(const shoal_node *n, const char *key, int64_t *v);
+SHOAL_API int shoal_node_get_float(const shoal_node *n, const char *key, double *v);
+SHOAL_API int shoal_node_get_bool(const shoal_node *n, const char *key, bool *v);
+SHOAL_API int shoal_node_get_str(const shoal_node *n, const char *key, const char **v, size_t *len);
+/* Copies up to max elements; *count gets the field's length (SHOAL_ERANGE
+ * when it is more than max). */
+SHOAL_API int shoal_node_get_ints(const shoal_node *n, const char *key, int64_t *v, size_t max,
+				  size_t *count);
+SHOAL_API size_t shoal_node_nmembers(const shoal_node *n);
+SHOAL_API const shoal_node *shoal_node_member(const shoal_node *n, size_t i, const char **name);
+SHOAL_API const shoal_node *shoal_node_find(const shoal_node *n, const char *name);
+SHOAL_API size_t shoal_node_nblobs(const shoal_node *n);
+/* A blob of a got object: read-only memory, valid until the release. */
+SHOAL_API int shoal_node_blob(const shoal_node *n, size_t i, const void **data, size_t *size);
+
+/* A tensor node's view: strides in elements (C-contiguous as built). */
+typedef struct shoal_tensor {
+	shoal_dtype dtype;
+	int ndim;
+	int64_t shape[SHOAL_TENSOR_MAX_DIMS];
+	int64_t strides[SHOAL_TENSOR_MAX_DIMS];
+	const void *data;
+	size_t nbytes;
+} shoal_tensor;
+SHOAL_API int shoal_node_tensor(const shoal_node *n, shoal_tensor *t);
+
+/* A DLPack view of a tensor node (struct DLManagedTensor from
+ * <dlpack/dlpack.h>, version 0.6). It holds its own reference on the
+ * object: calling its deleter releases that, in any order with
+ * shoal_object_release. DLPack 0.6 has no 8-bit float: those dtypes fail
+ * with SHOAL_ENOTSUP. */
+struct DLManagedTensor;
+SHOAL_API int shoal_node_dlpack(shoal_object *o, const shoal_node *n, struct DLManagedTensor **out);
+
+/* ---- names -------------------------------------------------------------- */
+
+/* Unbinds name and deletes its object: readers that hold it keep reading;
+ * the memory is freed when the last lets go. */
+SHOAL_API int shoal_delete(shoal_client *c, const char *name);
+SHOAL_API int shoal_delete_id(shoal_client *c, shoal_id id);
+/* Makes an object outlive the connection that created it. */
+SHOAL_API int shoal_persist(shoal_client *c, shoal_id id);
+
+typedef struct shoal_entry {
+	const char *name;
+	shoal_id id;
+	const char *type;
+	uint64_t bytes;
+} shoal_entry;
+/* Calls fn for each bound name starting with prefix ("" for all), in
+ * name order; a nonzero return from fn stops the walk and is returned.
+ * fn must not use c (the walk is still reading its replies). */
+SHOAL_API int shoal_list(shoal_client *c, const char *prefix,
+			 int (*fn)(const shoal_entry *e, void *ctx), void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

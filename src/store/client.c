@@ -1,0 +1,807 @@
+/* Store clients: connecting (the set-up of proto.h), requests over the
+ * rings, and reading objects: a get maps the blobs' segments read-only
+ * once per connection and hands out pointers into them; no byte is
+ * copied. A client is one thread's: it sleeps on the reply ring's futex,
+ * in slices, looking at the socket between them to notice a dead store. */
+#include "store/client.h"
+#include "shm/shm.h"
+
+#include <dlpack/dlpack.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define REPLY_SPIN_NS 30000	    /* a store round trip is a few us when both spin */
+#define LIVENESS_SLICE_NS 100000000 /* how often a sleeping client checks the socket */
+
+struct shoal_object {
+	shoal_client *c;
+	shoal_id id;
+	uint64_t sig, bytes;
+	shoal_node *root;
+	sh_bump a;
+	uint64_t *segs; /* distinct segments its blobs are in */
+	uint32_t nsegs;
+	uint32_t refs; /* the caller's, plus one per live DLPack view */
+};
+
+int sh_client_fail(shoal_client *c, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->err, sizeof(c->err), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+const char *shoal_client_error(const shoal_client *c)
+{
+	return c->err;
+}
+
+static void client_free(shoal_client *c)
+{
+	size_t it = 0;
+	uint64_t k;
+	void *v;
+	while (sh_map_next(&c->segs, &it, &k, &v)) {
+		sh_cseg *g = v;
+		sh_shm_unmap(g->addr, g->size);
+		SH_DELETE(g);
+	}
+	sh_map_fini(&c->segs);
+	if (c->ring_mem)
+		sh_shm_unmap(c->ring_mem, c->ring_bytes);
+	if (c->arena)
+		sh_shm_unmap((void *)c->arena, c->arena_size);
+	if (c->efd >= 0)
+		close(c->efd);
+	if (c->sock >= 0)
+		close(c->sock);
+	sh_wbuf_fini(&c->out);
+	if (c->in)
+		shoal_free(c->in, c->in_cap);
+	SH_DELETE(c);
+}
+
+int shoal_connect(shoal_client **out, const char *path)
+{
+	if (!out || !path)
+		return SHOAL_EINVAL;
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof(a.sun_path))
+		return SHOAL_ENAMETOOLONG;
+	strcpy(a.sun_path, path);
+	shoal_client *c = SH_NEW(shoal_client);
+	if (!c)
+		return SHOAL_ENOMEM;
+	c->efd = -1;
+	sh_wbuf_init(&c->out);
+	int rc = 0, fds[3] = {-1, -1, -1}, nfds = 0;
+	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->sock < 0 || connect(c->sock, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		rc = shoal_errno();
+		goto fail;
+	}
+	uint32_t hello[2] = {SH_WIRE_MAGIC, SH_STORE_VERSION};
+	uint64_t info[5];
+	size_t got = 0;
+	if ((rc = sh_fd_send(c->sock, hello, sizeof(hello), NULL, 0)) != 0 ||
+	    (rc = sh_fd_recv(c->sock, info, sizeof(info), &got, fds, 3, &nfds)) != 0)
+		goto fail;
+	size_t one;
+	if (got != sizeof(info) || nfds != 3 || info[0] != SH_STORE_VERSION ||
+	    sh_ring_bytes(SH_STORE_RING_CAP, &one) != 0 || info[1] != one || info[2] == 0 ||
+	    info[2] > SH_STORE_ARENA_MAX) {
+		rc = SHOAL_EPROTO;
+		sh_client_fail(c, rc,
+			       "store set-up: %zu bytes and %d descriptors, version %" PRIu64
+			       "; expected %zu bytes, 3 descriptors, version %d",
+			       got, nfds, got ? info[0] : 0, sizeof(info), SH_STORE_VERSION);
+		goto fail;
+	}
+	c->ring_bytes = 2 * one;
+	c->arena_size = info[2];
+	c->id = (uint32_t)info[3];
+	c->instance = info[4];
+	struct stat st;
+	if (fstat(fds[0], &st) != 0 || (uint64_t)st.st_size < c->ring_bytes ||
+	    fstat(fds[2], &st) != 0 || (uint64_t)st.st_size < c->arena_size) {
+		rc = SHOAL_EPROTO;
+		goto fail;
+	}
+	if ((rc = sh_shm_map(fds[0], c->ring_bytes, true, &c->ring_mem)) != 0 ||
+	    (rc = sh_shm_map(fds[2], c->arena_size, false, (void **)&c->arena)) != 0)
+		goto fail;
+	unsigned char *base = c->ring_mem;
+	if ((rc = sh_ring_attach(&c->req, base, one, true)) != 0 ||
+	    (rc = sh_ring_attach(&c->rep, base + one, one, false)) != 0)
+		goto fail;
+	c->efd = fds[1];
+	fds[1] = -1;
+	/* The store sleeps on its eventfd; we sleep on the futexes. */
+	c->req.wake_efd = c->rep.wake_efd = c->efd;
+	c->rep.spin_ns = REPLY_SPIN_NS;
+	close(fds[0]);
+	close(fds[2]);
+	*out = c;
+	return 0;
+fail:
+	for (int i = 0; i < 3; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	if (!c->err[0])
+		sh_client_fail(c, rc, "connecting to %s: %s", path, shoal_strerror(rc));
+	sh_debug("store", "%s", c->err);
+	client_free(c);
+	return rc;
+}
+
+int shoal_disconnect(shoal_client *c)
+{
+	if (!c)
+		return SHOAL_EINVAL;
+	client_free(c);
+	return 0;
+}
+
+/* ---- requests ---- */
+
+void sh_client_begin(shoal_client *c, msgpack_packer *pk)
+{
+	sh_wbuf_frame_begin(&c->out);
+	sh_wbuf_packer(&c->out, pk);
+}
+
+/* Between sleeps: is the store still there? */
+static int check_live(shoal_client *c)
+{
+	struct pollfd p = {.fd = c->sock, .events = POLLRDHUP};
+	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR))) {
+		c->broken = true;
+		return sh_client_fail(c, SHOAL_ECONNRESET, "the store closed the connection");
+	}
+	return 0;
+}
+
+int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
+{
+	c->err[0] = 0;
+	if (c->broken)
+		return sh_client_fail(c, SHOAL_ECONNRESET, "the connection to the store is broken");
+	sh_frame f = {.op = op, .seq = ++c->seq, .flags = noreply ? SH_FRAME_NOREPLY : 0};
+	int rc = sh_wbuf_frame_end(&c->out, &f);
+	if (rc)
+		return sh_client_fail(c, rc, "request: %s", shoal_strerror(rc));
+	if (c->out.len > sh_ring_max_payload(&c->req))
+		return sh_client_fail(c, SHOAL_EMSGSIZE,
+				      "request of %zu bytes, the most a request can have is %zu",
+				      c->out.len, sh_ring_max_payload(&c->req));
+	while ((rc = sh_ring_write(&c->req, c->out.p, c->out.len,
+				   shoal_deadline_in(LIVENESS_SLICE_NS))) == SHOAL_ETIMEDOUT)
+		if ((rc = check_live(c)) != 0)
+			return rc;
+	if (rc) {
+		c->broken = true;
+		return sh_client_fail(c, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
+				      "sending a request: %s", shoal_strerror(rc));
+	}
+	if (noreply)
+		return 0;
+	const void *rec;
+	size_t len;
+	while ((rc = sh_ring_peek(&c->rep, &rec, &len, shoal_deadline_in(LIVENESS_SLICE_NS))) ==
+	       SHOAL_ETIMEDOUT)
+		if ((rc = check_live(c)) != 0)
+			return rc;
+	if (rc) {
+		c->broken = true;
+		return sh_client_fail(c, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
+				      "waiting for the store: %s", shoal_strerror(rc));
+	}
+	if (len > c->in_cap) {
+		unsigned char *p = shoal_realloc(c->in, c->in_cap, len);
+		if (!p) {
+			sh_ring_release(&c->rep);
+			c->broken = true; /* the reply is lost: we cannot stay in step */
+			return sh_client_fail(c, SHOAL_ENOMEM, "no memory for a reply of %zu bytes",
+					      len);
+		}
+		c->in = p;
+		c->in_cap = len;
+	}
+	memcpy(c->in, rec, len);
+	c->in_len = len;
+	sh_ring_release(&c->rep);
+	sh_frame r;
+	char why[160];
+	if (sh_frame_decode(c->in, len, &r, why, sizeof(why)) != 0 || r.seq != f.seq ||
+	    r.op != op) {
+		c->broken = true;
+		return sh_client_fail(c, SHOAL_EPROTO, "reply to request %u (op %u): %s", f.seq, op,
+				      why[0] ? why : "wrong sequence number or op");
+	}
+	sh_mp_init(m, c->in + SH_FRAME_HDR, r.body_len);
+	if (r.status != 0) {
+		const char *msg = "";
+		uint32_t n, ml = 0;
+		if (sh_mp_array(m, &n) || n != 1 || sh_mp_str(m, &msg, &ml))
+			msg = "(no message)", ml = 12;
+		return sh_client_fail(c, r.status, "%.*s", (int)ml, msg);
+	}
+	return 0;
+}
+
+int sh_client_recv_fds(shoal_client *c, const uint64_t *ids, int *fds, size_t n)
+{
+	size_t have = 0;
+	while (have < n) {
+		uint64_t msg[1 + SH_FD_MAX];
+		size_t got;
+		int k = 0, rc = sh_fd_recv(c->sock, msg, sizeof(msg), &got, fds + have,
+					   (int)(n - have < SH_FD_MAX ? n - have : SH_FD_MAX), &k);
+		if (rc == 0 && got == 0)
+			rc = SHOAL_ECONNRESET;
+		bool ok = rc == 0 && got >= 8 && msg[0] == (uint64_t)k && got == 8 + 8 * (size_t)k;
+		for (int j = 0; ok && j < k; j++)
+			ok = msg[1 + j] == ids[have + (size_t)j];
+		if (!ok) {
+			for (int j = 0; j < k; j++)
+				close(fds[have + (size_t)j]);
+			for (size_t j = 0; j < have; j++)
+				close(fds[j]);
+			c->broken = true;
+			return sh_client_fail(c, rc ? rc : SHOAL_EPROTO,
+					      "receiving %zu segment descriptors: %s", n,
+					      rc ? shoal_strerror(rc) : "ids out of step");
+		}
+		have += (size_t)k;
+	}
+	return 0;
+}
+
+/* ---- reading objects ---- */
+
+static void put_segs(shoal_client *c, const uint64_t *ids, uint32_t n, sh_wbuf *dropped)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		sh_cseg *g = sh_map_get(&c->segs, ids[i]);
+		if (!g || --g->users)
+			continue;
+		sh_map_del(&c->segs, g->id);
+		sh_shm_unmap(g->addr, g->size);
+		if (dropped)
+			sh_wbuf_append(dropped, &g->id, 8);
+		SH_DELETE(g);
+	}
+}
+
+/* Points every blob of the tree at its mapped bytes, collecting the
+ * segments it uses. */
+static int resolve(shoal_object *o, shoal_node *n)
+{
+	shoal_client *c = o->c;
+	for (uint32_t i = 0; i < n->nblobs; i++) {
+		sh_blobref *b = &n->blobs[i];
+		if (b->inline_data)
+			return sh_client_fail(c, SHOAL_EPROTO, "store replied with inline bytes");
+		const unsigned char *base;
+		size_t size;
+		if (b->seg == 0) {
+			base = c->arena;
+			size = c->arena_size;
+		} else {
+			sh_cseg *g = sh_map_get(&c->segs, b->seg);
+			if (!g)
+				return sh_client_fail(c, SHOAL_EPROTO,
+						      "blob in segment %" PRIu64
+						      ", which we do not have",
+						      b->seg);
+			base = g->addr;
+			size = g->size;
+			bool seen = false;
+			for (uint32_t j = 0; j < o->nsegs && !seen; j++)
+				seen = o->segs[j] == b->seg;
+			if (!seen) {
+				uint64_t *v = sh_bump_alloc(&o->a, (o->nsegs + 1) * 8);
+				if (!v)
+					return SHOAL_ENOMEM;
+				if (o->nsegs)
+					memcpy(v, o->segs, o->nsegs * 8);
+				v[o->nsegs++] = b->seg;
+				o->segs = v;
+				g->users++;
+			}
+		}
+		if (b->off > size || b->size > size - b->off)
+			return sh_client_fail(c, SHOAL_EPROTO,
+					      "blob [%" PRIu64 ", +%" PRIu64
+					      ") outside its %zu-byte segment",
+					      b->off, b->size, size);
+		b->ptr = (void *)(base + b->off);
+	}
+	for (uint32_t i = 0; i < n->nmembers; i++) {
+		int rc = resolve(o, n->members[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static void send_release(shoal_client *c, shoal_id id, const sh_wbuf *dropped)
+{
+	msgpack_packer pk;
+	sh_client_begin(c, &pk);
+	msgpack_pack_array(&pk, 2);
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_uint64(&pk, id);
+	size_t n = dropped->len / 8;
+	msgpack_pack_array(&pk, n);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t s;
+		memcpy(&s, dropped->p + 8 * i, 8);
+		msgpack_pack_uint64(&pk, s);
+	}
+	sh_mp m;
+	if (sh_client_call(c, SH_OP_RELEASE, true, &m) != 0)
+		sh_debug("store", "release of %016" PRIx64 ": %s", id, c->err);
+}
+
+static int get(shoal_client *c, const char *name, shoal_id id, shoal_object **out)
+{
+	if (!c || !out || (!name && !id))
+		return SHOAL_EINVAL;
+	msgpack_packer pk;
+	sh_client_begin(c, &pk);
+	msgpack_pack_array(&pk, 1);
+	if (name)
+		sh_mp_pack_cstr(&pk, name);
+	else
+		msgpack_pack_uint64(&pk, id);
+	sh_mp m;
+	int rc = sh_client_call(c, SH_OP_GET, false, &m);
+	if (rc)
+		return rc;
+	shoal_object *o = SH_NEW(shoal_object);
+	if (!o)
+		return SHOAL_ENOMEM; /* the store holds a reference until we disconnect */
+	o->c = c;
+	o->refs = 1;
+	uint32_t n, nnew;
+	if (sh_mp_array(&m, &n) || n != 4 || sh_mp_uint(&m, &o->id) || sh_mp_uint(&m, &o->sig) ||
+	    sh_mp_array(&m, &nnew) || nnew > 1u << 20) {
+		c->broken = true;
+		rc = sh_client_fail(c, SHOAL_EPROTO,
+				    "GET reply: expected [id, sig, segments, node]");
+		SH_DELETE(o);
+		return rc;
+	}
+	/* New segments: their descriptors are waiting on the socket. */
+	uint64_t ids[64], sizes[64];
+	int fds[64];
+	for (uint32_t done = 0; done < nnew && rc == 0;) {
+		uint32_t k = nnew - done < 64 ? nnew - done : 64;
+		for (uint32_t i = 0; i < k && rc == 0; i++) {
+			uint32_t two;
+			if (sh_mp_array(&m, &two) || two != 2 || sh_mp_uint(&m, &ids[i]) ||
+			    sh_mp_uint(&m, &sizes[i]) || ids[i] == 0 ||
+			    sh_map_get(&c->segs, ids[i]))
+				rc = SHOAL_EPROTO;
+		}
+		if (rc == 0)
+			rc = sh_client_recv_fds(c, ids, fds, k);
+		for (uint32_t i = 0; i < k && rc == 0; i++) {
+			struct stat st;
+			sh_cseg *g = SH_NEW(sh_cseg);
+			/* Trust no size: the file must hold what we map. */
+			if (!g || fstat(fds[i], &st) != 0 || (uint64_t)st.st_size < sizes[i] ||
+			    !sh_memfd_is_sealed(fds[i]) ||
+			    sh_shm_map(fds[i], sizes[i], false, &g->addr) != 0 ||
+			    sh_map_put(&c->segs, ids[i], g) != 0) {
+				rc = g ? SHOAL_EPROTO : SHOAL_ENOMEM;
+				if (g && g->addr)
+					sh_shm_unmap(g->addr, sizes[i]);
+				if (g)
+					SH_DELETE(g);
+			} else {
+				g->id = ids[i];
+				g->size = sizes[i];
+			}
+		}
+		for (uint32_t i = 0; i < k; i++)
+			if (rc == 0 || i < k)
+				close(fds[i]);
+		done += k;
+	}
+	char why[256] = "";
+	if (rc == 0)
+		rc = sh_node_decode(&m, &o->a, &o->root, why, sizeof(why));
+	if (rc == 0 && sh_mp_done(&m) != 0)
+		rc = SHOAL_EPROTO;
+	if (rc == 0)
+		rc = resolve(o, o->root);
+	if (rc != 0) {
+		if (!c->err[0])
+			sh_client_fail(c, rc, "GET reply: %s", why[0] ? why : shoal_strerror(rc));
+		rc = c->err[0] ? rc : SHOAL_EPROTO;
+		sh_wbuf dropped;
+		sh_wbuf_init(&dropped);
+		put_segs(c, o->segs, o->nsegs, &dropped);
+		send_release(c, o->id, &dropped);
+		sh_wbuf_fini(&dropped);
+		sh_bump_fini(&o->a);
+		SH_DELETE(o);
+		return rc == SHOAL_EBADMSG ? SHOAL_EPROTO : rc;
+	}
+	o->bytes = sh_node_bytes(o->root);
+	*out = o;
+	return 0;
+}
+
+int shoal_get(shoal_client *c, shoal_id id, shoal_object **out)
+{
+	return get(c, NULL, id, out);
+}
+
+int shoal_get_by_name(shoal_client *c, const char *name, shoal_object **out)
+{
+	if (!name || !*name)
+		return SHOAL_EINVAL;
+	return get(c, name, 0, out);
+}
+
+int shoal_object_release(shoal_object *o)
+{
+	if (!o || o->refs == 0)
+		return SHOAL_EINVAL;
+	if (--o->refs)
+		return 0;
+	shoal_client *c = o->c;
+	sh_wbuf dropped;
+	sh_wbuf_init(&dropped);
+	put_segs(c, o->segs, o->nsegs, &dropped);
+	send_release(c, o->id, &dropped);
+	sh_wbuf_fini(&dropped);
+	sh_bump_fini(&o->a);
+	SH_DELETE(o);
+	return 0;
+}
+
+const shoal_node *shoal_object_root(const shoal_object *o)
+{
+	return o->root;
+}
+
+shoal_id shoal_object_id(const shoal_object *o)
+{
+	return o->id;
+}
+
+uint64_t shoal_object_signature(const shoal_object *o)
+{
+	return o->sig;
+}
+
+uint64_t shoal_object_bytes(const shoal_object *o)
+{
+	return o->bytes;
+}
+
+/* ---- nodes (read side; builders share the accessors) ---- */
+
+const char *shoal_node_type(const shoal_node *n)
+{
+	return n->type;
+}
+
+static int field(const shoal_node *n, const char *key, int kind, const sh_field **f)
+{
+	if (!n || !key)
+		return SHOAL_EINVAL;
+	*f = sh_node_field(n, key);
+	if (!*f)
+		return SHOAL_ENOENT;
+	return (*f)->kind == kind ? 0 : SHOAL_EINVAL;
+}
+
+int shoal_node_get_int(const shoal_node *n, const char *key, int64_t *v)
+{
+	const sh_field *f;
+	int rc = field(n, key, SH_F_INT, &f);
+	if (rc == 0)
+		*v = f->v.i;
+	return rc;
+}
+
+int shoal_node_get_float(const shoal_node *n, const char *key, double *v)
+{
+	const sh_field *f;
+	int rc = field(n, key, SH_F_FLOAT, &f);
+	if (rc == 0)
+		*v = f->v.f;
+	return rc;
+}
+
+int shoal_node_get_bool(const shoal_node *n, const char *key, bool *v)
+{
+	const sh_field *f;
+	int rc = field(n, key, SH_F_BOOL, &f);
+	if (rc == 0)
+		*v = f->v.b;
+	return rc;
+}
+
+int shoal_node_get_str(const shoal_node *n, const char *key, const char **v, size_t *len)
+{
+	const sh_field *f;
+	int rc = field(n, key, SH_F_STR, &f);
+	if (rc == 0) {
+		*v = f->v.s;
+		if (len)
+			*len = f->n;
+	}
+	return rc;
+}
+
+int shoal_node_get_ints(const shoal_node *n, const char *key, int64_t *v, size_t max, size_t *count)
+{
+	const sh_field *f;
+	int rc = field(n, key, SH_F_INTS, &f);
+	if (rc)
+		return rc;
+	*count = f->n;
+	if (f->n > max)
+		return SHOAL_ERANGE;
+	memcpy(v, f->v.ints, f->n * sizeof(int64_t));
+	return 0;
+}
+
+size_t shoal_node_nmembers(const shoal_node *n)
+{
+	return n->nmembers;
+}
+
+const shoal_node *shoal_node_member(const shoal_node *n, size_t i, const char **name)
+{
+	if (i >= n->nmembers)
+		return NULL;
+	if (name)
+		*name = n->names[i];
+	return n->members[i];
+}
+
+const shoal_node *shoal_node_find(const shoal_node *n, const char *name)
+{
+	if (n->order) {
+		/* decoded trees keep their members sorted by name */
+		size_t lo = 0, hi = n->nmembers;
+		while (lo < hi) {
+			size_t mid = (lo + hi) / 2;
+			int c = strcmp(n->names[n->order[mid]], name);
+			if (c == 0)
+				return n->members[n->order[mid]];
+			if (c < 0)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		return NULL;
+	}
+	for (uint32_t i = 0; i < n->nmembers; i++)
+		if (strcmp(n->names[i], name) == 0)
+			return n->members[i];
+	return NULL;
+}
+
+size_t shoal_node_nblobs(const shoal_node *n)
+{
+	return n->nblobs;
+}
+
+int shoal_node_blob(const shoal_node *n, size_t i, const void **data, size_t *size)
+{
+	if (i >= n->nblobs)
+		return SHOAL_ERANGE;
+	*data = n->blobs[i].ptr ? n->blobs[i].ptr : n->blobs[i].inline_data;
+	*size = n->blobs[i].size;
+	return 0;
+}
+
+int shoal_node_tensor(const shoal_node *n, shoal_tensor *t)
+{
+	if (strcmp(n->type, "tensor") != 0)
+		return SHOAL_EINVAL;
+	char why[160];
+	int rc = sh_node_check_types(n, why, sizeof(why));
+	if (rc)
+		return rc;
+	const sh_field *dt = sh_node_field(n, "dtype"), *shape = sh_node_field(n, "shape");
+	memset(t, 0, sizeof(*t));
+	t->dtype = shoal_dtype_from_name(dt->v.s, dt->n);
+	t->ndim = (int)shape->n;
+	int64_t stride = 1;
+	for (int i = t->ndim - 1; i >= 0; i--) {
+		t->shape[i] = shape->v.ints[i];
+		t->strides[i] = stride;
+		stride *= t->shape[i] ? t->shape[i] : 1;
+	}
+	t->data = n->blobs[0].ptr ? n->blobs[0].ptr : n->blobs[0].inline_data;
+	t->nbytes = n->blobs[0].size;
+	return 0;
+}
+
+/* ---- DLPack ---- */
+
+typedef struct dl_view {
+	DLManagedTensor m;
+	shoal_object *o;
+	int64_t shape[SHOAL_TENSOR_MAX_DIMS], strides[SHOAL_TENSOR_MAX_DIMS];
+} dl_view;
+
+static void dl_delete(DLManagedTensor *m)
+{
+	dl_view *v = m->manager_ctx;
+	shoal_object_release(v->o);
+	SH_DELETE(v);
+}
+
+static int dl_type(shoal_dtype dt, DLDataType *out)
+{
+	static const struct {
+		uint8_t code, bits;
+	} map[SHOAL_DT_COUNT] = {
+		/* DLPack 0.6 has no bool code; frameworks of its time used uint8 */
+		[SHOAL_DT_BOOL] = {kDLUInt, 8},	   [SHOAL_DT_U8] = {kDLUInt, 8},
+		[SHOAL_DT_I8] = {kDLInt, 8},	   [SHOAL_DT_U16] = {kDLUInt, 16},
+		[SHOAL_DT_I16] = {kDLInt, 16},	   [SHOAL_DT_F16] = {kDLFloat, 16},
+		[SHOAL_DT_BF16] = {kDLBfloat, 16}, [SHOAL_DT_U32] = {kDLUInt, 32},
+		[SHOAL_DT_I32] = {kDLInt, 32},	   [SHOAL_DT_F32] = {kDLFloat, 32},
+		[SHOAL_DT_U64] = {kDLUInt, 64},	   [SHOAL_DT_I64] = {kDLInt, 64},
+		[SHOAL_DT_F64] = {kDLFloat, 64},
+	};
+	if ((unsigned)dt >= SHOAL_DT_COUNT || map[dt].bits == 0)
+		return SHOAL_ENOTSUP;
+	out->code = map[dt].code;
+	out->bits = map[dt].bits;
+	out->lanes = 1;
+	return 0;
+}
+
+int shoal_node_dlpack(shoal_object *o, const shoal_node *n, DLManagedTensor **out)
+{
+	shoal_tensor t;
+	int rc = shoal_node_tensor(n, &t);
+	if (rc)
+		return rc;
+	dl_view *v = SH_NEW(dl_view);
+	if (!v)
+		return SHOAL_ENOMEM;
+	if ((rc = dl_type(t.dtype, &v->m.dl_tensor.dtype)) != 0) {
+		SH_DELETE(v);
+		return rc;
+	}
+	memcpy(v->shape, t.shape, sizeof(v->shape));
+	memcpy(v->strides, t.strides, sizeof(v->strides));
+	v->o = o;
+	o->refs++;
+	v->m.manager_ctx = v;
+	v->m.deleter = dl_delete;
+	DLTensor *d = &v->m.dl_tensor;
+	d->data = (void *)t.data;
+	d->device = (DLDevice){kDLCPU, 0};
+	d->ndim = t.ndim;
+	d->shape = v->shape;
+	d->strides = v->strides;
+	d->byte_offset = 0;
+	*out = &v->m;
+	return 0;
+}
+
+/* ---- names and the store ---- */
+
+static int simple(shoal_client *c, uint16_t op, const char *name, shoal_id id)
+{
+	if (!c || (!name && !id))
+		return SHOAL_EINVAL;
+	msgpack_packer pk;
+	sh_client_begin(c, &pk);
+	msgpack_pack_array(&pk, 1);
+	if (name)
+		sh_mp_pack_cstr(&pk, name);
+	else
+		msgpack_pack_uint64(&pk, id);
+	sh_mp m;
+	return sh_client_call(c, op, false, &m);
+}
+
+int shoal_delete(shoal_client *c, const char *name)
+{
+	return name ? simple(c, SH_OP_DELETE, name, 0) : SHOAL_EINVAL;
+}
+
+int shoal_delete_id(shoal_client *c, shoal_id id)
+{
+	return simple(c, SH_OP_DELETE, NULL, id);
+}
+
+int shoal_persist(shoal_client *c, shoal_id id)
+{
+	return simple(c, SH_OP_PERSIST, NULL, id);
+}
+
+int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st)
+{
+	msgpack_packer pk;
+	sh_client_begin(c, &pk);
+	msgpack_pack_array(&pk, 0);
+	sh_mp m;
+	int rc = sh_client_call(c, SH_OP_STAT, false, &m);
+	if (rc)
+		return rc;
+	uint32_t n;
+	if (sh_mp_array(&m, &n) || n != 6 || sh_mp_uint(&m, &st->capacity) ||
+	    sh_mp_uint(&m, &st->used) || sh_mp_uint(&m, &st->objects) ||
+	    sh_mp_uint(&m, &st->names) || sh_mp_uint(&m, &st->clients) ||
+	    sh_mp_uint(&m, &st->pending_frees))
+		return sh_client_fail(c, SHOAL_EPROTO, "STAT reply: expected 6 counters");
+	return 0;
+}
+
+int shoal_list(shoal_client *c, const char *prefix, int (*fn)(const shoal_entry *e, void *ctx),
+	       void *ctx)
+{
+	if (!c || !fn)
+		return SHOAL_EINVAL;
+	char after[SH_NODE_MAX_NAME + 1];
+	bool have_after = false;
+	for (;;) {
+		msgpack_packer pk;
+		sh_client_begin(c, &pk);
+		msgpack_pack_array(&pk, 3);
+		sh_mp_pack_cstr(&pk, prefix ? prefix : "");
+		sh_mp_pack_cstr(&pk, have_after ? after : NULL);
+		msgpack_pack_uint64(&pk, SH_STORE_LIST_MAX);
+		sh_mp m;
+		int rc = sh_client_call(c, SH_OP_LIST, false, &m);
+		if (rc)
+			return rc;
+		uint32_t n, k;
+		if (sh_mp_array(&m, &n) || n != 2 || sh_mp_array(&m, &k))
+			return sh_client_fail(c, SHOAL_EPROTO, "LIST reply: malformed");
+		/* Entries point into c->in, which the next call reuses: hand
+		 * each out before asking again. */
+		for (uint32_t i = 0; i < k; i++) {
+			const char *name, *type;
+			uint32_t nl, tl, four;
+			shoal_entry e;
+			if (sh_mp_array(&m, &four) || four != 4 || sh_mp_str(&m, &name, &nl) ||
+			    nl > SH_NODE_MAX_NAME || sh_mp_uint(&m, &e.id) ||
+			    sh_mp_str(&m, &type, &tl) || tl > SH_NODE_MAX_KEY ||
+			    sh_mp_uint(&m, &e.bytes))
+				return sh_client_fail(c, SHOAL_EPROTO,
+						      "LIST reply: malformed entry");
+			char tbuf[SH_NODE_MAX_KEY + 1];
+			memcpy(after, name, nl);
+			after[nl] = 0;
+			memcpy(tbuf, type, tl);
+			tbuf[tl] = 0;
+			have_after = true;
+			e.name = after;
+			e.type = tbuf;
+			if ((rc = fn(&e, ctx)) != 0)
+				return rc;
+		}
+		bool more;
+		if (sh_mp_bool(&m, &more))
+			return sh_client_fail(c, SHOAL_EPROTO, "LIST reply: malformed");
+		if (!more)
+			return 0;
+	}
+}

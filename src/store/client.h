@@ -1,0 +1,45 @@
+/* The client side of the store protocol, shared by client.c (connection,
+ * requests, reading objects) and builder.c (creating them). */
+#ifndef SHOAL_STORE_CLIENT_H
+#define SHOAL_STORE_CLIENT_H
+
+#include "ring/ring.h"
+#include "store/node.h"
+#include "store/proto.h"
+
+typedef struct sh_cseg {
+	uint64_t id;
+	void *addr;
+	size_t size;
+	uint32_t users; /* objects of ours that have blobs in it */
+} sh_cseg;
+
+struct shoal_client {
+	int sock, efd;
+	void *ring_mem;
+	size_t ring_bytes;
+	sh_ring req, rep;
+	const unsigned char *arena;
+	size_t arena_size;
+	uint64_t instance;
+	uint32_t id, seq;
+	sh_wbuf out;
+	unsigned char *in; /* the last reply, copied out of the ring */
+	size_t in_cap, in_len;
+	sh_map segs; /* segment id -> sh_cseg, mapped read-only */
+	bool broken; /* the store is gone or spoke garbage */
+	char err[512];
+};
+
+/* Starts a request: packs into c->out after the frame header. */
+void sh_client_begin(shoal_client *c, msgpack_packer *pk);
+/* Sends it and, unless noreply, waits for the reply; on success m reads
+ * its body. A failure leaves its message in c->err. */
+int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m);
+/* Receives the descriptors the store sends ahead of a reply, for the n
+ * segment ids listed. */
+int sh_client_recv_fds(shoal_client *c, const uint64_t *ids, int *fds, size_t n);
+SHOAL_PRINTF(3, 4)
+int sh_client_fail(shoal_client *c, int code, const char *fmt, ...);
+
+#endif

@@ -1,0 +1,1322 @@
+/* The store server: the state of shoald and of an embedded store, and the
+ * handling of every request (protocol in proto.h). One thread runs it, as
+ * fibers over one poller: an accept fiber, and per connection a request
+ * fiber reading the request ring and a watcher that sees on the socket
+ * when the client is gone. Nothing is shared with other threads except
+ * the stop doorbell, so nothing here takes a lock.
+ *
+ * Memory: blobs up to SH_STORE_INLINE_MAX arrive inside the seal request
+ * and are copied into the arena, one memfd that only this process maps
+ * writable and clients map read-only from a read-only descriptor. Larger
+ * blobs live in segments: a memfd per builder region, written by its
+ * creator, then sealed by us (write, grow, shrink, seal), which the kernel
+ * refuses while any writable mapping exists, so after the seal nobody,
+ * the creator included, can change a byte. */
+#include "store/node.h"
+#include "store/proto.h"
+#include "shm/shm.h"
+#include "ring/ring.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define ARENA_MIN_CLASS 6 /* 64 bytes */
+#define ARENA_CLASSES 9	  /* 64 B .. 16 KiB */
+#define PAGE 4096u
+
+typedef struct st_conn st_conn;
+typedef struct st_obj st_obj;
+
+typedef struct st_seg {
+	uint64_t id;
+	int fd;
+	uint64_t size;
+	uint64_t charged; /* what counts against the capacity: size in pages */
+	st_conn *creator; /* while unsealed */
+	st_obj *owner;
+} st_seg;
+
+struct st_obj {
+	uint64_t id, sig;
+	char *name; /* NULL when unbound */
+	char *type;
+	unsigned char *meta; /* the stored node encoding */
+	size_t meta_len, meta_cap;
+	uint64_t bytes;
+	st_seg **segs;
+	uint32_t nsegs, narena, cap_segs, cap_arena;
+	uint64_t *arena; /* offset << 8 | size class, per arena blob */
+	uint64_t refs;
+	bool deleted, persistent;
+	st_conn *creator;  /* NULL once persistent or the creator is gone */
+	st_obj *name_next; /* objects whose names share a hash */
+};
+
+struct st_conn {
+	struct shoal_store *srv;
+	st_conn *prev, *next;
+	int sock, efd;
+	uint32_t id;
+	pid_t pid;
+	void *ring_mem;
+	size_t ring_bytes;
+	sh_ring req, rep;
+	sh_map refs;	/* object id -> references held (as a pointer-sized count) */
+	sh_map sent;	/* segment ids whose descriptor the client has */
+	sh_map regions; /* unsealed segments it created: id -> st_seg */
+	sh_map created; /* its transient objects: id -> st_obj */
+	sh_wbuf out;
+	unsigned char *in;
+	size_t in_cap;
+	bool watcher_done;
+	shoal_fiber *watcher;
+	char why[256];
+};
+
+struct shoal_store {
+	shoal_store_opts opts;
+	char path[108];
+	int lsock, stop_efd;
+	pthread_t thread;
+	uint64_t instance; /* the top 24 bits of every id */
+	uint64_t next_id, next_seg;
+	uint32_t next_client;
+	sh_map objs, names, segs;
+	int arena_fd, arena_ro_fd;
+	unsigned char *arena;
+	size_t arena_size, arena_bump;
+	sh_ptrstack arena_free[ARENA_CLASSES];
+	uint64_t capacity, used, nobjs, nnames, nclients, pending;
+	st_conn *conns;
+	bool stopping;
+	int start_rc;
+};
+
+/* ---- names ---- */
+
+static uint64_t name_hash(const char *s, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * 0x100000001b3ULL;
+	return h ? h : 1;
+}
+
+static st_obj *name_find(shoal_store *s, const char *name, size_t n)
+{
+	for (st_obj *o = sh_map_get(&s->names, name_hash(name, n)); o; o = o->name_next)
+		if (strlen(o->name) == n && memcmp(o->name, name, n) == 0)
+			return o;
+	return NULL;
+}
+
+static void name_unbind(shoal_store *s, st_obj *o)
+{
+	if (!o->name)
+		return;
+	uint64_t h = name_hash(o->name, strlen(o->name));
+	st_obj *head = sh_map_get(&s->names, h);
+	if (head == o) {
+		if (o->name_next)
+			sh_map_put(&s->names, h, o->name_next); /* replaces: cannot fail */
+		else
+			sh_map_del(&s->names, h);
+	} else {
+		for (st_obj *p = head; p; p = p->name_next)
+			if (p->name_next == o) {
+				p->name_next = o->name_next;
+				break;
+			}
+	}
+	shoal_free(o->name, strlen(o->name) + 1);
+	o->name = NULL;
+	o->name_next = NULL;
+	s->nnames--;
+}
+
+static int name_bind(shoal_store *s, st_obj *o, const char *name, size_t n)
+{
+	char *copy = shoal_alloc(n + 1);
+	if (!copy)
+		return SHOAL_ENOMEM;
+	memcpy(copy, name, n);
+	copy[n] = 0;
+	uint64_t h = name_hash(name, n);
+	st_obj *head = sh_map_get(&s->names, h);
+	if (sh_map_put(&s->names, h, o) != 0) {
+		shoal_free(copy, n + 1);
+		return SHOAL_ENOMEM;
+	}
+	o->name = copy;
+	o->name_next = head;
+	s->nnames++;
+	return 0;
+}
+
+/* ---- the arena ---- */
+
+static int arena_class(uint64_t size)
+{
+	int c = 0;
+	while ((1ull << (c + ARENA_MIN_CLASS)) < size)
+		c++;
+	return c;
+}
+
+static int arena_alloc(shoal_store *s, uint64_t size, uint64_t *off)
+{
+	int c = arena_class(size);
+	uint64_t bytes = 1ull << (c + ARENA_MIN_CLASS);
+	if (s->used + bytes > s->capacity)
+		return SHOAL_ENOSPC;
+	void *p = sh_ptrstack_pop(&s->arena_free[c]);
+	if (p) {
+		*off = (uint64_t)(uintptr_t)p - 1;
+	} else {
+		if (s->arena_bump + bytes > s->arena_size)
+			return SHOAL_ENOSPC;
+		*off = s->arena_bump;
+		s->arena_bump += bytes;
+	}
+	s->used += bytes;
+	return 0;
+}
+
+static void arena_free(shoal_store *s, uint64_t off, int c)
+{
+	s->used -= 1ull << (c + ARENA_MIN_CLASS);
+	/* +1: offset 0 is a valid slot, NULL means empty */
+	if (sh_ptrstack_push(&s->arena_free[c], (void *)(uintptr_t)(off + 1)) != 0)
+		sh_warn("store", "arena: lost a %d-byte slot (out of memory)",
+			1 << (c + ARENA_MIN_CLASS));
+}
+
+/* ---- segments and objects ---- */
+
+static void seg_free(shoal_store *s, st_seg *g)
+{
+	sh_map_del(&s->segs, g->id);
+	close(g->fd);
+	s->used -= g->charged;
+	SH_DELETE(g);
+}
+
+static void obj_free(shoal_store *s, st_obj *o)
+{
+	name_unbind(s, o);
+	if (o->creator)
+		sh_map_del(&o->creator->created, o->id);
+	for (uint32_t i = 0; i < o->nsegs; i++)
+		seg_free(s, o->segs[i]);
+	for (uint32_t i = 0; i < o->narena; i++)
+		arena_free(s, o->arena[i] >> 8, (int)(o->arena[i] & 0xff));
+	if (o->deleted && o->refs == 0 && s->pending)
+		s->pending--;
+	sh_map_del(&s->objs, o->id);
+	s->nobjs--;
+	if (o->segs)
+		shoal_free(o->segs, o->cap_segs * sizeof(*o->segs));
+	if (o->arena)
+		shoal_free(o->arena, o->cap_arena * sizeof(*o->arena));
+	if (o->meta)
+		shoal_free(o->meta, o->meta_cap);
+	if (o->type)
+		shoal_free(o->type, strlen(o->type) + 1);
+	SH_DELETE(o);
+}
+
+/* Deletes o: unbinds its name now, frees it when its last reader lets go. */
+static void obj_delete(shoal_store *s, st_obj *o)
+{
+	name_unbind(s, o);
+	if (o->creator) {
+		sh_map_del(&o->creator->created, o->id);
+		o->creator = NULL;
+	}
+	if (o->deleted)
+		return;
+	o->deleted = true;
+	if (o->refs == 0) {
+		obj_free(s, o);
+		return;
+	}
+	s->pending++;
+}
+
+static void obj_unref(shoal_store *s, st_obj *o, uint64_t n)
+{
+	SH_ASSERT(o->refs >= n);
+	o->refs -= n;
+	if (o->refs == 0 && o->deleted) {
+		obj_free(s, o);
+	}
+}
+
+/* ---- replies ---- */
+
+static int send_frame(st_conn *c, sh_frame *f)
+{
+	int rc = sh_wbuf_frame_end(&c->out, f);
+	if (rc == 0)
+		rc = sh_ring_write(&c->rep, c->out.p, c->out.len, SHOAL_FOREVER);
+	return rc;
+}
+
+static void begin_reply(st_conn *c, msgpack_packer *pk)
+{
+	sh_wbuf_frame_begin(&c->out);
+	sh_wbuf_packer(&c->out, pk);
+}
+
+/* Sends an error reply whose message says what was asked and what we had;
+ * the message also goes to the debug log. */
+SHOAL_PRINTF(4, 5)
+static int reply_err(st_conn *c, const sh_frame *req, int code, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	sh_debug("store", "client %u: op %u failed: %s: %s", c->id, req->op, shoal_strerror(code),
+		 msg);
+	if (req->flags & SH_FRAME_NOREPLY)
+		return 0;
+	msgpack_packer pk;
+	begin_reply(c, &pk);
+	msgpack_pack_array(&pk, 1);
+	sh_mp_pack_cstr(&pk, msg);
+	sh_frame f = {.op = req->op, .seq = req->seq, .status = code};
+	return send_frame(c, &f);
+}
+
+static int reply_ok(st_conn *c, const sh_frame *req, msgpack_packer *pk_unused)
+{
+	(void)pk_unused;
+	sh_frame f = {.op = req->op, .seq = req->seq};
+	return send_frame(c, &f);
+}
+
+/* Sends the descriptors of segments to the client, SH_FD_MAX a message,
+ * each message the count and the ids of what it carries. */
+static int send_fds(st_conn *c, st_seg **g, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		size_t k = n - i < SH_FD_MAX ? n - i : SH_FD_MAX;
+		uint64_t msg[1 + SH_FD_MAX];
+		int fds[SH_FD_MAX];
+		msg[0] = k;
+		for (size_t j = 0; j < k; j++) {
+			msg[1 + j] = g[i + j]->id;
+			fds[j] = g[i + j]->fd;
+		}
+		int rc;
+		while ((rc = sh_fd_send(c->sock, msg, (1 + k) * 8, fds, (int)k)) == SHOAL_EAGAIN)
+			if ((rc = shoal_fd_wait(c->sock, SHOAL_FD_OUT, SHOAL_FOREVER, NULL)) != 0)
+				return rc;
+		if (rc)
+			return rc;
+		i += k;
+	}
+	return 0;
+}
+
+/* ---- request handlers ---- */
+
+static int no_space(st_conn *c, const sh_frame *req, uint64_t asked)
+{
+	shoal_store *s = c->srv;
+	return reply_err(c, req, SHOAL_ENOSPC,
+			 "store full: asked %" PRIu64 " bytes, %" PRIu64 " of %" PRIu64 " free",
+			 asked, s->capacity - s->used, s->capacity);
+}
+
+static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	shoal_store *s = c->srv;
+	uint32_t n;
+	uint64_t size;
+	if (sh_mp_array(m, &n) || n != 1 || sh_mp_uint(m, &size) || sh_mp_done(m))
+		return reply_err(c, req, SHOAL_EBADMSG, "CREATE: expected [size]");
+	uint64_t charged = (size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+	if (size == 0 || size > s->capacity || charged < size)
+		return reply_err(c, req, SHOAL_EINVAL,
+				 "CREATE: size %" PRIu64 ", expected 1 to %" PRIu64, size,
+				 s->capacity);
+	if (s->used + charged > s->capacity)
+		return no_space(c, req, size);
+	st_seg *g = SH_NEW(st_seg);
+	if (!g)
+		return reply_err(c, req, SHOAL_ENOMEM, "CREATE: out of memory");
+	int rc = sh_memfd_create("shoal-segment", size, true, &g->fd);
+	if (rc) {
+		SH_DELETE(g);
+		return reply_err(c, req, rc, "CREATE: memfd of %" PRIu64 " bytes: %s", size,
+				 shoal_strerror(rc));
+	}
+	g->id = s->next_seg++;
+	g->size = size;
+	g->charged = charged;
+	g->creator = c;
+	if (sh_map_put(&s->segs, g->id, g) || sh_map_put(&c->regions, g->id, g)) {
+		sh_map_del(&s->segs, g->id);
+		close(g->fd);
+		SH_DELETE(g);
+		return reply_err(c, req, SHOAL_ENOMEM, "CREATE: out of memory");
+	}
+	s->used += charged;
+	if ((rc = send_fds(c, &g, 1)) != 0)
+		return rc; /* the socket is broken: the connection ends */
+	msgpack_packer pk;
+	begin_reply(c, &pk);
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_uint64(&pk, g->id);
+	return reply_ok(c, req, &pk);
+}
+
+static void region_drop(st_conn *c, st_seg *g)
+{
+	sh_map_del(&c->regions, g->id);
+	seg_free(c->srv, g);
+}
+
+static int op_abort(st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	uint32_t n;
+	uint64_t id;
+	if (sh_mp_array(m, &n) || n != 1 || sh_mp_uint(m, &id) || sh_mp_done(m) || id == 0)
+		return reply_err(c, req, SHOAL_EBADMSG, "ABORT: expected [segment]");
+	st_seg *g = sh_map_get(&c->regions, id);
+	if (!g)
+		return reply_err(c, req, SHOAL_ENOENT, "ABORT: no unsealed segment %" PRIu64, id);
+	region_drop(c, g);
+	return 0;
+}
+
+/* Seal: where the blobs of the tree are, collected while checking them. */
+typedef struct seal_ctx {
+	st_conn *c;
+	st_seg **segs;
+	uint32_t nsegs, cap_segs;
+	uint64_t *arena;
+	uint32_t narena, cap_arena;
+	uint64_t inline_total;
+} seal_ctx;
+
+static int grow_arr(void **p, uint32_t *cap, uint32_t n, size_t elem)
+{
+	if (n < *cap)
+		return 0;
+	uint32_t nc = *cap ? *cap * 2 : 8;
+	void *q = shoal_realloc(*p, (size_t)*cap * elem, (size_t)nc * elem);
+	if (!q)
+		return SHOAL_ENOMEM;
+	*p = q;
+	*cap = nc;
+	return 0;
+}
+
+static int place_blobs(seal_ctx *x, shoal_node *n, char *why, size_t whylen)
+{
+	shoal_store *s = x->c->srv;
+	for (uint32_t i = 0; i < n->nblobs; i++) {
+		sh_blobref *b = &n->blobs[i];
+		if (b->inline_data) {
+			if (b->size > SH_STORE_INLINE_MAX ||
+			    (x->inline_total += b->size) > SH_STORE_INLINE_TOTAL) {
+				snprintf(why, whylen,
+					 "inline blob of %" PRIu64 " bytes (%" PRIu64
+					 " in this request), expected at most %u (%u)",
+					 b->size, x->inline_total, SH_STORE_INLINE_MAX,
+					 SH_STORE_INLINE_TOTAL);
+				return SHOAL_EBADMSG;
+			}
+			uint64_t off;
+			int rc = arena_alloc(s, b->size ? b->size : 1, &off);
+			if (rc) {
+				snprintf(why, whylen,
+					 "store full: asked %" PRIu64 " bytes, %" PRIu64
+					 " of %" PRIu64
+					 " free (small-object arena: %zu of %zu used)",
+					 b->size, s->capacity - s->used, s->capacity, s->arena_bump,
+					 s->arena_size);
+				return rc;
+			}
+			if (grow_arr((void **)&x->arena, &x->cap_arena, x->narena, 8)) {
+				arena_free(s, off, arena_class(b->size ? b->size : 1));
+				return SHOAL_ENOMEM;
+			}
+			x->arena[x->narena++] =
+				off << 8 | (uint64_t)arena_class(b->size ? b->size : 1);
+			memcpy(s->arena + off, b->inline_data, b->size);
+			b->inline_data = NULL;
+			b->seg = 0;
+			b->off = off;
+			continue;
+		}
+		st_seg *g = b->seg ? sh_map_get(&x->c->regions, b->seg) : NULL;
+		if (!g) {
+			snprintf(why, whylen,
+				 "blob in segment %" PRIu64
+				 ": not an unsealed segment of this client",
+				 b->seg);
+			return SHOAL_EBADMSG;
+		}
+		if (b->off + b->size > g->size) {
+			snprintf(why, whylen,
+				 "blob [%" PRIu64 ", +%" PRIu64 ") outside segment %" PRIu64
+				 " of %" PRIu64 " bytes",
+				 b->off, b->size, g->id, g->size);
+			return SHOAL_EBADMSG;
+		}
+		bool seen = false;
+		for (uint32_t j = 0; j < x->nsegs && !seen; j++)
+			seen = x->segs[j] == g;
+		if (!seen) {
+			if (grow_arr((void **)&x->segs, &x->cap_segs, x->nsegs, sizeof(st_seg *)))
+				return SHOAL_ENOMEM;
+			x->segs[x->nsegs++] = g;
+		}
+	}
+	for (uint32_t i = 0; i < n->nmembers; i++) {
+		int rc = place_blobs(x, n->members[i], why, whylen);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	shoal_store *s = c->srv;
+	uint32_t n;
+	const char *name = NULL;
+	uint32_t name_len = 0;
+	uint64_t flags;
+	if (sh_mp_array(m, &n) || n != 3)
+		return reply_err(c, req, SHOAL_EBADMSG, "SEAL: expected [name, flags, node]");
+	if (!sh_mp_take_nil(m)) {
+		if (sh_mp_str(m, &name, &name_len) || name_len == 0 ||
+		    name_len > SH_NODE_MAX_NAME || memchr(name, 0, name_len))
+			return reply_err(c, req, SHOAL_EBADMSG,
+					 "SEAL: name must be nil or 1 to %d bytes without NUL",
+					 SH_NODE_MAX_NAME);
+	}
+	if (sh_mp_uint(m, &flags) || (flags & ~(uint64_t)(SHOAL_PERSIST | SHOAL_REPLACE)))
+		return reply_err(c, req, SHOAL_EBADMSG, "SEAL: flags must be PERSIST|REPLACE");
+	sh_bump a = {0};
+	shoal_node *root;
+	seal_ctx x = {.c = c};
+	st_obj *o = NULL;
+	char *why = c->why;
+	why[0] = 0;
+	int rc = sh_node_decode(m, &a, &root, why, sizeof(c->why));
+	if (rc == 0 && sh_mp_done(m) != 0) {
+		snprintf(why, sizeof(c->why), "trailing bytes after the node");
+		rc = SHOAL_EBADMSG;
+	}
+	if (rc == 0)
+		rc = sh_node_check_types(root, why, sizeof(c->why));
+	st_obj *old = name ? name_find(s, name, name_len) : NULL;
+	if (rc == 0 && old && !(flags & SHOAL_REPLACE)) {
+		snprintf(why, sizeof(c->why), "name %.*s is taken by object %016" PRIx64,
+			 (int)name_len, name, old->id);
+		rc = SHOAL_EEXIST;
+	}
+	if (rc == 0)
+		rc = place_blobs(&x, root, why, sizeof(c->why));
+	/* The kernel enforces the immutability from here: sealing fails while
+	 * any writable mapping of a segment exists, anywhere. */
+	for (uint32_t i = 0; rc == 0 && i < x.nsegs; i++) {
+		if ((rc = sh_memfd_seal(x.segs[i]->fd)) != 0)
+			snprintf(why, sizeof(c->why), "segment %" PRIu64 ": %s%s", x.segs[i]->id,
+				 shoal_strerror(rc),
+				 rc == SHOAL_EBUSY
+					 ? " (still mapped writable: unmap before sealing)"
+					 : "");
+	}
+	if (rc == 0 && !(o = SH_NEW(st_obj)))
+		rc = SHOAL_ENOMEM;
+	if (rc == 0) {
+		sh_wbuf w;
+		sh_wbuf_init(&w);
+		msgpack_packer pk;
+		sh_wbuf_packer(&w, &pk);
+		sh_node_pack(&pk, root);
+		size_t tl = strlen(root->type) + 1;
+		o->meta = w.p;
+		o->meta_cap = w.cap;
+		o->meta_len = w.len;
+		if (w.err || !(o->type = shoal_alloc(tl)))
+			rc = SHOAL_ENOMEM;
+		else
+			memcpy(o->type, root->type, tl);
+	}
+	if (rc != 0) {
+		for (uint32_t i = 0; i < x.narena; i++)
+			arena_free(s, x.arena[i] >> 8, (int)(x.arena[i] & 0xff));
+		if (x.arena)
+			shoal_free(x.arena, x.cap_arena * 8);
+		if (x.segs)
+			shoal_free(x.segs, x.cap_segs * sizeof(st_seg *));
+		if (o) {
+			if (o->type)
+				shoal_free(o->type, strlen(o->type) + 1);
+			if (o->meta)
+				shoal_free(o->meta, o->meta_cap);
+			SH_DELETE(o);
+		}
+		sh_bump_fini(&a);
+		if (rc == SHOAL_ENOSPC)
+			return reply_err(c, req, rc, "%s", why);
+		return reply_err(c, req, rc, "SEAL: %s", why[0] ? why : shoal_strerror(rc));
+	}
+	o->id = s->instance | s->next_id++;
+	o->sig = o->id;
+	o->bytes = sh_node_bytes(root);
+	sh_bump_fini(&a);
+	o->segs = x.segs;
+	o->nsegs = x.nsegs;
+	o->cap_segs = x.cap_segs;
+	o->arena = x.arena;
+	o->narena = x.narena;
+	o->cap_arena = x.cap_arena;
+	for (uint32_t i = 0; i < x.nsegs; i++) {
+		sh_map_del(&c->regions, x.segs[i]->id);
+		x.segs[i]->creator = NULL;
+		x.segs[i]->owner = o;
+	}
+	if (sh_map_put(&s->objs, o->id, o) != 0 ||
+	    (!(flags & SHOAL_PERSIST) && sh_map_put(&c->created, o->id, o) != 0)) {
+		sh_map_del(&s->objs, o->id);
+		s->nobjs++; /* obj_free counts it down */
+		obj_free(s, o);
+		return reply_err(c, req, SHOAL_ENOMEM, "SEAL: out of memory");
+	}
+	s->nobjs++;
+	o->persistent = flags & SHOAL_PERSIST;
+	o->creator = o->persistent ? NULL : c;
+	if (name) {
+		if (old)
+			obj_delete(s, old);
+		if (name_bind(s, o, name, name_len) != 0) {
+			obj_delete(s, o);
+			return reply_err(c, req, SHOAL_ENOMEM, "SEAL: out of memory");
+		}
+	}
+	msgpack_packer pk;
+	begin_reply(c, &pk);
+	msgpack_pack_array(&pk, 2);
+	msgpack_pack_uint64(&pk, o->id);
+	msgpack_pack_uint64(&pk, o->sig);
+	return reply_ok(c, req, &pk);
+}
+
+/* An object by [id | name]: the key of GET and DELETE. */
+static int lookup(st_conn *c, const sh_frame *req, sh_mp *m, const char *what, st_obj **out)
+{
+	shoal_store *s = c->srv;
+	uint32_t n;
+	if (sh_mp_array(m, &n) || n != 1)
+		return reply_err(c, req, SHOAL_EBADMSG, "%s: expected [id or name]", what);
+	if (sh_mp_kind(m) == SH_MP_STR) {
+		const char *name;
+		uint32_t len;
+		sh_mp_str(m, &name, &len);
+		if (sh_mp_done(m))
+			return reply_err(c, req, SHOAL_EBADMSG, "%s: trailing bytes", what);
+		if (!(*out = name_find(s, name, len)))
+			return reply_err(c, req, SHOAL_ENOENT, "%s: no object named \"%.*s\"", what,
+					 (int)(len > 200 ? 200 : len), name);
+		return 0;
+	}
+	uint64_t id;
+	if (sh_mp_uint(m, &id) || sh_mp_done(m))
+		return reply_err(c, req, SHOAL_EBADMSG, "%s: expected [id or name]", what);
+	st_obj *o = id ? sh_map_get(&s->objs, id) : NULL;
+	if (!o || o->deleted)
+		return reply_err(c, req, SHOAL_ENOENT, "%s: no object %016" PRIx64 "%s", what, id,
+				 o ? " (deleted)" : "");
+	*out = o;
+	return 0;
+}
+
+static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	st_obj *o = NULL;
+	int rc = lookup(c, req, m, "GET", &o);
+	if (!o)
+		return rc;
+	uintptr_t held = (uintptr_t)sh_map_get(&c->refs, o->id);
+	if (sh_map_put(&c->refs, o->id, (void *)(held + 1)) != 0)
+		return reply_err(c, req, SHOAL_ENOMEM, "GET: out of memory");
+	o->refs++;
+	/* Descriptors of the segments the client does not have yet go first,
+	 * on the socket, so they are there when it reads the reply. */
+	st_seg *fresh[64];
+	size_t nfresh = 0;
+	msgpack_packer pk;
+	begin_reply(c, &pk);
+	msgpack_pack_array(&pk, 4);
+	msgpack_pack_uint64(&pk, o->id);
+	msgpack_pack_uint64(&pk, o->sig);
+	uint32_t nnew = 0;
+	for (uint32_t i = 0; i < o->nsegs; i++)
+		nnew += !sh_map_get(&c->sent, o->segs[i]->id);
+	msgpack_pack_array(&pk, nnew);
+	for (uint32_t i = 0; i < o->nsegs; i++) {
+		st_seg *g = o->segs[i];
+		if (sh_map_get(&c->sent, g->id))
+			continue;
+		if (sh_map_put(&c->sent, g->id, (void *)1) != 0)
+			rc = SHOAL_ENOMEM;
+		msgpack_pack_array(&pk, 2);
+		msgpack_pack_uint64(&pk, g->id);
+		msgpack_pack_uint64(&pk, g->size);
+		fresh[nfresh++] = g;
+		if (nfresh == SH_ARRAY_LEN(fresh) && rc == 0) {
+			rc = send_fds(c, fresh, nfresh);
+			nfresh = 0;
+		}
+	}
+	if (rc == 0 && nfresh)
+		rc = send_fds(c, fresh, nfresh);
+	if (rc != 0)
+		return rc; /* the socket or our memory failed: end the connection */
+	sh_wbuf_append(&c->out, o->meta, o->meta_len);
+	return reply_ok(c, req, &pk);
+}
+
+static int op_release(st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	shoal_store *s = c->srv;
+	uint32_t n, k;
+	if (sh_mp_array(m, &n) || n != 2 || sh_mp_array(m, &k))
+		return reply_err(c, req, SHOAL_EBADMSG,
+				 "RELEASE: expected [[id...], [segment...]]");
+	for (uint32_t i = 0; i < k; i++) {
+		uint64_t id;
+		if (sh_mp_uint(m, &id) || id == 0)
+			return reply_err(c, req, SHOAL_EBADMSG, "RELEASE: ids must be nonzero");
+		uintptr_t held = (uintptr_t)sh_map_get(&c->refs, id);
+		if (!held)
+			return reply_err(c, req, SHOAL_EINVAL,
+					 "RELEASE: object %016" PRIx64 " is not held", id);
+		if (held == 1)
+			sh_map_del(&c->refs, id);
+		else
+			sh_map_put(&c->refs, id, (void *)(held - 1)); /* replaces: cannot fail */
+		obj_unref(s, sh_map_get(&s->objs, id), 1);
+	}
+	if (sh_mp_array(m, &k))
+		return reply_err(c, req, SHOAL_EBADMSG, "RELEASE: segments must be an array");
+	for (uint32_t i = 0; i < k; i++) {
+		uint64_t id;
+		if (sh_mp_uint(m, &id) || id == 0)
+			return reply_err(c, req, SHOAL_EBADMSG,
+					 "RELEASE: segments must be nonzero");
+		sh_map_del(&c->sent, id);
+	}
+	if (sh_mp_done(m))
+		return reply_err(c, req, SHOAL_EBADMSG, "RELEASE: trailing bytes");
+	if (req->flags & SH_FRAME_NOREPLY)
+		return 0;
+	msgpack_packer pk;
+	begin_reply(c, &pk);
+	msgpack_pack_array(&pk, 0);
+	return reply_ok(c, req, &pk);
+}
+
+static int op_delete(st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	st_obj *o = NULL;
+	int rc = lookup(c, req, m, "DELETE", &o);
+	if (!o)
+		return rc;
+	obj_delete(c->srv, o);
+	msgpack_packer pk;
+	begin_reply(c, &pk);
+	msgpack_pack_array(&pk, 0);
+	return reply_ok(c, req, &pk);
+}
+
+static int op_persist(st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	st_obj *o = NULL;
+	int rc = lookup(c, req, m, "PERSIST", &o);
+	if (!o)
+		return rc;
+	o->persistent = true;
+	if (o->creator) {
+		sh_map_del(&o->creator->created, o->id);
+		o->creator = NULL;
+	}
+	msgpack_packer pk;
+	begin_reply(c, &pk);
+	msgpack_pack_array(&pk, 0);
+	return reply_ok(c, req, &pk);
+}
+
+static int cmp_obj_name(const void *a, const void *b)
+{
+	return strcmp((*(st_obj *const *)a)->name, (*(st_obj *const *)b)->name);
+}
+
+static int op_list(st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	shoal_store *s = c->srv;
+	uint32_t n, plen, alen = 0;
+	const char *prefix, *after = NULL;
+	uint64_t max;
+	if (sh_mp_array(m, &n) || n != 3 || sh_mp_str(m, &prefix, &plen) ||
+	    (!sh_mp_take_nil(m) && sh_mp_str(m, &after, &alen)) || sh_mp_uint(m, &max) ||
+	    sh_mp_done(m))
+		return reply_err(c, req, SHOAL_EBADMSG, "LIST: expected [prefix, after, max]");
+	if (max == 0 || max > SH_STORE_LIST_MAX)
+		max = SH_STORE_LIST_MAX;
+	char aftbuf[SH_NODE_MAX_NAME + 1], *aft = NULL;
+	if (after) {
+		if (alen > SH_NODE_MAX_NAME)
+			return reply_err(c, req, SHOAL_EBADMSG, "LIST: after is too long");
+		memcpy(aftbuf, after, alen);
+		aftbuf[alen] = 0;
+		aft = aftbuf;
+	}
+	st_obj **v = s->nnames ? shoal_alloc(s->nnames * sizeof(*v)) : NULL;
+	if (s->nnames && !v)
+		return reply_err(c, req, SHOAL_ENOMEM, "LIST: out of memory");
+	size_t k = 0, it = 0;
+	uint64_t key;
+	void *val;
+	while (sh_map_next(&s->names, &it, &key, &val))
+		for (st_obj *o = val; o; o = o->name_next)
+			if (strncmp(o->name, prefix, plen) == 0 &&
+			    (!aft || strcmp(o->name, aft) > 0) && k < s->nnames)
+				v[k++] = o;
+	qsort(v, k, sizeof(*v), cmp_obj_name);
+	size_t out = k < max ? k : max;
+	msgpack_packer pk;
+	begin_reply(c, &pk);
+	msgpack_pack_array(&pk, 2);
+	msgpack_pack_array(&pk, out);
+	for (size_t i = 0; i < out; i++) {
+		msgpack_pack_array(&pk, 4);
+		sh_mp_pack_cstr(&pk, v[i]->name);
+		msgpack_pack_uint64(&pk, v[i]->id);
+		sh_mp_pack_cstr(&pk, v[i]->type);
+		msgpack_pack_uint64(&pk, v[i]->bytes);
+	}
+	k > out ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+	if (v)
+		shoal_free(v, s->nnames * sizeof(*v));
+	return reply_ok(c, req, &pk);
+}
+
+static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	shoal_store *s = c->srv;
+	uint32_t n;
+	if (sh_mp_array(m, &n) || n != 0 || sh_mp_done(m))
+		return reply_err(c, req, SHOAL_EBADMSG, "STAT: expected []");
+	msgpack_packer pk;
+	begin_reply(c, &pk);
+	msgpack_pack_array(&pk, 6);
+	msgpack_pack_uint64(&pk, s->capacity);
+	msgpack_pack_uint64(&pk, s->used);
+	msgpack_pack_uint64(&pk, s->nobjs);
+	msgpack_pack_uint64(&pk, s->nnames);
+	msgpack_pack_uint64(&pk, s->nclients);
+	msgpack_pack_uint64(&pk, s->pending);
+	return reply_ok(c, req, &pk);
+}
+
+typedef int (*op_fn)(st_conn *c, const sh_frame *req, sh_mp *m);
+static const op_fn ops[SH_OP_MAX_] = {
+	[SH_OP_CREATE] = op_create,   [SH_OP_SEAL] = op_seal,	    [SH_OP_ABORT] = op_abort,
+	[SH_OP_GET] = op_get,	      [SH_OP_RELEASE] = op_release, [SH_OP_DELETE] = op_delete,
+	[SH_OP_PERSIST] = op_persist, [SH_OP_LIST] = op_list,	    [SH_OP_STAT] = op_stat,
+};
+
+/* Handles one request record. A nonzero return ends the connection: only
+ * for failures of the transport itself, never for a bad request, which
+ * gets an error reply. */
+static int handle(st_conn *c, const void *rec, size_t len)
+{
+	/* A private copy: the client can still write the ring while we read. */
+	if (len > c->in_cap) {
+		unsigned char *p = shoal_realloc(c->in, c->in_cap, len);
+		if (!p)
+			return SHOAL_ENOMEM;
+		c->in = p;
+		c->in_cap = len;
+	}
+	memcpy(c->in, rec, len);
+	sh_ring_release(&c->req);
+	sh_frame f;
+	char why[160];
+	if (sh_frame_decode(c->in, len, &f, why, sizeof(why)) != 0) {
+		/* Answer what we could read of the header, so a client waiting
+		 * on that sequence number learns why. */
+		sh_frame g = {0};
+		if (len >= 16)
+			memcpy(&g.seq, c->in + 12, 4);
+		return reply_err(c, &g, SHOAL_EBADMSG, "%s", why);
+	}
+	if (f.status != 0)
+		return reply_err(c, &f, SHOAL_EBADMSG, "request with status %d, expected 0",
+				 f.status);
+	if (f.op == 0 || f.op >= SH_OP_MAX_ || !ops[f.op])
+		return reply_err(c, &f, SHOAL_EBADMSG, "unknown op %u, expected 1 to %d", f.op,
+				 SH_OP_MAX_ - 1);
+	sh_mp m;
+	sh_mp_init(&m, c->in + SH_FRAME_HDR, f.body_len);
+	return ops[f.op](c, &f, &m);
+}
+
+/* ---- connections ---- */
+
+/* Waits for the client's end of the socket to close (or to send anything:
+ * after set-up it has nothing to say), then closes the rings, which wakes
+ * the request fiber wherever it waits. */
+static void *watch_main(void *arg)
+{
+	st_conn *c = arg;
+	for (;;) {
+		char b;
+		ssize_t n = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+		if (n >= 0 || (errno != EAGAIN && errno != EINTR))
+			break;
+		if (shoal_fd_wait(c->sock, SHOAL_FD_IN, SHOAL_FOREVER, NULL) == SHOAL_ECANCELED)
+			return NULL;
+	}
+	c->watcher_done = true;
+	sh_ring_close(&c->req);
+	sh_ring_close(&c->rep);
+	return NULL;
+}
+
+/* Everything the connection held goes: references, unsealed regions,
+ * transient objects. */
+static void conn_drop(st_conn *c)
+{
+	shoal_store *s = c->srv;
+	size_t it = 0;
+	uint64_t key;
+	void *val;
+	while (sh_map_next(&c->refs, &it, &key, &val))
+		obj_unref(s, sh_map_get(&s->objs, key), (uintptr_t)val);
+	sh_map_fini(&c->refs);
+	/* Deleting changes c->created (obj_delete removes the entry): collect
+	 * first. */
+	while (c->created.n) {
+		it = 0;
+		if (!sh_map_next(&c->created, &it, &key, &val))
+			break;
+		obj_delete(s, val);
+	}
+	sh_map_fini(&c->created);
+	while (c->regions.n) {
+		it = 0;
+		if (!sh_map_next(&c->regions, &it, &key, &val))
+			break;
+		region_drop(c, val);
+	}
+	sh_map_fini(&c->regions);
+	sh_map_fini(&c->sent);
+}
+
+static void conn_free(st_conn *c)
+{
+	shoal_store *s = c->srv;
+	if (c->prev)
+		c->prev->next = c->next;
+	else if (s->conns == c)
+		s->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	if (c->ring_mem)
+		sh_shm_unmap(c->ring_mem, c->ring_bytes);
+	if (c->efd >= 0) {
+		shoal_fd_forget(c->efd);
+		close(c->efd);
+	}
+	shoal_fd_forget(c->sock);
+	close(c->sock);
+	sh_wbuf_fini(&c->out);
+	if (c->in)
+		shoal_free(c->in, c->in_cap);
+	s->nclients--;
+	SH_DELETE(c);
+}
+
+/* Set-up: HELLO in, rings + doorbell + arena out. */
+static int conn_setup(st_conn *c)
+{
+	shoal_store *s = c->srv;
+	uint32_t hello[2];
+	size_t got;
+	int rc;
+	for (;;) {
+		rc = sh_fd_recv(c->sock, hello, sizeof(hello), &got, NULL, 0, NULL);
+		if (rc != SHOAL_EAGAIN)
+			break;
+		if ((rc = shoal_fd_wait(c->sock, SHOAL_FD_IN, shoal_deadline_in(5000 * 1000000LL),
+					NULL)) != 0)
+			return rc;
+	}
+	if (rc)
+		return rc;
+	if (got != sizeof(hello) || hello[0] != SH_WIRE_MAGIC || hello[1] != SH_STORE_VERSION) {
+		sh_warn("store",
+			"client pid %d: hello of %zu bytes, version %u; expected %zu bytes, "
+			"version %d",
+			(int)c->pid, got, got == sizeof(hello) ? hello[1] : 0, sizeof(hello),
+			SH_STORE_VERSION);
+		return SHOAL_EPROTO;
+	}
+	size_t one;
+	if ((rc = sh_ring_bytes(SH_STORE_RING_CAP, &one)) != 0)
+		return rc;
+	c->ring_bytes = 2 * one;
+	int rfd;
+	if ((rc = sh_memfd_create("shoal-rings", c->ring_bytes, false, &rfd)) != 0)
+		return rc;
+	if ((rc = sh_shm_map(rfd, c->ring_bytes, true, &c->ring_mem)) != 0) {
+		close(rfd);
+		return rc;
+	}
+	c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (c->efd < 0) {
+		close(rfd);
+		return shoal_errno();
+	}
+	unsigned char *base = c->ring_mem;
+	sh_ring_format(base, one);
+	sh_ring_format(base + one, one);
+	sh_ring_attach(&c->req, base, one, false);
+	sh_ring_attach(&c->rep, base + one, one, true);
+	/* We sleep on our eventfd (blocking only this fiber) and wake the
+	 * client, a thread, on the futex. */
+	c->req.wait_efd = c->rep.wait_efd = c->efd;
+	uint64_t info[5] = {SH_STORE_VERSION, one, s->arena_size, c->id, s->instance};
+	int fds[3] = {rfd, c->efd, s->arena_ro_fd};
+	while ((rc = sh_fd_send(c->sock, info, sizeof(info), fds, 3)) == SHOAL_EAGAIN)
+		if ((rc = shoal_fd_wait(c->sock, SHOAL_FD_OUT, SHOAL_FOREVER, NULL)) != 0)
+			break;
+	close(rfd);
+	return rc;
+}
+
+static void *conn_main(void *arg)
+{
+	st_conn *c = arg;
+	int rc = conn_setup(c);
+	if (rc == 0)
+		rc = shoal_spawn(&c->watcher, watch_main, c,
+				 &(shoal_fiber_opts){.name = "store-watch"});
+	while (rc == 0) {
+		const void *rec;
+		size_t len;
+		rc = sh_ring_peek(&c->req, &rec, &len, SHOAL_FOREVER);
+		if (rc == 0)
+			rc = handle(c, rec, len);
+	}
+	if (rc != SHOAL_ECLOSED && rc != SHOAL_ECANCELED)
+		sh_warn("store", "client %u (pid %d): connection ends: %s", c->id, (int)c->pid,
+			shoal_strerror(rc));
+	sh_ring_close(&c->rep);
+	if (c->watcher) {
+		shoal_cancel(c->watcher);
+		shoal_join(c->watcher, NULL);
+	}
+	conn_drop(c);
+	sh_debug("store", "client %u (pid %d) gone", c->id, (int)c->pid);
+	conn_free(c);
+	return NULL;
+}
+
+static bool peer_allowed(shoal_store *s, int sock, pid_t *pid)
+{
+	uid_t uid;
+	gid_t gid;
+	if (sh_peer_cred(sock, pid, &uid, &gid) != 0)
+		return false;
+	if (uid == geteuid() || uid == 0)
+		return true;
+	if (s->opts.group != (gid_t)-1 && gid == s->opts.group)
+		return true;
+	sh_warn("store", "refused pid %d: uid %u gid %u, expected uid %u%s", (int)*pid, uid, gid,
+		geteuid(), s->opts.group != (gid_t)-1 ? " or the store's group" : "");
+	return false;
+}
+
+static void *accept_main(void *arg)
+{
+	shoal_store *s = arg;
+	for (;;) {
+		int fd = accept4(s->lsock, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) {
+				if (shoal_fd_wait(s->lsock, SHOAL_FD_IN, SHOAL_FOREVER, NULL) ==
+				    SHOAL_ECANCELED)
+					return NULL;
+				continue;
+			}
+			if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) {
+				sh_warn("store", "accept: %s; retrying in 100 ms", strerror(errno));
+				if (shoal_sleep_until(shoal_deadline_in(100000000)) ==
+				    SHOAL_ECANCELED)
+					return NULL;
+				continue;
+			}
+			sh_error("store", "accept: %s", strerror(errno));
+			return NULL;
+		}
+		pid_t pid = 0;
+		st_conn *c = NULL;
+		if (!peer_allowed(s, fd, &pid) || !(c = SH_NEW(st_conn))) {
+			close(fd);
+			continue;
+		}
+		c->srv = s;
+		c->sock = fd;
+		c->efd = -1;
+		c->pid = pid;
+		c->id = ++s->next_client;
+		c->next = s->conns;
+		if (s->conns)
+			s->conns->prev = c;
+		s->conns = c;
+		s->nclients++;
+		sh_wbuf_init(&c->out);
+		if (shoal_spawn(NULL, conn_main, c,
+				&(shoal_fiber_opts){.name = "store-conn", .detached = 1}) != 0) {
+			sh_warn("store", "refused pid %d: out of memory", (int)pid);
+			conn_free(c);
+		}
+	}
+}
+
+/* ---- the server thread ---- */
+
+static void *server_thread(void *arg)
+{
+	shoal_store *s = arg;
+	shoal_sched *sched;
+	int rc = shoal_sched_create(&sched, NULL);
+	if (rc) {
+		sh_error("store", "scheduler: %s", shoal_strerror(rc));
+		return NULL;
+	}
+	shoal_fiber *acc = NULL;
+	if ((rc = shoal_spawn(&acc, accept_main, s, &(shoal_fiber_opts){.name = "store-accept"})))
+		sh_error("store", "accept fiber: %s", shoal_strerror(rc));
+	/* Until shoal_store_close rings stop_efd. */
+	while (rc == 0) {
+		uint64_t v;
+		if (read(s->stop_efd, &v, 8) == 8)
+			break;
+		shoal_fd_wait(s->stop_efd, SHOAL_FD_IN, SHOAL_FOREVER, NULL);
+	}
+	s->stopping = true;
+	if (acc) {
+		shoal_cancel(acc);
+		shoal_join(acc, NULL);
+	}
+	/* Closing a connection's rings ends its fiber, which frees it. */
+	for (st_conn *c = s->conns; c; c = c->next) {
+		sh_ring_close(&c->req);
+		sh_ring_close(&c->rep);
+		if (c->efd >= 0)
+			sh_eventfd_signal(c->efd);
+	}
+	while (s->conns)
+		shoal_sleep_until(shoal_deadline_in(1000000));
+	shoal_fd_forget(s->lsock);
+	shoal_fd_forget(s->stop_efd);
+	shoal_sched_destroy(sched);
+	return NULL;
+}
+
+void shoal_store_opts_init(shoal_store_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->group = (gid_t)-1;
+}
+
+static int make_socket(shoal_store *s)
+{
+	static _Atomic unsigned counter;
+	if (s->opts.socket_path) {
+		if (strlen(s->opts.socket_path) >= sizeof(s->path)) {
+			sh_error("store", "socket path of %zu bytes, expected under %zu",
+				 strlen(s->opts.socket_path), sizeof(s->path));
+			return SHOAL_ENAMETOOLONG;
+		}
+		strcpy(s->path, s->opts.socket_path);
+	} else {
+		const char *dir = getenv("XDG_RUNTIME_DIR");
+		if (!dir || access(dir, W_OK) != 0 || strlen(dir) > 60)
+			dir = "/tmp";
+		snprintf(s->path, sizeof(s->path), "%s/shoal-%d-%u.sock", dir, (int)getpid(),
+			 atomic_fetch_add(&counter, 1));
+	}
+	s->lsock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (s->lsock < 0)
+		return shoal_errno();
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	strcpy(a.sun_path, s->path);
+	/* A socket file left by a dead store is replaced; a live one is not. */
+	int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (probe >= 0) {
+		bool live = connect(probe, (struct sockaddr *)&a, sizeof(a)) == 0;
+		close(probe);
+		if (live) {
+			sh_error("store", "%s: a store is already serving there", s->path);
+			return SHOAL_EADDRINUSE;
+		}
+	}
+	unlink(s->path);
+	if (bind(s->lsock, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		int rc = shoal_errno();
+		sh_error("store", "bind %s: %s", s->path, shoal_strerror(rc));
+		return rc;
+	}
+	mode_t mode = s->opts.group != (gid_t)-1 ? 0660 : 0600;
+	if (chmod(s->path, mode) != 0 ||
+	    (s->opts.group != (gid_t)-1 && chown(s->path, (uid_t)-1, s->opts.group) != 0)) {
+		int rc = shoal_errno();
+		sh_error("store", "chmod/chown %s: %s", s->path, shoal_strerror(rc));
+		unlink(s->path);
+		return rc;
+	}
+	if (listen(s->lsock, 512) != 0) {
+		int rc = shoal_errno();
+		unlink(s->path);
+		return rc;
+	}
+	return 0;
+}
+
+static int make_arena(shoal_store *s)
+{
+	size_t sz = s->capacity < SH_STORE_ARENA_MAX ? s->capacity : SH_STORE_ARENA_MAX;
+	sz = (sz + PAGE - 1) & ~(size_t)(PAGE - 1);
+	s->arena_size = sz;
+	int rc = sh_memfd_create("shoal-arena", sz, false, &s->arena_fd);
+	if (rc)
+		return rc;
+	if ((rc = sh_shm_map(s->arena_fd, sz, true, (void **)&s->arena)) != 0)
+		return rc;
+	/* Clients get a read-only open of the same file: they can map it,
+	 * never writably, and mprotect cannot change that. */
+	char p[64];
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", s->arena_fd);
+	s->arena_ro_fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (s->arena_ro_fd < 0)
+		return shoal_errno();
+	if (s->opts.reserve) {
+		/* Fault every page in now, so puts never pay first touches. */
+		for (size_t off = 0; off < sz; off += PAGE)
+			s->arena[off] = 0;
+	}
+	return 0;
+}
+
+static void store_free(shoal_store *s)
+{
+	size_t it = 0;
+	uint64_t key;
+	void *val;
+	/* Objects first (they free their segments), then what is left. */
+	while (s->objs.n) {
+		it = 0;
+		if (!sh_map_next(&s->objs, &it, &key, &val))
+			break;
+		st_obj *o = val;
+		o->creator = NULL;
+		obj_free(s, o);
+	}
+	while (s->segs.n) {
+		it = 0;
+		if (!sh_map_next(&s->segs, &it, &key, &val))
+			break;
+		seg_free(s, val);
+	}
+	sh_map_fini(&s->objs);
+	sh_map_fini(&s->names);
+	sh_map_fini(&s->segs);
+	for (int i = 0; i < ARENA_CLASSES; i++)
+		sh_ptrstack_fini(&s->arena_free[i]);
+	if (s->arena)
+		sh_shm_unmap(s->arena, s->arena_size);
+	if (s->arena_fd >= 0)
+		close(s->arena_fd);
+	if (s->arena_ro_fd >= 0)
+		close(s->arena_ro_fd);
+	if (s->lsock >= 0)
+		close(s->lsock);
+	if (s->stop_efd >= 0)
+		close(s->stop_efd);
+	SH_DELETE(s);
+}
+
+int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
+{
+	shoal_store *s = SH_NEW(shoal_store);
+	if (!s)
+		return SHOAL_ENOMEM;
+	if (opts)
+		s->opts = *opts;
+	else
+		shoal_store_opts_init(&s->opts);
+	s->lsock = s->stop_efd = s->arena_fd = s->arena_ro_fd = -1;
+	s->capacity = s->opts.size ? s->opts.size : (1ull << 30);
+	uint32_t r = 0;
+	while (r == 0)
+		if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+			r = (uint32_t)shoal_now_ns() ^ (uint32_t)getpid();
+	s->instance = (uint64_t)(r & 0xffffff) << 40;
+	s->next_id = 1;
+	s->next_seg = 1;
+	int rc = make_arena(s);
+	if (rc == 0 && (s->stop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		rc = shoal_errno();
+	if (rc == 0)
+		rc = make_socket(s);
+	if (rc == 0 && (rc = -pthread_create(&s->thread, NULL, server_thread, s)) != 0)
+		unlink(s->path);
+	if (rc) {
+		store_free(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+const char *shoal_store_socket(const shoal_store *s)
+{
+	return s->path;
+}
+
+int shoal_store_close(shoal_store *s)
+{
+	if (!s)
+		return SHOAL_EINVAL;
+	sh_eventfd_signal(s->stop_efd);
+	pthread_join(s->thread, NULL);
+	unlink(s->path);
+	store_free(s);
+	return 0;
+}
