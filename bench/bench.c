@@ -894,6 +894,8 @@ const sh_bench_suite sh_bench_suites[] = {
 	 sh_bench_fibers, sh_bench_fibers_table, sh_bench_fibers_plot},
 	{"ring", "request/reply round trip between processes: shared-memory rings vs a unix socket",
 	 sh_bench_ring, sh_bench_ring_table, NULL},
+	{"store", "object store: small put/get, a 1100-tensor state dict, reader memory",
+	 sh_bench_store, sh_bench_store_table, NULL},
 };
 const size_t sh_bench_nsuites = sizeof(sh_bench_suites) / sizeof(sh_bench_suites[0]);
 

@@ -7,6 +7,7 @@
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
 #endif
+#include <errno.h>
 #include <stdarg.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -147,4 +148,49 @@ int main(int argc, char **argv)
 	}
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : (passed ? 0 : 1);
+}
+
+int sh_test_run(char *const argv[], char *const env[], char *out, size_t outlen)
+{
+	int fds[2];
+	CHECK(pipe(fds) == 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		dup2(fds[1], 1);
+		dup2(fds[1], 2);
+		close(fds[0]);
+		for (size_t i = 0; env && env[i]; i++)
+			putenv(env[i]);
+		execv(argv[0], argv);
+		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(fds[1]);
+	size_t got = 0;
+	for (;;) {
+		ssize_t n = read(fds[0], out + got, outlen - 1 - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		if (got == outlen - 1)
+			break;
+	}
+	out[got] = '\0';
+	close(fds[0]);
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		CHECK(errno == EINTR);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+void sh_test_bin(char *buf, size_t len, const char *rel)
+{
+	const char *d = getenv("SHOAL_TEST_BINDIR");
+	CHECK(d != NULL);
+	snprintf(buf, len, "%s/%s", d, rel);
+	CHECK(access(buf, X_OK) == 0);
 }

@@ -69,6 +69,22 @@ int sh_test_sanitized(void);
 shoal_sched *sh_test_sched_new(void);
 shoal_chan *sh_test_chan_new(size_t elem, size_t cap);
 
+/* Runs argv (a path) with stdout and stderr captured into out (NUL-
+ * terminated, truncated to outlen) and env's "NAME=value" entries (may be
+ * NULL) added to its environment; returns its exit status, or 128 + the
+ * signal that killed it. */
+int sh_test_run(char *const argv[], char *const env[], char *out, size_t outlen);
+/* The path of a program of this build (rel: "tools/shoal"), which must
+ * exist; found through SHOAL_TEST_BINDIR, which ctest sets. */
+void sh_test_bin(char *buf, size_t len, const char *rel);
+
+#define CHECK_HAS(hay, needle)                                                                 \
+	do {                                                                                   \
+		if (!strstr((hay), (needle)))                                                  \
+			sh_test_fail(__FILE__, __LINE__, "output lacks \"%s\":\n%s", (needle), \
+				     (hay));                                                   \
+	} while (0)
+
 /* Runs LeakSanitizer now (a no-op without it), so a leak is reported by
  * the case that made it, once everything is torn down. */
 void sh_test_leak_check(void);

@@ -9,64 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Runs argv with stdout and stderr captured into out; returns the exit
- * status, or 128 + signal. */
-static int run(char *const argv[], char *out, size_t outlen)
-{
-	int fds[2];
-	CHECK(pipe(fds) == 0);
-	pid_t pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		dup2(fds[1], 1);
-		dup2(fds[1], 2);
-		close(fds[0]);
-		/* Without go on PATH the Go rows are skipped, which keeps this
-		 * test fast and independent of what is installed. */
-		setenv("PATH", "/nonexistent", 1);
-		execv(argv[0], argv);
-		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
-	}
-	close(fds[1]);
-	size_t got = 0;
-	for (;;) {
-		ssize_t n = read(fds[0], out + got, outlen - 1 - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-		if (got == outlen - 1)
-			break;
-	}
-	out[got] = '\0';
-	close(fds[0]);
-	int st;
-	while (waitpid(pid, &st, 0) < 0)
-		CHECK(errno == EINTR);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static const char *bindir(void)
-{
-	const char *d = getenv("SHOAL_TEST_BINDIR");
-	CHECK(d != NULL);
-	return d;
-}
-
-static void path_of(char *buf, size_t len, const char *rel)
-{
-	snprintf(buf, len, "%s/%s", bindir(), rel);
-	CHECK(access(buf, X_OK) == 0);
-}
-
-#define CHECK_HAS(hay, needle)                                                                 \
-	do {                                                                                   \
-		if (!strstr((hay), (needle)))                                                  \
-			sh_test_fail(__FILE__, __LINE__, "output lacks \"%s\":\n%s", (needle), \
-				     (hay));                                                   \
-	} while (0)
+/* Without go on PATH the Go rows are skipped, which keeps this test fast
+ * and independent of what is installed. */
+static char *const no_go[] = {"PATH=/nonexistent", NULL};
+#define run(argv, out, outlen) sh_test_run(argv, no_go, out, outlen)
+#define path_of sh_test_bin
 
 static char out[1 << 16];
 

@@ -7,6 +7,7 @@
  * 100 concurrent clients, and malformed frames of every kind. */
 #include "test.h"
 
+#include "store/client.h"
 #include "store/proto.h"
 #include "wire/wire.h"
 
@@ -77,6 +78,765 @@ SH_TEST(put_get_bytes)
 	st = stat_of(c);
 	CHECK_EQ(st.objects, 0);
 	CHECK_EQ(st.used, 0);
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
+	sh_test_leak_check();
+}
+
+/* A state-dict-shaped object: n tensors of f32 [rows, 16], row counts
+ * varying, every element i of tensor t equal to t * 1000 + i. */
+static shoal_id put_dict(shoal_client *c, const char *name, int n, unsigned flags)
+{
+	shoal_builder *b;
+	CHECK_OK(shoal_builder_create(c, "tensor_dict", &b));
+	size_t total = 0;
+	for (int t = 0; t < n; t++)
+		total += (size_t)(t % 7 + 1) * 16 * 4 + SH_STORE_BLOB_ALIGN;
+	CHECK_OK(shoal_builder_reserve(b, total));
+	for (int t = 0; t < n; t++) {
+		char nm[64];
+		snprintf(nm, sizeof(nm), "layers.%d.weight", t);
+		shoal_node *m;
+		CHECK_OK(shoal_node_add_member(shoal_builder_root(b), nm, "tensor", &m));
+		int64_t shape[2] = {t % 7 + 1, 16};
+		float *p;
+		CHECK_OK(shoal_node_set_tensor(m, SHOAL_DT_F32, 2, shape, (void **)&p));
+		for (int i = 0; i < shape[0] * 16; i++)
+			p[i] = (float)(t * 1000 + i);
+	}
+	shoal_id id;
+	CHECK_OK(shoal_builder_seal(b, name, flags, &id));
+	return id;
+}
+
+static void check_dict(const shoal_object *o, int n)
+{
+	const shoal_node *r = shoal_object_root(o);
+	CHECK_STR(shoal_node_type(r), "tensor_dict");
+	CHECK_EQ(shoal_node_nmembers(r), n);
+	for (int t = 0; t < n; t++) {
+		const char *nm;
+		const shoal_node *m = shoal_node_member(r, (size_t)t, &nm);
+		char want[64];
+		snprintf(want, sizeof(want), "layers.%d.weight", t);
+		CHECK_STR(nm, want);
+		CHECK(shoal_node_find(r, want) == m);
+		shoal_tensor tv;
+		CHECK_OK(shoal_node_tensor(m, &tv));
+		CHECK_EQ(tv.dtype, SHOAL_DT_F32);
+		CHECK_EQ(tv.ndim, 2);
+		CHECK_EQ(tv.shape[0], t % 7 + 1);
+		CHECK_EQ(tv.strides[0], 16);
+		CHECK_EQ((uintptr_t)tv.data % SH_STORE_BLOB_ALIGN, 0);
+		const float *p = tv.data;
+		for (int i = 0; i < tv.shape[0] * 16; i++)
+			if (p[i] != (float)(t * 1000 + i))
+				CHECK_EQ(p[i], t * 1000 + i);
+	}
+	CHECK(shoal_node_find(r, "layers.x") == NULL);
+}
+
+SH_TEST(tensor_dict_round_trip)
+{
+	shoal_store *s = open_store(0);
+	shoal_client *c = connect_to(s);
+	int n = 1100;
+	shoal_id id = put_dict(c, "sd", n, 0);
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(c, "sd", &o));
+	CHECK_EQ(shoal_object_id(o), id);
+	check_dict(o, n);
+	/* A second get of the same object maps nothing new. */
+	shoal_object *o2;
+	CHECK_OK(shoal_get(c, id, &o2));
+	check_dict(o2, n);
+	CHECK_OK(shoal_object_release(o2));
+
+	/* DLPack: the view holds its own reference past the release. */
+	DLManagedTensor *dl;
+	const shoal_node *m = shoal_node_find(shoal_object_root(o), "layers.3.weight");
+	CHECK_OK(shoal_node_dlpack(o, m, &dl));
+	CHECK_OK(shoal_object_release(o));
+	CHECK_EQ(dl->dl_tensor.ndim, 2);
+	CHECK_EQ(dl->dl_tensor.shape[0], 4);
+	CHECK_EQ(dl->dl_tensor.dtype.code, kDLFloat);
+	CHECK_EQ(dl->dl_tensor.dtype.bits, 32);
+	CHECK_EQ(((const float *)dl->dl_tensor.data)[5], 3005);
+	CHECK_OK(shoal_delete(c, "sd"));
+	CHECK_EQ(stat_of(c).pending_frees, 1); /* the view still holds it */
+	CHECK_EQ(((const float *)dl->dl_tensor.data)[6], 3006);
+	dl->deleter(dl);
+	shoal_store_stat st = stat_of(c);
+	CHECK_EQ(st.pending_frees, 0);
+	CHECK_EQ(st.objects, 0);
+	CHECK_EQ(st.used, 0);
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
+	sh_test_leak_check();
+}
+
+SH_TEST(fields_and_members)
+{
+	shoal_store *s = open_store(0);
+	shoal_client *c = connect_to(s);
+	shoal_builder *b;
+	CHECK_OK(shoal_builder_create(c, "run", &b));
+	shoal_node *r = shoal_builder_root(b), *m;
+	CHECK_OK(shoal_node_set_int(r, "epoch", -3));
+	CHECK_OK(shoal_node_set_float(r, "lr", 0.5));
+	CHECK_OK(shoal_node_set_bool(r, "done", true));
+	CHECK_OK(shoal_node_set_str(r, "who", "ann", 3));
+	CHECK_OK(shoal_node_set_int(r, "epoch", 7)); /* replaces */
+	CHECK_OK(shoal_node_add_member(r, "cfg", "config", &m));
+	CHECK_OK(shoal_node_set_str(m, "mode", "fast", 4));
+	int64_t v[3] = {1, -2, 3};
+	CHECK_OK(shoal_node_set_ints(m, "dims", v, 3));
+	shoal_id id;
+	CHECK_OK(shoal_builder_seal(b, NULL, 0, &id));
+	shoal_object *o;
+	CHECK_OK(shoal_get(c, id, &o));
+	const shoal_node *g = shoal_object_root(o);
+	int64_t i;
+	double f;
+	bool t;
+	const char *str;
+	size_t len;
+	CHECK_OK(shoal_node_get_int(g, "epoch", &i));
+	CHECK_EQ(i, 7);
+	CHECK_OK(shoal_node_get_float(g, "lr", &f));
+	CHECK(f == 0.5);
+	CHECK_OK(shoal_node_get_bool(g, "done", &t));
+	CHECK(t);
+	CHECK_OK(shoal_node_get_str(g, "who", &str, &len));
+	CHECK_STR(str, "ann");
+	CHECK_RC(shoal_node_get_int(g, "who", &i), SHOAL_EINVAL);
+	CHECK_RC(shoal_node_get_int(g, "none", &i), SHOAL_ENOENT);
+	const shoal_node *cm = shoal_node_find(g, "cfg");
+	CHECK(cm != NULL);
+	CHECK_STR(shoal_node_type(cm), "config");
+	int64_t got[3];
+	size_t cnt;
+	CHECK_OK(shoal_node_get_ints(cm, "dims", got, 3, &cnt));
+	CHECK_EQ(cnt, 3);
+	CHECK_EQ(got[1], -2);
+	CHECK_RC(shoal_node_get_ints(cm, "dims", got, 2, &cnt), SHOAL_ERANGE);
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
+	sh_test_leak_check();
+}
+
+/* Pss of a process, from /proc/PID/smaps_rollup, in KiB. */
+static long pss_kib(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
+	FILE *f = fopen(path, "r");
+	CHECK(f != NULL);
+	long v = -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Pss: %ld kB", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
+/* A child that maps the object by name, reads every page, reports on
+ * ready_fd and waits for a byte on go_fd before it exits. */
+static pid_t spawn_reader(const char *sock, const char *name, int *ready_rd, int *go_wr)
+{
+	int r[2], g[2];
+	CHECK(pipe(r) == 0 && pipe(g) == 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		close(r[0]);
+		close(g[1]);
+		shoal_client *c;
+		shoal_object *o;
+		if (shoal_connect(&c, sock) != 0 || shoal_get_by_name(c, name, &o) != 0)
+			_exit(2);
+		const void *p;
+		size_t n;
+		shoal_node_blob(shoal_object_root(o), 0, &p, &n);
+		volatile unsigned long sum = 0;
+		for (size_t i = 0; i < n; i += 4096)
+			sum += ((const unsigned char *)p)[i];
+		char x = (char)sum;
+		if (write(r[1], &x, 1) != 1 || read(g[0], &x, 1) < 0)
+			_exit(3);
+		shoal_object_release(o);
+		shoal_disconnect(c);
+		_exit(0);
+	}
+	close(r[1]);
+	close(g[0]);
+	*ready_rd = r[0];
+	*go_wr = g[1];
+	return pid;
+}
+
+static void wait_ok(pid_t pid)
+{
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		sh_test_fail(__FILE__, __LINE__, "child %d: status 0x%x", (int)pid, st);
+}
+
+SH_TEST(readers_share_pages)
+{
+	shoal_store *s = open_store(256u << 20);
+	shoal_client *c = connect_to(s);
+	size_t size = 64u << 20;
+	shoal_builder *b;
+	CHECK_OK(shoal_builder_create(c, "bytes", &b));
+	void *p;
+	CHECK_OK(shoal_node_add_blob(shoal_builder_root(b), size, &p));
+	memset(p, 0x5a, size);
+	CHECK_OK(shoal_builder_seal(b, "big", 0, NULL));
+	enum { N = 2 };
+	pid_t pid[N];
+	int rd[N], wr[N];
+	char x;
+	for (int i = 0; i < N; i++)
+		pid[i] = spawn_reader(shoal_store_socket(s), "big", &rd[i], &wr[i]);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(read(rd[i], &x, 1), 1);
+	/* Each reader touched all 64 MiB; shared, each is charged half. */
+	for (int i = 0; i < N; i++) {
+		long pss = pss_kib(pid[i]);
+		if (pss > (long)(size / 1024) * 6 / 10 + 8192)
+			sh_test_fail(__FILE__, __LINE__,
+				     "reader %d Pss %ld KiB, expected about %zu", i, pss,
+				     size / 1024 / N);
+	}
+	for (int i = 0; i < N; i++) {
+		CHECK_EQ(write(wr[i], "x", 1), 1);
+		wait_ok(pid[i]);
+		close(rd[i]);
+		close(wr[i]);
+	}
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
+}
+
+/* The writable path to a mapped segment that only root has: the file
+ * behind a mapping, through /proc/self/map_files. */
+static int open_mapping(const void *p, int flags)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	CHECK(f != NULL);
+	char line[512];
+	int fd = -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)p >= lo &&
+		    (uintptr_t)p < hi) {
+			char path[128];
+			snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", lo, hi);
+			fd = open(path, flags);
+			break;
+		}
+	}
+	fclose(f);
+	return fd;
+}
+
+SH_TEST(sealed_blobs_are_immutable)
+{
+	shoal_store *s = open_store(0);
+	shoal_client *c = connect_to(s);
+	size_t size = 1u << 20;
+	shoal_builder *b;
+	CHECK_OK(shoal_builder_create(c, "bytes", &b));
+	unsigned char *w;
+	CHECK_OK(shoal_node_add_blob(shoal_builder_root(b), size, (void **)&w));
+	memset(w, 1, size);
+	/* A second writable mapping kept by the creator blocks the seal. */
+	int wfd = open_mapping(w, O_RDWR);
+	void *extra = NULL;
+	if (wfd >= 0) {
+		extra = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, wfd, 0);
+		CHECK(extra != MAP_FAILED);
+		shoal_builder *b2 = b;
+		CHECK_RC(shoal_builder_seal(b2, "blocked", 0, NULL), SHOAL_EBUSY);
+		if (!strstr(shoal_client_error(c), "mapped writable"))
+			sh_test_fail(__FILE__, __LINE__, "message: %s", shoal_client_error(c));
+		munmap(extra, size);
+		CHECK_EQ(stat_of(c).used, 0); /* the failed seal dropped the region */
+		CHECK_OK(shoal_builder_create(c, "bytes", &b));
+		CHECK_OK(shoal_node_add_blob(shoal_builder_root(b), size, (void **)&w));
+		memset(w, 1, size);
+		close(wfd);
+	}
+	shoal_id id;
+	CHECK_OK(shoal_builder_seal(b, "sealed", 0, &id));
+	shoal_object *o;
+	CHECK_OK(shoal_get(c, id, &o));
+	const void *p;
+	size_t n;
+	CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &p, &n));
+	/* The reader's mapping cannot be made writable ... */
+	void *page = (void *)((uintptr_t)p & ~(uintptr_t)4095);
+	CHECK(mprotect(page, 4096, PROT_READ | PROT_WRITE) != 0);
+	/* ... nor can the file be written or mapped writable, even by root. */
+	int fd = open_mapping(p, O_RDWR);
+	if (fd >= 0) {
+		CHECK(mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED);
+		CHECK(pwrite(fd, "x", 1, 0) < 0 && errno == EPERM);
+		CHECK(ftruncate(fd, 0) != 0);
+		close(fd);
+	}
+	CHECK_EQ(((const unsigned char *)p)[0], 1);
+	/* Small blobs live in the arena, which clients map read-only. */
+	shoal_id small;
+	CHECK_OK(shoal_put_bytes(c, NULL, "abc", 3, 0, &small));
+	shoal_object *so;
+	CHECK_OK(shoal_get(c, small, &so));
+	CHECK_OK(shoal_node_blob(shoal_object_root(so), 0, &p, &n));
+	page = (void *)((uintptr_t)p & ~(uintptr_t)4095);
+	CHECK(mprotect(page, 4096, PROT_READ | PROT_WRITE) != 0);
+	CHECK_OK(shoal_object_release(so));
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
+}
+
+SH_TEST(delete_while_mapped)
+{
+	shoal_store *s = open_store(0);
+	shoal_client *a = connect_to(s), *b = connect_to(s);
+	size_t size = 1u << 20;
+	shoal_builder *bl;
+	CHECK_OK(shoal_builder_create(a, "bytes", &bl));
+	unsigned char *w;
+	CHECK_OK(shoal_node_add_blob(shoal_builder_root(bl), size, (void **)&w));
+	memset(w, 7, size);
+	CHECK_OK(shoal_builder_seal(bl, "obj", SHOAL_PERSIST, NULL));
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(b, "obj", &o));
+	const void *p;
+	size_t n;
+	CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &p, &n));
+	CHECK_OK(shoal_delete(a, "obj"));
+	/* gone by name, still readable by the reader, not freed yet */
+	shoal_object *o2;
+	CHECK_RC(shoal_get_by_name(a, "obj", &o2), SHOAL_ENOENT);
+	CHECK_RC(shoal_get(a, shoal_object_id(o), &o2), SHOAL_ENOENT);
+	shoal_store_stat st = stat_of(a);
+	CHECK_EQ(st.pending_frees, 1);
+	CHECK_EQ(st.names, 0);
+	CHECK(st.used >= size);
+	CHECK_EQ(((const unsigned char *)p)[size - 1], 7);
+	CHECK_OK(shoal_object_release(o));
+	st = stat_of(a);
+	CHECK_EQ(st.pending_frees, 0);
+	CHECK_EQ(st.objects, 0);
+	CHECK_EQ(st.used, 0);
+	/* A reader that disconnects without releasing lets go too. */
+	CHECK_OK(shoal_put_bytes(a, "obj2", "x", 1, SHOAL_PERSIST, NULL));
+	CHECK_OK(shoal_get_by_name(b, "obj2", &o));
+	CHECK_OK(shoal_delete(a, "obj2"));
+	CHECK_EQ(stat_of(a).pending_frees, 1);
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_disconnect(b));
+	CHECK_EQ(stat_of(a).objects, 0);
+	CHECK_OK(shoal_disconnect(a));
+	CHECK_OK(shoal_store_close(s));
+	sh_test_leak_check();
+}
+
+/* Polls the store until pred holds of its stat, for up to 10 s. */
+#define WAIT_STAT(c, st, pred)                                                            \
+	do {                                                                              \
+		int64_t end_ = shoal_deadline_in(10000 * MS);                             \
+		for (;;) {                                                                \
+			st = stat_of(c);                                                  \
+			if (pred)                                                         \
+				break;                                                    \
+			if (shoal_now_ns() > end_)                                        \
+				sh_test_fail(__FILE__, __LINE__, "timed out: %s", #pred); \
+			shoal_sleep_until(shoal_deadline_in(2 * MS));                     \
+		}                                                                         \
+	} while (0)
+
+SH_TEST(transient_and_persistent)
+{
+	shoal_store *s = open_store(0);
+	shoal_client *c = connect_to(s);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		shoal_client *k;
+		if (shoal_connect(&k, shoal_store_socket(s)) != 0 ||
+		    shoal_put_bytes(k, "transient", "t", 1, 0, NULL) != 0 ||
+		    put_dict(k, "kept", 10, SHOAL_PERSIST) == 0)
+			_exit(2);
+		shoal_id id;
+		if (shoal_put_bytes(k, "later", "l", 1, 0, &id) != 0 || shoal_persist(k, id) != 0)
+			_exit(3);
+		shoal_object *o;
+		if (shoal_get_by_name(k, "transient", &o) != 0)
+			_exit(4);
+		_exit(0); /* dies holding a reference: the store lets go */
+	}
+	wait_ok(pid);
+	shoal_store_stat st;
+	WAIT_STAT(c, st, st.clients == 1);
+	CHECK_EQ(st.objects, 2);
+	CHECK_EQ(st.names, 2);
+	CHECK_EQ(st.pending_frees, 0);
+	shoal_object *o;
+	CHECK_RC(shoal_get_by_name(c, "transient", &o), SHOAL_ENOENT);
+	CHECK_OK(shoal_get_by_name(c, "kept", &o));
+	check_dict(o, 10);
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_get_by_name(c, "later", &o));
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
+}
+
+SH_TEST(killed_mid_create_leaves_nothing)
+{
+	shoal_store *s = open_store(64u << 20);
+	shoal_client *c = connect_to(s);
+	int r[2];
+	CHECK(pipe(r) == 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		shoal_client *k;
+		shoal_builder *b;
+		void *p;
+		if (shoal_connect(&k, shoal_store_socket(s)) != 0 ||
+		    shoal_builder_create(k, "tensor_dict", &b) != 0 ||
+		    shoal_builder_reserve(b, 16u << 20) != 0)
+			_exit(2);
+		shoal_node *m;
+		int64_t shape[1] = {1 << 20};
+		if (shoal_node_add_member(shoal_builder_root(b), "w", "tensor", &m) != 0 ||
+		    shoal_node_set_tensor(m, SHOAL_DT_F32, 1, shape, &p) != 0)
+			_exit(3);
+		memset(p, 1, 4u << 20);
+		if (shoal_put_bytes(k, "done-before", "x", 1, 0, NULL) != 0)
+			_exit(4);
+		if (write(r[1], "x", 1) != 1)
+			_exit(5);
+		pause();
+		_exit(6);
+	}
+	char x;
+	CHECK_EQ(read(r[0], &x, 1), 1);
+	shoal_store_stat st = stat_of(c);
+	CHECK(st.used >= 16u << 20);
+	CHECK_EQ(st.objects, 1);
+	CHECK_EQ(kill(pid, SIGKILL), 0);
+	int status;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	WAIT_STAT(c, st, st.clients == 1);
+	CHECK_EQ(st.used, 0);
+	CHECK_EQ(st.objects, 0);
+	CHECK_EQ(st.names, 0);
+	close(r[0]);
+	close(r[1]);
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
+}
+
+SH_TEST(capacity_is_a_hard_limit)
+{
+	shoal_store *s = open_store(8u << 20);
+	shoal_client *c = connect_to(s);
+	shoal_builder *b;
+	CHECK_OK(shoal_builder_create(c, "bytes", &b));
+	CHECK_RC(shoal_builder_reserve(b, 16u << 20), SHOAL_ENOSPC);
+	const char *msg = shoal_client_error(c);
+	if (!strstr(msg, "asked 16777216") || !strstr(msg, "of 8388608 free"))
+		sh_test_fail(__FILE__, __LINE__, "message: %s", msg);
+	shoal_builder_abort(b);
+	/* fill it up with 1 MiB objects, then one more fails, then frees */
+	int made = 0;
+	char name[32];
+	for (;; made++) {
+		CHECK(made <= 8);
+		CHECK_OK(shoal_builder_create(c, "bytes", &b));
+		void *p;
+		snprintf(name, sizeof(name), "o%d", made);
+		int rc = shoal_node_add_blob(shoal_builder_root(b), 1u << 20, &p);
+		if (rc == SHOAL_ENOSPC) {
+			shoal_builder_abort(b);
+			break;
+		}
+		CHECK_OK(rc);
+		CHECK_OK(shoal_builder_seal(b, name, 0, NULL));
+	}
+	CHECK(made >= 7);
+	shoal_store_stat st = stat_of(c);
+	CHECK(st.used <= st.capacity);
+	if (st.used == st.capacity)
+		CHECK_RC(shoal_put_bytes(c, "tiny", "x", 1, 0, NULL), SHOAL_ENOSPC);
+	CHECK_OK(shoal_delete(c, "o0"));
+	CHECK_OK(shoal_builder_create(c, "bytes", &b));
+	void *p;
+	CHECK_OK(shoal_node_add_blob(shoal_builder_root(b), 1u << 20, &p));
+	CHECK_OK(shoal_builder_seal(b, "o0", 0, NULL));
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
+	sh_test_leak_check();
+}
+
+SH_TEST_T(hundred_clients, 120)
+{
+	shoal_store *s = open_store(256u << 20);
+	shoal_client *c = connect_to(s);
+	enum { N = 100, ROUNDS = 20 };
+	pid_t pid[N];
+	for (int i = 0; i < N; i++) {
+		pid[i] = fork();
+		CHECK(pid[i] >= 0);
+		if (pid[i] == 0) {
+			shoal_client *k;
+			if (shoal_connect(&k, shoal_store_socket(s)) != 0)
+				_exit(2);
+			char name[32], want[32];
+			snprintf(name, sizeof(name), "c%d", i);
+			if (shoal_put_bytes(k, name, name, strlen(name), 0, NULL) != 0)
+				_exit(3);
+			for (int r = 0; r < ROUNDS; r++) {
+				/* someone else's object, if it is there yet */
+				int j = (i * 7 + r * 13) % N;
+				snprintf(want, sizeof(want), "c%d", j);
+				shoal_object *o;
+				int rc = shoal_get_by_name(k, want, &o);
+				if (rc == SHOAL_ENOENT)
+					continue;
+				if (rc != 0)
+					_exit(4);
+				const void *p;
+				size_t n;
+				shoal_node_blob(shoal_object_root(o), 0, &p, &n);
+				if (n != strlen(want) || memcmp(p, want, n) != 0)
+					_exit(5);
+				shoal_object_release(o);
+			}
+			shoal_store_stat st;
+			if (shoal_store_stat_get(k, &st) != 0 || st.clients < 2)
+				_exit(6);
+			_exit(shoal_disconnect(k) == 0 ? 0 : 7);
+		}
+	}
+	for (int i = 0; i < N; i++)
+		wait_ok(pid[i]);
+	shoal_store_stat st;
+	WAIT_STAT(c, st, st.clients == 1);
+	CHECK_EQ(st.objects, 0); /* all transient: gone with their creators */
+	CHECK_EQ(st.used, 0);
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
+}
+
+/* Sends raw bytes as one request record and returns the reply's status,
+ * checking that a failure comes with a message. */
+static int raw(shoal_client *c, const void *buf, size_t len)
+{
+	CHECK_OK(sh_ring_write(&c->req, buf, len, shoal_deadline_in(5000 * MS)));
+	const void *rec;
+	size_t n;
+	CHECK_OK(sh_ring_peek(&c->rep, &rec, &n, shoal_deadline_in(5000 * MS)));
+	sh_frame f;
+	char why[160];
+	CHECK_OK(sh_frame_decode(rec, n, &f, why, sizeof(why)));
+	if (f.status != 0) {
+		sh_mp m;
+		uint32_t k, ml;
+		const char *msg;
+		sh_mp_init(&m, (const unsigned char *)rec + SH_FRAME_HDR, f.body_len);
+		CHECK(sh_mp_array(&m, &k) == 0 && k == 1 && sh_mp_str(&m, &msg, &ml) == 0 &&
+		      ml > 0);
+	}
+	sh_ring_release(&c->rep);
+	return f.status;
+}
+
+/* A request of op with the given msgpack body bytes. */
+static int raw_op(shoal_client *c, uint16_t op, const void *body, size_t len)
+{
+	unsigned char buf[SH_FRAME_HDR + 256];
+	CHECK(len <= 256);
+	sh_frame f = {.op = op, .seq = 77, .body_len = (uint32_t)len};
+	sh_frame_encode(&f, buf);
+	memcpy(buf + SH_FRAME_HDR, body, len);
+	return raw(c, buf, SH_FRAME_HDR + len);
+}
+
+/* A SEAL whose node the caller packs. */
+static int raw_seal(shoal_client *c, void (*pack_node)(msgpack_packer *pk, void *ctx), void *ctx)
+{
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	sh_wbuf_frame_begin(&w);
+	msgpack_packer pk;
+	sh_wbuf_packer(&w, &pk);
+	msgpack_pack_array(&pk, 3);
+	msgpack_pack_nil(&pk);
+	msgpack_pack_uint32(&pk, 0);
+	pack_node(&pk, ctx);
+	sh_frame f = {.op = SH_OP_SEAL, .seq = 78};
+	CHECK_OK(sh_wbuf_frame_end(&w, &f));
+	int rc = raw(c, w.p, w.len);
+	sh_wbuf_fini(&w);
+	return rc;
+}
+
+static void node_head(msgpack_packer *pk, const char *type, int nfields)
+{
+	msgpack_pack_array(pk, 4);
+	sh_mp_pack_cstr(pk, type);
+	msgpack_pack_map(pk, (size_t)nfields);
+}
+
+static void bad_seg_ref(msgpack_packer *pk, void *ctx)
+{
+	uint64_t *ref = ctx; /* segment, offset, size */
+	node_head(pk, "bytes", 0);
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_array(pk, 3);
+	msgpack_pack_uint64(pk, ref[0]);
+	msgpack_pack_uint64(pk, ref[1]);
+	msgpack_pack_uint64(pk, ref[2]);
+	msgpack_pack_array(pk, 0);
+}
+
+static void bad_tensor(msgpack_packer *pk, void *ctx)
+{
+	int kind = *(int *)ctx;
+	node_head(pk, "tensor", 2);
+	sh_mp_pack_cstr(pk, "dtype");
+	sh_mp_pack_cstr(pk, kind == 0 ? "F33" : "F32");
+	sh_mp_pack_cstr(pk, kind == 2 ? "dtype" : "shape"); /* 2: a key twice */
+	msgpack_pack_array(pk, 2);
+	msgpack_pack_int64(pk, kind == 3 ? -1 : 2);
+	msgpack_pack_int64(pk, 3);
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_bin(pk, 8); /* 2x3 F32 needs 24 bytes */
+	msgpack_pack_bin_body(pk, "01234567", 8);
+	msgpack_pack_array(pk, 0);
+}
+
+static void dup_members(msgpack_packer *pk, void *ctx)
+{
+	int depth = *(int *)ctx;
+	node_head(pk, "x", 0);
+	msgpack_pack_array(pk, 0);
+	if (depth > 0) {
+		msgpack_pack_array(pk, 1);
+		msgpack_pack_array(pk, 2);
+		sh_mp_pack_cstr(pk, "m");
+		int d = depth - 1;
+		dup_members(pk, &d);
+		return;
+	}
+	msgpack_pack_array(pk, 2);
+	for (int i = 0; i < 2; i++) {
+		msgpack_pack_array(pk, 2);
+		sh_mp_pack_cstr(pk, "same");
+		node_head(pk, "y", 0);
+		msgpack_pack_array(pk, 0);
+		msgpack_pack_array(pk, 0);
+	}
+}
+
+static void huge_inline(msgpack_packer *pk, void *ctx)
+{
+	static char big[SH_STORE_INLINE_MAX + 1];
+	(void)ctx;
+	node_head(pk, "bytes", 0);
+	msgpack_pack_array(pk, 1);
+	msgpack_pack_bin(pk, sizeof(big));
+	msgpack_pack_bin_body(pk, big, sizeof(big));
+	msgpack_pack_array(pk, 0);
+}
+
+SH_TEST(malformed_frames_get_errors)
+{
+	shoal_store *s = open_store(0);
+	shoal_client *c = connect_to(s);
+	/* headers */
+	unsigned char hdr[SH_FRAME_HDR + 1];
+	sh_frame f = {.op = SH_OP_STAT, .seq = 5, .body_len = 1};
+	sh_frame_encode(&f, hdr);
+	hdr[SH_FRAME_HDR] = 0x90;	    /* [] */
+	CHECK_OK(raw(c, hdr, sizeof(hdr))); /* the well-formed one */
+	CHECK_RC(raw(c, hdr, 3), SHOAL_EBADMSG);
+	unsigned char bad[sizeof(hdr)];
+	struct {
+		int off;
+		unsigned char v;
+	} flips[] = {{0, 'X'}, {4, 9}, {8, 0x80}, {10, 1}, {16, 5}, {20, 9}};
+	for (size_t i = 0; i < SH_ARRAY_LEN(flips); i++) {
+		memcpy(bad, hdr, sizeof(hdr));
+		bad[flips[i].off] = flips[i].v;
+		CHECK_RC(raw(c, bad, sizeof(bad)), SHOAL_EBADMSG);
+	}
+	CHECK_RC(raw_op(c, 0, "\x90", 1), SHOAL_EBADMSG);
+	CHECK_RC(raw_op(c, 99, "\x90", 1), SHOAL_EBADMSG);
+	/* every op with bodies that are not what it expects */
+	static const struct {
+		const char *b;
+		size_t n;
+	} bodies[] = {
+		{"", 0},
+		{"\xc1", 1},			 /* never used */
+		{"\x90", 1},			 /* [] */
+		{"\xdd\xff\xff\xff\xff", 5},	 /* array of 2^32-1, nothing after */
+		{"\xdf\x7f\xff\xff\xff\x01", 6}, /* map of 2^31-1 */
+		{"\x91\xdb\xff\xff\xff\xff", 6}, /* [str of 2^32-1] */
+		{"\x91\xcf\xff\xff\xff\xff\xff\xff\xff\xff", 10}, /* [2^64-1] */
+		{"\x91\xd0\x80", 3},				  /* [-128] */
+		{"\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91"
+		 "\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x90",
+		 36},						   /* nested 35 deep */
+		{"\x93\xc0\x00\x94\xa1t\x80\x90\x90\x00", 10},	   /* trailing byte */
+		{"\x93\xc0\x09\x94\xa1t\x80\x90\x90", 9},	   /* unknown flag */
+		{"\x93\xa2\x61\x00\x00\x94\xa1t\x80\x90\x90", 11}, /* name with NUL */
+		{"\x93\xc0\x00\x94\xa0\x80\x90\x90", 8},	   /* empty type */
+		{"\x92\x91\x05\x90", 4},			   /* RELEASE of what is not held */
+		{"\x91\x00", 2},				   /* id 0 */
+	};
+	for (uint16_t op = 1; op < SH_OP_MAX_; op++) {
+		for (size_t i = 0; i < SH_ARRAY_LEN(bodies); i++) {
+			int rc = raw_op(c, op, bodies[i].b, bodies[i].n);
+			bool valid = op == SH_OP_STAT && i == 2; /* STAT [] */
+			if ((rc == 0) != valid)
+				sh_test_fail(__FILE__, __LINE__, "op %u body %zu: status %d", op, i,
+					     rc);
+		}
+	}
+	/* seal requests that are well-formed msgpack but wrong */
+	shoal_builder *b;
+	CHECK_OK(shoal_builder_create(c, "bytes", &b));
+	CHECK_OK(shoal_builder_reserve(b, 4096)); /* a real region, segment 1 */
+	uint64_t refs[][3] = {{999, 0, 8}, {1, 4000, 200}, {1, UINT64_MAX, 2}};
+	for (size_t i = 0; i < SH_ARRAY_LEN(refs); i++)
+		CHECK_RC(raw_seal(c, bad_seg_ref, refs[i]), SHOAL_EBADMSG);
+	for (int k = 0; k < 4; k++)
+		CHECK_RC(raw_seal(c, bad_tensor, &k), SHOAL_EBADMSG);
+	int depth = 0;
+	CHECK_RC(raw_seal(c, dup_members, &depth), SHOAL_EBADMSG);
+	depth = 20;
+	CHECK_RC(raw_seal(c, dup_members, &depth), SHOAL_EBADMSG);
+	CHECK_RC(raw_seal(c, huge_inline, NULL), SHOAL_EBADMSG);
+	shoal_builder_abort(b);
+	/* and the store is still fine */
+	shoal_store_stat st = stat_of(c);
+	CHECK_EQ(st.clients, 1);
+	CHECK_OK(shoal_put_bytes(c, "after", "ok", 2, 0, NULL));
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(c, "after", &o));
+	CHECK_OK(shoal_object_release(o));
+	CHECK_EQ(stat_of(c).used, 64);
 	CHECK_OK(shoal_disconnect(c));
 	CHECK_OK(shoal_store_close(s));
 	sh_test_leak_check();

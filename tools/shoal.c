@@ -1,7 +1,9 @@
 /* shoal: the command line. Each subcommand is one row of the command table
- * below (name, arguments, one line of help, handler); later layers add
- * theirs (put, get, ls, ...) there. Usage errors exit 2 and say what was
- * expected and what came. */
+ * below (name, arguments, one line of help, handler). Exit codes are those
+ * of tools/lib/tools.h, the same for every command: 0 ok, 1 failed, 2 bad
+ * arguments, 3 no such name, 4 no store, 5 store full, 6 invalid file.
+ * Usage errors say what was expected and what came. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@
 #include <shoal/shoal.h>
 
 #include "bench.h"
+#include "lib/tools.h"
 
 typedef struct command {
 	const char *name;
@@ -20,10 +23,29 @@ typedef struct command {
 static int cmd_bench(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
+static int cmd_daemon(int argc, char **argv);
+static int cmd_put(int argc, char **argv);
+static int cmd_get(int argc, char **argv);
+static int cmd_ls(int argc, char **argv);
+static int cmd_info(int argc, char **argv);
+static int cmd_rm(int argc, char **argv);
+static int cmd_stat(int argc, char **argv);
 
 static const command commands[] = {
 	{"bench", "[SUITE|all] [--quick] [--json] [--csv FILE] [--plot FILE.svg] [--large]",
 	 "run benchmarks; no SUITE runs every suite, quick", cmd_bench},
+	{"daemon", "[--socket PATH] [--size BYTES] [--reserve] [--group GROUP]",
+	 "serve an object store until SIGTERM (the same as shoald)", cmd_daemon},
+	{"put", "FILE.safetensors --name NAME [--replace] [--socket PATH]",
+	 "import a safetensors file as a persistent tensor_dict", cmd_put},
+	{"get", "NAME --out FILE.safetensors [--socket PATH]",
+	 "export a tensor_dict as a safetensors file", cmd_get},
+	{"ls", "[PREFIX] [--socket PATH]", "list names: name, type, bytes, id", cmd_ls},
+	{"info", "NAME [--socket PATH]", "describe an object: type, id, size, fields, members",
+	 cmd_info},
+	{"rm", "NAME... [--socket PATH]", "delete objects (readers keep theirs until released)",
+	 cmd_rm},
+	{"stat", "[--socket PATH]", "the store: capacity, used, objects, names, clients", cmd_stat},
 	{"help", "[COMMAND]", "show this help, or a command's", cmd_help},
 	{"version", "", "print the version", cmd_version},
 };
@@ -158,4 +180,312 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	return c->run(argc - 1, argv + 1);
+}
+
+/* ---- store commands ---- */
+
+static int cmd_daemon(int argc, char **argv)
+{
+	return sh_daemon_main("shoal daemon", argc, argv);
+}
+
+/* The arguments every store command shares: positionals, --socket, and
+ * the named options a command accepts (NULL-terminated; flags have no
+ * value when their name ends in '!'). */
+typedef struct store_args {
+	const char *socket;
+	const char *pos[16];
+	int npos;
+	const char *val[4];
+	int flag[4];
+} store_args;
+
+static int parse_store_args(const char *cmd, int argc, char **argv, const char *const *names,
+			    int minpos, int maxpos, store_args *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->socket = sh_tools_default_socket();
+	for (int i = 1; i < argc; i++) {
+		const char *s = argv[i];
+		if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+			cmd_help(2, (char *[]){"help", (char *)cmd, NULL});
+			exit(SH_EXIT_OK);
+		}
+		if (!strcmp(s, "--socket")) {
+			if (i + 1 >= argc)
+				goto needs_value;
+			a->socket = argv[++i];
+			continue;
+		}
+		if (s[0] == '-' && s[1] == '-') {
+			int k = 0;
+			for (; names && names[k]; k++) {
+				size_t l = strlen(names[k]);
+				bool flag = names[k][l - 1] == '!';
+				if (strncmp(s + 2, names[k], flag ? l - 1 : l) != 0 ||
+				    s[2 + (flag ? l - 1 : l)] != 0)
+					continue;
+				if (flag) {
+					a->flag[k] = 1;
+				} else {
+					if (i + 1 >= argc)
+						goto needs_value;
+					a->val[k] = argv[++i];
+				}
+				break;
+			}
+			if (names && names[k])
+				continue;
+			fprintf(stderr, "shoal %s: unknown option '%s' (see shoal %s --help)\n",
+				cmd, s, cmd);
+			return -1;
+		}
+		if (a->npos >= maxpos || a->npos >= 16) {
+			fprintf(stderr,
+				"shoal %s: unexpected argument '%s' (see shoal %s --help)\n", cmd,
+				s, cmd);
+			return -1;
+		}
+		a->pos[a->npos++] = s;
+		continue;
+	needs_value:
+		fprintf(stderr, "shoal %s: %s needs a value\n", cmd, s);
+		return -1;
+	}
+	if (a->npos < minpos) {
+		fprintf(stderr, "shoal %s: expected %d argument%s, got %d (see shoal %s --help)\n",
+			cmd, minpos, minpos > 1 ? "s" : "", a->npos, cmd);
+		return -1;
+	}
+	return 0;
+}
+
+static int exit_code(int rc)
+{
+	switch (rc) {
+	case 0:
+		return SH_EXIT_OK;
+	case SHOAL_ENOENT:
+		return SH_EXIT_NOTFOUND;
+	case SHOAL_ENOSPC:
+		return SH_EXIT_FULL;
+	case SHOAL_EBADMSG:
+		return SH_EXIT_INVALID;
+	default:
+		return SH_EXIT_FAIL;
+	}
+}
+
+static int fail(const char *cmd, shoal_client *c, int rc)
+{
+	const char *msg = c ? shoal_client_error(c) : "";
+	fprintf(stderr, "shoal %s: %s\n", cmd, msg && *msg ? msg : shoal_strerror(rc));
+	return exit_code(rc);
+}
+
+static shoal_client *connect_or_die(const char *cmd, const char *sock, int *code)
+{
+	shoal_client *c;
+	int rc = shoal_connect(&c, sock);
+	if (rc) {
+		fprintf(stderr, "shoal %s: no store at %s (%s); start one with `shoal daemon`\n",
+			cmd, sock, shoal_strerror(rc));
+		*code = SH_EXIT_NOSTORE;
+		return NULL;
+	}
+	return c;
+}
+
+static int cmd_put(int argc, char **argv)
+{
+	store_args a;
+	static const char *const names[] = {"name", "replace!", NULL};
+	if (parse_store_args("put", argc, argv, names, 1, 1, &a) != 0)
+		return SH_EXIT_USAGE;
+	if (!a.val[0] || !*a.val[0]) {
+		fprintf(stderr, "shoal put: --name NAME is required\n");
+		return SH_EXIT_USAGE;
+	}
+	int code;
+	shoal_client *c = connect_or_die("put", a.socket, &code);
+	if (!c)
+		return code;
+	shoal_id id;
+	int rc = shoal_import_safetensors(c, a.pos[0], a.val[0],
+					  SHOAL_PERSIST | (a.flag[1] ? SHOAL_REPLACE : 0), &id);
+	if (rc) {
+		code = fail("put", c, rc);
+		shoal_disconnect(c);
+		/* 3 is for names in the store; a missing file is a plain failure */
+		return rc == SHOAL_ENOENT ? SH_EXIT_FAIL : code;
+	}
+	printf("%s %016" PRIx64 "\n", a.val[0], id);
+	shoal_disconnect(c);
+	return SH_EXIT_OK;
+}
+
+static int cmd_get(int argc, char **argv)
+{
+	store_args a;
+	static const char *const names[] = {"out", NULL};
+	if (parse_store_args("get", argc, argv, names, 1, 1, &a) != 0)
+		return SH_EXIT_USAGE;
+	if (!a.val[0]) {
+		fprintf(stderr, "shoal get: --out FILE is required\n");
+		return SH_EXIT_USAGE;
+	}
+	int code;
+	shoal_client *c = connect_or_die("get", a.socket, &code);
+	if (!c)
+		return code;
+	int rc = shoal_export_safetensors(c, a.pos[0], a.val[0]);
+	code = rc ? fail("get", c, rc) : SH_EXIT_OK;
+	shoal_disconnect(c);
+	return code;
+}
+
+static int print_entry(const shoal_entry *e, void *ctx)
+{
+	char b[32];
+	(void)ctx;
+	printf("%-40s %-12s %10s  %016" PRIx64 "\n", e->name, e->type,
+	       sh_tools_fmt_bytes(e->bytes, b, sizeof(b)), e->id);
+	return 0;
+}
+
+static int cmd_ls(int argc, char **argv)
+{
+	store_args a;
+	if (parse_store_args("ls", argc, argv, NULL, 0, 1, &a) != 0)
+		return SH_EXIT_USAGE;
+	int code;
+	shoal_client *c = connect_or_die("ls", a.socket, &code);
+	if (!c)
+		return code;
+	int rc = shoal_list(c, a.npos ? a.pos[0] : "", print_entry, NULL);
+	code = rc ? fail("ls", c, rc) : SH_EXIT_OK;
+	shoal_disconnect(c);
+	return code;
+}
+
+static void print_fields(const shoal_node *n)
+{
+	size_t nf = shoal_node_nfields(n);
+	for (size_t i = 0; i < nf; i++) {
+		const char *k = shoal_node_field_name(n, i), *sv;
+		int64_t iv;
+		double fv;
+		bool bv;
+		size_t len, cnt;
+		int64_t ints[SHOAL_TENSOR_MAX_DIMS];
+		printf("  %s = ", k);
+		if (shoal_node_get_str(n, k, &sv, &len) == 0)
+			printf("\"%.*s\"\n", (int)(len > 200 ? 200 : len), sv);
+		else if (shoal_node_get_int(n, k, &iv) == 0)
+			printf("%" PRId64 "\n", iv);
+		else if (shoal_node_get_float(n, k, &fv) == 0)
+			printf("%g\n", fv);
+		else if (shoal_node_get_bool(n, k, &bv) == 0)
+			printf("%s\n", bv ? "true" : "false");
+		else if (shoal_node_get_ints(n, k, ints, SHOAL_TENSOR_MAX_DIMS, &cnt) == 0) {
+			for (size_t j = 0; j < cnt; j++)
+				printf("%s%" PRId64, j ? ", " : "[", ints[j]);
+			printf("%s\n", cnt ? "]" : "[]");
+		} else
+			printf("(%s)\n", cnt > SHOAL_TENSOR_MAX_DIMS ? "a long int array" : "nil");
+	}
+}
+
+static int cmd_info(int argc, char **argv)
+{
+	store_args a;
+	if (parse_store_args("info", argc, argv, NULL, 1, 1, &a) != 0)
+		return SH_EXIT_USAGE;
+	int code;
+	shoal_client *c = connect_or_die("info", a.socket, &code);
+	if (!c)
+		return code;
+	shoal_object *o;
+	int rc = shoal_get_by_name(c, a.pos[0], &o);
+	if (rc) {
+		code = fail("info", c, rc);
+		shoal_disconnect(c);
+		return code;
+	}
+	const shoal_node *r = shoal_object_root(o);
+	char b[32];
+	printf("name:      %s\ntype:      %s\nid:        %016" PRIx64 "\nsignature: %016" PRIx64
+	       "\nbytes:     %" PRIu64 " (%s)\n",
+	       a.pos[0], shoal_node_type(r), shoal_object_id(o), shoal_object_signature(o),
+	       shoal_object_bytes(o), sh_tools_fmt_bytes(shoal_object_bytes(o), b, sizeof(b)));
+	if (shoal_node_nfields(r)) {
+		printf("fields:\n");
+		print_fields(r);
+	}
+	size_t nm = shoal_node_nmembers(r);
+	printf("members:   %zu\n", nm);
+	for (size_t i = 0; i < nm && i < 20; i++) {
+		const char *name;
+		const shoal_node *m = shoal_node_member(r, i, &name);
+		shoal_tensor t;
+		if (shoal_node_tensor(m, &t) == 0) {
+			printf("  %-50s %-5s [", name, shoal_dtype_name(t.dtype));
+			for (int d = 0; d < t.ndim; d++)
+				printf("%s%" PRId64, d ? ", " : "", t.shape[d]);
+			printf("]\n");
+		} else {
+			printf("  %-50s %s\n", name, shoal_node_type(m));
+		}
+	}
+	if (nm > 20)
+		printf("  ... %zu more\n", nm - 20);
+	shoal_object_release(o);
+	shoal_disconnect(c);
+	return SH_EXIT_OK;
+}
+
+static int cmd_rm(int argc, char **argv)
+{
+	store_args a;
+	if (parse_store_args("rm", argc, argv, NULL, 1, 16, &a) != 0)
+		return SH_EXIT_USAGE;
+	int code;
+	shoal_client *c = connect_or_die("rm", a.socket, &code);
+	if (!c)
+		return code;
+	code = SH_EXIT_OK;
+	for (int i = 0; i < a.npos; i++) {
+		int rc = shoal_delete(c, a.pos[i]);
+		if (rc)
+			code = fail("rm", c, rc);
+	}
+	shoal_disconnect(c);
+	return code;
+}
+
+static int cmd_stat(int argc, char **argv)
+{
+	store_args a;
+	if (parse_store_args("stat", argc, argv, NULL, 0, 0, &a) != 0)
+		return SH_EXIT_USAGE;
+	int code;
+	shoal_client *c = connect_or_die("stat", a.socket, &code);
+	if (!c)
+		return code;
+	shoal_store_stat st;
+	int rc = shoal_store_stat_get(c, &st);
+	if (rc) {
+		code = fail("stat", c, rc);
+		shoal_disconnect(c);
+		return code;
+	}
+	char b1[32], b2[32];
+	printf("socket:    %s\ncapacity:  %" PRIu64 " (%s)\nused:      %" PRIu64
+	       " (%s)\nobjects:   %" PRIu64 "\nnames:     %" PRIu64 "\nclients:   %" PRIu64
+	       " (besides this one)\npending:   %" PRIu64 " (deleted, waiting for readers)\n",
+	       a.socket, st.capacity, sh_tools_fmt_bytes(st.capacity, b1, sizeof(b1)), st.used,
+	       sh_tools_fmt_bytes(st.used, b2, sizeof(b2)), st.objects, st.names, st.clients - 1,
+	       st.pending_frees);
+	shoal_disconnect(c);
+	return SH_EXIT_OK;
 }

@@ -171,6 +171,9 @@ SHOAL_API uint64_t shoal_object_signature(const shoal_object *o);
 SHOAL_API uint64_t shoal_object_bytes(const shoal_object *o);
 
 SHOAL_API const char *shoal_node_type(const shoal_node *n);
+/* Fields in the order they were set; get each by its name. */
+SHOAL_API size_t shoal_node_nfields(const shoal_node *n);
+SHOAL_API const char *shoal_node_field_name(const shoal_node *n, size_t i);
 /* A field, or SHOAL_ENOENT; SHOAL_EINVAL if it has another kind. */
 SHOAL_API int shoal_node_get_int(const shoal_node *n, const char *key, int64_t *v);
 SHOAL_API int shoal_node_get_float(const shoal_node *n, const char *key, double *v);
@@ -205,6 +208,20 @@ SHOAL_API int shoal_node_tensor(const shoal_node *n, shoal_tensor *t);
  * with SHOAL_ENOTSUP. */
 struct DLManagedTensor;
 SHOAL_API int shoal_node_dlpack(shoal_object *o, const shoal_node *n, struct DLManagedTensor **out);
+
+/* ---- safetensors files --------------------------------------------------- */
+
+/* Imports a .safetensors file as a tensor_dict: the header is validated
+ * (offsets in range and tiling the data, dtypes known, sizes consistent,
+ * header bounded), then the data is read once, by the kernel, straight into
+ * the store's shared memory. "__metadata__" becomes the root's string
+ * fields. flags as for shoal_builder_seal. SHOAL_EBADMSG for an invalid
+ * file; shoal_client_error says what is wrong with it. */
+SHOAL_API int shoal_import_safetensors(shoal_client *c, const char *path, const char *name,
+				       unsigned flags, shoal_id *id);
+/* Writes the tensor_dict bound to name as a .safetensors file, as the
+ * reference writer would: a file it wrote comes back byte for byte. */
+SHOAL_API int shoal_export_safetensors(shoal_client *c, const char *name, const char *path);
 
 /* ---- names -------------------------------------------------------------- */
 

@@ -13,6 +13,7 @@
 
 typedef struct region {
 	uint64_t id;
+	int fd; /* kept until the seal: importers write through it */
 	unsigned char *addr;
 	size_t size, used;
 } region;
@@ -113,6 +114,7 @@ static int new_region(shoal_builder *b, size_t bytes)
 	uint32_t n;
 	region *r = &b->regions[b->nregions];
 	memset(r, 0, sizeof(*r));
+	r->fd = -1;
 	if (sh_mp_array(&m, &n) || n != 1 || sh_mp_uint(&m, &r->id) || r->id == 0) {
 		c->broken = true;
 		return sh_client_fail(c, SHOAL_EPROTO, "CREATE reply: expected [segment]");
@@ -121,8 +123,9 @@ static int new_region(shoal_builder *b, size_t bytes)
 	if ((rc = sh_client_recv_fds(c, &r->id, &fd, 1)) != 0)
 		return rc;
 	rc = sh_shm_map(fd, bytes, true, (void **)&r->addr);
-	close(fd);
+	r->fd = fd;
 	if (rc) {
+		close(fd);
 		sh_client_fail(c, rc, "mapping a %zu-byte region: %s", bytes, shoal_strerror(rc));
 		/* the store drops it with the builder's other regions */
 		msgpack_packer pk2;
@@ -142,6 +145,36 @@ int shoal_builder_reserve(shoal_builder *b, size_t bytes)
 	if (!b || bytes == 0)
 		return SHOAL_EINVAL;
 	return new_region(b, bytes);
+}
+
+int sh_builder_region(shoal_builder *b, size_t bytes, uint32_t *idx, int *fd, void **addr)
+{
+	int rc = shoal_builder_reserve(b, bytes);
+	if (rc)
+		return rc;
+	region *r = &b->regions[b->nregions - 1];
+	r->used = bytes; /* the caller lays it out: no carving from it */
+	*idx = b->nregions - 1;
+	*fd = r->fd;
+	*addr = r->addr;
+	return 0;
+}
+
+int sh_builder_blob_at(shoal_node *n, uint32_t idx, uint64_t off, uint64_t size)
+{
+	shoal_builder *b = n ? n->builder : NULL;
+	if (!b || idx >= b->nregions || off > b->regions[idx].size ||
+	    size > b->regions[idx].size - off)
+		return SHOAL_EINVAL;
+	if (grow((void **)&n->blobs, &n->cap_blobs, n->nblobs, sizeof(sh_blobref)))
+		return b->failed = SHOAL_ENOMEM;
+	sh_blobref *ref = &n->blobs[n->nblobs++];
+	memset(ref, 0, sizeof(*ref));
+	ref->seg = b->regions[idx].id;
+	ref->off = off;
+	ref->size = size;
+	ref->ptr = b->regions[idx].addr + off;
+	return 0;
 }
 
 /* ---- nodes ---- */
@@ -320,6 +353,8 @@ static void builder_free(shoal_builder *b, bool abort_regions)
 		region *r = &b->regions[i];
 		if (r->addr)
 			sh_shm_unmap(r->addr, r->size);
+		if (r->fd >= 0)
+			close(r->fd);
 		if (abort_regions || r->used == 0) {
 			msgpack_packer pk;
 			sh_client_begin(c, &pk);
@@ -362,6 +397,8 @@ int shoal_builder_seal(shoal_builder *b, const char *name, unsigned flags, shoal
 	for (uint32_t i = 0; i < b->nregions; i++) {
 		sh_shm_unmap(b->regions[i].addr, b->regions[i].size);
 		b->regions[i].addr = NULL;
+		close(b->regions[i].fd);
+		b->regions[i].fd = -1;
 	}
 	msgpack_packer pk;
 	sh_client_begin(c, &pk);

@@ -173,7 +173,8 @@ static int check_live(shoal_client *c)
 
 int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 {
-	c->err[0] = 0;
+	if (!noreply) /* fire-and-forget requests keep the last failure's message */
+		c->err[0] = 0;
 	if (c->broken)
 		return sh_client_fail(c, SHOAL_ECONNRESET, "the connection to the store is broken");
 	sh_frame f = {.op = op, .seq = ++c->seq, .flags = noreply ? SH_FRAME_NOREPLY : 0};
@@ -499,6 +500,16 @@ uint64_t shoal_object_bytes(const shoal_object *o)
 const char *shoal_node_type(const shoal_node *n)
 {
 	return n->type;
+}
+
+size_t shoal_node_nfields(const shoal_node *n)
+{
+	return n->nfields;
+}
+
+const char *shoal_node_field_name(const shoal_node *n, size_t i)
+{
+	return i < n->nfields ? n->fields[i].key : NULL;
 }
 
 static int field(const shoal_node *n, const char *key, int kind, const sh_field **f)

@@ -39,6 +39,12 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m);
 /* Receives the descriptors the store sends ahead of a reply, for the n
  * segment ids listed. */
 int sh_client_recv_fds(shoal_client *c, const uint64_t *ids, int *fds, size_t n);
+/* For importers: a region of bytes that the caller lays out itself
+ * (*fd to write through, *addr mapped writable until the seal) ... */
+int sh_builder_region(shoal_builder *b, size_t bytes, uint32_t *idx, int *fd, void **addr);
+/* ... and a blob of n at [off, off + size) of region idx. */
+int sh_builder_blob_at(shoal_node *n, uint32_t idx, uint64_t off, uint64_t size);
+
 SHOAL_PRINTF(3, 4)
 int sh_client_fail(shoal_client *c, int code, const char *fmt, ...);
 

@@ -350,11 +350,9 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 	if (sh_mp_array(m, &n) || n != 1 || sh_mp_uint(m, &size) || sh_mp_done(m))
 		return reply_err(c, req, SHOAL_EBADMSG, "CREATE: expected [size]");
 	uint64_t charged = (size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
-	if (size == 0 || size > s->capacity || charged < size)
-		return reply_err(c, req, SHOAL_EINVAL,
-				 "CREATE: size %" PRIu64 ", expected 1 to %" PRIu64, size,
-				 s->capacity);
-	if (s->used + charged > s->capacity)
+	if (size == 0)
+		return reply_err(c, req, SHOAL_EINVAL, "CREATE: size 0, expected at least 1");
+	if (charged < size || charged > s->capacity - s->used)
 		return no_space(c, req, size);
 	st_seg *g = SH_NEW(st_seg);
 	if (!g)
@@ -977,6 +975,8 @@ static int conn_setup(st_conn *c)
 	}
 	if (rc)
 		return rc;
+	if (got == 0)
+		return SHOAL_ECLOSED; /* gone before a word: e.g. a probe for a live store */
 	if (got != sizeof(hello) || hello[0] != SH_WIRE_MAGIC || hello[1] != SH_STORE_VERSION) {
 		sh_warn("store",
 			"client pid %d: hello of %zu bytes, version %u; expected %zu bytes, "
@@ -1035,7 +1035,8 @@ static void *conn_main(void *arg)
 	if (rc != SHOAL_ECLOSED && rc != SHOAL_ECANCELED)
 		sh_warn("store", "client %u (pid %d): connection ends: %s", c->id, (int)c->pid,
 			shoal_strerror(rc));
-	sh_ring_close(&c->rep);
+	if (c->ring_mem)
+		sh_ring_close(&c->rep);
 	if (c->watcher) {
 		shoal_cancel(c->watcher);
 		shoal_join(c->watcher, NULL);
@@ -1136,8 +1137,12 @@ static void *server_thread(void *arg)
 	}
 	/* Closing a connection's rings ends its fiber, which frees it. */
 	for (st_conn *c = s->conns; c; c = c->next) {
-		sh_ring_close(&c->req);
-		sh_ring_close(&c->rep);
+		if (c->ring_mem) {
+			sh_ring_close(&c->req);
+			sh_ring_close(&c->rep);
+		} else {
+			shutdown(c->sock, SHUT_RDWR); /* still in set-up */
+		}
 		if (c->efd >= 0)
 			sh_eventfd_signal(c->efd);
 	}

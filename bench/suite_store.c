@@ -1,0 +1,441 @@
+/* The store suite (issue 3, vineyard's seed): against an embedded store on
+ * a real unix socket, the latency of putting and getting a small object,
+ * against a unix-socket round trip of the same bytes measured in the same
+ * run (what a socket-only store pays at least); the time to get a state
+ * dict shaped like stable-diffusion v1.5 (about 1 100 tensors) until every
+ * tensor's address, dtype and shape are in hand; and what each of N reader
+ * processes that map and read one large tensor costs beyond the shared
+ * pages (Uss). `shoal put` of a safetensors file against cp is in the
+ * import test. */
+#include "bench.h"
+
+#include <shoal/shoal.h>
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SUITE "store"
+#define SMALL_BYTES 64
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void set_latency(sh_bench_result *x, double *lat, int n)
+{
+	qsort(lat, (size_t)n, sizeof(double), cmp_double);
+	sh_bench_metric_set(x, "p50_us", lat[n / 2]);
+	sh_bench_metric_set(x, "p99_us", lat[(size_t)((double)n * 0.99)]);
+	sh_bench_metric_set(x, "ops", n);
+	sh_bench_show_samples(x, lat, n, "us");
+	x->cmp_value = lat[n / 2];
+	x->cmp_word = "faster";
+}
+
+/* The baseline: SMALL_BYTES to an echoing process over a unix stream
+ * socket and back, n times. */
+static int socket_baseline(double *lat, int n, char *err, size_t errlen)
+{
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) {
+		snprintf(err, errlen, "socketpair: %s", strerror(errno));
+		return -1;
+	}
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(sv[0]);
+		char b[SMALL_BYTES];
+		for (;;) {
+			size_t got = 0;
+			while (got < sizeof(b)) {
+				ssize_t k = read(sv[1], b + got, sizeof(b) - got);
+				if (k <= 0)
+					_exit(0);
+				got += (size_t)k;
+			}
+			if (write(sv[1], b, sizeof(b)) != (ssize_t)sizeof(b))
+				_exit(1);
+		}
+	}
+	close(sv[1]);
+	char b[SMALL_BYTES] = {1};
+	int rc = 0;
+	for (int i = -1000; i < n && rc == 0; i++) {
+		double t0 = sh_bench_now();
+		if (write(sv[0], b, sizeof(b)) != (ssize_t)sizeof(b))
+			rc = -1;
+		size_t got = 0;
+		while (rc == 0 && got < sizeof(b)) {
+			ssize_t k = read(sv[0], b + got, sizeof(b) - got);
+			if (k <= 0)
+				rc = -1;
+			else
+				got += (size_t)k;
+		}
+		if (i >= 0)
+			lat[i] = (sh_bench_now() - t0) * 1e6;
+	}
+	close(sv[0]);
+	waitpid(pid, NULL, 0);
+	if (rc)
+		snprintf(err, errlen, "socket echo failed");
+	return rc;
+}
+
+static void bench_small(const sh_bench_opts *o, sh_bench_report *r, const char *sock)
+{
+	int n = o->quick ? 5000 : 50000;
+	double *lat = malloc(sizeof(double) * (size_t)n);
+	shoal_id *ids = malloc(sizeof(shoal_id) * (size_t)n);
+	if (!lat || !ids)
+		exit(1);
+	char err[256];
+	sh_bench_result *x = sh_bench_add(r, SUITE, "roundtrip", "socket", 1);
+	sh_bench_param_num(x, "bytes", SMALL_BYTES);
+	if (socket_baseline(lat, n, err, sizeof(err)) != 0)
+		sh_bench_fail(x, "%s", err);
+	else
+		set_latency(x, lat, n);
+
+	shoal_client *c;
+	int rc = shoal_connect(&c, sock);
+	sh_bench_result *p = sh_bench_add(r, SUITE, "put_small", "shoal", 0);
+	sh_bench_param_num(p, "bytes", SMALL_BYTES);
+	if (rc) {
+		sh_bench_fail(p, "connect: %s", shoal_strerror(rc));
+		free(lat);
+		free(ids);
+		return;
+	}
+	char data[SMALL_BYTES];
+	memset(data, 7, sizeof(data));
+	for (int i = -1000; i < n && rc == 0; i++) {
+		shoal_id id;
+		double t0 = sh_bench_now();
+		rc = shoal_put_bytes(c, NULL, data, sizeof(data), 0, &id);
+		double dt = (sh_bench_now() - t0) * 1e6;
+		if (i >= 0) {
+			lat[i] = dt;
+			ids[i] = id;
+		} else if (rc == 0) {
+			rc = shoal_delete_id(c, id);
+		}
+	}
+	if (rc) {
+		sh_bench_fail(p, "put: %s: %s", shoal_strerror(rc), shoal_client_error(c));
+		n = 0;
+	} else {
+		set_latency(p, lat, n);
+	}
+	/* get_small: every object just put, by id, each released after. */
+	sh_bench_result *g = sh_bench_add(r, SUITE, "get_small", "shoal", 0);
+	sh_bench_param_num(g, "bytes", SMALL_BYTES);
+	for (int i = 0; i < n && rc == 0; i++) {
+		shoal_object *ob;
+		double t0 = sh_bench_now();
+		rc = shoal_get(c, ids[i], &ob);
+		double dt = (sh_bench_now() - t0) * 1e6;
+		if (rc == 0) {
+			const void *d;
+			size_t len;
+			shoal_node_blob(shoal_object_root(ob), 0, &d, &len);
+			if (len != SMALL_BYTES || ((const char *)d)[0] != 7)
+				rc = SHOAL_EPROTO;
+			shoal_object_release(ob);
+		}
+		lat[i] = dt;
+	}
+	if (rc || n == 0)
+		sh_bench_fail(g, "get: %s: %s", shoal_strerror(rc), shoal_client_error(c));
+	else
+		set_latency(g, lat, n);
+	for (int i = 0; i < n; i++)
+		shoal_delete_id(c, ids[i]);
+	shoal_disconnect(c);
+	free(lat);
+	free(ids);
+}
+
+/* A state dict shaped like stable-diffusion v1.5's: n F16 tensors whose
+ * sizes cycle through the shapes of conv kernels, attention projections,
+ * norms and biases, scaled to `bytes` in all. */
+static int put_state_dict(shoal_client *c, const char *name, int n, uint64_t bytes,
+			  uint64_t *total_out)
+{
+	static const double weight[] = {8, 4, 1, 0.02, 0.01, 2, 0.5, 0.02};
+	double sum = 0;
+	for (int i = 0; i < n; i++)
+		sum += weight[i % 8];
+	shoal_builder *b;
+	int rc = shoal_builder_create(c, "tensor_dict", &b);
+	if (rc)
+		return rc;
+	uint64_t total = 0;
+	int64_t cols = 320;
+	for (int i = 0; i < n; i++) {
+		int64_t elems = (int64_t)((double)bytes / 2 * weight[i % 8] / sum);
+		int64_t rows = elems / cols > 0 ? elems / cols : 1;
+		total += (uint64_t)(rows * cols * 2 + 64);
+	}
+	if ((rc = shoal_builder_reserve(b, total)) != 0) {
+		shoal_builder_abort(b);
+		return rc;
+	}
+	for (int i = 0; i < n && rc == 0; i++) {
+		int64_t elems = (int64_t)((double)bytes / 2 * weight[i % 8] / sum);
+		int64_t shape[2] = {elems / cols > 0 ? elems / cols : 1, cols};
+		char nm[96];
+		snprintf(nm, sizeof(nm), "model.diffusion_model.blocks.%d.%s", i / 8,
+			 (const char *[]){"conv.weight", "attn.to_q.weight", "attn.to_k.weight",
+					  "norm.weight", "norm.bias", "ff.net.0.proj.weight",
+					  "proj_out.weight", "proj_out.bias"}[i % 8]);
+		shoal_node *m;
+		void *p;
+		rc = shoal_node_add_member(shoal_builder_root(b), nm, "tensor", &m);
+		if (rc == 0)
+			rc = shoal_node_set_tensor(m, SHOAL_DT_F16, 2, shape, &p);
+		if (rc == 0)
+			memset(p, i & 0x7f, (size_t)(shape[0] * shape[1] * 2));
+	}
+	if (rc) {
+		shoal_builder_abort(b);
+		return rc;
+	}
+	*total_out = total;
+	return shoal_builder_seal(b, name, 0, NULL);
+}
+
+static void bench_dict(const sh_bench_opts *o, sh_bench_report *r, const char *sock)
+{
+	int ntensors = 1100;
+	uint64_t bytes = o->quick ? (128ull << 20) : (2ull << 30);
+	sh_bench_result *x = sh_bench_add(r, SUITE, "get_tensor_dict", "shoal", 0);
+	sh_bench_param_num(x, "tensors", ntensors);
+	shoal_client *c;
+	int rc = shoal_connect(&c, sock);
+	uint64_t total = 0;
+	if (rc == 0)
+		rc = put_state_dict(c, "sd15", ntensors, bytes, &total);
+	sh_bench_param_num(x, "bytes", (double)total);
+	if (rc) {
+		sh_bench_fail(x, "creating the state dict: %s: %s", shoal_strerror(rc),
+			      rc == SHOAL_ENOSPC || rc < -10000 ? shoal_client_error(c) : "");
+		if (c)
+			shoal_disconnect(c);
+		return;
+	}
+	/* Each get maps the segment afresh (the previous release unmapped
+	 * it), over a connection that stays open, as a worker would. */
+	int reps = o->quick ? 20 : 50;
+	double v[50];
+	for (int i = -2; i < reps && rc == 0; i++) {
+		double t0 = sh_bench_now();
+		shoal_object *ob;
+		rc = shoal_get_by_name(c, "sd15", &ob);
+		if (rc)
+			break;
+		const shoal_node *root = shoal_object_root(ob);
+		size_t nm = shoal_node_nmembers(root);
+		uintptr_t check = 0;
+		for (size_t k = 0; k < nm; k++) {
+			shoal_tensor t;
+			if ((rc = shoal_node_tensor(shoal_node_member(root, k, NULL), &t)) != 0)
+				break;
+			check += (uintptr_t)t.data + (uintptr_t)t.shape[0] + (uintptr_t)t.dtype;
+		}
+		double dt = sh_bench_now() - t0;
+		if (nm != (size_t)ntensors || check == 0)
+			rc = SHOAL_EPROTO;
+		shoal_object_release(ob);
+		if (i >= 0)
+			v[i] = dt * 1e3;
+	}
+	if (rc) {
+		sh_bench_fail(x, "get: %s: %s", shoal_strerror(rc), shoal_client_error(c));
+	} else {
+		double mean, sd, mn, mx;
+		sh_bench_stats(v, reps, &mean, &sd, &mn, &mx);
+		sh_bench_metric_set(x, "mean_ms", mean);
+		sh_bench_metric_set(x, "min_ms", mn);
+		sh_bench_show_samples(x, v, reps, "ms");
+	}
+	shoal_delete(c, "sd15");
+	shoal_disconnect(c);
+}
+
+/* Uss (Private_Clean + Private_Dirty) of the calling process, KiB. */
+static long self_uss_kib(void)
+{
+	FILE *f = fopen("/proc/self/smaps_rollup", "r");
+	if (!f)
+		return -1;
+	char line[256];
+	long v, uss = 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Private_Clean: %ld kB", &v) == 1 ||
+		    sscanf(line, "Private_Dirty: %ld kB", &v) == 1)
+			uss += v;
+	fclose(f);
+	return uss;
+}
+
+/* n reader processes, all alive at once, each maps the tensor and reads
+ * every page of it; each reports its Uss before and after. */
+static int run_readers(const char *sock, int n, double *uss_extra_kib, char *err, size_t errlen)
+{
+	int res[2], go[2];
+	if (pipe(res) != 0 || pipe(go) != 0) {
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		return -1;
+	}
+	fflush(NULL);
+	pid_t pids[64];
+	for (int i = 0; i < n; i++) {
+		pids[i] = fork();
+		if (pids[i] == 0) {
+			close(res[0]);
+			close(go[1]);
+			long before = self_uss_kib();
+			shoal_client *c;
+			shoal_object *ob;
+			long msg[2] = {-1, -1};
+			if (shoal_connect(&c, sock) == 0 && shoal_get_by_name(c, "big", &ob) == 0) {
+				shoal_tensor t;
+				shoal_node_tensor(shoal_object_root(ob), &t);
+				volatile unsigned long sum = 0;
+				for (size_t k = 0; k < t.nbytes; k += 4096)
+					sum += ((const unsigned char *)t.data)[k];
+				msg[0] = before;
+				msg[1] = self_uss_kib();
+			}
+			if (write(res[1], msg, sizeof(msg)) != (ssize_t)sizeof(msg))
+				_exit(1);
+			char b;
+			if (read(go[0], &b, 1) < 0)
+				_exit(1);
+			_exit(0); /* the store releases for a reader that is gone */
+		}
+	}
+	close(res[1]);
+	close(go[0]);
+	double extra = 0;
+	int rc = 0;
+	for (int i = 0; i < n; i++) {
+		long msg[2];
+		if (read(res[0], msg, sizeof(msg)) != (ssize_t)sizeof(msg) || msg[0] < 0 ||
+		    msg[1] < 0) {
+			snprintf(err, errlen, "a reader failed");
+			rc = -1;
+			break;
+		}
+		extra += (double)(msg[1] - msg[0]);
+	}
+	close(go[1]); /* all may exit now */
+	close(res[0]);
+	for (int i = 0; i < n; i++)
+		waitpid(pids[i], NULL, 0);
+	*uss_extra_kib = extra / n;
+	return rc;
+}
+
+static void bench_readers(const sh_bench_opts *o, sh_bench_report *r, const char *sock)
+{
+	uint64_t bytes = o->large ? (2ull << 30) : (256ull << 20);
+	shoal_client *c;
+	int rc = shoal_connect(&c, sock);
+	shoal_builder *b = NULL;
+	if (rc == 0)
+		rc = shoal_builder_create(c, "tensor", &b);
+	void *p;
+	int64_t shape[1] = {(int64_t)(bytes / 4)};
+	if (rc == 0)
+		rc = shoal_node_set_tensor(shoal_builder_root(b), SHOAL_DT_F32, 1, shape, &p);
+	if (rc == 0) {
+		memset(p, 1, bytes);
+		rc = shoal_builder_seal(b, "big", 0, NULL);
+	} else if (b) {
+		shoal_builder_abort(b);
+	}
+	static const int ns[] = {1, 5, 10, 20, 50};
+	for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+		sh_bench_result *x = sh_bench_add(r, SUITE, "readers", "shoal", 0);
+		sh_bench_param_num(x, "readers", ns[i]);
+		sh_bench_param_num(x, "tensor_bytes", (double)bytes);
+		char err[256];
+		double uss;
+		if (rc) {
+			sh_bench_fail(x, "creating the tensor: %s", shoal_strerror(rc));
+			continue;
+		}
+		if (run_readers(sock, ns[i], &uss, err, sizeof(err)) != 0) {
+			sh_bench_fail(x, "%s", err);
+			continue;
+		}
+		sh_bench_metric_set(x, "uss_per_reader_kib", uss);
+		sh_bench_metric_set(x, "uss_per_reader_pct", uss * 1024 / (double)bytes * 100);
+		double v = uss;
+		sh_bench_show_samples(x, &v, 1, "KiB");
+	}
+	if (c) {
+		shoal_delete(c, "big");
+		shoal_disconnect(c);
+	}
+}
+
+int sh_bench_store(const sh_bench_opts *o, sh_bench_report *r)
+{
+	shoal_store_opts so;
+	shoal_store_opts_init(&so);
+	so.size = (size_t)((o->large ? 8ull : 4ull) << 30);
+	shoal_store *s;
+	int rc = shoal_store_open_embedded(&s, &so);
+	if (rc) {
+		fprintf(stderr, "shoal bench store: cannot start a store: %s\n",
+			shoal_strerror(rc));
+		return -1;
+	}
+	const char *sock = shoal_store_socket(s);
+	bench_small(o, r, sock);
+	bench_dict(o, r, sock);
+	bench_readers(o, r, sock);
+	shoal_store_close(s);
+	sh_bench_note(r, "goals: put_small and get_small p50 < 20 us; get_tensor_dict of 1100 "
+			 "tensors < 2 ms; each reader's Uss < 1%% of the tensor");
+	return 0;
+}
+
+void sh_bench_store_table(FILE *f, const sh_bench_report *r)
+{
+	sh_bench_print_table(f, r, SUITE,
+			     "shoal bench store: an embedded store on a unix socket, clients in "
+			     "this and child processes");
+	double put = 0, get = 0, dict = 0, sock = 0, pct = 0;
+	for (size_t i = 0; i < r->n; i++) {
+		const sh_bench_result *x = &r->res[i];
+		if (strcmp(x->suite, SUITE) != 0 || x->status != SH_BENCH_OK)
+			continue;
+		if (!strcmp(x->test, "put_small"))
+			put = sh_bench_metric_get(x, "p50_us", 0);
+		else if (!strcmp(x->test, "get_small"))
+			get = sh_bench_metric_get(x, "p50_us", 0);
+		else if (!strcmp(x->test, "roundtrip"))
+			sock = sh_bench_metric_get(x, "p50_us", 0);
+		else if (!strcmp(x->test, "get_tensor_dict"))
+			dict = sh_bench_metric_get(x, "mean_ms", 0);
+		else if (!strcmp(x->test, "readers"))
+			pct = fmax(pct, sh_bench_metric_get(x, "uss_per_reader_pct", 0));
+	}
+	fprintf(f,
+		"summary: put %.1f us, get %.1f us p50 (a unix-socket round trip alone: %.1f us); "
+		"1100-tensor dict %.2f ms; a reader costs at most %.2f%% of the tensor\n\n",
+		put, get, sock, dict, pct);
+}

@@ -1,0 +1,72 @@
+/* The safetensors header: the 8-byte length prefix and the JSON that maps
+ * tensor names to dtype, shape and byte range in the data area after it.
+ * Reading validates everything the reference implementation (the Rust
+ * `safetensors` crate) does, and a little more it leaves to luck; writing
+ * produces the bytes that crate's serialize writes. The data area itself
+ * is never touched here. */
+#ifndef SHOAL_STORE_SAFETENSORS_H
+#define SHOAL_STORE_SAFETENSORS_H
+
+#include "shoal_impl.h"
+
+#include <shoal/store.h>
+
+/* The reference's MAX_HEADER_SIZE: 100_000_000 bytes, decimal. */
+#define SH_ST_MAX_HEADER 100000000u
+
+typedef struct sh_st_tensor {
+	char *name; /* NUL-terminated; may contain any UTF-8 except NUL */
+	size_t name_len;
+	shoal_dtype dtype;
+	int ndim;
+	int64_t shape[SHOAL_TENSOR_MAX_DIMS];
+	uint64_t begin, end; /* byte offsets in the data area, begin <= end */
+} sh_st_tensor;
+
+/* One "__metadata__" entry: string -> string, both NUL-terminated. */
+typedef struct sh_st_meta {
+	char *key, *val;
+} sh_st_meta;
+
+typedef struct sh_st_file {
+	uint64_t header_len; /* N of the 8-byte little-endian prefix */
+	uint64_t data_start; /* 8 + N */
+	uint64_t data_len;   /* file size - data_start */
+	size_t n;
+	sh_st_tensor *t; /* sorted by begin (data order) */
+	size_t nmeta;
+	sh_st_meta *meta; /* in file order */
+} sh_st_file;
+
+/* Reads the 8-byte prefix of a file of file_size bytes into *header_len:
+ * at most SH_ST_MAX_HEADER, and at most file_size - 8. SHOAL_EBADMSG
+ * otherwise, with the reason in err (errlen bytes, may be 0). */
+int sh_st_prefix(const unsigned char first8[8], uint64_t file_size, uint64_t *header_len, char *err,
+		 size_t errlen);
+
+/* Parses and validates the JSON header: len bytes at json (not
+ * NUL-terminated; trailing spaces are padding) describing a data area of
+ * data_len bytes. On success *out is a new sh_st_file for sh_st_free, its
+ * tensors tiling the data area exactly, in data order (ties between empty
+ * tensors broken as the reference writer orders them). Fails with
+ * SHOAL_EBADMSG for any invalid header, SHOAL_EOVERFLOW when a tensor's
+ * byte count does not fit in 64 bits, SHOAL_ENOMEM; err then says what was
+ * expected and what came. Beyond the reference it rejects: duplicate keys
+ * anywhere, empty names, "\u0000" in strings (names are C strings),
+ * integers at or above 2^53 and integers written as 2.0 or 2e0. */
+int sh_st_parse(const char *json, size_t len, uint64_t data_len, sh_st_file **out, char *err,
+		size_t errlen);
+void sh_st_free(sh_st_file *f);
+
+/* Writes the header the reference writer would for these tensors and
+ * metadata: the prefix, the compact JSON ("__metadata__" first, in the
+ * given order, if nmeta > 0; then the tensors in data order, keeping each
+ * t[i].begin/end as given) and spaces up to a multiple of 8. *buf comes
+ * from shoal_alloc, *len bytes: free it with shoal_free(*buf, *len). Names
+ * must be distinct (not checked). SHOAL_EINVAL for a tensor no header can
+ * describe (bad dtype, ndim or dim, begin > end, empty name, not UTF-8),
+ * SHOAL_EMSGSIZE beyond SH_ST_MAX_HEADER, SHOAL_ENOMEM. */
+int sh_st_header_write(const sh_st_tensor *t, size_t n, const sh_st_meta *meta, size_t nmeta,
+		       unsigned char **buf, size_t *len);
+
+#endif

@@ -1,0 +1,236 @@
+/* End-to-end tests of shoald and the store commands of `shoal`, as real
+ * processes on a real socket: put, get, ls, info, rm and stat with the exit
+ * codes of tools/lib/tools.h; a byte-identical round trip of safetensors
+ * files laid out as the reference writer does (tests/st_write.py); hostile
+ * and truncated files rejected with a clear message while the daemon
+ * serves on; capacity errors with the sizes; SIGTERM stops it cleanly. */
+#include "test.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char out[1 << 16];
+static char dir[64], sock[128], shoal[4096];
+
+static void setup(void)
+{
+	snprintf(dir, sizeof(dir), "/tmp/shoal-cli-XXXXXX");
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(sock, sizeof(sock), "%s/s.sock", dir);
+	sh_test_bin(shoal, sizeof(shoal), "tools/shoal");
+}
+
+static pid_t start_daemon(const char *size)
+{
+	char exe[4096];
+	sh_test_bin(exe, sizeof(exe), "tools/shoald");
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		/* Dies with the test case, whatever happens to it. */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		execl(exe, exe, "--socket", sock, "--size", size, (char *)NULL);
+		_exit(127);
+	}
+	/* Ready when a client gets through. */
+	for (int i = 0; i < 500; i++) {
+		shoal_client *c;
+		if (shoal_connect(&c, sock) == 0) {
+			shoal_disconnect(c);
+			return pid;
+		}
+		usleep(10000);
+	}
+	sh_test_fail(__FILE__, __LINE__, "shoald did not start on %s", sock);
+}
+
+static int stop_daemon(pid_t pid)
+{
+	CHECK_EQ(kill(pid, SIGTERM), 0);
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* shoal ARGS... --socket SOCK */
+static int shoal_cmd(const char *a1, const char *a2, const char *a3, const char *a4)
+{
+	char *argv[8] = {shoal, (char *)a1};
+	int n = 2;
+	if (a2)
+		argv[n++] = (char *)a2;
+	if (a3)
+		argv[n++] = (char *)a3;
+	if (a4)
+		argv[n++] = (char *)a4;
+	argv[n++] = "--socket";
+	argv[n++] = sock;
+	argv[n] = NULL;
+	return sh_test_run(argv, NULL, out, sizeof(out));
+}
+
+static void st_write(const char *path, const char *tensors, const char *bytes, const char *extra,
+		     const char *extra2)
+{
+	char script[4096];
+	const char *src = getenv("SHOAL_SRCDIR");
+	CHECK(src != NULL);
+	snprintf(script, sizeof(script), "%s/tests/st_write.py", src);
+	char *argv[] = {"/usr/bin/python3", script,    (char *)path,  "--tensors",
+			(char *)tensors,    "--bytes", (char *)bytes, (char *)extra,
+			(char *)extra2,	    NULL};
+	int rc = sh_test_run(argv, NULL, out, sizeof(out));
+	if (rc != 0)
+		sh_test_fail(__FILE__, __LINE__, "st_write.py: status %d:\n%s", rc, out);
+}
+
+static bool same_file(const char *a, const char *b)
+{
+	FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+	CHECK(fa && fb);
+	bool same = true;
+	for (;;) {
+		int x = fgetc(fa), y = fgetc(fb);
+		if (x != y) {
+			same = false;
+			break;
+		}
+		if (x == EOF)
+			break;
+	}
+	fclose(fa);
+	fclose(fb);
+	return same;
+}
+
+static void cleanup(void)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CHECK(system(cmd) == 0);
+}
+
+SH_TEST_T(put_get_round_trip, 120)
+{
+	setup();
+	pid_t d = start_daemon("256M");
+	char a[256], b[256], c[256];
+	snprintf(a, sizeof(a), "%s/a.safetensors", dir);
+	snprintf(b, sizeof(b), "%s/b.safetensors", dir);
+	snprintf(c, sizeof(c), "%s/c.safetensors", dir);
+	st_write(a, "300", "4000000", "--metadata", "format=pt");
+	CHECK_EQ(shoal_cmd("put", a, "--name", "model"), 0);
+	CHECK_HAS(out, "model ");
+	CHECK_EQ(shoal_cmd("get", "model", "--out", b), 0);
+	CHECK(same_file(a, b));
+	/* a name is taken until rm, or --replace */
+	CHECK_EQ(shoal_cmd("put", a, "--name", "model"), 1);
+	CHECK_HAS(out, "taken");
+	st_write(c, "3", "1000", NULL, NULL);
+	char *argv[] = {shoal, "put", c, "--name", "model", "--replace", "--socket", sock, NULL};
+	CHECK_EQ(sh_test_run(argv, NULL, out, sizeof(out)), 0);
+	CHECK_EQ(shoal_cmd("get", "model", "--out", b), 0);
+	CHECK(same_file(c, b));
+	/* zero tensors; odd names */
+	st_write(c, "0", "0", NULL, NULL);
+	CHECK_EQ(shoal_cmd("put", c, "--name", "empty/one"), 0);
+	CHECK_EQ(shoal_cmd("get", "empty/one", "--out", b), 0);
+	CHECK(same_file(c, b));
+	CHECK_EQ(shoal_cmd("ls", NULL, NULL, NULL), 0);
+	CHECK_HAS(out, "model");
+	CHECK_HAS(out, "empty/one");
+	CHECK_EQ(shoal_cmd("ls", "emp", NULL, NULL), 0);
+	CHECK(strstr(out, "model") == NULL);
+	CHECK_EQ(shoal_cmd("info", "model", NULL, NULL), 0);
+	CHECK_HAS(out, "tensor_dict");
+	CHECK_HAS(out, "members:   3");
+	CHECK_EQ(shoal_cmd("stat", NULL, NULL, NULL), 0);
+	CHECK_HAS(out, "objects:   2");
+	CHECK_EQ(shoal_cmd("rm", "model", NULL, NULL), 0);
+	CHECK_EQ(shoal_cmd("rm", "model", NULL, NULL), 3);
+	CHECK_HAS(out, "no object named \"model\"");
+	CHECK_EQ(shoal_cmd("get", "model", "--out", b), 3);
+	CHECK_EQ(shoal_cmd("info", "nothing", NULL, NULL), 3);
+	CHECK_EQ(stop_daemon(d), 0);
+	CHECK(access(sock, F_OK) != 0); /* the socket is gone */
+	CHECK_EQ(shoal_cmd("stat", NULL, NULL, NULL), 4);
+	CHECK_HAS(out, "no store at");
+	cleanup();
+}
+
+SH_TEST_T(hostile_files_rejected, 120)
+{
+	setup();
+	pid_t d = start_daemon("64M");
+	static const char *kinds[] = {"truncated-data", "overlap",	   "gap",
+				      "bad-dtype",	"huge-header-len", "not-json"};
+	static const char *says[] = {"past the end",  "overlap",	  "gap of 8 bytes",
+				     "unknown dtype", "beyond the limit", "not a JSON object"};
+	char f[256];
+	snprintf(f, sizeof(f), "%s/h.safetensors", dir);
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		st_write(f, "20", "100000", "--hostile", kinds[i]);
+		int rc = shoal_cmd("put", f, "--name", "h");
+		if (rc != 6 || !strstr(out, says[i]))
+			sh_test_fail(__FILE__, __LINE__, "%s: status %d, output:\n%s", kinds[i], rc,
+				     out);
+	}
+	/* truncated anywhere: a prefix of a valid file */
+	st_write(f, "20", "100000", NULL, NULL);
+	struct stat st;
+	CHECK(stat(f, &st) == 0);
+	off_t cuts[] = {0, 4, 8, 100, st.st_size - 1};
+	for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
+		CHECK(truncate(f, cuts[i]) == 0);
+		int rc = shoal_cmd("put", f, "--name", "h");
+		if (rc != 6)
+			sh_test_fail(__FILE__, __LINE__, "cut at %lld: status %d:\n%s",
+				     (long long)cuts[i], rc, out);
+	}
+	CHECK_EQ(shoal_cmd("put", "/nonexistent.safetensors", "--name", "h"), 1);
+	CHECK_HAS(out, "No such file");
+	/* too big for the store: the sizes are in the message; it serves on */
+	st_write(f, "4", "100000000", NULL, NULL);
+	CHECK_EQ(shoal_cmd("put", f, "--name", "big"), 5);
+	CHECK_HAS(out, "asked 100000000 bytes");
+	CHECK_HAS(out, "of 67108864 free");
+	CHECK_EQ(shoal_cmd("stat", NULL, NULL, NULL), 0);
+	CHECK_HAS(out, "objects:   0");
+	CHECK_HAS(out, "used:      0 ");
+	/* usage errors */
+	CHECK_EQ(shoal_cmd("put", f, NULL, NULL), 2);
+	CHECK_HAS(out, "--name NAME is required");
+	CHECK_EQ(shoal_cmd("get", "x", "--frob", NULL), 2);
+	CHECK_EQ(shoal_cmd("stat", "extra", NULL, NULL), 2);
+	char *help[] = {shoal, "put", "--help", NULL};
+	CHECK_EQ(sh_test_run(help, NULL, out, sizeof(out)), 0);
+	CHECK_HAS(out, "usage: shoal put");
+	CHECK_EQ(stop_daemon(d), 0);
+	cleanup();
+}
+
+SH_TEST(daemon_arguments)
+{
+	setup();
+	char exe[4096];
+	sh_test_bin(exe, sizeof(exe), "tools/shoald");
+	char *a1[] = {exe, "--size", "lots", NULL};
+	CHECK_EQ(sh_test_run(a1, NULL, out, sizeof(out)), 2);
+	CHECK_HAS(out, "--size 'lots'");
+	char *a2[] = {exe, "--help", NULL};
+	CHECK_EQ(sh_test_run(a2, NULL, out, sizeof(out)), 0);
+	CHECK_HAS(out, "--reserve");
+	char *a3[] = {exe, "--socket", "/nonexistent/dir/s.sock", NULL};
+	CHECK_EQ(sh_test_run(a3, NULL, out, sizeof(out)), 1);
+	CHECK_HAS(out, "cannot serve");
+	/* a second daemon on a live socket refuses */
+	pid_t d = start_daemon("16M");
+	char *a4[] = {exe, "--socket", sock, NULL};
+	CHECK_EQ(sh_test_run(a4, NULL, out, sizeof(out)), 1);
+	CHECK_EQ(stop_daemon(d), 0);
+	cleanup();
+}
