@@ -311,9 +311,8 @@ static int run_readers(const char *sock, int n, double *uss_extra_kib, char *err
 			if (shoal_connect(&c, sock) == 0 && shoal_get_by_name(c, "big", &ob) == 0) {
 				shoal_tensor t;
 				shoal_node_tensor(shoal_object_root(ob), &t);
-				volatile unsigned long sum = 0;
 				for (size_t k = 0; k < t.nbytes; k += 4096)
-					sum += ((const unsigned char *)t.data)[k];
+					(void)((const volatile unsigned char *)t.data)[k];
 				msg[0] = before;
 				msg[1] = self_uss_kib();
 			}
