@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static shoal_store *open_store(size_t size)
@@ -840,4 +841,23 @@ SH_TEST(malformed_frames_get_errors)
 	CHECK_OK(shoal_disconnect(c));
 	CHECK_OK(shoal_store_close(s));
 	sh_test_leak_check();
+}
+
+/* An idle client and store burn no CPU: after the spin, both sleep. */
+SH_TEST(idle_burns_no_cpu)
+{
+	shoal_store *s = open_store(0);
+	shoal_client *c = connect_to(s);
+	CHECK_OK(shoal_put_bytes(c, "x", "x", 1, 0, NULL));
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+	usleep(300000);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+	double cpu_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	/* Spinning would be ~300 ms of CPU; sleeping is well under 30. */
+	if (cpu_ms > 30)
+		sh_test_fail(__FILE__, __LINE__, "%.1f ms of CPU in 300 ms idle", cpu_ms);
+	CHECK_EQ(stat_of(c).objects, 1); /* and it still answers */
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
 }
