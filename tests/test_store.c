@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,6 +30,59 @@ static shoal_store *open_store(size_t size)
 	shoal_store *s;
 	CHECK_OK(shoal_store_open_embedded(&s, &o));
 	return s;
+}
+
+/* A store in its own process (shoald of this build), for the tests that
+ * fork client processes: forking while the embedded store's thread runs is
+ * unsafe, since a child can inherit a lock that thread held (ASan's
+ * allocator does not reset its locks at fork, and the child hangs). */
+typedef struct daemon_store {
+	pid_t pid;
+	char dir[64], path[128];
+} daemon_store;
+
+static void daemon_open(daemon_store *d, size_t size)
+{
+	char exe[4096], sz[32];
+	sh_test_bin(exe, sizeof(exe), "tools/shoald");
+	snprintf(d->dir, sizeof(d->dir), "/tmp/shoal-store-XXXXXX");
+	CHECK(mkdtemp(d->dir) != NULL);
+	snprintf(d->path, sizeof(d->path), "%s/s.sock", d->dir);
+	snprintf(sz, sizeof(sz), "%zu", size ? size : (size_t)1 << 30);
+	d->pid = fork();
+	CHECK(d->pid >= 0);
+	if (d->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* dies with the test case */
+		execl(exe, exe, "--socket", d->path, "--size", sz, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 1000; i++) {
+		shoal_client *c;
+		if (shoal_connect(&c, d->path) == 0) {
+			shoal_disconnect(c);
+			return;
+		}
+		usleep(5000);
+	}
+	sh_test_fail(__FILE__, __LINE__, "shoald did not start on %s", d->path);
+}
+
+/* Stops it with SIGTERM: it must exit 0 (and, under ASan, leak nothing). */
+static void daemon_close(daemon_store *d)
+{
+	CHECK_EQ(kill(d->pid, SIGTERM), 0);
+	int st;
+	CHECK(waitpid(d->pid, &st, 0) == d->pid);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		sh_test_fail(__FILE__, __LINE__, "shoald: status 0x%x", st);
+	rmdir(d->dir);
+}
+
+static shoal_client *connect_path(const char *path)
+{
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, path));
+	return c;
 }
 
 static shoal_client *connect_to(shoal_store *s)
@@ -287,8 +341,9 @@ static void wait_ok(pid_t pid)
 
 SH_TEST(readers_share_pages)
 {
-	shoal_store *s = open_store(256u << 20);
-	shoal_client *c = connect_to(s);
+	daemon_store d;
+	daemon_open(&d, 256u << 20);
+	shoal_client *c = connect_path(d.path);
 	size_t size = 64u << 20;
 	shoal_builder *b;
 	CHECK_OK(shoal_builder_create(c, "bytes", &b));
@@ -301,7 +356,7 @@ SH_TEST(readers_share_pages)
 	int rd[N], wr[N];
 	char x;
 	for (int i = 0; i < N; i++)
-		pid[i] = spawn_reader(shoal_store_socket(s), "big", &rd[i], &wr[i]);
+		pid[i] = spawn_reader(d.path, "big", &rd[i], &wr[i]);
 	for (int i = 0; i < N; i++)
 		CHECK_EQ(read(rd[i], &x, 1), 1);
 	/* Each reader touched all 64 MiB; shared, each is charged half. */
@@ -319,7 +374,7 @@ SH_TEST(readers_share_pages)
 		close(wr[i]);
 	}
 	CHECK_OK(shoal_disconnect(c));
-	CHECK_OK(shoal_store_close(s));
+	daemon_close(&d);
 }
 
 /* The writable path to a mapped segment that only root has: the file
@@ -464,13 +519,14 @@ SH_TEST(delete_while_mapped)
 
 SH_TEST(transient_and_persistent)
 {
-	shoal_store *s = open_store(0);
-	shoal_client *c = connect_to(s);
+	daemon_store d;
+	daemon_open(&d, 0);
+	shoal_client *c = connect_path(d.path);
 	pid_t pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
 		shoal_client *k;
-		if (shoal_connect(&k, shoal_store_socket(s)) != 0 ||
+		if (shoal_connect(&k, d.path) != 0 ||
 		    shoal_put_bytes(k, "transient", "t", 1, 0, NULL) != 0 ||
 		    put_dict(k, "kept", 10, SHOAL_PERSIST) == 0)
 			_exit(2);
@@ -496,13 +552,14 @@ SH_TEST(transient_and_persistent)
 	CHECK_OK(shoal_get_by_name(c, "later", &o));
 	CHECK_OK(shoal_object_release(o));
 	CHECK_OK(shoal_disconnect(c));
-	CHECK_OK(shoal_store_close(s));
+	daemon_close(&d);
 }
 
 SH_TEST(killed_mid_create_leaves_nothing)
 {
-	shoal_store *s = open_store(64u << 20);
-	shoal_client *c = connect_to(s);
+	daemon_store d;
+	daemon_open(&d, 64u << 20);
+	shoal_client *c = connect_path(d.path);
 	int r[2];
 	CHECK(pipe(r) == 0);
 	pid_t pid = fork();
@@ -511,7 +568,7 @@ SH_TEST(killed_mid_create_leaves_nothing)
 		shoal_client *k;
 		shoal_builder *b;
 		void *p;
-		if (shoal_connect(&k, shoal_store_socket(s)) != 0 ||
+		if (shoal_connect(&k, d.path) != 0 ||
 		    shoal_builder_create(k, "tensor_dict", &b) != 0 ||
 		    shoal_builder_reserve(b, 16u << 20) != 0)
 			_exit(2);
@@ -543,7 +600,7 @@ SH_TEST(killed_mid_create_leaves_nothing)
 	close(r[0]);
 	close(r[1]);
 	CHECK_OK(shoal_disconnect(c));
-	CHECK_OK(shoal_store_close(s));
+	daemon_close(&d);
 }
 
 SH_TEST(capacity_is_a_hard_limit)
@@ -590,8 +647,9 @@ SH_TEST(capacity_is_a_hard_limit)
 
 SH_TEST_T(hundred_clients, 120)
 {
-	shoal_store *s = open_store(256u << 20);
-	shoal_client *c = connect_to(s);
+	daemon_store d;
+	daemon_open(&d, 256u << 20);
+	shoal_client *c = connect_path(d.path);
 	enum { N = 100, ROUNDS = 20 };
 	pid_t pid[N];
 	for (int i = 0; i < N; i++) {
@@ -599,7 +657,7 @@ SH_TEST_T(hundred_clients, 120)
 		CHECK(pid[i] >= 0);
 		if (pid[i] == 0) {
 			shoal_client *k;
-			if (shoal_connect(&k, shoal_store_socket(s)) != 0)
+			if (shoal_connect(&k, d.path) != 0)
 				_exit(2);
 			char name[32], want[32];
 			snprintf(name, sizeof(name), "c%d", i);
@@ -635,7 +693,7 @@ SH_TEST_T(hundred_clients, 120)
 	CHECK_EQ(st.objects, 0); /* all transient: gone with their creators */
 	CHECK_EQ(st.used, 0);
 	CHECK_OK(shoal_disconnect(c));
-	CHECK_OK(shoal_store_close(s));
+	daemon_close(&d);
 }
 
 /* Sends raw bytes as one request record and returns the reply's status,
@@ -853,7 +911,8 @@ SH_TEST(idle_burns_no_cpu)
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
 	usleep(300000);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
-	double cpu_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	double cpu_ms =
+		(double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
 	/* Spinning would be ~300 ms of CPU; sleeping is well under 30. */
 	if (cpu_ms > 30)
 		sh_test_fail(__FILE__, __LINE__, "%.1f ms of CPU in 300 ms idle", cpu_ms);
