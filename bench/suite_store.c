@@ -491,8 +491,8 @@ static void bench_import(const sh_bench_opts *o, sh_bench_report *r, const char 
 	bool exec_put = sl > 6 && strcmp(self + sl - 6, "/shoal") == 0;
 	sh_bench_result *cp = sh_bench_add(r, SUITE, "import_safetensors", "cp", 1);
 	sh_bench_param_num(cp, "bytes", (double)bytes);
-	sh_bench_result *put = sh_bench_add(r, SUITE, "import_safetensors",
-					    exec_put ? "shoal put" : "import", 0);
+	sh_bench_result *put =
+		sh_bench_add(r, SUITE, "import_safetensors", exec_put ? "shoal put" : "import", 0);
 	sh_bench_param_num(put, "bytes", (double)bytes);
 	if (write_st_file(src, 1100, bytes, err, sizeof(err)) != 0) {
 		sh_bench_fail(cp, "%s", err);
@@ -509,7 +509,8 @@ static void bench_import(const sh_bench_opts *o, sh_bench_report *r, const char 
 	for (int i = 0; i < 3 && rc == 0; i++) {
 		char *cpv[] = {"cp", src, dst, NULL};
 		double t0 = sh_bench_now();
-		if (sh_bench_exec(cpv, NULL, NULL, out, sizeof(out), 600, NULL, err, sizeof(err)) != 0) {
+		if (sh_bench_exec(cpv, NULL, NULL, out, sizeof(out), 600, NULL, err, sizeof(err)) !=
+		    0) {
 			rc = -1;
 			break;
 		}
@@ -517,8 +518,8 @@ static void bench_import(const sh_bench_opts *o, sh_bench_report *r, const char 
 		unlink(dst);
 		t0 = sh_bench_now();
 		if (exec_put) {
-			char *pv[] = {self, "put", src, "--name", "imported", "--socket", (char *)sock,
-				      NULL};
+			char *pv[] = {self,	  "put",      src,	    "--name",
+				      "imported", "--socket", (char *)sock, NULL};
 			int st = sh_bench_exec(pv, NULL, NULL, out, sizeof(out), 600, NULL, err,
 					       sizeof(err));
 			if (st != 0) {
@@ -545,7 +546,8 @@ static void bench_import(const sh_bench_opts *o, sh_bench_report *r, const char 
 		sh_bench_fail(put, "%s", err);
 		return;
 	}
-	double bcp = fmin(tcp[0], fmin(tcp[1], tcp[2])), bput = fmin(tput[0], fmin(tput[1], tput[2]));
+	double bcp = fmin(tcp[0], fmin(tcp[1], tcp[2])),
+	       bput = fmin(tput[0], fmin(tput[1], tput[2]));
 	sh_bench_metric_set(cp, "mb_s", (double)bytes / 1e6 / bcp);
 	sh_bench_show_samples(cp, tcp, 3, "s");
 	cp->cmp_value = bcp;
