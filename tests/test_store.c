@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -930,4 +931,39 @@ SH_TEST(idle_burns_no_cpu)
 	CHECK_EQ(stat_of(c).objects, 1); /* and it still answers */
 	CHECK_OK(shoal_disconnect(c));
 	CHECK_OK(shoal_store_close(s));
+}
+
+/* Only our user (or root) gets in: the socket is 0600, and behind it the
+ * store checks SO_PEERCRED, so a process of another user is turned away
+ * even when the file mode would let it connect. */
+SH_TEST(other_users_are_refused)
+{
+	if (geteuid() != 0) {
+		printf("skipped: needs root to act as another user\n");
+		return;
+	}
+	daemon_store d;
+	daemon_open(&d, 0);
+	struct stat st;
+	CHECK(stat(d.path, &st) == 0);
+	CHECK_EQ(st.st_mode & 0777, 0600);
+	CHECK(chmod(d.dir, 0755) == 0);
+	for (int open_mode = 0; open_mode < 2; open_mode++) {
+		if (open_mode)
+			CHECK(chmod(d.path, 0666) == 0); /* past the file mode: SO_PEERCRED */
+		pid_t pid = fork();
+		CHECK(pid >= 0);
+		if (pid == 0) {
+			if (setgid(65534) != 0 || setuid(65534) != 0)
+				_exit(2);
+			shoal_client *c;
+			int rc = shoal_connect(&c, d.path);
+			_exit(rc == 0 ? 1 : 0);
+		}
+		wait_ok(pid);
+	}
+	shoal_client *c = connect_path(d.path); /* we still get in */
+	CHECK_EQ(stat_of(c).clients, 1);
+	CHECK_OK(shoal_disconnect(c));
+	daemon_close(&d);
 }
