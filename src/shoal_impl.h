@@ -120,6 +120,20 @@ void *sh_map_del(sh_map *m, uint64_t key);	    /* the value, or NULL */
 bool sh_map_next(const sh_map *m, size_t *it, uint64_t *key, void **val);
 void sh_map_fini(sh_map *m);
 
+/* A bump allocator (bump.c): trees built or decoded once and freed whole
+ * live in one. Zeroed is empty. */
+typedef struct sh_bump_chunk sh_bump_chunk;
+typedef struct sh_bump {
+	sh_bump_chunk *head;
+	size_t used; /* in head */
+	size_t total;
+} sh_bump;
+void *sh_bump_alloc(sh_bump *b, size_t size); /* 8-aligned, zeroed */
+char *sh_bump_str(sh_bump *b, const char *s, size_t len);
+/* Keeps the newest chunk for reuse, frees the others. */
+void sh_bump_reset(sh_bump *b);
+void sh_bump_fini(sh_bump *b);
+
 /* Allocate one T (zeroed) / free it, through the replaceable allocator. */
 #define SH_NEW(T) ((T *)shoal_calloc(1, sizeof(T)))
 #define SH_DELETE(p) shoal_free((p), sizeof(*(p)))

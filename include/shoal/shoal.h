@@ -3,7 +3,9 @@
 #define SHOAL_SHOAL_H
 
 #include <shoal/base.h>
+#include <shoal/ext.h>
 #include <shoal/fiber.h>
+#include <shoal/rpc.h>
 #include <shoal/store.h>
 
 #define SHOAL_VERSION_MAJOR 0

@@ -7,6 +7,7 @@
 #include "ring/ring.h"
 
 #include <inttypes.h>
+#include <poll.h>
 #include <string.h>
 
 #define RING_MAGIC 0x676e6972u /* "ring" */
@@ -90,7 +91,8 @@ int sh_ring_attach(sh_ring *r, void *mem, size_t bytes, bool producer)
 		       .spin_ns = DEFAULT_SPIN_NS,
 		       .producer = producer,
 		       .wait_efd = -1,
-		       .wake_efd = -1};
+		       .wake_efd = -1,
+		       .peer_fd = -1};
 	return 0;
 }
 
@@ -150,7 +152,7 @@ static int wait_for(sh_ring *r, uint64_t need, int64_t deadline)
 	int64_t t0 = shoal_now_ns();
 	/* A fiber spins by yielding, so the other fibers of its thread (a
 	 * server's other connections) keep running while it waits. */
-	bool fiber = r->wait_efd >= 0;
+	bool fiber = r->wait_efd >= 0 && shoal_sched_current() != NULL;
 	for (uint32_t i = 1;; i++) {
 		if (ready(r, need))
 			return 0;
@@ -175,13 +177,29 @@ static int wait_for(sh_ring *r, uint64_t need, int64_t deadline)
 			return SHOAL_ETIMEDOUT;
 		}
 		r->sleeps++;
-		if (r->wait_efd >= 0) {
+		if (r->wait_efd >= 0 && fiber) {
 			int rc = shoal_fd_wait(r->wait_efd, SHOAL_FD_IN, deadline, NULL);
 			if (rc == 0)
 				sh_eventfd_drain(r->wait_efd);
 			else if (rc != SHOAL_ETIMEDOUT) {
 				atomic_store_explicit(flag, 0, memory_order_relaxed);
 				return rc; /* cancelled */
+			}
+		} else if (r->wait_efd >= 0) {
+			/* A thread: poll the doorbell and the peer's liveness
+			 * descriptor together, so a dead peer wakes us at once. */
+			struct pollfd p[2] = {{.fd = r->wait_efd, .events = POLLIN},
+					      {.fd = r->peer_fd, .events = POLLIN}};
+			int64_t left = deadline == SHOAL_FOREVER ? -1 : deadline - shoal_now_ns();
+			int ms = left < 0 ? -1 : (int)((left + 999999) / 1000000);
+			int n = poll(p, r->peer_fd >= 0 ? 2 : 1, ms);
+			if (n > 0 && (p[0].revents & POLLIN))
+				sh_eventfd_drain(r->wait_efd);
+			if (n > 0 && r->peer_fd >= 0 && p[1].revents) {
+				atomic_store_explicit(flag, 0, memory_order_relaxed);
+				if (ready(r, need))
+					return 0; /* what it published before it went */
+				return SHOAL_ECONNRESET;
 			}
 		} else {
 			sh_futex_wait(flag, 1, deadline, true);

@@ -35,8 +35,12 @@ typedef struct sh_ring {
 	uint64_t cur;	  /* consumer: bytes of the record being read (0: none) */
 	uint32_t spin_ns; /* how long to spin before sleeping */
 	bool producer;
-	int wait_efd; /* -1: sleep on the futex; else block the fiber on this */
+	int wait_efd; /* -1: sleep on the futex; else sleep on this eventfd
+		       * (a fiber blocks in the poller, a thread polls) */
 	int wake_efd; /* -1: wake the peer with the futex; else write this */
+	int peer_fd;  /* a thread sleeping on wait_efd also polls this; when it
+		       * is readable (a pidfd: the peer exited) the wait fails
+		       * with SHOAL_ECONNRESET. -1: none */
 	/* counters for benchmarks and tests */
 	uint64_t sleeps, wakes;
 } sh_ring;

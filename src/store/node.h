@@ -25,17 +25,6 @@
 #define SH_NODE_MAX_INTS 1024	/* elements of an int-array field */
 #define SH_NODE_MAX_FIELDS 1024 /* per node */
 
-/* A bump allocator: decoded trees live in one and die with it. */
-typedef struct sh_bump_chunk sh_bump_chunk;
-typedef struct sh_bump {
-	sh_bump_chunk *head;
-	size_t used; /* in head */
-	size_t total;
-} sh_bump;
-void *sh_bump_alloc(sh_bump *b, size_t size); /* 8-aligned, zeroed */
-char *sh_bump_str(sh_bump *b, const char *s, size_t len);
-void sh_bump_fini(sh_bump *b);
-
 enum { SH_F_NIL = 1, SH_F_BOOL, SH_F_INT, SH_F_FLOAT, SH_F_STR, SH_F_INTS };
 
 typedef struct sh_field {

@@ -1,0 +1,116 @@
+/* shoal extensions: functions in a shared object that run in their own
+ * process (shoal-ext) and that a host calls as if they were local.
+ *
+ * Extension side: the .so exports `int shoal_ext_init(shoal_ext_registry *)`,
+ * which registers its functions by name. A function gets its arguments as
+ * one value (usually an array), builds its result in the call's vbuf and
+ * returns 0, or returns a SHOAL_E* code with a message (shoal_ext_fail),
+ * which the host receives unchanged.
+ *
+ * Host side: shoal_ext_start runs an extension under a config (limits,
+ * sandbox, deadlines, restart policy) and returns once its init has run,
+ * or with its error; shoal_ext_call calls a function. A crash of the
+ * extension fails the calls in flight at once with SHOAL_ECRASHED and a
+ * message naming the signal or exit status and the function; it never
+ * crashes the host. */
+#ifndef SHOAL_EXT_H
+#define SHOAL_EXT_H
+
+#include <sys/types.h>
+
+#include <shoal/base.h>
+#include <shoal/rpc.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- extension side ------------------------------------------------------ */
+
+typedef struct shoal_ext_registry shoal_ext_registry;
+typedef struct shoal_ext_ctx shoal_ext_ctx;
+
+/* A function of an extension: args as the host sent them; *result built in
+ * shoal_ext_vbuf(ctx) (left NULL: nil). */
+typedef int (*shoal_ext_fn)(shoal_ext_ctx *ctx, const shoal_value *args, shoal_value **result);
+
+/* The symbol every extension exports. */
+#define SHOAL_EXT_INIT_SYMBOL "shoal_ext_init"
+typedef int (*shoal_ext_init_fn)(shoal_ext_registry *r);
+
+SHOAL_API int shoal_ext_register(shoal_ext_registry *r, const char *name, shoal_ext_fn fn);
+/* Where a call builds its result; freed once the result is sent. */
+SHOAL_API shoal_vbuf *shoal_ext_vbuf(shoal_ext_ctx *ctx);
+/* Sets the message the host gets with the code the function returns;
+ * returns code, so: return shoal_ext_fail(ctx, SHOAL_EINVAL, "...", ...). */
+SHOAL_API int shoal_ext_fail(shoal_ext_ctx *ctx, int code, const char *fmt, ...) SHOAL_PRINTF(3, 4);
+/* In init: the reason it failed, sent to the host's start call. */
+SHOAL_API int shoal_ext_init_fail(shoal_ext_registry *r, int code, const char *fmt, ...)
+	SHOAL_PRINTF(3, 4);
+
+/* ---- host side ------------------------------------------------------------- */
+
+typedef struct shoal_ext shoal_ext;
+
+typedef enum shoal_sandbox {
+	SHOAL_SANDBOX_NONE = 0,
+	/* no inherited descriptors, cleared environment (plus config env and an
+	 * allow-list), new session, dies with the host, no new privileges */
+	SHOAL_SANDBOX_BASIC,
+} shoal_sandbox;
+
+typedef enum shoal_restart {
+	SHOAL_RESTART_NEVER = 0,
+	SHOAL_RESTART_ON_CRASH, /* start it again at the next call after a crash */
+} shoal_restart;
+
+typedef struct shoal_ext_config {
+	const char *path;	  /* the extension's .so */
+	const char *name;	  /* in messages; NULL: the file name */
+	const char *runner;	  /* the shoal-ext program; NULL: $SHOAL_EXT_RUNNER, else the
+				     one installed with this library */
+	char *const *env;	  /* "NAME=value" entries added to its environment */
+	const char *cwd;	  /* its working directory; NULL: ours */
+	const char *library_path; /* its LD_LIBRARY_PATH */
+	uint64_t mem_limit;	  /* bytes of address space (RLIMIT_AS); 0: none */
+	uint32_t cpu_limit_s;	  /* seconds of CPU (RLIMIT_CPU); 0: none */
+	uint32_t max_files;	  /* open descriptors (RLIMIT_NOFILE); 0: inherited */
+	shoal_sandbox sandbox;
+	int64_t call_timeout_ns;  /* deadline of a call that gives none; 0: none */
+	int64_t start_timeout_ns; /* 0: 5 s */
+	shoal_restart restart;
+} shoal_ext_config;
+
+SHOAL_API void shoal_ext_config_init(shoal_ext_config *c);
+
+/* Starts the extension and returns when its init has run: SHOAL_ENOENT
+ * (no such file), SHOAL_EBADMSG (not an extension: missing symbol), the
+ * code its init failed with, SHOAL_ECRASHED (it died while loading),
+ * SHOAL_ETIMEDOUT; shoal_ext_last_error says more. On failure *out is
+ * still set when the config was valid, so that the message can be read:
+ * shoal_ext_stop frees it. */
+SHOAL_API int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg);
+
+/* Calls fn with args (NULL: nil); the result is decoded into out and
+ * valid until out is reset. deadline: SHOAL_FOREVER, or absolute
+ * (shoal_deadline_in); 0 uses the config's call_timeout_ns. A timed-out
+ * extension is killed (its state is unknown) and restarted per policy. */
+SHOAL_API int shoal_ext_call(shoal_ext *e, const char *fn, const shoal_value *args, shoal_vbuf *out,
+			     const shoal_value **result, int64_t deadline);
+
+/* The message of the last failure on e ("" after a success). */
+SHOAL_API const char *shoal_ext_last_error(const shoal_ext *e);
+/* Its process id (0 when not running). */
+SHOAL_API pid_t shoal_ext_pid(const shoal_ext *e);
+/* How many times it was started (1 + restarts). */
+SHOAL_API uint32_t shoal_ext_starts(const shoal_ext *e);
+
+/* Stops it (a polite request, then SIGTERM, then SIGKILL, each after a
+ * short deadline) and frees e. */
+SHOAL_API int shoal_ext_stop(shoal_ext *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,78 @@
+/* shoal RPC values: what crosses a call between a host and an extension.
+ * nil, bool, int, float, string, bytes, array and map, as in msgpack, which
+ * encodes them on the wire; blobs and tensors (by reference to shared
+ * memory) join them with the shared payload mode.
+ *
+ * A value tree lives in a shoal_vbuf, an arena that owns every node and
+ * every byte of it: build into one, read from one, free it whole. */
+#ifndef SHOAL_RPC_H
+#define SHOAL_RPC_H
+
+#include <stdbool.h>
+
+#include <shoal/base.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum shoal_vtype {
+	SHOAL_V_NIL = 0,
+	SHOAL_V_BOOL,
+	SHOAL_V_INT,
+	SHOAL_V_FLOAT,
+	SHOAL_V_STR,
+	SHOAL_V_BYTES,
+	SHOAL_V_ARRAY,
+	SHOAL_V_MAP,
+} shoal_vtype;
+
+typedef struct shoal_value shoal_value;
+struct shoal_value {
+	shoal_vtype type;
+	uint32_t n; /* STR, BYTES: bytes; ARRAY: items; MAP: pairs */
+	union {
+		bool b;
+		int64_t i;
+		double f;
+		const char *s;	    /* STR: UTF-8, NUL-terminated after n bytes */
+		const void *bytes;  /* BYTES */
+		shoal_value *items; /* ARRAY: n items; MAP: key, value, key, value ... */
+	} v;
+};
+
+typedef struct shoal_vbuf shoal_vbuf;
+SHOAL_API int shoal_vbuf_create(shoal_vbuf **out);
+/* Frees every value built in or decoded into b. */
+SHOAL_API void shoal_vbuf_free(shoal_vbuf *b);
+/* Forgets every value of b, keeping its memory for the next ones. */
+SHOAL_API void shoal_vbuf_reset(shoal_vbuf *b);
+
+/* Constructors: NULL when out of memory (and the vbuf remembers it, so a
+ * call that sends it fails with SHOAL_ENOMEM rather than sending part). */
+SHOAL_API shoal_value *shoal_v_nil(shoal_vbuf *b);
+SHOAL_API shoal_value *shoal_v_bool(shoal_vbuf *b, bool v);
+SHOAL_API shoal_value *shoal_v_int(shoal_vbuf *b, int64_t v);
+SHOAL_API shoal_value *shoal_v_float(shoal_vbuf *b, double v);
+SHOAL_API shoal_value *shoal_v_str(shoal_vbuf *b, const char *s, size_t len);
+SHOAL_API shoal_value *shoal_v_cstr(shoal_vbuf *b, const char *s);
+SHOAL_API shoal_value *shoal_v_bytes(shoal_vbuf *b, const void *p, size_t len);
+/* An array of n items / a map of n pairs, every slot nil; fill them with
+ * shoal_v_set / shoal_v_map_set. */
+SHOAL_API shoal_value *shoal_v_array(shoal_vbuf *b, uint32_t n);
+SHOAL_API shoal_value *shoal_v_map(shoal_vbuf *b, uint32_t n);
+/* Copies v into slot i (the copy is shallow: v's items stay shared). */
+SHOAL_API int shoal_v_set(shoal_value *array, uint32_t i, const shoal_value *v);
+SHOAL_API int shoal_v_map_set(shoal_value *map, uint32_t i, const shoal_value *key,
+			      const shoal_value *v);
+/* The value of key (a string) in a map, or NULL. */
+SHOAL_API const shoal_value *shoal_v_map_get(const shoal_value *map, const char *key);
+
+/* Deep equality (floats bitwise, maps in order). */
+SHOAL_API bool shoal_v_equal(const shoal_value *a, const shoal_value *b);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,514 @@
+/* The host side of extensions: starting shoal-ext with its descriptors,
+ * the ready handshake, calls over the rings, and what happens when the
+ * child dies or a call passes its deadline. A call sleeps on an eventfd
+ * the child rings, polled together with a pidfd of the child, so a crash
+ * fails the call the moment the child is gone, with its signal or exit
+ * status in the message. */
+#include "ring/ring.h"
+#include "rpc/ext_proto.h"
+#include "shm/shm.h"
+
+#include <shoal/ext.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#ifndef SHOAL_EXT_RUNNER_DEFAULT
+#define SHOAL_EXT_RUNNER_DEFAULT "/usr/local/bin/shoal-ext"
+#endif
+
+struct shoal_ext {
+	shoal_ext_config cfg;
+	char *path, *name, *runner, *cwd, *libpath; /* owned copies */
+	char **env;
+	size_t nenv;
+	pid_t pid;
+	int pidfd, sock, efd;
+	void *rings;
+	size_t ring_bytes;
+	sh_ring req, rep;
+	uint32_t seq, starts;
+	bool dead;	     /* the child is gone (or must go): restart before a call */
+	const char *last_fn; /* for crash messages */
+	sh_wbuf out;
+	unsigned char *in;
+	size_t in_cap;
+	pthread_mutex_t lock; /* one call at a time per extension, for now */
+	char err[1024];
+};
+
+void shoal_ext_config_init(shoal_ext_config *c)
+{
+	memset(c, 0, sizeof(*c));
+}
+
+SHOAL_PRINTF(3, 4)
+static int fail(shoal_ext *e, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->err, sizeof(e->err), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+const char *shoal_ext_last_error(const shoal_ext *e)
+{
+	return e ? e->err : "";
+}
+
+pid_t shoal_ext_pid(const shoal_ext *e)
+{
+	return e && !e->dead ? e->pid : 0;
+}
+
+uint32_t shoal_ext_starts(const shoal_ext *e)
+{
+	return e ? e->starts : 0;
+}
+
+static char *dup_str(const char *s)
+{
+	if (!s)
+		return NULL;
+	size_t n = strlen(s) + 1;
+	char *p = shoal_alloc(n);
+	if (p)
+		memcpy(p, s, n);
+	return p;
+}
+
+static void free_str(char *s)
+{
+	if (s)
+		shoal_free(s, strlen(s) + 1);
+}
+
+/* Describes how a child ended: "killed by SIGSEGV", "exited with status 3". */
+static void describe(int st, char *buf, size_t len)
+{
+	if (WIFSIGNALED(st))
+		snprintf(buf, len, "killed by SIG%s%s", sigabbrev_np(WTERMSIG(st)) ?: "?",
+			 WCOREDUMP(st) ? " (core dumped)" : "");
+	else if (WIFEXITED(st))
+		snprintf(buf, len, "exited with status %d", WEXITSTATUS(st));
+	else
+		snprintf(buf, len, "ended (status 0x%x)", st);
+}
+
+/* Tears the current child down: kill, reap, close everything of it. */
+static void child_reap(shoal_ext *e, bool kill_it, int *status)
+{
+	int st = 0;
+	if (e->pid > 0) {
+		if (kill_it)
+			kill(e->pid, SIGKILL);
+		while (waitpid(e->pid, &st, 0) < 0 && errno == EINTR)
+			;
+	}
+	if (status)
+		*status = st;
+	if (e->rings)
+		sh_shm_unmap(e->rings, e->ring_bytes);
+	if (e->pidfd >= 0)
+		close(e->pidfd);
+	if (e->sock >= 0)
+		close(e->sock);
+	if (e->efd >= 0)
+		close(e->efd);
+	e->rings = NULL;
+	e->pidfd = e->sock = e->efd = -1;
+	e->pid = 0;
+	e->dead = true;
+}
+
+static int spawn_child(shoal_ext *e)
+{
+	int sv[2] = {-1, -1}, rfd = -1, rc;
+	size_t one;
+	e->dead = true;
+	if ((rc = sh_ring_bytes(SH_EXT_RING_CAP, &one)) != 0)
+		return fail(e, rc, "ring size");
+	e->ring_bytes = 2 * one;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0 ||
+	    (e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+		rc = shoal_errno();
+		goto out;
+	}
+	if ((rc = sh_memfd_create("shoal-ext-rings", e->ring_bytes, false, &rfd)) != 0 ||
+	    (rc = sh_shm_map(rfd, e->ring_bytes, true, &e->rings)) != 0)
+		goto out;
+	sh_ring_format(e->rings, one);
+	sh_ring_format((char *)e->rings + one, one);
+	sh_ring_attach(&e->req, e->rings, one, true);
+	sh_ring_attach(&e->rep, (char *)e->rings + one, one, false);
+	e->rep.wait_efd = e->efd;
+	e->rep.spin_ns = 50000; /* a call round trip is a few us when both spin */
+
+	char mem[32], cpu[32], files[32];
+	snprintf(mem, sizeof(mem), "%" PRIu64, e->cfg.mem_limit);
+	snprintf(cpu, sizeof(cpu), "%u", e->cfg.cpu_limit_s);
+	snprintf(files, sizeof(files), "%u", e->cfg.max_files);
+	char *argv[] = {e->runner,
+			"--so",
+			e->path,
+			"--name",
+			e->name,
+			"--mem",
+			mem,
+			"--cpu",
+			cpu,
+			"--files",
+			files,
+			"--sandbox",
+			e->cfg.sandbox == SHOAL_SANDBOX_BASIC ? "basic" : "none",
+			NULL};
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, sv[1], SH_EXT_FD_SOCK);
+	posix_spawn_file_actions_adddup2(&fa, rfd, SH_EXT_FD_RINGS);
+	posix_spawn_file_actions_adddup2(&fa, e->efd, SH_EXT_FD_EFD);
+	if (e->cwd)
+		posix_spawn_file_actions_addchdir_np(&fa, e->cwd);
+	rc = -posix_spawn(&e->pid, e->runner, &fa, NULL, argv, e->env);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc) {
+		e->pid = 0;
+		fail(e, rc, "%s: cannot run %s: %s", e->name, e->runner, shoal_strerror(rc));
+		goto out;
+	}
+	e->pidfd = (int)syscall(SYS_pidfd_open, e->pid, 0);
+	if (e->pidfd < 0) {
+		rc = shoal_errno();
+		goto out;
+	}
+	e->rep.peer_fd = e->pidfd;
+	e->sock = sv[0];
+	sv[0] = -1;
+	e->starts++;
+out:
+	if (sv[0] >= 0)
+		close(sv[0]);
+	if (sv[1] >= 0)
+		close(sv[1]);
+	if (rfd >= 0)
+		close(rfd);
+	if (rc) {
+		if (!e->err[0])
+			fail(e, rc, "%s: starting: %s", e->name, shoal_strerror(rc));
+		child_reap(e, true, NULL);
+	}
+	return rc;
+}
+
+/* Waits for the ready message: the init's result, or the child's death. */
+static int await_ready(shoal_ext *e)
+{
+	int64_t ns = e->cfg.start_timeout_ns ? e->cfg.start_timeout_ns : 5000000000LL;
+	int64_t deadline = shoal_deadline_in(ns);
+	sh_ext_ready m;
+	for (;;) {
+		struct pollfd p[2] = {{.fd = e->sock, .events = POLLIN},
+				      {.fd = e->pidfd, .events = POLLIN}};
+		int64_t left = deadline - shoal_now_ns();
+		if (left <= 0) {
+			child_reap(e, true, NULL);
+			return fail(e, SHOAL_ETIMEDOUT, "%s: not ready after %" PRId64 " ms",
+				    e->name, ns / 1000000);
+		}
+		int n = poll(p, 2, (int)((left + 999999) / 1000000));
+		if (n < 0 && errno != EINTR)
+			return fail(e, shoal_errno(), "%s: poll: %s", e->name, strerror(errno));
+		if (n > 0 && (p[0].revents & POLLIN)) {
+			size_t got = 0;
+			int rc = sh_fd_recv(e->sock, &m, sizeof(m), &got, NULL, 0, NULL);
+			if (rc == 0 && got == sizeof(m) && m.magic == SH_EXT_READY_MAGIC &&
+			    m.status <= 0) {
+				m.msg[sizeof(m.msg) - 1] = 0;
+				if (m.status == 0) {
+					e->dead = false;
+					return 0;
+				}
+				child_reap(e, false, NULL);
+				return fail(e, m.status, "%s", m.msg);
+			}
+			if (rc == 0 && got == 0)
+				p[1].revents = POLLIN; /* closed: it is gone or going */
+			else if (rc != SHOAL_EAGAIN) {
+				child_reap(e, true, NULL);
+				return fail(e, SHOAL_EPROTO, "%s: malformed ready message",
+					    e->name);
+			}
+		}
+		if (n > 0 && (p[1].revents || (p[0].revents & (POLLHUP | POLLERR)))) {
+			int st;
+			char how[96];
+			child_reap(e, false, &st);
+			describe(st, how, sizeof(how));
+			return fail(e, SHOAL_ECRASHED, "%s: %s while loading", e->name, how);
+		}
+	}
+}
+
+static void ext_free(shoal_ext *e)
+{
+	free_str(e->path);
+	free_str(e->name);
+	free_str(e->runner);
+	free_str(e->cwd);
+	free_str(e->libpath);
+	if (e->env) {
+		for (size_t i = 0; i < e->nenv; i++)
+			free_str(e->env[i]);
+		shoal_free(e->env, (e->nenv + 1) * sizeof(char *));
+	}
+	sh_wbuf_fini(&e->out);
+	if (e->in)
+		shoal_free(e->in, e->in_cap);
+	pthread_mutex_destroy(&e->lock);
+	SH_DELETE(e);
+}
+
+/* The child's environment: ours (sandbox none) or an allow-list (basic),
+ * then the config's entries and library path. */
+static int build_env(shoal_ext *e)
+{
+	static const char *const allow[] = {"PATH", "HOME",   "LANG",	   "LC_ALL",
+					    "TZ",   "TMPDIR", "SHOAL_LOG", NULL};
+	size_t n = 0, cap = 0;
+	for (char **p = environ; *p; p++)
+		cap++;
+	for (char *const *p = e->cfg.env; p && *p; p++)
+		cap++;
+	cap += 2;
+	e->env = shoal_calloc(cap + 1, sizeof(char *));
+	if (!e->env)
+		return SHOAL_ENOMEM;
+	for (char **p = environ; *p; p++) {
+		bool keep = e->cfg.sandbox == SHOAL_SANDBOX_NONE;
+		for (size_t i = 0; !keep && allow[i]; i++) {
+			size_t l = strlen(allow[i]);
+			keep = strncmp(*p, allow[i], l) == 0 && (*p)[l] == '=';
+		}
+		/* The config's entries win over ours of the same name. */
+		size_t nl = strcspn(*p, "=");
+		for (char *const *q = e->cfg.env; keep && q && *q; q++)
+			keep = !(strncmp(*q, *p, nl) == 0 && (*q)[nl] == '=');
+		if (keep && !(e->env[n++] = dup_str(*p)))
+			return SHOAL_ENOMEM;
+	}
+	for (char *const *p = e->cfg.env; p && *p; p++)
+		if (!(e->env[n++] = dup_str(*p)))
+			return SHOAL_ENOMEM;
+	if (e->libpath) {
+		size_t l = strlen(e->libpath) + 20;
+		if (!(e->env[n] = shoal_alloc(l)))
+			return SHOAL_ENOMEM;
+		snprintf(e->env[n], l, "LD_LIBRARY_PATH=%s", e->libpath);
+		/* sized for free_str */
+		char *exact = dup_str(e->env[n]);
+		shoal_free(e->env[n], l);
+		if (!(e->env[n++] = exact))
+			return SHOAL_ENOMEM;
+	}
+	e->nenv = cap; /* the array's size for the free; unused slots are NULL */
+	return 0;
+}
+
+int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg)
+{
+	if (!out || !cfg || !cfg->path)
+		return SHOAL_EINVAL;
+	shoal_ext *e = SH_NEW(shoal_ext);
+	if (!e)
+		return SHOAL_ENOMEM;
+	e->cfg = *cfg;
+	e->pidfd = e->sock = e->efd = -1;
+	e->dead = true;
+	pthread_mutex_init(&e->lock, NULL);
+	sh_wbuf_init(&e->out);
+	const char *base = strrchr(cfg->path, '/');
+	const char *runner = cfg->runner ? cfg->runner : getenv("SHOAL_EXT_RUNNER");
+	/* Absolute paths: the child may start in another directory (cwd). */
+	char abs_so[PATH_MAX], abs_run[PATH_MAX];
+	runner = runner && *runner ? runner : SHOAL_EXT_RUNNER_DEFAULT;
+	e->path = dup_str(realpath(cfg->path, abs_so) ? abs_so : cfg->path);
+	e->name = dup_str(cfg->name ? cfg->name : base ? base + 1 : cfg->path);
+	e->runner = dup_str(realpath(runner, abs_run) ? abs_run : runner);
+	e->cwd = dup_str(cfg->cwd);
+	e->libpath = dup_str(cfg->library_path);
+	e->cfg.env = NULL;
+	int rc = (!e->path || !e->name || !e->runner || (cfg->cwd && !e->cwd) ||
+		  (cfg->library_path && !e->libpath))
+			 ? SHOAL_ENOMEM
+			 : 0;
+	e->cfg.env = cfg->env;
+	if (rc == 0)
+		rc = build_env(e);
+	e->cfg.env = NULL;
+	if (rc) {
+		ext_free(e);
+		return rc;
+	}
+	*out = e;
+	rc = spawn_child(e);
+	if (rc == 0)
+		rc = await_ready(e);
+	return rc;
+}
+
+/* After a crash or a kill: the call's error, and the child reaped. */
+static int crashed(shoal_ext *e, const char *fn)
+{
+	int st;
+	char how[96];
+	child_reap(e, false, &st);
+	describe(st, how, sizeof(how));
+	return fail(e, SHOAL_ECRASHED, "%s: %s in %s()", e->name, how, fn);
+}
+
+int shoal_ext_call(shoal_ext *e, const char *fn, const shoal_value *args, shoal_vbuf *out,
+		   const shoal_value **result, int64_t deadline)
+{
+	if (!e || !fn || !*fn || !out || !result)
+		return SHOAL_EINVAL;
+	pthread_mutex_lock(&e->lock);
+	int rc = 0;
+	e->err[0] = 0;
+	if (e->dead) {
+		if (e->cfg.restart != SHOAL_RESTART_ON_CRASH || e->starts == 0) {
+			rc = fail(e, SHOAL_ECRASHED, "%s is not running", e->name);
+			goto done;
+		}
+		if ((rc = spawn_child(e)) != 0 || (rc = await_ready(e)) != 0)
+			goto done;
+	}
+	if (deadline == 0)
+		deadline = e->cfg.call_timeout_ns ? shoal_deadline_in(e->cfg.call_timeout_ns)
+						  : SHOAL_FOREVER;
+	sh_wbuf_frame_begin(&e->out);
+	msgpack_packer pk;
+	sh_wbuf_packer(&e->out, &pk);
+	msgpack_pack_array(&pk, 2);
+	sh_mp_pack_cstr(&pk, fn);
+	shoal_value nil = {.type = SHOAL_V_NIL};
+	sh_value_pack(&pk, args ? args : &nil);
+	sh_frame f = {.op = SH_EXT_OP_CALL, .seq = ++e->seq};
+	if ((rc = sh_wbuf_frame_end(&e->out, &f)) != 0) {
+		fail(e, rc, "%s(): arguments: %s", fn, shoal_strerror(rc));
+		goto done;
+	}
+	if (e->out.len > sh_ring_max_payload(&e->req)) {
+		rc = fail(e, SHOAL_EMSGSIZE, "%s(): %zu bytes of arguments, at most %zu fit a call",
+			  fn, e->out.len, sh_ring_max_payload(&e->req));
+		goto done;
+	}
+	rc = sh_ring_write(&e->req, e->out.p, e->out.len, deadline);
+	const void *rec = NULL;
+	size_t len = 0;
+	if (rc == 0)
+		rc = sh_ring_peek(&e->rep, &rec, &len, deadline);
+	if (rc == SHOAL_ECONNRESET || rc == SHOAL_ECLOSED) {
+		rc = crashed(e, fn);
+		goto done;
+	}
+	if (rc == SHOAL_ETIMEDOUT) {
+		/* Its state is unknown now: it goes, and comes back per policy. */
+		child_reap(e, true, NULL);
+		rc = fail(e, SHOAL_ETIMEDOUT, "%s: %s() did not return before its deadline; killed",
+			  e->name, fn);
+		goto done;
+	}
+	if (rc)
+		goto done;
+	if (len > e->in_cap) {
+		unsigned char *p = shoal_realloc(e->in, e->in_cap, len);
+		if (!p) {
+			sh_ring_release(&e->rep);
+			child_reap(e, true, NULL); /* out of step now */
+			rc = fail(e, SHOAL_ENOMEM, "no memory for a %zu-byte reply", len);
+			goto done;
+		}
+		e->in = p;
+		e->in_cap = len;
+	}
+	memcpy(e->in, rec, len);
+	sh_ring_release(&e->rep);
+	sh_frame r;
+	char why[256] = "";
+	sh_mp m;
+	uint32_t n;
+	if (sh_frame_decode(e->in, len, &r, why, sizeof(why)) != 0 || r.op != SH_EXT_OP_RETURN ||
+	    r.seq != f.seq) {
+		child_reap(e, true, NULL);
+		rc = fail(e, SHOAL_EPROTO, "%s: malformed reply to %s(): %s; killed", e->name, fn,
+			  why[0] ? why : "wrong op or sequence");
+		goto done;
+	}
+	sh_mp_init(&m, e->in + SH_FRAME_HDR, r.body_len);
+	if (r.status != 0) {
+		const char *msg = "";
+		uint32_t ml = 0;
+		if (sh_mp_array(&m, &n) || n != 1 || sh_mp_str(&m, &msg, &ml))
+			msg = "(no message)", ml = 12;
+		rc = fail(e, r.status, "%.*s", (int)ml, msg);
+		goto done;
+	}
+	shoal_value *v;
+	if (sh_mp_array(&m, &n) || n != 1 ||
+	    (rc = sh_value_decode(&m, out, &v, why, sizeof(why))) != 0 || sh_mp_done(&m) != 0) {
+		rc = rc == SHOAL_ENOMEM ? rc : SHOAL_EPROTO;
+		if (rc == SHOAL_EPROTO)
+			child_reap(e, true, NULL);
+		fail(e, rc, "%s: result of %s(): %s", e->name, fn, why[0] ? why : "malformed");
+		goto done;
+	}
+	*result = v;
+done:
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
+
+int shoal_ext_stop(shoal_ext *e)
+{
+	if (!e)
+		return SHOAL_EINVAL;
+	pthread_mutex_lock(&e->lock);
+	if (!e->dead && e->pid > 0) {
+		/* Politely, then SIGTERM, then SIGKILL, 200 ms apart. */
+		sh_frame f = {.op = SH_EXT_OP_STOP, .seq = ++e->seq};
+		sh_wbuf_frame_begin(&e->out);
+		msgpack_packer pk;
+		sh_wbuf_packer(&e->out, &pk);
+		msgpack_pack_array(&pk, 0);
+		if (sh_wbuf_frame_end(&e->out, &f) == 0)
+			sh_ring_write(&e->req, e->out.p, e->out.len, shoal_deadline_in(200000000));
+		for (int step = 0; step < 3; step++) {
+			struct pollfd p = {.fd = e->pidfd, .events = POLLIN};
+			if (poll(&p, 1, 200) == 1)
+				break;
+			kill(e->pid, step == 0 ? SIGTERM : SIGKILL);
+		}
+	}
+	child_reap(e, false, NULL);
+	pthread_mutex_unlock(&e->lock);
+	ext_free(e);
+	return 0;
+}

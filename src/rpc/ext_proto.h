@@ -1,0 +1,37 @@
+/* The protocol between a host and a shoal-ext process.
+ *
+ * The host makes a SOCK_SEQPACKET socketpair, a memfd holding two rings
+ * (calls host -> extension first, then replies extension -> host) and an
+ * eventfd the extension rings when the host sleeps; it spawns the runner
+ * with them as descriptors 3, 4 and 5 and the config in argv. The runner
+ * loads the .so, runs its init and sends one ready message on the socket:
+ * SH_EXT_READY_MAGIC, a status (0 or the init's SHOAL_E* code) and a
+ * message. Then frames (wire.h) go over the rings:
+ *   CALL   [function, args]     -> RETURN [result] | status < 0, [message]
+ *   STOP   []                   (no reply: the runner exits 0)
+ * The host watches a pidfd of the child beside the reply ring, so a death
+ * wakes a waiting call at once. */
+#ifndef SHOAL_RPC_EXT_PROTO_H
+#define SHOAL_RPC_EXT_PROTO_H
+
+#include "rpc/value.h"
+
+#define SH_EXT_READY_MAGIC 0x79646572u /* "redy" */
+#define SH_EXT_RING_CAP (1u << 20)
+#define SH_EXT_FD_SOCK 3
+#define SH_EXT_FD_RINGS 4
+#define SH_EXT_FD_EFD 5
+#define SH_EXT_MSG_MAX 1024
+
+enum { SH_EXT_OP_CALL = 1, SH_EXT_OP_RETURN, SH_EXT_OP_STOP };
+
+typedef struct sh_ext_ready {
+	uint32_t magic;
+	int32_t status;
+	char msg[SH_EXT_MSG_MAX];
+} sh_ext_ready;
+
+/* The runner's main (tools/shoal-ext.c calls it). */
+int sh_ext_runner_main(int argc, char **argv);
+
+#endif

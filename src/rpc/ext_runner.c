@@ -1,0 +1,318 @@
+/* The extension side: what shoal-ext runs. It applies the limits and the
+ * sandbox, loads the extension, reports ready (or why not), then serves
+ * calls from the ring until told to stop or the host goes (it dies with
+ * the host: PR_SET_PDEATHSIG). Nothing here trusts the host less than
+ * any peer: frames and values are validated the same way. */
+#include "ring/ring.h"
+#include "rpc/ext_proto.h"
+#include "shm/shm.h"
+
+#include <shoal/ext.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+typedef struct fn_entry {
+	char *name;
+	shoal_ext_fn fn;
+} fn_entry;
+
+struct shoal_ext_registry {
+	fn_entry *fns;
+	size_t n, cap;
+	int fail_code;
+	char msg[SH_EXT_MSG_MAX];
+};
+
+struct shoal_ext_ctx {
+	shoal_vbuf *vb;
+	const char *fn;
+	char msg[SH_EXT_MSG_MAX];
+};
+
+int shoal_ext_register(shoal_ext_registry *r, const char *name, shoal_ext_fn fn)
+{
+	if (!r || !name || !*name || !fn)
+		return SHOAL_EINVAL;
+	for (size_t i = 0; i < r->n; i++)
+		if (strcmp(r->fns[i].name, name) == 0)
+			return SHOAL_EEXIST;
+	if (r->n == r->cap) {
+		size_t nc = r->cap ? r->cap * 2 : 16;
+		fn_entry *p = shoal_realloc(r->fns, r->cap * sizeof(*p), nc * sizeof(*p));
+		if (!p)
+			return SHOAL_ENOMEM;
+		r->fns = p;
+		r->cap = nc;
+	}
+	size_t l = strlen(name) + 1;
+	char *copy = shoal_alloc(l);
+	if (!copy)
+		return SHOAL_ENOMEM;
+	memcpy(copy, name, l);
+	r->fns[r->n].name = copy;
+	r->fns[r->n++].fn = fn;
+	return 0;
+}
+
+shoal_vbuf *shoal_ext_vbuf(shoal_ext_ctx *ctx)
+{
+	return ctx->vb;
+}
+
+int shoal_ext_fail(shoal_ext_ctx *ctx, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(ctx->msg, sizeof(ctx->msg), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int shoal_ext_init_fail(shoal_ext_registry *r, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->msg, sizeof(r->msg), fmt, ap);
+	va_end(ap);
+	r->fail_code = code;
+	return code;
+}
+
+static void ready(int status, const char *fmt, ...) SHOAL_PRINTF(2, 3);
+static void ready(int status, const char *fmt, ...)
+{
+	sh_ext_ready m = {.magic = SH_EXT_READY_MAGIC, .status = status};
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(m.msg, sizeof(m.msg), fmt, ap);
+	va_end(ap);
+	if (sh_fd_send(SH_EXT_FD_SOCK, &m, sizeof(m), NULL, 0) != 0)
+		_exit(3); /* the host is gone */
+}
+
+static int limit(int res, uint64_t v)
+{
+	struct rlimit rl = {.rlim_cur = v, .rlim_max = v};
+	return setrlimit(res, &rl) == 0 ? 0 : shoal_errno();
+}
+
+typedef struct serve_bufs {
+	shoal_vbuf in, out;
+	sh_wbuf w;
+	unsigned char *copy;
+	size_t copy_cap;
+} serve_bufs;
+
+static int serve_loop(shoal_ext_registry *reg, sh_ring *req, sh_ring *rep, serve_bufs *b);
+
+/* Serves calls until STOP or the end of the ring. */
+static int serve(shoal_ext_registry *reg, sh_ring *req, sh_ring *rep)
+{
+	serve_bufs b = {0};
+	sh_wbuf_init(&b.w);
+	int rc = serve_loop(reg, req, rep, &b);
+	sh_bump_fini(&b.in.a);
+	sh_bump_fini(&b.out.a);
+	sh_wbuf_fini(&b.w);
+	if (b.copy)
+		shoal_free(b.copy, b.copy_cap);
+	return rc;
+}
+
+static int serve_loop(shoal_ext_registry *reg, sh_ring *req, sh_ring *rep, serve_bufs *b)
+{
+	shoal_vbuf *inb = &b->in, *outb = &b->out;
+	sh_wbuf *wp = &b->w;
+	for (;;) {
+		const void *rec;
+		size_t len;
+		int rc = sh_ring_peek(req, &rec, &len, SHOAL_FOREVER);
+		if (rc)
+			return rc == SHOAL_ECLOSED ? 0 : rc;
+		/* A private copy: the host may still write the ring. */
+		if (len > b->copy_cap) {
+			unsigned char *p = shoal_realloc(b->copy, b->copy_cap, len);
+			if (!p)
+				return SHOAL_ENOMEM;
+			b->copy = p;
+			b->copy_cap = len;
+		}
+		memcpy(b->copy, rec, len);
+		sh_ring_release(req);
+		sh_frame f;
+		char why[SH_EXT_MSG_MAX + 64] = "";
+		shoal_ext_ctx ctx = {.vb = outb};
+		const shoal_value *args = NULL;
+		shoal_value *result = NULL;
+		const char *fname = "?";
+		uint32_t fl = 1, n;
+		int status = sh_frame_decode(b->copy, len, &f, why, sizeof(why));
+		if (status == 0 && f.op == SH_EXT_OP_STOP)
+			return 0;
+		shoal_vbuf_reset(inb);
+		shoal_vbuf_reset(outb);
+		sh_mp m;
+		if (status == 0) {
+			sh_mp_init(&m, b->copy + SH_FRAME_HDR, f.body_len);
+			shoal_value *a;
+			if (f.op != SH_EXT_OP_CALL || sh_mp_array(&m, &n) || n != 2 ||
+			    sh_mp_str(&m, &fname, &fl) || fl == 0) {
+				status = SHOAL_EBADMSG;
+				snprintf(why, sizeof(why), "expected a call [function, args]");
+			} else if ((status = sh_value_decode(&m, inb, &a, why, sizeof(why))) == 0 &&
+				   sh_mp_done(&m) != 0) {
+				status = SHOAL_EBADMSG;
+				snprintf(why, sizeof(why), "bytes after the arguments");
+			} else {
+				args = a;
+			}
+		}
+		shoal_ext_fn fn = NULL;
+		for (size_t i = 0; status == 0 && i < reg->n && !fn; i++)
+			if (strlen(reg->fns[i].name) == fl &&
+			    memcmp(reg->fns[i].name, fname, fl) == 0)
+				fn = reg->fns[i].fn;
+		if (status == 0 && !fn) {
+			status = SHOAL_ENOENT;
+			snprintf(why, sizeof(why), "no function %.*s in this extension", (int)fl,
+				 fname);
+		}
+		if (status == 0) {
+			status = fn(&ctx, args, &result);
+			if (status > 0)
+				status = SHOAL_EIO; /* a positive code is not one of ours */
+			if (status == 0 && outb->err)
+				status = outb->err;
+			if (status)
+				snprintf(why, sizeof(why), "%s",
+					 ctx.msg[0] ? ctx.msg : shoal_strerror(status));
+		}
+		sh_wbuf_frame_begin(wp);
+		msgpack_packer pk;
+		sh_wbuf_packer(wp, &pk);
+		msgpack_pack_array(&pk, 1);
+		if (status == 0) {
+			shoal_value nil = {.type = SHOAL_V_NIL};
+			sh_value_pack(&pk, result ? result : &nil);
+		} else {
+			sh_mp_pack_cstr(&pk, why);
+		}
+		sh_frame r = {.op = SH_EXT_OP_RETURN, .seq = f.seq, .status = status};
+		rc = sh_wbuf_frame_end(wp, &r);
+		if (rc == 0 && wp->len > sh_ring_max_payload(rep)) {
+			/* Too big for one record: say so instead. */
+			sh_wbuf_frame_begin(wp);
+			msgpack_pack_array(&pk, 1);
+			char m2[160];
+			snprintf(m2, sizeof(m2),
+				 "result of %zu bytes exceeds the %zu a reply can carry", wp->len,
+				 sh_ring_max_payload(rep));
+			sh_mp_pack_cstr(&pk, m2);
+			r.status = SHOAL_EMSGSIZE;
+			rc = sh_wbuf_frame_end(wp, &r);
+		}
+		if (rc == 0)
+			rc = sh_ring_write(rep, wp->p, wp->len, SHOAL_FOREVER);
+		if (rc)
+			return rc == SHOAL_ECLOSED ? 0 : rc;
+	}
+}
+
+int sh_ext_runner_main(int argc, char **argv)
+{
+	const char *so = NULL, *name = "extension";
+	uint64_t mem = 0, cpu = 0, files = 0;
+	bool basic = false;
+	for (int i = 1; i + 1 < argc; i += 2) {
+		const char *k = argv[i], *v = argv[i + 1];
+		if (!strcmp(k, "--so"))
+			so = v;
+		else if (!strcmp(k, "--name"))
+			name = v;
+		else if (!strcmp(k, "--mem"))
+			mem = strtoull(v, NULL, 10);
+		else if (!strcmp(k, "--cpu"))
+			cpu = strtoull(v, NULL, 10);
+		else if (!strcmp(k, "--files"))
+			files = strtoull(v, NULL, 10);
+		else if (!strcmp(k, "--sandbox"))
+			basic = !strcmp(v, "basic");
+	}
+	/* Die with the host; a basic sandbox also takes a session of its own
+	 * and no new privileges, and keeps no descriptor but ours. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() == 1)
+		_exit(3); /* the host died before we got here */
+	if (basic) {
+		setsid();
+		prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+		close_range(SH_EXT_FD_EFD + 1, ~0u, 0);
+	}
+	if (!so) {
+		ready(SHOAL_EINVAL, "shoal-ext: --so PATH is required");
+		return 2;
+	}
+	int rc = 0;
+	if ((mem && (rc = limit(RLIMIT_AS, mem))) || (cpu && (rc = limit(RLIMIT_CPU, cpu))) ||
+	    (files && (rc = limit(RLIMIT_NOFILE, files)))) {
+		ready(rc, "%s: setting limits: %s", name, shoal_strerror(rc));
+		return 1;
+	}
+	size_t one, bytes;
+	void *mem_rings = NULL;
+	sh_ring req, rep;
+	if ((rc = sh_ring_bytes(SH_EXT_RING_CAP, &one)) != 0 ||
+	    (rc = sh_shm_map(SH_EXT_FD_RINGS, bytes = 2 * one, true, &mem_rings)) != 0 ||
+	    (rc = sh_ring_attach(&req, mem_rings, one, false)) != 0 ||
+	    (rc = sh_ring_attach(&rep, (char *)mem_rings + one, one, true)) != 0) {
+		ready(SHOAL_EPROTO, "%s: attaching the rings: %s", name, shoal_strerror(rc));
+		return 1;
+	}
+	close(SH_EXT_FD_RINGS);
+	rep.wake_efd = SH_EXT_FD_EFD; /* the host sleeps on its eventfd */
+	if (access(so, R_OK) != 0) {
+		rc = shoal_errno();
+		ready(rc, "%s: %s: %s", name, so, strerror(-rc));
+		return 1;
+	}
+	void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		ready(SHOAL_EBADMSG, "%s: cannot load: %s", name, dlerror());
+		return 1;
+	}
+	shoal_ext_init_fn init;
+	*(void **)&init = dlsym(h, SHOAL_EXT_INIT_SYMBOL);
+	if (!init) {
+		ready(SHOAL_EBADMSG, "%s: %s has no %s(): not a shoal extension", name, so,
+		      SHOAL_EXT_INIT_SYMBOL);
+		return 1;
+	}
+	shoal_ext_registry reg = {0};
+	rc = init(&reg);
+	if (rc || reg.fail_code) {
+		rc = rc ? rc : reg.fail_code;
+		ready(rc < 0 ? rc : SHOAL_EIO, "%s: init failed: %s", name,
+		      reg.msg[0] ? reg.msg : shoal_strerror(rc < 0 ? rc : SHOAL_EIO));
+		return 1;
+	}
+	ready(0, "%zu functions", reg.n);
+	rc = serve(&reg, &req, &rep);
+	if (rc)
+		fprintf(stderr, "shoal-ext %s: %s\n", name, shoal_strerror(rc));
+	for (size_t i = 0; i < reg.n; i++)
+		shoal_free(reg.fns[i].name, strlen(reg.fns[i].name) + 1);
+	if (reg.fns)
+		shoal_free(reg.fns, reg.cap * sizeof(*reg.fns));
+	sh_shm_unmap(mem_rings, bytes);
+	dlclose(h);
+	return rc ? 1 : 0;
+}

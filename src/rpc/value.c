@@ -1,0 +1,350 @@
+/* RPC values: constructors into a vbuf (a bump arena), the msgpack
+ * encoder, and the strict decoder. Strings are checked to be UTF-8 (a
+ * Python binding must be able to make a str of every one) and get a NUL
+ * after their bytes, so C code can use them as they are. */
+#include "rpc/value.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int shoal_vbuf_create(shoal_vbuf **out)
+{
+	shoal_vbuf *b = SH_NEW(shoal_vbuf);
+	if (!b)
+		return SHOAL_ENOMEM;
+	*out = b;
+	return 0;
+}
+
+void shoal_vbuf_free(shoal_vbuf *b)
+{
+	if (!b)
+		return;
+	sh_bump_fini(&b->a);
+	SH_DELETE(b);
+}
+
+void shoal_vbuf_reset(shoal_vbuf *b)
+{
+	sh_bump_reset(&b->a);
+	b->err = 0;
+}
+
+static shoal_value *node(shoal_vbuf *b, shoal_vtype t)
+{
+	shoal_value *v = sh_bump_alloc(&b->a, sizeof(*v));
+	if (!v) {
+		b->err = SHOAL_ENOMEM;
+		return NULL;
+	}
+	v->type = t;
+	return v;
+}
+
+shoal_value *shoal_v_nil(shoal_vbuf *b)
+{
+	return node(b, SHOAL_V_NIL);
+}
+
+shoal_value *shoal_v_bool(shoal_vbuf *b, bool x)
+{
+	shoal_value *v = node(b, SHOAL_V_BOOL);
+	if (v)
+		v->v.b = x;
+	return v;
+}
+
+shoal_value *shoal_v_int(shoal_vbuf *b, int64_t x)
+{
+	shoal_value *v = node(b, SHOAL_V_INT);
+	if (v)
+		v->v.i = x;
+	return v;
+}
+
+shoal_value *shoal_v_float(shoal_vbuf *b, double x)
+{
+	shoal_value *v = node(b, SHOAL_V_FLOAT);
+	if (v)
+		v->v.f = x;
+	return v;
+}
+
+static shoal_value *blob(shoal_vbuf *b, shoal_vtype t, const void *p, size_t len)
+{
+	if (len > UINT32_MAX || (!p && len)) {
+		b->err = SHOAL_EINVAL;
+		return NULL;
+	}
+	shoal_value *v = node(b, t);
+	char *copy = v ? sh_bump_alloc(&b->a, len + 1) : NULL;
+	if (!copy) {
+		b->err = SHOAL_ENOMEM;
+		return NULL;
+	}
+	if (len)
+		memcpy(copy, p, len);
+	copy[len] = 0;
+	v->n = (uint32_t)len;
+	v->v.s = copy;
+	return v;
+}
+
+shoal_value *shoal_v_str(shoal_vbuf *b, const char *s, size_t len)
+{
+	return blob(b, SHOAL_V_STR, s, len);
+}
+
+shoal_value *shoal_v_cstr(shoal_vbuf *b, const char *s)
+{
+	return blob(b, SHOAL_V_STR, s, s ? strlen(s) : 0);
+}
+
+shoal_value *shoal_v_bytes(shoal_vbuf *b, const void *p, size_t len)
+{
+	return blob(b, SHOAL_V_BYTES, p, len);
+}
+
+static shoal_value *container(shoal_vbuf *b, shoal_vtype t, uint32_t n, size_t slots)
+{
+	shoal_value *v = node(b, t);
+	if (!v)
+		return NULL;
+	v->n = n;
+	if (slots && !(v->v.items = sh_bump_alloc(&b->a, slots * sizeof(shoal_value)))) {
+		b->err = SHOAL_ENOMEM;
+		return NULL;
+	}
+	return v; /* zeroed slots are nil */
+}
+
+shoal_value *shoal_v_array(shoal_vbuf *b, uint32_t n)
+{
+	return container(b, SHOAL_V_ARRAY, n, n);
+}
+
+shoal_value *shoal_v_map(shoal_vbuf *b, uint32_t n)
+{
+	return container(b, SHOAL_V_MAP, n, (size_t)n * 2);
+}
+
+int shoal_v_set(shoal_value *a, uint32_t i, const shoal_value *v)
+{
+	if (!a || !v || a->type != SHOAL_V_ARRAY || i >= a->n)
+		return SHOAL_EINVAL;
+	a->v.items[i] = *v;
+	return 0;
+}
+
+int shoal_v_map_set(shoal_value *m, uint32_t i, const shoal_value *k, const shoal_value *v)
+{
+	if (!m || !k || !v || m->type != SHOAL_V_MAP || i >= m->n)
+		return SHOAL_EINVAL;
+	m->v.items[2 * i] = *k;
+	m->v.items[2 * i + 1] = *v;
+	return 0;
+}
+
+const shoal_value *shoal_v_map_get(const shoal_value *m, const char *key)
+{
+	if (!m || m->type != SHOAL_V_MAP || !key)
+		return NULL;
+	size_t kl = strlen(key);
+	for (uint32_t i = 0; i < m->n; i++) {
+		const shoal_value *k = &m->v.items[2 * i];
+		if (k->type == SHOAL_V_STR && k->n == kl && memcmp(k->v.s, key, kl) == 0)
+			return &m->v.items[2 * i + 1];
+	}
+	return NULL;
+}
+
+bool shoal_v_equal(const shoal_value *a, const shoal_value *b)
+{
+	if (a->type != b->type)
+		return false;
+	switch (a->type) {
+	case SHOAL_V_NIL:
+		return true;
+	case SHOAL_V_BOOL:
+		return a->v.b == b->v.b;
+	case SHOAL_V_INT:
+		return a->v.i == b->v.i;
+	case SHOAL_V_FLOAT:
+		return memcmp(&a->v.f, &b->v.f, sizeof(double)) == 0;
+	case SHOAL_V_STR:
+	case SHOAL_V_BYTES:
+		return a->n == b->n && memcmp(a->v.s, b->v.s, a->n) == 0;
+	case SHOAL_V_ARRAY:
+	case SHOAL_V_MAP: {
+		if (a->n != b->n)
+			return false;
+		size_t k = a->type == SHOAL_V_MAP ? 2 * (size_t)a->n : a->n;
+		for (size_t i = 0; i < k; i++)
+			if (!shoal_v_equal(&a->v.items[i], &b->v.items[i]))
+				return false;
+		return true;
+	}
+	}
+	return false;
+}
+
+/* ---- wire ---- */
+
+void sh_value_pack(msgpack_packer *pk, const shoal_value *v)
+{
+	switch (v->type) {
+	case SHOAL_V_NIL:
+		msgpack_pack_nil(pk);
+		return;
+	case SHOAL_V_BOOL:
+		v->v.b ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+		return;
+	case SHOAL_V_INT:
+		msgpack_pack_int64(pk, v->v.i);
+		return;
+	case SHOAL_V_FLOAT:
+		msgpack_pack_double(pk, v->v.f);
+		return;
+	case SHOAL_V_STR:
+		msgpack_pack_str(pk, v->n);
+		msgpack_pack_str_body(pk, v->v.s, v->n);
+		return;
+	case SHOAL_V_BYTES:
+		msgpack_pack_bin(pk, v->n);
+		msgpack_pack_bin_body(pk, v->v.bytes, v->n);
+		return;
+	case SHOAL_V_ARRAY:
+		msgpack_pack_array(pk, v->n);
+		for (uint32_t i = 0; i < v->n; i++)
+			sh_value_pack(pk, &v->v.items[i]);
+		return;
+	case SHOAL_V_MAP:
+		msgpack_pack_map(pk, v->n);
+		for (uint32_t i = 0; i < 2 * v->n; i++)
+			sh_value_pack(pk, &v->v.items[i]);
+		return;
+	}
+}
+
+/* Well-formed UTF-8: no overlong forms, no surrogates, nothing past
+ * U+10FFFF. */
+static bool utf8_ok(const unsigned char *s, size_t n)
+{
+	size_t i = 0;
+	while (i < n) {
+		unsigned c = s[i];
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		size_t len;
+		unsigned min, cp;
+		if ((c & 0xe0) == 0xc0)
+			len = 2, min = 0x80, cp = c & 0x1f;
+		else if ((c & 0xf0) == 0xe0)
+			len = 3, min = 0x800, cp = c & 0x0f;
+		else if ((c & 0xf8) == 0xf0)
+			len = 4, min = 0x10000, cp = c & 0x07;
+		else
+			return false;
+		if (n - i < len)
+			return false;
+		for (size_t k = 1; k < len; k++) {
+			if ((s[i + k] & 0xc0) != 0x80)
+				return false;
+			cp = cp << 6 | (s[i + k] & 0x3f);
+		}
+		if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+			return false;
+		i += len;
+	}
+	return true;
+}
+
+typedef struct vdec {
+	sh_mp *m;
+	shoal_vbuf *b;
+	char *why;
+	size_t whylen;
+} vdec;
+
+static int vfail(vdec *d, const char *what)
+{
+	snprintf(d->why, d->whylen, "value: %s", what);
+	return SHOAL_EBADMSG;
+}
+
+static int dvalue(vdec *d, shoal_value *v, int depth)
+{
+	if (depth > SH_VALUE_MAX_DEPTH)
+		return vfail(d, "nested deeper than 64");
+	sh_mp *m = d->m;
+	uint32_t n;
+	switch (sh_mp_kind(m)) {
+	case SH_MP_NIL:
+		sh_mp_nil(m);
+		v->type = SHOAL_V_NIL;
+		return 0;
+	case SH_MP_BOOL:
+		v->type = SHOAL_V_BOOL;
+		return sh_mp_bool(m, &v->v.b);
+	case SH_MP_UINT:
+	case SH_MP_INT:
+		v->type = SHOAL_V_INT;
+		return sh_mp_int(m, &v->v.i) ? vfail(d, "integer beyond int64") : 0;
+	case SH_MP_FLOAT:
+		v->type = SHOAL_V_FLOAT;
+		return sh_mp_float(m, &v->v.f);
+	case SH_MP_STR:
+	case SH_MP_BIN: {
+		bool str = sh_mp_kind(m) == SH_MP_STR;
+		const void *p;
+		if (str ? sh_mp_str(m, (const char **)&p, &n) : sh_mp_bin(m, &p, &n))
+			return vfail(d, "truncated string or bytes");
+		if (str && !utf8_ok(p, n))
+			return vfail(d, "string is not UTF-8");
+		char *copy = sh_bump_alloc(&d->b->a, (size_t)n + 1);
+		if (!copy)
+			return SHOAL_ENOMEM;
+		memcpy(copy, p, n);
+		copy[n] = 0;
+		v->type = str ? SHOAL_V_STR : SHOAL_V_BYTES;
+		v->n = n;
+		v->v.s = copy;
+		return 0;
+	}
+	case SH_MP_ARRAY:
+	case SH_MP_MAP: {
+		bool map = sh_mp_kind(m) == SH_MP_MAP;
+		if (map ? sh_mp_map(m, &n) : sh_mp_array(m, &n))
+			return vfail(d, "container count beyond the bytes left");
+		size_t slots = map ? 2 * (size_t)n : n;
+		v->type = map ? SHOAL_V_MAP : SHOAL_V_ARRAY;
+		v->n = n;
+		v->v.items = NULL;
+		if (slots && !(v->v.items = sh_bump_alloc(&d->b->a, slots * sizeof(shoal_value))))
+			return SHOAL_ENOMEM;
+		for (size_t i = 0; i < slots; i++) {
+			int rc = dvalue(d, &v->v.items[i], depth + 1);
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
+	}
+	return vfail(d, "not a value (ext types and 0xc1 are not part of the protocol)");
+}
+
+int sh_value_decode(sh_mp *m, shoal_vbuf *b, shoal_value **out, char *why, size_t whylen)
+{
+	vdec d = {m, b, why, whylen};
+	shoal_value *v = sh_bump_alloc(&b->a, sizeof(*v));
+	if (!v)
+		return SHOAL_ENOMEM;
+	int rc = dvalue(&d, v, 0);
+	if (rc == 0 && m->err)
+		rc = vfail(&d, "malformed");
+	if (rc == 0)
+		*out = v;
+	return rc;
+}

@@ -1,0 +1,155 @@
+/* A test extension: arithmetic, echo, errors, crashes of each kind, sleeps,
+ * and probes of its own process (environment, descriptors, limits). */
+#include <shoal/ext.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+int shoal_ext_init(shoal_ext_registry *r);
+
+static int int_arg(const shoal_value *a, uint32_t i, int64_t *v)
+{
+	if (!a || a->type != SHOAL_V_ARRAY || i >= a->n || a->v.items[i].type != SHOAL_V_INT)
+		return -1;
+	*v = a->v.items[i].v.i;
+	return 0;
+}
+
+static int add(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	int64_t x, y;
+	if (int_arg(a, 0, &x) || int_arg(a, 1, &y))
+		return shoal_ext_fail(ctx, SHOAL_EINVAL, "add: expected [int, int]");
+	*out = shoal_v_int(shoal_ext_vbuf(ctx), x + y);
+	return 0;
+}
+
+static int echo(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)ctx;
+	*out = (shoal_value *)a; /* lives until the reply is sent */
+	return 0;
+}
+
+static int fail(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)out;
+	return shoal_ext_fail(ctx, SHOAL_ERANGE, "bad input: %s",
+			      a && a->type == SHOAL_V_STR ? a->v.s : "?");
+}
+
+static int crash(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)ctx;
+	(void)a;
+	(void)out;
+	raise(SIGSEGV);
+	return 0;
+}
+
+static int do_abort(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)ctx;
+	(void)a;
+	(void)out;
+	abort();
+}
+
+static int do_exit(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)ctx;
+	(void)out;
+	_exit(a && a->type == SHOAL_V_INT ? (int)a->v.i : 7);
+}
+
+static int nap(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)ctx;
+	(void)out;
+	int64_t ms = a && a->type == SHOAL_V_INT ? a->v.i : 0;
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+	nanosleep(&ts, NULL);
+	return 0;
+}
+
+static int alloc(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	int64_t mb = a && a->type == SHOAL_V_INT ? a->v.i : 0;
+	void *p = malloc((size_t)mb << 20);
+	if (!p)
+		return shoal_ext_fail(ctx, SHOAL_ENOMEM, "malloc of %lld MiB failed",
+				      (long long)mb);
+	memset(p, 1, (size_t)mb << 20);
+	free(p);
+	*out = shoal_v_bool(shoal_ext_vbuf(ctx), true);
+	return 0;
+}
+
+static int env(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	const char *v = a && a->type == SHOAL_V_STR ? getenv(a->v.s) : NULL;
+	*out = v ? shoal_v_cstr(shoal_ext_vbuf(ctx), v) : shoal_v_nil(shoal_ext_vbuf(ctx));
+	return 0;
+}
+
+static int cwd(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	char b[4096];
+	(void)a;
+	*out = shoal_v_cstr(shoal_ext_vbuf(ctx), getcwd(b, sizeof(b)) ? b : "?");
+	return 0;
+}
+
+static int fds(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	DIR *d = opendir("/proc/self/fd");
+	int64_t n = -1; /* the DIR's own descriptor */
+	while (d && readdir(d))
+		n++;
+	if (d)
+		closedir(d);
+	*out = shoal_v_int(shoal_ext_vbuf(ctx), n - 2); /* minus . and .. */
+	return 0;
+}
+
+static int open_many(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	int64_t want = a && a->type == SHOAL_V_INT ? a->v.i : 0, got = 0;
+	int fd[256];
+	while (got < want && got < 256 && (fd[got] = socket(AF_UNIX, SOCK_STREAM, 0)) >= 0)
+		got++;
+	for (int64_t i = 0; i < got; i++)
+		close(fd[i]);
+	*out = shoal_v_int(shoal_ext_vbuf(ctx), got);
+	return 0;
+}
+
+int shoal_ext_init(shoal_ext_registry *r)
+{
+	const char *why = getenv("EXT_SAMPLE_INIT");
+	if (why && !strcmp(why, "fail"))
+		return shoal_ext_init_fail(r, SHOAL_EACCES, "init refused: EXT_SAMPLE_INIT=fail");
+	if (why && !strcmp(why, "crash"))
+		raise(SIGSEGV);
+	int rc = 0;
+	rc |= shoal_ext_register(r, "add", add);
+	rc |= shoal_ext_register(r, "echo", echo);
+	rc |= shoal_ext_register(r, "fail", fail);
+	rc |= shoal_ext_register(r, "crash", crash);
+	rc |= shoal_ext_register(r, "abort", do_abort);
+	rc |= shoal_ext_register(r, "exit", do_exit);
+	rc |= shoal_ext_register(r, "sleep", nap);
+	rc |= shoal_ext_register(r, "alloc", alloc);
+	rc |= shoal_ext_register(r, "getenv", env);
+	rc |= shoal_ext_register(r, "cwd", cwd);
+	rc |= shoal_ext_register(r, "fds", fds);
+	rc |= shoal_ext_register(r, "open_many", open_many);
+	return rc;
+}

@@ -1,0 +1,294 @@
+/* Extensions in their own processes (shoal-ext of this build, loading
+ * tests/ext_sample.so): calls with values both ways, errors that come back
+ * with their code and message, crashes of every kind failing a call at
+ * once with the signal or status and the function, deadlines, restarts,
+ * start failures reported fast, limits and the basic sandbox, and 1000
+ * crash/restart cycles that leak no descriptor or mapping. */
+#include "test.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+static char runner[4096], sample[4096], noinit[4096];
+
+static void paths(void)
+{
+	sh_test_bin(runner, sizeof(runner), "tools/shoal-ext");
+	const char *d = getenv("SHOAL_TEST_BINDIR");
+	snprintf(sample, sizeof(sample), "%s/tests/ext_sample.so", d);
+	snprintf(noinit, sizeof(noinit), "%s/tests/ext_noinit.so", d);
+	CHECK(access(sample, R_OK) == 0);
+}
+
+/* Sanitizers in the child would catch its crashes and die another way. */
+static char *no_handlers[] = {"ASAN_OPTIONS=handle_segv=0:handle_abort=0:detect_leaks=1",
+			      "TSAN_OPTIONS=handle_segv=0:handle_abort=0", NULL};
+
+static shoal_ext_config config(void)
+{
+	paths();
+	shoal_ext_config c;
+	shoal_ext_config_init(&c);
+	c.path = sample;
+	c.runner = runner;
+	c.env = no_handlers;
+	return c;
+}
+
+static shoal_ext *start(const shoal_ext_config *c)
+{
+	shoal_ext *e = NULL;
+	int rc = shoal_ext_start(&e, c);
+	if (rc)
+		sh_test_fail(__FILE__, __LINE__, "start: %s: %s", shoal_strerror(rc),
+			     e ? shoal_ext_last_error(e) : "");
+	return e;
+}
+
+static int call(shoal_ext *e, const char *fn, const shoal_value *args, shoal_vbuf *vb,
+		const shoal_value **r)
+{
+	return shoal_ext_call(e, fn, args, vb, r, shoal_deadline_in(10000 * MS));
+}
+
+#define CHECK_MSG(e, needle)                                                                   \
+	do {                                                                                   \
+		if (!strstr(shoal_ext_last_error(e), (needle)))                                \
+			sh_test_fail(__FILE__, __LINE__, "message lacks \"%s\": %s", (needle), \
+				     shoal_ext_last_error(e));                                 \
+	} while (0)
+
+SH_TEST(calls_and_values)
+{
+	shoal_ext_config c = config();
+	shoal_ext *e = start(&c);
+	CHECK(shoal_ext_pid(e) > 0);
+	shoal_vbuf *vb, *out;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	CHECK_OK(shoal_vbuf_create(&out));
+	shoal_value *args = shoal_v_array(vb, 2);
+	shoal_v_set(args, 0, shoal_v_int(vb, 40));
+	shoal_v_set(args, 1, shoal_v_int(vb, 2));
+	const shoal_value *r;
+	CHECK_OK(call(e, "add", args, out, &r));
+	CHECK_EQ(r->type, SHOAL_V_INT);
+	CHECK_EQ(r->v.i, 42);
+	/* every kind of value survives the trip */
+	shoal_value *m = shoal_v_map(vb, 3);
+	shoal_v_map_set(m, 0, shoal_v_cstr(vb, "pi"), shoal_v_float(vb, 3.25));
+	shoal_v_map_set(m, 1, shoal_v_cstr(vb, "bytes"), shoal_v_bytes(vb, "\0\1\2", 3));
+	shoal_value *inner = shoal_v_array(vb, 3);
+	shoal_v_set(inner, 0, shoal_v_nil(vb));
+	shoal_v_set(inner, 1, shoal_v_bool(vb, true));
+	shoal_v_set(inner, 2, shoal_v_cstr(vb, "h\xc3\xa9llo"));
+	shoal_v_map_set(m, 2, shoal_v_cstr(vb, "list"), inner);
+	shoal_vbuf_reset(out);
+	CHECK_OK(call(e, "echo", m, out, &r));
+	CHECK(shoal_v_equal(r, m));
+	CHECK(shoal_v_map_get(r, "pi")->v.f == 3.25);
+	/* errors come back with their code and message */
+	CHECK_RC(call(e, "fail", shoal_v_cstr(vb, "xyz"), out, &r), SHOAL_ERANGE);
+	CHECK_MSG(e, "bad input: xyz");
+	CHECK_RC(call(e, "add", shoal_v_cstr(vb, "x"), out, &r), SHOAL_EINVAL);
+	CHECK_MSG(e, "expected [int, int]");
+	CHECK_RC(call(e, "nosuch", NULL, out, &r), SHOAL_ENOENT);
+	CHECK_MSG(e, "no function nosuch");
+	/* and it still works */
+	CHECK_OK(call(e, "add", args, out, &r));
+	CHECK_EQ(shoal_ext_starts(e), 1);
+	CHECK_OK(shoal_ext_stop(e));
+	shoal_vbuf_free(vb);
+	shoal_vbuf_free(out);
+}
+
+SH_TEST(crashes_fail_calls_at_once)
+{
+	shoal_ext_config c = config();
+	c.restart = SHOAL_RESTART_ON_CRASH;
+	shoal_ext *e = start(&c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	struct {
+		const char *fn, *says;
+	} kinds[] = {{"crash", "SIGSEGV"}, {"abort", "SIGABRT"}, {"exit", "exited with status 7"}};
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		pid_t before = shoal_ext_pid(e);
+		int64_t t0 = shoal_now_ns();
+		CHECK_RC(call(e, kinds[i].fn, NULL, vb, &r), SHOAL_ECRASHED);
+		int64_t dt = shoal_now_ns() - t0;
+		CHECK_MSG(e, kinds[i].says);
+		char fn[64];
+		snprintf(fn, sizeof(fn), "%s()", kinds[i].fn);
+		CHECK_MSG(e, fn);
+		/* at once: not after a poll interval or a timeout */
+		if (dt > 2000 * MS)
+			sh_test_fail(__FILE__, __LINE__, "%s took %lld ms to report", kinds[i].fn,
+				     (long long)(dt / MS));
+		CHECK(kill(before, 0) != 0); /* reaped */
+		/* restarted on the next call */
+		CHECK_OK(call(e, "add", NULL, vb, &r) == SHOAL_EINVAL ? 0 : -1);
+		CHECK(shoal_ext_pid(e) != before);
+	}
+	CHECK_EQ(shoal_ext_starts(e), 4);
+	CHECK_OK(shoal_ext_stop(e));
+	/* without a restart policy it stays down */
+	c.restart = SHOAL_RESTART_NEVER;
+	e = start(&c);
+	CHECK_RC(call(e, "crash", NULL, vb, &r), SHOAL_ECRASHED);
+	CHECK_RC(call(e, "add", NULL, vb, &r), SHOAL_ECRASHED);
+	CHECK_MSG(e, "not running");
+	CHECK_OK(shoal_ext_stop(e));
+	shoal_vbuf_free(vb);
+}
+
+SH_TEST(deadlines_kill_and_restart)
+{
+	shoal_ext_config c = config();
+	c.restart = SHOAL_RESTART_ON_CRASH;
+	c.call_timeout_ns = 200 * MS;
+	shoal_ext *e = start(&c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	int64_t t0 = shoal_now_ns();
+	CHECK_RC(shoal_ext_call(e, "sleep", shoal_v_int(vb, 5000), vb, &r, 0), SHOAL_ETIMEDOUT);
+	CHECK(shoal_now_ns() - t0 < 3000 * MS);
+	CHECK_MSG(e, "sleep() did not return before its deadline");
+	/* an explicit deadline wins over the config's */
+	CHECK_OK(shoal_ext_call(e, "sleep", shoal_v_int(vb, 300), vb, &r,
+				shoal_deadline_in(5000 * MS)));
+	CHECK_EQ(shoal_ext_starts(e), 2);
+	CHECK_OK(shoal_ext_stop(e));
+	shoal_vbuf_free(vb);
+}
+
+SH_TEST(start_failures_are_fast)
+{
+	shoal_ext_config c = config();
+	struct {
+		const char *path, *env;
+		int rc;
+		const char *says;
+	} cases[] = {
+		{"/nonexistent/ext.so", NULL, SHOAL_ENOENT, "No such file"},
+		{noinit, NULL, SHOAL_EBADMSG, "not a shoal extension"},
+		{sample, "EXT_SAMPLE_INIT=fail", SHOAL_EACCES, "init refused"},
+		{sample, "EXT_SAMPLE_INIT=crash", SHOAL_ECRASHED, "SIGSEGV while loading"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *env[] = {no_handlers[0], no_handlers[1], (char *)cases[i].env, NULL};
+		c.path = cases[i].path;
+		c.env = env;
+		shoal_ext *e = NULL;
+		int64_t t0 = shoal_now_ns();
+		CHECK_RC(shoal_ext_start(&e, &c), cases[i].rc);
+		CHECK(shoal_now_ns() - t0 < 2000 * MS);
+		CHECK(e != NULL);
+		CHECK_MSG(e, cases[i].says);
+		CHECK_OK(shoal_ext_stop(e));
+	}
+	c.path = sample;
+	c.env = no_handlers;
+	c.runner = "/nonexistent/shoal-ext";
+	shoal_ext *e = NULL;
+	CHECK_RC(shoal_ext_start(&e, &c), SHOAL_ENOENT);
+	CHECK_MSG(e, "cannot run");
+	CHECK_OK(shoal_ext_stop(e));
+}
+
+SH_TEST(limits_and_basic_sandbox)
+{
+	shoal_ext_config c = config();
+	setenv("TEST_EXT_SECRET", "leaked", 1);
+	int stray = open("/dev/null", O_RDONLY); /* inheritable */
+	CHECK(stray >= 0);
+	char *env[] = {"GIVEN=yes", no_handlers[0], no_handlers[1], NULL};
+	c.env = env;
+	c.cwd = "/tmp";
+	c.max_files = 32;
+	if (!sh_test_sanitized())
+		c.mem_limit = 512u << 20; /* ASan reserves terabytes of address space */
+	c.sandbox = SHOAL_SANDBOX_BASIC;
+	shoal_ext *e = start(&c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	CHECK_OK(call(e, "getenv", shoal_v_cstr(vb, "TEST_EXT_SECRET"), vb, &r));
+	CHECK_EQ(r->type, SHOAL_V_NIL);
+	CHECK_OK(call(e, "getenv", shoal_v_cstr(vb, "GIVEN"), vb, &r));
+	CHECK_STR(r->v.s, "yes");
+	CHECK_OK(call(e, "cwd", NULL, vb, &r));
+	CHECK_STR(r->v.s, "/tmp");
+	/* descriptors: 0-2 and its own three, nothing of ours */
+	CHECK_OK(call(e, "fds", NULL, vb, &r));
+	if (r->v.i > 6)
+		sh_test_fail(__FILE__, __LINE__, "the extension has %lld descriptors open",
+			     (long long)r->v.i);
+	CHECK_OK(call(e, "open_many", shoal_v_int(vb, 100), vb, &r));
+	CHECK(r->v.i < 32);
+	if (c.mem_limit) {
+		CHECK_RC(call(e, "alloc", shoal_v_int(vb, 1024), vb, &r), SHOAL_ENOMEM);
+		CHECK_MSG(e, "malloc of 1024 MiB failed");
+		CHECK_OK(call(e, "alloc", shoal_v_int(vb, 64), vb, &r));
+	}
+	CHECK_OK(shoal_ext_stop(e));
+	/* without the sandbox the environment is ours */
+	c.sandbox = SHOAL_SANDBOX_NONE;
+	e = start(&c);
+	CHECK_OK(call(e, "getenv", shoal_v_cstr(vb, "TEST_EXT_SECRET"), vb, &r));
+	CHECK_STR(r->v.s, "leaked");
+	CHECK_OK(shoal_ext_stop(e));
+	close(stray);
+	shoal_vbuf_free(vb);
+}
+
+static int count_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	CHECK(d != NULL);
+	int n = 0;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+static int count_lines(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	CHECK(f != NULL);
+	int n = 0, ch;
+	while ((ch = fgetc(f)) != EOF)
+		n += ch == '\n';
+	fclose(f);
+	return n;
+}
+
+SH_TEST_T(crash_restart_cycles_leak_nothing, 240)
+{
+	shoal_ext_config c = config();
+	c.restart = SHOAL_RESTART_ON_CRASH;
+	shoal_ext *e = start(&c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	CHECK_RC(call(e, "crash", NULL, vb, &r), SHOAL_ECRASHED); /* warm up the path */
+	CHECK_RC(call(e, "add", NULL, vb, &r), SHOAL_EINVAL);
+	int fds = count_dir("/proc/self/fd"), maps = count_lines("/proc/self/maps");
+	size_t bytes = shoal_alloc_bytes();
+	int cycles = sh_test_sanitized() ? 100 : 1000;
+	for (int i = 0; i < cycles; i++) {
+		CHECK_RC(call(e, "crash", NULL, vb, &r), SHOAL_ECRASHED);
+		shoal_vbuf_reset(vb);
+		CHECK_RC(call(e, "add", NULL, vb, &r), SHOAL_EINVAL); /* restarted */
+	}
+	CHECK_EQ(shoal_ext_starts(e), (uint32_t)cycles + 2);
+	CHECK_EQ(count_dir("/proc/self/fd"), fds);
+	CHECK_EQ(count_lines("/proc/self/maps"), maps);
+	CHECK_EQ(shoal_alloc_bytes(), bytes);
+	CHECK_OK(shoal_ext_stop(e));
+	shoal_vbuf_free(vb);
+}

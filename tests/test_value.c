@@ -1,0 +1,99 @@
+/* RPC values: constructors, equality, and the wire: every kind round trips
+ * through msgpack, and hostile bytes (bad UTF-8, ext types, deep nesting,
+ * counts beyond the input, integers beyond int64) are rejected with a
+ * reason. */
+#include "test.h"
+
+#include "rpc/value.h"
+
+static shoal_value *round_trip(shoal_vbuf *b, const shoal_value *v)
+{
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	msgpack_packer pk;
+	sh_wbuf_packer(&w, &pk);
+	sh_value_pack(&pk, v);
+	CHECK_OK(w.err);
+	sh_mp m;
+	sh_mp_init(&m, w.p, w.len);
+	shoal_value *out;
+	char why[128];
+	CHECK_OK(sh_value_decode(&m, b, &out, why, sizeof(why)));
+	CHECK_OK(sh_mp_done(&m));
+	sh_wbuf_fini(&w);
+	return out;
+}
+
+static int decode(const char *bytes, size_t n, char *why, size_t whylen)
+{
+	shoal_vbuf *b;
+	CHECK_OK(shoal_vbuf_create(&b));
+	sh_mp m;
+	sh_mp_init(&m, bytes, n);
+	shoal_value *v;
+	why[0] = 0;
+	int rc = sh_value_decode(&m, b, &v, why, whylen);
+	shoal_vbuf_free(b);
+	return rc;
+}
+
+SH_TEST(every_kind_round_trips)
+{
+	shoal_vbuf *b;
+	CHECK_OK(shoal_vbuf_create(&b));
+	shoal_value *a = shoal_v_array(b, 9);
+	shoal_v_set(a, 0, shoal_v_nil(b));
+	shoal_v_set(a, 1, shoal_v_bool(b, false));
+	shoal_v_set(a, 2, shoal_v_int(b, INT64_MIN));
+	shoal_v_set(a, 3, shoal_v_int(b, INT64_MAX));
+	shoal_v_set(a, 4, shoal_v_float(b, -0.0));
+	shoal_v_set(a, 5, shoal_v_cstr(b, "\xe2\x82\xac uro"));
+	shoal_v_set(a, 6, shoal_v_bytes(b, "\0\xff", 2));
+	shoal_v_set(a, 7, shoal_v_map(b, 0));
+	shoal_value *m = shoal_v_map(b, 1);
+	shoal_v_map_set(m, 0, shoal_v_int(b, 5), shoal_v_array(b, 0)); /* any key kind */
+	shoal_v_set(a, 8, m);
+	shoal_value *r = round_trip(b, a);
+	CHECK(shoal_v_equal(a, r));
+	CHECK_EQ(r->v.items[5].v.s[r->v.items[5].n], 0); /* NUL after the bytes */
+	/* equality tells apart what differs */
+	shoal_value *other = shoal_v_int(b, 3);
+	CHECK(!shoal_v_equal(a, other));
+	CHECK(shoal_v_map_get(m, "x") == NULL);
+	CHECK_RC(shoal_v_set(a, 9, other), SHOAL_EINVAL);
+	shoal_vbuf_free(b);
+}
+
+SH_TEST(hostile_bytes_rejected)
+{
+	char why[128];
+	static const struct {
+		const char *b;
+		size_t n;
+		const char *says;
+	} bad[] = {
+		{"\xa2\xc3\x28", 3, "UTF-8"},	  /* invalid continuation */
+		{"\xa3\xed\xa0\x80", 4, "UTF-8"}, /* a surrogate */
+		{"\xa2\xc0\x80", 3, "UTF-8"},	  /* overlong NUL */
+		{"\xd4\x01\x02", 3, "ext types"}, /* fixext 1 */
+		{"\xc1", 1, "not a value"},
+		{"\xdd\xff\xff\xff\xff", 5, "count"},	  /* array claiming 4G items */
+		{"\xdb\x00\x00\x10\x00", 5, "truncated"}, /* str of 4 KiB, none there */
+		{"\xcf\xff\xff\xff\xff\xff\xff\xff\xff", 9, "int64"},
+		{"", 0, "not a value"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int rc = decode(bad[i].b, bad[i].n, why, sizeof(why));
+		if (rc != SHOAL_EBADMSG || !strstr(why, bad[i].says))
+			sh_test_fail(__FILE__, __LINE__, "case %zu: %d, \"%s\"", i, rc, why);
+	}
+	/* 65 nested arrays is one too many; 64 are fine */
+	char deep[70];
+	memset(deep, 0x91, sizeof(deep));
+	deep[64] = (char)0xc0;
+	CHECK_OK(decode(deep, 65, why, sizeof(why)));
+	deep[64] = (char)0x91;
+	deep[65] = (char)0xc0;
+	CHECK_RC(decode(deep, 66, why, sizeof(why)), SHOAL_EBADMSG);
+	CHECK(strstr(why, "nested") != NULL);
+}
