@@ -896,6 +896,8 @@ const sh_bench_suite sh_bench_suites[] = {
 	 sh_bench_ring, sh_bench_ring_table, NULL},
 	{"store", "object store: small put/get, a 1100-tensor state dict, reader memory",
 	 sh_bench_store, sh_bench_store_table, NULL},
+	{"rpc", "calls into extension processes vs local calls (pyisolate's suite), start, memory",
+	 sh_bench_rpc, sh_bench_rpc_table, NULL},
 };
 const size_t sh_bench_nsuites = sizeof(sh_bench_suites) / sizeof(sh_bench_suites[0]);
 

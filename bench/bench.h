@@ -198,6 +198,10 @@ int sh_bench_hackysack_case(const sh_bench_opts *o, sh_bench_report *r, uint32_t
 int sh_bench_ring(const sh_bench_opts *o, sh_bench_report *r);
 void sh_bench_ring_table(FILE *f, const sh_bench_report *r);
 
+/* suite_rpc.c: pyisolate's call benchmarks, extension start and memory. */
+int sh_bench_rpc(const sh_bench_opts *o, sh_bench_report *r);
+void sh_bench_rpc_table(FILE *f, const sh_bench_report *r);
+
 /* suite_store.c: put/get latency, a state dict's get, reader memory. */
 int sh_bench_store(const sh_bench_opts *o, sh_bench_report *r);
 void sh_bench_store_table(FILE *f, const sh_bench_report *r);

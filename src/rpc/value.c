@@ -232,6 +232,16 @@ static bool utf8_ok(const unsigned char *s, size_t n)
 {
 	size_t i = 0;
 	while (i < n) {
+		/* ASCII runs, the common case, eight bytes at a time. */
+		while (n - i >= 8) {
+			uint64_t w;
+			memcpy(&w, s + i, 8);
+			if (w & 0x8080808080808080ULL)
+				break;
+			i += 8;
+		}
+		if (i >= n)
+			break;
 		unsigned c = s[i];
 		if (c < 0x80) {
 			i++;
