@@ -131,6 +131,37 @@ static int open_many(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out
 	return 0;
 }
 
+/* nested(d): the host's test.down(d), which calls nested(d - 1) back;
+ * 0 at the bottom. Returns the depth reached. */
+static int nested(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	int64_t d = a && a->type == SHOAL_V_INT ? a->v.i : 0;
+	if (d <= 0) {
+		*out = shoal_v_int(shoal_ext_vbuf(ctx), 0);
+		return 0;
+	}
+	const shoal_value *r;
+	int rc = shoal_ext_call_host(ctx, "test.down", shoal_v_int(shoal_ext_vbuf(ctx), d), &r);
+	if (rc)
+		return rc; /* the message is the context's already */
+	*out = shoal_v_int(shoal_ext_vbuf(ctx), r->type == SHOAL_V_INT ? r->v.i + 1 : -1000);
+	return 0;
+}
+
+/* Calls the host method named by args[0] with args[1] and returns its
+ * result. */
+static int call_host(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	if (!a || a->type != SHOAL_V_ARRAY || a->n != 2 || a->v.items[0].type != SHOAL_V_STR)
+		return shoal_ext_fail(ctx, SHOAL_EINVAL, "expected [method, args]");
+	const shoal_value *r;
+	int rc = shoal_ext_call_host(ctx, a->v.items[0].v.s, &a->v.items[1], &r);
+	if (rc)
+		return rc;
+	*out = (shoal_value *)r;
+	return 0;
+}
+
 int shoal_ext_init(shoal_ext_registry *r)
 {
 	const char *why = getenv("EXT_SAMPLE_INIT");
@@ -151,5 +182,7 @@ int shoal_ext_init(shoal_ext_registry *r)
 	rc |= shoal_ext_register(r, "cwd", cwd);
 	rc |= shoal_ext_register(r, "fds", fds);
 	rc |= shoal_ext_register(r, "open_many", open_many);
+	rc |= shoal_ext_register(r, "nested", nested);
+	rc |= shoal_ext_register(r, "call_host", call_host);
 	return rc;
 }

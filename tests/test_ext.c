@@ -292,3 +292,69 @@ SH_TEST_T(crash_restart_cycles_leak_nothing, 240)
 	CHECK_OK(shoal_ext_stop(e));
 	shoal_vbuf_free(vb);
 }
+
+/* test.down(d): calls the extension's nested(d - 1). */
+static int svc_down(void *self, const shoal_value *args, shoal_vbuf *out, shoal_value **result,
+		    char *msg, size_t msglen)
+{
+	shoal_ext *e = self;
+	const shoal_value *r;
+	shoal_value *d = shoal_v_int(out, args->v.i - 1);
+	int rc = shoal_ext_call(e, "nested", d, out, &r, SHOAL_FOREVER);
+	if (rc) {
+		snprintf(msg, msglen, "%s", shoal_ext_last_error(e));
+		return rc;
+	}
+	*result = (shoal_value *)r;
+	return 0;
+}
+
+static int svc_double(void *self, const shoal_value *args, shoal_vbuf *out, shoal_value **result,
+		      char *msg, size_t msglen)
+{
+	(void)self;
+	if (!args || args->type != SHOAL_V_INT) {
+		snprintf(msg, msglen, "double: expected an int");
+		return SHOAL_EINVAL;
+	}
+	*result = shoal_v_int(out, args->v.i * 2);
+	return 0;
+}
+
+SH_TEST(calls_nest_both_ways)
+{
+	shoal_ext_config c = config();
+	shoal_ext *e = start(&c);
+	CHECK_OK(shoal_service_register("test.down", svc_down, e));
+	CHECK_OK(shoal_service_register("test.double", svc_double, NULL));
+	CHECK_RC(shoal_service_register("test.double", svc_double, NULL), SHOAL_EEXIST);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	/* a singleton through the extension */
+	shoal_value *a = shoal_v_array(vb, 2);
+	shoal_v_set(a, 0, shoal_v_cstr(vb, "test.double"));
+	shoal_v_set(a, 1, shoal_v_int(vb, 21));
+	CHECK_OK(call(e, "call_host", a, vb, &r));
+	CHECK_EQ(r->v.i, 42);
+	/* a service's error reaches the extension, and comes back to us */
+	shoal_v_set(a, 1, shoal_v_cstr(vb, "x"));
+	CHECK_RC(call(e, "call_host", a, vb, &r), SHOAL_EINVAL);
+	CHECK_MSG(e, "double: expected an int");
+	shoal_v_set(a, 0, shoal_v_cstr(vb, "test.nothing"));
+	CHECK_RC(call(e, "call_host", a, vb, &r), SHOAL_ENOENT);
+	CHECK_MSG(e, "no service method test.nothing");
+	/* host -> ext -> host -> ext ... 64 levels each way, one thread */
+	CHECK_OK(call(e, "nested", shoal_v_int(vb, 64), vb, &r));
+	CHECK_EQ(r->v.i, 64);
+	CHECK_OK(call(e, "nested", shoal_v_int(vb, 3), vb, &r));
+	CHECK_EQ(r->v.i, 3);
+	/* deeper than the extension allows: an error, not a hang or a crash */
+	CHECK_RC(call(e, "nested", shoal_v_int(vb, 200), vb, &r), SHOAL_ERANGE);
+	CHECK_MSG(e, "nested deeper than");
+	CHECK_OK(call(e, "nested", shoal_v_int(vb, 2), vb, &r)); /* and it goes on */
+	CHECK_OK(shoal_service_unregister("test.down"));
+	CHECK_OK(shoal_service_unregister("test.double"));
+	CHECK_OK(shoal_ext_stop(e));
+	shoal_vbuf_free(vb);
+}

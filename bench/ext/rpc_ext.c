@@ -20,8 +20,41 @@ static int nop(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 	return 0;
 }
 
+/* nested(d): two calls of host singletons per level, as pyisolate's
+ * nested tests: bench.ping, then bench.down(d), which calls nested(d - 1)
+ * back. */
+static int nested(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	int64_t d = a && a->type == SHOAL_V_INT ? a->v.i : 0;
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	if (d <= 0) {
+		*out = shoal_v_int(vb, 0);
+		return 0;
+	}
+	const shoal_value *r;
+	int rc = shoal_ext_call_host(ctx, "bench.ping", NULL, &r);
+	if (rc == 0)
+		rc = shoal_ext_call_host(ctx, "bench.down", shoal_v_int(vb, d), &r);
+	if (rc)
+		return rc;
+	*out = shoal_v_int(vb, r->type == SHOAL_V_INT ? r->v.i + 1 : -1);
+	return 0;
+}
+
+/* singleton: one proxied call of a host singleton. */
+static int singleton(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	const shoal_value *r;
+	int rc = shoal_ext_call_host(ctx, "bench.ping", a, &r);
+	if (rc == 0)
+		*out = (shoal_value *)r;
+	return rc;
+}
+
 int shoal_ext_init(shoal_ext_registry *r)
 {
 	int rc = shoal_ext_register(r, "echo", echo);
-	return rc ? rc : shoal_ext_register(r, "nop", nop);
+	rc = rc ? rc : shoal_ext_register(r, "nop", nop);
+	rc = rc ? rc : shoal_ext_register(r, "nested", nested);
+	return rc ? rc : shoal_ext_register(r, "singleton", singleton);
 }

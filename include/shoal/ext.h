@@ -44,6 +44,12 @@ SHOAL_API shoal_vbuf *shoal_ext_vbuf(shoal_ext_ctx *ctx);
 /* Sets the message the host gets with the code the function returns;
  * returns code, so: return shoal_ext_fail(ctx, SHOAL_EINVAL, "...", ...). */
 SHOAL_API int shoal_ext_fail(shoal_ext_ctx *ctx, int code, const char *fmt, ...) SHOAL_PRINTF(3, 4);
+/* Calls a method the host exposes (shoal_service_register), from inside a
+ * function. The result lives until the function returns. The host may
+ * call back into this extension meanwhile: calls nest both ways, on this
+ * thread, to a depth of 128. On failure the message is the context's. */
+SHOAL_API int shoal_ext_call_host(shoal_ext_ctx *ctx, const char *method, const shoal_value *args,
+				  const shoal_value **result);
 /* In init: the reason it failed, sent to the host's start call. */
 SHOAL_API int shoal_ext_init_fail(shoal_ext_registry *r, int code, const char *fmt, ...)
 	SHOAL_PRINTF(3, 4);
@@ -51,6 +57,16 @@ SHOAL_API int shoal_ext_init_fail(shoal_ext_registry *r, int code, const char *f
 /* ---- host side ------------------------------------------------------------- */
 
 typedef struct shoal_ext shoal_ext;
+
+/* A method of a host service (a "singleton"), callable by every extension
+ * of this process: args as sent, *result built in out; a nonzero return
+ * is a SHOAL_E* code with a message written to msg. It may call into
+ * extensions itself (calls nest). */
+typedef int (*shoal_service_fn)(void *self, const shoal_value *args, shoal_vbuf *out,
+				shoal_value **result, char *msg, size_t msglen);
+/* Exposes method ("Service.method" by convention) to extensions. */
+SHOAL_API int shoal_service_register(const char *method, shoal_service_fn fn, void *self);
+SHOAL_API int shoal_service_unregister(const char *method);
 
 typedef enum shoal_sandbox {
 	SHOAL_SANDBOX_NONE = 0,

@@ -50,9 +50,89 @@ struct shoal_ext {
 	sh_wbuf out;
 	unsigned char *in;
 	size_t in_cap;
-	pthread_mutex_t lock; /* one call at a time per extension, for now */
+	pthread_mutex_t lock; /* one thread's calls at a time per extension, for now */
 	char err[1024];
 };
+
+/* ---- services: one registry for the process ---- */
+
+typedef struct service {
+	char *method;
+	shoal_service_fn fn;
+	void *self;
+} service;
+
+static pthread_mutex_t services_lock = PTHREAD_MUTEX_INITIALIZER;
+static service *services;
+static size_t nservices, cap_services;
+
+int shoal_service_register(const char *method, shoal_service_fn fn, void *self)
+{
+	if (!method || !*method || !fn)
+		return SHOAL_EINVAL;
+	int rc = 0;
+	pthread_mutex_lock(&services_lock);
+	for (size_t i = 0; i < nservices && rc == 0; i++)
+		if (strcmp(services[i].method, method) == 0)
+			rc = SHOAL_EEXIST;
+	if (rc == 0 && nservices == cap_services) {
+		size_t nc = cap_services ? cap_services * 2 : 16;
+		service *p = shoal_realloc(services, cap_services * sizeof(*p), nc * sizeof(*p));
+		if (p) {
+			services = p;
+			cap_services = nc;
+		} else {
+			rc = SHOAL_ENOMEM;
+		}
+	}
+	if (rc == 0) {
+		size_t l = strlen(method) + 1;
+		char *m = shoal_alloc(l);
+		if (m) {
+			memcpy(m, method, l);
+			services[nservices++] = (service){m, fn, self};
+		} else {
+			rc = SHOAL_ENOMEM;
+		}
+	}
+	pthread_mutex_unlock(&services_lock);
+	return rc;
+}
+
+int shoal_service_unregister(const char *method)
+{
+	int rc = SHOAL_ENOENT;
+	pthread_mutex_lock(&services_lock);
+	for (size_t i = 0; i < nservices; i++)
+		if (strcmp(services[i].method, method) == 0) {
+			shoal_free(services[i].method, strlen(services[i].method) + 1);
+			services[i] = services[--nservices];
+			rc = 0;
+			break;
+		}
+	if (nservices == 0 && services) {
+		shoal_free(services, cap_services * sizeof(*services));
+		services = NULL;
+		cap_services = 0;
+	}
+	pthread_mutex_unlock(&services_lock);
+	return rc;
+}
+
+static bool service_find(const char *method, uint32_t len, shoal_service_fn *fn, void **self)
+{
+	bool found = false;
+	pthread_mutex_lock(&services_lock);
+	for (size_t i = 0; i < nservices && !found; i++)
+		if (strlen(services[i].method) == len &&
+		    memcmp(services[i].method, method, len) == 0) {
+			*fn = services[i].fn;
+			*self = services[i].self;
+			found = true;
+		}
+	pthread_mutex_unlock(&services_lock);
+	return found;
+}
 
 void shoal_ext_config_init(shoal_ext_config *c)
 {
@@ -342,7 +422,12 @@ int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg)
 	e->cfg = *cfg;
 	e->pidfd = e->sock = e->efd = -1;
 	e->dead = true;
-	pthread_mutex_init(&e->lock, NULL);
+	/* Recursive: a service that an extension calls may call it back. */
+	pthread_mutexattr_t ma;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&e->lock, &ma);
+	pthread_mutexattr_destroy(&ma);
 	sh_wbuf_init(&e->out);
 	const char *base = strrchr(cfg->path, '/');
 	const char *runner = cfg->runner ? cfg->runner : getenv("SHOAL_EXT_RUNNER");
@@ -384,6 +469,72 @@ static int crashed(shoal_ext *e, const char *fn)
 	return fail(e, SHOAL_ECRASHED, "%s: %s in %s()", e->name, how, fn);
 }
 
+/* Runs the service call in e->in and sends its return. Nonzero only when
+ * the extension must go (the rings failed). */
+static int serve_service(shoal_ext *e, const sh_frame *f, size_t len)
+{
+	shoal_vbuf *vin = NULL, *vout = NULL;
+	char msg[SH_EXT_MSG_MAX] = "";
+	const char *method = "";
+	uint32_t ml = 0, n;
+	shoal_value *args = NULL, *result = NULL;
+	int status = shoal_vbuf_create(&vin);
+	if (status == 0)
+		status = shoal_vbuf_create(&vout);
+	sh_mp m;
+	sh_mp_init(&m, e->in + SH_FRAME_HDR, len - SH_FRAME_HDR);
+	if (status == 0 && (sh_mp_array(&m, &n) || n != 2 || sh_mp_str(&m, &method, &ml) || !ml)) {
+		status = SHOAL_EBADMSG;
+		snprintf(msg, sizeof(msg), "expected a call [method, args]");
+	}
+	/* Copied out: a nested call reuses e->in. */
+	char mname[256];
+	snprintf(mname, sizeof(mname), "%.*s", (int)(ml < 255 ? ml : 255), method);
+	if (status == 0 && (status = sh_value_decode(&m, vin, &args, msg, sizeof(msg))) == 0 &&
+	    sh_mp_done(&m) != 0) {
+		status = SHOAL_EBADMSG;
+		snprintf(msg, sizeof(msg), "bytes after the arguments");
+	}
+	shoal_service_fn fn = NULL;
+	void *self = NULL;
+	if (status == 0 && !service_find(mname, (uint32_t)strlen(mname), &fn, &self)) {
+		status = SHOAL_ENOENT;
+		snprintf(msg, sizeof(msg), "the host has no service method %s", mname);
+	}
+	if (status == 0) {
+		status = fn(self, args, vout, &result, msg, sizeof(msg));
+		if (status > 0)
+			status = SHOAL_EIO;
+		if (status && !msg[0])
+			snprintf(msg, sizeof(msg), "%s: %s", mname, shoal_strerror(status));
+	}
+	sh_wbuf_frame_begin(&e->out);
+	msgpack_packer pk;
+	sh_wbuf_packer(&e->out, &pk);
+	msgpack_pack_array(&pk, 1);
+	shoal_value nil = {.type = SHOAL_V_NIL};
+	if (status == 0)
+		sh_value_pack(&pk, result ? result : &nil);
+	else
+		sh_mp_pack_cstr(&pk, msg);
+	sh_frame r = {.op = SH_EXT_OP_RETURN, .seq = f->seq, .status = status};
+	int rc = sh_wbuf_frame_end(&e->out, &r);
+	if (rc == 0 && e->out.len > sh_ring_max_payload(&e->req)) {
+		sh_wbuf_frame_begin(&e->out);
+		msgpack_pack_array(&pk, 1);
+		sh_mp_pack_cstr(&pk, "the service's result does not fit one record");
+		r.status = SHOAL_EMSGSIZE;
+		rc = sh_wbuf_frame_end(&e->out, &r);
+	}
+	if (rc == 0)
+		rc = sh_ring_write(&e->req, e->out.p, e->out.len, SHOAL_FOREVER);
+	shoal_vbuf_free(vin);
+	shoal_vbuf_free(vout);
+	if (rc)
+		fail(e, rc, "%s: answering its call of %s: %s", e->name, mname, shoal_strerror(rc));
+	return rc;
+}
+
 int shoal_ext_call(shoal_ext *e, const char *fn, const shoal_value *args, shoal_vbuf *out,
 		   const shoal_value **result, int64_t deadline)
 {
@@ -423,6 +574,7 @@ int shoal_ext_call(shoal_ext *e, const char *fn, const shoal_value *args, shoal_
 	rc = sh_ring_write(&e->req, e->out.p, e->out.len, deadline);
 	const void *rec = NULL;
 	size_t len = 0;
+again:
 	if (rc == 0)
 		rc = sh_ring_peek(&e->rep, &rec, &len, deadline);
 	if (rc == SHOAL_ECONNRESET || rc == SHOAL_ECLOSED) {
@@ -455,8 +607,15 @@ int shoal_ext_call(shoal_ext *e, const char *fn, const shoal_value *args, shoal_
 	char why[256] = "";
 	sh_mp m;
 	uint32_t n;
-	if (sh_frame_decode(e->in, len, &r, why, sizeof(why)) != 0 || r.op != SH_EXT_OP_RETURN ||
-	    r.seq != f.seq) {
+	if (sh_frame_decode(e->in, len, &r, why, sizeof(why)) == 0 && r.op == SH_EXT_OP_CALL) {
+		/* The extension calls one of our services while we wait. */
+		if ((rc = serve_service(e, &r, len)) != 0) {
+			child_reap(e, true, NULL); /* out of step with us now */
+			goto done;
+		}
+		goto again;
+	}
+	if (why[0] || r.op != SH_EXT_OP_RETURN || r.seq != f.seq) {
 		child_reap(e, true, NULL);
 		rc = fail(e, SHOAL_EPROTO, "%s: malformed reply to %s(): %s; killed", e->name, fn,
 			  why[0] ? why : "wrong op or sequence");

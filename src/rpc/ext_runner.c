@@ -32,12 +32,6 @@ struct shoal_ext_registry {
 	char msg[SH_EXT_MSG_MAX];
 };
 
-struct shoal_ext_ctx {
-	shoal_vbuf *vb;
-	const char *fn;
-	char msg[SH_EXT_MSG_MAX];
-};
-
 int shoal_ext_register(shoal_ext_registry *r, const char *name, shoal_ext_fn fn)
 {
 	if (!r || !name || !*name || !fn)
@@ -61,20 +55,6 @@ int shoal_ext_register(shoal_ext_registry *r, const char *name, shoal_ext_fn fn)
 	r->fns[r->n].name = copy;
 	r->fns[r->n++].fn = fn;
 	return 0;
-}
-
-shoal_vbuf *shoal_ext_vbuf(shoal_ext_ctx *ctx)
-{
-	return ctx->vb;
-}
-
-int shoal_ext_fail(shoal_ext_ctx *ctx, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(ctx->msg, sizeof(ctx->msg), fmt, ap);
-	va_end(ap);
-	return code;
 }
 
 int shoal_ext_init_fail(shoal_ext_registry *r, int code, const char *fmt, ...)
@@ -105,125 +85,249 @@ static int limit(int res, uint64_t v)
 	return setrlimit(res, &rl) == 0 ? 0 : shoal_errno();
 }
 
-typedef struct serve_bufs {
-	shoal_vbuf in, out;
+/* Calls nest both ways (host -> ext -> host -> ext ...): each level of
+ * nesting has its own buffers, and a level waiting for a host's return
+ * serves the host's calls that arrive meanwhile, on the same stack. */
+#define MAX_DEPTH 128
+
+typedef struct level {
+	shoal_vbuf in, out; /* the call's arguments, its result */
 	sh_wbuf w;
-	unsigned char *copy;
+	unsigned char *copy; /* the last frame read at this level */
 	size_t copy_cap;
-} serve_bufs;
+} level;
 
-static int serve_loop(shoal_ext_registry *reg, sh_ring *req, sh_ring *rep, serve_bufs *b);
+typedef struct runner {
+	shoal_ext_registry *reg;
+	sh_ring *req, *rep;
+	level lv[MAX_DEPTH + 1];
+	uint32_t seq;
+	bool stop;
+} runner;
 
-/* Serves calls until STOP or the end of the ring. */
-static int serve(shoal_ext_registry *reg, sh_ring *req, sh_ring *rep)
+struct shoal_ext_ctx {
+	runner *r;
+	int depth;
+	shoal_vbuf *vb;
+	char msg[SH_EXT_MSG_MAX];
+};
+
+shoal_vbuf *shoal_ext_vbuf(shoal_ext_ctx *ctx)
 {
-	serve_bufs b = {0};
-	sh_wbuf_init(&b.w);
-	int rc = serve_loop(reg, req, rep, &b);
-	sh_bump_fini(&b.in.a);
-	sh_bump_fini(&b.out.a);
-	sh_wbuf_fini(&b.w);
-	if (b.copy)
-		shoal_free(b.copy, b.copy_cap);
+	return ctx->vb;
+}
+
+int shoal_ext_fail(shoal_ext_ctx *ctx, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(ctx->msg, sizeof(ctx->msg), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+/* Reads the next frame from the host into level L. */
+static int next_frame(runner *R, level *L, sh_frame *f, size_t *len, char *why, size_t wl)
+{
+	const void *rec;
+	int rc = sh_ring_peek(R->req, &rec, len, SHOAL_FOREVER);
+	if (rc)
+		return rc;
+	/* A private copy: the host may still write the ring. */
+	if (*len > L->copy_cap) {
+		unsigned char *p = shoal_realloc(L->copy, L->copy_cap, *len);
+		if (!p)
+			return SHOAL_ENOMEM;
+		L->copy = p;
+		L->copy_cap = *len;
+	}
+	memcpy(L->copy, rec, *len);
+	sh_ring_release(R->req);
+	return sh_frame_decode(L->copy, *len, f, why, wl);
+}
+
+static int send_frame(runner *R, sh_wbuf *w, sh_frame *f)
+{
+	int rc = sh_wbuf_frame_end(w, f);
+	if (rc == 0 && w->len > sh_ring_max_payload(R->rep))
+		return SHOAL_EMSGSIZE;
+	return rc ? rc : sh_ring_write(R->rep, w->p, w->len, SHOAL_FOREVER);
+}
+
+/* Runs the call whose frame is in level d and sends its return. Nonzero
+ * only when the rings fail. */
+static int handle_call(runner *R, int d, const sh_frame *f, size_t len)
+{
+	level *L = &R->lv[d];
+	char why[SH_EXT_MSG_MAX + 64] = "";
+	shoal_ext_ctx ctx = {.r = R, .depth = d, .vb = &L->out};
+	const shoal_value *args = NULL;
+	shoal_value *result = NULL;
+	const char *fname = "?";
+	uint32_t fl = 1, n;
+	int status = 0;
+	shoal_vbuf_reset(&L->in);
+	shoal_vbuf_reset(&L->out);
+	sh_mp m;
+	sh_mp_init(&m, L->copy + SH_FRAME_HDR, len - SH_FRAME_HDR);
+	shoal_value *a;
+	if (sh_mp_array(&m, &n) || n != 2 || sh_mp_str(&m, &fname, &fl) || fl == 0) {
+		status = SHOAL_EBADMSG;
+		snprintf(why, sizeof(why), "expected a call [function, args]");
+	} else if ((status = sh_value_decode(&m, &L->in, &a, why, sizeof(why))) == 0 &&
+		   sh_mp_done(&m) != 0) {
+		status = SHOAL_EBADMSG;
+		snprintf(why, sizeof(why), "bytes after the arguments");
+	} else {
+		args = a;
+	}
+	shoal_ext_fn fn = NULL;
+	for (size_t i = 0; status == 0 && i < R->reg->n && !fn; i++)
+		if (strlen(R->reg->fns[i].name) == fl &&
+		    memcmp(R->reg->fns[i].name, fname, fl) == 0)
+			fn = R->reg->fns[i].fn;
+	if (status == 0 && !fn) {
+		status = SHOAL_ENOENT;
+		snprintf(why, sizeof(why), "no function %.*s in this extension", (int)fl, fname);
+	}
+	if (status == 0) {
+		status = fn(&ctx, args, &result);
+		if (status > 0)
+			status = SHOAL_EIO; /* a positive code is not one of ours */
+		if (status == 0 && L->out.err)
+			status = L->out.err;
+		if (status)
+			snprintf(why, sizeof(why), "%s",
+				 ctx.msg[0] ? ctx.msg : shoal_strerror(status));
+	}
+	if (R->stop)
+		return SHOAL_ECLOSED;
+	sh_wbuf_frame_begin(&L->w);
+	msgpack_packer pk;
+	sh_wbuf_packer(&L->w, &pk);
+	msgpack_pack_array(&pk, 1);
+	if (status == 0) {
+		shoal_value nil = {.type = SHOAL_V_NIL};
+		sh_value_pack(&pk, result ? result : &nil);
+	} else {
+		sh_mp_pack_cstr(&pk, why);
+	}
+	sh_frame r = {.op = SH_EXT_OP_RETURN, .seq = f->seq, .status = status};
+	int rc = send_frame(R, &L->w, &r);
+	if (rc == SHOAL_EMSGSIZE) {
+		/* Too big for one record: say so instead. */
+		size_t big = L->w.len;
+		sh_wbuf_frame_begin(&L->w);
+		msgpack_pack_array(&pk, 1);
+		char m2[160];
+		snprintf(m2, sizeof(m2), "result of %zu bytes exceeds the %zu a reply can carry",
+			 big, sh_ring_max_payload(R->rep));
+		sh_mp_pack_cstr(&pk, m2);
+		r.status = SHOAL_EMSGSIZE;
+		rc = send_frame(R, &L->w, &r);
+	}
 	return rc;
 }
 
-static int serve_loop(shoal_ext_registry *reg, sh_ring *req, sh_ring *rep, serve_bufs *b)
+int shoal_ext_call_host(shoal_ext_ctx *ctx, const char *method, const shoal_value *args,
+			const shoal_value **result)
 {
-	shoal_vbuf *inb = &b->in, *outb = &b->out;
-	sh_wbuf *wp = &b->w;
+	if (!ctx || !method || !*method || !result)
+		return SHOAL_EINVAL;
+	runner *R = ctx->r;
+	int d = ctx->depth;
+	if (d + 1 >= MAX_DEPTH)
+		return shoal_ext_fail(ctx, SHOAL_ERANGE, "calls nested deeper than %d", MAX_DEPTH);
+	level *L = &R->lv[d], *next = &R->lv[d + 1];
+	/* This level's writer is free while its function runs. */
+	sh_wbuf_frame_begin(&L->w);
+	msgpack_packer pk;
+	sh_wbuf_packer(&L->w, &pk);
+	msgpack_pack_array(&pk, 2);
+	sh_mp_pack_cstr(&pk, method);
+	shoal_value nil = {.type = SHOAL_V_NIL};
+	sh_value_pack(&pk, args ? args : &nil);
+	sh_frame f = {.op = SH_EXT_OP_CALL, .seq = ++R->seq};
+	int rc = send_frame(R, &L->w, &f);
+	if (rc)
+		return shoal_ext_fail(ctx, rc, "calling %s on the host: %s", method,
+				      shoal_strerror(rc));
 	for (;;) {
-		const void *rec;
+		sh_frame g;
 		size_t len;
-		int rc = sh_ring_peek(req, &rec, &len, SHOAL_FOREVER);
-		if (rc)
-			return rc == SHOAL_ECLOSED ? 0 : rc;
-		/* A private copy: the host may still write the ring. */
-		if (len > b->copy_cap) {
-			unsigned char *p = shoal_realloc(b->copy, b->copy_cap, len);
-			if (!p)
-				return SHOAL_ENOMEM;
-			b->copy = p;
-			b->copy_cap = len;
+		char why[256] = "";
+		rc = next_frame(R, next, &g, &len, why, sizeof(why));
+		if (rc == 0 && g.op == SH_EXT_OP_STOP) {
+			R->stop = true;
+			rc = SHOAL_ECLOSED;
 		}
-		memcpy(b->copy, rec, len);
-		sh_ring_release(req);
-		sh_frame f;
-		char why[SH_EXT_MSG_MAX + 64] = "";
-		shoal_ext_ctx ctx = {.vb = outb};
-		const shoal_value *args = NULL;
-		shoal_value *result = NULL;
-		const char *fname = "?";
-		uint32_t fl = 1, n;
-		int status = sh_frame_decode(b->copy, len, &f, why, sizeof(why));
-		if (status == 0 && f.op == SH_EXT_OP_STOP)
-			return 0;
-		shoal_vbuf_reset(inb);
-		shoal_vbuf_reset(outb);
+		if (rc)
+			return shoal_ext_fail(ctx, rc, "waiting for the host's %s: %s", method,
+					      why[0] ? why : shoal_strerror(rc));
+		if (g.op == SH_EXT_OP_CALL) {
+			if ((rc = handle_call(R, d + 1, &g, len)) != 0)
+				return shoal_ext_fail(ctx, rc, "serving the host: %s",
+						      shoal_strerror(rc));
+			continue;
+		}
+		if (g.op != SH_EXT_OP_RETURN || g.seq != f.seq)
+			return shoal_ext_fail(ctx, SHOAL_EPROTO,
+					      "the host answered %s with op %u seq %u", method,
+					      g.op, g.seq);
 		sh_mp m;
-		if (status == 0) {
-			sh_mp_init(&m, b->copy + SH_FRAME_HDR, f.body_len);
-			shoal_value *a;
-			if (f.op != SH_EXT_OP_CALL || sh_mp_array(&m, &n) || n != 2 ||
-			    sh_mp_str(&m, &fname, &fl) || fl == 0) {
-				status = SHOAL_EBADMSG;
-				snprintf(why, sizeof(why), "expected a call [function, args]");
-			} else if ((status = sh_value_decode(&m, inb, &a, why, sizeof(why))) == 0 &&
-				   sh_mp_done(&m) != 0) {
-				status = SHOAL_EBADMSG;
-				snprintf(why, sizeof(why), "bytes after the arguments");
-			} else {
-				args = a;
-			}
+		uint32_t n;
+		sh_mp_init(&m, next->copy + SH_FRAME_HDR, len - SH_FRAME_HDR);
+		if (g.status != 0) {
+			const char *msg = "";
+			uint32_t ml = 0;
+			if (sh_mp_array(&m, &n) || n != 1 || sh_mp_str(&m, &msg, &ml))
+				msg = "(no message)", ml = 12;
+			return shoal_ext_fail(ctx, g.status, "%.*s", (int)ml, msg);
 		}
-		shoal_ext_fn fn = NULL;
-		for (size_t i = 0; status == 0 && i < reg->n && !fn; i++)
-			if (strlen(reg->fns[i].name) == fl &&
-			    memcmp(reg->fns[i].name, fname, fl) == 0)
-				fn = reg->fns[i].fn;
-		if (status == 0 && !fn) {
-			status = SHOAL_ENOENT;
-			snprintf(why, sizeof(why), "no function %.*s in this extension", (int)fl,
-				 fname);
-		}
-		if (status == 0) {
-			status = fn(&ctx, args, &result);
-			if (status > 0)
-				status = SHOAL_EIO; /* a positive code is not one of ours */
-			if (status == 0 && outb->err)
-				status = outb->err;
-			if (status)
-				snprintf(why, sizeof(why), "%s",
-					 ctx.msg[0] ? ctx.msg : shoal_strerror(status));
-		}
-		sh_wbuf_frame_begin(wp);
-		msgpack_packer pk;
-		sh_wbuf_packer(wp, &pk);
-		msgpack_pack_array(&pk, 1);
-		if (status == 0) {
-			shoal_value nil = {.type = SHOAL_V_NIL};
-			sh_value_pack(&pk, result ? result : &nil);
-		} else {
-			sh_mp_pack_cstr(&pk, why);
-		}
-		sh_frame r = {.op = SH_EXT_OP_RETURN, .seq = f.seq, .status = status};
-		rc = sh_wbuf_frame_end(wp, &r);
-		if (rc == 0 && wp->len > sh_ring_max_payload(rep)) {
-			/* Too big for one record: say so instead. */
-			sh_wbuf_frame_begin(wp);
-			msgpack_pack_array(&pk, 1);
-			char m2[160];
-			snprintf(m2, sizeof(m2),
-				 "result of %zu bytes exceeds the %zu a reply can carry", wp->len,
-				 sh_ring_max_payload(rep));
-			sh_mp_pack_cstr(&pk, m2);
-			r.status = SHOAL_EMSGSIZE;
-			rc = sh_wbuf_frame_end(wp, &r);
-		}
+		shoal_value *v;
+		/* The result lives with this call's own result buffer. */
+		if (sh_mp_array(&m, &n) || n != 1 ||
+		    (rc = sh_value_decode(&m, ctx->vb, &v, why, sizeof(why))) != 0 ||
+		    sh_mp_done(&m) != 0)
+			return shoal_ext_fail(ctx, rc ? rc : SHOAL_EPROTO,
+					      "%s: malformed result: %s", method, why);
+		*result = v;
+		return 0;
+	}
+}
+
+/* Serves the host's calls until STOP or the end of the rings. */
+static int serve(runner *R)
+{
+	for (;;) {
+		sh_frame f;
+		size_t len;
+		char why[256] = "";
+		int rc = next_frame(R, &R->lv[0], &f, &len, why, sizeof(why));
+		if (rc == SHOAL_ECLOSED || (rc == 0 && f.op == SH_EXT_OP_STOP))
+			return 0;
+		if (rc == 0 && f.op != SH_EXT_OP_CALL)
+			rc = SHOAL_EPROTO;
 		if (rc == 0)
-			rc = sh_ring_write(rep, wp->p, wp->len, SHOAL_FOREVER);
-		if (rc)
-			return rc == SHOAL_ECLOSED ? 0 : rc;
+			rc = handle_call(R, 0, &f, len);
+		if (rc == SHOAL_ECLOSED && R->stop)
+			return 0;
+		if (rc) {
+			fprintf(stderr, "shoal-ext: %s%s%s\n", shoal_strerror(rc),
+				why[0] ? ": " : "", why);
+			return rc;
+		}
+	}
+}
+
+static void runner_free(runner *R)
+{
+	for (int i = 0; i <= MAX_DEPTH; i++) {
+		sh_bump_fini(&R->lv[i].in.a);
+		sh_bump_fini(&R->lv[i].out.a);
+		sh_wbuf_fini(&R->lv[i].w);
+		if (R->lv[i].copy)
+			shoal_free(R->lv[i].copy, R->lv[i].copy_cap);
 	}
 }
 
@@ -305,7 +409,15 @@ int sh_ext_runner_main(int argc, char **argv)
 		return 1;
 	}
 	ready(0, "%zu functions", reg.n);
-	rc = serve(&reg, &req, &rep);
+	runner *R = SH_NEW(runner);
+	if (!R)
+		return 1;
+	R->reg = &reg;
+	R->req = &req;
+	R->rep = &rep;
+	rc = serve(R);
+	runner_free(R);
+	SH_DELETE(R);
 	if (rc)
 		fprintf(stderr, "shoal-ext %s: %s\n", name, shoal_strerror(rc));
 	for (size_t i = 0; i < reg.n; i++)
