@@ -7,6 +7,7 @@
 #include "test.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -355,6 +356,40 @@ SH_TEST(calls_nest_both_ways)
 	CHECK_OK(call(e, "nested", shoal_v_int(vb, 2), vb, &r)); /* and it goes on */
 	CHECK_OK(shoal_service_unregister("test.down"));
 	CHECK_OK(shoal_service_unregister("test.double"));
+	CHECK_OK(shoal_ext_stop(e));
+	shoal_vbuf_free(vb);
+}
+
+SH_TEST(strict_sandbox_denies_network_and_ptrace)
+{
+	shoal_ext_config c = config();
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	/* the control: without the sandbox both work (we are its parent) */
+	shoal_ext *e = start(&c);
+	CHECK_OK(call(e, "tcp", NULL, vb, &r));
+	CHECK_EQ(r->v.i, 0);
+	CHECK_OK(shoal_ext_stop(e));
+	/* LeakSanitizer stops the world with ptrace at exit: off in here */
+	char *env[] = {"ASAN_OPTIONS=handle_segv=0:handle_abort=0:detect_leaks=0", no_handlers[1],
+		       NULL};
+	c.env = env;
+	c.sandbox = SHOAL_SANDBOX_STRICT;
+	e = start(&c);
+	CHECK_OK(call(e, "tcp", NULL, vb, &r));
+	CHECK_EQ(r->v.i, EPERM);
+	CHECK_OK(call(e, "ptrace_host", NULL, vb, &r));
+	CHECK_EQ(r->v.i, EPERM);
+	CHECK_OK(call(e, "add", NULL, vb, &r) == SHOAL_EINVAL ? 0 : -1); /* it still works */
+	CHECK_OK(shoal_ext_stop(e));
+	/* allow_network lets sockets through, and nothing else */
+	c.allow_network = true;
+	e = start(&c);
+	CHECK_OK(call(e, "tcp", NULL, vb, &r));
+	CHECK_EQ(r->v.i, 0);
+	CHECK_OK(call(e, "ptrace_host", NULL, vb, &r));
+	CHECK_EQ(r->v.i, EPERM);
 	CHECK_OK(shoal_ext_stop(e));
 	shoal_vbuf_free(vb);
 }

@@ -73,6 +73,12 @@ typedef enum shoal_sandbox {
 	/* no inherited descriptors, cleared environment (plus config env and an
 	 * allow-list), new session, dies with the host, no new privileges */
 	SHOAL_SANDBOX_BASIC,
+	/* basic, plus a seccomp filter that denies ptrace and reading or
+	 * writing other processes' memory, mount, kexec, module loading,
+	 * reboot, bpf, namespaces, and new network sockets (unless
+	 * allow_network), and a network namespace of its own where the kernel
+	 * lets us make one (else a warning in the log; the filter still holds) */
+	SHOAL_SANDBOX_STRICT,
 } shoal_sandbox;
 
 typedef enum shoal_restart {
@@ -92,6 +98,7 @@ typedef struct shoal_ext_config {
 	uint32_t cpu_limit_s;	  /* seconds of CPU (RLIMIT_CPU); 0: none */
 	uint32_t max_files;	  /* open descriptors (RLIMIT_NOFILE); 0: inherited */
 	shoal_sandbox sandbox;
+	bool allow_network;	  /* strict: still allow IP sockets */
 	int64_t call_timeout_ns;  /* deadline of a call that gives none; 0: none */
 	int64_t start_timeout_ns; /* 0: 5 s */
 	shoal_restart restart;

@@ -258,7 +258,11 @@ static int spawn_child(shoal_ext *e)
 			"--files",
 			files,
 			"--sandbox",
-			e->cfg.sandbox == SHOAL_SANDBOX_BASIC ? "basic" : "none",
+			e->cfg.sandbox == SHOAL_SANDBOX_STRICT	? "strict"
+			: e->cfg.sandbox == SHOAL_SANDBOX_BASIC ? "basic"
+								: "none",
+			"--network",
+			e->cfg.allow_network ? "1" : "0",
 			NULL};
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);

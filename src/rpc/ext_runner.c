@@ -10,6 +10,8 @@
 #include <shoal/ext.h>
 
 #include <dlfcn.h>
+#include <sched.h>
+#include <seccomp.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -18,6 +20,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 typedef struct fn_entry {
@@ -331,11 +334,64 @@ static void runner_free(runner *R)
 	}
 }
 
+/* The strict sandbox's filter: everything is allowed but what lets a
+ * process reach beyond itself. Denied calls fail with EPERM (not a kill),
+ * so an extension can report what it was refused. */
+static int strict_filter(bool network, char *why, size_t whylen)
+{
+	static const char *const deny[] = {
+		"ptrace",	"process_vm_readv", "process_vm_writev",
+		"mount",	"umount2",	    "pivot_root",
+		"kexec_load",	"kexec_file_load",  "init_module",
+		"finit_module", "delete_module",    "reboot",
+		"swapon",	"swapoff",	    "bpf",
+		"setns",	"unshare",	    "open_by_handle_at",
+		"fsopen",	"fsmount",	    "move_mount",
+		"open_tree",
+	};
+	scmp_filter_ctx f = seccomp_init(SCMP_ACT_ALLOW);
+	if (!f) {
+		snprintf(why, whylen, "seccomp_init failed");
+		return SHOAL_ENOMEM;
+	}
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < sizeof(deny) / sizeof(deny[0]); i++) {
+		int nr = seccomp_syscall_resolve_name(deny[i]);
+		if (nr == __NR_SCMP_ERROR)
+			continue; /* not on this architecture */
+		rc = seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), nr, 0);
+	}
+	if (!network) {
+		static const int families[] = {AF_INET, AF_INET6, AF_PACKET};
+		for (size_t i = 0; rc == 0 && i < sizeof(families) / sizeof(families[0]); i++)
+			rc = seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
+					      SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i]));
+	}
+	if (rc == 0)
+		rc = seccomp_load(f);
+	seccomp_release(f);
+	if (rc)
+		snprintf(why, whylen, "loading the seccomp filter: %s", strerror(-rc));
+	return rc;
+}
+
+/* A network namespace of our own: as root directly, else inside a new user
+ * namespace, where the kernel allows those. */
+static void own_network(const char *name)
+{
+	if (unshare(CLONE_NEWNET) == 0 || unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0)
+		return;
+	fprintf(stderr,
+		"shoal-ext %s: warning: no network namespace (%s); the seccomp filter still "
+		"denies IP sockets\n",
+		name, strerror(errno));
+}
+
 int sh_ext_runner_main(int argc, char **argv)
 {
 	const char *so = NULL, *name = "extension";
 	uint64_t mem = 0, cpu = 0, files = 0;
-	bool basic = false;
+	bool basic = false, strict = false, network = false;
 	for (int i = 1; i + 1 < argc; i += 2) {
 		const char *k = argv[i], *v = argv[i + 1];
 		if (!strcmp(k, "--so"))
@@ -349,7 +405,9 @@ int sh_ext_runner_main(int argc, char **argv)
 		else if (!strcmp(k, "--files"))
 			files = strtoull(v, NULL, 10);
 		else if (!strcmp(k, "--sandbox"))
-			basic = !strcmp(v, "basic");
+			strict = !strcmp(v, "strict"), basic = strict || !strcmp(v, "basic");
+		else if (!strcmp(k, "--network"))
+			network = !strcmp(v, "1");
 	}
 	/* Die with the host; a basic sandbox also takes a session of its own
 	 * and no new privileges, and keeps no descriptor but ours. */
@@ -383,6 +441,16 @@ int sh_ext_runner_main(int argc, char **argv)
 	}
 	close(SH_EXT_FD_RINGS);
 	rep.wake_efd = SH_EXT_FD_EFD; /* the host sleeps on its eventfd */
+	if (strict) {
+		/* Before the extension's code is loaded: its init is confined too. */
+		char why[160];
+		if (!network)
+			own_network(name);
+		if ((rc = strict_filter(network, why, sizeof(why))) != 0) {
+			ready(rc < 0 ? rc : SHOAL_EIO, "%s: %s", name, why);
+			return 1;
+		}
+	}
 	if (access(so, R_OK) != 0) {
 		rc = shoal_errno();
 		ready(rc, "%s: %s: %s", name, so, strerror(-rc));
