@@ -81,6 +81,7 @@ SH_TEST(hostile_bytes_rejected)
 		{"\xdb\x00\x00\x10\x00", 5, "truncated"}, /* str of 4 KiB, none there */
 		{"\xcf\xff\xff\xff\xff\xff\xff\xff\xff", 9, "int64"},
 		{"", 0, "not a value"},
+		{"\xca", 1, "truncated float"}, /* found by fuzz_value */
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		int rc = decode(bad[i].b, bad[i].n, why, sizeof(why));

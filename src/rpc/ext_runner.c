@@ -363,9 +363,14 @@ static int strict_filter(bool network, char *why, size_t whylen)
 	}
 	if (!network) {
 		static const int families[] = {AF_INET, AF_INET6, AF_PACKET};
-		for (size_t i = 0; rc == 0 && i < sizeof(families) / sizeof(families[0]); i++)
-			rc = seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
-					      SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i]));
+		for (size_t i = 0; rc == 0 && i < sizeof(families) / sizeof(families[0]); i++) {
+			struct scmp_arg_cmp is = {.arg = 0,
+						  .op = SCMP_CMP_EQ,
+						  .datum_a = (scmp_datum_t)families[i],
+						  .datum_b = 0};
+			rc = seccomp_rule_add_array(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
+						    &is);
+		}
 	}
 	if (rc == 0)
 		rc = seccomp_load(f);

@@ -304,7 +304,7 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 		return sh_mp_int(m, &v->v.i) ? vfail(d, "integer beyond int64") : 0;
 	case SH_MP_FLOAT:
 		v->type = SHOAL_V_FLOAT;
-		return sh_mp_float(m, &v->v.f);
+		return sh_mp_float(m, &v->v.f) ? vfail(d, "truncated float") : 0;
 	case SH_MP_STR:
 	case SH_MP_BIN: {
 		bool str = sh_mp_kind(m) == SH_MP_STR;
