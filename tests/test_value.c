@@ -41,7 +41,7 @@ SH_TEST(every_kind_round_trips)
 {
 	shoal_vbuf *b;
 	CHECK_OK(shoal_vbuf_create(&b));
-	shoal_value *a = shoal_v_array(b, 9);
+	shoal_value *a = shoal_v_array(b, 10);
 	shoal_v_set(a, 0, shoal_v_nil(b));
 	shoal_v_set(a, 1, shoal_v_bool(b, false));
 	shoal_v_set(a, 2, shoal_v_int(b, INT64_MIN));
@@ -53,14 +53,24 @@ SH_TEST(every_kind_round_trips)
 	shoal_value *m = shoal_v_map(b, 1);
 	shoal_v_map_set(m, 0, shoal_v_int(b, 5), shoal_v_array(b, 0)); /* any key kind */
 	shoal_v_set(a, 8, m);
+	static const float f[6] = {1, 2, 3, 4, 5, 6.5f};
+	int64_t shape[2] = {2, 3};
+	shoal_v_set(a, 9, shoal_v_tensor(b, SHOAL_DT_F32, 2, shape, f));
 	shoal_value *r = round_trip(b, a);
 	CHECK(shoal_v_equal(a, r));
 	CHECK_EQ(r->v.items[5].v.s[r->v.items[5].n], 0); /* NUL after the bytes */
+	const shoal_value *t = &r->v.items[9];
+	CHECK_EQ(t->type, SHOAL_V_TENSOR);
+	CHECK_EQ(t->v.t.shape[1], 3);
+	CHECK_EQ(t->v.t.nbytes, 24);
+	CHECK(((const float *)t->v.t.data)[5] == 6.5f);
+	CHECK_EQ((uintptr_t)t->v.t.data % 8, 0);
+	CHECK(shoal_v_tensor(b, SHOAL_DT_F32, 2, shape, NULL) == NULL); /* no data */
 	/* equality tells apart what differs */
 	shoal_value *other = shoal_v_int(b, 3);
 	CHECK(!shoal_v_equal(a, other));
 	CHECK(shoal_v_map_get(m, "x") == NULL);
-	CHECK_RC(shoal_v_set(a, 9, other), SHOAL_EINVAL);
+	CHECK_RC(shoal_v_set(a, 10, other), SHOAL_EINVAL);
 	shoal_vbuf_free(b);
 }
 
@@ -72,11 +82,15 @@ SH_TEST(hostile_bytes_rejected)
 		size_t n;
 		const char *says;
 	} bad[] = {
-		{"\xa2\xc3\x28", 3, "UTF-8"},	  /* invalid continuation */
-		{"\xa3\xed\xa0\x80", 4, "UTF-8"}, /* a surrogate */
-		{"\xa2\xc0\x80", 3, "UTF-8"},	  /* overlong NUL */
-		{"\xd4\x01\x02", 3, "ext types"}, /* fixext 1 */
+		{"\xa2\xc3\x28", 3, "UTF-8"},	       /* invalid continuation */
+		{"\xa3\xed\xa0\x80", 4, "UTF-8"},      /* a surrogate */
+		{"\xa2\xc0\x80", 3, "UTF-8"},	       /* overlong NUL */
+		{"\xd4\x05\x02", 3, "ext type other"}, /* fixext 1 of type 5 */
+		{"\xd4\x01\x02", 3, "tensor header"},  /* a tensor of 1 byte */
+		{"\xc7\x10\x01\x0a\x01\0\0\0\0\0\0\x02\0\0\0\0\0\0\0\0", 20,
+		 "does not match"}, /* F32 [2] with 0 data bytes */
 		{"\xc1", 1, "not a value"},
+		{"\xc7\x10\x01\x0a\x01\0\0\0\0\0\0\x02\0\0\0\0\0\0\0\0", 20, "does not match"},
 		{"\xdd\xff\xff\xff\xff", 5, "count"},	  /* array claiming 4G items */
 		{"\xdb\x00\x00\x10\x00", 5, "truncated"}, /* str of 4 KiB, none there */
 		{"\xcf\xff\xff\xff\xff\xff\xff\xff\xff", 9, "int64"},

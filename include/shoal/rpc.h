@@ -1,7 +1,8 @@
 /* shoal RPC values: what crosses a call between a host and an extension.
  * nil, bool, int, float, string, bytes, array and map, as in msgpack, which
- * encodes them on the wire; blobs and tensors (by reference to shared
- * memory) join them with the shared payload mode.
+ * encodes them on the wire, and tensors (a msgpack ext of type 1: dtype,
+ * shape, bytes). Tensors by reference to shared memory come with the shared
+ * payload mode.
  *
  * A value tree lives in a shoal_vbuf, an arena that owns every node and
  * every byte of it: build into one, read from one, free it whole. */
@@ -11,6 +12,7 @@
 #include <stdbool.h>
 
 #include <shoal/base.h>
+#include <shoal/store.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,6 +27,7 @@ typedef enum shoal_vtype {
 	SHOAL_V_BYTES,
 	SHOAL_V_ARRAY,
 	SHOAL_V_MAP,
+	SHOAL_V_TENSOR, /* dtype, C-contiguous shape, data */
 } shoal_vtype;
 
 typedef struct shoal_value shoal_value;
@@ -38,6 +41,13 @@ struct shoal_value {
 		const char *s;	    /* STR: UTF-8, NUL-terminated after n bytes */
 		const void *bytes;  /* BYTES */
 		shoal_value *items; /* ARRAY: n items; MAP: key, value, key, value ... */
+		struct {
+			shoal_dtype dtype;
+			int ndim;
+			const int64_t *shape;
+			const void *data; /* C-contiguous, nbytes long */
+			size_t nbytes;
+		} t; /* TENSOR */
 	} v;
 };
 
@@ -57,6 +67,11 @@ SHOAL_API shoal_value *shoal_v_float(shoal_vbuf *b, double v);
 SHOAL_API shoal_value *shoal_v_str(shoal_vbuf *b, const char *s, size_t len);
 SHOAL_API shoal_value *shoal_v_cstr(shoal_vbuf *b, const char *s);
 SHOAL_API shoal_value *shoal_v_bytes(shoal_vbuf *b, const void *p, size_t len);
+/* A tensor over data, which is not copied: it must stay valid until the
+ * value is sent (a call returns). Decoded tensors own their bytes, in the
+ * vbuf, aligned for their dtype. */
+SHOAL_API shoal_value *shoal_v_tensor(shoal_vbuf *b, shoal_dtype dt, int ndim, const int64_t *shape,
+				      const void *data);
 /* An array of n items / a map of n pairs, every slot nil; fill them with
  * shoal_v_set / shoal_v_map_set. */
 SHOAL_API shoal_value *shoal_v_array(shoal_vbuf *b, uint32_t n);

@@ -105,6 +105,39 @@ shoal_value *shoal_v_bytes(shoal_vbuf *b, const void *p, size_t len)
 	return blob(b, SHOAL_V_BYTES, p, len);
 }
 
+shoal_value *shoal_v_tensor(shoal_vbuf *b, shoal_dtype dt, int ndim, const int64_t *shape,
+			    const void *data)
+{
+	size_t bytes = shoal_dtype_size(dt);
+	if (bytes == 0 || ndim < 0 || ndim > SHOAL_TENSOR_MAX_DIMS || (ndim && !shape)) {
+		b->err = SHOAL_EINVAL;
+		return NULL;
+	}
+	for (int i = 0; i < ndim; i++)
+		if (shape[i] < 0 || shoal_mul_size(bytes, (size_t)shape[i], &bytes) != 0) {
+			b->err = SHOAL_EINVAL;
+			return NULL;
+		}
+	if (bytes && !data) {
+		b->err = SHOAL_EINVAL;
+		return NULL;
+	}
+	shoal_value *v = node(b, SHOAL_V_TENSOR);
+	int64_t *sh = v ? sh_bump_alloc(&b->a, (size_t)ndim * 8 + 8) : NULL;
+	if (!sh) {
+		b->err = SHOAL_ENOMEM;
+		return NULL;
+	}
+	if (ndim)
+		memcpy(sh, shape, (size_t)ndim * 8);
+	v->v.t.dtype = dt;
+	v->v.t.ndim = ndim;
+	v->v.t.shape = sh;
+	v->v.t.data = data;
+	v->v.t.nbytes = bytes;
+	return v;
+}
+
 static shoal_value *container(shoal_vbuf *b, shoal_vtype t, uint32_t n, size_t slots)
 {
 	shoal_value *v = node(b, t);
@@ -174,6 +207,14 @@ bool shoal_v_equal(const shoal_value *a, const shoal_value *b)
 	case SHOAL_V_STR:
 	case SHOAL_V_BYTES:
 		return a->n == b->n && memcmp(a->v.s, b->v.s, a->n) == 0;
+	case SHOAL_V_TENSOR:
+		if (a->v.t.dtype != b->v.t.dtype || a->v.t.ndim != b->v.t.ndim ||
+		    a->v.t.nbytes != b->v.t.nbytes)
+			return false;
+		for (int i = 0; i < a->v.t.ndim; i++)
+			if (a->v.t.shape[i] != b->v.t.shape[i])
+				return false;
+		return a->v.t.nbytes == 0 || memcmp(a->v.t.data, b->v.t.data, a->v.t.nbytes) == 0;
 	case SHOAL_V_ARRAY:
 	case SHOAL_V_MAP: {
 		if (a->n != b->n)
@@ -223,6 +264,20 @@ void sh_value_pack(msgpack_packer *pk, const shoal_value *v)
 		for (uint32_t i = 0; i < 2 * v->n; i++)
 			sh_value_pack(pk, &v->v.items[i]);
 		return;
+	case SHOAL_V_TENSOR: {
+		/* ext 1: dtype u8, ndim u8, 6 bytes of padding, shape as int64
+		 * little-endian, then the bytes: 8-aligned within the body */
+		unsigned char head[8 + 8 * SHOAL_TENSOR_MAX_DIMS] = {0};
+		size_t hl = 8 + 8 * (size_t)v->v.t.ndim;
+		head[0] = (unsigned char)v->v.t.dtype;
+		head[1] = (unsigned char)v->v.t.ndim;
+		memcpy(head + 8, v->v.t.shape, 8 * (size_t)v->v.t.ndim);
+		msgpack_pack_ext(pk, hl + v->v.t.nbytes, SH_EXT_TENSOR);
+		msgpack_pack_ext_body(pk, head, hl);
+		if (v->v.t.nbytes)
+			msgpack_pack_ext_body(pk, v->v.t.data, v->v.t.nbytes);
+		return;
+	}
 	}
 }
 
@@ -323,6 +378,41 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 		v->v.s = copy;
 		return 0;
 	}
+	case SH_MP_EXT: {
+		int8_t type;
+		const unsigned char *p;
+		if (sh_mp_ext(m, &type, (const void **)&p, &n))
+			return vfail(d, "truncated ext");
+		if (type != SH_EXT_TENSOR)
+			return vfail(d, "an ext type other than 1 (tensor)");
+		if (n < 8 || p[1] > SHOAL_TENSOR_MAX_DIMS || n < 8 + 8u * p[1])
+			return vfail(d, "tensor header truncated or too many dims");
+		shoal_dtype dt = (shoal_dtype)p[0];
+		int ndim = p[1];
+		int64_t shape[SHOAL_TENSOR_MAX_DIMS];
+		memcpy(shape, p + 8, 8 * (size_t)ndim);
+		size_t bytes = shoal_dtype_size(dt);
+		if (bytes == 0)
+			return vfail(d, "tensor of an unknown dtype");
+		for (int i = 0; i < ndim; i++)
+			if (shape[i] < 0 || shoal_mul_size(bytes, (size_t)shape[i], &bytes) != 0)
+				return vfail(d, "tensor shape negative or too large");
+		if (bytes != n - 8 - 8u * (size_t)ndim)
+			return vfail(d, "tensor data does not match its dtype and shape");
+		void *data = sh_bump_alloc(&d->b->a, bytes ? bytes : 1);
+		int64_t *sh = sh_bump_alloc(&d->b->a, (size_t)ndim * 8 + 8);
+		if (!data || !sh)
+			return SHOAL_ENOMEM;
+		memcpy(data, p + 8 + 8 * (size_t)ndim, bytes);
+		memcpy(sh, shape, 8 * (size_t)ndim);
+		v->type = SHOAL_V_TENSOR;
+		v->v.t.dtype = dt;
+		v->v.t.ndim = ndim;
+		v->v.t.shape = sh;
+		v->v.t.data = data;
+		v->v.t.nbytes = bytes;
+		return 0;
+	}
 	case SH_MP_ARRAY:
 	case SH_MP_MAP: {
 		bool map = sh_mp_kind(m) == SH_MP_MAP;
@@ -342,7 +432,7 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 		return 0;
 	}
 	}
-	return vfail(d, "not a value (ext types and 0xc1 are not part of the protocol)");
+	return vfail(d, "not a value (0xc1)");
 }
 
 int sh_value_decode(sh_mp *m, shoal_vbuf *b, shoal_value **out, char *why, size_t whylen)

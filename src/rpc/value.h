@@ -8,6 +8,7 @@
 #include <shoal/rpc.h>
 
 #define SH_VALUE_MAX_DEPTH 64
+#define SH_EXT_TENSOR 1 /* the msgpack ext type of a tensor in copy mode */
 
 struct shoal_vbuf {
 	sh_bump a;

@@ -204,8 +204,17 @@ int sh_mp_kind(const sh_mp *m)
 	case 0xca:
 	case 0xcb:
 		return SH_MP_FLOAT;
+	case 0xc7:
+	case 0xc8:
+	case 0xc9:
+	case 0xd4:
+	case 0xd5:
+	case 0xd6:
+	case 0xd7:
+	case 0xd8:
+		return SH_MP_EXT;
 	}
-	return SH_MP_NONE; /* 0xc1 and the ext types: not part of our protocol */
+	return SH_MP_NONE; /* 0xc1 */
 }
 
 static int container(sh_mp *m, uint32_t *n, unsigned fix, unsigned b16)
@@ -373,6 +382,27 @@ static int bytes(sh_mp *m, const void **s, uint32_t *len, int kind)
 	return 0;
 }
 
+int sh_mp_ext(sh_mp *m, int8_t *type, const void **b, uint32_t *len)
+{
+	if (sh_mp_kind(m) != SH_MP_EXT)
+		return fail(m);
+	unsigned c = *m->p;
+	uint64_t n;
+	if (c >= 0xd4) { /* fixext 1, 2, 4, 8, 16 */
+		n = 1u << (c - 0xd4);
+		m->p++;
+	} else if (take(m, 1 << (c - 0xc7), &n)) {
+		return m->err;
+	}
+	if (sh_mp_left(m) < 1 || n > sh_mp_left(m) - 1)
+		return fail(m);
+	*type = (int8_t)*m->p++;
+	*b = m->p;
+	*len = (uint32_t)n;
+	m->p += n;
+	return 0;
+}
+
 int sh_mp_str(sh_mp *m, const char **s, uint32_t *len)
 {
 	return bytes(m, (const void **)s, len, SH_MP_STR);
@@ -408,6 +438,10 @@ static int skip(sh_mp *m, int depth)
 		return sh_mp_str(m, (const char **)&b, &n);
 	case SH_MP_BIN:
 		return sh_mp_bin(m, &b, &n);
+	case SH_MP_EXT: {
+		int8_t et;
+		return sh_mp_ext(m, &et, &b, &n);
+	}
 	case SH_MP_ARRAY:
 		if (sh_mp_array(m, &n))
 			return m->err;

@@ -69,6 +69,7 @@ enum {
 	SH_MP_BIN,
 	SH_MP_ARRAY,
 	SH_MP_MAP,
+	SH_MP_EXT, /* only where a decoder says so (RPC tensors) */
 };
 
 #define SH_MP_MAX_DEPTH 32
@@ -103,6 +104,7 @@ int sh_mp_int(sh_mp *m, int64_t *v); /* any integer that fits int64 */
 int sh_mp_float(sh_mp *m, double *v);
 int sh_mp_str(sh_mp *m, const char **s, uint32_t *len);
 int sh_mp_bin(sh_mp *m, const void **b, uint32_t *len);
+int sh_mp_ext(sh_mp *m, int8_t *type, const void **b, uint32_t *len);
 /* Skips one value of any kind, nesting at most SH_MP_MAX_DEPTH. */
 int sh_mp_skip(sh_mp *m);
 /* Consumes a nil and returns true when the next value is nil. */
