@@ -132,6 +132,23 @@ static int open_many(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out
 	return 0;
 }
 
+/* make_tensor(n): f32 [n] with element i = i. */
+static int make_tensor(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	int64_t n = a && a->type == SHOAL_V_INT ? a->v.i : 0;
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	shoal_value *bytes = shoal_v_bytes(vb, NULL, 0);
+	float *f = malloc((size_t)n * sizeof(float) + 1);
+	if (!f || !bytes)
+		return shoal_ext_fail(ctx, SHOAL_ENOMEM, "out of memory");
+	for (int64_t i = 0; i < n; i++)
+		f[i] = (float)i;
+	bytes = shoal_v_bytes(vb, f, (size_t)n * sizeof(float)); /* the vbuf keeps the bytes */
+	free(f);
+	*out = bytes ? shoal_v_tensor(vb, SHOAL_DT_F32, 1, &n, bytes->v.bytes) : NULL;
+	return *out ? 0 : SHOAL_ENOMEM;
+}
+
 /* Tries what a strict sandbox forbids; returns 0 or the errno. */
 static int tcp(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 {
@@ -207,6 +224,7 @@ int shoal_ext_init(shoal_ext_registry *r)
 	rc |= shoal_ext_register(r, "nested", nested);
 	rc |= shoal_ext_register(r, "call_host", call_host);
 	rc |= shoal_ext_register(r, "tcp", tcp);
+	rc |= shoal_ext_register(r, "make_tensor", make_tensor);
 	rc |= shoal_ext_register(r, "ptrace_host", trace_host);
 	return rc;
 }

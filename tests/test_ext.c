@@ -1,3 +1,4 @@
+/* shoal-test: threaded */
 /* Extensions in their own processes (shoal-ext of this build, loading
  * tests/ext_sample.so): calls with values both ways, errors that come back
  * with their code and message, crashes of every kind failing a call at
@@ -392,4 +393,81 @@ SH_TEST(strict_sandbox_denies_network_and_ptrace)
 	CHECK_EQ(r->v.i, EPERM);
 	CHECK_OK(shoal_ext_stop(e));
 	shoal_vbuf_free(vb);
+}
+
+static shoal_store_stat store_stat(shoal_store *s)
+{
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, shoal_store_socket(s)));
+	shoal_store_stat st;
+	CHECK_OK(shoal_store_stat_get(c, &st));
+	CHECK_OK(shoal_disconnect(c));
+	return st;
+}
+
+SH_TEST(shared_payloads_go_by_reference)
+{
+	shoal_store_opts so;
+	shoal_store_opts_init(&so);
+	so.size = 256u << 20;
+	shoal_store *s;
+	CHECK_OK(shoal_store_open_embedded(&s, &so));
+	shoal_ext_config c = config();
+	c.store_socket = shoal_store_socket(s);
+	c.payload = SHOAL_PAYLOAD_SHARED;
+	shoal_ext *e = start(&c);
+	shoal_vbuf *vb, *out;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	CHECK_OK(shoal_vbuf_create(&out));
+	/* 8 MiB: far more than a ring record can carry */
+	int64_t n = 2 << 20;
+	float *f = malloc((size_t)n * 4);
+	CHECK(f != NULL);
+	for (int64_t i = 0; i < n; i++)
+		f[i] = (float)i;
+	shoal_value *t = shoal_v_tensor(vb, SHOAL_DT_F32, 1, &n, f);
+	const shoal_value *r;
+	CHECK_OK(call(e, "echo", t, out, &r));
+	CHECK_EQ(r->type, SHOAL_V_TENSOR);
+	CHECK(r->v.t.obj != 0);
+	CHECK(r->v.t.data != f); /* mapped from the store */
+	CHECK(shoal_v_equal(r, t));
+	CHECK_EQ(t->v.t.obj, 0); /* the caller's value was not changed */
+	shoal_vbuf_reset(out);
+	/* shared once, by reference from then on: no new object per call */
+	CHECK_OK(shoal_v_share(e, vb, t));
+	CHECK(t->v.t.obj != 0);
+	shoal_id id = t->v.t.obj;
+	for (int i = 0; i < 3; i++) {
+		CHECK_OK(call(e, "echo", t, out, &r));
+		CHECK_EQ(r->v.t.obj, id); /* the very object came back */
+		shoal_vbuf_reset(out);
+	}
+	/* only that one is left (the first call's went when the extension
+	 * took the next call) */
+	CHECK_EQ(store_stat(s).objects, 1);
+	/* copy mode still works per call, for what fits */
+	int64_t small = 100;
+	shoal_value *t2 = shoal_v_tensor(vb, SHOAL_DT_F32, 1, &small, f);
+	CHECK_OK(shoal_ext_call_ex(e, "echo", t2, out, &r, shoal_deadline_in(5000 * MS),
+				   SHOAL_CALL_COPY));
+	CHECK_EQ(r->v.t.obj, 0);
+	CHECK(shoal_v_equal(r, t2));
+	shoal_vbuf_reset(out);
+	/* a tensor made by the extension comes back shared */
+	CHECK_OK(call(e, "make_tensor", shoal_v_int(out, 1 << 20), out, &r));
+	CHECK(r->v.t.obj != 0);
+	CHECK(((const float *)r->v.t.data)[12345] == 12345.0f);
+	/* lifetimes are counted: once both sides let go, nothing is left */
+	shoal_vbuf_reset(out);
+	shoal_vbuf_reset(vb);
+	CHECK_OK(call(e, "add", NULL, out, &r) == SHOAL_EINVAL ? 0 : -1); /* it lets go too */
+	shoal_store_stat st = store_stat(s);
+	CHECK_EQ(st.objects, 0);
+	CHECK_EQ(st.used, 0);
+	CHECK_OK(shoal_ext_stop(e));
+	shoal_vbuf_free(vb);
+	shoal_vbuf_free(out);
+	free(f);
+	CHECK_OK(shoal_store_close(s));
 }

@@ -81,6 +81,15 @@ typedef enum shoal_sandbox {
 	SHOAL_SANDBOX_STRICT,
 } shoal_sandbox;
 
+/* How tensors travel: copied through the rings, or shared: put once into
+ * a sealed store object that the other side maps read-only (the first
+ * share of a private buffer copies it into one; a tensor already in the
+ * store goes by reference at once). */
+typedef enum shoal_payload {
+	SHOAL_PAYLOAD_COPY = 0,
+	SHOAL_PAYLOAD_SHARED,
+} shoal_payload;
+
 typedef enum shoal_restart {
 	SHOAL_RESTART_NEVER = 0,
 	SHOAL_RESTART_ON_CRASH, /* start it again at the next call after a crash */
@@ -102,6 +111,8 @@ typedef struct shoal_ext_config {
 	int64_t call_timeout_ns;  /* deadline of a call that gives none; 0: none */
 	int64_t start_timeout_ns; /* 0: 5 s */
 	shoal_restart restart;
+	shoal_payload payload;	  /* the default of its calls */
+	const char *store_socket; /* the store shared payloads go through */
 } shoal_ext_config;
 
 SHOAL_API void shoal_ext_config_init(shoal_ext_config *c);
@@ -120,6 +131,22 @@ SHOAL_API int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg);
  * extension is killed (its state is unknown) and restarted per policy. */
 SHOAL_API int shoal_ext_call(shoal_ext *e, const char *fn, const shoal_value *args, shoal_vbuf *out,
 			     const shoal_value **result, int64_t deadline);
+
+enum {
+	SHOAL_CALL_COPY = 1,   /* this call copies its payloads */
+	SHOAL_CALL_SHARED = 2, /* this call shares them */
+};
+/* shoal_ext_call with the payload mode of this call in flags. */
+SHOAL_API int shoal_ext_call_ex(shoal_ext *e, const char *fn, const shoal_value *args,
+				shoal_vbuf *out, const shoal_value **result, int64_t deadline,
+				unsigned flags);
+
+/* Shares the tensors of v (a value of b) through e's store now: the first
+ * share copies each into a store object that b owns from then on (until b
+ * is reset or freed), and v refers to it, so later calls pass it by
+ * reference. A call in shared mode does this itself for tensors not yet
+ * shared, for that call only. */
+SHOAL_API int shoal_v_share(shoal_ext *e, shoal_vbuf *b, shoal_value *v);
 
 /* The message of the last failure on e ("" after a success). */
 SHOAL_API const char *shoal_ext_last_error(const shoal_ext *e);

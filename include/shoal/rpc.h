@@ -47,7 +47,8 @@ struct shoal_value {
 			const int64_t *shape;
 			const void *data; /* C-contiguous, nbytes long */
 			size_t nbytes;
-		} t; /* TENSOR */
+			shoal_id obj; /* the store object holding data, or 0 */
+		} t;		      /* TENSOR */
 	} v;
 };
 

@@ -36,7 +36,8 @@ extern char **environ;
 
 struct shoal_ext {
 	shoal_ext_config cfg;
-	char *path, *name, *runner, *cwd, *libpath; /* owned copies */
+	char *path, *name, *runner, *cwd, *libpath, *store_path; /* owned copies */
+	shoal_client *store;					 /* shared payloads go through it */
 	char **env;
 	size_t nenv;
 	pid_t pid;
@@ -263,6 +264,8 @@ static int spawn_child(shoal_ext *e)
 								: "none",
 			"--network",
 			e->cfg.allow_network ? "1" : "0",
+			e->store_path ? "--store" : NULL,
+			e->store_path,
 			NULL};
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
@@ -358,6 +361,9 @@ static void ext_free(shoal_ext *e)
 	free_str(e->runner);
 	free_str(e->cwd);
 	free_str(e->libpath);
+	free_str(e->store_path);
+	if (e->store)
+		shoal_disconnect(e->store);
 	if (e->env) {
 		for (size_t i = 0; i < e->nenv; i++)
 			free_str(e->env[i]);
@@ -443,6 +449,7 @@ int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg)
 	e->runner = dup_str(realpath(runner, abs_run) ? abs_run : runner);
 	e->cwd = dup_str(cfg->cwd);
 	e->libpath = dup_str(cfg->library_path);
+	e->store_path = dup_str(cfg->store_socket);
 	e->cfg.env = NULL;
 	int rc = (!e->path || !e->name || !e->runner || (cfg->cwd && !e->cwd) ||
 		  (cfg->library_path && !e->libpath))
@@ -457,6 +464,9 @@ int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg)
 		return rc;
 	}
 	*out = e;
+	if (e->store_path && (rc = shoal_connect(&e->store, e->store_path)) != 0)
+		return fail(e, rc, "%s: no store at %s for shared payloads: %s", e->name,
+			    e->store_path, shoal_strerror(rc));
 	rc = spawn_child(e);
 	if (rc == 0)
 		rc = await_ready(e);
@@ -485,6 +495,9 @@ static int serve_service(shoal_ext *e, const sh_frame *f, size_t len)
 	int status = shoal_vbuf_create(&vin);
 	if (status == 0)
 		status = shoal_vbuf_create(&vout);
+	bool shared = f->flags & SH_FRAME_SHARED;
+	if (status == 0)
+		vin->store = vout->store = e->store;
 	sh_mp m;
 	sh_mp_init(&m, e->in + SH_FRAME_HDR, len - SH_FRAME_HDR);
 	if (status == 0 && (sh_mp_array(&m, &n) || n != 2 || sh_mp_str(&m, &method, &ml) || !ml)) {
@@ -509,6 +522,8 @@ static int serve_service(shoal_ext *e, const sh_frame *f, size_t len)
 		status = fn(self, args, vout, &result, msg, sizeof(msg));
 		if (status > 0)
 			status = SHOAL_EIO;
+		if (status == 0 && shared && result)
+			status = sh_value_share(vout, result, msg, sizeof(msg));
 		if (status && !msg[0])
 			snprintf(msg, sizeof(msg), "%s: %s", mname, shoal_strerror(status));
 	}
@@ -518,10 +533,13 @@ static int serve_service(shoal_ext *e, const sh_frame *f, size_t len)
 	msgpack_pack_array(&pk, 1);
 	shoal_value nil = {.type = SHOAL_V_NIL};
 	if (status == 0)
-		sh_value_pack(&pk, result ? result : &nil);
+		sh_value_pack(&pk, result ? result : &nil, shared);
 	else
 		sh_mp_pack_cstr(&pk, msg);
-	sh_frame r = {.op = SH_EXT_OP_RETURN, .seq = f->seq, .status = status};
+	sh_frame r = {.op = SH_EXT_OP_RETURN,
+		      .seq = f->seq,
+		      .status = status,
+		      .flags = shared ? SH_FRAME_SHARED : 0};
 	int rc = sh_wbuf_frame_end(&e->out, &r);
 	if (rc == 0 && e->out.len > sh_ring_max_payload(&e->req)) {
 		sh_wbuf_frame_begin(&e->out);
@@ -539,14 +557,64 @@ static int serve_service(shoal_ext *e, const sh_frame *f, size_t len)
 	return rc;
 }
 
+int shoal_v_share(shoal_ext *e, shoal_vbuf *b, shoal_value *v)
+{
+	if (!e || !b || !v)
+		return SHOAL_EINVAL;
+	if (!e->store)
+		return fail(e, SHOAL_EINVAL, "%s: sharing needs a store (config store_socket)",
+			    e->name);
+	if (b->store && b->store != e->store)
+		return fail(e, SHOAL_EINVAL, "the vbuf holds objects of another store connection");
+	b->store = e->store;
+	char why[256];
+	int rc = sh_value_share(b, v, why, sizeof(why));
+	return rc ? fail(e, rc, "%s", why) : 0;
+}
+
 int shoal_ext_call(shoal_ext *e, const char *fn, const shoal_value *args, shoal_vbuf *out,
 		   const shoal_value **result, int64_t deadline)
 {
-	if (!e || !fn || !*fn || !out || !result)
+	return shoal_ext_call_ex(e, fn, args, out, result, deadline, 0);
+}
+
+int shoal_ext_call_ex(shoal_ext *e, const char *fn, const shoal_value *args, shoal_vbuf *out,
+		      const shoal_value **result, int64_t deadline, unsigned flags)
+{
+	if (!e || !fn || !*fn || !out || !result ||
+	    (flags & ~(unsigned)(SHOAL_CALL_COPY | SHOAL_CALL_SHARED)) ||
+	    (flags & SHOAL_CALL_COPY && flags & SHOAL_CALL_SHARED))
 		return SHOAL_EINVAL;
 	pthread_mutex_lock(&e->lock);
 	int rc = 0;
 	e->err[0] = 0;
+	bool shared = (flags & SHOAL_CALL_SHARED) ||
+		      (!(flags & SHOAL_CALL_COPY) && e->cfg.payload == SHOAL_PAYLOAD_SHARED);
+	if (out->store && out->store != e->store) {
+		rc = fail(e, SHOAL_EINVAL, "out holds objects of another store connection");
+		goto done;
+	}
+	out->store = e->store;
+	if (shared && !e->store) {
+		rc = fail(e, SHOAL_EINVAL, "%s: shared mode needs a store (config store_socket)",
+			  e->name);
+		goto done;
+	}
+	if (shared && args) {
+		/* Tensors not in the store yet go into one for this call: a copy
+		 * of the tree (not of the data) in out, shared. */
+		shoal_value *c = sh_value_clone(out, args);
+		char why[256];
+		if (!c) {
+			rc = fail(e, SHOAL_ENOMEM, "out of memory");
+			goto done;
+		}
+		if ((rc = sh_value_share(out, c, why, sizeof(why))) != 0) {
+			fail(e, rc, "%s", why);
+			goto done;
+		}
+		args = c;
+	}
 	if (e->dead) {
 		if (e->cfg.restart != SHOAL_RESTART_ON_CRASH || e->starts == 0) {
 			rc = fail(e, SHOAL_ECRASHED, "%s is not running", e->name);
@@ -564,8 +632,8 @@ int shoal_ext_call(shoal_ext *e, const char *fn, const shoal_value *args, shoal_
 	msgpack_pack_array(&pk, 2);
 	sh_mp_pack_cstr(&pk, fn);
 	shoal_value nil = {.type = SHOAL_V_NIL};
-	sh_value_pack(&pk, args ? args : &nil);
-	sh_frame f = {.op = SH_EXT_OP_CALL, .seq = ++e->seq};
+	sh_value_pack(&pk, args ? args : &nil, shared);
+	sh_frame f = {.op = SH_EXT_OP_CALL, .seq = ++e->seq, .flags = shared ? SH_FRAME_SHARED : 0};
 	if ((rc = sh_wbuf_frame_end(&e->out, &f)) != 0) {
 		fail(e, rc, "%s(): arguments: %s", fn, shoal_strerror(rc));
 		goto done;

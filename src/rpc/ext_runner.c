@@ -103,6 +103,7 @@ typedef struct level {
 typedef struct runner {
 	shoal_ext_registry *reg;
 	sh_ring *req, *rep;
+	shoal_client *store; /* for shared payloads, when the host gave one */
 	level lv[MAX_DEPTH + 1];
 	uint32_t seq;
 	bool stop;
@@ -171,6 +172,8 @@ static int handle_call(runner *R, int d, const sh_frame *f, size_t len)
 	int status = 0;
 	shoal_vbuf_reset(&L->in);
 	shoal_vbuf_reset(&L->out);
+	L->in.store = L->out.store = R->store;
+	bool shared = f->flags & SH_FRAME_SHARED;
 	sh_mp m;
 	sh_mp_init(&m, L->copy + SH_FRAME_HDR, len - SH_FRAME_HDR);
 	shoal_value *a;
@@ -199,6 +202,8 @@ static int handle_call(runner *R, int d, const sh_frame *f, size_t len)
 			status = SHOAL_EIO; /* a positive code is not one of ours */
 		if (status == 0 && L->out.err)
 			status = L->out.err;
+		if (status == 0 && shared && result)
+			status = sh_value_share(&L->out, result, ctx.msg, sizeof(ctx.msg));
 		if (status)
 			snprintf(why, sizeof(why), "%s",
 				 ctx.msg[0] ? ctx.msg : shoal_strerror(status));
@@ -211,11 +216,14 @@ static int handle_call(runner *R, int d, const sh_frame *f, size_t len)
 	msgpack_pack_array(&pk, 1);
 	if (status == 0) {
 		shoal_value nil = {.type = SHOAL_V_NIL};
-		sh_value_pack(&pk, result ? result : &nil);
+		sh_value_pack(&pk, result ? result : &nil, shared);
 	} else {
 		sh_mp_pack_cstr(&pk, why);
 	}
-	sh_frame r = {.op = SH_EXT_OP_RETURN, .seq = f->seq, .status = status};
+	sh_frame r = {.op = SH_EXT_OP_RETURN,
+		      .seq = f->seq,
+		      .status = status,
+		      .flags = shared ? SH_FRAME_SHARED : 0};
 	int rc = send_frame(R, &L->w, &r);
 	if (rc == SHOAL_EMSGSIZE) {
 		/* Too big for one record: say so instead. */
@@ -249,7 +257,9 @@ int shoal_ext_call_host(shoal_ext_ctx *ctx, const char *method, const shoal_valu
 	msgpack_pack_array(&pk, 2);
 	sh_mp_pack_cstr(&pk, method);
 	shoal_value nil = {.type = SHOAL_V_NIL};
-	sh_value_pack(&pk, args ? args : &nil);
+	/* Calls to the host copy their payloads: a host service that wants a
+	 * tensor shared can take it from the store itself. */
+	sh_value_pack(&pk, args ? args : &nil, false);
 	sh_frame f = {.op = SH_EXT_OP_CALL, .seq = ++R->seq};
 	int rc = send_frame(R, &L->w, &f);
 	if (rc)
@@ -394,7 +404,7 @@ static void own_network(const char *name)
 
 int sh_ext_runner_main(int argc, char **argv)
 {
-	const char *so = NULL, *name = "extension";
+	const char *so = NULL, *name = "extension", *store = NULL;
 	uint64_t mem = 0, cpu = 0, files = 0;
 	bool basic = false, strict = false, network = false;
 	for (int i = 1; i + 1 < argc; i += 2) {
@@ -413,6 +423,8 @@ int sh_ext_runner_main(int argc, char **argv)
 			strict = !strcmp(v, "strict"), basic = strict || !strcmp(v, "basic");
 		else if (!strcmp(k, "--network"))
 			network = !strcmp(v, "1");
+		else if (!strcmp(k, "--store"))
+			store = v;
 	}
 	/* Die with the host; a basic sandbox also takes a session of its own
 	 * and no new privileges, and keeps no descriptor but ours. */
@@ -481,15 +493,26 @@ int sh_ext_runner_main(int argc, char **argv)
 		      reg.msg[0] ? reg.msg : shoal_strerror(rc < 0 ? rc : SHOAL_EIO));
 		return 1;
 	}
-	ready(0, "%zu functions", reg.n);
-	runner *R = SH_NEW(runner);
-	if (!R)
+	shoal_client *sc = NULL;
+	if (store && (rc = shoal_connect(&sc, store)) != 0) {
+		ready(rc, "%s: no store at %s for shared payloads: %s", name, store,
+		      shoal_strerror(rc));
 		return 1;
+	}
+	runner *R = SH_NEW(runner);
+	if (!R) {
+		ready(SHOAL_ENOMEM, "%s: out of memory", name);
+		return 1;
+	}
+	R->store = sc;
+	ready(0, "%zu functions", reg.n);
 	R->reg = &reg;
 	R->req = &req;
 	R->rep = &rep;
 	rc = serve(R);
 	runner_free(R);
+	if (R->store)
+		shoal_disconnect(R->store);
 	SH_DELETE(R);
 	if (rc)
 		fprintf(stderr, "shoal-ext %s: %s\n", name, shoal_strerror(rc));

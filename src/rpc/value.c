@@ -16,18 +16,145 @@ int shoal_vbuf_create(shoal_vbuf **out)
 	return 0;
 }
 
+/* Lets go of the store objects of b's values. */
+static void drop_shared(shoal_vbuf *b)
+{
+	for (uint32_t i = 0; i < b->nheld; i++)
+		shoal_object_release(b->held[i]);
+	for (uint32_t i = 0; i < b->nmade; i++)
+		shoal_delete_id(b->store, b->made[i]);
+	b->nheld = b->nmade = 0;
+}
+
 void shoal_vbuf_free(shoal_vbuf *b)
 {
 	if (!b)
 		return;
+	drop_shared(b);
+	if (b->held)
+		shoal_free(b->held, b->cap_held * sizeof(*b->held));
+	if (b->made)
+		shoal_free(b->made, b->cap_made * sizeof(*b->made));
 	sh_bump_fini(&b->a);
 	SH_DELETE(b);
 }
 
 void shoal_vbuf_reset(shoal_vbuf *b)
 {
+	drop_shared(b);
 	sh_bump_reset(&b->a);
 	b->err = 0;
+}
+
+static int push_u64(void **arr, uint32_t *n, uint32_t *cap, size_t elem, const void *v)
+{
+	if (*n == *cap) {
+		uint32_t nc = *cap ? *cap * 2 : 8;
+		void *p = shoal_realloc(*arr, *cap * elem, nc * elem);
+		if (!p)
+			return SHOAL_ENOMEM;
+		*arr = p;
+		*cap = nc;
+	}
+	memcpy((char *)*arr + *n * elem, v, elem);
+	(*n)++;
+	return 0;
+}
+
+/* Maps object id and holds it in b: the tensor's bytes. */
+static int map_tensor(shoal_vbuf *b, shoal_id id, const void **data, size_t *bytes, char *why,
+		      size_t whylen)
+{
+	if (!b->store) {
+		snprintf(why, whylen, "a shared tensor, but no store on this side");
+		return SHOAL_EPROTO;
+	}
+	shoal_object *o;
+	int rc = shoal_get(b->store, id, &o);
+	if (rc) {
+		snprintf(why, whylen, "shared tensor %016llx: %s", (unsigned long long)id,
+			 shoal_client_error(b->store));
+		return rc;
+	}
+	shoal_tensor t;
+	if ((rc = shoal_node_tensor(shoal_object_root(o), &t)) != 0 ||
+	    (rc = push_u64((void **)&b->held, &b->nheld, &b->cap_held, sizeof(o), &o)) != 0) {
+		snprintf(why, whylen, "shared object %016llx is not a tensor",
+			 (unsigned long long)id);
+		shoal_object_release(o);
+		return rc;
+	}
+	*data = t.data;
+	*bytes = t.nbytes;
+	return 0;
+}
+
+shoal_value *sh_value_clone(shoal_vbuf *b, const shoal_value *v)
+{
+	shoal_value *c = sh_bump_alloc(&b->a, sizeof(*c));
+	if (!c)
+		return NULL;
+	*c = *v;
+	if (v->type == SHOAL_V_ARRAY || v->type == SHOAL_V_MAP) {
+		size_t k = v->type == SHOAL_V_MAP ? 2 * (size_t)v->n : v->n;
+		c->v.items = k ? sh_bump_alloc(&b->a, k * sizeof(shoal_value)) : NULL;
+		if (k && !c->v.items)
+			return NULL;
+		for (size_t i = 0; i < k; i++) {
+			shoal_value *x = sh_value_clone(b, &v->v.items[i]);
+			if (!x)
+				return NULL;
+			c->v.items[i] = *x;
+		}
+	}
+	return c;
+}
+
+int sh_value_share(shoal_vbuf *b, shoal_value *v, char *why, size_t whylen)
+{
+	if (v->type == SHOAL_V_ARRAY || v->type == SHOAL_V_MAP) {
+		size_t k = v->type == SHOAL_V_MAP ? 2 * (size_t)v->n : v->n;
+		for (size_t i = 0; i < k; i++) {
+			int rc = sh_value_share(b, &v->v.items[i], why, whylen);
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
+	if (v->type != SHOAL_V_TENSOR || v->v.t.obj)
+		return 0;
+	if (!b->store) {
+		snprintf(why, whylen, "shared mode needs a store (config store_socket)");
+		return SHOAL_EINVAL;
+	}
+	/* The first share: one copy into a store object; from then on the
+	 * value is that object, passed by reference. */
+	shoal_builder *bl;
+	void *dst;
+	shoal_id id;
+	int rc = shoal_builder_create(b->store, "tensor", &bl);
+	if (rc == 0 && (rc = shoal_node_set_tensor(shoal_builder_root(bl), v->v.t.dtype,
+						   v->v.t.ndim, v->v.t.shape, &dst)) != 0)
+		shoal_builder_abort(bl);
+	if (rc == 0) {
+		if (v->v.t.nbytes)
+			memcpy(dst, v->v.t.data, v->v.t.nbytes);
+		rc = shoal_builder_seal(bl, NULL, 0, &id);
+	}
+	if (rc) {
+		snprintf(why, whylen, "sharing a %zu-byte tensor: %s", v->v.t.nbytes,
+			 shoal_client_error(b->store));
+		return rc;
+	}
+	if ((rc = push_u64((void **)&b->made, &b->nmade, &b->cap_made, sizeof(id), &id)) != 0) {
+		shoal_delete_id(b->store, id);
+		return rc;
+	}
+	size_t bytes;
+	if ((rc = map_tensor(b, id, &v->v.t.data, &bytes, why, whylen)) != 0)
+		return rc;
+	v->v.t.obj = id;
+	return 0;
 }
 
 static shoal_value *node(shoal_vbuf *b, shoal_vtype t)
@@ -231,7 +358,7 @@ bool shoal_v_equal(const shoal_value *a, const shoal_value *b)
 
 /* ---- wire ---- */
 
-void sh_value_pack(msgpack_packer *pk, const shoal_value *v)
+void sh_value_pack(msgpack_packer *pk, const shoal_value *v, bool shared)
 {
 	switch (v->type) {
 	case SHOAL_V_NIL:
@@ -257,12 +384,12 @@ void sh_value_pack(msgpack_packer *pk, const shoal_value *v)
 	case SHOAL_V_ARRAY:
 		msgpack_pack_array(pk, v->n);
 		for (uint32_t i = 0; i < v->n; i++)
-			sh_value_pack(pk, &v->v.items[i]);
+			sh_value_pack(pk, &v->v.items[i], shared);
 		return;
 	case SHOAL_V_MAP:
 		msgpack_pack_map(pk, v->n);
 		for (uint32_t i = 0; i < 2 * v->n; i++)
-			sh_value_pack(pk, &v->v.items[i]);
+			sh_value_pack(pk, &v->v.items[i], shared);
 		return;
 	case SHOAL_V_TENSOR: {
 		/* ext 1: dtype u8, ndim u8, 6 bytes of padding, shape as int64
@@ -272,6 +399,13 @@ void sh_value_pack(msgpack_packer *pk, const shoal_value *v)
 		head[0] = (unsigned char)v->v.t.dtype;
 		head[1] = (unsigned char)v->v.t.ndim;
 		memcpy(head + 8, v->v.t.shape, 8 * (size_t)v->v.t.ndim);
+		if (shared && v->v.t.obj) {
+			/* by reference: the header, then the object's id */
+			msgpack_pack_ext(pk, hl + 8, SH_EXT_TENSOR_REF);
+			msgpack_pack_ext_body(pk, head, hl);
+			msgpack_pack_ext_body(pk, &v->v.t.obj, 8);
+			return;
+		}
 		msgpack_pack_ext(pk, hl + v->v.t.nbytes, SH_EXT_TENSOR);
 		msgpack_pack_ext_body(pk, head, hl);
 		if (v->v.t.nbytes)
@@ -383,8 +517,8 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 		const unsigned char *p;
 		if (sh_mp_ext(m, &type, (const void **)&p, &n))
 			return vfail(d, "truncated ext");
-		if (type != SH_EXT_TENSOR)
-			return vfail(d, "an ext type other than 1 (tensor)");
+		if (type != SH_EXT_TENSOR && type != SH_EXT_TENSOR_REF)
+			return vfail(d, "an ext type other than 1 or 2 (tensor)");
 		if (n < 8 || p[1] > SHOAL_TENSOR_MAX_DIMS || n < 8 + 8u * p[1])
 			return vfail(d, "tensor header truncated or too many dims");
 		shoal_dtype dt = (shoal_dtype)p[0];
@@ -397,20 +531,38 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 		for (int i = 0; i < ndim; i++)
 			if (shape[i] < 0 || shoal_mul_size(bytes, (size_t)shape[i], &bytes) != 0)
 				return vfail(d, "tensor shape negative or too large");
-		if (bytes != n - 8 - 8u * (size_t)ndim)
-			return vfail(d, "tensor data does not match its dtype and shape");
-		void *data = sh_bump_alloc(&d->b->a, bytes ? bytes : 1);
 		int64_t *sh = sh_bump_alloc(&d->b->a, (size_t)ndim * 8 + 8);
-		if (!data || !sh)
+		if (!sh)
 			return SHOAL_ENOMEM;
-		memcpy(data, p + 8 + 8 * (size_t)ndim, bytes);
 		memcpy(sh, shape, 8 * (size_t)ndim);
+		const void *data;
+		shoal_id obj = 0;
+		if (type == SH_EXT_TENSOR_REF) {
+			size_t mapped;
+			if (n != 16 + 8u * (size_t)ndim)
+				return vfail(d, "shared tensor reference of the wrong size");
+			memcpy(&obj, p + 8 + 8 * (size_t)ndim, 8);
+			int rc = map_tensor(d->b, obj, &data, &mapped, d->why, d->whylen);
+			if (rc)
+				return rc;
+			if (mapped != bytes)
+				return vfail(d, "shared tensor's object does not match its shape");
+		} else {
+			if (bytes != n - 8 - 8u * (size_t)ndim)
+				return vfail(d, "tensor data does not match its dtype and shape");
+			void *copy = sh_bump_alloc(&d->b->a, bytes ? bytes : 1);
+			if (!copy)
+				return SHOAL_ENOMEM;
+			memcpy(copy, p + 8 + 8 * (size_t)ndim, bytes);
+			data = copy;
+		}
 		v->type = SHOAL_V_TENSOR;
 		v->v.t.dtype = dt;
 		v->v.t.ndim = ndim;
 		v->v.t.shape = sh;
 		v->v.t.data = data;
 		v->v.t.nbytes = bytes;
+		v->v.t.obj = obj;
 		return 0;
 	}
 	case SH_MP_ARRAY:

@@ -51,9 +51,10 @@ int sh_frame_decode(const void *buf, size_t len, sh_frame *f, char *why, size_t 
 		snprintf(why, whylen, "frame version %u, expected %u", version, SH_WIRE_VERSION);
 		return SHOAL_EBADMSG;
 	}
-	if (reserved != 0 || (f->flags & ~(uint16_t)SH_FRAME_NOREPLY) != 0) {
+	uint16_t known = SH_FRAME_NOREPLY | SH_FRAME_SHARED;
+	if (reserved != 0 || (f->flags & ~known) != 0) {
 		snprintf(why, whylen, "frame flags 0x%x reserved 0x%x, expected flags within 0x%x",
-			 f->flags, reserved, SH_FRAME_NOREPLY);
+			 f->flags, reserved, known);
 		return SHOAL_EBADMSG;
 	}
 	if (f->status > 0) {

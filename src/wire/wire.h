@@ -17,6 +17,7 @@
 
 enum {
 	SH_FRAME_NOREPLY = 1, /* the sender does not wait for a reply */
+	SH_FRAME_SHARED = 2,  /* payloads by reference to store objects (rpc) */
 };
 
 typedef struct sh_frame {
