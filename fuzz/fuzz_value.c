@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
 		sh_wbuf_init(&w);
 		msgpack_packer pk;
 		sh_wbuf_packer(&w, &pk);
-		sh_value_pack(&pk, v, false);
+		sh_value_pack(&pk, v, NULL);
 		sh_mp m2;
 		sh_mp_init(&m2, w.p, w.len);
 		shoal_value *v2;

@@ -12,7 +12,7 @@ static shoal_value *round_trip(shoal_vbuf *b, const shoal_value *v)
 	sh_wbuf_init(&w);
 	msgpack_packer pk;
 	sh_wbuf_packer(&w, &pk);
-	sh_value_pack(&pk, v, false);
+	sh_value_pack(&pk, v, NULL);
 	CHECK_OK(w.err);
 	sh_mp m;
 	sh_mp_init(&m, w.p, w.len);

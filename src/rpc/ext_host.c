@@ -533,7 +533,7 @@ static int serve_service(shoal_ext *e, const sh_frame *f, size_t len)
 	msgpack_pack_array(&pk, 1);
 	shoal_value nil = {.type = SHOAL_V_NIL};
 	if (status == 0)
-		sh_value_pack(&pk, result ? result : &nil, shared);
+		sh_value_pack(&pk, result ? result : &nil, shared ? e->store : NULL);
 	else
 		sh_mp_pack_cstr(&pk, msg);
 	sh_frame r = {.op = SH_EXT_OP_RETURN,
@@ -632,7 +632,7 @@ int shoal_ext_call_ex(shoal_ext *e, const char *fn, const shoal_value *args, sho
 	msgpack_pack_array(&pk, 2);
 	sh_mp_pack_cstr(&pk, fn);
 	shoal_value nil = {.type = SHOAL_V_NIL};
-	sh_value_pack(&pk, args ? args : &nil, shared);
+	sh_value_pack(&pk, args ? args : &nil, shared ? e->store : NULL);
 	sh_frame f = {.op = SH_EXT_OP_CALL, .seq = ++e->seq, .flags = shared ? SH_FRAME_SHARED : 0};
 	if ((rc = sh_wbuf_frame_end(&e->out, &f)) != 0) {
 		fail(e, rc, "%s(): arguments: %s", fn, shoal_strerror(rc));

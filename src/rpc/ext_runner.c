@@ -216,7 +216,7 @@ static int handle_call(runner *R, int d, const sh_frame *f, size_t len)
 	msgpack_pack_array(&pk, 1);
 	if (status == 0) {
 		shoal_value nil = {.type = SHOAL_V_NIL};
-		sh_value_pack(&pk, result ? result : &nil, shared);
+		sh_value_pack(&pk, result ? result : &nil, shared ? R->store : NULL);
 	} else {
 		sh_mp_pack_cstr(&pk, why);
 	}
@@ -259,7 +259,7 @@ int shoal_ext_call_host(shoal_ext_ctx *ctx, const char *method, const shoal_valu
 	shoal_value nil = {.type = SHOAL_V_NIL};
 	/* Calls to the host copy their payloads: a host service that wants a
 	 * tensor shared can take it from the store itself. */
-	sh_value_pack(&pk, args ? args : &nil, false);
+	sh_value_pack(&pk, args ? args : &nil, NULL);
 	sh_frame f = {.op = SH_EXT_OP_CALL, .seq = ++R->seq};
 	int rc = send_frame(R, &L->w, &f);
 	if (rc)

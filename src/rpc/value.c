@@ -3,6 +3,7 @@
  * Python binding must be able to make a str of every one) and get a NUL
  * after their bytes, so C code can use them as they are. */
 #include "rpc/value.h"
+#include "store/client.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -19,11 +20,13 @@ int shoal_vbuf_create(shoal_vbuf **out)
 /* Lets go of the store objects of b's values. */
 static void drop_shared(shoal_vbuf *b)
 {
+	for (uint32_t i = 0; i < b->nborrowed; i++)
+		sh_client_unborrow(b->store, b->borrowed[i]);
 	for (uint32_t i = 0; i < b->nheld; i++)
 		shoal_object_release(b->held[i]);
 	for (uint32_t i = 0; i < b->nmade; i++)
 		shoal_delete_id(b->store, b->made[i]);
-	b->nheld = b->nmade = 0;
+	b->nheld = b->nmade = b->nborrowed = 0;
 }
 
 void shoal_vbuf_free(shoal_vbuf *b)
@@ -35,6 +38,8 @@ void shoal_vbuf_free(shoal_vbuf *b)
 		shoal_free(b->held, b->cap_held * sizeof(*b->held));
 	if (b->made)
 		shoal_free(b->made, b->cap_made * sizeof(*b->made));
+	if (b->borrowed)
+		shoal_free(b->borrowed, b->cap_borrowed * sizeof(*b->borrowed));
 	sh_bump_fini(&b->a);
 	SH_DELETE(b);
 }
@@ -358,7 +363,7 @@ bool shoal_v_equal(const shoal_value *a, const shoal_value *b)
 
 /* ---- wire ---- */
 
-void sh_value_pack(msgpack_packer *pk, const shoal_value *v, bool shared)
+void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *shared)
 {
 	switch (v->type) {
 	case SHOAL_V_NIL:
@@ -400,10 +405,12 @@ void sh_value_pack(msgpack_packer *pk, const shoal_value *v, bool shared)
 		head[1] = (unsigned char)v->v.t.ndim;
 		memcpy(head + 8, v->v.t.shape, 8 * (size_t)v->v.t.ndim);
 		if (shared && v->v.t.obj) {
-			/* by reference: the header, then the object's id */
-			msgpack_pack_ext(pk, hl + 8, SH_EXT_TENSOR_REF);
+			/* by reference: the header, the object's id, its blob */
+			uint64_t ref[3] = {v->v.t.obj, 0, UINT64_MAX}; /* blob unknown */
+			sh_client_blob_of(shared, v->v.t.obj, &ref[1], &ref[2]);
+			msgpack_pack_ext(pk, hl + sizeof(ref), SH_EXT_TENSOR_REF);
 			msgpack_pack_ext_body(pk, head, hl);
-			msgpack_pack_ext_body(pk, &v->v.t.obj, 8);
+			msgpack_pack_ext_body(pk, ref, sizeof(ref));
 			return;
 		}
 		msgpack_pack_ext(pk, hl + v->v.t.nbytes, SH_EXT_TENSOR);
@@ -539,14 +546,35 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 		shoal_id obj = 0;
 		if (type == SH_EXT_TENSOR_REF) {
 			size_t mapped;
-			if (n != 16 + 8u * (size_t)ndim)
+			uint64_t ref[3];
+			if (n != 8 + 24u + 8u * (size_t)ndim)
 				return vfail(d, "shared tensor reference of the wrong size");
-			memcpy(&obj, p + 8 + 8 * (size_t)ndim, 8);
-			int rc = map_tensor(d->b, obj, &data, &mapped, d->why, d->whylen);
-			if (rc)
-				return rc;
-			if (mapped != bytes)
-				return vfail(d, "shared tensor's object does not match its shape");
+			memcpy(ref, p + 8 + 8 * (size_t)ndim, sizeof(ref));
+			obj = ref[0];
+			shoal_vbuf *vb = d->b;
+			int rc = SHOAL_ENOENT;
+			/* The sender keeps the object alive for the call: if its
+			 * segment is mapped here, point into it and hold no reference
+			 * (the call's vbuf keeps the segment mapped). */
+			if (vb->store && ref[2] != UINT64_MAX &&
+			    (rc = sh_client_borrow(vb->store, ref[1], ref[2], bytes, &data)) == 0 &&
+			    ref[1] && /* segment 0, the arena, is always mapped */
+			    push_u64((void **)&vb->borrowed, &vb->nborrowed, &vb->cap_borrowed, 8,
+				     &ref[1]) != 0) {
+				sh_client_unborrow(vb->store, ref[1]);
+				return SHOAL_ENOMEM;
+			}
+			if (rc == SHOAL_EPROTO)
+				return vfail(d, "shared tensor outside its segment");
+			if (rc) {
+				if ((rc = map_tensor(vb, obj, &data, &mapped, d->why, d->whylen)) !=
+				    0)
+					return rc;
+				if (mapped != bytes)
+					return vfail(
+						d,
+						"shared tensor's object does not match its shape");
+			}
 		} else {
 			if (bytes != n - 8 - 8u * (size_t)ndim)
 				return vfail(d, "tensor data does not match its dtype and shape");

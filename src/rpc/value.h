@@ -19,13 +19,18 @@ struct shoal_vbuf {
 	shoal_client *store;
 	shoal_object **held;
 	shoal_id *made;
-	uint32_t nheld, cap_held, nmade, cap_made;
+	uint64_t *borrowed; /* segments our values point into without a reference */
+	uint32_t nheld, cap_held, nmade, cap_made, nborrowed, cap_borrowed;
 };
 
-#define SH_EXT_TENSOR_REF 2 /* ... and in shared mode: dtype, shape, object id */
+/* ... and in shared mode: dtype, shape, object id, and where its blob lies
+ * (segment, offset: 0, 0 when unknown), so a receiver that has the
+ * segment mapped reads it with no round trip to the store */
+#define SH_EXT_TENSOR_REF 2
 
-/* shared: tensors that live in store objects go by reference. */
-void sh_value_pack(msgpack_packer *pk, const shoal_value *v, bool shared);
+/* shared (not NULL: this side's store client): tensors that live in store
+ * objects go by reference. */
+void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *shared);
 /* Puts every tensor of v that is not in the store yet into a new store
  * object (through b->store), which b then owns, and points the value at
  * the object's read-only mapping. */

@@ -57,6 +57,7 @@ static void client_free(shoal_client *c)
 		SH_DELETE(g);
 	}
 	sh_map_fini(&c->segs);
+	sh_map_fini(&c->objs);
 	if (c->ring_mem)
 		sh_shm_unmap(c->ring_mem, c->ring_bytes);
 	if (c->arena)
@@ -270,17 +271,40 @@ int sh_client_recv_fds(shoal_client *c, const uint64_t *ids, int *fds, size_t n)
 
 /* ---- reading objects ---- */
 
+static void unmap_seg(shoal_client *c, sh_cseg *g, sh_wbuf *dropped)
+{
+	sh_map_del(&c->segs, g->id);
+	sh_shm_unmap(g->addr, g->size);
+	if (dropped)
+		sh_wbuf_append(dropped, &g->id, 8); /* the store may send it again */
+	SH_DELETE(g);
+}
+
 static void put_segs(shoal_client *c, const uint64_t *ids, uint32_t n, sh_wbuf *dropped)
 {
 	for (uint32_t i = 0; i < n; i++) {
 		sh_cseg *g = sh_map_get(&c->segs, ids[i]);
 		if (!g || --g->users)
 			continue;
-		sh_map_del(&c->segs, g->id);
-		sh_shm_unmap(g->addr, g->size);
-		if (dropped)
-			sh_wbuf_append(dropped, &g->id, 8);
-		SH_DELETE(g);
+		if (g->size > SH_CLIENT_IDLE_MAX_BYTES) {
+			unmap_seg(c, g, dropped);
+			continue;
+		}
+		/* Kept mapped, idle; the oldest idle one goes when there are
+		 * too many (one that is in use again is skipped). */
+		bool listed = false;
+		for (uint32_t k = 0; k < c->nidle && !listed; k++)
+			listed = c->idle[k] == g->id;
+		if (listed)
+			continue;
+		if (c->nidle == SH_CLIENT_IDLE_SEGS) {
+			sh_cseg *old = sh_map_get(&c->segs, c->idle[0]);
+			memmove(c->idle, c->idle + 1, (SH_CLIENT_IDLE_SEGS - 1) * 8);
+			c->nidle--;
+			if (old && old->users == 0)
+				unmap_seg(c, old, dropped);
+		}
+		c->idle[c->nidle++] = g->id;
 	}
 }
 
@@ -336,13 +360,18 @@ static int resolve(shoal_object *o, shoal_node *n)
 	return 0;
 }
 
+/* Releases object id (0: none) and tells the store which segments we
+ * unmapped. */
 static void send_release(shoal_client *c, shoal_id id, const sh_wbuf *dropped)
 {
+	if (!id && !dropped->len)
+		return;
 	msgpack_packer pk;
 	sh_client_begin(c, &pk);
 	msgpack_pack_array(&pk, 2);
-	msgpack_pack_array(&pk, 1);
-	msgpack_pack_uint64(&pk, id);
+	msgpack_pack_array(&pk, id ? 1 : 0);
+	if (id)
+		msgpack_pack_uint64(&pk, id);
 	size_t n = dropped->len / 8;
 	msgpack_pack_array(&pk, n);
 	for (size_t i = 0; i < n; i++) {
@@ -359,6 +388,14 @@ static int get(shoal_client *c, const char *name, shoal_id id, shoal_object **ou
 {
 	if (!c || !out || (!name && !id))
 		return SHOAL_EINVAL;
+	/* An object this connection holds already: the same handle, one more
+	 * reference, no round trip (the store's count stays one for us). */
+	shoal_object *have = id ? sh_map_get(&c->objs, id) : NULL;
+	if (have) {
+		have->refs++;
+		*out = have;
+		return 0;
+	}
 	msgpack_packer pk;
 	sh_client_begin(c, &pk);
 	msgpack_pack_array(&pk, 1);
@@ -442,6 +479,18 @@ static int get(shoal_client *c, const char *name, shoal_id id, shoal_object **ou
 		return rc == SHOAL_EBADMSG ? SHOAL_EPROTO : rc;
 	}
 	o->bytes = sh_node_bytes(o->root);
+	shoal_object *dup = sh_map_get(&c->objs, o->id);
+	if (dup) {
+		/* got by name while we held it by id: keep one handle */
+		shoal_object_release(o);
+		dup->refs++;
+		*out = dup;
+		return 0;
+	}
+	if (sh_map_put(&c->objs, o->id, o) != 0) {
+		shoal_object_release(o);
+		return SHOAL_ENOMEM;
+	}
 	*out = o;
 	return 0;
 }
@@ -465,6 +514,8 @@ int shoal_object_release(shoal_object *o)
 	if (--o->refs)
 		return 0;
 	shoal_client *c = o->c;
+	if (sh_map_get(&c->objs, o->id) == o)
+		sh_map_del(&c->objs, o->id);
 	sh_wbuf dropped;
 	sh_wbuf_init(&dropped);
 	put_segs(c, o->segs, o->nsegs, &dropped);
@@ -815,4 +866,43 @@ int shoal_list(shoal_client *c, const char *prefix, int (*fn)(const shoal_entry 
 		if (!more)
 			return 0;
 	}
+}
+
+/* ---- borrowing: for RPC payloads that a caller keeps alive ---- */
+
+int sh_client_blob_of(shoal_client *c, shoal_id id, uint64_t *seg, uint64_t *off)
+{
+	shoal_object *o = sh_map_get(&c->objs, id);
+	if (!o || o->root->nblobs != 1)
+		return SHOAL_ENOENT;
+	*seg = o->root->blobs[0].seg;
+	*off = o->root->blobs[0].off;
+	return 0;
+}
+
+int sh_client_borrow(shoal_client *c, uint64_t seg, uint64_t off, uint64_t size, const void **p)
+{
+	if (seg == 0) { /* the arena: mapped for as long as we are connected */
+		if (off > c->arena_size || size > c->arena_size - off)
+			return SHOAL_EPROTO;
+		*p = c->arena + off;
+		return 0;
+	}
+	sh_cseg *g = sh_map_get(&c->segs, seg);
+	if (!g)
+		return SHOAL_ENOENT;
+	if (off > g->size || size > g->size - off)
+		return SHOAL_EPROTO;
+	g->users++;
+	*p = (const char *)g->addr + off;
+	return 0;
+}
+
+void sh_client_unborrow(shoal_client *c, uint64_t seg)
+{
+	sh_wbuf dropped;
+	sh_wbuf_init(&dropped);
+	put_segs(c, &seg, 1, &dropped);
+	send_release(c, 0, &dropped);
+	sh_wbuf_fini(&dropped);
 }

@@ -7,11 +7,18 @@
 #include "store/node.h"
 #include "store/proto.h"
 
+/* How many unused segments a client keeps mapped, and up to what size
+ * each: a kept mapping pins the segment's pages after a delete, until it
+ * is evicted, so both are small. */
+#define SH_CLIENT_IDLE_SEGS 8
+#define SH_CLIENT_IDLE_MAX_BYTES (64u << 20)
+
 typedef struct sh_cseg {
 	uint64_t id;
 	void *addr;
 	size_t size;
-	uint32_t users; /* objects of ours that have blobs in it */
+	uint32_t users;	     /* objects of ours that have blobs in it */
+	uint64_t idle_since; /* when users went to 0 (kept mapped: see client.c) */
 } sh_cseg;
 
 struct shoal_client {
@@ -27,6 +34,13 @@ struct shoal_client {
 	unsigned char *in; /* the last reply, copied out of the ring */
 	size_t in_cap, in_len;
 	sh_map segs; /* segment id -> sh_cseg, mapped read-only */
+	sh_map objs; /* object id -> the shoal_object we hold of it */
+	/* Segments no object of ours uses any more, still mapped: the next get
+	 * of them needs no descriptor and no mmap (a get of an object another
+	 * process keeps handing us, as an extension's arguments are). */
+	uint64_t idle[SH_CLIENT_IDLE_SEGS];
+	uint32_t nidle;
+	uint64_t idle_tick;
 	bool broken; /* the store is gone or spoke garbage */
 	char err[512];
 };
@@ -44,6 +58,13 @@ int sh_client_recv_fds(shoal_client *c, const uint64_t *ids, int *fds, size_t n)
 int sh_builder_region(shoal_builder *b, size_t bytes, uint32_t *idx, int *fd, void **addr);
 /* ... and a blob of n at [off, off + size) of region idx. */
 int sh_builder_blob_at(shoal_node *n, uint32_t idx, uint64_t off, uint64_t size);
+
+/* RPC payloads: where the one blob of object id (which we hold) lies; and
+ * a pointer into a segment we have mapped, for a payload whose object the
+ * other side keeps alive for the call (no round trip), until unborrow. */
+int sh_client_blob_of(shoal_client *c, shoal_id id, uint64_t *seg, uint64_t *off);
+int sh_client_borrow(shoal_client *c, uint64_t seg, uint64_t off, uint64_t size, const void **p);
+void sh_client_unborrow(shoal_client *c, uint64_t seg);
 
 SHOAL_PRINTF(3, 4)
 int sh_client_fail(shoal_client *c, int code, const char *fmt, ...);

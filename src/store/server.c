@@ -1009,6 +1009,7 @@ static int conn_setup(st_conn *c)
 	/* We sleep on our eventfd (blocking only this fiber) and wake the
 	 * client, a thread, on the futex. */
 	c->req.wait_efd = c->rep.wait_efd = c->efd;
+	c->req.spin_ns = 100000;
 	uint64_t info[5] = {SH_STORE_VERSION, one, s->arena_size, c->id, s->instance};
 	int fds[3] = {rfd, c->efd, s->arena_ro_fd};
 	while ((rc = sh_fd_send(c->sock, info, sizeof(info), fds, 3)) == SHOAL_EAGAIN)
