@@ -280,6 +280,19 @@ static void unmap_seg(shoal_client *c, sh_cseg *g, sh_wbuf *dropped)
 	SH_DELETE(g);
 }
 
+/* Evicts the oldest idle segment (one in use again just leaves the list). */
+static void evict_idle(shoal_client *c, sh_wbuf *dropped)
+{
+	sh_cseg *old = sh_map_get(&c->segs, c->idle[0]);
+	memmove(c->idle, c->idle + 1, (c->nidle - 1) * sizeof(c->idle[0]));
+	c->nidle--;
+	if (old) {
+		c->idle_bytes -= old->size;
+		if (old->users == 0)
+			unmap_seg(c, old, dropped);
+	}
+}
+
 static void put_segs(shoal_client *c, const uint64_t *ids, uint32_t n, sh_wbuf *dropped)
 {
 	for (uint32_t i = 0; i < n; i++) {
@@ -290,21 +303,17 @@ static void put_segs(shoal_client *c, const uint64_t *ids, uint32_t n, sh_wbuf *
 			unmap_seg(c, g, dropped);
 			continue;
 		}
-		/* Kept mapped, idle; the oldest idle one goes when there are
-		 * too many (one that is in use again is skipped). */
+		/* Kept mapped, idle, within the bounds: the oldest go first. */
 		bool listed = false;
 		for (uint32_t k = 0; k < c->nidle && !listed; k++)
 			listed = c->idle[k] == g->id;
 		if (listed)
 			continue;
-		if (c->nidle == SH_CLIENT_IDLE_SEGS) {
-			sh_cseg *old = sh_map_get(&c->segs, c->idle[0]);
-			memmove(c->idle, c->idle + 1, (SH_CLIENT_IDLE_SEGS - 1) * 8);
-			c->nidle--;
-			if (old && old->users == 0)
-				unmap_seg(c, old, dropped);
-		}
+		while (c->nidle && (c->nidle == SH_CLIENT_IDLE_SEGS ||
+				    c->idle_bytes + g->size > SH_CLIENT_IDLE_MAX_BYTES))
+			evict_idle(c, dropped);
 		c->idle[c->nidle++] = g->id;
+		c->idle_bytes += g->size;
 	}
 }
 

@@ -7,18 +7,17 @@
 #include "store/node.h"
 #include "store/proto.h"
 
-/* How many unused segments a client keeps mapped, and up to what size
- * each: a kept mapping pins the segment's pages after a delete, until it
- * is evicted, so both are small. */
+/* How many unused segments a client keeps mapped, and how many bytes of
+ * them: a kept mapping pins the segment's pages after a delete, until it
+ * is evicted, so both are bounded. */
 #define SH_CLIENT_IDLE_SEGS 8
-#define SH_CLIENT_IDLE_MAX_BYTES (64u << 20)
+#define SH_CLIENT_IDLE_MAX_BYTES (1ull << 30)
 
 typedef struct sh_cseg {
 	uint64_t id;
 	void *addr;
 	size_t size;
-	uint32_t users;	     /* objects of ours that have blobs in it */
-	uint64_t idle_since; /* when users went to 0 (kept mapped: see client.c) */
+	uint32_t users; /* objects of ours that have blobs in it */
 } sh_cseg;
 
 struct shoal_client {
@@ -40,7 +39,7 @@ struct shoal_client {
 	 * process keeps handing us, as an extension's arguments are). */
 	uint64_t idle[SH_CLIENT_IDLE_SEGS];
 	uint32_t nidle;
-	uint64_t idle_tick;
+	uint64_t idle_bytes;
 	bool broken; /* the store is gone or spoke garbage */
 	char err[512];
 };
