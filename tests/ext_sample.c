@@ -149,6 +149,15 @@ static int make_tensor(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **o
 	return *out ? 0 : SHOAL_ENOMEM;
 }
 
+/* Returns a string that is not UTF-8: what a broken or hostile extension
+ * might send; the host must refuse it and go on. */
+static int bad_utf8(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	*out = shoal_v_str(shoal_ext_vbuf(ctx), "\xff\xfe", 2);
+	return 0;
+}
+
 /* Tries what a strict sandbox forbids; returns 0 or the errno. */
 static int tcp(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 {
@@ -225,6 +234,7 @@ int shoal_ext_init(shoal_ext_registry *r)
 	rc |= shoal_ext_register(r, "call_host", call_host);
 	rc |= shoal_ext_register(r, "tcp", tcp);
 	rc |= shoal_ext_register(r, "make_tensor", make_tensor);
+	rc |= shoal_ext_register(r, "bad_utf8", bad_utf8);
 	rc |= shoal_ext_register(r, "ptrace_host", trace_host);
 	return rc;
 }

@@ -101,6 +101,16 @@ SH_TEST(calls_and_values)
 	CHECK_OK(call(e, "add", args, out, &r));
 	CHECK_EQ(shoal_ext_starts(e), 1);
 	CHECK_OK(shoal_ext_stop(e));
+	/* a malformed reply is refused; the extension, out of step, is killed
+	 * and comes back per its policy; the host goes on */
+	c.restart = SHOAL_RESTART_ON_CRASH;
+	e = start(&c);
+	CHECK_RC(call(e, "bad_utf8", NULL, out, &r), SHOAL_EPROTO);
+	CHECK_MSG(e, "not UTF-8");
+	CHECK_OK(call(e, "add", args, out, &r));
+	CHECK_EQ(r->v.i, 42);
+	CHECK_EQ(shoal_ext_starts(e), 2);
+	CHECK_OK(shoal_ext_stop(e));
 	shoal_vbuf_free(vb);
 	shoal_vbuf_free(out);
 }
