@@ -97,6 +97,23 @@ SH_TEST(calls_and_values)
 	CHECK_MSG(e, "expected [int, int]");
 	CHECK_RC(call(e, "nosuch", NULL, out, &r), SHOAL_ENOENT);
 	CHECK_MSG(e, "no function nosuch");
+	/* copy mode carries what is larger than a ring record, in pieces */
+	size_t big = 50u << 20;
+	unsigned char *mem = malloc(big);
+	CHECK(mem != NULL);
+	for (size_t i = 0; i < big; i++)
+		mem[i] = (unsigned char)(i * 7);
+	shoal_vbuf_reset(out);
+	shoal_value *bv = shoal_v_bytes(vb, mem, big);
+	if (call(e, "echo", bv, out, &r) != 0)
+		sh_test_fail(__FILE__, __LINE__, "echo 50 MiB: %s", shoal_ext_last_error(e));
+	CHECK(shoal_v_equal(r, bv));
+	int64_t shape[2] = {1024, 2048};
+	shoal_value *tv = shoal_v_tensor(vb, SHOAL_DT_F32, 2, shape, mem);
+	shoal_vbuf_reset(out);
+	CHECK_OK(call(e, "echo", tv, out, &r));
+	CHECK(shoal_v_equal(r, tv));
+	free(mem);
 	/* and it still works */
 	CHECK_OK(call(e, "add", args, out, &r));
 	CHECK_EQ(shoal_ext_starts(e), 1);

@@ -12,6 +12,7 @@ struct sh_bump_chunk {
 };
 
 #define BUMP_CHUNK (16u << 10)
+#define BUMP_KEEP (1u << 20) /* the largest chunk a reset keeps */
 
 void *sh_bump_alloc(sh_bump *b, size_t size)
 {
@@ -60,6 +61,10 @@ void sh_bump_reset(sh_bump *b)
 {
 	if (!b->head)
 		return;
+	if (b->head->size > BUMP_KEEP) {
+		sh_bump_fini(b); /* a big one-off (a payload): not kept */
+		return;
+	}
 	sh_bump_chunk *keep = b->head;
 	b->head = keep->next;
 	sh_bump_fini(b);

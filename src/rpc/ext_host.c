@@ -6,6 +6,7 @@
  * status in the message. */
 #include "ring/ring.h"
 #include "rpc/ext_proto.h"
+#include "rpc/msg.h"
 #include "shm/shm.h"
 
 #include <shoal/ext.h>
@@ -541,15 +542,15 @@ static int serve_service(shoal_ext *e, const sh_frame *f, size_t len)
 		      .status = status,
 		      .flags = shared ? SH_FRAME_SHARED : 0};
 	int rc = sh_wbuf_frame_end(&e->out, &r);
-	if (rc == 0 && e->out.len > sh_ring_max_payload(&e->req)) {
+	if (rc == 0 && e->out.len > SH_RPC_MSG_MAX) {
 		sh_wbuf_frame_begin(&e->out);
 		msgpack_pack_array(&pk, 1);
-		sh_mp_pack_cstr(&pk, "the service's result does not fit one record");
+		sh_mp_pack_cstr(&pk, "the service's result is larger than a message can be");
 		r.status = SHOAL_EMSGSIZE;
 		rc = sh_wbuf_frame_end(&e->out, &r);
 	}
 	if (rc == 0)
-		rc = sh_ring_write(&e->req, e->out.p, e->out.len, SHOAL_FOREVER);
+		rc = sh_msg_write(&e->req, e->out.p, e->out.len, SHOAL_FOREVER);
 	shoal_vbuf_free(vin);
 	shoal_vbuf_free(vout);
 	if (rc)
@@ -638,17 +639,16 @@ int shoal_ext_call_ex(shoal_ext *e, const char *fn, const shoal_value *args, sho
 		fail(e, rc, "%s(): arguments: %s", fn, shoal_strerror(rc));
 		goto done;
 	}
-	if (e->out.len > sh_ring_max_payload(&e->req)) {
+	if (e->out.len > SH_RPC_MSG_MAX) {
 		rc = fail(e, SHOAL_EMSGSIZE, "%s(): %zu bytes of arguments, at most %zu fit a call",
-			  fn, e->out.len, sh_ring_max_payload(&e->req));
+			  fn, e->out.len, SH_RPC_MSG_MAX);
 		goto done;
 	}
-	rc = sh_ring_write(&e->req, e->out.p, e->out.len, deadline);
-	const void *rec = NULL;
+	rc = sh_msg_write(&e->req, e->out.p, e->out.len, deadline);
 	size_t len = 0;
 again:
 	if (rc == 0)
-		rc = sh_ring_peek(&e->rep, &rec, &len, deadline);
+		rc = sh_msg_read(&e->rep, &e->in, &e->in_cap, &len, deadline);
 	if (rc == SHOAL_ECONNRESET || rc == SHOAL_ECLOSED) {
 		rc = crashed(e, fn);
 		goto done;
@@ -660,21 +660,12 @@ again:
 			  e->name, fn);
 		goto done;
 	}
-	if (rc)
+	if (rc) {
+		child_reap(e, true, NULL); /* out of step now */
+		fail(e, rc, "%s: reading the reply to %s(): %s; killed", e->name, fn,
+		     shoal_strerror(rc));
 		goto done;
-	if (len > e->in_cap) {
-		unsigned char *p = shoal_realloc(e->in, e->in_cap, len);
-		if (!p) {
-			sh_ring_release(&e->rep);
-			child_reap(e, true, NULL); /* out of step now */
-			rc = fail(e, SHOAL_ENOMEM, "no memory for a %zu-byte reply", len);
-			goto done;
-		}
-		e->in = p;
-		e->in_cap = len;
 	}
-	memcpy(e->in, rec, len);
-	sh_ring_release(&e->rep);
 	sh_frame r;
 	char why[256] = "";
 	sh_mp m;
@@ -713,6 +704,9 @@ again:
 	}
 	*result = v;
 done:
+	sh_msg_trim(&e->in, &e->in_cap);
+	if (e->out.cap > SH_RPC_BUF_KEEP)
+		sh_wbuf_fini(&e->out);
 	pthread_mutex_unlock(&e->lock);
 	return rc;
 }
@@ -730,7 +724,7 @@ int shoal_ext_stop(shoal_ext *e)
 		sh_wbuf_packer(&e->out, &pk);
 		msgpack_pack_array(&pk, 0);
 		if (sh_wbuf_frame_end(&e->out, &f) == 0)
-			sh_ring_write(&e->req, e->out.p, e->out.len, shoal_deadline_in(200000000));
+			sh_msg_write(&e->req, e->out.p, e->out.len, shoal_deadline_in(200000000));
 		for (int step = 0; step < 3; step++) {
 			struct pollfd p = {.fd = e->pidfd, .events = POLLIN};
 			if (poll(&p, 1, 200) == 1)

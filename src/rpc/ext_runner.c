@@ -5,6 +5,7 @@
  * any peer: frames and values are validated the same way. */
 #include "ring/ring.h"
 #include "rpc/ext_proto.h"
+#include "rpc/msg.h"
 #include "shm/shm.h"
 
 #include <shoal/ext.h>
@@ -133,29 +134,19 @@ int shoal_ext_fail(shoal_ext_ctx *ctx, int code, const char *fmt, ...)
 /* Reads the next frame from the host into level L. */
 static int next_frame(runner *R, level *L, sh_frame *f, size_t *len, char *why, size_t wl)
 {
-	const void *rec;
-	int rc = sh_ring_peek(R->req, &rec, len, SHOAL_FOREVER);
-	if (rc)
-		return rc;
-	/* A private copy: the host may still write the ring. */
-	if (*len > L->copy_cap) {
-		unsigned char *p = shoal_realloc(L->copy, L->copy_cap, *len);
-		if (!p)
-			return SHOAL_ENOMEM;
-		L->copy = p;
-		L->copy_cap = *len;
-	}
-	memcpy(L->copy, rec, *len);
-	sh_ring_release(R->req);
-	return sh_frame_decode(L->copy, *len, f, why, wl);
+	int rc = sh_msg_read(R->req, &L->copy, &L->copy_cap, len, SHOAL_FOREVER);
+	return rc ? rc : sh_frame_decode(L->copy, *len, f, why, wl);
 }
 
 static int send_frame(runner *R, sh_wbuf *w, sh_frame *f)
 {
 	int rc = sh_wbuf_frame_end(w, f);
-	if (rc == 0 && w->len > sh_ring_max_payload(R->rep))
+	if (rc == 0 && w->len > SH_RPC_MSG_MAX)
 		return SHOAL_EMSGSIZE;
-	return rc ? rc : sh_ring_write(R->rep, w->p, w->len, SHOAL_FOREVER);
+	rc = rc ? rc : sh_msg_write(R->rep, w->p, w->len, SHOAL_FOREVER);
+	if (w->cap > SH_RPC_BUF_KEEP)
+		sh_wbuf_fini(w);
+	return rc;
 }
 
 /* Runs the call whose frame is in level d and sends its return. Nonzero
@@ -232,11 +223,12 @@ static int handle_call(runner *R, int d, const sh_frame *f, size_t len)
 		msgpack_pack_array(&pk, 1);
 		char m2[160];
 		snprintf(m2, sizeof(m2), "result of %zu bytes exceeds the %zu a reply can carry",
-			 big, sh_ring_max_payload(R->rep));
+			 big, SH_RPC_MSG_MAX);
 		sh_mp_pack_cstr(&pk, m2);
 		r.status = SHOAL_EMSGSIZE;
 		rc = send_frame(R, &L->w, &r);
 	}
+	sh_msg_trim(&L->copy, &L->copy_cap);
 	return rc;
 }
 
