@@ -377,6 +377,94 @@ static void bench_start_and_idle(const sh_bench_opts *o, sh_bench_report *r,
 	}
 }
 
+/* tensor_2gb: one tensor handed to n extensions; what each one's Uss grows
+ * by once it has read every page. Copy mode cannot carry it (a message is
+ * at most 1 GiB): its rows say so. */
+static void bench_tensor_memory(const sh_bench_opts *o, sh_bench_report *r,
+				const shoal_ext_config *c)
+{
+	uint64_t bytes = o->quick ? (256ull << 20) : (2ull << 30);
+	static const int ns[] = {5, 50};
+	for (int shared = 0; shared < 2; shared++) {
+		for (size_t k = 0; k < 2; k++) {
+			int n = ns[k];
+			sh_bench_result *x = sh_bench_add(r, SUITE, "tensor_2gb", "shoal", 0);
+			sh_bench_param_num(x, "extensions", n);
+			sh_bench_param_str(x, "mode", shared ? "shared" : "standard");
+			sh_bench_param_num(x, "tensor_bytes", (double)bytes);
+			if (!shared) {
+				sh_bench_skip(x, "copy mode carries at most 1 GiB a message");
+				continue;
+			}
+			if (!c->store_socket) {
+				sh_bench_skip(x, "no store");
+				continue;
+			}
+			shoal_ext *e[50];
+			shoal_vbuf *vb;
+			shoal_vbuf_create(&vb);
+			int started = 0, rc = 0;
+			for (; started < n && rc == 0; started++)
+				if ((rc = shoal_ext_start(&e[started], c)) != 0)
+					sh_bench_fail(x, "start: %s",
+						      shoal_ext_last_error(e[started]));
+			/* The tensor: private, shared once, the private copy freed. */
+			int64_t shape[1] = {(int64_t)(bytes / 4)};
+			float *f = rc == 0 ? malloc(bytes) : NULL;
+			shoal_value *t = NULL;
+			if (rc == 0 && f) {
+				memset(f, 1, bytes);
+				t = shoal_v_tensor(vb, SHOAL_DT_F32, 1, shape, f);
+				rc = shoal_v_share(e[0], vb, t);
+				if (rc)
+					sh_bench_fail(x, "share: %s", shoal_ext_last_error(e[0]));
+			} else if (rc == 0) {
+				rc = SHOAL_ENOMEM;
+				sh_bench_fail(x, "out of memory for the tensor");
+			}
+			free(f);
+			/* Uss before, every extension reads the tensor, Uss after all
+			 * have: then the tensor's pages are shared among them and what
+			 * is left is what each one costs beyond them. */
+			long u0[50], u1, p;
+			shoal_vbuf *outs[50] = {0};
+			double extra = 0;
+			for (int i = 0; i < n && rc == 0; i++)
+				if (proc_mem(shoal_ext_pid(e[i]), &u0[i], &p) != 0)
+					rc = -1;
+			for (int i = 0; i < n && rc == 0; i++) {
+				const shoal_value *res;
+				/* each extension has its own store connection here, and a
+				 * vbuf holds objects of one connection */
+				shoal_vbuf_create(&outs[i]);
+				if ((rc = shoal_ext_call_ex(e[i], "touch", t, outs[i], &res, 0,
+							    SHOAL_CALL_SHARED)) != 0)
+					sh_bench_fail(x, "extension %d: %s", i,
+						      shoal_ext_last_error(e[i]));
+			}
+			for (int i = 0; i < n && rc == 0; i++) {
+				if (proc_mem(shoal_ext_pid(e[i]), &u1, &p) != 0) {
+					rc = -1;
+					break;
+				}
+				extra += (double)(u1 - u0[i]);
+			}
+			for (int i = 0; i < n; i++)
+				shoal_vbuf_free(outs[i]);
+			if (rc == 0) {
+				sh_bench_metric_set(x, "extra_uss_kib_per_extension", extra / n);
+				sh_bench_metric_set(x, "extra_uss_pct",
+						    extra / n * 1024 / (double)bytes * 100);
+				double v = extra / n;
+				sh_bench_show_samples(x, &v, 1, "KiB");
+			}
+			shoal_vbuf_free(vb);
+			for (int i = 0; i < started; i++)
+				shoal_ext_stop(e[i]);
+		}
+	}
+}
+
 int sh_bench_rpc(const sh_bench_opts *o, sh_bench_report *r)
 {
 	char runner[PATH_MAX], ext[PATH_MAX];
@@ -416,6 +504,7 @@ int sh_bench_rpc(const sh_bench_opts *o, sh_bench_report *r)
 	bench_ext = NULL;
 	if (e)
 		shoal_ext_stop(e);
+	bench_tensor_memory(o, r, &c);
 	c.store_socket = NULL; /* idle extensions need none */
 	bench_start_and_idle(o, r, &c);
 	if (store)
