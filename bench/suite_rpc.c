@@ -207,7 +207,9 @@ static void bench_one(const sh_bench_opts *o, sh_bench_report *r, shoal_ext *e, 
 		return;
 	}
 	if (huge)
-		n = o->quick ? 10 : 100; /* each run maps and checks a huge object */
+		n = o->quick ? 3 : 10; /* a copy of hundreds of MiB a run */
+	else if (!shared && p->bytes >= (1u << 20) && (p->kind == 2 || p->kind == 7))
+		n = o->quick ? 10 : 100; /* tens of MiB a run */
 	shoal_vbuf_reset(in);
 	shoal_value *v = make_payload(in, p);
 	if (!v) {

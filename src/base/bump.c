@@ -12,7 +12,7 @@ struct sh_bump_chunk {
 };
 
 #define BUMP_CHUNK (16u << 10)
-#define BUMP_KEEP (1u << 20) /* the largest chunk a reset keeps */
+#define BUMP_KEEP (64u << 20) /* the largest chunk a reset keeps */
 
 void *sh_bump_alloc(sh_bump *b, size_t size)
 {

@@ -10,7 +10,7 @@
 /* The largest message, whatever the frame header claims. */
 #define SH_RPC_MSG_MAX ((size_t)1 << 30)
 /* Buffers that grew past this are freed after use, not kept. */
-#define SH_RPC_BUF_KEEP ((size_t)16 << 20)
+#define SH_RPC_BUF_KEEP ((size_t)64 << 20)
 
 int sh_msg_write(sh_ring *r, const void *p, size_t len, int64_t deadline);
 /* The next whole message into *buf (grown as needed, *cap its size). */
