@@ -510,3 +510,54 @@ SH_TEST(shared_payloads_go_by_reference)
 	free(f);
 	CHECK_OK(shoal_store_close(s));
 }
+
+struct fiber_call {
+	shoal_ext *e;
+	int rc;
+	int64_t ms;
+};
+
+static void *fiber_crash(void *arg)
+{
+	struct fiber_call *fc = arg;
+	shoal_vbuf *vb;
+	if (shoal_vbuf_create(&vb) != 0)
+		return NULL;
+	const shoal_value *r;
+	int64_t t0 = shoal_now_ns();
+	fc->rc = shoal_ext_call(fc->e, "crash", NULL, vb, &r, SHOAL_FOREVER);
+	fc->ms = (shoal_now_ns() - t0) / MS;
+	shoal_vbuf_free(vb);
+	return fc;
+}
+
+static void *fiber_ticks(void *arg)
+{
+	int *ticks = arg;
+	for (int i = 0; i < 5; i++) {
+		shoal_sleep_until(shoal_deadline_in(MS));
+		(*ticks)++;
+	}
+	return NULL;
+}
+
+/* From a fiber, a call blocks only its fiber, and a crash still ends it. */
+SH_TEST(calls_from_fibers)
+{
+	shoal_sched *s = sh_test_sched_new();
+	shoal_ext_config c = config();
+	shoal_ext *e = start(&c);
+	struct fiber_call fc = {.e = e};
+	int ticks = 0;
+	shoal_fiber *a, *b;
+	CHECK_OK(shoal_spawn(&a, fiber_crash, &fc, NULL));
+	CHECK_OK(shoal_spawn(&b, fiber_ticks, &ticks, NULL));
+	CHECK_OK(shoal_join(a, NULL));
+	CHECK_OK(shoal_join(b, NULL));
+	CHECK_RC(fc.rc, SHOAL_ECRASHED);
+	CHECK_MSG(e, "SIGSEGV");
+	CHECK(fc.ms < 2000);
+	CHECK_EQ(ticks, 5);
+	CHECK_OK(shoal_ext_stop(e));
+	CHECK_OK(shoal_sched_destroy(s));
+}

@@ -15,6 +15,7 @@
 #define REC_DATA 1u
 #define REC_PAD 2u
 #define DEFAULT_SPIN_NS 10000
+#define PEER_SLICE_NS 10000000 /* how often a fiber asleep looks at its peer */
 
 struct sh_ring_shared {
 	_Alignas(64) _Atomic uint64_t tail;	  /* producer's line */
@@ -178,12 +179,25 @@ static int wait_for(sh_ring *r, uint64_t need, int64_t deadline)
 		}
 		r->sleeps++;
 		if (r->wait_efd >= 0 && fiber) {
-			int rc = shoal_fd_wait(r->wait_efd, SHOAL_FD_IN, deadline, NULL);
+			/* A fiber waits on one descriptor at a time: with a peer to
+			 * watch it sleeps in slices and looks at the peer between. */
+			int64_t until = deadline;
+			if (r->peer_fd >= 0) {
+				int64_t slice = shoal_deadline_in(PEER_SLICE_NS);
+				if (until == SHOAL_FOREVER || slice < until)
+					until = slice;
+			}
+			int rc = shoal_fd_wait(r->wait_efd, SHOAL_FD_IN, until, NULL);
 			if (rc == 0)
 				sh_eventfd_drain(r->wait_efd);
 			else if (rc != SHOAL_ETIMEDOUT) {
 				atomic_store_explicit(flag, 0, memory_order_relaxed);
 				return rc; /* cancelled */
+			}
+			struct pollfd pp = {.fd = r->peer_fd, .events = POLLIN};
+			if (r->peer_fd >= 0 && poll(&pp, 1, 0) == 1) {
+				atomic_store_explicit(flag, 0, memory_order_relaxed);
+				return ready(r, need) ? 0 : SHOAL_ECONNRESET;
 			}
 		} else if (r->wait_efd >= 0) {
 			/* A thread: poll the doorbell and the peer's liveness

@@ -38,9 +38,9 @@ typedef struct sh_ring {
 	int wait_efd; /* -1: sleep on the futex; else sleep on this eventfd
 		       * (a fiber blocks in the poller, a thread polls) */
 	int wake_efd; /* -1: wake the peer with the futex; else write this */
-	int peer_fd;  /* a thread sleeping on wait_efd also polls this; when it
-		       * is readable (a pidfd: the peer exited) the wait fails
-		       * with SHOAL_ECONNRESET. -1: none */
+	int peer_fd;  /* a thread sleeping on wait_efd also polls this (a fiber:
+		       * every 10 ms); when it is readable (a pidfd: the peer
+		       * exited) the wait fails with SHOAL_ECONNRESET. -1: none */
 	/* counters for benchmarks and tests */
 	uint64_t sleeps, wakes;
 } sh_ring;
