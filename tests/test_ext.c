@@ -561,3 +561,47 @@ SH_TEST(calls_from_fibers)
 	CHECK_OK(shoal_ext_stop(e));
 	CHECK_OK(shoal_sched_destroy(s));
 }
+
+SH_TEST(calls_in_flight)
+{
+	shoal_ext_config c = config();
+	c.restart = SHOAL_RESTART_ON_CRASH;
+	shoal_ext *e = start(&c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	enum { N = 64 };
+	shoal_future *f[N];
+	for (int i = 0; i < N; i++) {
+		shoal_value *a = shoal_v_array(vb, 2);
+		shoal_v_set(a, 0, shoal_v_int(vb, i));
+		shoal_v_set(a, 1, shoal_v_int(vb, 1000));
+		CHECK_OK(shoal_ext_call_async(e, "add", a, 0, 0, &f[i]));
+	}
+	/* waited for in any order: each gets its own result */
+	const shoal_value *r;
+	for (int i = N - 1; i >= 0; i -= 2) {
+		CHECK_OK(shoal_future_wait(f[i], vb, &r, shoal_deadline_in(5000 * MS)));
+		CHECK_EQ(r->v.i, 1000 + i);
+	}
+	for (int i = 0; i < N; i += 2) {
+		CHECK_OK(shoal_future_wait(f[i], vb, &r, shoal_deadline_in(5000 * MS)));
+		CHECK_EQ(r->v.i, 1000 + i);
+	}
+	/* a crash fails every call in flight behind it */
+	shoal_future *a, *b, *d;
+	CHECK_OK(shoal_ext_call_async(e, "sleep", shoal_v_int(vb, 50), 0, 0, &a));
+	CHECK_OK(shoal_ext_call_async(e, "crash", NULL, 0, 0, &b));
+	CHECK_OK(shoal_ext_call_async(e, "add", NULL, 0, 0, &d));
+	CHECK_RC(shoal_future_wait(d, vb, &r, shoal_deadline_in(5000 * MS)), SHOAL_ECRASHED);
+	CHECK_MSG(e, "SIGSEGV in crash()"); /* the call it was running */
+	CHECK_OK(shoal_future_wait(a, vb, &r, shoal_deadline_in(5000 * MS)));
+	CHECK_RC(shoal_future_wait(b, vb, &r, shoal_deadline_in(5000 * MS)), SHOAL_ECRASHED);
+	/* and the next call restarts it */
+	shoal_value *two = shoal_v_array(vb, 2);
+	shoal_v_set(two, 0, shoal_v_int(vb, 2));
+	shoal_v_set(two, 1, shoal_v_int(vb, 3));
+	CHECK_OK(call(e, "add", two, vb, &r));
+	CHECK_EQ(r->v.i, 5);
+	CHECK_OK(shoal_ext_stop(e));
+	shoal_vbuf_free(vb);
+}

@@ -141,6 +141,18 @@ SHOAL_API int shoal_ext_call_ex(shoal_ext *e, const char *fn, const shoal_value 
 				shoal_vbuf *out, const shoal_value **result, int64_t deadline,
 				unsigned flags);
 
+/* Calls in flight: shoal_ext_call_async sends the call and returns; many
+ * may be in flight on one extension, which runs them in order. Each future
+ * must be waited for exactly once (that frees it); its result is decoded
+ * into out. deadline (absolute, or 0: the call's own) bounds the wait; a
+ * child that dies fails every call in flight with SHOAL_ECRASHED. From a
+ * fiber, only the fiber waits. */
+typedef struct shoal_future shoal_future;
+SHOAL_API int shoal_ext_call_async(shoal_ext *e, const char *fn, const shoal_value *args,
+				   int64_t deadline, unsigned flags, shoal_future **out);
+SHOAL_API int shoal_future_wait(shoal_future *f, shoal_vbuf *out, const shoal_value **result,
+				int64_t deadline);
+
 /* Shares the tensors of v (a value of b) through e's store now: the first
  * share copies each into a store object that b owns from then on (until b
  * is reset or freed), and v refers to it, so later calls pass it by

@@ -47,8 +47,8 @@ struct shoal_ext {
 	size_t ring_bytes;
 	sh_ring req, rep;
 	uint32_t seq, starts;
-	bool dead;	     /* the child is gone (or must go): restart before a call */
-	const char *last_fn; /* for crash messages */
+	bool dead;		      /* the child is gone (or must go): restart before a call */
+	struct shoal_future *pending; /* calls in flight, oldest first */
 	sh_wbuf out;
 	unsigned char *in;
 	size_t in_cap;
@@ -573,6 +573,287 @@ int shoal_v_share(shoal_ext *e, shoal_vbuf *b, shoal_value *v)
 	return rc ? fail(e, rc, "%s", why) : 0;
 }
 
+/* ---- calls: sent now, their replies read when someone waits ---- */
+
+struct shoal_future {
+	shoal_ext *e;
+	shoal_future *next; /* e's calls in flight, oldest first */
+	uint32_t seq, gen;  /* gen: the start of the child it went to */
+	int64_t deadline;
+	shoal_vbuf *hold;     /* shared arguments put into the store for this call */
+	unsigned char *reply; /* read while waiting for another call */
+	size_t reply_len;
+	int failed; /* the child went with this call in flight: the code */
+	char fn[64];
+};
+
+static void future_free(shoal_future *f)
+{
+	if (f->reply)
+		shoal_free(f->reply, f->reply_len);
+	shoal_vbuf_free(f->hold);
+	SH_DELETE(f);
+}
+
+static void unlink_future(shoal_ext *e, shoal_future *f)
+{
+	for (shoal_future **p = &e->pending; *p; p = &(*p)->next)
+		if (*p == f) {
+			*p = f->next;
+			return;
+		}
+}
+
+/* The child is gone (or killed): every call in flight fails with code. */
+static void fail_pending(shoal_ext *e, int code)
+{
+	for (shoal_future *f = e->pending; f; f = f->next)
+		if (!f->failed && !f->reply)
+			f->failed = code;
+}
+
+static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int64_t deadline,
+		     unsigned flags, shoal_future **out)
+{
+	if (!e || !fn || !*fn || !out ||
+	    (flags & ~(unsigned)(SHOAL_CALL_COPY | SHOAL_CALL_SHARED)) ||
+	    (flags & SHOAL_CALL_COPY && flags & SHOAL_CALL_SHARED))
+		return SHOAL_EINVAL;
+	int rc = 0;
+	e->err[0] = 0;
+	bool shared = (flags & SHOAL_CALL_SHARED) ||
+		      (!(flags & SHOAL_CALL_COPY) && e->cfg.payload == SHOAL_PAYLOAD_SHARED);
+	if (shared && !e->store)
+		return fail(e, SHOAL_EINVAL, "%s: shared mode needs a store (config store_socket)",
+			    e->name);
+	shoal_future *f = SH_NEW(shoal_future);
+	if (!f || shoal_vbuf_create(&f->hold) != 0) {
+		if (f)
+			SH_DELETE(f);
+		return fail(e, SHOAL_ENOMEM, "out of memory");
+	}
+	f->e = e;
+	f->hold->store = e->store;
+	snprintf(f->fn, sizeof(f->fn), "%s", fn);
+	if (shared && args) {
+		/* Tensors not in the store yet go into one for this call: a copy
+		 * of the tree (not of the data), shared, held by the call. */
+		shoal_value *c = sh_value_clone(f->hold, args);
+		char why[256];
+		if (!c) {
+			rc = fail(e, SHOAL_ENOMEM, "out of memory");
+			goto fail;
+		}
+		if ((rc = sh_value_share(f->hold, c, why, sizeof(why))) != 0) {
+			fail(e, rc, "%s", why);
+			goto fail;
+		}
+		args = c;
+	}
+	if (e->dead) {
+		if (e->cfg.restart != SHOAL_RESTART_ON_CRASH || e->starts == 0) {
+			rc = fail(e, SHOAL_ECRASHED, "%s is not running", e->name);
+			goto fail;
+		}
+		if ((rc = spawn_child(e)) != 0 || (rc = await_ready(e)) != 0)
+			goto fail;
+	}
+	if (deadline == 0)
+		deadline = e->cfg.call_timeout_ns ? shoal_deadline_in(e->cfg.call_timeout_ns)
+						  : SHOAL_FOREVER;
+	f->deadline = deadline;
+	sh_wbuf_frame_begin(&e->out);
+	msgpack_packer pk;
+	sh_wbuf_packer(&e->out, &pk);
+	msgpack_pack_array(&pk, 2);
+	sh_mp_pack_cstr(&pk, fn);
+	shoal_value nil = {.type = SHOAL_V_NIL};
+	sh_value_pack(&pk, args ? args : &nil, shared ? e->store : NULL);
+	sh_frame fr = {
+		.op = SH_EXT_OP_CALL, .seq = ++e->seq, .flags = shared ? SH_FRAME_SHARED : 0};
+	if ((rc = sh_wbuf_frame_end(&e->out, &fr)) != 0) {
+		fail(e, rc, "%s(): arguments: %s", fn, shoal_strerror(rc));
+		goto fail;
+	}
+	if (e->out.len > SH_RPC_MSG_MAX) {
+		rc = fail(e, SHOAL_EMSGSIZE, "%s(): %zu bytes of arguments, at most %zu fit a call",
+			  fn, e->out.len, SH_RPC_MSG_MAX);
+		goto fail;
+	}
+	rc = sh_msg_write(&e->req, e->out.p, e->out.len, deadline);
+	if (e->out.cap > SH_RPC_BUF_KEEP)
+		sh_wbuf_fini(&e->out);
+	if (rc) {
+		/* a ring full past the deadline, or a dead child: out of step */
+		fail_pending(e, SHOAL_ECRASHED);
+		int crc = rc == SHOAL_ETIMEDOUT ? SHOAL_ETIMEDOUT : SHOAL_ECRASHED;
+		if (rc == SHOAL_ETIMEDOUT) {
+			child_reap(e, true, NULL);
+			fail(e, crc, "%s: %s() could not be sent before its deadline; killed",
+			     e->name, fn);
+		} else {
+			crashed(e, fn);
+		}
+		rc = crc;
+		goto fail;
+	}
+	f->seq = fr.seq;
+	f->gen = e->starts;
+	shoal_future **tail = &e->pending;
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = f;
+	*out = f;
+	return 0;
+fail:
+	future_free(f);
+	return rc;
+}
+
+/* Decodes a RETURN frame (len bytes at buf) of call f into out. */
+static int take_reply(shoal_ext *e, shoal_future *f, const unsigned char *buf, size_t len,
+		      shoal_vbuf *out, const shoal_value **result)
+{
+	sh_frame r;
+	char why[256] = "";
+	sh_mp m;
+	uint32_t n;
+	sh_frame_decode(buf, len, &r, why, sizeof(why)); /* checked when it was read */
+	sh_mp_init(&m, buf + SH_FRAME_HDR, r.body_len);
+	if (r.status != 0) {
+		const char *msg = "";
+		uint32_t ml = 0;
+		if (sh_mp_array(&m, &n) || n != 1 || sh_mp_str(&m, &msg, &ml))
+			msg = "(no message)", ml = 12;
+		return fail(e, r.status, "%.*s", (int)ml, msg);
+	}
+	shoal_value *v;
+	int rc = 0;
+	if (sh_mp_array(&m, &n) || n != 1 ||
+	    (rc = sh_value_decode(&m, out, &v, why, sizeof(why))) != 0 || sh_mp_done(&m) != 0) {
+		rc = rc == SHOAL_ENOMEM ? rc : SHOAL_EPROTO;
+		if (rc == SHOAL_EPROTO) {
+			fail_pending(e, SHOAL_ECRASHED);
+			child_reap(e, true, NULL);
+		}
+		return fail(e, rc, "%s: result of %s(): %s", e->name, f->fn,
+			    why[0] ? why : "malformed");
+	}
+	*result = v;
+	return 0;
+}
+
+static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **result, int64_t deadline)
+{
+	shoal_ext *e = f->e;
+	int rc = 0;
+	e->err[0] = 0;
+	if (out->store && out->store != e->store)
+		return fail(e, SHOAL_EINVAL, "out holds objects of another store connection");
+	out->store = e->store;
+	if (deadline == 0)
+		deadline = f->deadline;
+	for (;;) {
+		if (f->reply)
+			return take_reply(e, f, f->reply, f->reply_len, out, result);
+		if (f->failed || f->gen != e->starts || e->dead) {
+			rc = f->failed ? f->failed : SHOAL_ECRASHED;
+			if (!e->err[0] || f->failed)
+				fail(e, rc, "%s: %s() was in flight when the extension %s", e->name,
+				     f->fn, rc == SHOAL_ETIMEDOUT ? "was killed" : "went");
+			return rc;
+		}
+		size_t len = 0;
+		rc = sh_msg_read(&e->rep, &e->in, &e->in_cap, &len, deadline);
+		if (rc == SHOAL_ECONNRESET || rc == SHOAL_ECLOSED) {
+			/* It ran the oldest call without a reply when it went. */
+			const char *running = f->fn;
+			for (shoal_future *p = e->pending; p; p = p->next)
+				if (!p->reply && !p->failed) {
+					running = p->fn;
+					break;
+				}
+			char fn[64];
+			snprintf(fn, sizeof(fn), "%s", running);
+			fail_pending(e, SHOAL_ECRASHED);
+			f->failed = 0;
+			return crashed(e, fn);
+		}
+		if (rc == SHOAL_ETIMEDOUT) {
+			/* Its state is unknown now: it goes, and comes back per policy. */
+			fail_pending(e, SHOAL_ECRASHED);
+			child_reap(e, true, NULL);
+			return fail(e, SHOAL_ETIMEDOUT,
+				    "%s: %s() did not return before its deadline; killed", e->name,
+				    f->fn);
+		}
+		if (rc) {
+			fail_pending(e, SHOAL_ECRASHED);
+			child_reap(e, true, NULL); /* out of step now */
+			return fail(e, rc, "%s: reading the reply to %s(): %s; killed", e->name,
+				    f->fn, shoal_strerror(rc));
+		}
+		sh_frame r;
+		char why[256] = "";
+		if (sh_frame_decode(e->in, len, &r, why, sizeof(why)) == 0 &&
+		    r.op == SH_EXT_OP_CALL) {
+			/* The extension calls one of our services while we wait. */
+			if ((rc = serve_service(e, &r, len)) != 0) {
+				fail_pending(e, SHOAL_ECRASHED);
+				child_reap(e, true, NULL); /* out of step with us now */
+				return rc;
+			}
+			continue;
+		}
+		shoal_future *to = NULL;
+		for (shoal_future *p = e->pending; p && !why[0]; p = p->next)
+			if (p->seq == r.seq && p->gen == e->starts)
+				to = p;
+		if (why[0] || r.op != SH_EXT_OP_RETURN || !to) {
+			fail_pending(e, SHOAL_ECRASHED);
+			child_reap(e, true, NULL);
+			return fail(e, SHOAL_EPROTO, "%s: malformed reply to %s(): %s; killed",
+				    e->name, f->fn, why[0] ? why : "wrong op or sequence");
+		}
+		if (to == f)
+			return take_reply(e, f, e->in, len, out, result);
+		/* Another call's reply: kept for its wait. */
+		if (!(to->reply = shoal_alloc(len))) {
+			fail_pending(e, SHOAL_ECRASHED);
+			child_reap(e, true, NULL);
+			return fail(e, SHOAL_ENOMEM, "no memory to keep a %zu-byte reply", len);
+		}
+		memcpy(to->reply, e->in, len);
+		to->reply_len = len;
+	}
+}
+
+int shoal_ext_call_async(shoal_ext *e, const char *fn, const shoal_value *args, int64_t deadline,
+			 unsigned flags, shoal_future **out)
+{
+	if (!e)
+		return SHOAL_EINVAL;
+	pthread_mutex_lock(&e->lock);
+	int rc = send_call(e, fn, args, deadline, flags, out);
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
+
+int shoal_future_wait(shoal_future *f, shoal_vbuf *out, const shoal_value **result,
+		      int64_t deadline)
+{
+	if (!f || !out || !result)
+		return SHOAL_EINVAL;
+	shoal_ext *e = f->e;
+	pthread_mutex_lock(&e->lock);
+	int rc = wait_call(f, out, result, deadline);
+	unlink_future(e, f);
+	future_free(f);
+	sh_msg_trim(&e->in, &e->in_cap);
+	pthread_mutex_unlock(&e->lock);
+	return rc;
+}
+
 int shoal_ext_call(shoal_ext *e, const char *fn, const shoal_value *args, shoal_vbuf *out,
 		   const shoal_value **result, int64_t deadline)
 {
@@ -582,131 +863,17 @@ int shoal_ext_call(shoal_ext *e, const char *fn, const shoal_value *args, shoal_
 int shoal_ext_call_ex(shoal_ext *e, const char *fn, const shoal_value *args, shoal_vbuf *out,
 		      const shoal_value **result, int64_t deadline, unsigned flags)
 {
-	if (!e || !fn || !*fn || !out || !result ||
-	    (flags & ~(unsigned)(SHOAL_CALL_COPY | SHOAL_CALL_SHARED)) ||
-	    (flags & SHOAL_CALL_COPY && flags & SHOAL_CALL_SHARED))
+	if (!e || !out || !result)
 		return SHOAL_EINVAL;
 	pthread_mutex_lock(&e->lock);
-	int rc = 0;
-	e->err[0] = 0;
-	bool shared = (flags & SHOAL_CALL_SHARED) ||
-		      (!(flags & SHOAL_CALL_COPY) && e->cfg.payload == SHOAL_PAYLOAD_SHARED);
-	if (out->store && out->store != e->store) {
-		rc = fail(e, SHOAL_EINVAL, "out holds objects of another store connection");
-		goto done;
+	shoal_future *f;
+	int rc = send_call(e, fn, args, deadline, flags, &f);
+	if (rc == 0) {
+		rc = wait_call(f, out, result, 0);
+		unlink_future(e, f);
+		future_free(f);
 	}
-	out->store = e->store;
-	if (shared && !e->store) {
-		rc = fail(e, SHOAL_EINVAL, "%s: shared mode needs a store (config store_socket)",
-			  e->name);
-		goto done;
-	}
-	if (shared && args) {
-		/* Tensors not in the store yet go into one for this call: a copy
-		 * of the tree (not of the data) in out, shared. */
-		shoal_value *c = sh_value_clone(out, args);
-		char why[256];
-		if (!c) {
-			rc = fail(e, SHOAL_ENOMEM, "out of memory");
-			goto done;
-		}
-		if ((rc = sh_value_share(out, c, why, sizeof(why))) != 0) {
-			fail(e, rc, "%s", why);
-			goto done;
-		}
-		args = c;
-	}
-	if (e->dead) {
-		if (e->cfg.restart != SHOAL_RESTART_ON_CRASH || e->starts == 0) {
-			rc = fail(e, SHOAL_ECRASHED, "%s is not running", e->name);
-			goto done;
-		}
-		if ((rc = spawn_child(e)) != 0 || (rc = await_ready(e)) != 0)
-			goto done;
-	}
-	if (deadline == 0)
-		deadline = e->cfg.call_timeout_ns ? shoal_deadline_in(e->cfg.call_timeout_ns)
-						  : SHOAL_FOREVER;
-	sh_wbuf_frame_begin(&e->out);
-	msgpack_packer pk;
-	sh_wbuf_packer(&e->out, &pk);
-	msgpack_pack_array(&pk, 2);
-	sh_mp_pack_cstr(&pk, fn);
-	shoal_value nil = {.type = SHOAL_V_NIL};
-	sh_value_pack(&pk, args ? args : &nil, shared ? e->store : NULL);
-	sh_frame f = {.op = SH_EXT_OP_CALL, .seq = ++e->seq, .flags = shared ? SH_FRAME_SHARED : 0};
-	if ((rc = sh_wbuf_frame_end(&e->out, &f)) != 0) {
-		fail(e, rc, "%s(): arguments: %s", fn, shoal_strerror(rc));
-		goto done;
-	}
-	if (e->out.len > SH_RPC_MSG_MAX) {
-		rc = fail(e, SHOAL_EMSGSIZE, "%s(): %zu bytes of arguments, at most %zu fit a call",
-			  fn, e->out.len, SH_RPC_MSG_MAX);
-		goto done;
-	}
-	rc = sh_msg_write(&e->req, e->out.p, e->out.len, deadline);
-	size_t len = 0;
-again:
-	if (rc == 0)
-		rc = sh_msg_read(&e->rep, &e->in, &e->in_cap, &len, deadline);
-	if (rc == SHOAL_ECONNRESET || rc == SHOAL_ECLOSED) {
-		rc = crashed(e, fn);
-		goto done;
-	}
-	if (rc == SHOAL_ETIMEDOUT) {
-		/* Its state is unknown now: it goes, and comes back per policy. */
-		child_reap(e, true, NULL);
-		rc = fail(e, SHOAL_ETIMEDOUT, "%s: %s() did not return before its deadline; killed",
-			  e->name, fn);
-		goto done;
-	}
-	if (rc) {
-		child_reap(e, true, NULL); /* out of step now */
-		fail(e, rc, "%s: reading the reply to %s(): %s; killed", e->name, fn,
-		     shoal_strerror(rc));
-		goto done;
-	}
-	sh_frame r;
-	char why[256] = "";
-	sh_mp m;
-	uint32_t n;
-	if (sh_frame_decode(e->in, len, &r, why, sizeof(why)) == 0 && r.op == SH_EXT_OP_CALL) {
-		/* The extension calls one of our services while we wait. */
-		if ((rc = serve_service(e, &r, len)) != 0) {
-			child_reap(e, true, NULL); /* out of step with us now */
-			goto done;
-		}
-		goto again;
-	}
-	if (why[0] || r.op != SH_EXT_OP_RETURN || r.seq != f.seq) {
-		child_reap(e, true, NULL);
-		rc = fail(e, SHOAL_EPROTO, "%s: malformed reply to %s(): %s; killed", e->name, fn,
-			  why[0] ? why : "wrong op or sequence");
-		goto done;
-	}
-	sh_mp_init(&m, e->in + SH_FRAME_HDR, r.body_len);
-	if (r.status != 0) {
-		const char *msg = "";
-		uint32_t ml = 0;
-		if (sh_mp_array(&m, &n) || n != 1 || sh_mp_str(&m, &msg, &ml))
-			msg = "(no message)", ml = 12;
-		rc = fail(e, r.status, "%.*s", (int)ml, msg);
-		goto done;
-	}
-	shoal_value *v;
-	if (sh_mp_array(&m, &n) || n != 1 ||
-	    (rc = sh_value_decode(&m, out, &v, why, sizeof(why))) != 0 || sh_mp_done(&m) != 0) {
-		rc = rc == SHOAL_ENOMEM ? rc : SHOAL_EPROTO;
-		if (rc == SHOAL_EPROTO)
-			child_reap(e, true, NULL);
-		fail(e, rc, "%s: result of %s(): %s", e->name, fn, why[0] ? why : "malformed");
-		goto done;
-	}
-	*result = v;
-done:
 	sh_msg_trim(&e->in, &e->in_cap);
-	if (e->out.cap > SH_RPC_BUF_KEEP)
-		sh_wbuf_fini(&e->out);
 	pthread_mutex_unlock(&e->lock);
 	return rc;
 }
@@ -733,6 +900,12 @@ int shoal_ext_stop(shoal_ext *e)
 		}
 	}
 	child_reap(e, false, NULL);
+	/* Futures not waited for are the caller's leak to fix: drop them. */
+	while (e->pending) {
+		shoal_future *f = e->pending;
+		e->pending = f->next;
+		future_free(f);
+	}
 	pthread_mutex_unlock(&e->lock);
 	ext_free(e);
 	return 0;
