@@ -587,11 +587,19 @@ struct shoal_future {
 	char fn[64];
 };
 
-static void future_free(shoal_future *f)
+/* What a call record owns (not the record). */
+static void future_fini(shoal_future *f)
 {
 	if (f->reply)
 		shoal_free(f->reply, f->reply_len);
 	shoal_vbuf_free(f->hold);
+	f->reply = NULL;
+	f->hold = NULL;
+}
+
+static void future_free(shoal_future *f)
+{
+	future_fini(f);
 	SH_DELETE(f);
 }
 
@@ -612,11 +620,11 @@ static void fail_pending(shoal_ext *e, int code)
 			f->failed = code;
 }
 
+/* Sends a call; f (zeroed by the caller) becomes its record in flight. */
 static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int64_t deadline,
-		     unsigned flags, shoal_future **out)
+		     unsigned flags, shoal_future *f)
 {
-	if (!e || !fn || !*fn || !out ||
-	    (flags & ~(unsigned)(SHOAL_CALL_COPY | SHOAL_CALL_SHARED)) ||
+	if (!e || !fn || !*fn || (flags & ~(unsigned)(SHOAL_CALL_COPY | SHOAL_CALL_SHARED)) ||
 	    (flags & SHOAL_CALL_COPY && flags & SHOAL_CALL_SHARED))
 		return SHOAL_EINVAL;
 	int rc = 0;
@@ -626,16 +634,12 @@ static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int6
 	if (shared && !e->store)
 		return fail(e, SHOAL_EINVAL, "%s: shared mode needs a store (config store_socket)",
 			    e->name);
-	shoal_future *f = SH_NEW(shoal_future);
-	if (!f || shoal_vbuf_create(&f->hold) != 0) {
-		if (f)
-			SH_DELETE(f);
-		return fail(e, SHOAL_ENOMEM, "out of memory");
-	}
 	f->e = e;
-	f->hold->store = e->store;
 	snprintf(f->fn, sizeof(f->fn), "%s", fn);
 	if (shared && args) {
+		if (shoal_vbuf_create(&f->hold) != 0)
+			return fail(e, SHOAL_ENOMEM, "out of memory");
+		f->hold->store = e->store;
 		/* Tensors not in the store yet go into one for this call: a copy
 		 * of the tree (not of the data), shared, held by the call. */
 		shoal_value *c = sh_value_clone(f->hold, args);
@@ -703,10 +707,10 @@ static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int6
 	while (*tail)
 		tail = &(*tail)->next;
 	*tail = f;
-	*out = f;
 	return 0;
 fail:
-	future_free(f);
+	shoal_vbuf_free(f->hold);
+	f->hold = NULL;
 	return rc;
 }
 
@@ -831,11 +835,18 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 int shoal_ext_call_async(shoal_ext *e, const char *fn, const shoal_value *args, int64_t deadline,
 			 unsigned flags, shoal_future **out)
 {
-	if (!e)
+	if (!e || !out)
 		return SHOAL_EINVAL;
+	shoal_future *f = SH_NEW(shoal_future);
+	if (!f)
+		return SHOAL_ENOMEM;
 	pthread_mutex_lock(&e->lock);
-	int rc = send_call(e, fn, args, deadline, flags, out);
+	int rc = send_call(e, fn, args, deadline, flags, f);
 	pthread_mutex_unlock(&e->lock);
+	if (rc)
+		SH_DELETE(f);
+	else
+		*out = f;
 	return rc;
 }
 
@@ -866,12 +877,12 @@ int shoal_ext_call_ex(shoal_ext *e, const char *fn, const shoal_value *args, sho
 	if (!e || !out || !result)
 		return SHOAL_EINVAL;
 	pthread_mutex_lock(&e->lock);
-	shoal_future *f;
+	shoal_future f = {0}; /* a synchronous call's record lives here */
 	int rc = send_call(e, fn, args, deadline, flags, &f);
 	if (rc == 0) {
-		rc = wait_call(f, out, result, 0);
-		unlink_future(e, f);
-		future_free(f);
+		rc = wait_call(&f, out, result, 0);
+		unlink_future(e, &f);
+		future_fini(&f);
 	}
 	sh_msg_trim(&e->in, &e->in_cap);
 	pthread_mutex_unlock(&e->lock);
