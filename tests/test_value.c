@@ -6,6 +6,8 @@
 
 #include "rpc/value.h"
 
+#include <dlpack/dlpack.h>
+
 static shoal_value *round_trip(shoal_vbuf *b, const shoal_value *v)
 {
 	sh_wbuf w;
@@ -65,6 +67,15 @@ SH_TEST(every_kind_round_trips)
 	CHECK_EQ(t->v.t.nbytes, 24);
 	CHECK(((const float *)t->v.t.data)[5] == 6.5f);
 	CHECK_EQ((uintptr_t)t->v.t.data % 8, 0);
+	DLManagedTensor *dl;
+	CHECK_OK(shoal_v_dlpack(t, &dl));
+	CHECK_EQ(dl->dl_tensor.ndim, 2);
+	CHECK_EQ(dl->dl_tensor.shape[1], 3);
+	CHECK_EQ(dl->dl_tensor.strides[0], 3);
+	CHECK_EQ(dl->dl_tensor.dtype.code, kDLFloat);
+	CHECK(((const float *)dl->dl_tensor.data)[5] == 6.5f);
+	dl->deleter(dl);
+	CHECK_RC(shoal_v_dlpack(&r->v.items[2], &dl), SHOAL_EINVAL);	/* not a tensor */
 	CHECK(shoal_v_tensor(b, SHOAL_DT_F32, 2, shape, NULL) == NULL); /* no data */
 	/* equality tells apart what differs */
 	shoal_value *other = shoal_v_int(b, 3);

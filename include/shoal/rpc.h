@@ -73,6 +73,11 @@ SHOAL_API shoal_value *shoal_v_bytes(shoal_vbuf *b, const void *p, size_t len);
  * vbuf, aligned for their dtype. */
 SHOAL_API shoal_value *shoal_v_tensor(shoal_vbuf *b, shoal_dtype dt, int ndim, const int64_t *shape,
 				      const void *data);
+/* A DLPack (0.6) view of a tensor value, for numpy or torch: it borrows
+ * the bytes, which stay valid until the value's vbuf is reset or freed;
+ * its deleter frees only the view. SHOAL_ENOTSUP for 8-bit floats. */
+struct DLManagedTensor;
+SHOAL_API int shoal_v_dlpack(const shoal_value *v, struct DLManagedTensor **out);
 /* An array of n items / a map of n pairs, every slot nil; fill them with
  * shoal_v_set / shoal_v_map_set. */
 SHOAL_API shoal_value *shoal_v_array(shoal_vbuf *b, uint32_t n);

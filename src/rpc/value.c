@@ -5,6 +5,7 @@
 #include "rpc/value.h"
 #include "store/client.h"
 
+#include <dlpack/dlpack.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -268,6 +269,45 @@ shoal_value *shoal_v_tensor(shoal_vbuf *b, shoal_dtype dt, int ndim, const int64
 	v->v.t.data = data;
 	v->v.t.nbytes = bytes;
 	return v;
+}
+
+typedef struct v_dl {
+	DLManagedTensor m;
+	int64_t shape[SHOAL_TENSOR_MAX_DIMS], strides[SHOAL_TENSOR_MAX_DIMS];
+} v_dl;
+
+static void v_dl_delete(DLManagedTensor *m)
+{
+	SH_DELETE((v_dl *)m->manager_ctx);
+}
+
+int shoal_v_dlpack(const shoal_value *v, DLManagedTensor **out)
+{
+	if (!v || !out || v->type != SHOAL_V_TENSOR)
+		return SHOAL_EINVAL;
+	v_dl *d = SH_NEW(v_dl);
+	if (!d)
+		return SHOAL_ENOMEM;
+	int rc = sh_dlpack_dtype(v->v.t.dtype, &d->m.dl_tensor.dtype);
+	if (rc) {
+		SH_DELETE(d);
+		return rc;
+	}
+	int64_t stride = 1;
+	for (int i = v->v.t.ndim - 1; i >= 0; i--) {
+		d->shape[i] = v->v.t.shape[i];
+		d->strides[i] = stride;
+		stride *= d->shape[i] ? d->shape[i] : 1;
+	}
+	d->m.manager_ctx = d;
+	d->m.deleter = v_dl_delete;
+	d->m.dl_tensor.data = (void *)v->v.t.data;
+	d->m.dl_tensor.device = (DLDevice){kDLCPU, 0};
+	d->m.dl_tensor.ndim = v->v.t.ndim;
+	d->m.dl_tensor.shape = d->shape;
+	d->m.dl_tensor.strides = d->strides;
+	*out = &d->m;
+	return 0;
 }
 
 static shoal_value *container(shoal_vbuf *b, shoal_vtype t, uint32_t n, size_t slots)

@@ -723,7 +723,7 @@ static void dl_delete(DLManagedTensor *m)
 	SH_DELETE(v);
 }
 
-static int dl_type(shoal_dtype dt, DLDataType *out)
+int sh_dlpack_dtype(shoal_dtype dt, DLDataType *out)
 {
 	static const struct {
 		uint8_t code, bits;
@@ -754,7 +754,7 @@ int shoal_node_dlpack(shoal_object *o, const shoal_node *n, DLManagedTensor **ou
 	dl_view *v = SH_NEW(dl_view);
 	if (!v)
 		return SHOAL_ENOMEM;
-	if ((rc = dl_type(t.dtype, &v->m.dl_tensor.dtype)) != 0) {
+	if ((rc = sh_dlpack_dtype(t.dtype, &v->m.dl_tensor.dtype)) != 0) {
 		SH_DELETE(v);
 		return rc;
 	}

@@ -7,6 +7,8 @@
 #include "store/node.h"
 #include "store/proto.h"
 
+#include <dlpack/dlpack.h>
+
 /* How many unused segments a client keeps mapped, and how many bytes of
  * them: a kept mapping pins the segment's pages after a delete, until it
  * is evicted, so both are bounded. */
@@ -64,6 +66,9 @@ int sh_builder_blob_at(shoal_node *n, uint32_t idx, uint64_t off, uint64_t size)
 int sh_client_blob_of(shoal_client *c, shoal_id id, uint64_t *seg, uint64_t *off);
 int sh_client_borrow(shoal_client *c, uint64_t seg, uint64_t off, uint64_t size, const void **p);
 void sh_client_unborrow(shoal_client *c, uint64_t seg);
+
+/* The DLPack (0.6) type of dt; SHOAL_ENOTSUP for the 8-bit floats. */
+int sh_dlpack_dtype(shoal_dtype dt, DLDataType *out);
 
 SHOAL_PRINTF(3, 4)
 int sh_client_fail(shoal_client *c, int code, const char *fmt, ...);
