@@ -605,3 +605,50 @@ SH_TEST(calls_in_flight)
 	CHECK_OK(shoal_ext_stop(e));
 	shoal_vbuf_free(vb);
 }
+
+struct fiber_adds {
+	shoal_ext *e;
+	int base, ok;
+};
+
+static void *fiber_adds(void *arg)
+{
+	struct fiber_adds *fa = arg;
+	shoal_vbuf *vb;
+	if (shoal_vbuf_create(&vb) != 0)
+		return NULL;
+	for (int i = 0; i < 200; i++) {
+		shoal_vbuf_reset(vb);
+		shoal_value *a = shoal_v_array(vb, 2);
+		shoal_v_set(a, 0, shoal_v_int(vb, fa->base));
+		shoal_v_set(a, 1, shoal_v_int(vb, i));
+		const shoal_value *r;
+		if (shoal_ext_call(fa->e, "add", a, vb, &r, shoal_deadline_in(5000 * MS)) == 0 &&
+		    r->v.i == fa->base + i)
+			fa->ok++;
+		if (i % 50 == 0)
+			shoal_ext_call(fa->e, "sleep", shoal_v_int(vb, 2), vb, &r, SHOAL_FOREVER);
+	}
+	shoal_vbuf_free(vb);
+	return fa;
+}
+
+/* Fibers of one thread calling one extension take turns. */
+SH_TEST(fibers_share_an_extension)
+{
+	shoal_sched *s = sh_test_sched_new();
+	shoal_ext_config c = config();
+	shoal_ext *e = start(&c);
+	struct fiber_adds fa[4];
+	shoal_fiber *f[4];
+	for (int i = 0; i < 4; i++) {
+		fa[i] = (struct fiber_adds){.e = e, .base = i * 1000};
+		CHECK_OK(shoal_spawn(&f[i], fiber_adds, &fa[i], NULL));
+	}
+	for (int i = 0; i < 4; i++) {
+		CHECK_OK(shoal_join(f[i], NULL));
+		CHECK_EQ(fa[i].ok, 200);
+	}
+	CHECK_OK(shoal_ext_stop(e));
+	CHECK_OK(shoal_sched_destroy(s));
+}

@@ -52,7 +52,9 @@ struct shoal_ext {
 	sh_wbuf out;
 	unsigned char *in;
 	size_t in_cap;
-	pthread_mutex_t lock; /* one thread's calls at a time per extension, for now */
+	pthread_mutex_t lock; /* one thread at a time; recursive, for nested calls */
+	shoal_fiber *holder;  /* the fiber inside, when a fiber is */
+	uint32_t depth;	      /* how deep it is inside (nested calls) */
 	char err[1024];
 };
 
@@ -573,6 +575,30 @@ int shoal_v_share(shoal_ext *e, shoal_vbuf *b, shoal_value *v)
 	return rc ? fail(e, rc, "%s", why) : 0;
 }
 
+/* Entering an extension: one thread at a time (the mutex), and within a
+ * thread one fiber at a time: a fiber asleep in a call holds the mutex,
+ * so another fiber of its thread waits here, asleep, until it is out.
+ * The same fiber may come back in (a service it serves calls again). */
+static void ext_enter(shoal_ext *e)
+{
+	shoal_fiber *me = shoal_sched_current() ? shoal_self() : NULL;
+	pthread_mutex_lock(&e->lock);
+	while (e->depth && e->holder != me) {
+		pthread_mutex_unlock(&e->lock);
+		shoal_sleep_until(shoal_deadline_in(50000));
+		pthread_mutex_lock(&e->lock);
+	}
+	e->holder = me;
+	e->depth++;
+}
+
+static void ext_leave(shoal_ext *e)
+{
+	if (--e->depth == 0)
+		e->holder = NULL;
+	pthread_mutex_unlock(&e->lock);
+}
+
 /* ---- calls: sent now, their replies read when someone waits ---- */
 
 struct shoal_future {
@@ -840,9 +866,9 @@ int shoal_ext_call_async(shoal_ext *e, const char *fn, const shoal_value *args, 
 	shoal_future *f = SH_NEW(shoal_future);
 	if (!f)
 		return SHOAL_ENOMEM;
-	pthread_mutex_lock(&e->lock);
+	ext_enter(e);
 	int rc = send_call(e, fn, args, deadline, flags, f);
-	pthread_mutex_unlock(&e->lock);
+	ext_leave(e);
 	if (rc)
 		SH_DELETE(f);
 	else
@@ -856,12 +882,12 @@ int shoal_future_wait(shoal_future *f, shoal_vbuf *out, const shoal_value **resu
 	if (!f || !out || !result)
 		return SHOAL_EINVAL;
 	shoal_ext *e = f->e;
-	pthread_mutex_lock(&e->lock);
+	ext_enter(e);
 	int rc = wait_call(f, out, result, deadline);
 	unlink_future(e, f);
 	future_free(f);
 	sh_msg_trim(&e->in, &e->in_cap);
-	pthread_mutex_unlock(&e->lock);
+	ext_leave(e);
 	return rc;
 }
 
@@ -876,7 +902,7 @@ int shoal_ext_call_ex(shoal_ext *e, const char *fn, const shoal_value *args, sho
 {
 	if (!e || !out || !result)
 		return SHOAL_EINVAL;
-	pthread_mutex_lock(&e->lock);
+	ext_enter(e);
 	shoal_future f = {0}; /* a synchronous call's record lives here */
 	int rc = send_call(e, fn, args, deadline, flags, &f);
 	if (rc == 0) {
@@ -885,7 +911,7 @@ int shoal_ext_call_ex(shoal_ext *e, const char *fn, const shoal_value *args, sho
 		future_fini(&f);
 	}
 	sh_msg_trim(&e->in, &e->in_cap);
-	pthread_mutex_unlock(&e->lock);
+	ext_leave(e);
 	return rc;
 }
 
@@ -893,7 +919,7 @@ int shoal_ext_stop(shoal_ext *e)
 {
 	if (!e)
 		return SHOAL_EINVAL;
-	pthread_mutex_lock(&e->lock);
+	ext_enter(e);
 	if (!e->dead && e->pid > 0) {
 		/* Politely, then SIGTERM, then SIGKILL, 200 ms apart. */
 		sh_frame f = {.op = SH_EXT_OP_STOP, .seq = ++e->seq};
@@ -917,7 +943,7 @@ int shoal_ext_stop(shoal_ext *e)
 		e->pending = f->next;
 		future_free(f);
 	}
-	pthread_mutex_unlock(&e->lock);
+	ext_leave(e);
 	ext_free(e);
 	return 0;
 }
