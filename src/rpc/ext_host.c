@@ -52,9 +52,11 @@ struct shoal_ext {
 	sh_wbuf out;
 	unsigned char *in;
 	size_t in_cap;
-	pthread_mutex_t lock; /* one thread at a time; recursive, for nested calls */
-	shoal_fiber *holder;  /* the fiber inside, when a fiber is */
-	uint32_t depth;	      /* how deep it is inside (nested calls) */
+	pthread_mutex_t lock; /* guards who is inside: owner, holder, depth */
+	pthread_cond_t turn;
+	pthread_t owner;     /* the thread inside (when depth > 0) */
+	shoal_fiber *holder; /* the fiber inside, when a fiber is */
+	uint32_t depth;	     /* how deep it is inside (nested calls) */
 	char err[1024];
 };
 
@@ -376,6 +378,7 @@ static void ext_free(shoal_ext *e)
 	if (e->in)
 		shoal_free(e->in, e->in_cap);
 	pthread_mutex_destroy(&e->lock);
+	pthread_cond_destroy(&e->turn);
 	SH_DELETE(e);
 }
 
@@ -435,12 +438,8 @@ int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg)
 	e->cfg = *cfg;
 	e->pidfd = e->sock = e->efd = -1;
 	e->dead = true;
-	/* Recursive: a service that an extension calls may call it back. */
-	pthread_mutexattr_t ma;
-	pthread_mutexattr_init(&ma);
-	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
-	pthread_mutex_init(&e->lock, &ma);
-	pthread_mutexattr_destroy(&ma);
+	pthread_mutex_init(&e->lock, NULL);
+	pthread_cond_init(&e->turn, NULL);
 	sh_wbuf_init(&e->out);
 	const char *base = strrchr(cfg->path, '/');
 	const char *runner = cfg->runner ? cfg->runner : getenv("SHOAL_EXT_RUNNER");
@@ -575,27 +574,39 @@ int shoal_v_share(shoal_ext *e, shoal_vbuf *b, shoal_value *v)
 	return rc ? fail(e, rc, "%s", why) : 0;
 }
 
-/* Entering an extension: one thread at a time (the mutex), and within a
- * thread one fiber at a time: a fiber asleep in a call holds the mutex,
- * so another fiber of its thread waits here, asleep, until it is out.
- * The same fiber may come back in (a service it serves calls again). */
+/* Entering an extension: one caller at a time, a thread or one fiber of
+ * a thread; the same caller may come back in (a service it serves calls
+ * again). The mutex guards only who is inside: nobody holds it across a
+ * call, so a fiber asleep in a call blocks nothing but its turn. A waiting
+ * thread sleeps on the condition; a waiting fiber sleeps in short slices,
+ * so that the fiber inside, on the same thread, can finish. */
 static void ext_enter(shoal_ext *e)
 {
 	shoal_fiber *me = shoal_sched_current() ? shoal_self() : NULL;
+	pthread_t self = pthread_self();
 	pthread_mutex_lock(&e->lock);
-	while (e->depth && e->holder != me) {
-		pthread_mutex_unlock(&e->lock);
-		shoal_sleep_until(shoal_deadline_in(50000));
-		pthread_mutex_lock(&e->lock);
+	while (e->depth && !(pthread_equal(e->owner, self) && e->holder == me)) {
+		if (me) {
+			pthread_mutex_unlock(&e->lock);
+			shoal_sleep_until(shoal_deadline_in(50000));
+			pthread_mutex_lock(&e->lock);
+		} else {
+			pthread_cond_wait(&e->turn, &e->lock);
+		}
 	}
+	e->owner = self;
 	e->holder = me;
 	e->depth++;
+	pthread_mutex_unlock(&e->lock);
 }
 
 static void ext_leave(shoal_ext *e)
 {
-	if (--e->depth == 0)
+	pthread_mutex_lock(&e->lock);
+	if (--e->depth == 0) {
 		e->holder = NULL;
+		pthread_cond_broadcast(&e->turn);
+	}
 	pthread_mutex_unlock(&e->lock);
 }
 
