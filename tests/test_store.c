@@ -519,6 +519,13 @@ SH_TEST(delete_while_mapped)
 	sh_test_leak_check();
 }
 
+static int count_entry(const shoal_entry *e, void *ctx)
+{
+	(void)e;
+	(*(int *)ctx)++;
+	return 0;
+}
+
 /* Polls the store until pred holds of its stat, for up to 10 s. */
 #define WAIT_STAT(c, st, pred)                                                            \
 	do {                                                                              \
@@ -970,4 +977,25 @@ SH_TEST(other_users_are_refused)
 	CHECK_EQ(stat_of(c).clients, 1);
 	CHECK_OK(shoal_disconnect(c));
 	daemon_close(&d);
+}
+
+/* Names of 4 KiB each: a listing comes back in pages that fit a reply. */
+SH_TEST(long_names_list_in_pages)
+{
+	shoal_store *s = open_store(0);
+	shoal_client *c = connect_to(s);
+	char name[4097];
+	enum { N = 600 }; /* 2.4 MB of names: more than one reply */
+	for (int i = 0; i < N; i++) {
+		memset(name, 'a' + i % 26, 4096);
+		snprintf(name, 16, "%06d", i);
+		name[6] = '-';
+		name[4096] = 0;
+		CHECK_OK(shoal_put_bytes(c, name, "x", 1, 0, NULL));
+	}
+	int count = 0;
+	CHECK_OK(shoal_list(c, "", count_entry, &count));
+	CHECK_EQ(count, N);
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
 }

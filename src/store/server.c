@@ -560,6 +560,13 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 			rc = SHOAL_ENOMEM;
 		else
 			memcpy(o->type, root->type, tl);
+		/* A get sends the metadata in one reply: it must fit one. */
+		if (rc == 0 && w.len > SH_STORE_REPLY_MAX - 4096) {
+			snprintf(why, sizeof(c->why),
+				 "metadata of %zu bytes: a get could not return it (at most %u)",
+				 w.len, SH_STORE_REPLY_MAX - 4096);
+			rc = SHOAL_EMSGSIZE;
+		}
 	}
 	if (rc != 0) {
 		for (uint32_t i = 0; i < x.narena; i++)
@@ -803,7 +810,11 @@ static int op_list(st_conn *c, const sh_frame *req, sh_mp *m)
 			    (!aft || strcmp(o->name, aft) > 0) && k < s->nnames)
 				v[k++] = o;
 	qsort(v, k, sizeof(*v), cmp_obj_name);
-	size_t out = k < max ? k : max;
+	/* As many as fit one reply (names are up to 4 KiB each). */
+	size_t out = 0, bytes = 64;
+	while (out < k && out < max &&
+	       (bytes += strlen(v[out]->name) + strlen(v[out]->type) + 40) < SH_STORE_REPLY_MAX)
+		out++;
 	msgpack_packer pk;
 	begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 2);
