@@ -125,12 +125,15 @@ void sh_map_fini(sh_map *m);
 typedef struct sh_bump_chunk sh_bump_chunk;
 typedef struct sh_bump {
 	sh_bump_chunk *head;
-	size_t used; /* in head */
+	sh_bump_chunk *spare; /* a big chunk a reset kept for reuse */
+	size_t used;	      /* in head */
 	size_t total;
 } sh_bump;
-void *sh_bump_alloc(sh_bump *b, size_t size); /* 8-aligned, zeroed */
+void *sh_bump_alloc(sh_bump *b, size_t size);	  /* 8-aligned, zeroed */
+void *sh_bump_alloc_raw(sh_bump *b, size_t size); /* 8-aligned, not zeroed */
 char *sh_bump_str(sh_bump *b, const char *s, size_t len);
-/* Keeps the newest chunk for reuse, frees the others. */
+/* Frees all but the newest chunk and the largest one (up to 64 MiB),
+ * which the next allocations reuse. */
 void sh_bump_reset(sh_bump *b);
 void sh_bump_fini(sh_bump *b);
 

@@ -210,7 +210,7 @@ static shoal_value *blob(shoal_vbuf *b, shoal_vtype t, const void *p, size_t len
 		return NULL;
 	}
 	shoal_value *v = node(b, t);
-	char *copy = v ? sh_bump_alloc(&b->a, len + 1) : NULL;
+	char *copy = v ? sh_bump_alloc_raw(&b->a, len + 1) : NULL;
 	if (!copy) {
 		b->err = SHOAL_ENOMEM;
 		return NULL;
@@ -549,7 +549,7 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 			return vfail(d, "truncated string or bytes");
 		if (str && !utf8_ok(p, n))
 			return vfail(d, "string is not UTF-8");
-		char *copy = sh_bump_alloc(&d->b->a, (size_t)n + 1);
+		char *copy = sh_bump_alloc_raw(&d->b->a, (size_t)n + 1);
 		if (!copy)
 			return SHOAL_ENOMEM;
 		memcpy(copy, p, n);
@@ -618,7 +618,7 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 		} else {
 			if (bytes != n - 8 - 8u * (size_t)ndim)
 				return vfail(d, "tensor data does not match its dtype and shape");
-			void *copy = sh_bump_alloc(&d->b->a, bytes ? bytes : 1);
+			void *copy = sh_bump_alloc_raw(&d->b->a, bytes ? bytes : 1);
 			if (!copy)
 				return SHOAL_ENOMEM;
 			memcpy(copy, p + 8 + 8 * (size_t)ndim, bytes);
