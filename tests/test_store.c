@@ -856,7 +856,14 @@ SH_TEST(malformed_frames_get_errors)
 	struct {
 		int off;
 		unsigned char v;
-	} flips[] = {{0, 'X'}, {4, 9}, {8, 0x80}, {10, 1}, {16, 5}, {20, 9}};
+	} flips[] = {{0, 'X'},
+		     {4, 9},
+		     {8, 0x80},
+		     {10, 1},
+		     {16, 5},
+		     /* a body shorter than what follows (a longer one is a
+		      * message in several records: the store waits for them) */
+		     {20, 0}};
 	for (size_t i = 0; i < SH_ARRAY_LEN(flips); i++) {
 		memcpy(bad, hdr, sizeof(hdr));
 		bad[flips[i].off] = flips[i].v;
@@ -998,4 +1005,21 @@ SH_TEST(long_names_list_in_pages)
 	CHECK_EQ(count, N);
 	CHECK_OK(shoal_disconnect(c));
 	CHECK_OK(shoal_store_close(s));
+}
+
+/* Metadata larger than a ring record: 20 000 tensors, about 2 MB of
+ * names, dtypes and shapes, in a request and a reply of several records. */
+SH_TEST(metadata_beyond_one_record)
+{
+	shoal_store *s = open_store(0);
+	shoal_client *c = connect_to(s);
+	int n = 20000;
+	shoal_id id = put_dict(c, "wide", n, 0);
+	shoal_object *o;
+	CHECK_OK(shoal_get(c, id, &o));
+	check_dict(o, n);
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
+	sh_test_leak_check();
 }

@@ -6,7 +6,7 @@
  * status in the message. */
 #include "ring/ring.h"
 #include "rpc/ext_proto.h"
-#include "rpc/msg.h"
+#include "ring/msg.h"
 #include "shm/shm.h"
 
 #include <shoal/ext.h>

@@ -5,7 +5,7 @@
  * any peer: frames and values are validated the same way. */
 #include "ring/ring.h"
 #include "rpc/ext_proto.h"
-#include "rpc/msg.h"
+#include "ring/msg.h"
 #include "shm/shm.h"
 
 #include <shoal/ext.h>

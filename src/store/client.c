@@ -4,6 +4,7 @@
  * copied. A client is one thread's: it sleeps on the reply ring's futex,
  * in slices, looking at the socket between them to notice a dead store. */
 #include "store/client.h"
+#include "ring/msg.h"
 #include "shm/shm.h"
 
 #include <dlpack/dlpack.h>
@@ -182,14 +183,18 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 	int rc = sh_wbuf_frame_end(&c->out, &f);
 	if (rc)
 		return sh_client_fail(c, rc, "request: %s", shoal_strerror(rc));
-	if (c->out.len > sh_ring_max_payload(&c->req))
+	if (c->out.len > SH_STORE_REPLY_MAX)
 		return sh_client_fail(c, SHOAL_EMSGSIZE,
-				      "request of %zu bytes, the most a request can have is %zu",
-				      c->out.len, sh_ring_max_payload(&c->req));
-	while ((rc = sh_ring_write(&c->req, c->out.p, c->out.len,
-				   shoal_deadline_in(LIVENESS_SLICE_NS))) == SHOAL_ETIMEDOUT)
+				      "request of %zu bytes, the most a request can have is %u",
+				      c->out.len, SH_STORE_REPLY_MAX);
+	/* In slices, looking at the store between them. */
+	size_t done = 0;
+	while ((rc = sh_msg_write_part(&c->req, c->out.p, c->out.len, &done,
+				       shoal_deadline_in(LIVENESS_SLICE_NS))) == SHOAL_ETIMEDOUT)
 		if ((rc = check_live(c)) != 0)
 			return rc;
+	if (c->out.cap > SH_RPC_BUF_KEEP)
+		sh_wbuf_fini(&c->out);
 	if (rc) {
 		c->broken = true;
 		return sh_client_fail(c, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
@@ -197,10 +202,10 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 	}
 	if (noreply)
 		return 0;
-	const void *rec;
-	size_t len;
-	while ((rc = sh_ring_peek(&c->rep, &rec, &len, shoal_deadline_in(LIVENESS_SLICE_NS))) ==
-	       SHOAL_ETIMEDOUT)
+	size_t got = 0, len = 0;
+	while ((rc = sh_msg_read_part(&c->rep, &c->in, &c->in_cap, &got, &len,
+				      SH_STORE_REPLY_MAX + 4096,
+				      shoal_deadline_in(LIVENESS_SLICE_NS))) == SHOAL_ETIMEDOUT)
 		if ((rc = check_live(c)) != 0)
 			return rc;
 	if (rc) {
@@ -208,20 +213,7 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 		return sh_client_fail(c, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
 				      "waiting for the store: %s", shoal_strerror(rc));
 	}
-	if (len > c->in_cap) {
-		unsigned char *p = shoal_realloc(c->in, c->in_cap, len);
-		if (!p) {
-			sh_ring_release(&c->rep);
-			c->broken = true; /* the reply is lost: we cannot stay in step */
-			return sh_client_fail(c, SHOAL_ENOMEM, "no memory for a reply of %zu bytes",
-					      len);
-		}
-		c->in = p;
-		c->in_cap = len;
-	}
-	memcpy(c->in, rec, len);
 	c->in_len = len;
-	sh_ring_release(&c->rep);
 	sh_frame r;
 	char why[160];
 	if (sh_frame_decode(c->in, len, &r, why, sizeof(why)) != 0 || r.seq != f.seq ||

@@ -51,8 +51,8 @@ enum {
 #define SH_STORE_ARENA_MAX (256u << 20)
 #define SH_STORE_BLOB_ALIGN 64
 #define SH_STORE_LIST_MAX 1000 /* entries per LIST reply */
-/* The largest reply body the store sends: one ring record, with room for
- * the frame header and the GET reply's segment list. */
-#define SH_STORE_REPLY_MAX (SH_STORE_RING_CAP - (64u << 10))
+/* The largest reply the store builds (a message may span ring records):
+ * bounds the metadata of one object and a page of a listing. */
+#define SH_STORE_REPLY_MAX (64u << 20)
 
 #endif

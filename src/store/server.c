@@ -15,6 +15,7 @@
 #include "store/node.h"
 #include "store/proto.h"
 #include "shm/shm.h"
+#include "ring/msg.h"
 #include "ring/ring.h"
 
 #include <errno.h>
@@ -269,7 +270,7 @@ static int send_frame(st_conn *c, sh_frame *f)
 {
 	int rc = sh_wbuf_frame_end(&c->out, f);
 	if (rc == 0)
-		rc = sh_ring_write(&c->rep, c->out.p, c->out.len, SHOAL_FOREVER);
+		rc = sh_msg_write(&c->rep, c->out.p, c->out.len, SHOAL_FOREVER);
 	return rc;
 }
 
@@ -860,18 +861,8 @@ static const op_fn ops[SH_OP_MAX_] = {
 /* Handles one request record. A nonzero return ends the connection: only
  * for failures of the transport itself, never for a bad request, which
  * gets an error reply. */
-static int handle(st_conn *c, const void *rec, size_t len)
+static int handle(st_conn *c, size_t len)
 {
-	/* A private copy: the client can still write the ring while we read. */
-	if (len > c->in_cap) {
-		unsigned char *p = shoal_realloc(c->in, c->in_cap, len);
-		if (!p)
-			return SHOAL_ENOMEM;
-		c->in = p;
-		c->in_cap = len;
-	}
-	memcpy(c->in, rec, len);
-	sh_ring_release(&c->req);
 	sh_frame f;
 	char why[160];
 	if (sh_frame_decode(c->in, len, &f, why, sizeof(why)) != 0) {
@@ -1038,11 +1029,17 @@ static void *conn_main(void *arg)
 		rc = shoal_spawn(&c->watcher, watch_main, c,
 				 &(shoal_fiber_opts){.name = "store-watch"});
 	while (rc == 0) {
-		const void *rec;
-		size_t len;
-		rc = sh_ring_peek(&c->req, &rec, &len, SHOAL_FOREVER);
+		/* The whole request, copied out of the ring: the client can
+		 * still write there while we read. */
+		size_t len, got = 0;
+		/* bounded: a client cannot make us hold more than this */
+		rc = sh_msg_read_part(&c->req, &c->in, &c->in_cap, &got, &len,
+				      SH_STORE_REPLY_MAX + 4096, SHOAL_FOREVER);
 		if (rc == 0)
-			rc = handle(c, rec, len);
+			rc = handle(c, len);
+		sh_msg_trim(&c->in, &c->in_cap);
+		if (c->out.cap > SH_RPC_BUF_KEEP)
+			sh_wbuf_fini(&c->out);
 	}
 	if (rc != SHOAL_ECLOSED && rc != SHOAL_ECANCELED)
 		sh_warn("store", "client %u (pid %d): connection ends: %s", c->id, (int)c->pid,

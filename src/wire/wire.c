@@ -2,11 +2,13 @@
  * our own: every length and count is checked against the bytes that are
  * actually there before anything is trusted or allocated. */
 #include "wire/wire.h"
+#include "ring/msg.h"
 
 #include <stdio.h>
 #include <string.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "frame headers are little-endian");
+_Static_assert(SH_FRAME_HDR == SH_MSG_HDR, "ring/msg.h knows the header's size");
 
 /* Header layout: magic u32, version u16, op u16, flags u16, reserved u16,
  * seq u32, status i32, body_len u32. */

@@ -1,0 +1,35 @@
+/* Framed messages over a ring: a frame (wire.h) larger than one ring
+ * record goes as consecutive records, read back into one buffer. The store
+ * and the RPC layer both send their requests and replies this way. */
+#ifndef SHOAL_RING_MSG_H
+#define SHOAL_RING_MSG_H
+
+#include "ring/ring.h"
+
+/* Where a frame (wire.h) says how long it is: the body length at byte 20
+ * of its 24-byte header. Kept here so that the ring layer needs no msgpack
+ * (wire.c checks that the two agree). */
+#define SH_MSG_HDR 24
+#define SH_MSG_LEN_AT 20
+
+/* The largest message, whatever the frame header claims. */
+#define SH_RPC_MSG_MAX ((size_t)1 << 30)
+/* Buffers that grew past this are freed after use, not kept. */
+#define SH_RPC_BUF_KEEP ((size_t)64 << 20)
+
+int sh_msg_write(sh_ring *r, const void *p, size_t len, int64_t deadline);
+/* The next whole message into *buf (grown as needed, *cap its size). */
+int sh_msg_read(sh_ring *r, unsigned char **buf, size_t *cap, size_t *len, int64_t deadline);
+
+/* The same in steps, for a caller that wakes up between them (to look at
+ * its peer): *done / *got carry the progress across SHOAL_ETIMEDOUT and
+ * start at 0; *total is set once the header is in. A message claiming
+ * more than max bytes is refused (SHOAL_EMSGSIZE) before any is read. */
+int sh_msg_write_part(sh_ring *r, const void *p, size_t len, size_t *done, int64_t deadline);
+int sh_msg_read_part(sh_ring *r, unsigned char **buf, size_t *cap, size_t *got, size_t *total,
+		     size_t max, int64_t deadline);
+
+/* Frees *buf if it grew past SH_RPC_BUF_KEEP. */
+void sh_msg_trim(unsigned char **buf, size_t *cap);
+
+#endif
