@@ -24,7 +24,8 @@ static void setup(void)
 	sh_test_bin(shoal, sizeof(shoal), "tools/shoal");
 }
 
-static pid_t start_daemon(const char *size)
+/* shoald --socket SOCK --size SIZE [extra options] */
+static pid_t start_daemon_with(const char *size, const char *x1, const char *x2)
 {
 	char exe[4096];
 	sh_test_bin(exe, sizeof(exe), "tools/shoald");
@@ -33,7 +34,7 @@ static pid_t start_daemon(const char *size)
 	if (pid == 0) {
 		/* Dies with the test case, whatever happens to it. */
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		execl(exe, exe, "--socket", sock, "--size", size, (char *)NULL);
+		execl(exe, exe, "--socket", sock, "--size", size, x1, x2, (char *)NULL);
 		_exit(127);
 	}
 	/* Ready when a client gets through. */
@@ -46,6 +47,11 @@ static pid_t start_daemon(const char *size)
 		usleep(10000);
 	}
 	sh_test_fail(__FILE__, __LINE__, "shoald did not start on %s", sock);
+}
+
+static pid_t start_daemon(const char *size)
+{
+	return start_daemon_with(size, NULL, NULL);
 }
 
 static int stop_daemon(pid_t pid)
@@ -227,6 +233,20 @@ SH_TEST(daemon_arguments)
 	char *a3[] = {exe, "--socket", "/nonexistent/dir/s.sock", NULL};
 	CHECK_EQ(sh_test_run(a3, NULL, out, sizeof(out)), 1);
 	CHECK_HAS(out, "cannot serve");
+	/* --reserve faults the arena in at start and serves as usual; --group
+	 * opens the socket to the group (mode 0660, owned by it) */
+	pid_t r = start_daemon_with("16M", "--reserve", NULL);
+	CHECK_EQ(shoal_cmd("stat", NULL, NULL, NULL), 0);
+	CHECK_EQ(stop_daemon(r), 0);
+	r = start_daemon_with("16M", "--group", "0");
+	struct stat st;
+	CHECK(stat(sock, &st) == 0);
+	CHECK_EQ(st.st_mode & 0777, 0660);
+	CHECK_EQ(st.st_gid, 0);
+	CHECK_EQ(stop_daemon(r), 0);
+	char *a5[] = {exe, "--group", "no-such-group-here", NULL};
+	CHECK_EQ(sh_test_run(a5, NULL, out, sizeof(out)), 2);
+	CHECK_HAS(out, "no such group");
 	/* a second daemon on a live socket refuses */
 	pid_t d = start_daemon("16M");
 	char *a4[] = {exe, "--socket", sock, NULL};
