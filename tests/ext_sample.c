@@ -79,6 +79,18 @@ static int nap(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 	return 0;
 }
 
+/* Works (sleeps) until asked to give up, for at most 10 s. */
+static int patient(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	(void)out;
+	for (int i = 0; i < 10000 && !shoal_ext_cancelled(ctx); i++) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	return shoal_ext_fail(ctx, SHOAL_ECANCELED, "gave up");
+}
+
 static int alloc(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 {
 	int64_t mb = a && a->type == SHOAL_V_INT ? a->v.i : 0;
@@ -225,6 +237,7 @@ int shoal_ext_init(shoal_ext_registry *r)
 	rc |= shoal_ext_register(r, "abort", do_abort);
 	rc |= shoal_ext_register(r, "exit", do_exit);
 	rc |= shoal_ext_register(r, "sleep", nap);
+	rc |= shoal_ext_register(r, "patient", patient);
 	rc |= shoal_ext_register(r, "alloc", alloc);
 	rc |= shoal_ext_register(r, "getenv", env);
 	rc |= shoal_ext_register(r, "cwd", cwd);

@@ -186,6 +186,17 @@ SH_TEST(deadlines_kill_and_restart)
 	CHECK_RC(shoal_ext_call(e, "sleep", shoal_v_int(vb, 5000), vb, &r, 0), SHOAL_ETIMEDOUT);
 	CHECK(shoal_now_ns() - t0 < 3000 * MS);
 	CHECK_MSG(e, "sleep() did not return before its deadline");
+	CHECK_MSG(e, "nor when asked to give up");
+	/* a function that gives up when asked is not killed */
+	CHECK_OK(call(e, "add", NULL, vb, &r) == SHOAL_EINVAL ? 0 : -1); /* restarted */
+	uint32_t starts = shoal_ext_starts(e);
+	t0 = shoal_now_ns();
+	CHECK_RC(shoal_ext_call(e, "patient", NULL, vb, &r, shoal_deadline_in(100 * MS)),
+		 SHOAL_ETIMEDOUT);
+	CHECK(shoal_now_ns() - t0 < 2000 * MS);
+	CHECK_MSG(e, "gave up when asked");
+	CHECK_OK(call(e, "add", NULL, vb, &r) == SHOAL_EINVAL ? 0 : -1);
+	CHECK_EQ(shoal_ext_starts(e), starts); /* the same process */
 	/* an explicit deadline wins over the config's */
 	CHECK_OK(shoal_ext_call(e, "sleep", shoal_v_int(vb, 300), vb, &r,
 				shoal_deadline_in(5000 * MS)));

@@ -16,6 +16,7 @@
 #ifndef SHOAL_EXT_H
 #define SHOAL_EXT_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include <shoal/base.h>
@@ -44,6 +45,9 @@ SHOAL_API shoal_vbuf *shoal_ext_vbuf(shoal_ext_ctx *ctx);
 /* Sets the message the host gets with the code the function returns;
  * returns code, so: return shoal_ext_fail(ctx, SHOAL_EINVAL, "...", ...). */
 SHOAL_API int shoal_ext_fail(shoal_ext_ctx *ctx, int code, const char *fmt, ...) SHOAL_PRINTF(3, 4);
+/* True once the host has asked this call to give up (its deadline has
+ * passed): a long function that checks it and returns is not killed. */
+SHOAL_API bool shoal_ext_cancelled(const shoal_ext_ctx *ctx);
 /* Calls a method the host exposes (shoal_service_register), from inside a
  * function. The result lives until the function returns. The host may
  * call back into this extension meanwhile: calls nest both ways, on this
@@ -127,8 +131,10 @@ SHOAL_API int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg);
 
 /* Calls fn with args (NULL: nil); the result is decoded into out and
  * valid until out is reset. deadline: SHOAL_FOREVER, or absolute
- * (shoal_deadline_in); 0 uses the config's call_timeout_ns. A timed-out
- * extension is killed (its state is unknown) and restarted per policy. */
+ * (shoal_deadline_in); 0 uses the config's call_timeout_ns. Past it the
+ * call is asked to give up (shoal_ext_cancelled); if it has not returned
+ * 100 ms later the extension is killed (its state is unknown) and
+ * restarted per policy. Either way the call fails with SHOAL_ETIMEDOUT. */
 SHOAL_API int shoal_ext_call(shoal_ext *e, const char *fn, const shoal_value *args, shoal_vbuf *out,
 			     const shoal_value **result, int64_t deadline);
 

@@ -49,6 +49,7 @@ struct shoal_ext {
 	uint32_t seq, starts;
 	bool dead;		      /* the child is gone (or must go): restart before a call */
 	struct shoal_future *pending; /* calls in flight, oldest first */
+	_Atomic uint32_t *cancel;     /* shared: the call asked to give up */
 	sh_wbuf out;
 	unsigned char *in;
 	size_t in_cap;
@@ -220,6 +221,7 @@ static void child_reap(shoal_ext *e, bool kill_it, int *status)
 	if (e->efd >= 0)
 		close(e->efd);
 	e->rings = NULL;
+	e->cancel = NULL;
 	e->pidfd = e->sock = e->efd = -1;
 	e->pid = 0;
 	e->dead = true;
@@ -232,7 +234,7 @@ static int spawn_child(shoal_ext *e)
 	e->dead = true;
 	if ((rc = sh_ring_bytes(SH_EXT_RING_CAP, &one)) != 0)
 		return fail(e, rc, "ring size");
-	e->ring_bytes = 2 * one;
+	e->ring_bytes = 2 * one + SH_EXT_CTRL_BYTES;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0 ||
 	    (e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
 		rc = shoal_errno();
@@ -245,6 +247,7 @@ static int spawn_child(shoal_ext *e)
 	sh_ring_format((char *)e->rings + one, one);
 	sh_ring_attach(&e->req, e->rings, one, true);
 	sh_ring_attach(&e->rep, (char *)e->rings + one, one, false);
+	e->cancel = (_Atomic uint32_t *)((char *)e->rings + 2 * one);
 	e->rep.wait_efd = e->efd;
 	e->rep.spin_ns = 50000; /* a call round trip is a few us when both spin */
 
@@ -784,6 +787,15 @@ static int take_reply(shoal_ext *e, shoal_future *f, const unsigned char *buf, s
 	return 0;
 }
 
+/* The call the extension is running now: the oldest without a reply. */
+static shoal_future *oldest_unanswered(shoal_ext *e)
+{
+	for (shoal_future *p = e->pending; p; p = p->next)
+		if (!p->reply && !p->failed)
+			return p;
+	return NULL;
+}
+
 static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **result, int64_t deadline)
 {
 	shoal_ext *e = f->e;
@@ -794,6 +806,7 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 	out->store = e->store;
 	if (deadline == 0)
 		deadline = f->deadline;
+	bool cancelling = false;
 	for (;;) {
 		if (f->reply)
 			return take_reply(e, f, f->reply, f->reply_len, out, result);
@@ -820,13 +833,22 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 			f->failed = 0;
 			return crashed(e, fn);
 		}
+		if (rc == SHOAL_ETIMEDOUT && !cancelling && oldest_unanswered(e) == f) {
+			/* Ask it to give up (shoal_ext_cancelled), and give it a
+			 * moment: a function that answers is not killed. */
+			atomic_store_explicit(e->cancel, f->seq, memory_order_release);
+			cancelling = true;
+			deadline = shoal_deadline_in(SH_EXT_CANCEL_GRACE_NS);
+			continue;
+		}
 		if (rc == SHOAL_ETIMEDOUT) {
 			/* Its state is unknown now: it goes, and comes back per policy. */
 			fail_pending(e, SHOAL_ECRASHED);
 			child_reap(e, true, NULL);
 			return fail(e, SHOAL_ETIMEDOUT,
-				    "%s: %s() did not return before its deadline; killed", e->name,
-				    f->fn);
+				    "%s: %s() did not return before its deadline%s; killed",
+				    e->name, f->fn,
+				    cancelling ? ", nor when asked to give up" : "");
 		}
 		if (rc) {
 			fail_pending(e, SHOAL_ECRASHED);
@@ -855,6 +877,13 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 			child_reap(e, true, NULL);
 			return fail(e, SHOAL_EPROTO, "%s: malformed reply to %s(): %s; killed",
 				    e->name, f->fn, why[0] ? why : "wrong op or sequence");
+		}
+		if (to == f && cancelling) {
+			atomic_store_explicit(e->cancel, 0, memory_order_release);
+			return fail(e, SHOAL_ETIMEDOUT,
+				    "%s: %s() did not return before its deadline; it gave up when "
+				    "asked",
+				    e->name, f->fn);
 		}
 		if (to == f)
 			return take_reply(e, f, e->in, len, out, result);

@@ -22,6 +22,11 @@
 #define SH_EXT_FD_RINGS 4
 #define SH_EXT_FD_EFD 5
 #define SH_EXT_MSG_MAX 1024
+/* After the two rings, a page the host writes and the extension reads:
+ * the sequence number of the call asked to give up (0: none). */
+#define SH_EXT_CTRL_BYTES 4096
+/* How long a call past its deadline has to give up before it is killed. */
+#define SH_EXT_CANCEL_GRACE_NS 100000000
 
 enum { SH_EXT_OP_CALL = 1, SH_EXT_OP_RETURN, SH_EXT_OP_STOP };
 

@@ -104,7 +104,8 @@ typedef struct level {
 typedef struct runner {
 	shoal_ext_registry *reg;
 	sh_ring *req, *rep;
-	shoal_client *store; /* for shared payloads, when the host gave one */
+	shoal_client *store;	  /* for shared payloads, when the host gave one */
+	_Atomic uint32_t *cancel; /* shared with the host (ext_proto.h) */
 	level lv[MAX_DEPTH + 1];
 	uint32_t seq;
 	bool stop;
@@ -113,6 +114,7 @@ typedef struct runner {
 struct shoal_ext_ctx {
 	runner *r;
 	int depth;
+	uint32_t seq; /* of the call it runs */
 	shoal_vbuf *vb;
 	char msg[SH_EXT_MSG_MAX];
 };
@@ -155,7 +157,7 @@ static int handle_call(runner *R, int d, const sh_frame *f, size_t len)
 {
 	level *L = &R->lv[d];
 	char why[SH_EXT_MSG_MAX + 64] = "";
-	shoal_ext_ctx ctx = {.r = R, .depth = d, .vb = &L->out};
+	shoal_ext_ctx ctx = {.r = R, .depth = d, .seq = f->seq, .vb = &L->out};
 	const shoal_value *args = NULL;
 	shoal_value *result = NULL;
 	const char *fname = "?";
@@ -230,6 +232,11 @@ static int handle_call(runner *R, int d, const sh_frame *f, size_t len)
 	}
 	sh_msg_trim(&L->copy, &L->copy_cap);
 	return rc;
+}
+
+bool shoal_ext_cancelled(const shoal_ext_ctx *ctx)
+{
+	return atomic_load_explicit(ctx->r->cancel, memory_order_acquire) == ctx->seq;
 }
 
 int shoal_ext_call_host(shoal_ext_ctx *ctx, const char *method, const shoal_value *args,
@@ -442,7 +449,8 @@ int sh_ext_runner_main(int argc, char **argv)
 	void *mem_rings = NULL;
 	sh_ring req, rep;
 	if ((rc = sh_ring_bytes(SH_EXT_RING_CAP, &one)) != 0 ||
-	    (rc = sh_shm_map(SH_EXT_FD_RINGS, bytes = 2 * one, true, &mem_rings)) != 0 ||
+	    (rc = sh_shm_map(SH_EXT_FD_RINGS, bytes = 2 * one + SH_EXT_CTRL_BYTES, true,
+			     &mem_rings)) != 0 ||
 	    (rc = sh_ring_attach(&req, mem_rings, one, false)) != 0 ||
 	    (rc = sh_ring_attach(&rep, (char *)mem_rings + one, one, true)) != 0) {
 		ready(SHOAL_EPROTO, "%s: attaching the rings: %s", name, shoal_strerror(rc));
@@ -497,6 +505,7 @@ int sh_ext_runner_main(int argc, char **argv)
 		return 1;
 	}
 	R->store = sc;
+	R->cancel = (_Atomic uint32_t *)((char *)mem_rings + 2 * one);
 	ready(0, "%zu functions", reg.n);
 	R->reg = &reg;
 	R->req = &req;
