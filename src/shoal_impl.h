@@ -137,6 +137,11 @@ char *sh_bump_str(sh_bump *b, const char *s, size_t len);
 void sh_bump_reset(sh_bump *b);
 void sh_bump_fini(sh_bump *b);
 
+/* Makes room for element n of the array *p of *cap elements of elem bytes
+ * (doubling it), through the one allocator. SHOAL_ENOMEM leaves it as it
+ * was. Free the array with shoal_free(*p, *cap * elem). */
+int sh_grow_array(void **p, uint32_t *cap, uint32_t n, size_t elem);
+
 /* Allocate one T (zeroed) / free it, through the replaceable allocator. */
 #define SH_NEW(T) ((T *)shoal_calloc(1, sizeof(T)))
 #define SH_DELETE(p) shoal_free((p), sizeof(*(p)))

@@ -86,3 +86,18 @@ void shoal_free(void *p, size_t size)
 	else
 		free(p);
 }
+
+int sh_grow_array(void **p, uint32_t *cap, uint32_t n, size_t elem)
+{
+	if (n < *cap)
+		return 0;
+	uint32_t nc = *cap ? *cap * 2 : 8;
+	if (nc <= *cap)
+		return SHOAL_EOVERFLOW;
+	void *q = shoal_realloc(*p, (size_t)*cap * elem, (size_t)nc * elem);
+	if (!q)
+		return SHOAL_ENOMEM;
+	*p = q;
+	*cap = nc;
+	return 0;
+}

@@ -52,16 +52,12 @@ void shoal_vbuf_reset(shoal_vbuf *b)
 	b->err = 0;
 }
 
-static int push_u64(void **arr, uint32_t *n, uint32_t *cap, size_t elem, const void *v)
+/* Appends the elem bytes at v to the array *arr. */
+static int push(void **arr, uint32_t *n, uint32_t *cap, size_t elem, const void *v)
 {
-	if (*n == *cap) {
-		uint32_t nc = *cap ? *cap * 2 : 8;
-		void *p = shoal_realloc(*arr, *cap * elem, nc * elem);
-		if (!p)
-			return SHOAL_ENOMEM;
-		*arr = p;
-		*cap = nc;
-	}
+	int rc = sh_grow_array(arr, cap, *n, elem);
+	if (rc)
+		return rc;
 	memcpy((char *)*arr + *n * elem, v, elem);
 	(*n)++;
 	return 0;
@@ -84,7 +80,7 @@ static int map_tensor(shoal_vbuf *b, shoal_id id, const void **data, size_t *byt
 	}
 	shoal_tensor t;
 	if ((rc = shoal_node_tensor(shoal_object_root(o), &t)) != 0 ||
-	    (rc = push_u64((void **)&b->held, &b->nheld, &b->cap_held, sizeof(o), &o)) != 0) {
+	    (rc = push((void **)&b->held, &b->nheld, &b->cap_held, sizeof(o), &o)) != 0) {
 		snprintf(why, whylen, "shared object %016llx is not a tensor",
 			 (unsigned long long)id);
 		shoal_object_release(o);
@@ -93,6 +89,19 @@ static int map_tensor(shoal_vbuf *b, shoal_id id, const void **data, size_t *byt
 	*data = t.data;
 	*bytes = t.nbytes;
 	return 0;
+}
+
+bool sh_value_needs_share(const shoal_value *v)
+{
+	if (v->type == SHOAL_V_TENSOR)
+		return v->v.t.obj == 0;
+	if (v->type != SHOAL_V_ARRAY && v->type != SHOAL_V_MAP)
+		return false;
+	size_t k = v->type == SHOAL_V_MAP ? 2 * (size_t)v->n : v->n;
+	for (size_t i = 0; i < k; i++)
+		if (sh_value_needs_share(&v->v.items[i]))
+			return true;
+	return false;
 }
 
 shoal_value *sh_value_clone(shoal_vbuf *b, const shoal_value *v)
@@ -152,7 +161,7 @@ int sh_value_share(shoal_vbuf *b, shoal_value *v, char *why, size_t whylen)
 			 shoal_client_error(b->store));
 		return rc;
 	}
-	if ((rc = push_u64((void **)&b->made, &b->nmade, &b->cap_made, sizeof(id), &id)) != 0) {
+	if ((rc = push((void **)&b->made, &b->nmade, &b->cap_made, sizeof(id), &id)) != 0) {
 		shoal_delete_id(b->store, id);
 		return rc;
 	}
@@ -599,8 +608,8 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 			if (vb->store && ref[2] != UINT64_MAX &&
 			    (rc = sh_client_borrow(vb->store, ref[1], ref[2], bytes, &data)) == 0 &&
 			    ref[1] && /* segment 0, the arena, is always mapped */
-			    push_u64((void **)&vb->borrowed, &vb->nborrowed, &vb->cap_borrowed, 8,
-				     &ref[1]) != 0) {
+			    push((void **)&vb->borrowed, &vb->nborrowed, &vb->cap_borrowed, 8,
+				 &ref[1]) != 0) {
 				sh_client_unborrow(vb->store, ref[1]);
 				return SHOAL_ENOMEM;
 			}

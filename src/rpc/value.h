@@ -35,6 +35,8 @@ void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *share
  * object (through b->store), which b then owns, and points the value at
  * the object's read-only mapping. */
 int sh_value_share(shoal_vbuf *b, shoal_value *v, char *why, size_t whylen);
+/* Whether v holds a tensor that is not in the store yet. */
+bool sh_value_needs_share(const shoal_value *v);
 /* A copy of v's tree (not of strings, bytes or tensor data) in b. */
 shoal_value *sh_value_clone(shoal_vbuf *b, const shoal_value *v);
 /* One value at m into b. SHOAL_EBADMSG with why for anything else: other

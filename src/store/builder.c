@@ -43,19 +43,6 @@ static void node_free(shoal_node *n)
 	SH_DELETE(n);
 }
 
-static int grow(void **p, uint32_t *cap, uint32_t n, size_t elem)
-{
-	if (n < *cap)
-		return 0;
-	uint32_t nc = *cap ? *cap * 2 : 4;
-	void *q = shoal_realloc(*p, (size_t)*cap * elem, (size_t)nc * elem);
-	if (!q)
-		return SHOAL_ENOMEM;
-	*p = q;
-	*cap = nc;
-	return 0;
-}
-
 static bool name_ok(const char *s, size_t max)
 {
 	size_t n = s ? strlen(s) : 0;
@@ -101,7 +88,7 @@ shoal_node *shoal_builder_root(shoal_builder *b)
 static int new_region(shoal_builder *b, size_t bytes)
 {
 	shoal_client *c = b->c;
-	if (grow((void **)&b->regions, &b->cap_regions, b->nregions, sizeof(region)))
+	if (sh_grow_array((void **)&b->regions, &b->cap_regions, b->nregions, sizeof(region)))
 		return SHOAL_ENOMEM;
 	msgpack_packer pk;
 	sh_client_begin(c, &pk);
@@ -166,7 +153,7 @@ int sh_builder_blob_at(shoal_node *n, uint32_t idx, uint64_t off, uint64_t size)
 	if (!b || idx >= b->nregions || off > b->regions[idx].size ||
 	    size > b->regions[idx].size - off)
 		return SHOAL_EINVAL;
-	if (grow((void **)&n->blobs, &n->cap_blobs, n->nblobs, sizeof(sh_blobref)))
+	if (sh_grow_array((void **)&n->blobs, &n->cap_blobs, n->nblobs, sizeof(sh_blobref)))
 		return b->failed = SHOAL_ENOMEM;
 	sh_blobref *ref = &n->blobs[n->nblobs++];
 	memset(ref, 0, sizeof(*ref));
@@ -188,7 +175,8 @@ static int set_field(shoal_node *n, const char *key, sh_field *f)
 	if (!old) {
 		if (n->nfields >= SH_NODE_MAX_FIELDS)
 			return SHOAL_ERANGE;
-		if (grow((void **)&n->fields, &n->cap_fields, n->nfields, sizeof(sh_field)))
+		if (sh_grow_array((void **)&n->fields, &n->cap_fields, n->nfields,
+				  sizeof(sh_field)))
 			return b->failed = SHOAL_ENOMEM;
 		old = &n->fields[n->nfields++];
 		if (!(old->key = sh_bump_str(&b->a, key, strlen(key)))) {
@@ -282,7 +270,7 @@ int shoal_node_add_blob(shoal_node *n, size_t size, void **data)
 	if (!n || !n->builder || !data)
 		return SHOAL_EINVAL;
 	shoal_builder *b = n->builder;
-	if (grow((void **)&n->blobs, &n->cap_blobs, n->nblobs, sizeof(sh_blobref)))
+	if (sh_grow_array((void **)&n->blobs, &n->cap_blobs, n->nblobs, sizeof(sh_blobref)))
 		return b->failed = SHOAL_ENOMEM;
 	sh_blobref *ref = &n->blobs[n->nblobs];
 	memset(ref, 0, sizeof(*ref));

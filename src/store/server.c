@@ -413,19 +413,6 @@ typedef struct seal_ctx {
 	uint64_t inline_total;
 } seal_ctx;
 
-static int grow_arr(void **p, uint32_t *cap, uint32_t n, size_t elem)
-{
-	if (n < *cap)
-		return 0;
-	uint32_t nc = *cap ? *cap * 2 : 8;
-	void *q = shoal_realloc(*p, (size_t)*cap * elem, (size_t)nc * elem);
-	if (!q)
-		return SHOAL_ENOMEM;
-	*p = q;
-	*cap = nc;
-	return 0;
-}
-
 static int place_blobs(seal_ctx *x, shoal_node *n, char *why, size_t whylen)
 {
 	shoal_store *s = x->c->srv;
@@ -452,7 +439,7 @@ static int place_blobs(seal_ctx *x, shoal_node *n, char *why, size_t whylen)
 					 s->arena_size);
 				return rc;
 			}
-			if (grow_arr((void **)&x->arena, &x->cap_arena, x->narena, 8)) {
+			if (sh_grow_array((void **)&x->arena, &x->cap_arena, x->narena, 8)) {
 				arena_free(s, off, arena_class(b->size ? b->size : 1));
 				return SHOAL_ENOMEM;
 			}
@@ -483,7 +470,8 @@ static int place_blobs(seal_ctx *x, shoal_node *n, char *why, size_t whylen)
 		for (uint32_t j = 0; j < x->nsegs && !seen; j++)
 			seen = x->segs[j] == g;
 		if (!seen) {
-			if (grow_arr((void **)&x->segs, &x->cap_segs, x->nsegs, sizeof(st_seg *)))
+			if (sh_grow_array((void **)&x->segs, &x->cap_segs, x->nsegs,
+					  sizeof(st_seg *)))
 				return SHOAL_ENOMEM;
 			x->segs[x->nsegs++] = g;
 		}
@@ -1038,7 +1026,7 @@ static void *conn_main(void *arg)
 		if (rc == 0)
 			rc = handle(c, len);
 		sh_msg_trim(&c->in, &c->in_cap);
-		if (c->out.cap > SH_RPC_BUF_KEEP)
+		if (c->out.cap > SH_MSG_BUF_KEEP)
 			sh_wbuf_fini(&c->out);
 	}
 	if (rc != SHOAL_ECLOSED && rc != SHOAL_ECANCELED)
