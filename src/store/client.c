@@ -193,7 +193,7 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 				       shoal_deadline_in(LIVENESS_SLICE_NS))) == SHOAL_ETIMEDOUT)
 		if ((rc = check_live(c)) != 0)
 			return rc;
-	if (c->out.cap > SH_RPC_BUF_KEEP)
+	if (c->out.cap > SH_MSG_BUF_KEEP)
 		sh_wbuf_fini(&c->out);
 	if (rc) {
 		c->broken = true;
@@ -385,6 +385,19 @@ static void send_release(shoal_client *c, shoal_id id, const sh_wbuf *dropped)
 		sh_debug("store", "release of %016" PRIx64 ": %s", id, c->err);
 }
 
+/* A request whose body is [name] or [id] (GET, DELETE, PERSIST). */
+static int call_key(shoal_client *c, uint16_t op, const char *name, shoal_id id, sh_mp *m)
+{
+	msgpack_packer pk;
+	sh_client_begin(c, &pk);
+	msgpack_pack_array(&pk, 1);
+	if (name)
+		sh_mp_pack_cstr(&pk, name);
+	else
+		msgpack_pack_uint64(&pk, id);
+	return sh_client_call(c, op, false, m);
+}
+
 static int get(shoal_client *c, const char *name, shoal_id id, shoal_object **out)
 {
 	if (!c || !out || (!name && !id))
@@ -397,15 +410,8 @@ static int get(shoal_client *c, const char *name, shoal_id id, shoal_object **ou
 		*out = have;
 		return 0;
 	}
-	msgpack_packer pk;
-	sh_client_begin(c, &pk);
-	msgpack_pack_array(&pk, 1);
-	if (name)
-		sh_mp_pack_cstr(&pk, name);
-	else
-		msgpack_pack_uint64(&pk, id);
 	sh_mp m;
-	int rc = sh_client_call(c, SH_OP_GET, false, &m);
+	int rc = call_key(c, SH_OP_GET, name, id, &m);
 	if (rc)
 		return rc;
 	shoal_object *o = SH_NEW(shoal_object);
@@ -773,15 +779,8 @@ static int simple(shoal_client *c, uint16_t op, const char *name, shoal_id id)
 {
 	if (!c || (!name && !id))
 		return SHOAL_EINVAL;
-	msgpack_packer pk;
-	sh_client_begin(c, &pk);
-	msgpack_pack_array(&pk, 1);
-	if (name)
-		sh_mp_pack_cstr(&pk, name);
-	else
-		msgpack_pack_uint64(&pk, id);
 	sh_mp m;
-	return sh_client_call(c, op, false, &m);
+	return call_key(c, op, name, id, &m);
 }
 
 int shoal_delete(shoal_client *c, const char *name)
