@@ -686,18 +686,49 @@ double sh_bench_now(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-long sh_bench_self_pss_kib(void)
+int sh_bench_proc_mem(pid_t pid, long *uss_kib, long *pss_kib)
 {
-	FILE *f = fopen("/proc/self/smaps_rollup", "r");
+	char path[64], line[256];
+	if (pid)
+		snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
+	else
+		snprintf(path, sizeof(path), "/proc/self/smaps_rollup");
+	FILE *f = fopen(path, "r");
 	if (!f)
 		return -1;
-	char line[256];
-	long kib = -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Pss: %ld kB", &kib) == 1)
-			break;
+	long v, uss = 0, pss = -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "Pss: %ld kB", &v) == 1)
+			pss = v;
+		else if (sscanf(line, "Private_Clean: %ld kB", &v) == 1 ||
+			 sscanf(line, "Private_Dirty: %ld kB", &v) == 1)
+			uss += v;
+	}
 	fclose(f);
-	return kib;
+	if (uss_kib)
+		*uss_kib = uss;
+	if (pss_kib)
+		*pss_kib = pss;
+	return pss < 0 ? -1 : 0;
+}
+
+long sh_bench_self_pss_kib(void)
+{
+	long pss;
+	return sh_bench_proc_mem(0, NULL, &pss) == 0 ? pss : -1;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+void sh_bench_percentiles(double *v, int n, double *p50, double *p99)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	*p50 = v[n / 2];
+	*p99 = v[(size_t)((double)n * 0.99)];
 }
 
 static void write_all(int fd, const void *buf, size_t len)

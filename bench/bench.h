@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -160,6 +161,12 @@ int sh_bench_exec(char *const argv[], const char *dir, char *const env[], char *
 
 /* Pss of the calling process in KiB from /proc/self/smaps_rollup, or -1. */
 long sh_bench_self_pss_kib(void);
+/* Uss (Private_Clean + Private_Dirty) and Pss of process pid (0: this
+ * one) in KiB, from smaps_rollup; either pointer may be NULL. 0 or -1. */
+int sh_bench_proc_mem(pid_t pid, long *uss_kib, long *pss_kib);
+
+/* Sorts v[0..n) and gives its median and 99th percentile. */
+void sh_bench_percentiles(double *v, int n, double *p50, double *p99);
 
 /* Monotonic clock in seconds. */
 double sh_bench_now(void);

@@ -32,12 +32,6 @@ static double now_s(void)
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 /* The echo side, in the child: answers each request with the value + 1. */
 static int echo_ring(void *mem, size_t one, uint32_t spin_ns)
 {
@@ -184,8 +178,8 @@ int sh_bench_ring(const sh_bench_opts *o, sh_bench_report *r)
 			sh_bench_fail(x, "%s", err);
 			continue;
 		}
-		qsort(lat, (size_t)n, sizeof(double), cmp_double);
-		double p50 = lat[n / 2], p99 = lat[(size_t)((double)n * 0.99)];
+		double p50, p99;
+		sh_bench_percentiles(lat, n, &p50, &p99);
 		double sum = 0;
 		for (int i = 0; i < n; i++)
 			sum += lat[i];

@@ -43,24 +43,19 @@ static int find_paths(char *runner, char *ext, size_t len)
 	return -1;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 static void set_stats(sh_bench_result *x, double *us, int n)
 {
 	double mean, sd, mn, mx;
 	sh_bench_stats(us, n, &mean, &sd, &mn, &mx);
 	sh_bench_show_samples(x, us, n, "us");
-	qsort(us, (size_t)n, sizeof(double), cmp_double);
+	double p50, p99;
+	sh_bench_percentiles(us, n, &p50, &p99);
 	sh_bench_metric_set(x, "mean_us", mean);
 	sh_bench_metric_set(x, "std_us", sd);
 	sh_bench_metric_set(x, "min_us", mn);
 	sh_bench_metric_set(x, "max_us", mx);
-	sh_bench_metric_set(x, "p50_us", us[n / 2]);
-	sh_bench_metric_set(x, "p99_us", us[(size_t)((double)n * 0.99)]);
+	sh_bench_metric_set(x, "p50_us", p50);
+	sh_bench_metric_set(x, "p99_us", p99);
 	x->cmp_value = mean;
 	x->cmp_word = "faster";
 }
@@ -290,27 +285,6 @@ static void bench_calls(const sh_bench_opts *o, sh_bench_report *r, shoal_ext *e
 	free(us);
 }
 
-/* Private_* and Pss of a process, KiB. */
-static int proc_mem(pid_t pid, long *uss, long *pss)
-{
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	long v;
-	*uss = *pss = 0;
-	while (fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "Pss: %ld kB", &v) == 1)
-			*pss = v;
-		else if (sscanf(line, "Private_Clean: %ld kB", &v) == 1 ||
-			 sscanf(line, "Private_Dirty: %ld kB", &v) == 1)
-			*uss += v;
-	}
-	fclose(f);
-	return 0;
-}
-
 static void bench_start_and_idle(const sh_bench_opts *o, sh_bench_report *r,
 				 const shoal_ext_config *c)
 {
@@ -357,7 +331,7 @@ static void bench_start_and_idle(const sh_bench_opts *o, sh_bench_report *r,
 			const shoal_value *res;
 			long u, p;
 			if ((rc = shoal_ext_call(all[i], "nop", NULL, vb, &res, 0)) != 0 ||
-			    proc_mem(shoal_ext_pid(all[i]), &u, &p) != 0) {
+			    sh_bench_proc_mem(shoal_ext_pid(all[i]), &u, &p) != 0) {
 				sh_bench_fail(m, "extension %d: %s", i,
 					      shoal_ext_last_error(all[i]));
 				rc = rc ? rc : -1;
@@ -432,7 +406,7 @@ static void bench_tensor_memory(const sh_bench_opts *o, sh_bench_report *r,
 			shoal_vbuf *outs[50] = {0};
 			double extra = 0;
 			for (int i = 0; i < n && rc == 0; i++)
-				if (proc_mem(shoal_ext_pid(e[i]), &u0[i], &p) != 0)
+				if (sh_bench_proc_mem(shoal_ext_pid(e[i]), &u0[i], &p) != 0)
 					rc = -1;
 			for (int i = 0; i < n && rc == 0; i++) {
 				const shoal_value *res;
@@ -445,7 +419,7 @@ static void bench_tensor_memory(const sh_bench_opts *o, sh_bench_report *r,
 						      shoal_ext_last_error(e[i]));
 			}
 			for (int i = 0; i < n && rc == 0; i++) {
-				if (proc_mem(shoal_ext_pid(e[i]), &u1, &p) != 0) {
+				if (sh_bench_proc_mem(shoal_ext_pid(e[i]), &u1, &p) != 0) {
 					rc = -1;
 					break;
 				}

@@ -28,20 +28,15 @@
 #define SUITE "store"
 #define SMALL_BYTES 64
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 static void set_latency(sh_bench_result *x, double *lat, int n)
 {
-	qsort(lat, (size_t)n, sizeof(double), cmp_double);
-	sh_bench_metric_set(x, "p50_us", lat[n / 2]);
-	sh_bench_metric_set(x, "p99_us", lat[(size_t)((double)n * 0.99)]);
+	double p50, p99;
+	sh_bench_percentiles(lat, n, &p50, &p99);
+	sh_bench_metric_set(x, "p50_us", p50);
+	sh_bench_metric_set(x, "p99_us", p99);
 	sh_bench_metric_set(x, "ops", n);
 	sh_bench_show_samples(x, lat, n, "us");
-	x->cmp_value = lat[n / 2];
+	x->cmp_value = p50;
 	x->cmp_word = "faster";
 }
 
@@ -276,20 +271,11 @@ static void bench_dict(const sh_bench_opts *o, sh_bench_report *r, const char *s
 	shoal_disconnect(c);
 }
 
-/* Uss (Private_Clean + Private_Dirty) of the calling process, KiB. */
+/* Uss of the calling process, KiB, or -1. */
 static long self_uss_kib(void)
 {
-	FILE *f = fopen("/proc/self/smaps_rollup", "r");
-	if (!f)
-		return -1;
-	char line[256];
-	long v, uss = 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Private_Clean: %ld kB", &v) == 1 ||
-		    sscanf(line, "Private_Dirty: %ld kB", &v) == 1)
-			uss += v;
-	fclose(f);
-	return uss;
+	long uss;
+	return sh_bench_proc_mem(0, &uss, NULL) == 0 ? uss : -1;
 }
 
 /* The page tables of the calling process (VmPTE), KiB. */
