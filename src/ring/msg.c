@@ -1,13 +1,13 @@
 /* Messages larger than a ring record: written as consecutive records and
  * read back whole. The frame header's length says how much follows; it is
- * bounded (SH_RPC_MSG_MAX) and every record must fit what is still owed. */
+ * bounded (SH_MSG_MAX) and every record must fit what is still owed. */
 #include "ring/msg.h"
 
 #include <string.h>
 
 int sh_msg_write_part(sh_ring *r, const void *p, size_t len, size_t *done, int64_t deadline)
 {
-	if (len > SH_RPC_MSG_MAX)
+	if (len > SH_MSG_MAX)
 		return SHOAL_EMSGSIZE;
 	size_t max = sh_ring_max_payload(r);
 	const unsigned char *b = p;
@@ -56,7 +56,7 @@ int sh_msg_read_part(sh_ring *r, unsigned char **buf, size_t *cap, size_t *got, 
 			if (t < n)
 				t = n; /* the frame decoder will say what is wrong */
 		}
-		if (t > max || t > SH_RPC_MSG_MAX) {
+		if (t > max || t > SH_MSG_MAX) {
 			sh_ring_release(r);
 			return SHOAL_EMSGSIZE;
 		}
@@ -87,12 +87,12 @@ int sh_msg_read_part(sh_ring *r, unsigned char **buf, size_t *cap, size_t *got, 
 int sh_msg_read(sh_ring *r, unsigned char **buf, size_t *cap, size_t *len, int64_t deadline)
 {
 	size_t got = 0;
-	return sh_msg_read_part(r, buf, cap, &got, len, SH_RPC_MSG_MAX, deadline);
+	return sh_msg_read_part(r, buf, cap, &got, len, SH_MSG_MAX, deadline);
 }
 
 void sh_msg_trim(unsigned char **buf, size_t *cap)
 {
-	if (*cap > SH_RPC_BUF_KEEP) {
+	if (*cap > SH_MSG_BUF_KEEP) {
 		shoal_free(*buf, *cap);
 		*buf = NULL;
 		*cap = 0;

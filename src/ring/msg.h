@@ -13,9 +13,9 @@
 #define SH_MSG_LEN_AT 20
 
 /* The largest message, whatever the frame header claims. */
-#define SH_RPC_MSG_MAX ((size_t)1 << 30)
+#define SH_MSG_MAX ((size_t)1 << 30)
 /* Buffers that grew past this are freed after use, not kept. */
-#define SH_RPC_BUF_KEEP ((size_t)64 << 20)
+#define SH_MSG_BUF_KEEP ((size_t)64 << 20)
 
 int sh_msg_write(sh_ring *r, const void *p, size_t len, int64_t deadline);
 /* The next whole message into *buf (grown as needed, *cap its size). */
@@ -29,7 +29,7 @@ int sh_msg_write_part(sh_ring *r, const void *p, size_t len, size_t *done, int64
 int sh_msg_read_part(sh_ring *r, unsigned char **buf, size_t *cap, size_t *got, size_t *total,
 		     size_t max, int64_t deadline);
 
-/* Frees *buf if it grew past SH_RPC_BUF_KEEP. */
+/* Frees *buf if it grew past SH_MSG_BUF_KEEP. */
 void sh_msg_trim(unsigned char **buf, size_t *cap);
 
 #endif

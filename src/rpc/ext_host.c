@@ -546,7 +546,7 @@ static int serve_service(shoal_ext *e, const sh_frame *f, size_t len)
 		      .status = status,
 		      .flags = shared ? SH_FRAME_SHARED : 0};
 	int rc = sh_wbuf_frame_end(&e->out, &r);
-	if (rc == 0 && e->out.len > SH_RPC_MSG_MAX) {
+	if (rc == 0 && e->out.len > SH_MSG_MAX) {
 		sh_wbuf_frame_begin(&e->out);
 		msgpack_pack_array(&pk, 1);
 		sh_mp_pack_cstr(&pk, "the service's result is larger than a message can be");
@@ -676,7 +676,7 @@ static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int6
 			    e->name);
 	f->e = e;
 	snprintf(f->fn, sizeof(f->fn), "%s", fn);
-	if (shared && args) {
+	if (shared && args && sh_value_needs_share(args)) {
 		if (shoal_vbuf_create(&f->hold) != 0)
 			return fail(e, SHOAL_ENOMEM, "out of memory");
 		f->hold->store = e->store;
@@ -719,13 +719,13 @@ static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int6
 		fail(e, rc, "%s(): arguments: %s", fn, shoal_strerror(rc));
 		goto fail;
 	}
-	if (e->out.len > SH_RPC_MSG_MAX) {
+	if (e->out.len > SH_MSG_MAX) {
 		rc = fail(e, SHOAL_EMSGSIZE, "%s(): %zu bytes of arguments, at most %zu fit a call",
-			  fn, e->out.len, SH_RPC_MSG_MAX);
+			  fn, e->out.len, SH_MSG_MAX);
 		goto fail;
 	}
 	rc = sh_msg_write(&e->req, e->out.p, e->out.len, deadline);
-	if (e->out.cap > SH_RPC_BUF_KEEP)
+	if (e->out.cap > SH_MSG_BUF_KEEP)
 		sh_wbuf_fini(&e->out);
 	if (rc) {
 		/* a ring full past the deadline, or a dead child: out of step */

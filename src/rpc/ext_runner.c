@@ -143,10 +143,10 @@ static int next_frame(runner *R, level *L, sh_frame *f, size_t *len, char *why, 
 static int send_frame(runner *R, sh_wbuf *w, sh_frame *f)
 {
 	int rc = sh_wbuf_frame_end(w, f);
-	if (rc == 0 && w->len > SH_RPC_MSG_MAX)
+	if (rc == 0 && w->len > SH_MSG_MAX)
 		return SHOAL_EMSGSIZE;
 	rc = rc ? rc : sh_msg_write(R->rep, w->p, w->len, SHOAL_FOREVER);
-	if (w->cap > SH_RPC_BUF_KEEP)
+	if (w->cap > SH_MSG_BUF_KEEP)
 		sh_wbuf_fini(w);
 	return rc;
 }
@@ -225,7 +225,7 @@ static int handle_call(runner *R, int d, const sh_frame *f, size_t len)
 		msgpack_pack_array(&pk, 1);
 		char m2[160];
 		snprintf(m2, sizeof(m2), "result of %zu bytes exceeds the %zu a reply can carry",
-			 big, SH_RPC_MSG_MAX);
+			 big, SH_MSG_MAX);
 		sh_mp_pack_cstr(&pk, m2);
 		r.status = SHOAL_EMSGSIZE;
 		rc = send_frame(R, &L->w, &r);
