@@ -36,7 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
 	char why[256];
 	sh_frame f;
 	/* A frame: the header fields come from the input when it has one. */
-	if (sh_frame_decode(in, n, &f, why, sizeof(why)) == 0 && f.body_len != n - SH_FRAME_HDR)
+	if (sh_frame_decode(in, n, &f, why, sizeof(why)) == 0 &&
+	    f.body_len + (f.flags & SH_FRAME_OOB ? 8u : 0u) != n - SH_FRAME_HDR)
 		abort();
 	/* The body, with or without a valid header in front. */
 	const uint8_t *body = n >= SH_FRAME_HDR ? in + SH_FRAME_HDR : in;

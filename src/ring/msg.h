@@ -29,6 +29,20 @@ int sh_msg_write_part(sh_ring *r, const void *p, size_t len, size_t *done, int64
 int sh_msg_read_part(sh_ring *r, unsigned char **buf, size_t *cap, size_t *got, size_t *total,
 		     size_t max, int64_t deadline);
 
+/* Bytes that follow a message out of band (the RPC's large payloads):
+ * written from where they lie and read into where they belong, so each
+ * crosses the ring with one copy on each side. Records are at most an
+ * eighth of the ring, so that the reader copies one out while the writer
+ * fills the next. */
+typedef struct sh_msg_part {
+	void *p; /* reading: NULL discards the bytes */
+	size_t n;
+} sh_msg_part;
+int sh_msg_write_parts(sh_ring *r, const sh_msg_part *v, size_t n, int64_t deadline);
+/* Reads exactly the parts' bytes; a record reaching past them is
+ * SHOAL_EPROTO. */
+int sh_msg_read_parts(sh_ring *r, const sh_msg_part *v, size_t n, int64_t deadline);
+
 /* Frees *buf if it grew past SH_MSG_BUF_KEEP. */
 void sh_msg_trim(unsigned char **buf, size_t *cap);
 

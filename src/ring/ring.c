@@ -236,6 +236,13 @@ static int refresh_head(sh_ring *r)
 	return 0;
 }
 
+size_t sh_ring_room(sh_ring *r)
+{
+	if (!r->producer || refresh_head(r) != 0)
+		return 0;
+	return (size_t)(r->cap - (r->pos - r->peer));
+}
+
 static void publish_tail(sh_ring *r)
 {
 	atomic_store_explicit(&r->sh->tail, r->pos, memory_order_seq_cst);

@@ -65,6 +65,8 @@ size_t sh_ring_max_payload(const sh_ring *r);
  * reserved. SHOAL_EMSGSIZE if len can never fit, SHOAL_ECLOSED after close. */
 int sh_ring_reserve(sh_ring *r, size_t len, void **buf, int64_t deadline);
 void sh_ring_commit(sh_ring *r, size_t len);
+/* Producer: the bytes free now (records and their headers must fit). */
+size_t sh_ring_room(sh_ring *r);
 /* reserve + memcpy + commit. */
 int sh_ring_write(sh_ring *r, const void *buf, size_t len, int64_t deadline);
 

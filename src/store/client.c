@@ -217,10 +217,11 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 	sh_frame r;
 	char why[160];
 	if (sh_frame_decode(c->in, len, &r, why, sizeof(why)) != 0 || r.seq != f.seq ||
-	    r.op != op) {
+	    r.op != op || r.oob) {
 		c->broken = true;
 		return sh_client_fail(c, SHOAL_EPROTO, "reply to request %u (op %u): %s", f.seq, op,
-				      why[0] ? why : "wrong sequence number or op");
+				      why[0] ? why
+					     : "wrong sequence number or op, or out-of-band bytes");
 	}
 	sh_mp_init(m, c->in + SH_FRAME_HDR, r.body_len);
 	if (r.status != 0) {

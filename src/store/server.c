@@ -864,6 +864,13 @@ static int handle(st_conn *c, size_t len)
 	if (f.status != 0)
 		return reply_err(c, &f, SHOAL_EBADMSG, "request with status %d, expected 0",
 				 f.status);
+	if (f.oob) {
+		/* Bytes would follow that we cannot read as requests: the
+		 * connection is out of step, so it ends. */
+		reply_err(c, &f, SHOAL_EBADMSG,
+			  "out-of-band bytes, which store requests never have");
+		return SHOAL_EPROTO;
+	}
 	if (f.op == 0 || f.op >= SH_OP_MAX_ || !ops[f.op])
 		return reply_err(c, &f, SHOAL_EBADMSG, "unknown op %u, expected 1 to %d", f.op,
 				 SH_OP_MAX_ - 1);

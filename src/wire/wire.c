@@ -53,7 +53,7 @@ int sh_frame_decode(const void *buf, size_t len, sh_frame *f, char *why, size_t 
 		snprintf(why, whylen, "frame version %u, expected %u", version, SH_WIRE_VERSION);
 		return SHOAL_EBADMSG;
 	}
-	uint16_t known = SH_FRAME_NOREPLY | SH_FRAME_SHARED;
+	uint16_t known = SH_FRAME_NOREPLY | SH_FRAME_SHARED | SH_FRAME_OOB;
 	if (reserved != 0 || (f->flags & ~known) != 0) {
 		snprintf(why, whylen, "frame flags 0x%x reserved 0x%x, expected flags within 0x%x",
 			 f->flags, reserved, known);
@@ -67,6 +67,22 @@ int sh_frame_decode(const void *buf, size_t len, sh_frame *f, char *why, size_t 
 		snprintf(why, whylen, "frame body_len %u, but %zu bytes follow the header",
 			 f->body_len, len - SH_FRAME_HDR);
 		return SHOAL_EBADMSG;
+	}
+	f->oob = 0;
+	if (f->flags & SH_FRAME_OOB) {
+		if (f->body_len < 8) {
+			snprintf(why, whylen,
+				 "frame body of %u bytes, expected at least the 8 of its "
+				 "out-of-band count",
+				 f->body_len);
+			return SHOAL_EBADMSG;
+		}
+		f->body_len -= 8;
+		memcpy(&f->oob, p + SH_FRAME_HDR + f->body_len, 8);
+		if (f->oob == 0) {
+			snprintf(why, whylen, "frame flagged out-of-band, but with 0 bytes of it");
+			return SHOAL_EBADMSG;
+		}
 	}
 	return 0;
 }
@@ -82,6 +98,8 @@ void sh_wbuf_fini(sh_wbuf *w)
 {
 	if (w->p)
 		shoal_free(w->p, w->cap);
+	if (w->oob)
+		shoal_free(w->oob, w->cap_oob * sizeof(*w->oob));
 	memset(w, 0, sizeof(*w));
 }
 
@@ -89,6 +107,27 @@ void sh_wbuf_reset(sh_wbuf *w)
 {
 	w->len = 0;
 	w->err = 0;
+	w->noob = 0;
+	w->oob_bytes = 0;
+}
+
+int sh_wbuf_oob(sh_wbuf *w, const void *p, size_t n)
+{
+	if (w->err)
+		return w->err;
+	if (sh_grow_array((void **)&w->oob, &w->cap_oob, w->noob, sizeof(*w->oob)) != 0)
+		return w->err = SHOAL_ENOMEM;
+	w->oob[w->noob++] = (sh_msg_part){(void *)p, n};
+	w->oob_bytes += n;
+	return 0;
+}
+
+int sh_frame_send(sh_ring *r, const sh_wbuf *w, int64_t deadline)
+{
+	int rc = sh_msg_write(r, w->p, w->len, deadline);
+	if (rc == 0 && w->noob)
+		rc = sh_msg_write_parts(r, w->oob, w->noob, deadline);
+	return rc;
 }
 
 int sh_wbuf_append(sh_wbuf *w, const void *p, size_t n)
@@ -136,6 +175,12 @@ int sh_wbuf_frame_end(sh_wbuf *w, sh_frame *f)
 	if (w->err)
 		return w->err;
 	SH_ASSERT(w->len >= SH_FRAME_HDR);
+	if (w->oob_bytes) {
+		int rc = sh_wbuf_append(w, &w->oob_bytes, 8);
+		if (rc)
+			return rc;
+		f->flags |= SH_FRAME_OOB;
+	}
 	f->body_len = (uint32_t)(w->len - SH_FRAME_HDR);
 	sh_frame_encode(f, w->p);
 	return 0;

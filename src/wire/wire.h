@@ -7,6 +7,7 @@
 #ifndef SHOAL_WIRE_H
 #define SHOAL_WIRE_H
 
+#include "ring/msg.h"
 #include "shoal_impl.h"
 
 #include <msgpack.h>
@@ -18,6 +19,10 @@
 enum {
 	SH_FRAME_NOREPLY = 1, /* the sender does not wait for a reply */
 	SH_FRAME_SHARED = 2,  /* payloads by reference to store objects (rpc) */
+	/* bytes follow the frame out of band (rpc: large payloads, written
+	 * from where they lie); their count is the last 8 bytes of the body,
+	 * which the header's body_len includes and sh_frame_decode strips */
+	SH_FRAME_OOB = 4,
 };
 
 typedef struct sh_frame {
@@ -26,13 +31,16 @@ typedef struct sh_frame {
 	uint32_t seq;
 	int32_t status;	   /* replies: 0 or a SHOAL_E* code; requests: 0 */
 	uint32_t body_len; /* msgpack bytes after the header */
+	uint64_t oob;	   /* bytes out of band after the frame (SH_FRAME_OOB) */
 } sh_frame;
 
 /* Writes the header of f into out (SH_FRAME_HDR bytes). */
 void sh_frame_encode(const sh_frame *f, void *out);
 /* Reads and checks a header from len bytes: magic, version, the reserved
  * field, a status that is 0 or negative, and body_len == len - header.
- * Fills why with what was expected and what came. */
+ * With SH_FRAME_OOB, takes the out-of-band count off the body's end into
+ * f->oob (body_len is then the msgpack alone). Fills why with what was
+ * expected and what came. */
 int sh_frame_decode(const void *buf, size_t len, sh_frame *f, char *why, size_t whylen);
 
 /* ---- writing: a growable buffer that a msgpack_packer writes into ---- */
@@ -41,12 +49,20 @@ typedef struct sh_wbuf {
 	unsigned char *p;
 	size_t len, cap;
 	int err; /* sticky: SHOAL_ENOMEM or SHOAL_EOVERFLOW */
+	/* out-of-band parts, by reference: they must stay put until sent */
+	sh_msg_part *oob;
+	uint32_t noob, cap_oob;
+	uint64_t oob_bytes;
 } sh_wbuf;
 
 void sh_wbuf_init(sh_wbuf *w);
 void sh_wbuf_fini(sh_wbuf *w);
 void sh_wbuf_reset(sh_wbuf *w);
 int sh_wbuf_append(sh_wbuf *w, const void *p, size_t n);
+/* Adds n bytes at p (left where they are) to go after the frame. */
+int sh_wbuf_oob(sh_wbuf *w, const void *p, size_t n);
+/* Sends the frame in w, then its out-of-band parts. */
+int sh_frame_send(sh_ring *r, const sh_wbuf *w, int64_t deadline);
 /* A packer appending to w. */
 void sh_wbuf_packer(sh_wbuf *w, msgpack_packer *pk);
 /* Starts a frame in w: reserves the header, which sh_wbuf_frame_end fills
