@@ -7,6 +7,8 @@
 #include "rpc/value.h"
 
 #include <dlpack/dlpack.h>
+#include <stdlib.h>
+#include <string.h>
 
 static shoal_value *round_trip(shoal_vbuf *b, const shoal_value *v)
 {
@@ -14,13 +16,13 @@ static shoal_value *round_trip(shoal_vbuf *b, const shoal_value *v)
 	sh_wbuf_init(&w);
 	msgpack_packer pk;
 	sh_wbuf_packer(&w, &pk);
-	sh_value_pack(&pk, v, NULL);
+	sh_value_pack(&pk, v, NULL, NULL);
 	CHECK_OK(w.err);
 	sh_mp m;
 	sh_mp_init(&m, w.p, w.len);
 	shoal_value *out;
 	char why[128];
-	CHECK_OK(sh_value_decode(&m, b, &out, why, sizeof(why)));
+	CHECK_OK(sh_value_decode(&m, b, NULL, &out, why, sizeof(why)));
 	CHECK_OK(sh_mp_done(&m));
 	sh_wbuf_fini(&w);
 	return out;
@@ -34,7 +36,7 @@ static int decode(const char *bytes, size_t n, char *why, size_t whylen)
 	sh_mp_init(&m, bytes, n);
 	shoal_value *v;
 	why[0] = 0;
-	int rc = sh_value_decode(&m, b, &v, why, whylen);
+	int rc = sh_value_decode(&m, b, NULL, &v, why, whylen);
 	shoal_vbuf_free(b);
 	return rc;
 }
@@ -83,6 +85,135 @@ SH_TEST(every_kind_round_trips)
 	CHECK(shoal_v_map_get(m, "x") == NULL);
 	CHECK_RC(shoal_v_set(a, 10, other), SHOAL_EINVAL);
 	shoal_vbuf_free(b);
+}
+
+/* Packs v with its large payloads out of band, then decodes the body and
+ * those bytes as a receiver would; rc of the decode or of the fill. */
+static int oob_trip(shoal_vbuf *b, const shoal_value *v, shoal_value **out, uint64_t *oob,
+		    char *why, size_t whylen)
+{
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	msgpack_packer pk;
+	sh_wbuf_packer(&w, &pk);
+	sh_value_pack(&pk, v, NULL, &w);
+	CHECK_OK(w.err);
+	*oob = w.oob_bytes;
+	unsigned char *tail = malloc(w.oob_bytes + 1);
+	CHECK(tail != NULL);
+	size_t at = 0;
+	for (uint32_t i = 0; i < w.noob; i++, at += w.oob[i - 1].n)
+		memcpy(tail + at, w.oob[i].p, w.oob[i].n);
+	sh_oob o = {0};
+	sh_oob_reset(&o, w.oob_bytes);
+	sh_mp m;
+	sh_mp_init(&m, w.p, w.len);
+	int rc = sh_value_decode(&m, b, &o, out, why, whylen);
+	if (rc == 0)
+		rc = sh_oob_copy(&o, tail, at, why, whylen);
+	sh_oob_fini(&o);
+	free(tail);
+	sh_wbuf_fini(&w);
+	return rc;
+}
+
+/* Large strings, bytes and tensors go after the body, by reference on
+ * the way out and into the receiver's vbuf on the way in. */
+SH_TEST(large_payloads_out_of_band)
+{
+	shoal_vbuf *b, *r;
+	CHECK_OK(shoal_vbuf_create(&b));
+	CHECK_OK(shoal_vbuf_create(&r));
+	size_t n = 3 * SH_VALUE_OOB_MIN + 5;
+	char *text = malloc(n);
+	CHECK(text != NULL);
+	for (size_t i = 0; i < n; i++)
+		text[i] = (char)('a' + i % 26);
+	int64_t shape[2] = {16, 33}; /* 4224 bytes, within text */
+	shoal_value *a = shoal_v_array(b, 5);
+	shoal_v_set(a, 0, shoal_v_str(b, text, n));
+	shoal_v_set(a, 1, shoal_v_bytes(b, text, SH_VALUE_OOB_MIN - 1)); /* inline */
+	shoal_v_set(a, 2, shoal_v_tensor(b, SHOAL_DT_F64, 2, shape, text));
+	shoal_v_set(a, 3, shoal_v_bytes(b, text + 1, n - 1));
+	shoal_v_set(a, 4, shoal_v_int(b, 7));
+	shoal_value *out;
+	uint64_t oob;
+	char why[160];
+	CHECK_OK(oob_trip(r, a, &out, &oob, why, sizeof(why)));
+	CHECK_EQ(oob, n + 16 * 33 * 8 + n - 1);
+	CHECK(shoal_v_equal(a, out));
+	CHECK_EQ(out->v.items[0].v.s[n], 0); /* a NUL after a string's bytes */
+	CHECK_EQ((uintptr_t)out->v.items[2].v.t.data % 64, 0);
+	/* a string out of band is checked once its bytes are in */
+	text[n - 1] = (char)0xff;
+	shoal_v_set(a, 0, shoal_v_str(b, text, n));
+	CHECK_RC(oob_trip(r, a, &out, &oob, why, sizeof(why)), SHOAL_EBADMSG);
+	CHECK(strstr(why, "UTF-8") != NULL);
+	/* hostile headers: more declared than the frame carries, less, an
+	 * unknown kind, a tensor whose count disagrees with its shape, and
+	 * any at all where nothing may follow */
+	static const unsigned char hdr[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0x10};
+	unsigned char body[3 + 24] = {0xc7, 16, SH_EXT_OOB};
+	memcpy(body + 3, hdr, 16);
+	sh_oob o = {0};
+	sh_mp m;
+	struct {
+		uint64_t want;
+		unsigned char kind, ndim, len;
+		const char *says;
+	} bad[] = {
+		{8, 0, 0, 19, "more bytes declared"},
+		{32, 0, 0, 19, "frame carries 32"},
+		{16, 3, 0, 19, "unknown kind"},
+		{16, 2, 1, 27, "does not match"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		body[1] = (unsigned char)(bad[i].len - 3);
+		body[3] = bad[i].kind;
+		body[4] = SHOAL_DT_F32;
+		body[5] = bad[i].ndim;
+		int64_t dim = 5; /* 20 bytes, not 16 */
+		memcpy(body + 19, &dim, 8);
+		sh_oob_reset(&o, bad[i].want);
+		sh_mp_init(&m, body, bad[i].len);
+		why[0] = 0;
+		int rc = sh_value_decode(&m, r, &o, &out, why, sizeof(why));
+		if (rc != SHOAL_EBADMSG || !strstr(why, bad[i].says))
+			sh_test_fail(__FILE__, __LINE__, "case %zu: %d, \"%s\"", i, rc, why);
+	}
+	body[1] = 16;
+	body[3] = 0;
+	sh_mp_init(&m, body, 19);
+	CHECK_RC(sh_value_decode(&m, r, NULL, &out, why, sizeof(why)), SHOAL_EBADMSG);
+	CHECK(strstr(why, "where none can follow") != NULL);
+	sh_oob_fini(&o);
+	free(text);
+	shoal_vbuf_free(b);
+	shoal_vbuf_free(r);
+}
+
+/* A vbuf hands what it owns to another: values stay valid there. */
+SH_TEST(vbuf_adopt_moves_memory)
+{
+	shoal_vbuf *a, *b;
+	CHECK_OK(shoal_vbuf_create(&a));
+	CHECK_OK(shoal_vbuf_create(&b));
+	shoal_value *keep = shoal_v_cstr(b, "already here");
+	char big[40000];
+	memset(big, 'x', sizeof(big));
+	shoal_value *v = shoal_v_str(a, big, sizeof(big)); /* a chunk of its own */
+	shoal_value *w = shoal_v_cstr(a, "small");
+	CHECK_OK(sh_vbuf_adopt(b, a));
+	shoal_vbuf_reset(a); /* frees nothing of what moved */
+	shoal_v_cstr(a, "reuse a");
+	CHECK_EQ(v->n, sizeof(big));
+	CHECK_EQ(v->v.s[39999], 'x');
+	CHECK(!strcmp(w->v.s, "small"));
+	CHECK(!strcmp(keep->v.s, "already here"));
+	shoal_v_cstr(b, "b goes on");
+	shoal_vbuf_free(a);
+	CHECK(!strcmp(w->v.s, "small"));
+	shoal_vbuf_free(b); /* ASan: everything freed once */
 }
 
 SH_TEST(hostile_bytes_rejected)

@@ -4,6 +4,7 @@
 #include "shoal_impl.h"
 
 #include <string.h>
+#include <sys/mman.h>
 
 struct sh_bump_chunk {
 	sh_bump_chunk *next;
@@ -12,6 +13,21 @@ struct sh_bump_chunk {
 };
 
 #define BUMP_CHUNK (16u << 10)
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* A chunk for a payload of many MiB is written once right away (a copy
+ * arrives in it): 2 MiB pages make that 512 times fewer page faults,
+ * which cost 7-14 us each on the VMs we run on. Advice only: whatever the
+ * allocator and the kernel say, the memory works the same. */
+static void huge_pages(void *p, size_t n)
+{
+	if (n < 2 * HUGE_PAGE)
+		return;
+	uintptr_t a = ((uintptr_t)p + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+	uintptr_t e = ((uintptr_t)p + n) & ~(HUGE_PAGE - 1);
+	if (e > a)
+		madvise((void *)a, e - a, MADV_HUGEPAGE);
+}
 #define BUMP_KEEP (64u << 20) /* the largest chunk a reset keeps */
 
 void *sh_bump_alloc_raw(sh_bump *b, size_t size)
@@ -23,7 +39,7 @@ void *sh_bump_alloc_raw(sh_bump *b, size_t size)
 		if (want < BUMP_CHUNK)
 			want = BUMP_CHUNK;
 		sh_bump_chunk *c;
-		if (b->spare && b->spare->size >= want) {
+		if (b->spare && want > BUMP_CHUNK && b->spare->size >= want) {
 			/* the big chunk a reset kept: its pages are faulted in */
 			c = b->spare;
 			b->spare = NULL;
@@ -32,6 +48,7 @@ void *sh_bump_alloc_raw(sh_bump *b, size_t size)
 		} else {
 			c->size = want;
 			b->total += want;
+			huge_pages(c, want);
 		}
 		c->next = b->head;
 		b->head = c;
@@ -75,18 +92,16 @@ void sh_bump_fini(sh_bump *b)
 
 void sh_bump_reset(sh_bump *b)
 {
-	/* Kept: the newest chunk, for the small things, and the largest
-	 * beyond it up to BUMP_KEEP, for the next payload of that size. */
-	sh_bump_chunk *keep = b->head, *big = b->spare;
-	b->spare = NULL;
-	b->head = keep ? keep->next : NULL;
-	if (keep && keep->size > BUMP_KEEP) {
-		b->head = keep;
-		keep = NULL;
-	}
+	/* Kept: the newest small chunk, for the tree of the next value, and
+	 * the largest up to BUMP_KEEP, for the next payload of that size
+	 * (its pages are faulted in; a fresh one costs a fault a page). */
+	sh_bump_chunk *small = NULL, *big = b->spare;
 	for (sh_bump_chunk *c = b->head, *next; c; c = next) {
 		next = c->next;
-		if (c->size <= BUMP_KEEP && c->size > BUMP_CHUNK && (!big || c->size > big->size)) {
+		if (c->size <= BUMP_CHUNK && !small) {
+			small = c;
+		} else if (c->size <= BUMP_KEEP && c->size > BUMP_CHUNK &&
+			   (!big || c->size > big->size)) {
 			if (big)
 				shoal_free(big, big->size);
 			big = c;
@@ -94,10 +109,32 @@ void sh_bump_reset(sh_bump *b)
 			shoal_free(c, c->size);
 		}
 	}
-	b->head = keep;
-	if (keep)
-		keep->next = NULL;
+	b->head = small;
+	if (small)
+		small->next = NULL;
 	b->spare = big;
 	b->used = 0;
-	b->total = (keep ? keep->size : 0) + (big ? big->size : 0);
+	b->total = (small ? small->size : 0) + (big ? big->size : 0);
+}
+
+void sh_bump_adopt(sh_bump *dst, sh_bump *src)
+{
+	/* Behind dst's current chunk, which goes on filling. */
+	sh_bump_chunk *first = src->head, *last = first;
+	if (first) {
+		while (last->next)
+			last = last->next;
+		if (dst->head) {
+			last->next = dst->head->next;
+			dst->head->next = first;
+		} else {
+			dst->head = first;
+			dst->used = src->used;
+		}
+		for (sh_bump_chunk *c = first; c; c = c->next)
+			dst->total += c->size;
+	}
+	src->head = NULL;
+	src->used = 0;
+	src->total = src->spare ? src->spare->size : 0;
 }

@@ -63,6 +63,40 @@ static int push(void **arr, uint32_t *n, uint32_t *cap, size_t elem, const void 
 	return 0;
 }
 
+int sh_vbuf_adopt(shoal_vbuf *dst, shoal_vbuf *src)
+{
+	if (src->store && dst->store && src->store != dst->store)
+		return SHOAL_EINVAL;
+	uint32_t need_h = dst->nheld + src->nheld, need_m = dst->nmade + src->nmade,
+		 need_b = dst->nborrowed + src->nborrowed;
+	/* Room first, so that nothing moves unless everything can. */
+	while (dst->cap_held < need_h)
+		if (sh_grow_array((void **)&dst->held, &dst->cap_held, dst->cap_held,
+				  sizeof(*dst->held)))
+			return SHOAL_ENOMEM;
+	while (dst->cap_made < need_m)
+		if (sh_grow_array((void **)&dst->made, &dst->cap_made, dst->cap_made,
+				  sizeof(*dst->made)))
+			return SHOAL_ENOMEM;
+	while (dst->cap_borrowed < need_b)
+		if (sh_grow_array((void **)&dst->borrowed, &dst->cap_borrowed, dst->cap_borrowed,
+				  sizeof(*dst->borrowed)))
+			return SHOAL_ENOMEM;
+	if (src->nheld)
+		memcpy(dst->held + dst->nheld, src->held, src->nheld * sizeof(*src->held));
+	if (src->nmade)
+		memcpy(dst->made + dst->nmade, src->made, src->nmade * sizeof(*src->made));
+	if (src->nborrowed)
+		memcpy(dst->borrowed + dst->nborrowed, src->borrowed,
+		       src->nborrowed * sizeof(*src->borrowed));
+	dst->nheld = need_h, dst->nmade = need_m, dst->nborrowed = need_b;
+	src->nheld = src->nmade = src->nborrowed = 0;
+	if (src->store)
+		dst->store = src->store;
+	sh_bump_adopt(&dst->a, &src->a);
+	return 0;
+}
+
 /* Maps object id and holds it in b: the tensor's bytes. */
 static int map_tensor(shoal_vbuf *b, shoal_id id, const void **data, size_t *bytes, char *why,
 		      size_t whylen)
@@ -412,7 +446,27 @@ bool shoal_v_equal(const shoal_value *a, const shoal_value *b)
 
 /* ---- wire ---- */
 
-void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *shared)
+/* The ext 3 header of a payload out of band, and the payload itself into
+ * w's parts. */
+static void pack_oob(msgpack_packer *pk, sh_wbuf *w, unsigned kind, const shoal_value *v,
+		     const void *p, uint64_t n)
+{
+	unsigned char head[16 + 8 * SHOAL_TENSOR_MAX_DIMS] = {0};
+	size_t hl = 16;
+	head[0] = (unsigned char)kind;
+	if (kind == 2) {
+		head[1] = (unsigned char)v->v.t.dtype;
+		head[2] = (unsigned char)v->v.t.ndim;
+		memcpy(head + 16, v->v.t.shape, 8 * (size_t)v->v.t.ndim);
+		hl += 8 * (size_t)v->v.t.ndim;
+	}
+	memcpy(head + 8, &n, 8);
+	msgpack_pack_ext(pk, hl, SH_EXT_OOB);
+	msgpack_pack_ext_body(pk, head, hl);
+	sh_wbuf_oob(w, p, n);
+}
+
+void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *shared, sh_wbuf *oob)
 {
 	switch (v->type) {
 	case SHOAL_V_NIL:
@@ -428,22 +482,30 @@ void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *share
 		msgpack_pack_double(pk, v->v.f);
 		return;
 	case SHOAL_V_STR:
+		if (oob && v->n >= SH_VALUE_OOB_MIN) {
+			pack_oob(pk, oob, 1, v, v->v.s, v->n);
+			return;
+		}
 		msgpack_pack_str(pk, v->n);
 		msgpack_pack_str_body(pk, v->v.s, v->n);
 		return;
 	case SHOAL_V_BYTES:
+		if (oob && v->n >= SH_VALUE_OOB_MIN) {
+			pack_oob(pk, oob, 0, v, v->v.bytes, v->n);
+			return;
+		}
 		msgpack_pack_bin(pk, v->n);
 		msgpack_pack_bin_body(pk, v->v.bytes, v->n);
 		return;
 	case SHOAL_V_ARRAY:
 		msgpack_pack_array(pk, v->n);
 		for (uint32_t i = 0; i < v->n; i++)
-			sh_value_pack(pk, &v->v.items[i], shared);
+			sh_value_pack(pk, &v->v.items[i], shared, oob);
 		return;
 	case SHOAL_V_MAP:
 		msgpack_pack_map(pk, v->n);
 		for (uint32_t i = 0; i < 2 * v->n; i++)
-			sh_value_pack(pk, &v->v.items[i], shared);
+			sh_value_pack(pk, &v->v.items[i], shared, oob);
 		return;
 	case SHOAL_V_TENSOR: {
 		/* ext 1: dtype u8, ndim u8, 6 bytes of padding, shape as int64
@@ -462,6 +524,10 @@ void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *share
 			msgpack_pack_ext_body(pk, ref, sizeof(ref));
 			return;
 		}
+		if (oob && v->v.t.nbytes >= SH_VALUE_OOB_MIN) {
+			pack_oob(pk, oob, 2, v, v->v.t.data, v->v.t.nbytes);
+			return;
+		}
 		msgpack_pack_ext(pk, hl + v->v.t.nbytes, SH_EXT_TENSOR);
 		msgpack_pack_ext_body(pk, head, hl);
 		if (v->v.t.nbytes)
@@ -477,7 +543,14 @@ static bool utf8_ok(const unsigned char *s, size_t n)
 {
 	size_t i = 0;
 	while (i < n) {
-		/* ASCII runs, the common case, eight bytes at a time. */
+		/* ASCII runs, the common case, 32 then 8 bytes at a time. */
+		while (n - i >= 32) {
+			uint64_t w[4];
+			memcpy(w, s + i, 32);
+			if ((w[0] | w[1] | w[2] | w[3]) & 0x8080808080808080ULL)
+				break;
+			i += 32;
+		}
 		while (n - i >= 8) {
 			uint64_t w;
 			memcpy(&w, s + i, 8);
@@ -519,6 +592,7 @@ static bool utf8_ok(const unsigned char *s, size_t n)
 typedef struct vdec {
 	sh_mp *m;
 	shoal_vbuf *b;
+	sh_oob *oob;
 	char *why;
 	size_t whylen;
 } vdec;
@@ -527,6 +601,84 @@ static int vfail(vdec *d, const char *what)
 {
 	snprintf(d->why, d->whylen, "value: %s", what);
 	return SHOAL_EBADMSG;
+}
+
+/* A tensor's byte count from its dtype and shape, checked. */
+static int tensor_bytes(vdec *d, shoal_dtype dt, int ndim, const int64_t *shape, size_t *out)
+{
+	size_t bytes = shoal_dtype_size(dt);
+	if (bytes == 0)
+		return vfail(d, "tensor of an unknown dtype");
+	for (int i = 0; i < ndim; i++)
+		if (shape[i] < 0 || shoal_mul_size(bytes, (size_t)shape[i], &bytes) != 0)
+			return vfail(d, "tensor shape negative or too large");
+	*out = bytes;
+	return 0;
+}
+
+/* ext 3: room in the vbuf for a payload that follows the frame. */
+static int doob(vdec *d, shoal_value *v, const unsigned char *p, uint32_t n)
+{
+	sh_oob *o = d->oob;
+	if (!o)
+		return vfail(d, "a payload out of band where none can follow");
+	if (n < 16 || p[0] > 2)
+		return vfail(d, "out-of-band header truncated or of an unknown kind");
+	uint64_t bytes;
+	memcpy(&bytes, p + 8, 8);
+	int ndim = p[2];
+	int64_t *sh = NULL;
+	if (p[0] == 2) {
+		if (ndim > SHOAL_TENSOR_MAX_DIMS || n != 16 + 8u * (unsigned)ndim)
+			return vfail(d,
+				     "out-of-band tensor: too many dims or a header of the wrong "
+				     "size");
+		if (!(sh = sh_bump_alloc(&d->b->a, (size_t)ndim * 8 + 8)))
+			return SHOAL_ENOMEM;
+		memcpy(sh, p + 16, 8 * (size_t)ndim);
+		size_t want;
+		int rc = tensor_bytes(d, (shoal_dtype)p[1], ndim, sh, &want);
+		if (rc)
+			return rc;
+		if (want != bytes)
+			return vfail(d, "out-of-band tensor: byte count does not match dtype and "
+					"shape");
+	} else if (n != 16 || bytes > UINT32_MAX) {
+		return vfail(d, "out-of-band string or bytes: header of the wrong size or longer "
+				"than 4 GiB");
+	}
+	if (bytes > o->want - o->got)
+		return vfail(d, "more bytes declared out of band than the frame carries");
+	/* Tensors 64-aligned, as DLPack consumers like; strings get a NUL. */
+	unsigned char *room = sh_bump_alloc_raw(&d->b->a, (size_t)bytes + (sh ? 64 : 1));
+	if (!room)
+		return SHOAL_ENOMEM;
+	if (sh)
+		room += (64 - ((uintptr_t)room & 63)) & 63;
+	else
+		room[bytes] = 0;
+	if (sh_grow_array((void **)&o->v, &o->cap, o->n, sizeof(*o->v)) != 0 ||
+	    (p[0] == 1 &&
+	     sh_grow_array((void **)&o->strs, &o->cap_str, o->nstr, sizeof(*o->strs)) != 0))
+		return SHOAL_ENOMEM;
+	if (p[0] == 1)
+		o->strs[o->nstr++] = o->n;
+	o->v[o->n++] = (sh_msg_part){room, (size_t)bytes};
+	o->got += bytes;
+	if (sh) {
+		v->type = SHOAL_V_TENSOR;
+		v->v.t.dtype = (shoal_dtype)p[1];
+		v->v.t.ndim = ndim;
+		v->v.t.shape = sh;
+		v->v.t.data = room;
+		v->v.t.nbytes = (size_t)bytes;
+		v->v.t.obj = 0;
+	} else {
+		v->type = p[0] == 1 ? SHOAL_V_STR : SHOAL_V_BYTES;
+		v->n = (uint32_t)bytes;
+		v->v.s = (char *)room;
+	}
+	return 0;
 }
 
 static int dvalue(vdec *d, shoal_value *v, int depth)
@@ -573,20 +725,20 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 		const unsigned char *p;
 		if (sh_mp_ext(m, &type, (const void **)&p, &n))
 			return vfail(d, "truncated ext");
+		if (type == SH_EXT_OOB)
+			return doob(d, v, p, n);
 		if (type != SH_EXT_TENSOR && type != SH_EXT_TENSOR_REF)
-			return vfail(d, "an ext type other than 1 or 2 (tensor)");
+			return vfail(d, "an ext type other than 1, 2 (tensor) or 3 (out of band)");
 		if (n < 8 || p[1] > SHOAL_TENSOR_MAX_DIMS || n < 8 + 8u * p[1])
 			return vfail(d, "tensor header truncated or too many dims");
 		shoal_dtype dt = (shoal_dtype)p[0];
 		int ndim = p[1];
 		int64_t shape[SHOAL_TENSOR_MAX_DIMS];
 		memcpy(shape, p + 8, 8 * (size_t)ndim);
-		size_t bytes = shoal_dtype_size(dt);
-		if (bytes == 0)
-			return vfail(d, "tensor of an unknown dtype");
-		for (int i = 0; i < ndim; i++)
-			if (shape[i] < 0 || shoal_mul_size(bytes, (size_t)shape[i], &bytes) != 0)
-				return vfail(d, "tensor shape negative or too large");
+		size_t bytes;
+		int trc = tensor_bytes(d, dt, ndim, shape, &bytes);
+		if (trc)
+			return trc;
 		int64_t *sh = sh_bump_alloc(&d->b->a, (size_t)ndim * 8 + 8);
 		if (!sh)
 			return SHOAL_ENOMEM;
@@ -664,16 +816,84 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 	return vfail(d, "not a value (0xc1)");
 }
 
-int sh_value_decode(sh_mp *m, shoal_vbuf *b, shoal_value **out, char *why, size_t whylen)
+int sh_value_decode(sh_mp *m, shoal_vbuf *b, sh_oob *oob, shoal_value **out, char *why,
+		    size_t whylen)
 {
-	vdec d = {m, b, why, whylen};
+	vdec d = {m, b, oob, why, whylen};
 	shoal_value *v = sh_bump_alloc(&b->a, sizeof(*v));
 	if (!v)
 		return SHOAL_ENOMEM;
 	int rc = dvalue(&d, v, 0);
 	if (rc == 0 && m->err)
 		rc = vfail(&d, "malformed");
+	if (rc == 0 && oob && oob->got != oob->want) {
+		snprintf(why, whylen,
+			 "value: %llu bytes declared out of band, but the frame carries %llu",
+			 (unsigned long long)oob->got, (unsigned long long)oob->want);
+		rc = SHOAL_EBADMSG;
+	}
 	if (rc == 0)
 		*out = v;
 	return rc;
+}
+
+/* ---- payloads out of band ---- */
+
+void sh_oob_reset(sh_oob *o, uint64_t want)
+{
+	o->n = o->nstr = 0;
+	o->want = want;
+	o->got = 0;
+}
+
+void sh_oob_fini(sh_oob *o)
+{
+	if (o->v)
+		shoal_free(o->v, o->cap * sizeof(*o->v));
+	if (o->strs)
+		shoal_free(o->strs, o->cap_str * sizeof(*o->strs));
+	memset(o, 0, sizeof(*o));
+}
+
+static int check_strs(const sh_oob *o, char *why, size_t whylen)
+{
+	for (uint32_t i = 0; i < o->nstr; i++)
+		if (!utf8_ok(o->v[o->strs[i]].p, o->v[o->strs[i]].n)) {
+			snprintf(why, whylen, "value: string is not UTF-8");
+			return SHOAL_EBADMSG;
+		}
+	return 0;
+}
+
+int sh_oob_read(sh_oob *o, sh_ring *r, int64_t deadline, char *why, size_t whylen)
+{
+	int rc = sh_msg_read_parts(r, o->v, o->n, deadline);
+	if (rc) {
+		snprintf(why, whylen, "reading %llu bytes out of band: %s",
+			 (unsigned long long)o->want, shoal_strerror(rc));
+		return rc;
+	}
+	return check_strs(o, why, whylen);
+}
+
+int sh_oob_discard(sh_oob *o, sh_ring *r, int64_t deadline)
+{
+	sh_msg_part all = {NULL, (size_t)o->want};
+	o->n = o->nstr = 0;
+	return o->want ? sh_msg_read_parts(r, &all, 1, deadline) : 0;
+}
+
+int sh_oob_copy(sh_oob *o, const void *p, size_t n, char *why, size_t whylen)
+{
+	if (n != o->want) {
+		snprintf(why, whylen, "value: %zu bytes out of band, expected %llu", n,
+			 (unsigned long long)o->want);
+		return SHOAL_EBADMSG;
+	}
+	const unsigned char *s = p;
+	for (uint32_t i = 0; i < o->n; i++) {
+		memcpy(o->v[i].p, s, o->v[i].n);
+		s += o->v[i].n;
+	}
+	return check_strs(o, why, whylen);
 }

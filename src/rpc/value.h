@@ -28,20 +28,61 @@ struct shoal_vbuf {
  * segment mapped reads it with no round trip to the store */
 #define SH_EXT_TENSOR_REF 2
 
+/* Copy mode: strings, bytes and tensor data of at least this many bytes
+ * go out of band (SH_FRAME_OOB): written into the ring from where they lie
+ * and read from it straight into the receiver's vbuf, one copy each side,
+ * where packing them into the body would cost two more. */
+#define SH_VALUE_OOB_MIN 4096
+/* ext 3: a payload out of band: kind u8 (0 bytes, 1 string, 2 tensor),
+ * dtype u8, ndim u8, 5 bytes of padding, the byte count u64, then a
+ * tensor's shape as int64; the bytes follow the frame, in the order the
+ * values appear */
+#define SH_EXT_OOB 3
+
+/* The out-of-band parts of one frame, as its body declares them: where
+ * each goes in the receiver's vbuf. Kept by a connection and reused. */
+typedef struct sh_oob {
+	sh_msg_part *v;
+	uint32_t n, cap;
+	uint32_t *strs; /* parts that must be UTF-8 once they are in */
+	uint32_t nstr, cap_str;
+	uint64_t want, got; /* what the frame says follows; what the body declared */
+} sh_oob;
+/* Starts reading a frame whose header says want bytes follow it. */
+void sh_oob_reset(sh_oob *o, uint64_t want);
+void sh_oob_fini(sh_oob *o);
+/* After sh_value_decode: reads the declared bytes from r into their
+ * values (then checks the strings). */
+int sh_oob_read(sh_oob *o, sh_ring *r, int64_t deadline, char *why, size_t whylen);
+/* Reads the frame's out-of-band bytes and drops them: after a body that
+ * failed to decode, to stay in step. */
+int sh_oob_discard(sh_oob *o, sh_ring *r, int64_t deadline);
+/* The same from n bytes in memory (tests, fuzzing). */
+int sh_oob_copy(sh_oob *o, const void *p, size_t n, char *why, size_t whylen);
+
 /* shared (not NULL: this side's store client): tensors that live in store
- * objects go by reference. */
-void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *shared);
+ * objects go by reference. oob (not NULL: the wbuf pk writes to): large
+ * payloads go out of band. */
+void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *shared, sh_wbuf *oob);
 /* Puts every tensor of v that is not in the store yet into a new store
  * object (through b->store), which b then owns, and points the value at
  * the object's read-only mapping. */
 int sh_value_share(shoal_vbuf *b, shoal_value *v, char *why, size_t whylen);
 /* Whether v holds a tensor that is not in the store yet. */
 bool sh_value_needs_share(const shoal_value *v);
+/* Moves what src owns (memory, store objects) into dst and empties src:
+ * values decoded into src stay valid as long as dst. Both must use the
+ * same store client (or none). */
+int sh_vbuf_adopt(shoal_vbuf *dst, shoal_vbuf *src);
 /* A copy of v's tree (not of strings, bytes or tensor data) in b. */
 shoal_value *sh_value_clone(shoal_vbuf *b, const shoal_value *v);
 /* One value at m into b. SHOAL_EBADMSG with why for anything else: other
- * ext types, invalid UTF-8 in strings, nesting beyond SH_VALUE_MAX_DEPTH.
- * A tensor by reference is mapped through b->store (which must be set). */
-int sh_value_decode(sh_mp *m, shoal_vbuf *b, shoal_value **out, char *why, size_t whylen);
+ * ext types, invalid UTF-8 in strings, nesting beyond SH_VALUE_MAX_DEPTH,
+ * payloads out of band beyond what oob->want allows (all of it must be
+ * declared; oob NULL: none may be). A tensor by reference is mapped
+ * through b->store (which must be set). Out-of-band payloads get their
+ * room in b, filled by sh_oob_read or sh_oob_copy afterwards. */
+int sh_value_decode(sh_mp *m, shoal_vbuf *b, sh_oob *oob, shoal_value **out, char *why,
+		    size_t whylen);
 
 #endif
