@@ -163,10 +163,22 @@ static int make_tensor(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **o
 
 /* Returns a string that is not UTF-8: what a broken or hostile extension
  * might send; the host must refuse it and go on. */
+/* A string that is not UTF-8: two bytes, or with an int n, n bytes
+ * (large enough to go out of band) whose last is wrong. */
 static int bad_utf8(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 {
-	(void)a;
-	*out = shoal_v_str(shoal_ext_vbuf(ctx), "\xff\xfe", 2);
+	if (!a || a->type != SHOAL_V_INT || a->v.i < 2) {
+		*out = shoal_v_str(shoal_ext_vbuf(ctx), "\xff\xfe", 2);
+		return 0;
+	}
+	size_t n = (size_t)a->v.i;
+	char *s = malloc(n);
+	if (!s)
+		return SHOAL_ENOMEM;
+	memset(s, 'a', n);
+	s[n - 1] = (char)0xff;
+	*out = shoal_v_str(shoal_ext_vbuf(ctx), s, n);
+	free(s);
 	return 0;
 }
 
@@ -184,10 +196,38 @@ static int tcp(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 static int trace_host(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 {
 	(void)a;
-	long rc = ptrace(PTRACE_ATTACH, getppid(), NULL, NULL);
+	pid_t host = a && a->type == SHOAL_V_INT ? (pid_t)a->v.i : getppid();
+	long rc = ptrace(PTRACE_ATTACH, host, NULL, NULL);
 	*out = shoal_v_int(shoal_ext_vbuf(ctx), rc == 0 ? 0 : errno);
 	if (rc == 0)
-		ptrace(PTRACE_DETACH, getppid(), NULL, NULL);
+		ptrace(PTRACE_DETACH, host, NULL, NULL);
+	return 0;
+}
+
+/* hog(n): takes n MiB and writes every page of it. */
+static int hog(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	int64_t mib = a && a->type == SHOAL_V_INT ? a->v.i : 0;
+	for (int64_t i = 0; i < mib; i++) {
+		char *p = malloc(1 << 20);
+		if (!p)
+			return shoal_ext_fail(ctx, SHOAL_ENOMEM, "hog: no memory after %lld MiB",
+					      (long long)i);
+		memset(p, 1, 1 << 20);
+	}
+	*out = shoal_v_int(shoal_ext_vbuf(ctx), mib);
+	return 0;
+}
+
+/* [its pid, 0 or the errno of signal 0 to the pid in args]: what it sees
+ * of the process tree. */
+static int pids(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	int rc = a && a->type == SHOAL_V_INT ? kill((pid_t)a->v.i, 0) : -1;
+	*out = shoal_v_array(vb, 2);
+	shoal_v_set(*out, 0, shoal_v_int(vb, getpid()));
+	shoal_v_set(*out, 1, shoal_v_int(vb, rc == 0 ? 0 : errno));
 	return 0;
 }
 
@@ -249,5 +289,7 @@ int shoal_ext_init(shoal_ext_registry *r)
 	rc |= shoal_ext_register(r, "make_tensor", make_tensor);
 	rc |= shoal_ext_register(r, "bad_utf8", bad_utf8);
 	rc |= shoal_ext_register(r, "ptrace_host", trace_host);
+	rc |= shoal_ext_register(r, "pids", pids);
+	rc |= shoal_ext_register(r, "hog", hog);
 	return rc;
 }

@@ -124,9 +124,12 @@ SH_TEST(calls_and_values)
 	e = start(&c);
 	CHECK_RC(call(e, "bad_utf8", NULL, out, &r), SHOAL_EPROTO);
 	CHECK_MSG(e, "not UTF-8");
+	CHECK_RC(call(e, "bad_utf8", shoal_v_int(vb, 100000), out, &r), SHOAL_EPROTO);
+	CHECK_MSG(e, "not UTF-8"); /* checked once out of band */
+	CHECK_EQ(shoal_ext_starts(e), 2);
 	CHECK_OK(call(e, "add", args, out, &r));
 	CHECK_EQ(r->v.i, 42);
-	CHECK_EQ(shoal_ext_starts(e), 2);
+	CHECK_EQ(shoal_ext_starts(e), 3);
 	CHECK_OK(shoal_ext_stop(e));
 	shoal_vbuf_free(vb);
 	shoal_vbuf_free(out);
@@ -307,6 +310,50 @@ static int count_lines(const char *path)
 	return n;
 }
 
+/* mem_max: a memory cgroup of its own; past it the OOM killer ends the
+ * extension, and the host says that was why. */
+SH_TEST(memory_limit_kills_with_a_reason)
+{
+	shoal_ext_config c = config();
+	c.mem_max = 160u << 20; /* room for a sanitized runtime, not for the hog */
+	c.restart = SHOAL_RESTART_ON_CRASH;
+	char *env[] = {no_handlers[0], no_handlers[1], NULL};
+	c.env = env;
+	shoal_ext *e = start(&c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	CHECK_OK(call(e, "hog", shoal_v_int(vb, 16), vb, &r));
+	CHECK_RC(call(e, "hog", shoal_v_int(vb, 2048), vb, &r), SHOAL_ECRASHED);
+	CHECK_MSG(e, "killed by the OOM killer: over its memory limit of 160 MiB");
+	CHECK_MSG(e, "in hog()");
+	/* it comes back, limited again */
+	CHECK_OK(call(e, "hog", shoal_v_int(vb, 16), vb, &r));
+	CHECK_EQ(shoal_ext_starts(e), 2);
+	CHECK_OK(shoal_ext_stop(e));
+	/* and its cgroups are gone */
+	char base[64];
+	snprintf(base, sizeof(base), "shoal-ext-%d-", (int)getpid());
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	char line[512], dir[600] = "";
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, ":memory:")) {
+			line[strcspn(line, "\n")] = 0;
+			snprintf(dir, sizeof(dir), "/sys/fs/cgroup/memory%s",
+				 strstr(line, ":memory:") + 8);
+		}
+	if (f)
+		fclose(f);
+	DIR *d = dir[0] ? opendir(dir) : NULL;
+	for (struct dirent *de; d && (de = readdir(d)) != NULL;)
+		if (!strncmp(de->d_name, base, strlen(base)))
+			sh_test_fail(__FILE__, __LINE__, "cgroup %s/%s left behind", dir,
+				     de->d_name);
+	if (d)
+		closedir(d);
+	shoal_vbuf_free(vb);
+}
+
 SH_TEST_T(crash_restart_cycles_leak_nothing, 240)
 {
 	shoal_ext_config c = config();
@@ -361,6 +408,38 @@ static int svc_double(void *self, const shoal_value *args, shoal_vbuf *out, shoa
 	return 0;
 }
 
+static int svc_echo(void *self, const shoal_value *args, shoal_vbuf *out, shoal_value **result,
+		    char *msg, size_t msglen)
+{
+	(void)self, (void)out, (void)msg, (void)msglen;
+	*result = (shoal_value *)args;
+	return 0;
+}
+
+/* Bytes, strings and tensors of many ring records, in an array: each
+ * different, so that a part landing in the wrong place shows. */
+static shoal_value *big_values(shoal_vbuf *vb, size_t n, int seed)
+{
+	unsigned char *mem = malloc(n);
+	CHECK(mem != NULL);
+	for (size_t i = 0; i < n; i++)
+		mem[i] = (unsigned char)(i * 13 + (size_t)seed);
+	char *text = malloc(n);
+	CHECK(text != NULL);
+	for (size_t i = 0; i < n; i++)
+		text[i] = (char)('a' + (i + (size_t)seed) % 26);
+	int64_t shape[2] = {(int64_t)n / 64, 16};
+	shoal_value *a = shoal_v_array(vb, 4);
+	shoal_v_set(a, 0, shoal_v_bytes(vb, mem, n));
+	shoal_v_set(a, 1, shoal_v_str(vb, text, n - 3));
+	shoal_value *keep = shoal_v_bytes(vb, mem + 7, n - 7); /* the tensor's memory */
+	shoal_v_set(a, 2, shoal_v_tensor(vb, SHOAL_DT_F32, 2, shape, keep->v.bytes));
+	shoal_v_set(a, 3, shoal_v_int(vb, seed));
+	free(mem);
+	free(text);
+	return a;
+}
+
 SH_TEST(calls_nest_both_ways)
 {
 	shoal_ext_config c = config();
@@ -384,6 +463,15 @@ SH_TEST(calls_nest_both_ways)
 	shoal_v_set(a, 0, shoal_v_cstr(vb, "test.nothing"));
 	CHECK_RC(call(e, "call_host", a, vb, &r), SHOAL_ENOENT);
 	CHECK_MSG(e, "no service method test.nothing");
+	/* large payloads both ways through a host service: out of band in
+	 * every direction */
+	CHECK_OK(shoal_service_register("test.echo", svc_echo, NULL));
+	shoal_value *big = big_values(vb, 3u << 20, 5);
+	shoal_v_set(a, 0, shoal_v_cstr(vb, "test.echo"));
+	shoal_v_set(a, 1, big);
+	CHECK_OK(call(e, "call_host", a, vb, &r));
+	CHECK(shoal_v_equal(r, big));
+	CHECK_OK(shoal_service_unregister("test.echo"));
 	/* host -> ext -> host -> ext ... 64 levels each way, one thread */
 	CHECK_OK(call(e, "nested", shoal_v_int(vb, 64), vb, &r));
 	CHECK_EQ(r->v.i, 64);
@@ -418,16 +506,28 @@ SH_TEST(strict_sandbox_denies_network_and_ptrace)
 	e = start(&c);
 	CHECK_OK(call(e, "tcp", NULL, vb, &r));
 	CHECK_EQ(r->v.i, EPERM);
-	CHECK_OK(call(e, "ptrace_host", NULL, vb, &r));
+	CHECK_OK(call(e, "ptrace_host", shoal_v_int(vb, getpid()), vb, &r));
 	CHECK_EQ(r->v.i, EPERM);
 	CHECK_OK(call(e, "add", NULL, vb, &r) == SHOAL_EINVAL ? 0 : -1); /* it still works */
+	/* a pid namespace of its own (we run as root here, so the kernel
+	 * lets us make one): it has one of the first pids there (2, or 3
+	 * when a sanitizer's thread in its init took 2), and the host is
+	 * not there */
+	CHECK_OK(call(e, "pids", shoal_v_int(vb, getpid()), vb, &r));
+	if (r->v.items[0].v.i < 2 || r->v.items[0].v.i > 4)
+		sh_test_fail(__FILE__, __LINE__, "pid %lld: not in a namespace of its own",
+			     (long long)r->v.items[0].v.i);
+	CHECK_EQ(r->v.items[1].v.i, ESRCH);
+	/* its crashes still say what killed it, from behind the namespace */
+	CHECK_RC(call(e, "abort", NULL, vb, &r), SHOAL_ECRASHED);
+	CHECK_MSG(e, "SIGABRT in abort()");
 	CHECK_OK(shoal_ext_stop(e));
 	/* allow_network lets sockets through, and nothing else */
 	c.allow_network = true;
 	e = start(&c);
 	CHECK_OK(call(e, "tcp", NULL, vb, &r));
 	CHECK_EQ(r->v.i, 0);
-	CHECK_OK(call(e, "ptrace_host", NULL, vb, &r));
+	CHECK_OK(call(e, "ptrace_host", shoal_v_int(vb, getpid()), vb, &r));
 	CHECK_EQ(r->v.i, EPERM);
 	CHECK_OK(shoal_ext_stop(e));
 	shoal_vbuf_free(vb);
@@ -597,6 +697,20 @@ SH_TEST(calls_in_flight)
 	for (int i = 0; i < N; i += 2) {
 		CHECK_OK(shoal_future_wait(f[i], vb, &r, shoal_deadline_in(5000 * MS)));
 		CHECK_EQ(r->v.i, 1000 + i);
+	}
+	/* large results read while waiting for another call are kept for
+	 * their own wait, whichever order the waits come in */
+	shoal_value *in[3];
+	for (int i = 0; i < 3; i++) {
+		in[i] = big_values(vb, (1u << 20) + (size_t)i * 4096, i);
+		CHECK_OK(shoal_ext_call_async(e, "echo", in[i], 0, 0, &f[i]));
+	}
+	for (int i = 2; i >= 0; i--) {
+		shoal_vbuf *own;
+		CHECK_OK(shoal_vbuf_create(&own));
+		CHECK_OK(shoal_future_wait(f[i], own, &r, shoal_deadline_in(5000 * MS)));
+		CHECK(shoal_v_equal(r, in[i]));
+		shoal_vbuf_free(own);
 	}
 	/* a crash fails every call in flight behind it */
 	shoal_future *a, *b, *d;

@@ -108,6 +108,10 @@ typedef struct shoal_ext_config {
 	const char *cwd;	  /* its working directory; NULL: ours */
 	const char *library_path; /* its LD_LIBRARY_PATH */
 	uint64_t mem_limit;	  /* bytes of address space (RLIMIT_AS); 0: none */
+	uint64_t mem_max;	  /* bytes of memory it may use: a memory cgroup of its own
+				     (past it the kernel's OOM killer ends it: SHOAL_ECRASHED
+				     says so); where none can be made, a warning and an
+				     address-space limit instead. 0: none */
 	uint32_t cpu_limit_s;	  /* seconds of CPU (RLIMIT_CPU); 0: none */
 	uint32_t max_files;	  /* open descriptors (RLIMIT_NOFILE); 0: inherited */
 	shoal_sandbox sandbox;

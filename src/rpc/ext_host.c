@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -53,11 +54,15 @@ struct shoal_ext {
 	sh_wbuf out;
 	unsigned char *in;
 	size_t in_cap;
+	sh_oob oob;	      /* where the frame just read puts its payloads */
 	pthread_mutex_t lock; /* guards who is inside: owner, holder, depth */
 	pthread_cond_t turn;
 	pthread_t owner;     /* the thread inside (when depth > 0) */
 	shoal_fiber *holder; /* the fiber inside, when a fiber is */
 	uint32_t depth;	     /* how deep it is inside (nested calls) */
+	char cg[256];	     /* its memory cgroup's directory ("": none) */
+	bool cg_v2;	     /* in the unified hierarchy (else v1's memory one) */
+	bool oom_killed;     /* the last child was killed for its memory limit */
 	char err[1024];
 };
 
@@ -200,6 +205,122 @@ static void describe(int st, char *buf, size_t len)
 		snprintf(buf, len, "ended (status 0x%x)", st);
 }
 
+/* ---- a memory cgroup of its own (mem_max) ---- */
+
+static int write_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return shoal_errno();
+	ssize_t n = write(fd, text, strlen(text));
+	int rc = n == (ssize_t)strlen(text) ? 0 : n < 0 ? shoal_errno() : SHOAL_EIO;
+	close(fd);
+	return rc;
+}
+
+/* The directory of our own cgroup in a hierarchy with the memory
+ * controller: v1's memory hierarchy, else the unified one. */
+static int cg_base(char *dir, size_t len, bool *v2)
+{
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	if (!f)
+		return shoal_errno();
+	char line[512], v1path[256] = "", v2path[256] = "";
+	bool have_v1 = false, have_v2 = false;
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c2 = 0;
+		const char *ctl = c1 + 1, *path = c2 + 1;
+		bool mem = false;
+		for (const char *p = ctl; *p; p += strcspn(p, ","), p += *p == ',')
+			mem |= !strncmp(p, "memory", 6) && (p[6] == ',' || !p[6]);
+		if (mem)
+			have_v1 = true, snprintf(v1path, sizeof(v1path), "%s", path);
+		else if (!*ctl)
+			have_v2 = true, snprintf(v2path, sizeof(v2path), "%s", path);
+	}
+	fclose(f);
+	if (have_v1) {
+		*v2 = false;
+		snprintf(dir, len, "/sys/fs/cgroup/memory%s", v1path);
+		return 0;
+	}
+	if (!have_v2)
+		return SHOAL_ENOTSUP;
+	*v2 = true;
+	const char *mnt = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0
+				  ? "/sys/fs/cgroup"
+				  : "/sys/fs/cgroup/unified";
+	snprintf(dir, len, "%s%s", mnt, v2path);
+	return 0;
+}
+
+/* Makes e's cgroup with memory limited to cfg.mem_max. */
+static int cg_make(shoal_ext *e, char *why, size_t whylen)
+{
+	static _Atomic uint32_t counter;
+	char base[200], path[300], limit[32];
+	int rc = cg_base(base, sizeof(base), &e->cg_v2);
+	if (rc) {
+		snprintf(why, whylen, "no memory cgroup hierarchy");
+		return rc;
+	}
+	snprintf(e->cg, sizeof(e->cg), "%s/shoal-ext-%d-%u", strcmp(base, "/") ? base : "",
+		 (int)getpid(), atomic_fetch_add(&counter, 1));
+	if (mkdir(e->cg, 0700) != 0) {
+		rc = shoal_errno();
+		snprintf(why, whylen, "mkdir %s: %s", e->cg, strerror(errno));
+		e->cg[0] = 0;
+		return rc;
+	}
+	snprintf(path, sizeof(path), "%s/%s", e->cg,
+		 e->cg_v2 ? "memory.max" : "memory.limit_in_bytes");
+	if (e->cg_v2 && access(path, F_OK) != 0) {
+		/* the controller is not on for our children yet */
+		char sub[300];
+		snprintf(sub, sizeof(sub), "%s/cgroup.subtree_control", base);
+		write_file(sub, "+memory");
+	}
+	snprintf(limit, sizeof(limit), "%" PRIu64, e->cfg.mem_max);
+	if ((rc = write_file(path, limit)) != 0) {
+		snprintf(why, whylen, "writing %s: %s", path, shoal_strerror(rc));
+		rmdir(e->cg);
+		e->cg[0] = 0;
+		return rc;
+	}
+	/* no swapping past the limit either, where that is a knob */
+	snprintf(path, sizeof(path), "%s/%s", e->cg,
+		 e->cg_v2 ? "memory.swap.max" : "memory.memsw.limit_in_bytes");
+	if (access(path, F_OK) == 0)
+		write_file(path, e->cg_v2 ? "0" : limit);
+	return 0;
+}
+
+/* After the child is reaped: was it the OOM killer, and the cgroup goes
+ * (its last tasks may take a moment to leave). */
+static void cg_done(shoal_ext *e)
+{
+	if (!e->cg[0])
+		return;
+	char path[300], line[128];
+	snprintf(path, sizeof(path), "%s/%s", e->cg,
+		 e->cg_v2 ? "memory.events" : "memory.oom_control");
+	FILE *f = fopen(path, "re");
+	unsigned long long n = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "oom_kill %llu", &n) == 1)
+			break;
+	if (f)
+		fclose(f);
+	e->oom_killed = n > 0;
+	for (int i = 0; i < 200 && rmdir(e->cg) != 0 && errno == EBUSY; i++)
+		usleep(1000);
+	e->cg[0] = 0;
+}
+
 /* Tears the current child down: kill, reap, close everything of it. */
 static void child_reap(shoal_ext *e, bool kill_it, int *status)
 {
@@ -212,6 +333,7 @@ static void child_reap(shoal_ext *e, bool kill_it, int *status)
 	}
 	if (status)
 		*status = st;
+	cg_done(e);
 	if (e->rings)
 		sh_shm_unmap(e->rings, e->ring_bytes);
 	if (e->pidfd >= 0)
@@ -252,7 +374,20 @@ static int spawn_child(shoal_ext *e)
 	e->rep.spin_ns = 50000; /* a call round trip is a few us when both spin */
 
 	char mem[32], cpu[32], files[32];
-	snprintf(mem, sizeof(mem), "%" PRIu64, e->cfg.mem_limit);
+	uint64_t as = e->cfg.mem_limit;
+	e->oom_killed = false;
+	if (e->cfg.mem_max) {
+		char why[400];
+		if (cg_make(e, why, sizeof(why)) != 0) {
+			sh_warn("ext",
+				"%s: no memory cgroup (%s): its memory is bounded by address space "
+				"instead (RLIMIT_AS), where allocations fail past it",
+				e->name, why);
+			if (!as || as > e->cfg.mem_max)
+				as = e->cfg.mem_max;
+		}
+	}
+	snprintf(mem, sizeof(mem), "%" PRIu64, as);
 	snprintf(cpu, sizeof(cpu), "%u", e->cfg.cpu_limit_s);
 	snprintf(files, sizeof(files), "%u", e->cfg.max_files);
 	char *argv[] = {e->runner,
@@ -272,9 +407,18 @@ static int spawn_child(shoal_ext *e)
 								: "none",
 			"--network",
 			e->cfg.allow_network ? "1" : "0",
-			e->store_path ? "--store" : NULL,
-			e->store_path,
+			e->cg[0] ? "--cgroup" : NULL,
+			e->cg,
+			NULL,
+			NULL,
 			NULL};
+	if (e->store_path) {
+		char **tail = argv;
+		while (*tail)
+			tail++;
+		tail[0] = "--store";
+		tail[1] = e->store_path;
+	}
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, sv[1], SH_EXT_FD_SOCK);
@@ -378,6 +522,7 @@ static void ext_free(shoal_ext *e)
 		shoal_free(e->env, (e->nenv + 1) * sizeof(char *));
 	}
 	sh_wbuf_fini(&e->out);
+	sh_oob_fini(&e->oob);
 	if (e->in)
 		shoal_free(e->in, e->in_cap);
 	pthread_mutex_destroy(&e->lock);
@@ -485,12 +630,17 @@ static int crashed(shoal_ext *e, const char *fn)
 	char how[96];
 	child_reap(e, false, &st);
 	describe(st, how, sizeof(how));
+	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && e->oom_killed)
+		return fail(e, SHOAL_ECRASHED,
+			    "%s: killed by the OOM killer: over its memory limit of %" PRIu64
+			    " MiB (mem_max) in %s()",
+			    e->name, e->cfg.mem_max >> 20, fn);
 	return fail(e, SHOAL_ECRASHED, "%s: %s in %s()", e->name, how, fn);
 }
 
 /* Runs the service call in e->in and sends its return. Nonzero only when
- * the extension must go (the rings failed). */
-static int serve_service(shoal_ext *e, const sh_frame *f, size_t len)
+ * the extension must go (the rings failed, or it broke the protocol). */
+static int serve_service(shoal_ext *e, const sh_frame *f)
 {
 	shoal_vbuf *vin = NULL, *vout = NULL;
 	char msg[SH_EXT_MSG_MAX] = "";
@@ -504,7 +654,8 @@ static int serve_service(shoal_ext *e, const sh_frame *f, size_t len)
 	if (status == 0)
 		vin->store = vout->store = e->store;
 	sh_mp m;
-	sh_mp_init(&m, e->in + SH_FRAME_HDR, len - SH_FRAME_HDR);
+	sh_mp_init(&m, e->in + SH_FRAME_HDR, f->body_len);
+	sh_oob_reset(&e->oob, f->oob);
 	if (status == 0 && (sh_mp_array(&m, &n) || n != 2 || sh_mp_str(&m, &method, &ml) || !ml)) {
 		status = SHOAL_EBADMSG;
 		snprintf(msg, sizeof(msg), "expected a call [method, args]");
@@ -512,10 +663,21 @@ static int serve_service(shoal_ext *e, const sh_frame *f, size_t len)
 	/* Copied out: a nested call reuses e->in. */
 	char mname[256];
 	snprintf(mname, sizeof(mname), "%.*s", (int)(ml < 255 ? ml : 255), method);
-	if (status == 0 && (status = sh_value_decode(&m, vin, &args, msg, sizeof(msg))) == 0 &&
+	if (status == 0 &&
+	    (status = sh_value_decode(&m, vin, &e->oob, &args, msg, sizeof(msg))) == 0 &&
 	    sh_mp_done(&m) != 0) {
 		status = SHOAL_EBADMSG;
 		snprintf(msg, sizeof(msg), "bytes after the arguments");
+	}
+	/* What follows the frame is read (or dropped) before anything else:
+	 * the method may call the extension back. */
+	int rc = status == 0 ? sh_oob_read(&e->oob, &e->rep, SHOAL_FOREVER, msg, sizeof(msg))
+			     : sh_oob_discard(&e->oob, &e->rep, SHOAL_FOREVER);
+	if (rc && (rc != SHOAL_EBADMSG || status == 0)) {
+		shoal_vbuf_free(vin);
+		shoal_vbuf_free(vout);
+		return fail(e, SHOAL_EPROTO, "%s: its call of %s: %s", e->name, mname,
+			    rc == SHOAL_EBADMSG ? msg : shoal_strerror(rc));
 	}
 	shoal_service_fn fn = NULL;
 	void *self = NULL;
@@ -538,23 +700,23 @@ static int serve_service(shoal_ext *e, const sh_frame *f, size_t len)
 	msgpack_pack_array(&pk, 1);
 	shoal_value nil = {.type = SHOAL_V_NIL};
 	if (status == 0)
-		sh_value_pack(&pk, result ? result : &nil, shared ? e->store : NULL);
+		sh_value_pack(&pk, result ? result : &nil, shared ? e->store : NULL, &e->out);
 	else
 		sh_mp_pack_cstr(&pk, msg);
 	sh_frame r = {.op = SH_EXT_OP_RETURN,
 		      .seq = f->seq,
 		      .status = status,
 		      .flags = shared ? SH_FRAME_SHARED : 0};
-	int rc = sh_wbuf_frame_end(&e->out, &r);
+	rc = sh_wbuf_frame_end(&e->out, &r);
 	if (rc == 0 && e->out.len > SH_MSG_MAX) {
 		sh_wbuf_frame_begin(&e->out);
 		msgpack_pack_array(&pk, 1);
 		sh_mp_pack_cstr(&pk, "the service's result is larger than a message can be");
-		r.status = SHOAL_EMSGSIZE;
+		r = (sh_frame){.op = SH_EXT_OP_RETURN, .seq = f->seq, .status = SHOAL_EMSGSIZE};
 		rc = sh_wbuf_frame_end(&e->out, &r);
 	}
 	if (rc == 0)
-		rc = sh_msg_write(&e->req, e->out.p, e->out.len, SHOAL_FOREVER);
+		rc = sh_frame_send(&e->req, &e->out, SHOAL_FOREVER);
 	shoal_vbuf_free(vin);
 	shoal_vbuf_free(vout);
 	if (rc)
@@ -620,9 +782,14 @@ struct shoal_future {
 	shoal_future *next; /* e's calls in flight, oldest first */
 	uint32_t seq, gen;  /* gen: the start of the child it went to */
 	int64_t deadline;
-	shoal_vbuf *hold;     /* shared arguments put into the store for this call */
-	unsigned char *reply; /* read while waiting for another call */
-	size_t reply_len;
+	shoal_vbuf *hold; /* shared arguments put into the store for this call */
+	/* A reply read while waiting for another call: decoded at once (its
+	 * payloads must leave the ring), kept for this call's wait. */
+	bool replied;
+	int status;	  /* its code */
+	shoal_vbuf *kept; /* its result's memory, until the wait takes it */
+	shoal_value *result;
+	char *msg;  /* its message, when status < 0 */
 	int failed; /* the child went with this call in flight: the code */
 	char fn[64];
 };
@@ -630,11 +797,12 @@ struct shoal_future {
 /* What a call record owns (not the record). */
 static void future_fini(shoal_future *f)
 {
-	if (f->reply)
-		shoal_free(f->reply, f->reply_len);
+	shoal_vbuf_free(f->kept);
 	shoal_vbuf_free(f->hold);
-	f->reply = NULL;
-	f->hold = NULL;
+	if (f->msg)
+		shoal_free(f->msg, strlen(f->msg) + 1);
+	f->kept = f->hold = NULL;
+	f->msg = NULL;
 }
 
 static void future_free(shoal_future *f)
@@ -656,8 +824,35 @@ static void unlink_future(shoal_ext *e, shoal_future *f)
 static void fail_pending(shoal_ext *e, int code)
 {
 	for (shoal_future *f = e->pending; f; f = f->next)
-		if (!f->failed && !f->reply)
+		if (!f->failed && !f->replied)
 			f->failed = code;
+}
+
+static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **result,
+		     int64_t deadline);
+static shoal_future *oldest_unanswered(shoal_ext *e);
+
+/* Reads the reply to p, a call in flight, now, and keeps it for p's wait. */
+static void keep_reply(shoal_ext *e, shoal_future *p)
+{
+	const shoal_value *res = NULL;
+	int rc = p->kept ? 0 : shoal_vbuf_create(&p->kept);
+	if (rc == 0)
+		rc = wait_call(p, p->kept, &res, 0);
+	p->replied = true;
+	p->status = rc;
+	p->result = (shoal_value *)res;
+	if (rc && (p->msg = shoal_alloc(strlen(e->err) + 1)) != NULL)
+		memcpy(p->msg, e->err, strlen(e->err) + 1);
+}
+
+/* Whether the call packed in e->out fits the request ring's free room
+ * now, with a record's slack for each piece and one for the wrap. */
+static bool call_fits(shoal_ext *e)
+{
+	size_t need = e->out.len + e->out.oob_bytes + 16 * ((size_t)e->out.noob + 2) +
+		      (e->out.len + e->out.oob_bytes) / 1024 + SH_EXT_RING_CAP / 8;
+	return need <= sh_ring_room(&e->req);
 }
 
 /* Sends a call; f (zeroed by the caller) becomes its record in flight. */
@@ -694,6 +889,23 @@ static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int6
 		}
 		args = c;
 	}
+	/* A call that does not fit the ring's room behind calls in flight
+	 * waits for their replies first: else we could block writing it
+	 * while the extension blocks writing a reply we do not read. */
+	for (shoal_future *p; !e->dead && (p = oldest_unanswered(e)) != NULL;) {
+		sh_wbuf_frame_begin(&e->out);
+		msgpack_packer pk;
+		sh_wbuf_packer(&e->out, &pk);
+		msgpack_pack_array(&pk, 2);
+		sh_mp_pack_cstr(&pk, fn);
+		shoal_value nil = {.type = SHOAL_V_NIL};
+		sh_value_pack(&pk, args ? args : &nil, shared ? e->store : NULL, &e->out);
+		bool fits = e->out.err == 0 && call_fits(e);
+		sh_wbuf_reset(&e->out);
+		if (fits)
+			break;
+		keep_reply(e, p);
+	}
 	if (e->dead) {
 		if (e->cfg.restart != SHOAL_RESTART_ON_CRASH || e->starts == 0) {
 			rc = fail(e, SHOAL_ECRASHED, "%s is not running", e->name);
@@ -712,7 +924,7 @@ static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int6
 	msgpack_pack_array(&pk, 2);
 	sh_mp_pack_cstr(&pk, fn);
 	shoal_value nil = {.type = SHOAL_V_NIL};
-	sh_value_pack(&pk, args ? args : &nil, shared ? e->store : NULL);
+	sh_value_pack(&pk, args ? args : &nil, shared ? e->store : NULL, &e->out);
 	sh_frame fr = {
 		.op = SH_EXT_OP_CALL, .seq = ++e->seq, .flags = shared ? SH_FRAME_SHARED : 0};
 	if ((rc = sh_wbuf_frame_end(&e->out, &fr)) != 0) {
@@ -724,9 +936,10 @@ static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int6
 			  fn, e->out.len, SH_MSG_MAX);
 		goto fail;
 	}
-	rc = sh_msg_write(&e->req, e->out.p, e->out.len, deadline);
+	rc = sh_frame_send(&e->req, &e->out, deadline);
 	if (e->out.cap > SH_MSG_BUF_KEEP)
 		sh_wbuf_fini(&e->out);
+	sh_wbuf_reset(&e->out); /* its parts point into args */
 	if (rc) {
 		/* a ring full past the deadline, or a dead child: out of step */
 		fail_pending(e, SHOAL_ECRASHED);
@@ -754,36 +967,43 @@ fail:
 	return rc;
 }
 
-/* Decodes a RETURN frame (len bytes at buf) of call f into out. */
-static int take_reply(shoal_ext *e, shoal_future *f, const unsigned char *buf, size_t len,
-		      shoal_vbuf *out, const shoal_value **result)
+/* Decodes the RETURN frame r (its body in e->in) into b and reads its
+ * payloads out of band. Returns the call's code, with its message in msg;
+ * *fatal when the extension broke the protocol or died meanwhile (it must
+ * go: the rings are out of step). */
+static int decode_reply(shoal_ext *e, const sh_frame *r, shoal_vbuf *b, shoal_value **v,
+			int64_t deadline, char *msg, size_t msglen, bool *fatal)
 {
-	sh_frame r;
-	char why[256] = "";
 	sh_mp m;
 	uint32_t n;
-	sh_frame_decode(buf, len, &r, why, sizeof(why)); /* checked when it was read */
-	sh_mp_init(&m, buf + SH_FRAME_HDR, r.body_len);
-	if (r.status != 0) {
-		const char *msg = "";
-		uint32_t ml = 0;
-		if (sh_mp_array(&m, &n) || n != 1 || sh_mp_str(&m, &msg, &ml))
-			msg = "(no message)", ml = 12;
-		return fail(e, r.status, "%.*s", (int)ml, msg);
-	}
-	shoal_value *v;
 	int rc = 0;
-	if (sh_mp_array(&m, &n) || n != 1 ||
-	    (rc = sh_value_decode(&m, out, &v, why, sizeof(why))) != 0 || sh_mp_done(&m) != 0) {
-		rc = rc == SHOAL_ENOMEM ? rc : SHOAL_EPROTO;
-		if (rc == SHOAL_EPROTO) {
-			fail_pending(e, SHOAL_ECRASHED);
-			child_reap(e, true, NULL);
-		}
-		return fail(e, rc, "%s: result of %s(): %s", e->name, f->fn,
-			    why[0] ? why : "malformed");
+	*fatal = false;
+	sh_mp_init(&m, e->in + SH_FRAME_HDR, r->body_len);
+	sh_oob_reset(&e->oob, r->oob);
+	if (r->status != 0) {
+		const char *s = "";
+		uint32_t sl = 0;
+		if (sh_mp_array(&m, &n) || n != 1 || sh_mp_str(&m, &s, &sl))
+			s = "(no message)", sl = 12;
+		snprintf(msg, msglen, "%.*s", (int)sl, s);
+		*fatal = sh_oob_discard(&e->oob, &e->rep, deadline) != 0;
+		return r->status;
 	}
-	*result = v;
+	msg[0] = 0;
+	if (sh_mp_array(&m, &n) || n != 1 ||
+	    (rc = sh_value_decode(&m, b, &e->oob, v, msg, msglen)) != 0 || sh_mp_done(&m) != 0) {
+		if (rc != SHOAL_ENOMEM || sh_oob_discard(&e->oob, &e->rep, deadline) != 0)
+			*fatal = true;
+		if (rc == SHOAL_ENOMEM)
+			snprintf(msg, msglen, "no memory for the result");
+		else if (!msg[0])
+			snprintf(msg, msglen, "malformed");
+		return rc == SHOAL_ENOMEM ? rc : SHOAL_EPROTO;
+	}
+	if ((rc = sh_oob_read(&e->oob, &e->rep, deadline, msg, msglen)) != 0) {
+		*fatal = true;
+		return rc == SHOAL_EBADMSG ? SHOAL_EPROTO : rc;
+	}
 	return 0;
 }
 
@@ -791,7 +1011,7 @@ static int take_reply(shoal_ext *e, shoal_future *f, const unsigned char *buf, s
 static shoal_future *oldest_unanswered(shoal_ext *e)
 {
 	for (shoal_future *p = e->pending; p; p = p->next)
-		if (!p->reply && !p->failed)
+		if (!p->replied && !p->failed)
 			return p;
 	return NULL;
 }
@@ -808,8 +1028,15 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 		deadline = f->deadline;
 	bool cancelling = false;
 	for (;;) {
-		if (f->reply)
-			return take_reply(e, f, f->reply, f->reply_len, out, result);
+		if (f->replied) {
+			if (f->status)
+				return fail(e, f->status, "%s", f->msg ? f->msg : "");
+			if ((rc = sh_vbuf_adopt(out, f->kept)) != 0)
+				return fail(e, rc, "no memory to hand over the result of %s()",
+					    f->fn);
+			*result = f->result;
+			return 0;
+		}
 		if (f->failed || f->gen != e->starts || e->dead) {
 			rc = f->failed ? f->failed : SHOAL_ECRASHED;
 			if (!e->err[0] || f->failed)
@@ -823,7 +1050,7 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 			/* It ran the oldest call without a reply when it went. */
 			const char *running = f->fn;
 			for (shoal_future *p = e->pending; p; p = p->next)
-				if (!p->reply && !p->failed) {
+				if (!p->replied && !p->failed) {
 					running = p->fn;
 					break;
 				}
@@ -861,7 +1088,7 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 		if (sh_frame_decode(e->in, len, &r, why, sizeof(why)) == 0 &&
 		    r.op == SH_EXT_OP_CALL) {
 			/* The extension calls one of our services while we wait. */
-			if ((rc = serve_service(e, &r, len)) != 0) {
+			if ((rc = serve_service(e, &r)) != 0) {
 				fail_pending(e, SHOAL_ECRASHED);
 				child_reap(e, true, NULL); /* out of step with us now */
 				return rc;
@@ -870,13 +1097,34 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 		}
 		shoal_future *to = NULL;
 		for (shoal_future *p = e->pending; p && !why[0]; p = p->next)
-			if (p->seq == r.seq && p->gen == e->starts)
+			if (p->seq == r.seq && p->gen == e->starts && !p->replied)
 				to = p;
 		if (why[0] || r.op != SH_EXT_OP_RETURN || !to) {
 			fail_pending(e, SHOAL_ECRASHED);
 			child_reap(e, true, NULL);
 			return fail(e, SHOAL_EPROTO, "%s: malformed reply to %s(): %s; killed",
 				    e->name, f->fn, why[0] ? why : "wrong op or sequence");
+		}
+		/* Another call's reply is decoded into a vbuf of its own, which
+		 * its wait hands over. */
+		if (to != f && !to->kept && shoal_vbuf_create(&to->kept) != 0) {
+			fail_pending(e, SHOAL_ECRASHED);
+			child_reap(e, true, NULL);
+			return fail(e, SHOAL_ENOMEM, "no memory to keep the reply to %s()", to->fn);
+		}
+		if (to != f)
+			to->kept->store = e->store;
+		char msg[SH_EXT_MSG_MAX];
+		shoal_value *v = NULL;
+		bool fatal;
+		int status = decode_reply(e, &r, to == f ? out : to->kept, &v, deadline, msg,
+					  sizeof(msg), &fatal);
+		if (fatal) {
+			fail_pending(e, SHOAL_ECRASHED);
+			child_reap(e, true, NULL);
+			return fail(e, status == SHOAL_EPROTO ? status : SHOAL_ECRASHED,
+				    "%s: reply to %s(): %s; killed", e->name, to->fn,
+				    status == SHOAL_EPROTO ? msg : shoal_strerror(status));
 		}
 		if (to == f && cancelling) {
 			atomic_store_explicit(e->cancel, 0, memory_order_release);
@@ -885,16 +1133,20 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 				    "asked",
 				    e->name, f->fn);
 		}
-		if (to == f)
-			return take_reply(e, f, e->in, len, out, result);
-		/* Another call's reply: kept for its wait. */
-		if (!(to->reply = shoal_alloc(len))) {
-			fail_pending(e, SHOAL_ECRASHED);
-			child_reap(e, true, NULL);
-			return fail(e, SHOAL_ENOMEM, "no memory to keep a %zu-byte reply", len);
+		if (to == f) {
+			if (status)
+				return fail(e, status, "%s", msg);
+			*result = v;
+			return 0;
 		}
-		memcpy(to->reply, e->in, len);
-		to->reply_len = len;
+		to->replied = true;
+		to->status = status;
+		to->result = v;
+		if (status && !(to->msg = shoal_alloc(strlen(msg) + 1))) {
+			to->status = SHOAL_ENOMEM; /* its message is lost, not its code */
+		} else if (status) {
+			memcpy(to->msg, msg, strlen(msg) + 1);
+		}
 	}
 }
 

@@ -22,7 +22,9 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <fcntl.h>
 
 typedef struct fn_entry {
 	char *name;
@@ -99,6 +101,7 @@ typedef struct level {
 	sh_wbuf w;
 	unsigned char *copy; /* the last frame read at this level */
 	size_t copy_cap;
+	sh_oob oob; /* where its payloads out of band go */
 } level;
 
 typedef struct runner {
@@ -145,15 +148,16 @@ static int send_frame(runner *R, sh_wbuf *w, sh_frame *f)
 	int rc = sh_wbuf_frame_end(w, f);
 	if (rc == 0 && w->len > SH_MSG_MAX)
 		return SHOAL_EMSGSIZE;
-	rc = rc ? rc : sh_msg_write(R->rep, w->p, w->len, SHOAL_FOREVER);
+	rc = rc ? rc : sh_frame_send(R->rep, w, SHOAL_FOREVER);
 	if (w->cap > SH_MSG_BUF_KEEP)
 		sh_wbuf_fini(w);
+	sh_wbuf_reset(w); /* its parts point into values that go now */
 	return rc;
 }
 
 /* Runs the call whose frame is in level d and sends its return. Nonzero
  * only when the rings fail. */
-static int handle_call(runner *R, int d, const sh_frame *f, size_t len)
+static int handle_call(runner *R, int d, const sh_frame *f)
 {
 	level *L = &R->lv[d];
 	char why[SH_EXT_MSG_MAX + 64] = "";
@@ -168,18 +172,26 @@ static int handle_call(runner *R, int d, const sh_frame *f, size_t len)
 	L->in.store = L->out.store = R->store;
 	bool shared = f->flags & SH_FRAME_SHARED;
 	sh_mp m;
-	sh_mp_init(&m, L->copy + SH_FRAME_HDR, len - SH_FRAME_HDR);
+	sh_mp_init(&m, L->copy + SH_FRAME_HDR, f->body_len);
+	sh_oob_reset(&L->oob, f->oob);
 	shoal_value *a;
 	if (sh_mp_array(&m, &n) || n != 2 || sh_mp_str(&m, &fname, &fl) || fl == 0) {
 		status = SHOAL_EBADMSG;
 		snprintf(why, sizeof(why), "expected a call [function, args]");
-	} else if ((status = sh_value_decode(&m, &L->in, &a, why, sizeof(why))) == 0 &&
+	} else if ((status = sh_value_decode(&m, &L->in, &L->oob, &a, why, sizeof(why))) == 0 &&
 		   sh_mp_done(&m) != 0) {
 		status = SHOAL_EBADMSG;
 		snprintf(why, sizeof(why), "bytes after the arguments");
 	} else {
 		args = a;
 	}
+	/* The payloads out of band, or, after a bad body, past them. */
+	int rc = status == 0 ? sh_oob_read(&L->oob, R->req, SHOAL_FOREVER, why, sizeof(why))
+			     : sh_oob_discard(&L->oob, R->req, SHOAL_FOREVER);
+	if (rc == SHOAL_EBADMSG && status == 0)
+		status = rc; /* a string that is not UTF-8: answered */
+	else if (rc && rc != SHOAL_EBADMSG)
+		return rc;
 	shoal_ext_fn fn = NULL;
 	for (size_t i = 0; status == 0 && i < R->reg->n && !fn; i++)
 		if (strlen(R->reg->fns[i].name) == fl &&
@@ -209,7 +221,7 @@ static int handle_call(runner *R, int d, const sh_frame *f, size_t len)
 	msgpack_pack_array(&pk, 1);
 	if (status == 0) {
 		shoal_value nil = {.type = SHOAL_V_NIL};
-		sh_value_pack(&pk, result ? result : &nil, shared ? R->store : NULL);
+		sh_value_pack(&pk, result ? result : &nil, shared ? R->store : NULL, &L->w);
 	} else {
 		sh_mp_pack_cstr(&pk, why);
 	}
@@ -217,7 +229,7 @@ static int handle_call(runner *R, int d, const sh_frame *f, size_t len)
 		      .seq = f->seq,
 		      .status = status,
 		      .flags = shared ? SH_FRAME_SHARED : 0};
-	int rc = send_frame(R, &L->w, &r);
+	rc = send_frame(R, &L->w, &r);
 	if (rc == SHOAL_EMSGSIZE) {
 		/* Too big for one record: say so instead. */
 		size_t big = L->w.len;
@@ -227,7 +239,7 @@ static int handle_call(runner *R, int d, const sh_frame *f, size_t len)
 		snprintf(m2, sizeof(m2), "result of %zu bytes exceeds the %zu a reply can carry",
 			 big, SH_MSG_MAX);
 		sh_mp_pack_cstr(&pk, m2);
-		r.status = SHOAL_EMSGSIZE;
+		r = (sh_frame){.op = SH_EXT_OP_RETURN, .seq = f->seq, .status = SHOAL_EMSGSIZE};
 		rc = send_frame(R, &L->w, &r);
 	}
 	sh_msg_trim(&L->copy, &L->copy_cap);
@@ -258,7 +270,7 @@ int shoal_ext_call_host(shoal_ext_ctx *ctx, const char *method, const shoal_valu
 	shoal_value nil = {.type = SHOAL_V_NIL};
 	/* Calls to the host copy their payloads: a host service that wants a
 	 * tensor shared can take it from the store itself. */
-	sh_value_pack(&pk, args ? args : &nil, NULL);
+	sh_value_pack(&pk, args ? args : &nil, NULL, &L->w);
 	sh_frame f = {.op = SH_EXT_OP_CALL, .seq = ++R->seq};
 	int rc = send_frame(R, &L->w, &f);
 	if (rc)
@@ -277,7 +289,7 @@ int shoal_ext_call_host(shoal_ext_ctx *ctx, const char *method, const shoal_valu
 			return shoal_ext_fail(ctx, rc, "waiting for the host's %s: %s", method,
 					      why[0] ? why : shoal_strerror(rc));
 		if (g.op == SH_EXT_OP_CALL) {
-			if ((rc = handle_call(R, d + 1, &g, len)) != 0)
+			if ((rc = handle_call(R, d + 1, &g)) != 0)
 				return shoal_ext_fail(ctx, rc, "serving the host: %s",
 						      shoal_strerror(rc));
 			continue;
@@ -288,21 +300,29 @@ int shoal_ext_call_host(shoal_ext_ctx *ctx, const char *method, const shoal_valu
 					      g.op, g.seq);
 		sh_mp m;
 		uint32_t n;
-		sh_mp_init(&m, next->copy + SH_FRAME_HDR, len - SH_FRAME_HDR);
+		sh_mp_init(&m, next->copy + SH_FRAME_HDR, g.body_len);
+		sh_oob_reset(&next->oob, g.oob);
 		if (g.status != 0) {
 			const char *msg = "";
 			uint32_t ml = 0;
 			if (sh_mp_array(&m, &n) || n != 1 || sh_mp_str(&m, &msg, &ml))
 				msg = "(no message)", ml = 12;
-			return shoal_ext_fail(ctx, g.status, "%.*s", (int)ml, msg);
+			rc = shoal_ext_fail(ctx, g.status, "%.*s", (int)ml, msg);
+			return sh_oob_discard(&next->oob, R->req, SHOAL_FOREVER) ? SHOAL_EPROTO
+										 : rc;
 		}
 		shoal_value *v;
 		/* The result lives with this call's own result buffer. */
 		if (sh_mp_array(&m, &n) || n != 1 ||
-		    (rc = sh_value_decode(&m, ctx->vb, &v, why, sizeof(why))) != 0 ||
-		    sh_mp_done(&m) != 0)
-			return shoal_ext_fail(ctx, rc ? rc : SHOAL_EPROTO,
-					      "%s: malformed result: %s", method, why);
+		    (rc = sh_value_decode(&m, ctx->vb, &next->oob, &v, why, sizeof(why))) != 0 ||
+		    sh_mp_done(&m) != 0) {
+			rc = shoal_ext_fail(ctx, rc ? rc : SHOAL_EPROTO, "%s: malformed result: %s",
+					    method, why);
+			return sh_oob_discard(&next->oob, R->req, SHOAL_FOREVER) ? SHOAL_EPROTO
+										 : rc;
+		}
+		if ((rc = sh_oob_read(&next->oob, R->req, SHOAL_FOREVER, why, sizeof(why))) != 0)
+			return shoal_ext_fail(ctx, rc, "%s: result: %s", method, why);
 		*result = v;
 		return 0;
 	}
@@ -321,7 +341,7 @@ static int serve(runner *R)
 		if (rc == 0 && f.op != SH_EXT_OP_CALL)
 			rc = SHOAL_EPROTO;
 		if (rc == 0)
-			rc = handle_call(R, 0, &f, len);
+			rc = handle_call(R, 0, &f);
 		if (rc == SHOAL_ECLOSED && R->stop)
 			return 0;
 		if (rc) {
@@ -338,6 +358,7 @@ static void runner_free(runner *R)
 		sh_bump_fini(&R->lv[i].in.a);
 		sh_bump_fini(&R->lv[i].out.a);
 		sh_wbuf_fini(&R->lv[i].w);
+		sh_oob_fini(&R->lv[i].oob);
 		if (R->lv[i].copy)
 			shoal_free(R->lv[i].copy, R->lv[i].copy_cap);
 	}
@@ -401,9 +422,96 @@ static void own_network(const char *name)
 		name, strerror(errno));
 }
 
+/* Mirrors a wait status as this process's own end, so that the host
+ * reads the extension's signal or exit code from its child. */
+static _Noreturn void end_like(int st)
+{
+	if (WIFSIGNALED(st)) {
+		struct rlimit none = {0, 0};
+		setrlimit(RLIMIT_CORE, &none); /* the extension dumped its own */
+		signal(WTERMSIG(st), SIG_DFL);
+		sigset_t all;
+		sigfillset(&all);
+		sigprocmask(SIG_UNBLOCK, &all, NULL);
+		raise(WTERMSIG(st));
+	}
+	_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+}
+
+/* A pid namespace of our own, where the kernel lets us make one. This
+ * process stays outside, the one the host watches; its child is the
+ * namespace's init, which reaps and reports; the init's child runs the
+ * extension (as pid 2: the init of a namespace ignores the signals it
+ * raises itself, which would turn an abort() into something else). Only
+ * the extension's process returns from here. */
+static void own_pids(const char *name)
+{
+	int p[2];
+	if (unshare(CLONE_NEWPID) != 0 || pipe2(p, O_CLOEXEC) != 0) {
+		fprintf(stderr, "shoal-ext %s: warning: no pid namespace (%s)\n", name,
+			strerror(errno));
+		return;
+	}
+	pid_t init = fork();
+	if (init < 0) {
+		fprintf(stderr, "shoal-ext %s: warning: no pid namespace (fork: %s)\n", name,
+			strerror(errno));
+		return;
+	}
+	if (init > 0) {
+		/* Outside: holds nothing of the connection, waits, reports. */
+		close(p[1]);
+		close_range(3, (unsigned)p[0] - 1, 0);
+		close_range((unsigned)p[0] + 1, ~0u, 0);
+		int st = 0, ext_st;
+		while (waitpid(init, &st, 0) < 0 && errno == EINTR)
+			;
+		if (read(p[0], &ext_st, sizeof(ext_st)) == (ssize_t)sizeof(ext_st))
+			st = ext_st;
+		end_like(st);
+	}
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	close(p[0]);
+	pid_t ext = fork();
+	if (ext == 0) {
+		close(p[1]);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		return;
+	}
+	/* The init: no descriptor of the connection, reaps every orphan, and
+	 * when the extension ends says how, then ends (which ends the rest). */
+	close_range(3, (unsigned)p[1] - 1, 0);
+	close_range((unsigned)p[1] + 1, ~0u, 0);
+	for (;;) {
+		int st;
+		pid_t w = wait(&st);
+		if (w == ext || (w < 0 && errno == ECHILD)) {
+			if (w == ext && write(p[1], &st, sizeof(st)) < 0)
+				_exit(1);
+			_exit(0);
+		}
+	}
+}
+
+/* Moves this process into the cgroup the host made for it, before it
+ * allocates anything that counts. */
+static int join_cgroup(const char *dir)
+{
+	char path[512], pid[24];
+	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+	snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return shoal_errno();
+	ssize_t n = write(fd, pid, strlen(pid));
+	int rc = n == (ssize_t)strlen(pid) ? 0 : n < 0 ? shoal_errno() : SHOAL_EIO;
+	close(fd);
+	return rc;
+}
+
 int sh_ext_runner_main(int argc, char **argv)
 {
-	const char *so = NULL, *name = "extension", *store = NULL;
+	const char *so = NULL, *name = "extension", *store = NULL, *cgroup = NULL;
 	uint64_t mem = 0, cpu = 0, files = 0;
 	bool basic = false, strict = false, network = false;
 	for (int i = 1; i + 1 < argc; i += 2) {
@@ -424,6 +532,8 @@ int sh_ext_runner_main(int argc, char **argv)
 			network = !strcmp(v, "1");
 		else if (!strcmp(k, "--store"))
 			store = v;
+		else if (!strcmp(k, "--cgroup"))
+			cgroup = v;
 	}
 	/* Die with the host; a basic sandbox also takes a session of its own
 	 * and no new privileges, and keeps no descriptor but ours. */
@@ -440,6 +550,10 @@ int sh_ext_runner_main(int argc, char **argv)
 		return 2;
 	}
 	int rc = 0;
+	if (cgroup && (rc = join_cgroup(cgroup)) != 0) {
+		ready(rc, "%s: joining its memory cgroup %s: %s", name, cgroup, shoal_strerror(rc));
+		return 1;
+	}
 	if ((mem && (rc = limit(RLIMIT_AS, mem))) || (cpu && (rc = limit(RLIMIT_CPU, cpu))) ||
 	    (files && (rc = limit(RLIMIT_NOFILE, files)))) {
 		ready(rc, "%s: setting limits: %s", name, shoal_strerror(rc));
@@ -463,6 +577,7 @@ int sh_ext_runner_main(int argc, char **argv)
 		char why[160];
 		if (!network)
 			own_network(name);
+		own_pids(name);
 		if ((rc = strict_filter(network, why, sizeof(why))) != 0) {
 			ready(rc < 0 ? rc : SHOAL_EIO, "%s: %s", name, why);
 			return 1;
