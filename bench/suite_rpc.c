@@ -137,6 +137,8 @@ static __attribute__((noinline)) int local_nested(int64_t d)
 	return local_nested(d - 1) + 1;
 }
 
+static unsigned char *tensor_mem; /* the data of the current tensor payload */
+
 static shoal_value *make_payload(shoal_vbuf *vb, const payload *p)
 {
 	if (p->kind == 0)
@@ -153,20 +155,15 @@ static shoal_value *make_payload(shoal_vbuf *vb, const payload *p)
 		size_t elem = p->kind == 7 ? 8 : 4, n = 1;
 		for (int i = 0; i < ndim; i++)
 			n *= (size_t)sh[i];
-		/* the vbuf owns the bytes: the tensor value only borrows them */
-		shoal_value *bytes = shoal_v_bytes(vb, NULL, 0);
-		unsigned char *mem = malloc(n * elem);
-		if (!mem || !bytes) {
-			free(mem);
+		/* The tensor value borrows its data: kept here until the next
+		 * payload (a bytes value could not hold model_6gb's 6 GiB). */
+		free(tensor_mem);
+		if (!(tensor_mem = malloc(n * elem)))
 			return NULL;
-		}
 		for (size_t i = 0; i < n * elem; i += 4096)
-			mem[i] = (unsigned char)i; /* touched, and not all zero */
-		bytes = shoal_v_bytes(vb, mem, n * elem);
-		free(mem);
-		return bytes ? shoal_v_tensor(vb, p->kind == 7 ? SHOAL_DT_F64 : SHOAL_DT_F32, ndim,
-					      sh, bytes->v.bytes)
-			     : NULL;
+			tensor_mem[i] = (unsigned char)i; /* touched, and not all zero */
+		return shoal_v_tensor(vb, p->kind == 7 ? SHOAL_DT_F64 : SHOAL_DT_F32, ndim, sh,
+				      tensor_mem);
 	}
 	char *buf = malloc(p->bytes);
 	if (!buf)
@@ -307,6 +304,8 @@ static void bench_calls(const sh_bench_opts *o, sh_bench_report *r, shoal_ext *e
 			bench_one(o, r, e, &payloads[i], shared, us, in, out);
 	shoal_vbuf_free(in);
 	shoal_vbuf_free(out);
+	free(tensor_mem);
+	tensor_mem = NULL;
 	free(us);
 }
 
