@@ -605,6 +605,21 @@ SH_TEST(shared_payloads_go_by_reference)
 	CHECK_EQ(r->v.t.obj, 0);
 	CHECK(shoal_v_equal(r, t2));
 	shoal_vbuf_reset(out);
+	/* a blob (bytes by reference) goes shared like a tensor, and copied
+	 * in copy mode, and stays a blob either way */
+	shoal_value *blob = shoal_v_blob(vb, f, 1u << 20);
+	CHECK_OK(call(e, "echo", blob, out, &r));
+	CHECK_EQ(r->type, SHOAL_V_BLOB);
+	CHECK(r->v.t.obj != 0);
+	CHECK(r->v.t.data != (const void *)f);
+	CHECK(shoal_v_equal(r, blob));
+	shoal_vbuf_reset(out);
+	CHECK_OK(shoal_ext_call_ex(e, "echo", blob, out, &r, shoal_deadline_in(5000 * MS),
+				   SHOAL_CALL_COPY));
+	CHECK_EQ(r->type, SHOAL_V_BLOB);
+	CHECK_EQ(r->v.t.obj, 0);
+	CHECK(shoal_v_equal(r, blob));
+	shoal_vbuf_reset(out);
 	/* a tensor made by the extension comes back shared */
 	CHECK_OK(call(e, "make_tensor", shoal_v_int(out, 1 << 20), out, &r));
 	CHECK(r->v.t.obj != 0);

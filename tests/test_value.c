@@ -130,7 +130,9 @@ SH_TEST(large_payloads_out_of_band)
 	for (size_t i = 0; i < n; i++)
 		text[i] = (char)('a' + i % 26);
 	int64_t shape[2] = {16, 33}; /* 4224 bytes, within text */
-	shoal_value *a = shoal_v_array(b, 5);
+	shoal_value *a = shoal_v_array(b, 7);
+	shoal_v_set(a, 5, shoal_v_blob(b, text, n));			/* out of band */
+	shoal_v_set(a, 6, shoal_v_blob(b, text, SH_VALUE_OOB_MIN / 2)); /* inline */
 	shoal_v_set(a, 0, shoal_v_str(b, text, n));
 	shoal_v_set(a, 1, shoal_v_bytes(b, text, SH_VALUE_OOB_MIN - 1)); /* inline */
 	shoal_v_set(a, 2, shoal_v_tensor(b, SHOAL_DT_F64, 2, shape, text));
@@ -140,8 +142,11 @@ SH_TEST(large_payloads_out_of_band)
 	uint64_t oob;
 	char why[160];
 	CHECK_OK(oob_trip(r, a, &out, &oob, why, sizeof(why)));
-	CHECK_EQ(oob, n + 16 * 33 * 8 + n - 1);
+	CHECK_EQ(oob, n + 16 * 33 * 8 + n - 1 + n);
 	CHECK(shoal_v_equal(a, out));
+	CHECK_EQ(out->v.items[5].type, SHOAL_V_BLOB);
+	CHECK_EQ(out->v.items[6].type, SHOAL_V_BLOB);
+	CHECK_EQ(out->v.items[6].v.t.nbytes, SH_VALUE_OOB_MIN / 2);
 	CHECK_EQ(out->v.items[0].v.s[n], 0); /* a NUL after a string's bytes */
 	CHECK_EQ((uintptr_t)out->v.items[2].v.t.data % 64, 0);
 	/* a string out of band is checked once its bytes are in */
@@ -162,9 +167,8 @@ SH_TEST(large_payloads_out_of_band)
 		unsigned char kind, ndim, len;
 		const char *says;
 	} bad[] = {
-		{8, 0, 0, 19, "more bytes declared"},
-		{32, 0, 0, 19, "frame carries 32"},
-		{16, 3, 0, 19, "unknown kind"},
+		{8, 0, 0, 19, "more bytes declared"}, {32, 0, 0, 19, "frame carries 32"},
+		{16, 4, 0, 19, "unknown kind"},	      {16, 3, 0, 19, "blob that is not 1-D uint8"},
 		{16, 2, 1, 27, "does not match"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -232,6 +236,9 @@ SH_TEST(hostile_bytes_rejected)
 		{"\xc7\x10\x01\x0a\x01\0\0\0\0\0\0\x02\0\0\0\0\0\0\0\0", 20,
 		 "does not match"}, /* F32 [2] with 0 data bytes */
 		{"\xc1", 1, "not a value"},
+		{"\xc7\x10\x01\x0a\x01\x02\0\0\0\0\0\x02\0\0\0\0\0\0\0\0", 20, "flags beyond 1"},
+		{"\xc7\x10\x01\x0a\x01\x01\0\0\0\0\0\x02\0\0\0\0\0\0\0\0", 20,
+		 "not 1-D uint8"}, /* a blob of F32 */
 		{"\xc7\x10\x01\x0a\x01\0\0\0\0\0\0\x02\0\0\0\0\0\0\0\0", 20, "does not match"},
 		{"\xdd\xff\xff\xff\xff", 5, "count"},	  /* array claiming 4G items */
 		{"\xdb\x00\x00\x10\x00", 5, "truncated"}, /* str of 4 KiB, none there */

@@ -28,6 +28,10 @@ typedef enum shoal_vtype {
 	SHOAL_V_ARRAY,
 	SHOAL_V_MAP,
 	SHOAL_V_TENSOR, /* dtype, C-contiguous shape, data */
+	/* bytes by reference: a read-only byte range that a call in shared
+	 * mode passes through the store like a tensor (in copy mode it is
+	 * copied like bytes); in v.t as a 1-D U8 tensor of nbytes */
+	SHOAL_V_BLOB,
 } shoal_vtype;
 
 typedef struct shoal_value shoal_value;
@@ -48,7 +52,7 @@ struct shoal_value {
 			const void *data; /* C-contiguous, nbytes long */
 			size_t nbytes;
 			shoal_id obj; /* the store object holding data, or 0 */
-		} t;		      /* TENSOR */
+		} t;		      /* TENSOR, BLOB */
 	} v;
 };
 
@@ -73,7 +77,9 @@ SHOAL_API shoal_value *shoal_v_bytes(shoal_vbuf *b, const void *p, size_t len);
  * vbuf, aligned for their dtype. */
 SHOAL_API shoal_value *shoal_v_tensor(shoal_vbuf *b, shoal_dtype dt, int ndim, const int64_t *shape,
 				      const void *data);
-/* A DLPack (0.6) view of a tensor value, for numpy or torch: it borrows
+/* A blob over len bytes at data, which is not copied (as a tensor's). */
+SHOAL_API shoal_value *shoal_v_blob(shoal_vbuf *b, const void *data, size_t len);
+/* A DLPack (0.6) view of a tensor value (a blob: 1-D uint8), for numpy or torch: it borrows
  * the bytes, which stay valid until the value's vbuf is reset or freed;
  * its deleter frees only the view. SHOAL_ENOTSUP for 8-bit floats. */
 struct DLManagedTensor;

@@ -30,10 +30,45 @@ static void drop_shared(shoal_vbuf *b)
 	b->nheld = b->nmade = b->nborrowed = 0;
 }
 
+void sh_vbuf_let_go(shoal_vbuf *b)
+{
+	for (uint32_t i = 0; i < b->nborrowed_prev; i++)
+		sh_client_unborrow(b->store, b->borrowed_prev[i]);
+	for (uint32_t i = 0; i < b->nheld_prev; i++)
+		shoal_object_release(b->held_prev[i]);
+	b->nheld_prev = b->nborrowed_prev = 0;
+}
+
+#define SWAP(T, x, y)       \
+	do {                \
+		T t_ = (x); \
+		(x) = (y);  \
+		(y) = t_;   \
+	} while (0)
+
+void sh_vbuf_reset_keep(shoal_vbuf *b)
+{
+	sh_vbuf_let_go(b);
+	SWAP(shoal_object **, b->held, b->held_prev);
+	SWAP(uint32_t, b->nheld, b->nheld_prev);
+	SWAP(uint32_t, b->cap_held, b->cap_held_prev);
+	SWAP(uint64_t *, b->borrowed, b->borrowed_prev);
+	SWAP(uint32_t, b->nborrowed, b->nborrowed_prev);
+	SWAP(uint32_t, b->cap_borrowed, b->cap_borrowed_prev);
+	drop_shared(b); /* what it made goes now; nothing else is left in it */
+	sh_bump_reset(&b->a);
+	b->err = 0;
+}
+
 void shoal_vbuf_free(shoal_vbuf *b)
 {
 	if (!b)
 		return;
+	sh_vbuf_let_go(b);
+	if (b->held_prev)
+		shoal_free(b->held_prev, b->cap_held_prev * sizeof(*b->held_prev));
+	if (b->borrowed_prev)
+		shoal_free(b->borrowed_prev, b->cap_borrowed_prev * sizeof(*b->borrowed_prev));
 	drop_shared(b);
 	if (b->held)
 		shoal_free(b->held, b->cap_held * sizeof(*b->held));
@@ -47,6 +82,7 @@ void shoal_vbuf_free(shoal_vbuf *b)
 
 void shoal_vbuf_reset(shoal_vbuf *b)
 {
+	sh_vbuf_let_go(b);
 	drop_shared(b);
 	sh_bump_reset(&b->a);
 	b->err = 0;
@@ -125,9 +161,15 @@ static int map_tensor(shoal_vbuf *b, shoal_id id, const void **data, size_t *byt
 	return 0;
 }
 
+/* Tensors and blobs: data that a shared call passes by reference. */
+static bool by_ref(const shoal_value *v)
+{
+	return v->type == SHOAL_V_TENSOR || v->type == SHOAL_V_BLOB;
+}
+
 bool sh_value_needs_share(const shoal_value *v)
 {
-	if (v->type == SHOAL_V_TENSOR)
+	if (by_ref(v))
 		return v->v.t.obj == 0;
 	if (v->type != SHOAL_V_ARRAY && v->type != SHOAL_V_MAP)
 		return false;
@@ -170,7 +212,7 @@ int sh_value_share(shoal_vbuf *b, shoal_value *v, char *why, size_t whylen)
 		}
 		return 0;
 	}
-	if (v->type != SHOAL_V_TENSOR || v->v.t.obj)
+	if (!by_ref(v) || v->v.t.obj)
 		return 0;
 	if (!b->store) {
 		snprintf(why, whylen, "shared mode needs a store (config store_socket)");
@@ -281,8 +323,8 @@ shoal_value *shoal_v_bytes(shoal_vbuf *b, const void *p, size_t len)
 	return blob(b, SHOAL_V_BYTES, p, len);
 }
 
-shoal_value *shoal_v_tensor(shoal_vbuf *b, shoal_dtype dt, int ndim, const int64_t *shape,
-			    const void *data)
+static shoal_value *tensor(shoal_vbuf *b, shoal_vtype type, shoal_dtype dt, int ndim,
+			   const int64_t *shape, const void *data)
 {
 	size_t bytes = shoal_dtype_size(dt);
 	if (bytes == 0 || ndim < 0 || ndim > SHOAL_TENSOR_MAX_DIMS || (ndim && !shape)) {
@@ -298,7 +340,7 @@ shoal_value *shoal_v_tensor(shoal_vbuf *b, shoal_dtype dt, int ndim, const int64
 		b->err = SHOAL_EINVAL;
 		return NULL;
 	}
-	shoal_value *v = node(b, SHOAL_V_TENSOR);
+	shoal_value *v = node(b, type);
 	int64_t *sh = v ? sh_bump_alloc(&b->a, (size_t)ndim * 8 + 8) : NULL;
 	if (!sh) {
 		b->err = SHOAL_ENOMEM;
@@ -314,6 +356,22 @@ shoal_value *shoal_v_tensor(shoal_vbuf *b, shoal_dtype dt, int ndim, const int64
 	return v;
 }
 
+shoal_value *shoal_v_tensor(shoal_vbuf *b, shoal_dtype dt, int ndim, const int64_t *shape,
+			    const void *data)
+{
+	return tensor(b, SHOAL_V_TENSOR, dt, ndim, shape, data);
+}
+
+shoal_value *shoal_v_blob(shoal_vbuf *b, const void *data, size_t len)
+{
+	if (len > INT64_MAX) {
+		b->err = SHOAL_EINVAL;
+		return NULL;
+	}
+	int64_t n = (int64_t)len;
+	return tensor(b, SHOAL_V_BLOB, SHOAL_DT_U8, 1, &n, data);
+}
+
 typedef struct v_dl {
 	DLManagedTensor m;
 	int64_t shape[SHOAL_TENSOR_MAX_DIMS], strides[SHOAL_TENSOR_MAX_DIMS];
@@ -326,7 +384,7 @@ static void v_dl_delete(DLManagedTensor *m)
 
 int shoal_v_dlpack(const shoal_value *v, DLManagedTensor **out)
 {
-	if (!v || !out || v->type != SHOAL_V_TENSOR)
+	if (!v || !out || !by_ref(v))
 		return SHOAL_EINVAL;
 	v_dl *d = SH_NEW(v_dl);
 	if (!d)
@@ -423,6 +481,7 @@ bool shoal_v_equal(const shoal_value *a, const shoal_value *b)
 	case SHOAL_V_BYTES:
 		return a->n == b->n && memcmp(a->v.s, b->v.s, a->n) == 0;
 	case SHOAL_V_TENSOR:
+	case SHOAL_V_BLOB:
 		if (a->v.t.dtype != b->v.t.dtype || a->v.t.ndim != b->v.t.ndim ||
 		    a->v.t.nbytes != b->v.t.nbytes)
 			return false;
@@ -454,7 +513,7 @@ static void pack_oob(msgpack_packer *pk, sh_wbuf *w, unsigned kind, const shoal_
 	unsigned char head[16 + 8 * SHOAL_TENSOR_MAX_DIMS] = {0};
 	size_t hl = 16;
 	head[0] = (unsigned char)kind;
-	if (kind == 2) {
+	if (kind >= 2) {
 		head[1] = (unsigned char)v->v.t.dtype;
 		head[2] = (unsigned char)v->v.t.ndim;
 		memcpy(head + 16, v->v.t.shape, 8 * (size_t)v->v.t.ndim);
@@ -507,13 +566,16 @@ void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *share
 		for (uint32_t i = 0; i < 2 * v->n; i++)
 			sh_value_pack(pk, &v->v.items[i], shared, oob);
 		return;
-	case SHOAL_V_TENSOR: {
-		/* ext 1: dtype u8, ndim u8, 6 bytes of padding, shape as int64
-		 * little-endian, then the bytes: 8-aligned within the body */
+	case SHOAL_V_TENSOR:
+	case SHOAL_V_BLOB: {
+		/* ext 1: dtype u8, ndim u8, flags u8 (1: a blob), 5 bytes of
+		 * padding, shape as int64 little-endian, then the bytes: 8-aligned
+		 * within the body */
 		unsigned char head[8 + 8 * SHOAL_TENSOR_MAX_DIMS] = {0};
 		size_t hl = 8 + 8 * (size_t)v->v.t.ndim;
 		head[0] = (unsigned char)v->v.t.dtype;
 		head[1] = (unsigned char)v->v.t.ndim;
+		head[2] = v->type == SHOAL_V_BLOB;
 		memcpy(head + 8, v->v.t.shape, 8 * (size_t)v->v.t.ndim);
 		if (shared && v->v.t.obj) {
 			/* by reference: the header, the object's id, its blob */
@@ -525,7 +587,8 @@ void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *share
 			return;
 		}
 		if (oob && v->v.t.nbytes >= SH_VALUE_OOB_MIN) {
-			pack_oob(pk, oob, 2, v, v->v.t.data, v->v.t.nbytes);
+			pack_oob(pk, oob, v->type == SHOAL_V_BLOB ? 3 : 2, v, v->v.t.data,
+				 v->v.t.nbytes);
 			return;
 		}
 		msgpack_pack_ext(pk, hl + v->v.t.nbytes, SH_EXT_TENSOR);
@@ -622,13 +685,15 @@ static int doob(vdec *d, shoal_value *v, const unsigned char *p, uint32_t n)
 	sh_oob *o = d->oob;
 	if (!o)
 		return vfail(d, "a payload out of band where none can follow");
-	if (n < 16 || p[0] > 2)
+	if (n < 16 || p[0] > 3)
 		return vfail(d, "out-of-band header truncated or of an unknown kind");
 	uint64_t bytes;
 	memcpy(&bytes, p + 8, 8);
 	int ndim = p[2];
 	int64_t *sh = NULL;
-	if (p[0] == 2) {
+	if (p[0] == 3 && (p[1] != SHOAL_DT_U8 || ndim != 1))
+		return vfail(d, "out-of-band blob that is not 1-D uint8");
+	if (p[0] >= 2) {
 		if (ndim > SHOAL_TENSOR_MAX_DIMS || n != 16 + 8u * (unsigned)ndim)
 			return vfail(d,
 				     "out-of-band tensor: too many dims or a header of the wrong "
@@ -666,7 +731,7 @@ static int doob(vdec *d, shoal_value *v, const unsigned char *p, uint32_t n)
 	o->v[o->n++] = (sh_msg_part){room, (size_t)bytes};
 	o->got += bytes;
 	if (sh) {
-		v->type = SHOAL_V_TENSOR;
+		v->type = p[0] == 3 ? SHOAL_V_BLOB : SHOAL_V_TENSOR;
 		v->v.t.dtype = (shoal_dtype)p[1];
 		v->v.t.ndim = ndim;
 		v->v.t.shape = sh;
@@ -731,6 +796,12 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 			return vfail(d, "an ext type other than 1, 2 (tensor) or 3 (out of band)");
 		if (n < 8 || p[1] > SHOAL_TENSOR_MAX_DIMS || n < 8 + 8u * p[1])
 			return vfail(d, "tensor header truncated or too many dims");
+		static const unsigned char zero[5];
+		if (p[2] > 1 || memcmp(p + 3, zero, 5) != 0)
+			return vfail(d, "tensor header: flags beyond 1 (a blob) or padding not 0");
+		bool blob = p[2];
+		if (blob && (p[0] != SHOAL_DT_U8 || p[1] != 1))
+			return vfail(d, "a blob that is not 1-D uint8");
 		shoal_dtype dt = (shoal_dtype)p[0];
 		int ndim = p[1];
 		int64_t shape[SHOAL_TENSOR_MAX_DIMS];
@@ -785,7 +856,7 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 			memcpy(copy, p + 8 + 8 * (size_t)ndim, bytes);
 			data = copy;
 		}
-		v->type = SHOAL_V_TENSOR;
+		v->type = blob ? SHOAL_V_BLOB : SHOAL_V_TENSOR;
 		v->v.t.dtype = dt;
 		v->v.t.ndim = ndim;
 		v->v.t.shape = sh;

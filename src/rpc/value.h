@@ -21,7 +21,19 @@ struct shoal_vbuf {
 	shoal_id *made;
 	uint64_t *borrowed; /* segments our values point into without a reference */
 	uint32_t nheld, cap_held, nmade, cap_made, nborrowed, cap_borrowed;
+	/* what the values before the last sh_vbuf_reset_keep held, until
+	 * sh_vbuf_let_go */
+	shoal_object **held_prev;
+	uint64_t *borrowed_prev;
+	uint32_t nheld_prev, cap_held_prev, nborrowed_prev, cap_borrowed_prev;
 };
+
+/* shoal_vbuf_reset, but the store objects and segments of the old values
+ * are let go only at sh_vbuf_let_go: a receiver that decodes the next
+ * value in between keeps mapped what both share (a segment too large to
+ * stay mapped idle would otherwise be unmapped and mapped again each call). */
+void sh_vbuf_reset_keep(shoal_vbuf *b);
+void sh_vbuf_let_go(shoal_vbuf *b);
 
 /* ... and in shared mode: dtype, shape, object id, and where its blob lies
  * (segment, offset: 0, 0 when unknown), so a receiver that has the
@@ -33,7 +45,7 @@ struct shoal_vbuf {
  * and read from it straight into the receiver's vbuf, one copy each side,
  * where packing them into the body would cost two more. */
 #define SH_VALUE_OOB_MIN 4096
-/* ext 3: a payload out of band: kind u8 (0 bytes, 1 string, 2 tensor),
+/* ext 3: a payload out of band: kind u8 (0 bytes, 1 string, 2 tensor, 3 blob),
  * dtype u8, ndim u8, 5 bytes of padding, the byte count u64, then a
  * tensor's shape as int64; the bytes follow the frame, in the order the
  * values appear */
