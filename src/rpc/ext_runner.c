@@ -167,7 +167,9 @@ static int handle_call(runner *R, int d, const sh_frame *f)
 	const char *fname = "?";
 	uint32_t fl = 1, n;
 	int status = 0;
-	shoal_vbuf_reset(&L->in);
+	/* The last call's shared arguments are let go once this call's are
+	 * decoded: a tensor passed again keeps its segment mapped. */
+	sh_vbuf_reset_keep(&L->in);
 	shoal_vbuf_reset(&L->out);
 	L->in.store = L->out.store = R->store;
 	bool shared = f->flags & SH_FRAME_SHARED;
@@ -185,6 +187,7 @@ static int handle_call(runner *R, int d, const sh_frame *f)
 	} else {
 		args = a;
 	}
+	sh_vbuf_let_go(&L->in);
 	/* The payloads out of band, or, after a bad body, past them. */
 	int rc = status == 0 ? sh_oob_read(&L->oob, R->req, SHOAL_FOREVER, why, sizeof(why))
 			     : sh_oob_discard(&L->oob, R->req, SHOAL_FOREVER);
