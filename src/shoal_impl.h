@@ -133,7 +133,7 @@ void *sh_bump_alloc(sh_bump *b, size_t size);	  /* 8-aligned, zeroed */
 void *sh_bump_alloc_raw(sh_bump *b, size_t size); /* 8-aligned, not zeroed */
 char *sh_bump_str(sh_bump *b, const char *s, size_t len);
 /* Frees all but the newest small chunk and the largest one (up to
- * 64 MiB), which the next allocations reuse. */
+ * 1 GiB), which the next allocations reuse. */
 void sh_bump_reset(sh_bump *b);
 /* Moves src's chunks into dst (what was allocated from src lives as long
  * as dst now) and leaves src empty. */

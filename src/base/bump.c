@@ -28,7 +28,9 @@ static void huge_pages(void *p, size_t n)
 	if (e > a)
 		madvise((void *)a, e - a, MADV_HUGEPAGE);
 }
-#define BUMP_KEEP (64u << 20) /* the largest chunk a reset keeps */
+/* The largest chunk a reset keeps: a payload up to this size is received
+ * into memory that is faulted in already (a vbuf holds it until freed). */
+#define BUMP_KEEP ((size_t)1 << 30)
 
 void *sh_bump_alloc_raw(sh_bump *b, size_t size)
 {
