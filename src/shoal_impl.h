@@ -132,9 +132,11 @@ typedef struct sh_bump {
 void *sh_bump_alloc(sh_bump *b, size_t size);	  /* 8-aligned, zeroed */
 void *sh_bump_alloc_raw(sh_bump *b, size_t size); /* 8-aligned, not zeroed */
 char *sh_bump_str(sh_bump *b, const char *s, size_t len);
-/* Frees all but the newest small chunk and the largest one (up to
- * 1 GiB), which the next allocations reuse. */
+/* Frees all but the newest small chunk and the largest one, which the
+ * next allocations reuse. */
 void sh_bump_reset(sh_bump *b);
+/* Frees the chunk a reset kept if it is larger than keep bytes. */
+void sh_bump_trim(sh_bump *b, size_t keep);
 /* Moves src's chunks into dst (what was allocated from src lives as long
  * as dst now) and leaves src empty. */
 void sh_bump_adopt(sh_bump *dst, sh_bump *src);

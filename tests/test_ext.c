@@ -135,6 +135,55 @@ SH_TEST(calls_and_values)
 	shoal_vbuf_free(out);
 }
 
+/* Resident KiB of a process (VmRSS). */
+static long rss_kib(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "re");
+	long kib = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kib;
+}
+
+/* An extension keeps the memory of a large payload for the next one, and
+ * gives it back after a second with nothing to do. */
+SH_TEST(idle_extension_gives_memory_back)
+{
+	shoal_ext_config c = config();
+	shoal_ext *e = start(&c);
+	shoal_vbuf *vb, *out;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	CHECK_OK(shoal_vbuf_create(&out));
+	size_t big = 96u << 20;
+	unsigned char *mem = malloc(big);
+	CHECK(mem != NULL);
+	memset(mem, 3, big);
+	const shoal_value *r;
+	shoal_value *v = shoal_v_blob(vb, mem, big);
+	CHECK_OK(call(e, "echo", v, out, &r));
+	CHECK(shoal_v_equal(r, v));
+	long held = rss_kib(shoal_ext_pid(e));
+	CHECK_OK(call(e, "add", NULL, out, &r) == SHOAL_EINVAL ? 0 : -1);
+	usleep(1500 * 1000);
+	long after = rss_kib(shoal_ext_pid(e));
+	/* (a sanitizer's allocator keeps what is freed in quarantine) */
+	if (!sh_test_sanitized() && (held < 96 * 1024 || after > held - 64 * 1024))
+		sh_test_fail(__FILE__, __LINE__,
+			     "extension RSS %ld KiB with the payload, %ld after idling", held,
+			     after);
+	CHECK_OK(call(e, "echo", v, out, &r)); /* and it still takes the next */
+	CHECK(shoal_v_equal(r, v));
+	CHECK_OK(shoal_ext_stop(e));
+	free(mem);
+	shoal_vbuf_free(vb);
+	shoal_vbuf_free(out);
+}
+
 SH_TEST(crashes_fail_calls_at_once)
 {
 	shoal_ext_config c = config();

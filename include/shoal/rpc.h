@@ -60,7 +60,10 @@ typedef struct shoal_vbuf shoal_vbuf;
 SHOAL_API int shoal_vbuf_create(shoal_vbuf **out);
 /* Frees every value built in or decoded into b. */
 SHOAL_API void shoal_vbuf_free(shoal_vbuf *b);
-/* Forgets every value of b, keeping its memory for the next ones. */
+/* Forgets every value of b, keeping its memory for the next ones: its
+ * largest chunk, whatever its size, so that a payload received call after
+ * call lands in memory that is faulted in already (freeing b gives it
+ * back). */
 SHOAL_API void shoal_vbuf_reset(shoal_vbuf *b);
 
 /* Constructors: NULL when out of memory (and the vbuf remembers it, so a

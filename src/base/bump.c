@@ -28,9 +28,6 @@ static void huge_pages(void *p, size_t n)
 	if (e > a)
 		madvise((void *)a, e - a, MADV_HUGEPAGE);
 }
-/* The largest chunk a reset keeps: a payload up to this size is received
- * into memory that is faulted in already (a vbuf holds it until freed). */
-#define BUMP_KEEP ((size_t)1 << 30)
 
 void *sh_bump_alloc_raw(sh_bump *b, size_t size)
 {
@@ -95,15 +92,15 @@ void sh_bump_fini(sh_bump *b)
 void sh_bump_reset(sh_bump *b)
 {
 	/* Kept: the newest small chunk, for the tree of the next value, and
-	 * the largest up to BUMP_KEEP, for the next payload of that size
-	 * (its pages are faulted in; a fresh one costs a fault a page). */
+	 * the largest, whatever its size, for the next payload of that size:
+	 * its pages are faulted in, where a fresh one costs a fault a page
+	 * (a 6 GiB payload: seconds). sh_bump_trim gives it back. */
 	sh_bump_chunk *small = NULL, *big = b->spare;
 	for (sh_bump_chunk *c = b->head, *next; c; c = next) {
 		next = c->next;
 		if (c->size <= BUMP_CHUNK && !small) {
 			small = c;
-		} else if (c->size <= BUMP_KEEP && c->size > BUMP_CHUNK &&
-			   (!big || c->size > big->size)) {
+		} else if (c->size > BUMP_CHUNK && (!big || c->size > big->size)) {
 			if (big)
 				shoal_free(big, big->size);
 			big = c;
@@ -139,4 +136,13 @@ void sh_bump_adopt(sh_bump *dst, sh_bump *src)
 	src->head = NULL;
 	src->used = 0;
 	src->total = src->spare ? src->spare->size : 0;
+}
+
+void sh_bump_trim(sh_bump *b, size_t keep)
+{
+	if (b->spare && b->spare->size > keep) {
+		b->total -= b->spare->size;
+		shoal_free(b->spare, b->spare->size);
+		b->spare = NULL;
+	}
 }
