@@ -723,10 +723,10 @@ SH_TEST_T(hundred_clients, 120)
  * checking that a failure comes with a message. */
 static int raw(shoal_client *c, const void *buf, size_t len)
 {
-	CHECK_OK(sh_ring_write(&c->req, buf, len, shoal_deadline_in(5000 * MS)));
+	CHECK_OK(sh_ring_write(&c->l.up, buf, len, shoal_deadline_in(5000 * MS)));
 	const void *rec;
 	size_t n;
-	CHECK_OK(sh_ring_peek(&c->rep, &rec, &n, shoal_deadline_in(5000 * MS)));
+	CHECK_OK(sh_ring_peek(&c->l.down, &rec, &n, shoal_deadline_in(5000 * MS)));
 	sh_frame f;
 	char why[160];
 	CHECK_OK(sh_frame_decode(rec, n, &f, why, sizeof(why)));
@@ -738,7 +738,7 @@ static int raw(shoal_client *c, const void *buf, size_t len)
 		CHECK(sh_mp_array(&m, &k) == 0 && k == 1 && sh_mp_str(&m, &msg, &ml) == 0 &&
 		      ml > 0);
 	}
-	sh_ring_release(&c->rep);
+	sh_ring_release(&c->l.down);
 	return f.status;
 }
 

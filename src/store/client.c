@@ -59,14 +59,9 @@ static void client_free(shoal_client *c)
 	}
 	sh_map_fini(&c->segs);
 	sh_map_fini(&c->objs);
-	if (c->ring_mem)
-		sh_shm_unmap(c->ring_mem, c->ring_bytes);
 	if (c->arena)
 		sh_shm_unmap((void *)c->arena, c->arena_size);
-	if (c->efd >= 0)
-		close(c->efd);
-	if (c->sock >= 0)
-		close(c->sock);
+	sh_link_fini(&c->l);
 	sh_wbuf_fini(&c->out);
 	if (c->in)
 		shoal_free(c->in, c->in_cap);
@@ -77,68 +72,49 @@ int shoal_connect(shoal_client **out, const char *path)
 {
 	if (!out || !path)
 		return SHOAL_EINVAL;
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	if (strlen(path) >= sizeof(a.sun_path))
-		return SHOAL_ENAMETOOLONG;
-	strcpy(a.sun_path, path);
 	shoal_client *c = SH_NEW(shoal_client);
 	if (!c)
 		return SHOAL_ENOMEM;
-	c->efd = -1;
+	sh_link_init(&c->l, -1);
 	sh_wbuf_init(&c->out);
-	int rc = 0, fds[3] = {-1, -1, -1}, nfds = 0;
-	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (c->sock < 0 || connect(c->sock, (struct sockaddr *)&a, sizeof(a)) != 0) {
-		rc = shoal_errno();
+	uint64_t info[4];
+	int arena = -1;
+	char why[256];
+	int rc = sh_link_connect(&c->l, path, SH_STORE_PROTO, SH_STORE_VERSION, SH_STORE_RING_CAP,
+				 info, 4, &arena, 1, why, sizeof(why));
+	if (rc) {
+		sh_client_fail(c, rc, "store: %s", why);
 		goto fail;
 	}
-	uint32_t hello[2] = {SH_WIRE_MAGIC, SH_STORE_VERSION};
-	uint64_t info[5];
-	size_t got = 0;
-	if ((rc = sh_fd_send(c->sock, hello, sizeof(hello), NULL, 0)) != 0 ||
-	    (rc = sh_fd_recv(c->sock, info, sizeof(info), &got, fds, 3, &nfds)) != 0)
-		goto fail;
-	size_t one;
-	if (got != sizeof(info) || nfds != 3 || info[0] != SH_STORE_VERSION ||
-	    sh_ring_bytes(SH_STORE_RING_CAP, &one) != 0 || info[1] != one || info[2] == 0 ||
-	    info[2] > SH_STORE_ARENA_MAX) {
+	if (info[0] != SH_STORE_VERSION || info[1] == 0 || info[1] > SH_STORE_ARENA_MAX) {
 		rc = SHOAL_EPROTO;
 		sh_client_fail(c, rc,
-			       "store set-up: %zu bytes and %d descriptors, version %" PRIu64
-			       "; expected %zu bytes, 3 descriptors, version %d",
-			       got, nfds, got ? info[0] : 0, sizeof(info), SH_STORE_VERSION);
+			       "store set-up: version %" PRIu64 ", arena of %" PRIu64
+			       " bytes; expected version %d, an arena of at most %llu",
+			       info[0], info[1], SH_STORE_VERSION,
+			       (unsigned long long)SH_STORE_ARENA_MAX);
 		goto fail;
 	}
-	c->ring_bytes = 2 * one;
-	c->arena_size = info[2];
-	c->id = (uint32_t)info[3];
-	c->instance = info[4];
+	c->arena_size = info[1];
+	c->id = (uint32_t)info[2];
+	c->instance = info[3];
 	struct stat st;
-	if (fstat(fds[0], &st) != 0 || (uint64_t)st.st_size < c->ring_bytes ||
-	    fstat(fds[2], &st) != 0 || (uint64_t)st.st_size < c->arena_size) {
+	if (fstat(arena, &st) != 0 || (uint64_t)st.st_size < c->arena_size) {
 		rc = SHOAL_EPROTO;
+		sh_client_fail(c, rc, "store set-up: the arena is smaller than it says");
 		goto fail;
 	}
-	if ((rc = sh_shm_map(fds[0], c->ring_bytes, true, &c->ring_mem)) != 0 ||
-	    (rc = sh_shm_map(fds[2], c->arena_size, false, (void **)&c->arena)) != 0)
+	if ((rc = sh_shm_map(arena, c->arena_size, false, (void **)&c->arena)) != 0) {
+		c->arena = NULL;
 		goto fail;
-	unsigned char *base = c->ring_mem;
-	if ((rc = sh_ring_attach(&c->req, base, one, true)) != 0 ||
-	    (rc = sh_ring_attach(&c->rep, base + one, one, false)) != 0)
-		goto fail;
-	c->efd = fds[1];
-	fds[1] = -1;
-	/* The store sleeps on its eventfd; we sleep on the futexes. */
-	c->req.wake_efd = c->rep.wake_efd = c->efd;
-	c->rep.spin_ns = REPLY_SPIN_NS;
-	close(fds[0]);
-	close(fds[2]);
+	}
+	close(arena);
+	c->l.down.spin_ns = REPLY_SPIN_NS;
 	*out = c;
 	return 0;
 fail:
-	for (int i = 0; i < 3; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
+	if (arena >= 0)
+		close(arena);
 	if (!c->err[0])
 		sh_client_fail(c, rc, "connecting to %s: %s", path, shoal_strerror(rc));
 	sh_debug("store", "%s", c->err);
@@ -165,7 +141,7 @@ void sh_client_begin(shoal_client *c, msgpack_packer *pk)
 /* Between sleeps: is the store still there? */
 static int check_live(shoal_client *c)
 {
-	struct pollfd p = {.fd = c->sock, .events = POLLRDHUP};
+	struct pollfd p = {.fd = c->l.sock, .events = POLLRDHUP};
 	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR))) {
 		c->broken = true;
 		return sh_client_fail(c, SHOAL_ECONNRESET, "the store closed the connection");
@@ -189,7 +165,7 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 				      c->out.len, SH_STORE_REPLY_MAX);
 	/* In slices, looking at the store between them. */
 	size_t done = 0;
-	while ((rc = sh_msg_write_part(&c->req, c->out.p, c->out.len, &done,
+	while ((rc = sh_msg_write_part(&c->l.up, c->out.p, c->out.len, &done,
 				       shoal_deadline_in(LIVENESS_SLICE_NS))) == SHOAL_ETIMEDOUT)
 		if ((rc = check_live(c)) != 0)
 			return rc;
@@ -203,7 +179,7 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 	if (noreply)
 		return 0;
 	size_t got = 0, len = 0;
-	while ((rc = sh_msg_read_part(&c->rep, &c->in, &c->in_cap, &got, &len,
+	while ((rc = sh_msg_read_part(&c->l.down, &c->in, &c->in_cap, &got, &len,
 				      SH_STORE_REPLY_MAX + 4096,
 				      shoal_deadline_in(LIVENESS_SLICE_NS))) == SHOAL_ETIMEDOUT)
 		if ((rc = check_live(c)) != 0)
@@ -240,7 +216,7 @@ int sh_client_recv_fds(shoal_client *c, const uint64_t *ids, int *fds, size_t n)
 	while (have < n) {
 		uint64_t msg[1 + SH_FD_MAX];
 		size_t got;
-		int k = 0, rc = sh_fd_recv(c->sock, msg, sizeof(msg), &got, fds + have,
+		int k = 0, rc = sh_fd_recv(c->l.sock, msg, sizeof(msg), &got, fds + have,
 					   (int)(n - have < SH_FD_MAX ? n - have : SH_FD_MAX), &k);
 		if (rc == 0 && got == 0)
 			rc = SHOAL_ECONNRESET;

@@ -3,7 +3,7 @@
 #ifndef SHOAL_STORE_CLIENT_H
 #define SHOAL_STORE_CLIENT_H
 
-#include "ring/ring.h"
+#include "ring/link.h"
 #include "store/node.h"
 #include "store/proto.h"
 
@@ -23,10 +23,7 @@ typedef struct sh_cseg {
 } sh_cseg;
 
 struct shoal_client {
-	int sock, efd;
-	void *ring_mem;
-	size_t ring_bytes;
-	sh_ring req, rep;
+	sh_link l; /* up: requests, down: replies */
 	const unsigned char *arena;
 	size_t arena_size;
 	uint64_t instance;

@@ -27,6 +27,7 @@
 
 #include "wire/wire.h"
 
+#define SH_STORE_PROTO 0x45524f54u /* "TORE": the store's links */
 #define SH_STORE_VERSION 1
 
 enum {

@@ -15,6 +15,7 @@
 #include "store/node.h"
 #include "store/proto.h"
 #include "shm/shm.h"
+#include "ring/link.h"
 #include "ring/msg.h"
 #include "ring/ring.h"
 
@@ -67,12 +68,9 @@ struct st_obj {
 struct st_conn {
 	struct shoal_store *srv;
 	st_conn *prev, *next;
-	int sock, efd;
+	sh_link l; /* up: requests, down: replies */
 	uint32_t id;
 	pid_t pid;
-	void *ring_mem;
-	size_t ring_bytes;
-	sh_ring req, rep;
 	sh_map refs;	/* object id -> references held (as a pointer-sized count) */
 	sh_map sent;	/* segment ids whose descriptor the client has */
 	sh_map regions; /* unsealed segments it created: id -> st_seg */
@@ -270,7 +268,7 @@ static int send_frame(st_conn *c, sh_frame *f)
 {
 	int rc = sh_wbuf_frame_end(&c->out, f);
 	if (rc == 0)
-		rc = sh_msg_write(&c->rep, c->out.p, c->out.len, SHOAL_FOREVER);
+		rc = sh_msg_write(&c->l.down, c->out.p, c->out.len, SHOAL_FOREVER);
 	return rc;
 }
 
@@ -323,8 +321,8 @@ static int send_fds(st_conn *c, st_seg **g, size_t n)
 			fds[j] = g[i + j]->fd;
 		}
 		int rc;
-		while ((rc = sh_fd_send(c->sock, msg, (1 + k) * 8, fds, (int)k)) == SHOAL_EAGAIN)
-			if ((rc = shoal_fd_wait(c->sock, SHOAL_FD_OUT, SHOAL_FOREVER, NULL)) != 0)
+		while ((rc = sh_fd_send(c->l.sock, msg, (1 + k) * 8, fds, (int)k)) == SHOAL_EAGAIN)
+			if ((rc = shoal_fd_wait(c->l.sock, SHOAL_FD_OUT, SHOAL_FOREVER, NULL)) != 0)
 				return rc;
 		if (rc)
 			return rc;
@@ -889,15 +887,15 @@ static void *watch_main(void *arg)
 	st_conn *c = arg;
 	for (;;) {
 		char b;
-		ssize_t n = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+		ssize_t n = recv(c->l.sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 		if (n >= 0 || (errno != EAGAIN && errno != EINTR))
 			break;
-		if (shoal_fd_wait(c->sock, SHOAL_FD_IN, SHOAL_FOREVER, NULL) == SHOAL_ECANCELED)
+		if (shoal_fd_wait(c->l.sock, SHOAL_FD_IN, SHOAL_FOREVER, NULL) == SHOAL_ECANCELED)
 			return NULL;
 	}
 	c->watcher_done = true;
-	sh_ring_close(&c->req);
-	sh_ring_close(&c->rep);
+	sh_ring_close(&c->l.up);
+	sh_ring_close(&c->l.down);
 	return NULL;
 }
 
@@ -940,14 +938,7 @@ static void conn_free(st_conn *c)
 		s->conns = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
-	if (c->ring_mem)
-		sh_shm_unmap(c->ring_mem, c->ring_bytes);
-	if (c->efd >= 0) {
-		shoal_fd_forget(c->efd);
-		close(c->efd);
-	}
-	shoal_fd_forget(c->sock);
-	close(c->sock);
+	sh_link_fini(&c->l);
 	sh_wbuf_fini(&c->out);
 	if (c->in)
 		shoal_free(c->in, c->in_cap);
@@ -959,60 +950,22 @@ static void conn_free(st_conn *c)
 static int conn_setup(st_conn *c)
 {
 	shoal_store *s = c->srv;
-	uint32_t hello[2];
-	size_t got;
-	int rc;
-	for (;;) {
-		rc = sh_fd_recv(c->sock, hello, sizeof(hello), &got, NULL, 0, NULL);
-		if (rc != SHOAL_EAGAIN)
-			break;
-		if ((rc = shoal_fd_wait(c->sock, SHOAL_FD_IN, shoal_deadline_in(5000 * 1000000LL),
-					NULL)) != 0)
-			return rc;
-	}
-	if (rc)
-		return rc;
-	if (got == 0)
-		return SHOAL_ECLOSED; /* gone before a word: e.g. a probe for a live store */
-	if (got != sizeof(hello) || hello[0] != SH_WIRE_MAGIC || hello[1] != SH_STORE_VERSION) {
+	uint32_t proto, version;
+	int rc = sh_link_hello(&c->l, &proto, &version);
+	if (rc == SHOAL_EPROTO ||
+	    (rc == 0 && (proto != SH_STORE_PROTO || version != SH_STORE_VERSION))) {
 		sh_warn("store",
-			"client pid %d: hello of %zu bytes, version %u; expected %zu bytes, "
-			"version %d",
-			(int)c->pid, got, got == sizeof(hello) ? hello[1] : 0, sizeof(hello),
+			"client pid %d: a hello of another protocol or version (%u, %u); expected "
+			"(%u, %u)",
+			(int)c->pid, rc ? 0 : proto, rc ? 0 : version, SH_STORE_PROTO,
 			SH_STORE_VERSION);
 		return SHOAL_EPROTO;
 	}
-	size_t one;
-	if ((rc = sh_ring_bytes(SH_STORE_RING_CAP, &one)) != 0)
+	if (rc)
 		return rc;
-	c->ring_bytes = 2 * one;
-	int rfd;
-	if ((rc = sh_memfd_create("shoal-rings", c->ring_bytes, false, &rfd)) != 0)
-		return rc;
-	if ((rc = sh_shm_map(rfd, c->ring_bytes, true, &c->ring_mem)) != 0) {
-		close(rfd);
-		return rc;
-	}
-	c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (c->efd < 0) {
-		close(rfd);
-		return shoal_errno();
-	}
-	unsigned char *base = c->ring_mem;
-	sh_ring_format(base, one);
-	sh_ring_format(base + one, one);
-	sh_ring_attach(&c->req, base, one, false);
-	sh_ring_attach(&c->rep, base + one, one, true);
-	/* We sleep on our eventfd (blocking only this fiber) and wake the
-	 * client, a thread, on the futex. */
-	c->req.wait_efd = c->rep.wait_efd = c->efd;
-	c->req.spin_ns = 100000;
-	uint64_t info[5] = {SH_STORE_VERSION, one, s->arena_size, c->id, s->instance};
-	int fds[3] = {rfd, c->efd, s->arena_ro_fd};
-	while ((rc = sh_fd_send(c->sock, info, sizeof(info), fds, 3)) == SHOAL_EAGAIN)
-		if ((rc = shoal_fd_wait(c->sock, SHOAL_FD_OUT, SHOAL_FOREVER, NULL)) != 0)
-			break;
-	close(rfd);
+	uint64_t info[4] = {SH_STORE_VERSION, s->arena_size, c->id, s->instance};
+	rc = sh_link_accept(&c->l, SH_STORE_RING_CAP, info, 4, &s->arena_ro_fd, 1);
+	c->l.up.spin_ns = 100000;
 	return rc;
 }
 
@@ -1028,7 +981,7 @@ static void *conn_main(void *arg)
 		 * still write there while we read. */
 		size_t len, got = 0;
 		/* bounded: a client cannot make us hold more than this */
-		rc = sh_msg_read_part(&c->req, &c->in, &c->in_cap, &got, &len,
+		rc = sh_msg_read_part(&c->l.up, &c->in, &c->in_cap, &got, &len,
 				      SH_STORE_REPLY_MAX + 4096, SHOAL_FOREVER);
 		if (rc == 0)
 			rc = handle(c, len);
@@ -1039,8 +992,8 @@ static void *conn_main(void *arg)
 	if (rc != SHOAL_ECLOSED && rc != SHOAL_ECANCELED)
 		sh_warn("store", "client %u (pid %d): connection ends: %s", c->id, (int)c->pid,
 			shoal_strerror(rc));
-	if (c->ring_mem)
-		sh_ring_close(&c->rep);
+	if (c->l.mem)
+		sh_ring_close(&c->l.down);
 	if (c->watcher) {
 		shoal_cancel(c->watcher);
 		shoal_join(c->watcher, NULL);
@@ -1095,8 +1048,7 @@ static void *accept_main(void *arg)
 			continue;
 		}
 		c->srv = s;
-		c->sock = fd;
-		c->efd = -1;
+		sh_link_init(&c->l, fd);
 		c->pid = pid;
 		c->id = ++s->next_client;
 		c->next = s->conns;
@@ -1141,14 +1093,14 @@ static void *server_thread(void *arg)
 	}
 	/* Closing a connection's rings ends its fiber, which frees it. */
 	for (st_conn *c = s->conns; c; c = c->next) {
-		if (c->ring_mem) {
-			sh_ring_close(&c->req);
-			sh_ring_close(&c->rep);
+		if (c->l.mem) {
+			sh_ring_close(&c->l.up);
+			sh_ring_close(&c->l.down);
 		} else {
-			shutdown(c->sock, SHUT_RDWR); /* still in set-up */
+			shutdown(c->l.sock, SHUT_RDWR); /* still in set-up */
 		}
-		if (c->efd >= 0)
-			sh_eventfd_signal(c->efd);
+		if (c->l.efd >= 0)
+			sh_eventfd_signal(c->l.efd);
 	}
 	while (s->conns)
 		shoal_sleep_until(shoal_deadline_in(1000000));

@@ -1,0 +1,193 @@
+/* Links: the set-up of a ring connection between two processes, shared by
+ * every on-host protocol (see link.h). */
+#include "ring/link.h"
+#include "shm/shm.h"
+
+#include <shoal/fiber.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+void sh_link_init(sh_link *l, int sock)
+{
+	memset(l, 0, sizeof(*l));
+	l->sock = sock;
+	l->efd = -1;
+}
+
+int sh_link_hello(sh_link *l, uint32_t *proto, uint32_t *version)
+{
+	uint32_t hello[3];
+	size_t got;
+	int rc;
+	for (;;) {
+		rc = sh_fd_recv(l->sock, hello, sizeof(hello), &got, NULL, 0, NULL);
+		if (rc != SHOAL_EAGAIN)
+			break;
+		if ((rc = shoal_fd_wait(l->sock, SHOAL_FD_IN, shoal_deadline_in(5000 * 1000000LL),
+					NULL)) != 0)
+			return rc;
+	}
+	if (rc)
+		return rc;
+	if (got == 0)
+		return SHOAL_ECLOSED;
+	if (got != sizeof(hello) || hello[0] != SH_LINK_MAGIC)
+		return SHOAL_EPROTO;
+	*proto = hello[1];
+	*version = hello[2];
+	return 0;
+}
+
+int sh_link_accept(sh_link *l, size_t cap, const uint64_t *info, size_t ninfo, const int *extra,
+		   int nextra)
+{
+	if (ninfo > SH_LINK_INFO_MAX || nextra > SH_LINK_FDS_MAX)
+		return SHOAL_EINVAL;
+	size_t one;
+	int rc, rfd;
+	if ((rc = sh_ring_bytes(cap, &one)) != 0)
+		return rc;
+	l->bytes = 2 * one;
+	if ((rc = sh_memfd_create("shoal-rings", l->bytes, false, &rfd)) != 0)
+		return rc;
+	if ((rc = sh_shm_map(rfd, l->bytes, true, &l->mem)) != 0) {
+		l->mem = NULL;
+		close(rfd);
+		return rc;
+	}
+	if ((l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+		close(rfd);
+		return shoal_errno();
+	}
+	unsigned char *base = l->mem;
+	sh_ring_format(base, one);
+	sh_ring_format(base + one, one);
+	sh_ring_attach(&l->up, base, one, false);
+	sh_ring_attach(&l->down, base + one, one, true);
+	/* We sleep on our eventfd (blocking only this fiber) and wake the
+	 * connector, a thread, on the futex. */
+	l->up.wait_efd = l->down.wait_efd = l->efd;
+	uint64_t words[1 + SH_LINK_INFO_MAX];
+	words[0] = one;
+	if (ninfo)
+		memcpy(words + 1, info, ninfo * 8);
+	int fds[2 + SH_LINK_FDS_MAX] = {rfd, l->efd};
+	for (int i = 0; i < nextra; i++)
+		fds[2 + i] = extra[i];
+	while ((rc = sh_fd_send(l->sock, words, (1 + ninfo) * 8, fds, 2 + nextra)) ==
+	       SHOAL_EAGAIN)
+		if ((rc = shoal_fd_wait(l->sock, SHOAL_FD_OUT, SHOAL_FOREVER, NULL)) != 0)
+			break;
+	close(rfd);
+	return rc;
+}
+
+int sh_link_connect(sh_link *l, const char *path, uint32_t proto, uint32_t version, size_t cap,
+		    uint64_t *info, size_t ninfo, int *extra, int nextra, char *why, size_t whylen)
+{
+	sh_link_init(l, -1);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	if (!path || strlen(path) >= sizeof(a.sun_path) || ninfo > SH_LINK_INFO_MAX ||
+	    nextra > SH_LINK_FDS_MAX) {
+		snprintf(why, whylen, "socket path empty or longer than %zu bytes",
+			 sizeof(a.sun_path) - 1);
+		return SHOAL_EINVAL;
+	}
+	strcpy(a.sun_path, path);
+	int rc = 0, fds[2 + SH_LINK_FDS_MAX], nfds = 0;
+	for (int i = 0; i < 2 + SH_LINK_FDS_MAX; i++)
+		fds[i] = -1;
+	l->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (l->sock < 0 || connect(l->sock, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		rc = shoal_errno();
+		snprintf(why, whylen, "connecting to %s: %s", path, shoal_strerror(rc));
+		return rc;
+	}
+	uint32_t hello[3] = {SH_LINK_MAGIC, proto, version};
+	uint64_t words[1 + SH_LINK_INFO_MAX];
+	size_t got = 0, one;
+	if ((rc = sh_fd_send(l->sock, hello, sizeof(hello), NULL, 0)) != 0 ||
+	    (rc = sh_fd_recv(l->sock, words, (1 + ninfo) * 8, &got, fds, 2 + nextra, &nfds)) !=
+		    0) {
+		snprintf(why, whylen, "set-up with %s: %s", path, shoal_strerror(rc));
+		goto fail;
+	}
+	if (got != (1 + ninfo) * 8 || nfds != 2 + nextra || sh_ring_bytes(cap, &one) != 0 ||
+	    words[0] != one) {
+		rc = SHOAL_EPROTO;
+		snprintf(why, whylen,
+			 "set-up with %s: %zu bytes and %d descriptors, rings of %llu bytes; "
+			 "expected %zu bytes, %d descriptors, rings of %zu (a server of another "
+			 "protocol or version?)",
+			 path, got, nfds, got >= 8 ? (unsigned long long)words[0] : 0,
+			 (1 + ninfo) * 8, 2 + nextra, cap);
+		goto fail;
+	}
+	l->bytes = 2 * one;
+	struct stat st;
+	if (fstat(fds[0], &st) != 0 || (uint64_t)st.st_size < l->bytes) {
+		rc = SHOAL_EPROTO;
+		snprintf(why, whylen, "set-up with %s: the rings' memory is too small", path);
+		goto fail;
+	}
+	if ((rc = sh_shm_map(fds[0], l->bytes, true, &l->mem)) != 0) {
+		l->mem = NULL;
+		snprintf(why, whylen, "mapping the rings: %s", shoal_strerror(rc));
+		goto fail;
+	}
+	unsigned char *base = l->mem;
+	if ((rc = sh_ring_attach(&l->up, base, one, true)) != 0 ||
+	    (rc = sh_ring_attach(&l->down, base + one, one, false)) != 0) {
+		snprintf(why, whylen, "attaching the rings: %s", shoal_strerror(rc));
+		goto fail;
+	}
+	l->efd = fds[1];
+	/* The acceptor sleeps on its eventfd; we sleep on the futexes. */
+	l->up.wake_efd = l->down.wake_efd = l->efd;
+	close(fds[0]);
+	if (ninfo)
+		memcpy(info, words + 1, ninfo * 8);
+	for (int i = 0; i < nextra; i++)
+		extra[i] = fds[2 + i];
+	return 0;
+fail:
+	for (int i = 0; i < 2 + SH_LINK_FDS_MAX; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	l->efd = -1;
+	sh_link_fini(l);
+	return rc;
+}
+
+void sh_link_shut(sh_link *l)
+{
+	if (l->mem) {
+		sh_ring_close(&l->up);
+		sh_ring_close(&l->down);
+	}
+}
+
+void sh_link_fini(sh_link *l)
+{
+	bool fiber = shoal_sched_current() != NULL; /* our poller may know them */
+	if (l->mem)
+		sh_shm_unmap(l->mem, l->bytes);
+	if (l->efd >= 0) {
+		if (fiber)
+			shoal_fd_forget(l->efd);
+		close(l->efd);
+	}
+	if (l->sock >= 0) {
+		if (fiber)
+			shoal_fd_forget(l->sock);
+		close(l->sock);
+	}
+	sh_link_init(l, -1);
+}

@@ -1,0 +1,52 @@
+/* A link: one connection between two processes on a host, the way every
+ * on-host protocol here connects (the store, the task farm). A
+ * SOCK_SEQPACKET unix socket carries the set-up, descriptors and liveness;
+ * two rings in one memfd carry the messages, "up" from the side that
+ * connected to the side that accepted, "down" back.
+ *
+ * Set-up: the connector sends a hello (magic, protocol, version); the
+ * acceptor, a fiber of a server, makes the rings and an eventfd that it
+ * sleeps on (so that waiting blocks only its fiber), and answers with the
+ * ring size, words of its protocol's own, and descriptors: the rings, the
+ * eventfd, and what else the protocol adds. The connector, a thread,
+ * sleeps on the rings' futexes and rings the acceptor's eventfd. */
+#ifndef SHOAL_RING_LINK_H
+#define SHOAL_RING_LINK_H
+
+#include "ring/ring.h"
+
+#define SH_LINK_MAGIC 0x4b4e4c53u /* "SLNK": the first word of a hello */
+#define SH_LINK_INFO_MAX 8 /* words of a protocol's own in the answer */
+#define SH_LINK_FDS_MAX 4  /* descriptors of a protocol's own in the answer */
+
+typedef struct sh_link {
+	int sock, efd; /* efd: the acceptor's doorbell (-1: none yet) */
+	void *mem;     /* the two rings */
+	size_t bytes;
+	sh_ring up, down; /* connector -> acceptor, acceptor -> connector */
+} sh_link;
+
+/* A link with nothing open yet (sock and efd -1). */
+void sh_link_init(sh_link *l, int sock);
+
+/* Acceptor, in a fiber, on a non-blocking socket: reads the hello within
+ * 5 s into proto and version (SHOAL_ECLOSED: the peer left without a
+ * word, e.g. a probe for a live server). The caller checks them. */
+int sh_link_hello(sh_link *l, uint32_t *proto, uint32_t *version);
+/* Acceptor: makes rings of cap data bytes each way and the eventfd, and
+ * answers with info and the extra descriptors. */
+int sh_link_accept(sh_link *l, size_t cap, const uint64_t *info, size_t ninfo, const int *extra,
+		   int nextra);
+
+/* Connector: connects to the socket at path, says hello and maps the
+ * rings; info and extra receive the acceptor's words and descriptors
+ * (exactly as many as asked for, or SHOAL_EPROTO). why says what failed. */
+int sh_link_connect(sh_link *l, const char *path, uint32_t proto, uint32_t version, size_t cap,
+		    uint64_t *info, size_t ninfo, int *extra, int nextra, char *why, size_t whylen);
+
+/* Closes both rings (waking both sides); either side, any time. */
+void sh_link_shut(sh_link *l);
+/* Unmaps and closes everything of the link. */
+void sh_link_fini(sh_link *l);
+
+#endif
