@@ -4,7 +4,7 @@
  * the host: PR_SET_PDEATHSIG). Nothing here trusts the host less than
  * any peer: frames and values are validated the same way. */
 #include "ring/ring.h"
-#include "rpc/ext_proto.h"
+#include "rpc/ext_lib.h"
 #include "ring/msg.h"
 #include "shm/shm.h"
 
@@ -25,53 +25,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <fcntl.h>
-
-typedef struct fn_entry {
-	char *name;
-	shoal_ext_fn fn;
-} fn_entry;
-
-struct shoal_ext_registry {
-	fn_entry *fns;
-	size_t n, cap;
-	int fail_code;
-	char msg[SH_EXT_MSG_MAX];
-};
-
-int shoal_ext_register(shoal_ext_registry *r, const char *name, shoal_ext_fn fn)
-{
-	if (!r || !name || !*name || !fn)
-		return SHOAL_EINVAL;
-	for (size_t i = 0; i < r->n; i++)
-		if (strcmp(r->fns[i].name, name) == 0)
-			return SHOAL_EEXIST;
-	if (r->n == r->cap) {
-		size_t nc = r->cap ? r->cap * 2 : 16;
-		fn_entry *p = shoal_realloc(r->fns, r->cap * sizeof(*p), nc * sizeof(*p));
-		if (!p)
-			return SHOAL_ENOMEM;
-		r->fns = p;
-		r->cap = nc;
-	}
-	size_t l = strlen(name) + 1;
-	char *copy = shoal_alloc(l);
-	if (!copy)
-		return SHOAL_ENOMEM;
-	memcpy(copy, name, l);
-	r->fns[r->n].name = copy;
-	r->fns[r->n++].fn = fn;
-	return 0;
-}
-
-int shoal_ext_init_fail(shoal_ext_registry *r, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(r->msg, sizeof(r->msg), fmt, ap);
-	va_end(ap);
-	r->fail_code = code;
-	return code;
-}
 
 static void ready(int status, const char *fmt, ...) SHOAL_PRINTF(2, 3);
 static void ready(int status, const char *fmt, ...)
@@ -105,7 +58,7 @@ typedef struct level {
 } level;
 
 typedef struct runner {
-	shoal_ext_registry *reg;
+	const sh_ext_lib *lib;
 	sh_ring *req, *rep;
 	shoal_client *store;	  /* for shared payloads, when the host gave one */
 	_Atomic uint32_t *cancel; /* shared with the host (ext_proto.h) */
@@ -113,28 +66,6 @@ typedef struct runner {
 	uint32_t seq;
 	bool stop;
 } runner;
-
-struct shoal_ext_ctx {
-	runner *r;
-	int depth;
-	uint32_t seq; /* of the call it runs */
-	shoal_vbuf *vb;
-	char msg[SH_EXT_MSG_MAX];
-};
-
-shoal_vbuf *shoal_ext_vbuf(shoal_ext_ctx *ctx)
-{
-	return ctx->vb;
-}
-
-int shoal_ext_fail(shoal_ext_ctx *ctx, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(ctx->msg, sizeof(ctx->msg), fmt, ap);
-	va_end(ap);
-	return code;
-}
 
 /* Reads the next frame from the host into level L. */
 static int next_frame(runner *R, level *L, sh_frame *f, size_t *len, char *why, size_t wl)
@@ -198,7 +129,7 @@ static int handle_call(runner *R, int d, const sh_frame *f)
 {
 	level *L = &R->lv[d];
 	char why[SH_EXT_MSG_MAX + 64] = "";
-	shoal_ext_ctx ctx = {.r = R, .depth = d, .seq = f->seq, .vb = &L->out};
+	shoal_ext_ctx ctx = {.runner = R, .depth = d, .seq = f->seq, .vb = &L->out};
 	const shoal_value *args = NULL;
 	shoal_value *result = NULL;
 	const char *fname = "?";
@@ -232,11 +163,7 @@ static int handle_call(runner *R, int d, const sh_frame *f)
 		status = rc; /* a string that is not UTF-8: answered */
 	else if (rc && rc != SHOAL_EBADMSG)
 		return rc;
-	shoal_ext_fn fn = NULL;
-	for (size_t i = 0; status == 0 && i < R->reg->n && !fn; i++)
-		if (strlen(R->reg->fns[i].name) == fl &&
-		    memcmp(R->reg->fns[i].name, fname, fl) == 0)
-			fn = R->reg->fns[i].fn;
+	shoal_ext_fn fn = status == 0 ? sh_ext_lib_find(R->lib, fname, fl) : NULL;
 	if (status == 0 && !fn) {
 		status = SHOAL_ENOENT;
 		snprintf(why, sizeof(why), "no function %.*s in this extension", (int)fl, fname);
@@ -288,7 +215,8 @@ static int handle_call(runner *R, int d, const sh_frame *f)
 
 bool shoal_ext_cancelled(const shoal_ext_ctx *ctx)
 {
-	return atomic_load_explicit(ctx->r->cancel, memory_order_acquire) == ctx->seq;
+	const runner *R = ctx->runner;
+	return R && atomic_load_explicit(R->cancel, memory_order_acquire) == ctx->seq;
 }
 
 int shoal_ext_call_host(shoal_ext_ctx *ctx, const char *method, const shoal_value *args,
@@ -296,7 +224,10 @@ int shoal_ext_call_host(shoal_ext_ctx *ctx, const char *method, const shoal_valu
 {
 	if (!ctx || !method || !*method || !result)
 		return SHOAL_EINVAL;
-	runner *R = ctx->r;
+	runner *R = ctx->runner;
+	if (!R)
+		return shoal_ext_fail(ctx, SHOAL_ENOTSUP,
+				      "%s: no host to call here (a task engine runs this)", method);
 	int d = ctx->depth;
 	if (d + 1 >= MAX_DEPTH)
 		return shoal_ext_fail(ctx, SHOAL_ERANGE, "calls nested deeper than %d", MAX_DEPTH);
@@ -623,29 +554,10 @@ int sh_ext_runner_main(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (access(so, R_OK) != 0) {
-		rc = shoal_errno();
-		ready(rc, "%s: %s: %s", name, so, strerror(-rc));
-		return 1;
-	}
-	void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		ready(SHOAL_EBADMSG, "%s: cannot load: %s", name, dlerror());
-		return 1;
-	}
-	shoal_ext_init_fn init;
-	*(void **)&init = dlsym(h, SHOAL_EXT_INIT_SYMBOL);
-	if (!init) {
-		ready(SHOAL_EBADMSG, "%s: %s has no %s(): not a shoal extension", name, so,
-		      SHOAL_EXT_INIT_SYMBOL);
-		return 1;
-	}
-	shoal_ext_registry reg = {0};
-	rc = init(&reg);
-	if (rc || reg.fail_code) {
-		rc = rc ? rc : reg.fail_code;
-		ready(rc < 0 ? rc : SHOAL_EIO, "%s: init failed: %s", name,
-		      reg.msg[0] ? reg.msg : shoal_strerror(rc < 0 ? rc : SHOAL_EIO));
+	sh_ext_lib lib;
+	char why[SH_EXT_MSG_MAX - 64];
+	if ((rc = sh_ext_lib_load(&lib, so, why, sizeof(why))) != 0) {
+		ready(rc, "%s: %s", name, why);
 		return 1;
 	}
 	shoal_client *sc = NULL;
@@ -661,8 +573,8 @@ int sh_ext_runner_main(int argc, char **argv)
 	}
 	R->store = sc;
 	R->cancel = (_Atomic uint32_t *)((char *)mem_rings + 2 * one);
-	ready(0, "%zu functions", reg.n);
-	R->reg = &reg;
+	ready(0, "%zu functions", lib.reg.n);
+	R->lib = &lib;
 	R->req = &req;
 	R->rep = &rep;
 	rc = serve(R);
@@ -672,11 +584,7 @@ int sh_ext_runner_main(int argc, char **argv)
 	SH_DELETE(R);
 	if (rc)
 		fprintf(stderr, "shoal-ext %s: %s\n", name, shoal_strerror(rc));
-	for (size_t i = 0; i < reg.n; i++)
-		shoal_free(reg.fns[i].name, strlen(reg.fns[i].name) + 1);
-	if (reg.fns)
-		shoal_free(reg.fns, reg.cap * sizeof(*reg.fns));
 	sh_shm_unmap(mem_rings, bytes);
-	dlclose(h);
+	sh_ext_lib_unload(&lib);
 	return rc ? 1 : 0;
 }

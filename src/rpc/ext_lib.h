@@ -1,0 +1,47 @@
+/* Extension libraries: loading a .so written against shoal/ext.h, its
+ * registry of named functions, and running one of them. shoal-ext (the
+ * extension runner) and shoal-engine (the task engine) both load and run
+ * functions this way. */
+#ifndef SHOAL_RPC_EXT_LIB_H
+#define SHOAL_RPC_EXT_LIB_H
+
+#include "rpc/ext_proto.h"
+
+#include <shoal/ext.h>
+
+typedef struct sh_ext_fn_entry {
+	char *name;
+	shoal_ext_fn fn;
+} sh_ext_fn_entry;
+
+struct shoal_ext_registry {
+	sh_ext_fn_entry *fns;
+	size_t n, cap;
+	int fail_code;
+	char msg[SH_EXT_MSG_MAX];
+};
+
+/* What a function gets as its context. runner: the extension runner's
+ * state (NULL in a task engine: no host to call back, nothing to cancel). */
+struct shoal_ext_ctx {
+	void *runner;
+	int depth;
+	uint32_t seq; /* of the call it runs */
+	shoal_vbuf *vb;
+	char msg[SH_EXT_MSG_MAX];
+};
+
+typedef struct sh_ext_lib {
+	void *handle;
+	shoal_ext_registry reg;
+} sh_ext_lib;
+
+/* Loads so and runs its init: SHOAL_ENOENT (no such file), SHOAL_EBADMSG
+ * (not loadable, or no init symbol), or the code its init failed with;
+ * why says which. */
+int sh_ext_lib_load(sh_ext_lib *lib, const char *so, char *why, size_t whylen);
+void sh_ext_lib_unload(sh_ext_lib *lib);
+/* The function called name (len bytes), or NULL. */
+shoal_ext_fn sh_ext_lib_find(const sh_ext_lib *lib, const char *name, size_t len);
+
+#endif
