@@ -6,6 +6,8 @@
 #include <shoal/fiber.h>
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -13,6 +15,72 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+int sh_link_listen(const char *path, const char *what, gid_t group, char *out, size_t outlen,
+		   int *lsock)
+{
+	static _Atomic unsigned counter;
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	if (path) {
+		if (strlen(path) >= outlen || strlen(path) >= sizeof(a.sun_path)) {
+			sh_error(what, "socket path of %zu bytes, expected under %zu", strlen(path),
+				 sizeof(a.sun_path));
+			return SHOAL_ENAMETOOLONG;
+		}
+		strcpy(out, path);
+	} else {
+		const char *dir = getenv("XDG_RUNTIME_DIR");
+		if (!dir || access(dir, W_OK) != 0 || strlen(dir) > 60)
+			dir = "/tmp";
+		snprintf(out, outlen, "%s/shoal-%s-%d-%u.sock", dir, what, (int)getpid(),
+			 atomic_fetch_add(&counter, 1));
+	}
+	strcpy(a.sun_path, out);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return shoal_errno();
+	int rc = 0;
+	int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (probe >= 0) {
+		bool live = connect(probe, (struct sockaddr *)&a, sizeof(a)) == 0;
+		close(probe);
+		if (live) {
+			sh_error(what, "%s: a server is already there", out);
+			close(fd);
+			return SHOAL_EADDRINUSE;
+		}
+	}
+	unlink(out);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		rc = shoal_errno();
+		sh_error(what, "bind %s: %s", out, shoal_strerror(rc));
+		close(fd);
+		return rc;
+	}
+	if (chmod(out, group != (gid_t)-1 ? 0660 : 0600) != 0 ||
+	    (group != (gid_t)-1 && chown(out, (uid_t)-1, group) != 0) || listen(fd, 512) != 0) {
+		rc = shoal_errno();
+		sh_error(what, "chmod/chown/listen %s: %s", out, shoal_strerror(rc));
+		unlink(out);
+		close(fd);
+		return rc;
+	}
+	*lsock = fd;
+	return 0;
+}
+
+bool sh_link_peer_allowed(int sock, gid_t group, const char *what, pid_t *pid)
+{
+	uid_t uid;
+	gid_t gid;
+	if (sh_peer_cred(sock, pid, &uid, &gid) != 0)
+		return false;
+	if (uid == geteuid() || uid == 0 || (group != (gid_t)-1 && gid == group))
+		return true;
+	sh_warn(what, "refused pid %d: uid %u gid %u, expected uid %u%s", (int)*pid, uid, gid,
+		geteuid(), group != (gid_t)-1 ? " or the server's group" : "");
+	return false;
+}
 
 void sh_link_init(sh_link *l, int sock)
 {
@@ -81,8 +149,7 @@ int sh_link_accept(sh_link *l, size_t cap, const uint64_t *info, size_t ninfo, c
 	int fds[2 + SH_LINK_FDS_MAX] = {rfd, l->efd};
 	for (int i = 0; i < nextra; i++)
 		fds[2 + i] = extra[i];
-	while ((rc = sh_fd_send(l->sock, words, (1 + ninfo) * 8, fds, 2 + nextra)) ==
-	       SHOAL_EAGAIN)
+	while ((rc = sh_fd_send(l->sock, words, (1 + ninfo) * 8, fds, 2 + nextra)) == SHOAL_EAGAIN)
 		if ((rc = shoal_fd_wait(l->sock, SHOAL_FD_OUT, SHOAL_FOREVER, NULL)) != 0)
 			break;
 	close(rfd);
@@ -114,8 +181,7 @@ int sh_link_connect(sh_link *l, const char *path, uint32_t proto, uint32_t versi
 	uint64_t words[1 + SH_LINK_INFO_MAX];
 	size_t got = 0, one;
 	if ((rc = sh_fd_send(l->sock, hello, sizeof(hello), NULL, 0)) != 0 ||
-	    (rc = sh_fd_recv(l->sock, words, (1 + ninfo) * 8, &got, fds, 2 + nextra, &nfds)) !=
-		    0) {
+	    (rc = sh_fd_recv(l->sock, words, (1 + ninfo) * 8, &got, fds, 2 + nextra, &nfds)) != 0) {
 		snprintf(why, whylen, "set-up with %s: %s", path, shoal_strerror(rc));
 		goto fail;
 	}

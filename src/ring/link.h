@@ -15,9 +15,11 @@
 
 #include "ring/ring.h"
 
+#include <sys/types.h>
+
 #define SH_LINK_MAGIC 0x4b4e4c53u /* "SLNK": the first word of a hello */
-#define SH_LINK_INFO_MAX 8 /* words of a protocol's own in the answer */
-#define SH_LINK_FDS_MAX 4  /* descriptors of a protocol's own in the answer */
+#define SH_LINK_INFO_MAX 8	  /* words of a protocol's own in the answer */
+#define SH_LINK_FDS_MAX 4	  /* descriptors of a protocol's own in the answer */
 
 typedef struct sh_link {
 	int sock, efd; /* efd: the acceptor's doorbell (-1: none yet) */
@@ -25,6 +27,16 @@ typedef struct sh_link {
 	size_t bytes;
 	sh_ring up, down; /* connector -> acceptor, acceptor -> connector */
 } sh_link;
+
+/* The server's listening socket at path (NULL: a fresh one under
+ * $XDG_RUNTIME_DIR or /tmp, named after what), written to out: mode 0600,
+ * or 0660 and that group when group is not (gid_t)-1. A socket file left
+ * by a dead server is replaced; a live server's is not (SHOAL_EADDRINUSE). */
+int sh_link_listen(const char *path, const char *what, gid_t group, char *out, size_t outlen,
+		   int *lsock);
+/* Whether the peer on sock may talk to us: our uid, root, or the group
+ * (when not (gid_t)-1). A refusal is logged under what. */
+bool sh_link_peer_allowed(int sock, gid_t group, const char *what, pid_t *pid);
 
 /* A link with nothing open yet (sock and efd -1). */
 void sh_link_init(sh_link *l, int sock);

@@ -1004,21 +1004,6 @@ static void *conn_main(void *arg)
 	return NULL;
 }
 
-static bool peer_allowed(shoal_store *s, int sock, pid_t *pid)
-{
-	uid_t uid;
-	gid_t gid;
-	if (sh_peer_cred(sock, pid, &uid, &gid) != 0)
-		return false;
-	if (uid == geteuid() || uid == 0)
-		return true;
-	if (s->opts.group != (gid_t)-1 && gid == s->opts.group)
-		return true;
-	sh_warn("store", "refused pid %d: uid %u gid %u, expected uid %u%s", (int)*pid, uid, gid,
-		geteuid(), s->opts.group != (gid_t)-1 ? " or the store's group" : "");
-	return false;
-}
-
 static void *accept_main(void *arg)
 {
 	shoal_store *s = arg;
@@ -1043,7 +1028,8 @@ static void *accept_main(void *arg)
 		}
 		pid_t pid = 0;
 		st_conn *c = NULL;
-		if (!peer_allowed(s, fd, &pid) || !(c = SH_NEW(st_conn))) {
+		if (!sh_link_peer_allowed(fd, s->opts.group, "store", &pid) ||
+		    !(c = SH_NEW(st_conn))) {
 			close(fd);
 			continue;
 		}
@@ -1118,56 +1104,8 @@ void shoal_store_opts_init(shoal_store_opts *o)
 
 static int make_socket(shoal_store *s)
 {
-	static _Atomic unsigned counter;
-	if (s->opts.socket_path) {
-		if (strlen(s->opts.socket_path) >= sizeof(s->path)) {
-			sh_error("store", "socket path of %zu bytes, expected under %zu",
-				 strlen(s->opts.socket_path), sizeof(s->path));
-			return SHOAL_ENAMETOOLONG;
-		}
-		strcpy(s->path, s->opts.socket_path);
-	} else {
-		const char *dir = getenv("XDG_RUNTIME_DIR");
-		if (!dir || access(dir, W_OK) != 0 || strlen(dir) > 60)
-			dir = "/tmp";
-		snprintf(s->path, sizeof(s->path), "%s/shoal-%d-%u.sock", dir, (int)getpid(),
-			 atomic_fetch_add(&counter, 1));
-	}
-	s->lsock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (s->lsock < 0)
-		return shoal_errno();
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	strcpy(a.sun_path, s->path);
-	/* A socket file left by a dead store is replaced; a live one is not. */
-	int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (probe >= 0) {
-		bool live = connect(probe, (struct sockaddr *)&a, sizeof(a)) == 0;
-		close(probe);
-		if (live) {
-			sh_error("store", "%s: a store is already serving there", s->path);
-			return SHOAL_EADDRINUSE;
-		}
-	}
-	unlink(s->path);
-	if (bind(s->lsock, (struct sockaddr *)&a, sizeof(a)) != 0) {
-		int rc = shoal_errno();
-		sh_error("store", "bind %s: %s", s->path, shoal_strerror(rc));
-		return rc;
-	}
-	mode_t mode = s->opts.group != (gid_t)-1 ? 0660 : 0600;
-	if (chmod(s->path, mode) != 0 ||
-	    (s->opts.group != (gid_t)-1 && chown(s->path, (uid_t)-1, s->opts.group) != 0)) {
-		int rc = shoal_errno();
-		sh_error("store", "chmod/chown %s: %s", s->path, shoal_strerror(rc));
-		unlink(s->path);
-		return rc;
-	}
-	if (listen(s->lsock, 512) != 0) {
-		int rc = shoal_errno();
-		unlink(s->path);
-		return rc;
-	}
-	return 0;
+	return sh_link_listen(s->opts.socket_path, "store", s->opts.group, s->path, sizeof(s->path),
+			      &s->lsock);
 }
 
 static int make_arena(shoal_store *s)
