@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,21 @@ static int trace_host(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **ou
 	return 0;
 }
 
+/* crash_once(path): the first caller (anywhere: the mark is a file)
+ * crashes; later ones return 1. */
+static int crash_once(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	if (!a || a->type != SHOAL_V_STR)
+		return shoal_ext_fail(ctx, SHOAL_EINVAL, "crash_once: expected a path");
+	int fd = open(a->v.s, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		close(fd);
+		raise(SIGSEGV);
+	}
+	*out = shoal_v_int(shoal_ext_vbuf(ctx), 1);
+	return 0;
+}
+
 /* hog(n): takes n MiB and writes every page of it. */
 static int hog(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 {
@@ -291,5 +307,6 @@ int shoal_ext_init(shoal_ext_registry *r)
 	rc |= shoal_ext_register(r, "ptrace_host", trace_host);
 	rc |= shoal_ext_register(r, "pids", pids);
 	rc |= shoal_ext_register(r, "hog", hog);
+	rc |= shoal_ext_register(r, "crash_once", crash_once);
 	return rc;
 }

@@ -58,6 +58,8 @@ enum {
 	SHOAL_ECRASHED = -10002, /* the peer process died */
 	SHOAL_EBADMSG = -10003,	 /* input failed validation */
 	SHOAL_ESEALED = -10004,	 /* the object is sealed and cannot change */
+	SHOAL_EENGINE = -10005,	 /* a task's engine died and its retries are spent */
+	SHOAL_EDEPFAIL = -10006, /* a task that this one depends on failed */
 };
 
 /* The name of an error code ("SHOAL_ECLOSED: closed"), never NULL; unknown

@@ -42,6 +42,8 @@ static const struct {
 	{SHOAL_ECANCELED, "SHOAL_ECANCELED: canceled"},
 	{SHOAL_ECLOSED, "SHOAL_ECLOSED: closed"},
 	{SHOAL_ECRASHED, "SHOAL_ECRASHED: peer process crashed"},
+	{SHOAL_EENGINE, "SHOAL_EENGINE: the task's engine died"},
+	{SHOAL_EDEPFAIL, "SHOAL_EDEPFAIL: a dependency failed"},
 	{SHOAL_EBADMSG, "SHOAL_EBADMSG: input failed validation"},
 	{SHOAL_ESEALED, "SHOAL_ESEALED: object is sealed"},
 };

@@ -1,0 +1,124 @@
+/* shoal task farm: a client floods tasks (a function name and argument
+ * values) to a controller, which hands them to engine processes and sends
+ * the results back; what ipyparallel's load-balanced view does.
+ *
+ * Engines (shoal-engine) load their functions from a .so written against
+ * shoal/ext.h, as extensions do. The controller runs in a thread of some
+ * process (shoal_controller_open: a host program, shoald, or `shoal
+ * controller`); clients and engines on the host reach it over its unix
+ * socket, through shared-memory rings.
+ *
+ * Submitting never waits for scheduling: tasks are batched on the client
+ * and sent when the batch is full, on shoal_farm_flush, or when the client
+ * waits. Results come back in batches too, and are kept until waited for.
+ *
+ * Schemes (how the controller picks an engine), as ipyparallel names them:
+ * pure (round robin, no bookkeeping beyond what a retry needs), lru (the
+ * engine given a task least recently), leastload (fewest tasks in flight:
+ * the default), weighted (at random, weighted by free capacity), twobin
+ * (the less loaded of two picked at random). */
+#ifndef SHOAL_TASKS_H
+#define SHOAL_TASKS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <shoal/base.h>
+#include <shoal/rpc.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum shoal_scheme {
+	SHOAL_SCHEME_LEASTLOAD = 0,
+	SHOAL_SCHEME_PURE,
+	SHOAL_SCHEME_LRU,
+	SHOAL_SCHEME_WEIGHTED,
+	SHOAL_SCHEME_TWOBIN,
+} shoal_scheme;
+
+/* "pure", "lru", ...: the scheme, or -1. */
+SHOAL_API int shoal_scheme_parse(const char *name);
+SHOAL_API const char *shoal_scheme_name(shoal_scheme s);
+
+/* ---- the controller ---------------------------------------------------- */
+
+typedef struct shoal_controller shoal_controller;
+
+typedef struct shoal_controller_opts {
+	const char *socket; /* NULL: a fresh path under $XDG_RUNTIME_DIR or /tmp */
+	shoal_scheme scheme;
+} shoal_controller_opts;
+
+SHOAL_API void shoal_controller_opts_init(shoal_controller_opts *o);
+/* Starts a controller in a thread of this process. */
+SHOAL_API int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o);
+/* Its socket, for clients and engines. */
+SHOAL_API const char *shoal_controller_socket(const shoal_controller *c);
+/* Stops it: clients and engines see their connection end. */
+SHOAL_API void shoal_controller_close(shoal_controller *c);
+
+typedef struct shoal_controller_stat {
+	uint32_t engines, clients;
+	uint64_t queued;  /* tasks waiting for an engine */
+	uint64_t running; /* tasks on engines */
+	uint64_t done;	  /* results sent, since it started */
+	uint64_t retried; /* tasks sent again after their engine went */
+	uint64_t failed;  /* tasks that ended in an error of the farm's own */
+} shoal_controller_stat;
+SHOAL_API int shoal_controller_stat_get(shoal_controller *c, shoal_controller_stat *st);
+
+/* Starts a shoal-engine process that loads so and serves the controller
+ * at socket; runner NULL: $SHOAL_ENGINE, else the one installed with this
+ * library. The engine is ready once shoal_controller_stat counts it. */
+SHOAL_API int shoal_engine_spawn(const char *socket, const char *so, const char *runner,
+				 pid_t *pid);
+
+/* ---- the client -------------------------------------------------------- */
+
+typedef struct shoal_farm shoal_farm;
+typedef uint64_t shoal_task; /* a task's id: 1, 2, 3 ... per farm */
+
+SHOAL_API int shoal_farm_connect(shoal_farm **out, const char *socket);
+/* Closes the connection: the controller drops its tasks not yet run. */
+SHOAL_API void shoal_farm_close(shoal_farm *f);
+/* The message of the last failure on f ("" after a success). */
+SHOAL_API const char *shoal_farm_last_error(const shoal_farm *f);
+
+typedef struct shoal_task_opts {
+	int64_t timeout_ns; /* from submission; 0: none. Past it: SHOAL_ETIMEDOUT */
+	uint32_t retries;   /* times it is sent again if its engine dies; then
+			       SHOAL_EENGINE */
+	int32_t engine;	    /* run only on this engine (its number); -1: any */
+} shoal_task_opts;
+SHOAL_API void shoal_task_opts_init(shoal_task_opts *o);
+
+/* Queues a task (opts NULL: defaults); *id names it. The arguments are
+ * encoded now: args may be freed when this returns. */
+SHOAL_API int shoal_farm_submit(shoal_farm *f, const char *fn, const shoal_value *args,
+				const shoal_task_opts *opts, shoal_task *id);
+/* n tasks of fn, one per item of args (an array); ids first .. first+n-1. */
+SHOAL_API int shoal_farm_map(shoal_farm *f, const char *fn, const shoal_value *args,
+			     const shoal_task_opts *opts, shoal_task *first);
+/* Sends what is queued. */
+SHOAL_API int shoal_farm_flush(shoal_farm *f);
+
+/* Waits for a task's result (once per task): 0 and the result decoded
+ * into out, or the task's error: the code its function returned with its
+ * message, SHOAL_EENGINE (its engine died, retries spent), SHOAL_ETIMEDOUT,
+ * SHOAL_ENOENT (no such function on the engine). */
+SHOAL_API int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out,
+			      const shoal_value **result, int64_t deadline);
+/* Waits until some task not yet waited for has its result: *id. */
+SHOAL_API int shoal_farm_wait_any(shoal_farm *f, shoal_task *id, int64_t deadline);
+/* Waits until every task submitted so far has its result (they stay to
+ * be taken with shoal_farm_wait). */
+SHOAL_API int shoal_farm_wait_all(shoal_farm *f, int64_t deadline);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,949 @@
+/* The task controller: a thread with a fiber scheduler, as the store's
+ * server is. A fiber per connection reads its up ring (clients' SUBMITs,
+ * engines' DONEs); a writer fiber per connection sends its batches (RUNs
+ * to an engine, RESULTs to a client), so that a reader never blocks on a
+ * full ring of another connection. Tasks are routed by the scheme as they
+ * arrive, batched per engine, and their results batched per client.
+ *
+ * Arguments and results are forwarded as the bytes their sender encoded;
+ * the controller reads only ids, options and statuses (proto.h). */
+#include "tasks/proto.h"
+
+#include <shoal/fiber.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct tk_task tk_task;
+typedef struct tk_engine tk_engine;
+typedef struct tk_client tk_client;
+
+struct tk_task {
+	uint64_t tid; /* ours, across clients */
+	uint64_t cid; /* the client's */
+	tk_client *client; /* NULL once the client is gone */
+	tk_engine *on;	   /* assigned to (in its outbox or running), or NULL */
+	tk_task *next;	   /* in an outbox or the pending queue */
+	unsigned char *raw; /* fn and args, as the client encoded them */
+	uint32_t rawlen;
+	uint32_t retries;
+	int32_t engine_want; /* -1: any */
+	int64_t deadline;    /* absolute; 0: none */
+	bool queued;	     /* in an outbox or the pending queue */
+	bool sent;	     /* its engine has it */
+	bool over;	     /* answered (failed early): freed when it leaves its queue */
+};
+
+typedef struct tk_queue {
+	tk_task *head, *tail;
+} tk_queue;
+
+/* What a connection has of its own, engine or client. */
+typedef struct tk_conn {
+	shoal_controller *ctl;
+	sh_link l;
+	pid_t pid;
+	uint32_t num; /* engines: 0, 1, 2 ...; clients: 1, 2, ... */
+	bool engine, gone, kick_pending;
+	shoal_chan *kick;
+	shoal_fiber *writer, *watcher;
+	unsigned char *in;
+	size_t in_cap;
+	sh_wbuf w; /* the writer's batch */
+} tk_conn;
+
+struct tk_engine {
+	tk_conn c;
+	tk_engine *next;
+	tk_queue outbox;   /* assigned, not sent yet */
+	uint32_t inflight; /* assigned and not answered */
+	uint64_t last;	   /* lru: when it was last given a task */
+};
+
+struct tk_client {
+	tk_conn c;
+	tk_client *next;
+	sh_wbuf res;	/* results not sent yet (a batch being built) */
+	uint32_t nres;
+};
+
+struct shoal_controller {
+	shoal_controller_opts opts;
+	char path[108];
+	int lsock, stop_efd;
+	pthread_t thread;
+	/* the controller thread's own */
+	tk_engine *engines;
+	tk_client *clients;
+	uint32_t nconns, next_engine, next_client;
+	sh_map tasks; /* tid -> tk_task */
+	uint64_t next_tid, clock, rng;
+	uint32_t rr;
+	uint64_t with_deadline; /* tasks that have one */
+	tk_queue pending;	/* no engine can take them yet */
+	bool stopping;
+	/* read by other threads */
+	_Atomic uint32_t n_engines, n_clients;
+	_Atomic uint64_t n_queued, n_running, n_done, n_retried, n_failed;
+};
+
+/* ---- batches ---- */
+
+void sh_tk_batch_begin(sh_wbuf *w)
+{
+	static const unsigned char array32[5] = {0xdd};
+	sh_wbuf_frame_begin(w);
+	sh_wbuf_append(w, array32, sizeof(array32));
+}
+
+int sh_tk_batch_end(sh_wbuf *w, uint32_t n, uint16_t op)
+{
+	if (w->err)
+		return w->err;
+	unsigned char *p = w->p + SH_FRAME_HDR + 1;
+	p[0] = (unsigned char)(n >> 24), p[1] = (unsigned char)(n >> 16);
+	p[2] = (unsigned char)(n >> 8), p[3] = (unsigned char)n;
+	sh_frame f = {.op = op};
+	return sh_wbuf_frame_end(w, &f);
+}
+
+/* ---- queues ---- */
+
+static void q_push(tk_queue *q, tk_task *t)
+{
+	t->next = NULL;
+	if (q->tail)
+		q->tail->next = t;
+	else
+		q->head = t;
+	q->tail = t;
+	t->queued = true;
+}
+
+static tk_task *q_pop(tk_queue *q)
+{
+	tk_task *t = q->head;
+	if (t) {
+		q->head = t->next;
+		if (!q->head)
+			q->tail = NULL;
+		t->next = NULL;
+		t->queued = false;
+	}
+	return t;
+}
+
+static void task_free(tk_task *t)
+{
+	if (t->raw)
+		shoal_free(t->raw, t->rawlen);
+	SH_DELETE(t);
+}
+
+/* ---- waking writers ---- */
+
+static void kick(tk_conn *c)
+{
+	if (c->gone || c->kick_pending)
+		return;
+	c->kick_pending = true;
+	char one = 1;
+	/* capacity 1 and at most one in flight: never blocks */
+	shoal_chan_send(c->kick, &one, SHOAL_FOREVER);
+}
+
+/* ---- results ---- */
+
+/* Takes t off the books; a queue it is in frees it when it comes out. */
+static void forget(shoal_controller *ctl, tk_task *t)
+{
+	if (t->deadline)
+		ctl->with_deadline--;
+	sh_map_del(&ctl->tasks, t->tid);
+	if (t->on) {
+		t->on->inflight--;
+		atomic_fetch_sub_explicit(&ctl->n_running, 1, memory_order_relaxed);
+	} else if (t->queued) {
+		atomic_fetch_sub_explicit(&ctl->n_queued, 1, memory_order_relaxed); /* pending */
+	}
+	t->on = NULL;
+	if (t->queued)
+		t->over = true;
+	else
+		task_free(t);
+}
+
+/* Appends the result of t (status, and raw: an encoded value, or NULL
+ * with a message) to its client's batch, and forgets t. */
+static void answer(shoal_controller *ctl, tk_task *t, int32_t status, const void *raw, size_t len,
+		   const char *msg)
+{
+	tk_client *c = t->client;
+	if (c && !c->c.gone) {
+		msgpack_packer pk;
+		sh_wbuf_packer(&c->res, &pk);
+		msgpack_pack_array(&pk, 3);
+		msgpack_pack_uint64(&pk, t->cid);
+		msgpack_pack_int32(&pk, status);
+		if (raw)
+			sh_wbuf_append(&c->res, raw, len);
+		else
+			sh_mp_pack_cstr(&pk, msg);
+		c->nres++;
+		kick(&c->c);
+	}
+	atomic_fetch_add_explicit(&ctl->n_done, 1, memory_order_relaxed);
+	if (status != 0 && !raw)
+		atomic_fetch_add_explicit(&ctl->n_failed, 1, memory_order_relaxed);
+	forget(ctl, t);
+}
+
+static void fail(shoal_controller *ctl, tk_task *t, int code, const char *fmt, ...)
+	SHOAL_PRINTF(4, 5);
+static void fail(shoal_controller *ctl, tk_task *t, int code, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	answer(ctl, t, code, NULL, 0, msg);
+}
+
+/* ---- schemes ---- */
+
+static uint64_t rnd(shoal_controller *ctl)
+{
+	/* xorshift64*: the weighted and twobin picks need no more */
+	uint64_t x = ctl->rng;
+	x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+	ctl->rng = x;
+	return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* The engine t goes to, by the scheme, or NULL (none can take it now). */
+static tk_engine *pick(shoal_controller *ctl, const tk_task *t)
+{
+	uint32_t n = 0;
+	for (tk_engine *e = ctl->engines; e; e = e->next)
+		if (t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num)
+			n++;
+	if (n == 0)
+		return NULL;
+	tk_engine *best = NULL;
+	uint32_t i = 0, k;
+	switch (ctl->opts.scheme) {
+	case SHOAL_SCHEME_PURE:
+		k = ctl->rr++ % n;
+		for (tk_engine *e = ctl->engines; e; e = e->next)
+			if ((t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num) && i++ == k)
+				return e;
+		return NULL;
+	case SHOAL_SCHEME_LRU:
+		for (tk_engine *e = ctl->engines; e; e = e->next)
+			if ((t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num) &&
+			    (!best || e->last < best->last))
+				best = e;
+		return best;
+	case SHOAL_SCHEME_WEIGHTED: {
+		/* at random, weighted by how much less loaded than the most
+		 * loaded each is (plus one, so all have a chance) */
+		uint32_t max = 0;
+		uint64_t sum = 0;
+		for (tk_engine *e = ctl->engines; e; e = e->next)
+			if (e->inflight > max)
+				max = e->inflight;
+		for (tk_engine *e = ctl->engines; e; e = e->next)
+			if (t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num)
+				sum += max - e->inflight + 1;
+		uint64_t r = rnd(ctl) % sum;
+		for (tk_engine *e = ctl->engines; e; e = e->next)
+			if (t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num) {
+				uint64_t w = max - e->inflight + 1;
+				if (r < w)
+					return e;
+				r -= w;
+			}
+		return NULL;
+	}
+	case SHOAL_SCHEME_TWOBIN: {
+		tk_engine *a = NULL, *b = NULL;
+		uint32_t ka = (uint32_t)(rnd(ctl) % n), kb = (uint32_t)(rnd(ctl) % n);
+		for (tk_engine *e = ctl->engines; e; e = e->next)
+			if (t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num) {
+				if (i == ka)
+					a = e;
+				if (i == kb)
+					b = e;
+				i++;
+			}
+		return b && b->inflight < a->inflight ? b : a;
+	}
+	case SHOAL_SCHEME_LEASTLOAD:
+	default:
+		for (tk_engine *e = ctl->engines; e; e = e->next)
+			if ((t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num) &&
+			    (!best || e->inflight < best->inflight))
+				best = e;
+		return best;
+	}
+}
+
+/* Gives t to an engine (its writer is kicked by the caller, via
+ * kick_all), or queues it until one can take it. */
+static void assign(shoal_controller *ctl, tk_task *t)
+{
+	tk_engine *e = pick(ctl, t);
+	if (!e) {
+		q_push(&ctl->pending, t);
+		atomic_fetch_add_explicit(&ctl->n_queued, 1, memory_order_relaxed);
+		return;
+	}
+	t->on = e;
+	t->sent = false;
+	e->inflight++;
+	e->last = ++ctl->clock;
+	atomic_fetch_add_explicit(&ctl->n_running, 1, memory_order_relaxed);
+	q_push(&e->outbox, t);
+	kick(&e->c);
+}
+
+/* Tasks that waited for an engine try again (one connected). */
+static void assign_pending(shoal_controller *ctl)
+{
+	tk_queue q = ctl->pending;
+	ctl->pending = (tk_queue){0};
+	for (tk_task *t; (t = q_pop(&q)) != NULL;) {
+		if (t->over) {
+			task_free(t);
+			continue;
+		}
+		atomic_fetch_sub_explicit(&ctl->n_queued, 1, memory_order_relaxed);
+		assign(ctl, t);
+	}
+}
+
+/* ---- clients ---- */
+
+/* A SUBMIT frame: each task is routed as it is read. A malformed one ends
+ * the connection (a client of ours never sends one). */
+static int on_submit(tk_client *c, const sh_frame *f)
+{
+	shoal_controller *ctl = c->c.ctl;
+	sh_mp m;
+	uint32_t n, k, fl;
+	sh_mp_init(&m, c->c.in + SH_FRAME_HDR, f->body_len);
+	if (f->op != SH_TK_SUBMIT || f->oob || sh_mp_array(&m, &n) != 0)
+		return SHOAL_EPROTO;
+	int64_t now = shoal_now_ns();
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t id, retries;
+		int64_t timeout, engine;
+		const char *fn;
+		if (sh_mp_array(&m, &k) || k != 6 || sh_mp_uint(&m, &id))
+			return SHOAL_EPROTO;
+		const unsigned char *from = m.p;
+		if (sh_mp_str(&m, &fn, &fl) || fl == 0 || sh_mp_skip(&m))
+			return SHOAL_EPROTO;
+		const unsigned char *to = m.p;
+		if (sh_mp_int(&m, &timeout) || sh_mp_uint(&m, &retries) || sh_mp_int(&m, &engine) ||
+		    retries > UINT32_MAX || engine < -1 || engine > INT32_MAX)
+			return SHOAL_EPROTO;
+		tk_task *t = SH_NEW(tk_task);
+		if (!t || !(t->raw = shoal_alloc((size_t)(to - from)))) {
+			if (t)
+				SH_DELETE(t);
+			return SHOAL_ENOMEM;
+		}
+		memcpy(t->raw, from, (size_t)(to - from));
+		t->rawlen = (uint32_t)(to - from);
+		t->tid = ++ctl->next_tid;
+		t->cid = id;
+		t->client = c;
+		t->retries = (uint32_t)retries;
+		t->engine_want = (int32_t)engine;
+		if (timeout > 0) {
+			t->deadline = now + timeout;
+			ctl->with_deadline++;
+		}
+		if (sh_map_put(&ctl->tasks, t->tid, t) != 0) {
+			task_free(t);
+			return SHOAL_ENOMEM;
+		}
+		assign(ctl, t);
+	}
+	return sh_mp_done(&m) == 0 ? 0 : SHOAL_EPROTO;
+}
+
+/* The client went: what it queued is dropped, what runs is answered to
+ * nobody. */
+static void client_gone(shoal_controller *ctl, tk_client *c)
+{
+	size_t it = 0;
+	uint64_t key;
+	void *val;
+	uint64_t dropped = 0;
+	while (sh_map_next(&ctl->tasks, &it, &key, &val)) {
+		tk_task *t = val;
+		if (t->client != c)
+			continue;
+		t->client = NULL;
+		if (!t->sent) {
+			forget(ctl, t);
+			dropped++;
+			it = 0; /* the map changed */
+		}
+	}
+	if (dropped)
+		sh_debug("tasks", "client %u gone: %llu tasks dropped", c->c.num,
+			 (unsigned long long)dropped);
+}
+
+/* ---- engines ---- */
+
+/* A DONE frame: results go to their clients. */
+static int on_done(tk_engine *e, const sh_frame *f)
+{
+	shoal_controller *ctl = e->c.ctl;
+	sh_mp m;
+	uint32_t n, k;
+	sh_mp_init(&m, e->c.in + SH_FRAME_HDR, f->body_len);
+	if (f->op != SH_TK_DONE || f->oob || sh_mp_array(&m, &n) != 0)
+		return SHOAL_EPROTO;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t tid;
+		int64_t status;
+		if (sh_mp_array(&m, &k) || k != 3 || sh_mp_uint(&m, &tid) ||
+		    sh_mp_int(&m, &status) || status > 0 || status < INT32_MIN)
+			return SHOAL_EPROTO;
+		const unsigned char *from = m.p;
+		if (sh_mp_skip(&m))
+			return SHOAL_EPROTO;
+		tk_task *t = sh_map_get(&ctl->tasks, tid);
+		if (!t || t->on != e)
+			continue; /* answered already (its deadline passed) */
+		answer(ctl, t, (int32_t)status, from, (size_t)(m.p - from), NULL);
+	}
+	return sh_mp_done(&m) == 0 ? 0 : SHOAL_EPROTO;
+}
+
+/* How the engine process ended, when it is our child. */
+static void engine_end(pid_t pid, char *how, size_t len)
+{
+	int st;
+	snprintf(how, len, "went away");
+	/* It may still be on its way out. */
+	for (int i = 0; i < 100; i++) {
+		pid_t w = waitpid(pid, &st, WNOHANG);
+		if (w < 0)
+			return; /* not ours */
+		if (w == pid) {
+			if (WIFSIGNALED(st))
+				snprintf(how, len, "was killed by signal %d (%s)", WTERMSIG(st),
+					 strsignal(WTERMSIG(st)));
+			else
+				snprintf(how, len, "exited with status %d", WEXITSTATUS(st));
+			return;
+		}
+		shoal_sleep_until(shoal_deadline_in(1000000));
+	}
+}
+
+/* The engine went: what it had goes to another one, while retries last. */
+static void engine_gone(shoal_controller *ctl, tk_engine *e)
+{
+	for (tk_engine **p = &ctl->engines; *p; p = &(*p)->next)
+		if (*p == e) {
+			*p = e->next;
+			break;
+		}
+	atomic_fetch_sub_explicit(&ctl->n_engines, 1, memory_order_relaxed);
+	char how[96];
+	engine_end(e->c.pid, how, sizeof(how));
+	/* The outbox first: those never ran. */
+	for (tk_task *t; (t = q_pop(&e->outbox)) != NULL;) {
+		if (t->over) {
+			task_free(t);
+			continue;
+		}
+		t->on = NULL;
+		e->inflight--;
+		atomic_fetch_sub_explicit(&ctl->n_running, 1, memory_order_relaxed);
+		assign(ctl, t);
+	}
+	size_t it = 0;
+	uint64_t key;
+	void *val;
+	while (sh_map_next(&ctl->tasks, &it, &key, &val)) {
+		tk_task *t = val;
+		if (t->on != e)
+			continue;
+		if (t->retries > 0) {
+			t->retries--;
+			t->on = NULL;
+			e->inflight--;
+			atomic_fetch_sub_explicit(&ctl->n_running, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&ctl->n_retried, 1, memory_order_relaxed);
+			assign(ctl, t);
+		} else {
+			fail(ctl, t, SHOAL_EENGINE, "engine %u (pid %d) %s while running it",
+			     e->c.num, (int)e->c.pid, how);
+			it = 0;
+		}
+	}
+	sh_info("tasks", "engine %u (pid %d) %s", e->c.num, (int)e->c.pid, how);
+	for (tk_engine *o = ctl->engines; o; o = o->next)
+		kick(&o->c);
+}
+
+/* ---- writers ---- */
+
+/* Sends the engine's outbox in RUN batches. */
+static int engine_flush(tk_engine *e)
+{
+	sh_wbuf *w = &e->c.w;
+	while (e->outbox.head) {
+		sh_tk_batch_begin(w);
+		msgpack_packer pk;
+		sh_wbuf_packer(w, &pk);
+		uint32_t n = 0;
+		while (e->outbox.head && w->len < 4 * SH_TASKS_BATCH_BYTES) {
+			tk_task *t = q_pop(&e->outbox);
+			if (t->over) {
+				task_free(t);
+				continue;
+			}
+			t->sent = true;
+			msgpack_pack_array(&pk, 3);
+			msgpack_pack_uint64(&pk, t->tid);
+			sh_wbuf_append(w, t->raw, t->rawlen);
+			/* the engine has the bytes now; a retry sends them again */
+			n++;
+		}
+		int rc = sh_tk_batch_end(w, n, SH_TK_RUN);
+		if (rc == 0 && n)
+			rc = sh_msg_write(&e->c.l.down, w->p, w->len, SHOAL_FOREVER);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Sends the client's results, swapping batches so that results arriving
+ * while this one is written go into the next. */
+static int client_flush(tk_client *c)
+{
+	while (c->nres) {
+		uint32_t n = c->nres;
+		sh_wbuf t = c->res;
+		c->res = c->c.w;
+		c->c.w = t;
+		c->nres = 0;
+		sh_tk_batch_begin(&c->res);
+		int rc = sh_tk_batch_end(&c->c.w, n, SH_TK_RESULTS);
+		if (rc == 0)
+			rc = sh_msg_write(&c->c.l.down, c->c.w.p, c->c.w.len, SHOAL_FOREVER);
+		if (c->c.w.cap > SH_MSG_BUF_KEEP)
+			sh_wbuf_fini(&c->c.w);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static void *writer_main(void *arg)
+{
+	tk_conn *c = arg;
+	char one;
+	while (shoal_chan_recv(c->kick, &one, SHOAL_FOREVER) == 0) {
+		c->kick_pending = false;
+		int rc = c->engine ? engine_flush((tk_engine *)c) : client_flush((tk_client *)c);
+		if (rc) {
+			if (rc != SHOAL_ECLOSED)
+				sh_warn("tasks", "%s %u: sending: %s", c->engine ? "engine" : "client",
+					c->num, shoal_strerror(rc));
+			sh_link_shut(&c->l);
+			break;
+		}
+	}
+	return NULL;
+}
+
+/* Ends the connection when its socket does: the peer process is gone. */
+static void *watch_main(void *arg)
+{
+	tk_conn *c = arg;
+	for (;;) {
+		char b;
+		ssize_t n = recv(c->l.sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			break;
+		if (shoal_fd_wait(c->l.sock, SHOAL_FD_IN, SHOAL_FOREVER, NULL) == SHOAL_ECANCELED)
+			return NULL;
+	}
+	sh_link_shut(&c->l);
+	return NULL;
+}
+
+/* ---- connections ---- */
+
+static void conn_fini(tk_conn *c)
+{
+	if (c->writer) {
+		shoal_cancel(c->writer);
+		shoal_join(c->writer, NULL);
+	}
+	if (c->watcher) {
+		shoal_cancel(c->watcher);
+		shoal_join(c->watcher, NULL);
+	}
+	if (c->kick)
+		shoal_chan_destroy(c->kick);
+	sh_link_fini(&c->l);
+	sh_wbuf_fini(&c->w);
+	if (c->in)
+		shoal_free(c->in, c->in_cap);
+}
+
+static void *conn_main(void *arg)
+{
+	tk_conn *hello = arg; /* a stand-in until we know what it is */
+	shoal_controller *ctl = hello->ctl;
+	uint32_t proto, version;
+	int rc = sh_link_hello(&hello->l, &proto, &version);
+	if (rc == 0 && (version != SH_TASKS_VERSION ||
+			(proto != SH_TASKS_CLIENT && proto != SH_TASKS_ENGINE))) {
+		sh_warn("tasks", "pid %d: hello (%08x, %u), expected a client or an engine of "
+				 "version %d", (int)hello->pid, proto, version, SH_TASKS_VERSION);
+		rc = SHOAL_EPROTO;
+	}
+	tk_conn *c = NULL;
+	tk_engine *e = NULL;
+	tk_client *cl = NULL;
+	bool joined = false;
+	if (rc == 0 && proto == SH_TASKS_ENGINE && (e = SH_NEW(tk_engine)) != NULL)
+		c = &e->c;
+	else if (rc == 0 && proto == SH_TASKS_CLIENT && (cl = SH_NEW(tk_client)) != NULL)
+		c = &cl->c;
+	else if (rc == 0)
+		rc = SHOAL_ENOMEM;
+	if (c) {
+		c->ctl = ctl;
+		c->l = hello->l;
+		c->pid = hello->pid;
+		c->engine = e != NULL;
+		sh_link_init(&hello->l, -1);
+		sh_wbuf_init(&c->w);
+		uint64_t info[1] = {e ? ctl->next_engine : ctl->next_client + 1};
+		rc = sh_link_accept(&c->l, SH_TASKS_RING_CAP, info, 1, NULL, 0);
+		if (rc == 0)
+			rc = shoal_chan_create(&c->kick, 1, 1);
+		if (rc == 0)
+			rc = shoal_spawn(&c->writer, writer_main, c,
+					 &(shoal_fiber_opts){.name = "tasks-writer"});
+		if (rc == 0)
+			rc = shoal_spawn(&c->watcher, watch_main, c,
+					 &(shoal_fiber_opts){.name = "tasks-watch"});
+		c->l.up.spin_ns = 50000;
+	}
+	sh_link_fini(&hello->l);
+	SH_DELETE(hello);
+	if (rc == 0 && e) {
+		e->c.num = ctl->next_engine++;
+		e->next = ctl->engines;
+		ctl->engines = e;
+		atomic_fetch_add_explicit(&ctl->n_engines, 1, memory_order_relaxed);
+		sh_info("tasks", "engine %u (pid %d) joined", e->c.num, (int)e->c.pid);
+		joined = true;
+		assign_pending(ctl);
+	} else if (rc == 0) {
+		cl->c.num = ++ctl->next_client;
+		sh_wbuf_init(&cl->res);
+		sh_tk_batch_begin(&cl->res);
+		cl->next = ctl->clients;
+		ctl->clients = cl;
+		atomic_fetch_add_explicit(&ctl->n_clients, 1, memory_order_relaxed);
+		joined = true;
+	}
+	while (rc == 0) {
+		size_t len, got = 0;
+		sh_frame f;
+		char why[160];
+		rc = sh_msg_read_part(&c->l.up, &c->in, &c->in_cap, &got, &len, SH_TASKS_MSG_MAX,
+				      SHOAL_FOREVER);
+		if (rc == 0 && (rc = sh_frame_decode(c->in, len, &f, why, sizeof(why))) != 0)
+			sh_warn("tasks", "%s %u (pid %d): %s", e ? "engine" : "client", c->num,
+				(int)c->pid, why);
+		if (rc == 0)
+			rc = e ? on_done(e, &f) : on_submit(cl, &f);
+		if (rc == SHOAL_EPROTO)
+			sh_warn("tasks", "%s %u (pid %d): a malformed batch; connection ends",
+				e ? "engine" : "client", c->num, (int)c->pid);
+		sh_msg_trim(&c->in, &c->in_cap);
+	}
+	if (c) {
+		c->gone = true;
+		sh_link_shut(&c->l);
+		if (e && joined) {
+			engine_gone(ctl, e);
+		} else if (cl && joined) {
+			for (tk_client **p = &ctl->clients; *p; p = &(*p)->next)
+				if (*p == cl) {
+					*p = cl->next;
+					atomic_fetch_sub_explicit(&ctl->n_clients, 1,
+								  memory_order_relaxed);
+					break;
+				}
+			client_gone(ctl, cl);
+		}
+		conn_fini(c);
+		if (cl && joined)
+			sh_wbuf_fini(&cl->res);
+		SH_DELETE(e ? (void *)e : (void *)cl);
+	}
+	ctl->nconns--;
+	return NULL;
+}
+
+static void *accept_main(void *arg)
+{
+	shoal_controller *ctl = arg;
+	for (;;) {
+		int fd = accept4(ctl->lsock, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED ||
+			    errno == EMFILE || errno == ENFILE || errno == ENOMEM) {
+				int64_t until = errno == EAGAIN || errno == EINTR ||
+							errno == ECONNABORTED
+						? SHOAL_FOREVER
+						: shoal_deadline_in(100000000);
+				if (until != SHOAL_FOREVER)
+					sh_warn("tasks", "accept: %s; retrying in 100 ms",
+						strerror(errno));
+				if ((until == SHOAL_FOREVER
+					     ? shoal_fd_wait(ctl->lsock, SHOAL_FD_IN, until, NULL)
+					     : shoal_sleep_until(until)) == SHOAL_ECANCELED)
+					return NULL;
+				continue;
+			}
+			sh_error("tasks", "accept: %s", strerror(errno));
+			return NULL;
+		}
+		pid_t pid = 0;
+		tk_conn *h = NULL;
+		if (!sh_link_peer_allowed(fd, (gid_t)-1, "tasks", &pid) || !(h = SH_NEW(tk_conn))) {
+			close(fd);
+			continue;
+		}
+		h->ctl = ctl;
+		h->pid = pid;
+		sh_link_init(&h->l, fd);
+		ctl->nconns++;
+		if (shoal_spawn(NULL, conn_main, h,
+				&(shoal_fiber_opts){.name = "tasks-conn", .detached = 1}) != 0) {
+			ctl->nconns--;
+			sh_link_fini(&h->l);
+			SH_DELETE(h);
+		}
+	}
+}
+
+/* Tasks past their deadline fail, wherever they are. */
+static void *deadline_main(void *arg)
+{
+	shoal_controller *ctl = arg;
+	while (shoal_sleep_until(shoal_deadline_in(5000000)) == SHOAL_ETIMEDOUT) {
+		if (!ctl->with_deadline)
+			continue;
+		int64_t now = shoal_now_ns();
+		size_t it = 0;
+		uint64_t key;
+		void *val;
+		while (sh_map_next(&ctl->tasks, &it, &key, &val)) {
+			tk_task *t = val;
+			if (t->deadline && now > t->deadline) {
+				fail(ctl, t, SHOAL_ETIMEDOUT,
+				     "task %llu did not finish before its deadline",
+				     (unsigned long long)t->cid);
+				it = 0;
+			}
+		}
+	}
+	return NULL;
+}
+
+static void *controller_thread(void *arg)
+{
+	shoal_controller *ctl = arg;
+	shoal_sched *sched;
+	int rc = shoal_sched_create(&sched, NULL);
+	if (rc) {
+		sh_error("tasks", "scheduler: %s", shoal_strerror(rc));
+		return NULL;
+	}
+	shoal_fiber *acc = NULL, *dl = NULL;
+	if ((rc = shoal_spawn(&acc, accept_main, ctl, &(shoal_fiber_opts){.name = "tasks-accept"})) ||
+	    (rc = shoal_spawn(&dl, deadline_main, ctl,
+			      &(shoal_fiber_opts){.name = "tasks-deadlines"})))
+		sh_error("tasks", "fibers: %s", shoal_strerror(rc));
+	while (rc == 0) {
+		uint64_t v;
+		if (read(ctl->stop_efd, &v, 8) == 8)
+			break;
+		shoal_fd_wait(ctl->stop_efd, SHOAL_FD_IN, SHOAL_FOREVER, NULL);
+	}
+	ctl->stopping = true;
+	if (acc) {
+		shoal_cancel(acc);
+		shoal_join(acc, NULL);
+	}
+	if (dl) {
+		shoal_cancel(dl);
+		shoal_join(dl, NULL);
+	}
+	/* Closing a connection's rings ends its fiber, which frees it. */
+	for (tk_engine *e = ctl->engines; e; e = e->next)
+		sh_link_shut(&e->c.l);
+	for (tk_client *c = ctl->clients; c; c = c->next)
+		sh_link_shut(&c->c.l);
+	while (ctl->nconns)
+		shoal_sleep_until(shoal_deadline_in(1000000));
+	/* What is left had no engine and no client any more. */
+	for (tk_task *t; (t = q_pop(&ctl->pending)) != NULL;) {
+		if (!t->over)
+			sh_map_del(&ctl->tasks, t->tid);
+		task_free(t);
+	}
+	shoal_fd_forget(ctl->lsock);
+	shoal_fd_forget(ctl->stop_efd);
+	shoal_sched_destroy(sched);
+	return NULL;
+}
+
+/* ---- the API ---- */
+
+static const char *const scheme_names[] = {
+	[SHOAL_SCHEME_LEASTLOAD] = "leastload", [SHOAL_SCHEME_PURE] = "pure",
+	[SHOAL_SCHEME_LRU] = "lru",		[SHOAL_SCHEME_WEIGHTED] = "weighted",
+	[SHOAL_SCHEME_TWOBIN] = "twobin",
+};
+
+int shoal_scheme_parse(const char *name)
+{
+	for (size_t i = 0; name && i < sizeof(scheme_names) / sizeof(scheme_names[0]); i++)
+		if (!strcmp(name, scheme_names[i]))
+			return (int)i;
+	return -1;
+}
+
+const char *shoal_scheme_name(shoal_scheme s)
+{
+	return (unsigned)s < sizeof(scheme_names) / sizeof(scheme_names[0]) ? scheme_names[s]
+									  : "?";
+}
+
+void shoal_controller_opts_init(shoal_controller_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->scheme = SHOAL_SCHEME_LEASTLOAD;
+}
+
+static void controller_free(shoal_controller *ctl)
+{
+	sh_map_fini(&ctl->tasks);
+	if (ctl->lsock >= 0) {
+		close(ctl->lsock);
+		unlink(ctl->path);
+	}
+	if (ctl->stop_efd >= 0)
+		close(ctl->stop_efd);
+	SH_DELETE(ctl);
+}
+
+int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o)
+{
+	if (!out || (o && (unsigned)o->scheme > SHOAL_SCHEME_TWOBIN))
+		return SHOAL_EINVAL;
+	shoal_controller *ctl = SH_NEW(shoal_controller);
+	if (!ctl)
+		return SHOAL_ENOMEM;
+	if (o)
+		ctl->opts = *o;
+	else
+		shoal_controller_opts_init(&ctl->opts);
+	ctl->lsock = ctl->stop_efd = -1;
+	ctl->rng = (uint64_t)shoal_now_ns() | 1;
+	int rc = sh_link_listen(ctl->opts.socket, "tasks", (gid_t)-1, ctl->path, sizeof(ctl->path),
+				&ctl->lsock);
+	if (rc == 0 && (ctl->stop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		rc = shoal_errno();
+	if (rc == 0 && (rc = -pthread_create(&ctl->thread, NULL, controller_thread, ctl)) != 0)
+		sh_error("tasks", "thread: %s", shoal_strerror(rc));
+	if (rc) {
+		controller_free(ctl);
+		return rc;
+	}
+	ctl->opts.socket = ctl->path;
+	*out = ctl;
+	return 0;
+}
+
+const char *shoal_controller_socket(const shoal_controller *c)
+{
+	return c ? c->path : NULL;
+}
+
+void shoal_controller_close(shoal_controller *ctl)
+{
+	if (!ctl)
+		return;
+	sh_eventfd_signal(ctl->stop_efd);
+	pthread_join(ctl->thread, NULL);
+	controller_free(ctl);
+}
+
+#ifndef SHOAL_ENGINE_DEFAULT
+#define SHOAL_ENGINE_DEFAULT "/usr/local/bin/shoal-engine"
+#endif
+
+int shoal_engine_spawn(const char *socket, const char *so, const char *runner, pid_t *pid)
+{
+	if (!socket || !so || !pid)
+		return SHOAL_EINVAL;
+	if (!runner)
+		runner = getenv("SHOAL_ENGINE");
+	if (!runner)
+		runner = SHOAL_ENGINE_DEFAULT;
+	char *argv[] = {(char *)runner, "--socket", (char *)socket, "--so", (char *)so,
+			"--die-with-parent", NULL};
+	extern char **environ;
+	int rc = posix_spawn(pid, runner, NULL, NULL, argv, environ);
+	if (rc)
+		sh_warn("tasks", "cannot run %s: %s", runner, strerror(rc));
+	return -rc;
+}
+
+int shoal_controller_stat_get(shoal_controller *c, shoal_controller_stat *st)
+{
+	if (!c || !st)
+		return SHOAL_EINVAL;
+	st->engines = atomic_load_explicit(&c->n_engines, memory_order_relaxed);
+	st->clients = atomic_load_explicit(&c->n_clients, memory_order_relaxed);
+	st->queued = atomic_load_explicit(&c->n_queued, memory_order_relaxed);
+	st->running = atomic_load_explicit(&c->n_running, memory_order_relaxed);
+	st->done = atomic_load_explicit(&c->n_done, memory_order_relaxed);
+	st->retried = atomic_load_explicit(&c->n_retried, memory_order_relaxed);
+	st->failed = atomic_load_explicit(&c->n_failed, memory_order_relaxed);
+	return 0;
+}

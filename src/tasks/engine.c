@@ -1,0 +1,201 @@
+/* The task engine: what shoal-engine runs. It loads a library of
+ * functions (as an extension runner does), connects to the controller as
+ * an engine, and runs the RUN batches it gets in order, sending results
+ * back in DONE batches: whenever a batch of them is full, 100 us after the
+ * last was sent, and when the RUN batch is done. A thread beside it
+ * watches the socket, so that the engine ends when the controller does. */
+#include "rpc/ext_lib.h"
+#include "rpc/value.h"
+#include "tasks/proto.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define FLUSH_NS 100000
+
+typedef struct engine {
+	sh_link l;
+	sh_ext_lib lib;
+	sh_wbuf w; /* the DONE batch */
+	uint32_t nw;
+	int64_t last_flush;
+	shoal_vbuf in, out;
+	const char *name;
+} engine;
+
+static int flush(engine *g)
+{
+	if (g->nw == 0)
+		return 0;
+	int rc = sh_tk_batch_end(&g->w, g->nw, SH_TK_DONE);
+	if (rc == 0)
+		rc = sh_msg_write(&g->l.up, g->w.p, g->w.len, SHOAL_FOREVER);
+	if (g->w.cap > SH_MSG_BUF_KEEP)
+		sh_wbuf_fini(&g->w);
+	g->nw = 0;
+	sh_tk_batch_begin(&g->w);
+	g->last_flush = shoal_now_ns();
+	return rc;
+}
+
+/* Runs one task ([tid, fn, args] at m) and adds its result to the batch. */
+static int run_one(engine *g, sh_mp *m)
+{
+	uint32_t k, fl;
+	uint64_t tid;
+	const char *fname;
+	if (sh_mp_array(m, &k) || k != 3 || sh_mp_uint(m, &tid) || sh_mp_str(m, &fname, &fl))
+		return SHOAL_EPROTO;
+	shoal_vbuf_reset(&g->in);
+	shoal_vbuf_reset(&g->out);
+	shoal_ext_ctx ctx = {.vb = &g->out};
+	shoal_value *args = NULL, *result = NULL;
+	char why[SH_EXT_MSG_MAX];
+	int status = sh_value_decode(m, &g->in, NULL, &args, why, sizeof(why));
+	if (status == SHOAL_EBADMSG)
+		return SHOAL_EPROTO; /* the controller forwards what clients encoded */
+	shoal_ext_fn fn = status == 0 ? sh_ext_lib_find(&g->lib, fname, fl) : NULL;
+	if (status == 0 && !fn) {
+		status = SHOAL_ENOENT;
+		snprintf(why, sizeof(why), "engine %s has no function %.*s", g->name, (int)fl,
+			 fname);
+	}
+	if (status == 0) {
+		status = fn(&ctx, args, &result);
+		if (status > 0)
+			status = SHOAL_EIO;
+		if (status == 0 && g->out.err)
+			status = g->out.err;
+		if (status)
+			snprintf(why, sizeof(why), "%s", ctx.msg[0] ? ctx.msg : shoal_strerror(status));
+	}
+	msgpack_packer pk;
+	sh_wbuf_packer(&g->w, &pk);
+	msgpack_pack_array(&pk, 3);
+	msgpack_pack_uint64(&pk, tid);
+	msgpack_pack_int32(&pk, status);
+	shoal_value nil = {.type = SHOAL_V_NIL};
+	if (status == 0)
+		sh_value_pack(&pk, result ? result : &nil, NULL, NULL);
+	else
+		sh_mp_pack_cstr(&pk, why);
+	g->nw++;
+	if (g->w.len >= SH_TASKS_BATCH_BYTES || shoal_now_ns() - g->last_flush > FLUSH_NS)
+		return flush(g);
+	return 0;
+}
+
+static int serve(engine *g)
+{
+	unsigned char *in = NULL;
+	size_t in_cap = 0;
+	int rc = 0;
+	while (rc == 0) {
+		size_t len;
+		sh_frame f;
+		char why[160];
+		if ((rc = sh_msg_read(&g->l.down, &in, &in_cap, &len, SHOAL_FOREVER)) != 0)
+			break;
+		if ((rc = sh_frame_decode(in, len, &f, why, sizeof(why))) != 0 || f.op != SH_TK_RUN ||
+		    f.oob) {
+			fprintf(stderr, "shoal-engine %s: a frame that is not a RUN batch: %s\n",
+				g->name, why);
+			rc = SHOAL_EPROTO;
+			break;
+		}
+		sh_mp m;
+		uint32_t n;
+		sh_mp_init(&m, in + SH_FRAME_HDR, f.body_len);
+		if (sh_mp_array(&m, &n))
+			rc = SHOAL_EPROTO;
+		for (uint32_t i = 0; rc == 0 && i < n; i++)
+			rc = run_one(g, &m);
+		if (rc == 0)
+			rc = flush(g);
+		sh_msg_trim(&in, &in_cap);
+	}
+	if (in)
+		shoal_free(in, in_cap);
+	return rc == SHOAL_ECLOSED ? 0 : rc;
+}
+
+/* Ends the engine's rings when the controller's socket closes. */
+static void *watch(void *arg)
+{
+	engine *g = arg;
+	struct pollfd p = {.fd = g->l.sock, .events = POLLIN};
+	while (poll(&p, 1, -1) < 0 || !(p.revents & (POLLHUP | POLLERR | POLLIN)))
+		;
+	sh_link_shut(&g->l);
+	return NULL;
+}
+
+int sh_engine_main(int argc, char **argv)
+{
+	const char *socket = NULL, *so = NULL;
+	bool with_parent = false;
+	engine g = {.name = "engine"};
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--die-with-parent")) {
+			with_parent = true;
+			continue;
+		}
+		if (i + 1 >= argc)
+			break;
+		if (!strcmp(argv[i], "--socket"))
+			socket = argv[++i];
+		else if (!strcmp(argv[i], "--so"))
+			so = argv[++i];
+		else if (!strcmp(argv[i], "--name"))
+			g.name = argv[++i];
+	}
+	if (!socket || !so) {
+		fprintf(stderr, "usage: shoal-engine --socket PATH --so LIBRARY.so [--name NAME] "
+				"[--die-with-parent]\n");
+		return 2;
+	}
+	if (with_parent) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() == 1)
+			return 3;
+	}
+	char why[SH_EXT_MSG_MAX];
+	int rc = sh_ext_lib_load(&g.lib, so, why, sizeof(why));
+	if (rc) {
+		fprintf(stderr, "shoal-engine %s: %s\n", g.name, why);
+		return 1;
+	}
+	uint64_t info[1];
+	if ((rc = sh_link_connect(&g.l, socket, SH_TASKS_ENGINE, SH_TASKS_VERSION,
+				  SH_TASKS_RING_CAP, info, 1, NULL, 0, why, sizeof(why))) != 0) {
+		fprintf(stderr, "shoal-engine %s: %s\n", g.name, why);
+		sh_ext_lib_unload(&g.lib);
+		return 1;
+	}
+	g.l.down.spin_ns = 50000;
+	sh_wbuf_init(&g.w);
+	sh_tk_batch_begin(&g.w);
+	g.last_flush = shoal_now_ns();
+	pthread_t t;
+	bool watching = pthread_create(&t, NULL, watch, &g) == 0;
+	rc = serve(&g);
+	if (watching) {
+		shutdown(g.l.sock, SHUT_RDWR); /* wakes the watcher */
+		pthread_join(t, NULL);
+	}
+	if (rc)
+		fprintf(stderr, "shoal-engine %s: %s\n", g.name, shoal_strerror(rc));
+	sh_wbuf_fini(&g.w);
+	sh_bump_fini(&g.in.a);
+	sh_bump_fini(&g.out.a);
+	sh_link_fini(&g.l);
+	sh_ext_lib_unload(&g.lib);
+	return rc ? 1 : 0;
+}

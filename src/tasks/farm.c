@@ -1,0 +1,343 @@
+/* The task farm's client: tasks are encoded into a SUBMIT batch as they
+ * are submitted and sent when the batch is full or the client flushes or
+ * waits, so submitting never waits for the controller. Results arrive in
+ * batches and are kept, as the bytes the engine encoded, until waited for;
+ * a wait decodes its result into the caller's vbuf. */
+#include "rpc/value.h"
+#include "tasks/proto.h"
+
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* A task's result as it came. */
+typedef struct tk_res {
+	uint8_t state; /* 0: not yet, 1: here, 2: taken */
+	int32_t status;
+	uint64_t off; /* in rbuf */
+	uint32_t len;
+} tk_res;
+
+struct shoal_farm {
+	sh_link l;
+	sh_wbuf sub; /* the SUBMIT batch being built */
+	uint32_t nsub;
+	uint64_t next_id; /* the last id given */
+	/* results of tasks base .. next_id: res[id - base] */
+	tk_res *res;
+	uint64_t base;
+	size_t cap_res;
+	unsigned char *rbuf;
+	size_t rlen, rcap;
+	uint64_t here, taken; /* results in, and taken, of base .. next_id */
+	unsigned char *in;
+	size_t in_cap;
+	char err[512];
+};
+
+static int ffail(shoal_farm *f, int rc, const char *fmt, ...) SHOAL_PRINTF(3, 4);
+static int ffail(shoal_farm *f, int rc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(f->err, sizeof(f->err), fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+const char *shoal_farm_last_error(const shoal_farm *f)
+{
+	return f ? f->err : "";
+}
+
+void shoal_task_opts_init(shoal_task_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->engine = -1;
+}
+
+static void farm_free(shoal_farm *f)
+{
+	sh_link_fini(&f->l);
+	sh_wbuf_fini(&f->sub);
+	if (f->res)
+		shoal_free(f->res, f->cap_res * sizeof(*f->res));
+	if (f->rbuf)
+		shoal_free(f->rbuf, f->rcap);
+	if (f->in)
+		shoal_free(f->in, f->in_cap);
+	SH_DELETE(f);
+}
+
+int shoal_farm_connect(shoal_farm **out, const char *socket)
+{
+	if (!out || !socket)
+		return SHOAL_EINVAL;
+	shoal_farm *f = SH_NEW(shoal_farm);
+	if (!f)
+		return SHOAL_ENOMEM;
+	sh_wbuf_init(&f->sub);
+	uint64_t info[1];
+	char why[256];
+	int rc = sh_link_connect(&f->l, socket, SH_TASKS_CLIENT, SH_TASKS_VERSION,
+				 SH_TASKS_RING_CAP, info, 1, NULL, 0, why, sizeof(why));
+	if (rc) {
+		sh_debug("tasks", "%s", why);
+		farm_free(f);
+		return rc;
+	}
+	f->l.down.spin_ns = 50000;
+	f->base = 1;
+	sh_tk_batch_begin(&f->sub);
+	*out = f;
+	return 0;
+}
+
+void shoal_farm_close(shoal_farm *f)
+{
+	if (f)
+		farm_free(f);
+}
+
+int shoal_farm_flush(shoal_farm *f)
+{
+	if (!f)
+		return SHOAL_EINVAL;
+	if (f->nsub == 0)
+		return 0;
+	int rc = sh_tk_batch_end(&f->sub, f->nsub, SH_TK_SUBMIT);
+	if (rc == 0)
+		rc = sh_msg_write(&f->l.up, f->sub.p, f->sub.len, SHOAL_FOREVER);
+	if (f->sub.cap > SH_MSG_BUF_KEEP)
+		sh_wbuf_fini(&f->sub);
+	f->nsub = 0;
+	sh_tk_batch_begin(&f->sub);
+	return rc ? ffail(f, rc, "sending tasks to the controller: %s", shoal_strerror(rc)) : 0;
+}
+
+/* Room for the result of id. */
+static int track(shoal_farm *f, uint64_t id)
+{
+	size_t need = (size_t)(id - f->base + 1);
+	if (need <= f->cap_res)
+		return 0;
+	size_t cap = f->cap_res ? f->cap_res : 1024;
+	while (cap < need)
+		cap *= 2;
+	tk_res *r = shoal_realloc(f->res, f->cap_res * sizeof(*r), cap * sizeof(*r));
+	if (!r)
+		return SHOAL_ENOMEM;
+	memset(r + f->cap_res, 0, (cap - f->cap_res) * sizeof(*r));
+	f->res = r;
+	f->cap_res = cap;
+	return 0;
+}
+
+static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
+		      const shoal_task_opts *o, shoal_task *id)
+{
+	shoal_task_opts d;
+	if (!o) {
+		shoal_task_opts_init(&d);
+		o = &d;
+	}
+	int rc = track(f, f->next_id + 1);
+	if (rc)
+		return ffail(f, rc, "no memory for another task");
+	size_t mark = f->sub.len;
+	msgpack_packer pk;
+	sh_wbuf_packer(&f->sub, &pk);
+	msgpack_pack_array(&pk, 6);
+	msgpack_pack_uint64(&pk, f->next_id + 1);
+	sh_mp_pack_cstr(&pk, fn);
+	shoal_value nil = {.type = SHOAL_V_NIL};
+	sh_value_pack(&pk, args ? args : &nil, NULL, NULL);
+	msgpack_pack_int64(&pk, o->timeout_ns);
+	msgpack_pack_uint32(&pk, o->retries);
+	msgpack_pack_int32(&pk, o->engine);
+	if (f->sub.err) {
+		rc = f->sub.err;
+		f->sub.err = 0;
+		f->sub.len = mark;
+		return ffail(f, rc, "encoding the task: %s", shoal_strerror(rc));
+	}
+	*id = ++f->next_id;
+	f->nsub++;
+	if (f->sub.len >= SH_TASKS_BATCH_BYTES)
+		return shoal_farm_flush(f);
+	return 0;
+}
+
+int shoal_farm_submit(shoal_farm *f, const char *fn, const shoal_value *args,
+		      const shoal_task_opts *opts, shoal_task *id)
+{
+	if (!f || !fn || !*fn || !id)
+		return SHOAL_EINVAL;
+	f->err[0] = 0;
+	return submit_one(f, fn, args, opts, id);
+}
+
+int shoal_farm_map(shoal_farm *f, const char *fn, const shoal_value *args,
+		   const shoal_task_opts *opts, shoal_task *first)
+{
+	if (!f || !fn || !*fn || !args || args->type != SHOAL_V_ARRAY || !first)
+		return SHOAL_EINVAL;
+	f->err[0] = 0;
+	*first = f->next_id + 1;
+	for (uint32_t i = 0; i < args->n; i++) {
+		shoal_task id;
+		int rc = submit_one(f, fn, &args->v.items[i], opts, &id);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Reads one RESULTS batch, waiting until deadline; looks at the socket
+ * between slices, so a controller that died is noticed. */
+static int pump(shoal_farm *f, int64_t deadline)
+{
+	size_t got = 0, len = 0;
+	int rc;
+	for (;;) {
+		int64_t slice = shoal_deadline_in(100000000);
+		rc = sh_msg_read_part(&f->l.down, &f->in, &f->in_cap, &got, &len, SH_TASKS_MSG_MAX,
+				      deadline != SHOAL_FOREVER && deadline < slice ? deadline
+										    : slice);
+		if (rc != SHOAL_ETIMEDOUT || (deadline != SHOAL_FOREVER && deadline <= slice))
+			break;
+		struct pollfd p = {.fd = f->l.sock, .events = POLLIN};
+		if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR))) {
+			rc = SHOAL_ECONNRESET;
+			break;
+		}
+	}
+	if (rc == SHOAL_ETIMEDOUT)
+		return ffail(f, rc, "no result before the deadline");
+	if (rc)
+		return ffail(f, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
+			     "the controller's connection: %s", shoal_strerror(rc));
+	sh_frame fr;
+	char why[160];
+	sh_mp m;
+	uint32_t n, k;
+	if (sh_frame_decode(f->in, len, &fr, why, sizeof(why)) != 0 || fr.op != SH_TK_RESULTS ||
+	    fr.oob)
+		return ffail(f, SHOAL_EPROTO, "from the controller: %s",
+			     why[0] ? why : "not a batch of results");
+	sh_mp_init(&m, f->in + SH_FRAME_HDR, fr.body_len);
+	if (sh_mp_array(&m, &n))
+		return ffail(f, SHOAL_EPROTO, "from the controller: malformed results");
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t id;
+		int64_t status;
+		if (sh_mp_array(&m, &k) || k != 3 || sh_mp_uint(&m, &id) || sh_mp_int(&m, &status) ||
+		    status > 0 || status < INT32_MIN)
+			return ffail(f, SHOAL_EPROTO, "from the controller: malformed result");
+		const unsigned char *from = m.p;
+		if (sh_mp_skip(&m))
+			return ffail(f, SHOAL_EPROTO, "from the controller: malformed result");
+		size_t vl = (size_t)(m.p - from);
+		if (id < f->base || id > f->next_id || f->res[id - f->base].state != 0)
+			continue; /* not ours, or twice: ignored */
+		if (f->rlen + vl > f->rcap) {
+			size_t cap = f->rcap ? f->rcap : 65536;
+			while (cap < f->rlen + vl)
+				cap *= 2;
+			unsigned char *p = shoal_realloc(f->rbuf, f->rcap, cap);
+			if (!p)
+				return ffail(f, SHOAL_ENOMEM, "no memory for results");
+			f->rbuf = p;
+			f->rcap = cap;
+		}
+		memcpy(f->rbuf + f->rlen, from, vl);
+		f->res[id - f->base] =
+			(tk_res){.state = 1, .status = (int32_t)status, .off = f->rlen, .len = (uint32_t)vl};
+		f->rlen += vl;
+		f->here++;
+	}
+	sh_msg_trim(&f->in, &f->in_cap);
+	return 0;
+}
+
+/* Once every result given out has been taken, the books start over. */
+static void settle(shoal_farm *f)
+{
+	if (f->taken != f->next_id - f->base + 1)
+		return;
+	memset(f->res, 0, f->cap_res * sizeof(*f->res));
+	f->base = f->next_id + 1;
+	f->here = f->taken = 0;
+	f->rlen = 0;
+}
+
+int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out, const shoal_value **result,
+		    int64_t deadline)
+{
+	if (!f || !out || !result)
+		return SHOAL_EINVAL;
+	f->err[0] = 0;
+	if (id < f->base || id > f->next_id || f->res[id - f->base].state == 2)
+		return ffail(f, SHOAL_ENOENT, "no task %llu waiting to be taken",
+			     (unsigned long long)id);
+	int rc = shoal_farm_flush(f);
+	while (rc == 0 && f->res[id - f->base].state == 0)
+		rc = pump(f, deadline);
+	if (rc)
+		return rc;
+	tk_res *r = &f->res[id - f->base];
+	sh_mp m;
+	sh_mp_init(&m, f->rbuf + r->off, r->len);
+	r->state = 2;
+	f->taken++;
+	if (r->status != 0) {
+		const char *msg = "";
+		uint32_t ml = 0;
+		if (sh_mp_str(&m, &msg, &ml))
+			msg = "(no message)", ml = 12;
+		rc = ffail(f, r->status, "%.*s", (int)ml, msg);
+	} else {
+		shoal_value *v;
+		char why[256];
+		if ((rc = sh_value_decode(&m, out, NULL, &v, why, sizeof(why))) != 0)
+			rc = ffail(f, rc == SHOAL_ENOMEM ? rc : SHOAL_EPROTO, "result of task %llu: %s",
+				   (unsigned long long)id, why);
+		else
+			*result = v;
+	}
+	settle(f);
+	return rc;
+}
+
+int shoal_farm_wait_any(shoal_farm *f, shoal_task *id, int64_t deadline)
+{
+	if (!f || !id)
+		return SHOAL_EINVAL;
+	f->err[0] = 0;
+	if (f->taken == f->next_id - f->base + 1)
+		return ffail(f, SHOAL_ENOENT, "no task waiting to be taken");
+	int rc = shoal_farm_flush(f);
+	while (rc == 0) {
+		/* a result here and not taken */
+		if (f->here > f->taken)
+			for (uint64_t i = 0; i <= f->next_id - f->base; i++)
+				if (f->res[i].state == 1) {
+					*id = f->base + i;
+					return 0;
+				}
+		rc = pump(f, deadline);
+	}
+	return rc;
+}
+
+int shoal_farm_wait_all(shoal_farm *f, int64_t deadline)
+{
+	if (!f)
+		return SHOAL_EINVAL;
+	f->err[0] = 0;
+	int rc = shoal_farm_flush(f);
+	while (rc == 0 && f->here < f->next_id - f->base + 1)
+		rc = pump(f, deadline);
+	return rc;
+}

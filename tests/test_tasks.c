@@ -1,0 +1,332 @@
+/* shoal-test: threaded */
+/* The task farm: a controller in this process, shoal-engine processes of
+ * this build loading tests/ext_sample.so, and clients. Floods of tasks
+ * under every scheme, errors with their code and message, engines that
+ * die mid-task (retried, then SHOAL_EENGINE with the signal), deadlines,
+ * a client that leaves with tasks queued, and rounds of all of it that
+ * leak no descriptor in the controller. */
+#include "test.h"
+
+#include <shoal/tasks.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char engine_bin[4096], sample[4096];
+
+static void paths(void)
+{
+	sh_test_bin(engine_bin, sizeof(engine_bin), "tools/shoal-engine");
+	snprintf(sample, sizeof(sample), "%s/tests/ext_sample.so", getenv("SHOAL_TEST_BINDIR"));
+	CHECK(access(sample, R_OK) == 0);
+	/* A sanitizer in an engine would catch its crashes and end it another
+	 * way (children read these at their start). */
+	setenv("ASAN_OPTIONS", "handle_segv=0:handle_abort=0:detect_leaks=0", 1);
+	setenv("TSAN_OPTIONS", "handle_segv=0:handle_abort=0", 1);
+}
+
+static shoal_controller_stat stat_of(shoal_controller *c)
+{
+	shoal_controller_stat st;
+	CHECK_OK(shoal_controller_stat_get(c, &st));
+	return st;
+}
+
+/* Starts n engines and waits until the controller has them all. */
+static void engines(shoal_controller *c, int n, pid_t *pids)
+{
+	uint32_t before = stat_of(c).engines;
+	for (int i = 0; i < n; i++)
+		CHECK_OK(shoal_engine_spawn(shoal_controller_socket(c), sample, engine_bin, &pids[i]));
+	int64_t until = shoal_deadline_in(10000 * MS);
+	while (stat_of(c).engines < before + (uint32_t)n && shoal_now_ns() < until)
+		usleep(1000);
+	CHECK_EQ(stat_of(c).engines, before + (uint32_t)n);
+}
+
+static shoal_controller *controller(shoal_scheme s)
+{
+	paths();
+	shoal_controller_opts o;
+	shoal_controller_opts_init(&o);
+	o.scheme = s;
+	shoal_controller *c;
+	CHECK_OK(shoal_controller_open(&c, &o));
+	return c;
+}
+
+static shoal_farm *client(shoal_controller *c)
+{
+	shoal_farm *f;
+	CHECK_OK(shoal_farm_connect(&f, shoal_controller_socket(c)));
+	return f;
+}
+
+#define CHECK_FARM_MSG(f, needle)                                                              \
+	do {                                                                                   \
+		if (!strstr(shoal_farm_last_error(f), (needle)))                               \
+			sh_test_fail(__FILE__, __LINE__, "message lacks \"%s\": %s", (needle), \
+				     shoal_farm_last_error(f));                                \
+	} while (0)
+
+/* n add tasks through f, every result checked. */
+static void flood(shoal_farm *f, int n)
+{
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	shoal_value *args = shoal_v_array(vb, (uint32_t)n);
+	for (int i = 0; i < n; i++) {
+		shoal_value *pair = shoal_v_array(vb, 2);
+		shoal_v_set(pair, 0, shoal_v_int(vb, i));
+		shoal_v_set(pair, 1, shoal_v_int(vb, 1000));
+		shoal_v_set(args, (uint32_t)i, pair);
+	}
+	shoal_task first;
+	CHECK_OK(shoal_farm_map(f, "add", args, NULL, &first));
+	CHECK_OK(shoal_farm_wait_all(f, shoal_deadline_in(30000 * MS)));
+	for (int i = n - 1; i >= 0; i--) {
+		const shoal_value *r;
+		shoal_vbuf_reset(vb);
+		int rc = shoal_farm_wait(f, first + (shoal_task)i, vb, &r, SHOAL_FOREVER);
+		if (rc || r->type != SHOAL_V_INT || r->v.i != i + 1000)
+			sh_test_fail(__FILE__, __LINE__, "task %d: %d %s", i, rc,
+				     shoal_farm_last_error(f));
+	}
+	shoal_vbuf_free(vb);
+}
+
+SH_TEST(every_scheme_runs_a_flood)
+{
+	for (int s = SHOAL_SCHEME_LEASTLOAD; s <= SHOAL_SCHEME_TWOBIN; s++) {
+		shoal_controller *c = controller((shoal_scheme)s);
+		pid_t pids[2];
+		engines(c, 2, pids);
+		shoal_farm *f = client(c);
+		flood(f, 5000);
+		/* a task at a time, too */
+		shoal_vbuf *vb;
+		CHECK_OK(shoal_vbuf_create(&vb));
+		for (int i = 0; i < 50; i++) {
+			shoal_value *pair = shoal_v_array(vb, 2);
+			shoal_v_set(pair, 0, shoal_v_int(vb, i));
+			shoal_v_set(pair, 1, shoal_v_int(vb, i));
+			shoal_task id;
+			const shoal_value *r;
+			CHECK_OK(shoal_farm_submit(f, "add", pair, NULL, &id));
+			CHECK_OK(shoal_farm_wait(f, id, vb, &r, shoal_deadline_in(5000 * MS)));
+			CHECK_EQ(r->v.i, 2 * i);
+		}
+		shoal_vbuf_free(vb);
+		shoal_controller_stat st = stat_of(c);
+		CHECK_EQ(st.done, 5050);
+		CHECK_EQ(st.running + st.queued, 0);
+		CHECK_EQ(st.failed, 0);
+		shoal_farm_close(f);
+		shoal_controller_close(c); /* the engines end with it */
+		for (int i = 0; i < 2; i++)
+			waitpid(pids[i], NULL, 0);
+		CHECK_EQ(shoal_scheme_parse(shoal_scheme_name((shoal_scheme)s)), s);
+	}
+	CHECK_EQ(shoal_scheme_parse("fastest"), -1);
+}
+
+SH_TEST(errors_come_back_with_their_code)
+{
+	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
+	pid_t pid;
+	engines(c, 1, &pid);
+	shoal_farm *f = client(c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	shoal_task a, b, d;
+	const shoal_value *r;
+	CHECK_OK(shoal_farm_submit(f, "add", shoal_v_cstr(vb, "x"), NULL, &a));
+	CHECK_OK(shoal_farm_submit(f, "nosuch", NULL, NULL, &b));
+	CHECK_OK(shoal_farm_submit(f, "add", NULL, NULL, &d));
+	CHECK_RC(shoal_farm_wait(f, b, vb, &r, SHOAL_FOREVER), SHOAL_ENOENT);
+	CHECK_FARM_MSG(f, "no function nosuch");
+	CHECK_RC(shoal_farm_wait(f, a, vb, &r, SHOAL_FOREVER), SHOAL_EINVAL);
+	CHECK_FARM_MSG(f, "add: expected [int, int]");
+	/* taken once only */
+	CHECK_RC(shoal_farm_wait(f, a, vb, &r, SHOAL_FOREVER), SHOAL_ENOENT);
+	shoal_task any;
+	CHECK_OK(shoal_farm_wait_any(f, &any, shoal_deadline_in(5000 * MS)));
+	CHECK_EQ(any, d);
+	CHECK_RC(shoal_farm_wait(f, d, vb, &r, SHOAL_FOREVER), SHOAL_EINVAL);
+	CHECK_RC(shoal_farm_wait_any(f, &any, SHOAL_FOREVER), SHOAL_ENOENT);
+	CHECK_RC(shoal_farm_wait(f, 12345, vb, &r, SHOAL_FOREVER), SHOAL_ENOENT);
+	CHECK_EQ(stat_of(c).failed, 0); /* the functions' errors, not the farm's */
+	shoal_vbuf_free(vb);
+	shoal_farm_close(f);
+	shoal_controller_close(c);
+	waitpid(pid, NULL, 0);
+}
+
+SH_TEST(dead_engines_retry_then_fail)
+{
+	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
+	pid_t pids[4];
+	engines(c, 3, pids);
+	shoal_farm *f = client(c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	shoal_task t;
+	/* no retries: the task fails, naming the engine and the signal */
+	CHECK_OK(shoal_farm_submit(f, "crash", NULL, NULL, &t));
+	CHECK_RC(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)), SHOAL_EENGINE);
+	CHECK_FARM_MSG(f, "was killed by signal 11");
+	CHECK_FARM_MSG(f, "while running it");
+	/* one retry: it crashes one engine, then works on another */
+	char mark[64];
+	snprintf(mark, sizeof(mark), "/tmp/shoal-crash-once-%d", (int)getpid());
+	unlink(mark);
+	shoal_task_opts o;
+	shoal_task_opts_init(&o);
+	o.retries = 1;
+	CHECK_OK(shoal_farm_submit(f, "crash_once", shoal_v_cstr(vb, mark), &o, &t));
+	CHECK_OK(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)));
+	CHECK_EQ(r->v.i, 1);
+	unlink(mark);
+	CHECK_EQ(stat_of(c).retried, 1);
+	CHECK_EQ(stat_of(c).engines, 1);
+	/* the last one is killed from outside; the controller goes on: a task
+	 * waits for an engine, and runs on the next to come */
+	for (int i = 0; i < 3; i++)
+		kill(pids[i], SIGKILL);
+	int64_t until = shoal_deadline_in(5000 * MS);
+	while (stat_of(c).engines != 0 && shoal_now_ns() < until)
+		usleep(1000);
+	CHECK_EQ(stat_of(c).engines, 0);
+	shoal_value *pair = shoal_v_array(vb, 2);
+	shoal_v_set(pair, 0, shoal_v_int(vb, 20));
+	shoal_v_set(pair, 1, shoal_v_int(vb, 22));
+	CHECK_OK(shoal_farm_submit(f, "add", pair, NULL, &t));
+	CHECK_OK(shoal_farm_flush(f));
+	until = shoal_deadline_in(5000 * MS);
+	while (stat_of(c).queued != 1 && shoal_now_ns() < until)
+		usleep(1000);
+	CHECK_EQ(stat_of(c).queued, 1);
+	engines(c, 1, &pids[3]);
+	CHECK_OK(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)));
+	CHECK_EQ(r->v.i, 42);
+	shoal_vbuf_free(vb);
+	shoal_farm_close(f);
+	shoal_controller_close(c);
+	waitpid(pids[3], NULL, 0);
+}
+
+SH_TEST(deadlines_and_targets)
+{
+	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
+	pid_t pids[2];
+	engines(c, 2, pids);
+	shoal_farm *f = client(c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	shoal_task t;
+	shoal_task_opts o;
+	shoal_task_opts_init(&o);
+	o.timeout_ns = 100 * MS;
+	int64_t t0 = shoal_now_ns();
+	CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 3000), &o, &t));
+	CHECK_RC(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)), SHOAL_ETIMEDOUT);
+	CHECK(shoal_now_ns() - t0 < 2000 * MS);
+	CHECK_FARM_MSG(f, "deadline");
+	/* a task for an engine that is not there waits for it: until its
+	 * deadline here */
+	o.engine = 7;
+	CHECK_OK(shoal_farm_submit(f, "add", NULL, &o, &t));
+	CHECK_RC(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)), SHOAL_ETIMEDOUT);
+	/* engine 1 exists: it runs there (the other is still asleep) */
+	o.engine = 1;
+	o.timeout_ns = 0;
+	shoal_value *pair = shoal_v_array(vb, 2);
+	shoal_v_set(pair, 0, shoal_v_int(vb, 1));
+	shoal_v_set(pair, 1, shoal_v_int(vb, 2));
+	CHECK_OK(shoal_farm_submit(f, "add", pair, &o, &t));
+	CHECK_OK(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)));
+	CHECK_EQ(r->v.i, 3);
+	shoal_vbuf_free(vb);
+	shoal_farm_close(f);
+	shoal_controller_close(c);
+	for (int i = 0; i < 2; i++)
+		waitpid(pids[i], NULL, 0);
+}
+
+static int open_fds(void)
+{
+	int n = 0;
+	DIR *d = opendir("/proc/self/fd");
+	for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+		n += e->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* A client that leaves drops its queued tasks; engines that die and
+ * clients that come and go leave nothing behind in the controller. */
+SH_TEST_T(clients_and_engines_come_and_go, 120)
+{
+	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	shoal_farm *f = client(c);
+	shoal_task_opts o;
+	shoal_task_opts_init(&o);
+	o.engine = 3; /* nobody: they stay queued */
+	for (int i = 0; i < 100; i++) {
+		shoal_task t;
+		CHECK_OK(shoal_farm_submit(f, "add", NULL, &o, &t));
+	}
+	CHECK_OK(shoal_farm_flush(f));
+	int64_t until = shoal_deadline_in(5000 * MS);
+	while (stat_of(c).queued != 100 && shoal_now_ns() < until)
+		usleep(1000);
+	CHECK_EQ(stat_of(c).queued, 100);
+	shoal_farm_close(f);
+	until = shoal_deadline_in(5000 * MS);
+	while ((stat_of(c).queued || stat_of(c).clients) && shoal_now_ns() < until)
+		usleep(1000);
+	CHECK_EQ(stat_of(c).queued, 0);
+	int fds = open_fds();
+	int rounds = sh_test_sanitized() ? 5 : 20;
+	for (int i = 0; i < rounds; i++) {
+		pid_t pid;
+		engines(c, 1, &pid);
+		f = client(c);
+		flood(f, 200);
+		shoal_task t;
+		const shoal_value *r;
+		CHECK_OK(shoal_farm_submit(f, "crash", NULL, NULL, &t));
+		CHECK_RC(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)),
+			 SHOAL_EENGINE);
+		shoal_farm_close(f);
+		until = shoal_deadline_in(5000 * MS);
+		while ((stat_of(c).engines || stat_of(c).clients) && shoal_now_ns() < until)
+			usleep(1000);
+	}
+	shoal_controller_stat st = stat_of(c);
+	CHECK_EQ(st.engines + st.clients, 0);
+	CHECK_EQ(st.queued + st.running, 0);
+	CHECK_EQ(open_fds(), fds);
+	shoal_vbuf_free(vb);
+	shoal_controller_close(c);
+}
+
+SH_TEST(no_controller_no_client)
+{
+	shoal_farm *f = NULL;
+	CHECK(shoal_farm_connect(&f, "/nonexistent/tasks.sock") != 0);
+	CHECK(f == NULL);
+	shoal_controller_opts o;
+	shoal_controller_opts_init(&o);
+	o.scheme = (shoal_scheme)42;
+	shoal_controller *c;
+	CHECK_RC(shoal_controller_open(&c, &o), SHOAL_EINVAL);
+}
