@@ -86,7 +86,7 @@ void sh_link_init(sh_link *l, int sock)
 {
 	memset(l, 0, sizeof(*l));
 	l->sock = sock;
-	l->efd = -1;
+	l->efd = l->efd_down = -1;
 }
 
 int sh_link_hello(sh_link *l, uint32_t *proto, uint32_t *version)
@@ -130,7 +130,8 @@ int sh_link_accept(sh_link *l, size_t cap, const uint64_t *info, size_t ninfo, c
 		close(rfd);
 		return rc;
 	}
-	if ((l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+	if ((l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
+	    (l->efd_down = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
 		close(rfd);
 		return shoal_errno();
 	}
@@ -141,15 +142,16 @@ int sh_link_accept(sh_link *l, size_t cap, const uint64_t *info, size_t ninfo, c
 	sh_ring_attach(&l->down, base + one, one, true);
 	/* We sleep on our eventfd (blocking only this fiber) and wake the
 	 * connector, a thread, on the futex. */
-	l->up.wait_efd = l->down.wait_efd = l->efd;
+	l->up.wait_efd = l->efd;
+	l->down.wait_efd = l->efd_down;
 	uint64_t words[1 + SH_LINK_INFO_MAX];
 	words[0] = one;
 	if (ninfo)
 		memcpy(words + 1, info, ninfo * 8);
-	int fds[2 + SH_LINK_FDS_MAX] = {rfd, l->efd};
+	int fds[3 + SH_LINK_FDS_MAX] = {rfd, l->efd, l->efd_down};
 	for (int i = 0; i < nextra; i++)
-		fds[2 + i] = extra[i];
-	while ((rc = sh_fd_send(l->sock, words, (1 + ninfo) * 8, fds, 2 + nextra)) == SHOAL_EAGAIN)
+		fds[3 + i] = extra[i];
+	while ((rc = sh_fd_send(l->sock, words, (1 + ninfo) * 8, fds, 3 + nextra)) == SHOAL_EAGAIN)
 		if ((rc = shoal_fd_wait(l->sock, SHOAL_FD_OUT, SHOAL_FOREVER, NULL)) != 0)
 			break;
 	close(rfd);
@@ -168,8 +170,8 @@ int sh_link_connect(sh_link *l, const char *path, uint32_t proto, uint32_t versi
 		return SHOAL_EINVAL;
 	}
 	strcpy(a.sun_path, path);
-	int rc = 0, fds[2 + SH_LINK_FDS_MAX], nfds = 0;
-	for (int i = 0; i < 2 + SH_LINK_FDS_MAX; i++)
+	int rc = 0, fds[3 + SH_LINK_FDS_MAX], nfds = 0;
+	for (int i = 0; i < 3 + SH_LINK_FDS_MAX; i++)
 		fds[i] = -1;
 	l->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (l->sock < 0 || connect(l->sock, (struct sockaddr *)&a, sizeof(a)) != 0) {
@@ -181,11 +183,11 @@ int sh_link_connect(sh_link *l, const char *path, uint32_t proto, uint32_t versi
 	uint64_t words[1 + SH_LINK_INFO_MAX];
 	size_t got = 0, one;
 	if ((rc = sh_fd_send(l->sock, hello, sizeof(hello), NULL, 0)) != 0 ||
-	    (rc = sh_fd_recv(l->sock, words, (1 + ninfo) * 8, &got, fds, 2 + nextra, &nfds)) != 0) {
+	    (rc = sh_fd_recv(l->sock, words, (1 + ninfo) * 8, &got, fds, 3 + nextra, &nfds)) != 0) {
 		snprintf(why, whylen, "set-up with %s: %s", path, shoal_strerror(rc));
 		goto fail;
 	}
-	if (got != (1 + ninfo) * 8 || nfds != 2 + nextra || sh_ring_bytes(cap, &one) != 0 ||
+	if (got != (1 + ninfo) * 8 || nfds != 3 + nextra || sh_ring_bytes(cap, &one) != 0 ||
 	    words[0] != one) {
 		rc = SHOAL_EPROTO;
 		snprintf(why, whylen,
@@ -193,7 +195,7 @@ int sh_link_connect(sh_link *l, const char *path, uint32_t proto, uint32_t versi
 			 "expected %zu bytes, %d descriptors, rings of %zu (a server of another "
 			 "protocol or version?)",
 			 path, got, nfds, got >= 8 ? (unsigned long long)words[0] : 0,
-			 (1 + ninfo) * 8, 2 + nextra, cap);
+			 (1 + ninfo) * 8, 3 + nextra, cap);
 		goto fail;
 	}
 	l->bytes = 2 * one;
@@ -215,19 +217,21 @@ int sh_link_connect(sh_link *l, const char *path, uint32_t proto, uint32_t versi
 		goto fail;
 	}
 	l->efd = fds[1];
-	/* The acceptor sleeps on its eventfd; we sleep on the futexes. */
-	l->up.wake_efd = l->down.wake_efd = l->efd;
+	l->efd_down = fds[2];
+	/* The acceptor sleeps on its eventfds; we sleep on the futexes. */
+	l->up.wake_efd = l->efd;
+	l->down.wake_efd = l->efd_down;
 	close(fds[0]);
 	if (ninfo)
 		memcpy(info, words + 1, ninfo * 8);
 	for (int i = 0; i < nextra; i++)
-		extra[i] = fds[2 + i];
+		extra[i] = fds[3 + i];
 	return 0;
 fail:
-	for (int i = 0; i < 2 + SH_LINK_FDS_MAX; i++)
+	for (int i = 0; i < 3 + SH_LINK_FDS_MAX; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-	l->efd = -1;
+	l->efd = l->efd_down = -1;
 	sh_link_fini(l);
 	return rc;
 }
@@ -237,7 +241,14 @@ void sh_link_shut(sh_link *l)
 	if (l->mem) {
 		sh_ring_close(&l->up);
 		sh_ring_close(&l->down);
+	} else if (l->sock >= 0) {
+		shutdown(l->sock, SHUT_RDWR); /* still in set-up */
 	}
+	/* an acceptor's fibers asleep on the doorbells see the close */
+	if (l->efd >= 0)
+		sh_eventfd_signal(l->efd);
+	if (l->efd_down >= 0)
+		sh_eventfd_signal(l->efd_down);
 }
 
 void sh_link_fini(sh_link *l)
@@ -245,10 +256,13 @@ void sh_link_fini(sh_link *l)
 	bool fiber = shoal_sched_current() != NULL; /* our poller may know them */
 	if (l->mem)
 		sh_shm_unmap(l->mem, l->bytes);
-	if (l->efd >= 0) {
+	for (int i = 0; i < 2; i++) {
+		int fd = i ? l->efd_down : l->efd;
+		if (fd < 0)
+			continue;
 		if (fiber)
-			shoal_fd_forget(l->efd);
-		close(l->efd);
+			shoal_fd_forget(fd);
+		close(fd);
 	}
 	if (l->sock >= 0) {
 		if (fiber)

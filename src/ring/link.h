@@ -5,10 +5,10 @@
  * connected to the side that accepted, "down" back.
  *
  * Set-up: the connector sends a hello (magic, protocol, version); the
- * acceptor, a fiber of a server, makes the rings and an eventfd that it
- * sleeps on (so that waiting blocks only its fiber), and answers with the
- * ring size, words of its protocol's own, and descriptors: the rings, the
- * eventfd, and what else the protocol adds. The connector, a thread,
+ * acceptor, a fiber of a server, makes the rings and an eventfd per ring
+ * that it sleeps on (so that waiting blocks only its fiber), and answers
+ * with the ring size, words of its protocol's own, and descriptors: the
+ * rings, the eventfds, and what else the protocol adds. The connector, a thread,
  * sleeps on the rings' futexes and rings the acceptor's eventfd. */
 #ifndef SHOAL_RING_LINK_H
 #define SHOAL_RING_LINK_H
@@ -22,8 +22,11 @@
 #define SH_LINK_FDS_MAX 4	  /* descriptors of a protocol's own in the answer */
 
 typedef struct sh_link {
-	int sock, efd; /* efd: the acceptor's doorbell (-1: none yet) */
-	void *mem;     /* the two rings */
+	/* efd, efd_down: the acceptor's doorbells (-1: none yet), one per
+	 * ring, so that one fiber may wait for the up ring's data while
+	 * another waits for room in the down ring */
+	int sock, efd, efd_down;
+	void *mem; /* the two rings */
 	size_t bytes;
 	sh_ring up, down; /* connector -> acceptor, acceptor -> connector */
 } sh_link;

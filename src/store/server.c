@@ -1078,16 +1078,8 @@ static void *server_thread(void *arg)
 		shoal_join(acc, NULL);
 	}
 	/* Closing a connection's rings ends its fiber, which frees it. */
-	for (st_conn *c = s->conns; c; c = c->next) {
-		if (c->l.mem) {
-			sh_ring_close(&c->l.up);
-			sh_ring_close(&c->l.down);
-		} else {
-			shutdown(c->l.sock, SHUT_RDWR); /* still in set-up */
-		}
-		if (c->l.efd >= 0)
-			sh_eventfd_signal(c->l.efd);
-	}
+	for (st_conn *c = s->conns; c; c = c->next)
+		sh_link_shut(&c->l);
 	while (s->conns)
 		shoal_sleep_until(shoal_deadline_in(1000000));
 	shoal_fd_forget(s->lsock);
