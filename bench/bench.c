@@ -677,6 +677,98 @@ int sh_bench_svg_bars(FILE *f, const sh_bench_report *r, const char *suite, cons
 	return h;
 }
 
+/* The text of param name of x, or NULL. */
+static const char *param_text(const sh_bench_result *x, const char *name)
+{
+	for (int i = 0; i < x->nparams; i++)
+		if (!strcmp(x->params[i].name, name))
+			return x->params[i].text;
+	return NULL;
+}
+
+int sh_bench_svg_lines(FILE *f, const sh_bench_report *r, const char *suite, const char *test,
+		       const char *xparam, const char *series, const char *metric,
+		       const char *y_unit, int x, int y, int w, int h)
+{
+	static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+					     "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
+	enum { MAXS = 8 };
+	char names[MAXS][40];
+	int ns = 0;
+	double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
+	for (size_t i = 0; i < r->n; i++) {
+		const sh_bench_result *t = &r->res[i];
+		const char *xs = param_text(t, xparam), *ss = param_text(t, series);
+		double v = sh_bench_metric_get(t, metric, -1);
+		if (strcmp(t->suite, suite) || strcmp(t->test, test) || t->status != SH_BENCH_OK ||
+		    v <= 0 || !xs || !ss || atof(xs) <= 0)
+			continue;
+		int k = 0;
+		while (k < ns && strcmp(names[k], ss))
+			k++;
+		if (k == ns && ns < MAXS)
+			snprintf(names[ns++], sizeof(names[0]), "%s", ss);
+		xlo = fmin(xlo, atof(xs)), xhi = fmax(xhi, atof(xs));
+		ylo = fmin(ylo, v), yhi = fmax(yhi, v);
+	}
+	if (ns == 0)
+		return 0;
+	double x0 = floor(log10(xlo)), x1 = ceil(log10(xhi)), y0 = floor(log10(ylo)),
+	       y1 = ceil(log10(yhi));
+	x1 = x1 <= x0 ? x0 + 1 : x1;
+	y1 = y1 <= y0 ? y0 + 1 : y1;
+	int left = x + 60, top = y + 20, bottom = y + h - 40, right = x + w - 20;
+#define PX(v) (left + (int)((log10(v) - x0) / (x1 - x0) * (right - left)))
+#define PY(v) (bottom - (int)((log10(v) - y0) / (y1 - y0) * (bottom - top)))
+	fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\">", x + 4, y + 12);
+	svg_text(f, test);
+	fputs(": ", f);
+	svg_text(f, metric);
+	fputs(" (", f);
+	svg_text(f, y_unit);
+	fputs(") against ", f);
+	svg_text(f, xparam);
+	fputs(", log-log</text>\n", f);
+	for (double d = y0; d <= y1; d++)
+		fprintf(f,
+			"<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#ddd\"/>"
+			"<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%g</text>\n",
+			left, PY(pow(10, d)), right, PY(pow(10, d)), left - 4, PY(pow(10, d)) + 4,
+			pow(10, d));
+	for (double d = x0; d <= x1; d++)
+		fprintf(f,
+			"<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#ddd\"/>"
+			"<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
+			PX(pow(10, d)), top, PX(pow(10, d)), bottom, PX(pow(10, d)), bottom + 14,
+			pow(10, d));
+	for (int k = 0; k < ns; k++) {
+		fprintf(f, "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"%s\" points=\"",
+			colors[k % MAXS]);
+		/* in the order of x: results come in that order per series */
+		for (size_t i = 0; i < r->n; i++) {
+			const sh_bench_result *t = &r->res[i];
+			const char *xs = param_text(t, xparam), *ss = param_text(t, series);
+			double v = sh_bench_metric_get(t, metric, -1);
+			if (strcmp(t->suite, suite) || strcmp(t->test, test) ||
+			    t->status != SH_BENCH_OK || v <= 0 || !xs || !ss ||
+			    strcmp(ss, names[k]) || atof(xs) <= 0)
+				continue;
+			fprintf(f, "%d,%d ", PX(atof(xs)), PY(v));
+		}
+		fputs("\"/>\n", f);
+		fprintf(f,
+			"<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>"
+			"<text x=\"%d\" y=\"%d\">",
+			left + 90 * k, bottom + 22, colors[k % MAXS], left + 90 * k + 14,
+			bottom + 31);
+		svg_text(f, names[k]);
+		fputs("</text>\n", f);
+	}
+#undef PX
+#undef PY
+	return h;
+}
+
 /* ---- child processes ---------------------------------------------------- */
 
 double sh_bench_now(void)
@@ -929,6 +1021,8 @@ const sh_bench_suite sh_bench_suites[] = {
 	 sh_bench_store, sh_bench_store_table, NULL},
 	{"rpc", "calls into extension processes vs local calls (pyisolate's suite), start, memory",
 	 sh_bench_rpc, sh_bench_rpc_table, NULL},
+	{"tasks", "a flood of no-op tasks through a controller to 2 engines (ipyparallel's test)",
+	 sh_bench_tasks, sh_bench_tasks_table, sh_bench_tasks_plot},
 };
 const size_t sh_bench_nsuites = sizeof(sh_bench_suites) / sizeof(sh_bench_suites[0]);
 

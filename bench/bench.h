@@ -128,6 +128,12 @@ int sh_bench_svg_begin(FILE *f, int width, int height, const char *title);
 int sh_bench_svg_bars(FILE *f, const sh_bench_report *r, const char *suite, const char *test,
 		      const char *metric, double scale, const char *y_unit, int x, int y, int w,
 		      int h);
+/* A panel of lines on log-log axes: metric against the numeric param
+ * xparam, one line per value of the param series (results of `test` in
+ * `suite`, in the order they were added). Returns the height used. */
+int sh_bench_svg_lines(FILE *f, const sh_bench_report *r, const char *suite, const char *test,
+		       const char *xparam, const char *series, const char *metric,
+		       const char *y_unit, int x, int y, int w, int h);
 void sh_bench_svg_end(FILE *f);
 
 /* x against its baseline row: "7.3x faster than go, RSS 0.40x", "(baseline)"
@@ -208,6 +214,11 @@ void sh_bench_ring_table(FILE *f, const sh_bench_report *r);
 /* suite_rpc.c: pyisolate's call benchmarks, extension start and memory. */
 int sh_bench_rpc(const sh_bench_opts *o, sh_bench_report *r);
 void sh_bench_rpc_table(FILE *f, const sh_bench_report *r);
+
+/* suite_tasks.c: the task farm's flood of no-op tasks. */
+int sh_bench_tasks(const sh_bench_opts *o, sh_bench_report *r);
+void sh_bench_tasks_table(FILE *f, const sh_bench_report *r);
+void sh_bench_tasks_plot(FILE *f, const sh_bench_report *r);
 
 /* suite_store.c: put/get latency, a state dict's get, reader memory. */
 int sh_bench_store(const sh_bench_opts *o, sh_bench_report *r);
