@@ -40,7 +40,8 @@ static void engines(shoal_controller *c, int n, pid_t *pids)
 {
 	uint32_t before = stat_of(c).engines;
 	for (int i = 0; i < n; i++)
-		CHECK_OK(shoal_engine_spawn(shoal_controller_socket(c), sample, engine_bin, &pids[i]));
+		CHECK_OK(shoal_engine_spawn(shoal_controller_socket(c), sample, engine_bin,
+					    &pids[i]));
 	int64_t until = shoal_deadline_in(10000 * MS);
 	while (stat_of(c).engines < before + (uint32_t)n && shoal_now_ns() < until)
 		usleep(1000);
@@ -256,6 +257,86 @@ SH_TEST(deadlines_and_targets)
 	shoal_controller_close(c);
 	for (int i = 0; i < 2; i++)
 		waitpid(pids[i], NULL, 0);
+}
+
+SH_TEST(dependencies_after_and_follow)
+{
+	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
+	pid_t pids[2];
+	engines(c, 2, pids);
+	shoal_farm *f = client(c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	shoal_task_opts o;
+	/* after: b runs once a is done, so a's result is here before b's */
+	shoal_task a, b, d, e, g, h;
+	CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 200), NULL, &a));
+	shoal_task_opts_init(&o);
+	o.after = &a;
+	o.nafter = 1;
+	shoal_value *pair = shoal_v_array(vb, 2);
+	shoal_v_set(pair, 0, shoal_v_int(vb, 1));
+	shoal_v_set(pair, 1, shoal_v_int(vb, 2));
+	CHECK_OK(shoal_farm_submit(f, "add", pair, &o, &b));
+	CHECK_OK(shoal_farm_wait(f, b, vb, &r, shoal_deadline_in(10000 * MS)));
+	CHECK_EQ(r->v.i, 3);
+	CHECK_OK(shoal_farm_wait(f, a, vb, &r, shoal_deadline_in(0)));
+	/* a failure fails what depends on it, and what depends on that */
+	CHECK_OK(shoal_farm_submit(f, "fail", shoal_v_cstr(vb, "no"), NULL, &d));
+	o.after = &d;
+	CHECK_OK(shoal_farm_submit(f, "add", pair, &o, &e));
+	o.after = &e;
+	shoal_task e2;
+	CHECK_OK(shoal_farm_submit(f, "add", pair, &o, &e2));
+	CHECK_RC(shoal_farm_wait(f, e2, vb, &r, shoal_deadline_in(10000 * MS)), SHOAL_EDEPFAIL);
+	CHECK_RC(shoal_farm_wait(f, e, vb, &r, shoal_deadline_in(10000 * MS)), SHOAL_EDEPFAIL);
+	char want[64];
+	snprintf(want, sizeof(want), "depends on task %llu, which failed", (unsigned long long)d);
+	CHECK_FARM_MSG(f, want);
+	CHECK(shoal_farm_wait(f, d, vb, &r, SHOAL_FOREVER) < 0);
+	/* and one submitted after the failure fails at once */
+	o.after = &d;
+	CHECK_RC(shoal_farm_submit(f, "add", pair, &o, &e), 0);
+	CHECK_RC(shoal_farm_wait(f, e, vb, &r, shoal_deadline_in(10000 * MS)), SHOAL_EDEPFAIL);
+	/* follow: h runs where g ran, every time */
+	for (int i = 0; i < 6; i++) {
+		shoal_task_opts_init(&o);
+		CHECK_OK(shoal_farm_submit(f, "pids", NULL, NULL, &g));
+		o.follow = &g;
+		o.nfollow = 1;
+		CHECK_OK(shoal_farm_submit(f, "pids", NULL, &o, &h));
+		CHECK_OK(shoal_farm_wait(f, g, vb, &r, shoal_deadline_in(10000 * MS)));
+		int64_t pg = r->v.items[0].v.i;
+		CHECK_OK(shoal_farm_wait(f, h, vb, &r, shoal_deadline_in(10000 * MS)));
+		CHECK_EQ(r->v.items[0].v.i, pg);
+	}
+	/* a dependency on a task that is not earlier */
+	shoal_task later = 999999;
+	o.follow = NULL;
+	o.nfollow = 0;
+	o.after = &later;
+	o.nafter = 1;
+	CHECK_OK(shoal_farm_submit(f, "add", pair, &o, &e));
+	CHECK_RC(shoal_farm_wait(f, e, vb, &r, shoal_deadline_in(10000 * MS)), SHOAL_EDEPFAIL);
+	CHECK_FARM_MSG(f, "expected an earlier task");
+	shoal_farm_close(f);
+	shoal_controller_close(c);
+	for (int i = 0; i < 2; i++)
+		waitpid(pids[i], NULL, 0);
+	/* pure keeps no books: no dependencies there */
+	c = controller(SHOAL_SCHEME_PURE);
+	engines(c, 1, pids);
+	f = client(c);
+	CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 1), NULL, &a));
+	o.after = &a;
+	CHECK_OK(shoal_farm_submit(f, "add", pair, &o, &b));
+	CHECK_RC(shoal_farm_wait(f, b, vb, &r, shoal_deadline_in(10000 * MS)), SHOAL_ENOTSUP);
+	CHECK_FARM_MSG(f, "pure scheme has no dependencies");
+	shoal_vbuf_free(vb);
+	shoal_farm_close(f);
+	shoal_controller_close(c);
+	waitpid(pids[0], NULL, 0);
 }
 
 static int open_fds(void)

@@ -92,6 +92,15 @@ typedef struct shoal_task_opts {
 	uint32_t retries;   /* times it is sent again if its engine dies; then
 			       SHOAL_EENGINE */
 	int32_t engine;	    /* run only on this engine (its number); -1: any */
+	/* Dependencies on earlier tasks of this client (the scheduled schemes
+	 * only: pure refuses them with SHOAL_ENOTSUP). after: run once these
+	 * succeeded; follow: once these succeeded, on the engine that ran
+	 * them. A dependency that failed fails the task with SHOAL_EDEPFAIL,
+	 * naming it. */
+	const shoal_task *after;
+	uint32_t nafter;
+	const shoal_task *follow;
+	uint32_t nfollow;
 } shoal_task_opts;
 SHOAL_API void shoal_task_opts_init(shoal_task_opts *o);
 

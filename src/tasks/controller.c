@@ -30,19 +30,22 @@ typedef struct tk_engine tk_engine;
 typedef struct tk_client tk_client;
 
 struct tk_task {
-	uint64_t tid; /* ours, across clients */
-	uint64_t cid; /* the client's */
-	tk_client *client; /* NULL once the client is gone */
-	tk_engine *on;	   /* assigned to (in its outbox or running), or NULL */
-	tk_task *next;	   /* in an outbox or the pending queue */
+	uint64_t tid;	    /* ours, across clients */
+	uint64_t cid;	    /* the client's */
+	tk_client *client;  /* NULL once the client is gone */
+	tk_engine *on;	    /* assigned to (in its outbox or running), or NULL */
+	tk_task *next;	    /* in an outbox or the pending queue */
 	unsigned char *raw; /* fn and args, as the client encoded them */
 	uint32_t rawlen;
 	uint32_t retries;
 	int32_t engine_want; /* -1: any */
 	int64_t deadline;    /* absolute; 0: none */
-	bool queued;	     /* in an outbox or the pending queue */
-	bool sent;	     /* its engine has it */
-	bool over;	     /* answered (failed early): freed when it leaves its queue */
+	uint32_t unmet;	     /* dependencies not done yet (it waits in their lists) */
+	uint64_t *follow;    /* the client's ids it must run beside (where they ran) */
+	uint32_t nfollow;
+	bool queued; /* in an outbox or the pending queue */
+	bool sent;   /* its engine has it */
+	bool over;   /* answered (failed early): freed when it leaves its queue */
 };
 
 typedef struct tk_queue {
@@ -71,11 +74,23 @@ struct tk_engine {
 	uint64_t last;	   /* lru: when it was last given a task */
 };
 
+/* Tasks waiting for one task of their client. */
+typedef struct tk_waiters {
+	tk_task **v;
+	uint32_t n, cap;
+} tk_waiters;
+
 struct tk_client {
 	tk_conn c;
 	tk_client *next;
-	sh_wbuf res;	/* results not sent yet (a batch being built) */
+	sh_wbuf res; /* results not sent yet (a batch being built) */
 	uint32_t nres;
+	/* For dependencies, by the client's ids (1, 2, ...): how each ended
+	 * (0: not yet; > 0: done on engine fate - 1; < 0: failed), the
+	 * largest id seen, and who waits for whom. */
+	int32_t *fate;
+	uint64_t cap_fate, max_id;
+	sh_map waiters; /* id -> tk_waiters */
 };
 
 struct shoal_controller {
@@ -148,6 +163,8 @@ static void task_free(tk_task *t)
 {
 	if (t->raw)
 		shoal_free(t->raw, t->rawlen);
+	if (t->follow)
+		shoal_free(t->follow, t->nfollow * sizeof(*t->follow));
 	SH_DELETE(t);
 }
 
@@ -178,18 +195,22 @@ static void forget(shoal_controller *ctl, tk_task *t)
 		atomic_fetch_sub_explicit(&ctl->n_queued, 1, memory_order_relaxed); /* pending */
 	}
 	t->on = NULL;
-	if (t->queued)
-		t->over = true;
+	if (t->queued || t->unmet)
+		t->over = true; /* freed when it leaves its queue, or its waits end */
 	else
 		task_free(t);
 }
 
 /* Appends the result of t (status, and raw: an encoded value, or NULL
  * with a message) to its client's batch, and forgets t. */
+static void settle_deps(shoal_controller *ctl, tk_client *c, uint64_t id, int32_t fate);
+
 static void answer(shoal_controller *ctl, tk_task *t, int32_t status, const void *raw, size_t len,
 		   const char *msg)
 {
 	tk_client *c = t->client;
+	uint64_t cid = t->cid;
+	int32_t fate = status ? -1 : t->on ? (int32_t)t->on->c.num + 1 : INT32_MAX;
 	if (c && !c->c.gone) {
 		msgpack_packer pk;
 		sh_wbuf_packer(&c->res, &pk);
@@ -207,6 +228,8 @@ static void answer(shoal_controller *ctl, tk_task *t, int32_t status, const void
 	if (status != 0 && !raw)
 		atomic_fetch_add_explicit(&ctl->n_failed, 1, memory_order_relaxed);
 	forget(ctl, t);
+	if (c && !c->c.gone)
+		settle_deps(ctl, c, cid, fate);
 }
 
 static void fail(shoal_controller *ctl, tk_task *t, int code, const char *fmt, ...)
@@ -247,7 +270,8 @@ static tk_engine *pick(shoal_controller *ctl, const tk_task *t)
 	case SHOAL_SCHEME_PURE:
 		k = ctl->rr++ % n;
 		for (tk_engine *e = ctl->engines; e; e = e->next)
-			if ((t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num) && i++ == k)
+			if ((t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num) &&
+			    i++ == k)
 				return e;
 		return NULL;
 	case SHOAL_SCHEME_LRU:
@@ -334,6 +358,129 @@ static void assign_pending(shoal_controller *ctl)
 	}
 }
 
+/* ---- dependencies ---- */
+
+/* Where the tasks t follows ran: all on one engine, or why not. */
+static int follow_engine(tk_client *c, const tk_task *t, int32_t *engine, char *why, size_t len)
+{
+	int32_t e = -1;
+	for (uint32_t i = 0; i < t->nfollow; i++) {
+		int32_t f = c->fate[t->follow[i]];
+		int32_t on = f == INT32_MAX ? -1 : f - 1;
+		if (on < 0)
+			continue; /* failed early (never ran): no place to follow */
+		if (e >= 0 && on != e) {
+			snprintf(why, len, "the tasks it follows ran on engines %d and %d", e, on);
+			return SHOAL_EDEPFAIL;
+		}
+		e = on;
+	}
+	*engine = e;
+	return 0;
+}
+
+/* t's dependencies are met: it goes to an engine (the one of the tasks
+ * it follows, if any). */
+static void release(shoal_controller *ctl, tk_task *t)
+{
+	char why[128];
+	int32_t e = -1;
+	if (t->nfollow && follow_engine(t->client, t, &e, why, sizeof(why)) != 0) {
+		fail(ctl, t, SHOAL_EDEPFAIL, "task %llu: %s", (unsigned long long)t->cid, why);
+		return;
+	}
+	if (e >= 0) {
+		bool there = false;
+		for (tk_engine *g = ctl->engines; g && !there; g = g->next)
+			there = (int32_t)g->c.num == e;
+		if (!there) {
+			fail(ctl, t, SHOAL_EDEPFAIL,
+			     "task %llu follows tasks that ran on engine %d, which is gone",
+			     (unsigned long long)t->cid, e);
+			return;
+		}
+		t->engine_want = e;
+	}
+	assign(ctl, t);
+}
+
+/* Task id of client c ended (fate as in tk_client): its waiters go on, or
+ * fail with it. */
+static void settle_deps(shoal_controller *ctl, tk_client *c, uint64_t id, int32_t fate)
+{
+	if (id < c->cap_fate)
+		c->fate[id] = fate;
+	tk_waiters *w = sh_map_del(&c->waiters, id);
+	if (!w)
+		return;
+	for (uint32_t i = 0; i < w->n; i++) {
+		tk_task *t = w->v[i];
+		t->unmet--;
+		if (t->over) {
+			if (t->unmet == 0 && !t->queued)
+				task_free(t);
+			continue;
+		}
+		if (fate < 0)
+			fail(ctl, t, SHOAL_EDEPFAIL, "task %llu depends on task %llu, which failed",
+			     (unsigned long long)t->cid, (unsigned long long)id);
+		else if (t->unmet == 0)
+			release(ctl, t);
+	}
+	if (w->v)
+		shoal_free(w->v, w->cap * sizeof(*w->v));
+	SH_DELETE(w);
+}
+
+/* A list of the client's task ids at m, into *ids (n of them). */
+static int read_ids(sh_mp *m, uint64_t **ids, uint32_t *n)
+{
+	*ids = NULL;
+	if (sh_mp_array(m, n))
+		return SHOAL_EPROTO;
+	if (*n && !(*ids = shoal_alloc(*n * sizeof(**ids))))
+		return SHOAL_ENOMEM;
+	for (uint32_t i = 0; i < *n; i++)
+		if (sh_mp_uint(m, &(*ids)[i]))
+			return SHOAL_EPROTO; /* the caller frees *ids */
+	return 0;
+}
+
+/* t depends on the client's task id: done already, or t waits for it. */
+static int add_dep(shoal_controller *ctl, tk_client *c, tk_task *t, uint64_t id, char *why,
+		   size_t len)
+{
+	if (ctl->opts.scheme == SHOAL_SCHEME_PURE) {
+		snprintf(why, len, "the pure scheme has no dependencies (as in ipyparallel)");
+		return SHOAL_ENOTSUP;
+	}
+	if (id == 0 || id >= t->cid) {
+		snprintf(why, len,
+			 "task %llu depends on task %llu: expected an earlier task of this client",
+			 (unsigned long long)t->cid, (unsigned long long)id);
+		return SHOAL_EDEPFAIL;
+	}
+	int32_t fate = c->fate[id];
+	if (fate < 0) {
+		snprintf(why, len, "task %llu depends on task %llu, which failed",
+			 (unsigned long long)t->cid, (unsigned long long)id);
+		return SHOAL_EDEPFAIL;
+	}
+	if (fate > 0)
+		return 0;
+	tk_waiters *w = sh_map_get(&c->waiters, id);
+	if (!w && (!(w = SH_NEW(tk_waiters)) || sh_map_put(&c->waiters, id, w) != 0)) {
+		if (w)
+			SH_DELETE(w);
+		return SHOAL_ENOMEM;
+	}
+	if (sh_grow_array((void **)&w->v, &w->cap, w->n, sizeof(*w->v)) != 0)
+		return SHOAL_ENOMEM;
+	w->v[w->n++] = t;
+	t->unmet++;
+	return 0;
+}
+
 /* ---- clients ---- */
 
 /* A SUBMIT frame: each task is routed as it is read. A malformed one ends
@@ -351,8 +498,22 @@ static int on_submit(tk_client *c, const sh_frame *f)
 		uint64_t id, retries;
 		int64_t timeout, engine;
 		const char *fn;
-		if (sh_mp_array(&m, &k) || k != 6 || sh_mp_uint(&m, &id))
-			return SHOAL_EPROTO;
+		if (sh_mp_array(&m, &k) || k != 8 || sh_mp_uint(&m, &id) || id == 0 ||
+		    id <= c->max_id || id > c->max_id + (1u << 24))
+			return SHOAL_EPROTO; /* ids go up, without wild jumps */
+		c->max_id = id;
+		if (id >= c->cap_fate) {
+			uint64_t cap = c->cap_fate ? c->cap_fate : 4096;
+			while (cap <= id)
+				cap *= 2;
+			int32_t *fate = shoal_realloc(c->fate, c->cap_fate * sizeof(*fate),
+						      cap * sizeof(*fate));
+			if (!fate)
+				return SHOAL_ENOMEM;
+			memset(fate + c->cap_fate, 0, (cap - c->cap_fate) * sizeof(*fate));
+			c->fate = fate;
+			c->cap_fate = cap;
+		}
 		const unsigned char *from = m.p;
 		if (sh_mp_str(&m, &fn, &fl) || fl == 0 || sh_mp_skip(&m))
 			return SHOAL_EPROTO;
@@ -381,7 +542,25 @@ static int on_submit(tk_client *c, const sh_frame *f)
 			task_free(t);
 			return SHOAL_ENOMEM;
 		}
-		assign(ctl, t);
+		uint64_t *after;
+		uint32_t nafter;
+		int rc = read_ids(&m, &after, &nafter);
+		if (rc == 0)
+			rc = read_ids(&m, &t->follow, &t->nfollow);
+		char why[192] = "";
+		for (uint32_t d = 0; rc == 0 && d < nafter + t->nfollow; d++)
+			rc = add_dep(ctl, c, t, d < nafter ? after[d] : t->follow[d - nafter], why,
+				     sizeof(why));
+		if (after)
+			shoal_free(after, nafter * sizeof(*after));
+		if (rc == SHOAL_EPROTO || rc == SHOAL_ENOMEM)
+			return rc; /* the connection ends: the task goes with it */
+		if (rc) {
+			fail(ctl, t, rc, "%s", why);
+			continue;
+		}
+		if (t->unmet == 0)
+			release(ctl, t);
 	}
 	return sh_mp_done(&m) == 0 ? 0 : SHOAL_EPROTO;
 }
@@ -408,6 +587,29 @@ static void client_gone(shoal_controller *ctl, tk_client *c)
 	if (dropped)
 		sh_debug("tasks", "client %u gone: %llu tasks dropped", c->c.num,
 			 (unsigned long long)dropped);
+}
+
+/* What a client held for dependencies: tasks still waiting were taken
+ * off the books when it went, and go with their last wait. */
+static void client_fini(tk_client *c)
+{
+	size_t it = 0;
+	uint64_t key;
+	void *val;
+	while (sh_map_next(&c->waiters, &it, &key, &val)) {
+		tk_waiters *w = val;
+		for (uint32_t i = 0; i < w->n; i++) {
+			tk_task *t = w->v[i];
+			if (--t->unmet == 0 && t->over && !t->queued)
+				task_free(t);
+		}
+		if (w->v)
+			shoal_free(w->v, w->cap * sizeof(*w->v));
+		SH_DELETE(w);
+	}
+	sh_map_fini(&c->waiters);
+	if (c->fate)
+		shoal_free(c->fate, c->cap_fate * sizeof(*c->fate));
 }
 
 /* ---- engines ---- */
@@ -571,8 +773,9 @@ static void *writer_main(void *arg)
 		int rc = c->engine ? engine_flush((tk_engine *)c) : client_flush((tk_client *)c);
 		if (rc) {
 			if (rc != SHOAL_ECLOSED)
-				sh_warn("tasks", "%s %u: sending: %s", c->engine ? "engine" : "client",
-					c->num, shoal_strerror(rc));
+				sh_warn("tasks", "%s %u: sending: %s",
+					c->engine ? "engine" : "client", c->num,
+					shoal_strerror(rc));
 			sh_link_shut(&c->l);
 			break;
 		}
@@ -624,8 +827,10 @@ static void *conn_main(void *arg)
 	int rc = sh_link_hello(&hello->l, &proto, &version);
 	if (rc == 0 && (version != SH_TASKS_VERSION ||
 			(proto != SH_TASKS_CLIENT && proto != SH_TASKS_ENGINE))) {
-		sh_warn("tasks", "pid %d: hello (%08x, %u), expected a client or an engine of "
-				 "version %d", (int)hello->pid, proto, version, SH_TASKS_VERSION);
+		sh_warn("tasks",
+			"pid %d: hello (%08x, %u), expected a client or an engine of "
+			"version %d",
+			(int)hello->pid, proto, version, SH_TASKS_VERSION);
 		rc = SHOAL_EPROTO;
 	}
 	tk_conn *c = NULL;
@@ -710,6 +915,8 @@ static void *conn_main(void *arg)
 		conn_fini(c);
 		if (cl && joined)
 			sh_wbuf_fini(&cl->res);
+		if (cl)
+			client_fini(cl);
 		SH_DELETE(e ? (void *)e : (void *)cl);
 	}
 	ctl->nconns--;
@@ -724,8 +931,8 @@ static void *accept_main(void *arg)
 		if (fd < 0) {
 			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED ||
 			    errno == EMFILE || errno == ENFILE || errno == ENOMEM) {
-				int64_t until = errno == EAGAIN || errno == EINTR ||
-							errno == ECONNABORTED
+				int64_t until =
+					errno == EAGAIN || errno == EINTR || errno == ECONNABORTED
 						? SHOAL_FOREVER
 						: shoal_deadline_in(100000000);
 				if (until != SHOAL_FOREVER)
@@ -793,7 +1000,8 @@ static void *controller_thread(void *arg)
 		return NULL;
 	}
 	shoal_fiber *acc = NULL, *dl = NULL;
-	if ((rc = shoal_spawn(&acc, accept_main, ctl, &(shoal_fiber_opts){.name = "tasks-accept"})) ||
+	if ((rc = shoal_spawn(&acc, accept_main, ctl,
+			      &(shoal_fiber_opts){.name = "tasks-accept"})) ||
 	    (rc = shoal_spawn(&dl, deadline_main, ctl,
 			      &(shoal_fiber_opts){.name = "tasks-deadlines"})))
 		sh_error("tasks", "fibers: %s", shoal_strerror(rc));
@@ -834,8 +1042,10 @@ static void *controller_thread(void *arg)
 /* ---- the API ---- */
 
 static const char *const scheme_names[] = {
-	[SHOAL_SCHEME_LEASTLOAD] = "leastload", [SHOAL_SCHEME_PURE] = "pure",
-	[SHOAL_SCHEME_LRU] = "lru",		[SHOAL_SCHEME_WEIGHTED] = "weighted",
+	[SHOAL_SCHEME_LEASTLOAD] = "leastload",
+	[SHOAL_SCHEME_PURE] = "pure",
+	[SHOAL_SCHEME_LRU] = "lru",
+	[SHOAL_SCHEME_WEIGHTED] = "weighted",
 	[SHOAL_SCHEME_TWOBIN] = "twobin",
 };
 
@@ -849,8 +1059,7 @@ int shoal_scheme_parse(const char *name)
 
 const char *shoal_scheme_name(shoal_scheme s)
 {
-	return (unsigned)s < sizeof(scheme_names) / sizeof(scheme_names[0]) ? scheme_names[s]
-									  : "?";
+	return (unsigned)s < sizeof(scheme_names) / sizeof(scheme_names[0]) ? scheme_names[s] : "?";
 }
 
 void shoal_controller_opts_init(shoal_controller_opts *o)
@@ -925,7 +1134,7 @@ int shoal_engine_spawn(const char *socket, const char *so, const char *runner, p
 		runner = getenv("SHOAL_ENGINE");
 	if (!runner)
 		runner = SHOAL_ENGINE_DEFAULT;
-	char *argv[] = {(char *)runner, "--socket", (char *)socket, "--so", (char *)so,
+	char *argv[] = {(char *)runner,	     "--socket", (char *)socket, "--so", (char *)so,
 			"--die-with-parent", NULL};
 	extern char **environ;
 	int rc = posix_spawn(pid, runner, NULL, NULL, argv, environ);

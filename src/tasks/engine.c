@@ -74,7 +74,8 @@ static int run_one(engine *g, sh_mp *m)
 		if (status == 0 && g->out.err)
 			status = g->out.err;
 		if (status)
-			snprintf(why, sizeof(why), "%s", ctx.msg[0] ? ctx.msg : shoal_strerror(status));
+			snprintf(why, sizeof(why), "%s",
+				 ctx.msg[0] ? ctx.msg : shoal_strerror(status));
 	}
 	msgpack_packer pk;
 	sh_wbuf_packer(&g->w, &pk);
@@ -103,8 +104,8 @@ static int serve(engine *g)
 		char why[160];
 		if ((rc = sh_msg_read(&g->l.down, &in, &in_cap, &len, SHOAL_FOREVER)) != 0)
 			break;
-		if ((rc = sh_frame_decode(in, len, &f, why, sizeof(why))) != 0 || f.op != SH_TK_RUN ||
-		    f.oob) {
+		if ((rc = sh_frame_decode(in, len, &f, why, sizeof(why))) != 0 ||
+		    f.op != SH_TK_RUN || f.oob) {
 			fprintf(stderr, "shoal-engine %s: a frame that is not a RUN batch: %s\n",
 				g->name, why);
 			rc = SHOAL_EPROTO;

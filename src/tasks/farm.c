@@ -148,7 +148,7 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 	size_t mark = f->sub.len;
 	msgpack_packer pk;
 	sh_wbuf_packer(&f->sub, &pk);
-	msgpack_pack_array(&pk, 6);
+	msgpack_pack_array(&pk, 8);
 	msgpack_pack_uint64(&pk, f->next_id + 1);
 	sh_mp_pack_cstr(&pk, fn);
 	shoal_value nil = {.type = SHOAL_V_NIL};
@@ -156,6 +156,12 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 	msgpack_pack_int64(&pk, o->timeout_ns);
 	msgpack_pack_uint32(&pk, o->retries);
 	msgpack_pack_int32(&pk, o->engine);
+	msgpack_pack_array(&pk, o->after ? o->nafter : 0);
+	for (uint32_t i = 0; o->after && i < o->nafter; i++)
+		msgpack_pack_uint64(&pk, o->after[i]);
+	msgpack_pack_array(&pk, o->follow ? o->nfollow : 0);
+	for (uint32_t i = 0; o->follow && i < o->nfollow; i++)
+		msgpack_pack_uint64(&pk, o->follow[i]);
 	if (f->sub.err) {
 		rc = f->sub.err;
 		f->sub.err = 0;
@@ -232,8 +238,8 @@ static int pump(shoal_farm *f, int64_t deadline)
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t id;
 		int64_t status;
-		if (sh_mp_array(&m, &k) || k != 3 || sh_mp_uint(&m, &id) || sh_mp_int(&m, &status) ||
-		    status > 0 || status < INT32_MIN)
+		if (sh_mp_array(&m, &k) || k != 3 || sh_mp_uint(&m, &id) ||
+		    sh_mp_int(&m, &status) || status > 0 || status < INT32_MIN)
 			return ffail(f, SHOAL_EPROTO, "from the controller: malformed result");
 		const unsigned char *from = m.p;
 		if (sh_mp_skip(&m))
@@ -252,8 +258,8 @@ static int pump(shoal_farm *f, int64_t deadline)
 			f->rcap = cap;
 		}
 		memcpy(f->rbuf + f->rlen, from, vl);
-		f->res[id - f->base] =
-			(tk_res){.state = 1, .status = (int32_t)status, .off = f->rlen, .len = (uint32_t)vl};
+		f->res[id - f->base] = (tk_res){
+			.state = 1, .status = (int32_t)status, .off = f->rlen, .len = (uint32_t)vl};
 		f->rlen += vl;
 		f->here++;
 	}
@@ -301,8 +307,8 @@ int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out, const shoal_v
 		shoal_value *v;
 		char why[256];
 		if ((rc = sh_value_decode(&m, out, NULL, &v, why, sizeof(why))) != 0)
-			rc = ffail(f, rc == SHOAL_ENOMEM ? rc : SHOAL_EPROTO, "result of task %llu: %s",
-				   (unsigned long long)id, why);
+			rc = ffail(f, rc == SHOAL_ENOMEM ? rc : SHOAL_EPROTO,
+				   "result of task %llu: %s", (unsigned long long)id, why);
 		else
 			*result = v;
 	}

@@ -3,7 +3,8 @@
  * (ring/link.h) with its own protocol word, then frames (wire.h) go over
  * the rings, each carrying a batch:
  *
- *   client -> controller   SUBMIT  [[id, fn, args, timeout_ns, retries, engine] ...]
+ *   client -> controller   SUBMIT  [[id, fn, args, timeout_ns, retries, engine,
+ *                                     [after id...], [follow id...]] ...]
  *   controller -> client   RESULTS [[id, status, result | message] ...]
  *   controller -> engine   RUN     [[tid, fn, args] ...]
  *   engine -> controller   DONE    [[tid, status, result | message] ...]
