@@ -1,0 +1,342 @@
+/* TCP streams: listening and connecting, frames over a stream, and the
+ * shared-secret handshake (see net.h). */
+#include "net/net.h"
+
+#include <shoal/fiber.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define AUTH_MAGIC 0x31414853u /* "SHA1" */
+#define AUTH_VERSION 1
+#define FRAME_HDR 24
+#define FRAME_LEN_AT 20
+
+int sh_secret_load(unsigned char *buf, size_t *len, char *why, size_t whylen)
+{
+	const char *file = getenv("SHOAL_SECRET_FILE"), *val = getenv("SHOAL_SECRET");
+	if (file && *file) {
+		int fd = open(file, O_RDONLY | O_CLOEXEC);
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) != 0) {
+			int rc = shoal_errno();
+			snprintf(why, whylen, "secret file %s: %s", file, strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			return rc;
+		}
+		if (st.st_mode & 0077)
+			sh_warn("net", "secret file %s can be read by others (mode %03o)", file,
+				(unsigned)(st.st_mode & 0777));
+		ssize_t n = read(fd, buf, SH_SECRET_MAX);
+		close(fd);
+		if (n < 0)
+			return shoal_errno();
+		*len = (size_t)n;
+		while (*len && (buf[*len - 1] == '\n' || buf[*len - 1] == '\r'))
+			(*len)--;
+	} else if (val && *val) {
+		*len = strlen(val) < SH_SECRET_MAX ? strlen(val) : SH_SECRET_MAX;
+		memcpy(buf, val, *len);
+	} else {
+		snprintf(why, whylen, "no secret: set SHOAL_SECRET_FILE (a file) or SHOAL_SECRET");
+		return SHOAL_ENOENT;
+	}
+	if (*len < 16) {
+		snprintf(why, whylen, "the secret has %zu bytes; at least 16 are expected", *len);
+		return SHOAL_EINVAL;
+	}
+	return 0;
+}
+
+static int split(const char *hostport, char *host, size_t hl, char *port, size_t pl)
+{
+	const char *colon = strrchr(hostport, ':');
+	if (!colon || (size_t)(colon - hostport) >= hl || strlen(colon + 1) >= pl || !colon[1])
+		return SHOAL_EINVAL;
+	memcpy(host, hostport, (size_t)(colon - hostport));
+	host[colon - hostport] = 0;
+	strcpy(port, colon + 1);
+	return 0;
+}
+
+int sh_tcp_listen(const char *hostport, int *fd, char *bound, size_t boundlen, char *why,
+		  size_t whylen)
+{
+	char host[256], port[32];
+	if (split(hostport, host, sizeof(host), port, sizeof(port))) {
+		snprintf(why, whylen, "'%s': expected HOST:PORT", hostport);
+		return SHOAL_EINVAL;
+	}
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE},
+			*res;
+	int g = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+	if (g) {
+		snprintf(why, whylen, "%s: %s", hostport, gai_strerror(g));
+		return SHOAL_EINVAL;
+	}
+	int rc = SHOAL_EIO;
+	for (struct addrinfo *a = res; a; a = a->ai_next) {
+		int s = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		int one = 1;
+		if (s < 0)
+			continue;
+		setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(s, a->ai_addr, a->ai_addrlen) == 0 && listen(s, 128) == 0) {
+			struct sockaddr_storage ss;
+			socklen_t sl = sizeof(ss);
+			char h[128], p[16];
+			getsockname(s, (struct sockaddr *)&ss, &sl);
+			getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p),
+				    NI_NUMERICHOST | NI_NUMERICSERV);
+			snprintf(bound, boundlen, "%s:%s", h, p);
+			*fd = s;
+			rc = 0;
+			break;
+		}
+		rc = shoal_errno();
+		snprintf(why, whylen, "%s: %s", hostport, strerror(errno));
+		close(s);
+	}
+	freeaddrinfo(res);
+	return rc;
+}
+
+int sh_tcp_connect(const char *hostport, int *fd, char *why, size_t whylen)
+{
+	char host[256], port[32];
+	if (split(hostport, host, sizeof(host), port, sizeof(port)) || !host[0]) {
+		snprintf(why, whylen, "'%s': expected HOST:PORT", hostport);
+		return SHOAL_EINVAL;
+	}
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+	int g = getaddrinfo(host, port, &hints, &res);
+	if (g) {
+		snprintf(why, whylen, "%s: %s", hostport, gai_strerror(g));
+		return SHOAL_EINVAL;
+	}
+	int rc = SHOAL_ECONNREFUSED;
+	for (struct addrinfo *a = res; a; a = a->ai_next) {
+		int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+		if (s < 0)
+			continue;
+		if (connect(s, a->ai_addr, a->ai_addrlen) == 0) {
+			int one = 1;
+			setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			*fd = s;
+			rc = 0;
+			break;
+		}
+		rc = shoal_errno();
+		snprintf(why, whylen, "connecting to %s: %s", hostport, strerror(errno));
+		close(s);
+	}
+	freeaddrinfo(res);
+	return rc;
+}
+
+int sh_stream_write(int fd, const void *p, size_t n, bool fiber)
+{
+	const unsigned char *b = p;
+	while (n) {
+		ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
+		if (k > 0) {
+			b += k, n -= (size_t)k;
+			continue;
+		}
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && fiber && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			int rc = shoal_fd_wait(fd, SHOAL_FD_OUT, SHOAL_FOREVER, NULL);
+			if (rc)
+				return rc;
+			continue;
+		}
+		return k < 0 && (errno == EPIPE || errno == ECONNRESET) ? SHOAL_ECLOSED
+									: shoal_errno();
+	}
+	return 0;
+}
+
+/* Exactly n bytes into p; SHOAL_ECLOSED when the stream ends first (at
+ * once: *any stays false). */
+static int read_full(int fd, unsigned char *p, size_t n, bool fiber, int64_t deadline, bool *any)
+{
+	while (n) {
+		ssize_t k = recv(fd, p, n, 0);
+		if (k > 0) {
+			p += k, n -= (size_t)k;
+			*any = true;
+			continue;
+		}
+		if (k == 0)
+			return SHOAL_ECLOSED;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return errno == ECONNRESET ? SHOAL_ECLOSED : shoal_errno();
+		if (fiber) {
+			int rc = shoal_fd_wait(fd, SHOAL_FD_IN, deadline, NULL);
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+int sh_stream_read_frame(int fd, unsigned char **buf, size_t *cap, size_t *len, size_t max,
+			 bool fiber, int64_t deadline)
+{
+	if (!fiber && deadline != SHOAL_FOREVER) {
+		/* a thread on a blocking fd: wait for the first byte here */
+		for (;;) {
+			int64_t left = deadline - shoal_now_ns();
+			if (left <= 0)
+				return SHOAL_ETIMEDOUT;
+			struct pollfd p = {.fd = fd, .events = POLLIN};
+			int r = poll(&p, 1, (int)(left / 1000000 + 1));
+			if (r > 0)
+				break;
+			if (r < 0 && errno != EINTR)
+				return shoal_errno();
+		}
+	}
+	unsigned char hdr[FRAME_HDR];
+	bool any = false;
+	int rc = read_full(fd, hdr, FRAME_HDR, fiber, SHOAL_FOREVER, &any);
+	if (rc)
+		return rc == SHOAL_ECLOSED && any ? SHOAL_EPROTO : rc;
+	uint32_t body;
+	memcpy(&body, hdr + FRAME_LEN_AT, 4);
+	size_t total = FRAME_HDR + (size_t)body;
+	if (total > max)
+		return SHOAL_EMSGSIZE;
+	if (total > *cap) {
+		unsigned char *p = shoal_realloc(*buf, *cap, total);
+		if (!p)
+			return SHOAL_ENOMEM;
+		*buf = p;
+		*cap = total;
+	}
+	memcpy(*buf, hdr, FRAME_HDR);
+	if ((rc = read_full(fd, *buf + FRAME_HDR, body, fiber, SHOAL_FOREVER, &any)) != 0)
+		return rc == SHOAL_ECLOSED ? SHOAL_EPROTO : rc;
+	*len = total;
+	return 0;
+}
+
+/* ---- the handshake ---- */
+
+static int random_bytes(unsigned char *p, size_t n)
+{
+	while (n) {
+		ssize_t k = getrandom(p, n, 0);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return shoal_errno();
+		p += k, n -= (size_t)k;
+	}
+	return 0;
+}
+
+static void mac(const void *key, size_t klen, const char *label, const unsigned char *a,
+		const unsigned char *b, const uint32_t *proto, unsigned char out[32])
+{
+	const void *parts[4] = {label, a, b, proto};
+	size_t lens[4] = {strlen(label), 32, 32, 4};
+	sh_hmac_sha256(key, klen, parts, lens, proto ? 4 : 3, out);
+}
+
+static bool same(const unsigned char *a, const unsigned char *b, size_t n)
+{
+	unsigned char d = 0; /* in constant time: no early exit to time */
+	for (size_t i = 0; i < n; i++)
+		d |= a[i] ^ b[i];
+	return d == 0;
+}
+
+int sh_auth_server(int fd, const void *key, size_t klen, uint32_t *proto, char *why, size_t whylen)
+{
+	unsigned char hello[40], answer[72], verdict[36] = {0}, want[32];
+	uint32_t magic = AUTH_MAGIC, version = AUTH_VERSION;
+	memcpy(hello, &magic, 4);
+	memcpy(hello + 4, &version, 4);
+	int rc = random_bytes(hello + 8, 32);
+	bool any = false;
+	if (rc == 0)
+		rc = sh_stream_write(fd, hello, sizeof(hello), true);
+	if (rc == 0)
+		rc = read_full(fd, answer, sizeof(answer), true, shoal_deadline_in(5000000000LL),
+			       &any);
+	if (rc) {
+		snprintf(why, whylen, "no handshake: %s", shoal_strerror(rc));
+		return rc;
+	}
+	memcpy(&magic, answer, 4);
+	memcpy(proto, answer + 4, 4);
+	mac(key, klen, "shoal-client", hello + 8, answer + 8, proto, want);
+	if (magic != AUTH_MAGIC || !same(want, answer + 40, 32)) {
+		uint32_t no = 1;
+		memcpy(verdict, &no, 4);
+		sh_stream_write(fd, verdict, sizeof(verdict), true);
+		snprintf(why, whylen, "%s",
+			 magic != AUTH_MAGIC ? "not a shoal peer" : "wrong secret");
+		return SHOAL_EACCES;
+	}
+	mac(key, klen, "shoal-server", answer + 8, hello + 8, NULL, verdict + 4);
+	return sh_stream_write(fd, verdict, sizeof(verdict), true);
+}
+
+int sh_auth_client(int fd, const void *key, size_t klen, uint32_t proto, char *why, size_t whylen)
+{
+	unsigned char hello[40], answer[72], verdict[36], want[32];
+	bool any = false;
+	int rc = read_full(fd, hello, sizeof(hello), false, SHOAL_FOREVER, &any);
+	uint32_t magic, version;
+	if (rc) {
+		snprintf(why, whylen, "no handshake from the server: %s", shoal_strerror(rc));
+		return rc;
+	}
+	memcpy(&magic, hello, 4);
+	memcpy(&version, hello + 4, 4);
+	if (magic != AUTH_MAGIC || version != AUTH_VERSION) {
+		snprintf(why, whylen, "the server is not a shoal peer of version %d", AUTH_VERSION);
+		return SHOAL_EPROTO;
+	}
+	memcpy(answer, &magic, 4);
+	memcpy(answer + 4, &proto, 4);
+	if ((rc = random_bytes(answer + 8, 32)) != 0)
+		return rc;
+	mac(key, klen, "shoal-client", hello + 8, answer + 8, &proto, answer + 40);
+	if ((rc = sh_stream_write(fd, answer, sizeof(answer), false)) != 0 ||
+	    (rc = read_full(fd, verdict, sizeof(verdict), false, SHOAL_FOREVER, &any)) != 0) {
+		snprintf(why, whylen, "handshake: %s", shoal_strerror(rc));
+		return rc == SHOAL_ECLOSED ? SHOAL_EACCES : rc;
+	}
+	uint32_t status;
+	memcpy(&status, verdict, 4);
+	mac(key, klen, "shoal-server", answer + 8, hello + 8, NULL, want);
+	if (status != 0) {
+		snprintf(why, whylen, "the server refused us: wrong secret");
+		return SHOAL_EACCES;
+	}
+	if (!same(want, verdict + 4, 32)) {
+		snprintf(why, whylen, "the server does not know the secret");
+		return SHOAL_EACCES;
+	}
+	return 0;
+}
