@@ -400,6 +400,60 @@ SH_TEST_T(clients_and_engines_come_and_go, 120)
 	shoal_controller_close(c);
 }
 
+/* Engines and clients on other hosts come over TCP, and must know the
+ * secret; here they are on loopback. */
+SH_TEST(tcp_peers_prove_the_secret)
+{
+	paths();
+	static const char secret[] = "a secret of more than sixteen bytes";
+	shoal_controller_opts o;
+	shoal_controller_opts_init(&o);
+	o.tcp = "127.0.0.1:0";
+	o.secret = secret;
+	o.secret_len = sizeof(secret) - 1;
+	shoal_controller *c;
+	CHECK_OK(shoal_controller_open(&c, &o));
+	CHECK(shoal_controller_tcp(c) != NULL);
+	char addr[160];
+	snprintf(addr, sizeof(addr), "tcp://%s", shoal_controller_tcp(c));
+	/* the right secret: engines and a client over TCP */
+	setenv("SHOAL_SECRET", secret, 1);
+	pid_t pids[3];
+	for (int i = 0; i < 2; i++)
+		CHECK_OK(shoal_engine_spawn(addr, sample, engine_bin, &pids[i]));
+	int64_t until = shoal_deadline_in(10000 * MS);
+	while (stat_of(c).engines < 2 && shoal_now_ns() < until)
+		usleep(1000);
+	CHECK_EQ(stat_of(c).engines, 2);
+	shoal_farm *f;
+	CHECK_OK(shoal_farm_connect(&f, addr));
+	flood(f, 3000);
+	/* a wrong secret: refused, both a client and an engine */
+	setenv("SHOAL_SECRET", "not the secret, though long enough", 1);
+	shoal_farm *g = NULL;
+	CHECK_RC(shoal_farm_connect(&g, addr), SHOAL_EACCES);
+	CHECK_OK(shoal_engine_spawn(addr, sample, engine_bin, &pids[2]));
+	int st;
+	CHECK_EQ(waitpid(pids[2], &st, 0), pids[2]);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	CHECK_EQ(stat_of(c).engines, 2);
+	/* too short, or none at all: no connection is even tried */
+	setenv("SHOAL_SECRET", "short", 1);
+	CHECK_RC(shoal_farm_connect(&g, addr), SHOAL_EINVAL);
+	unsetenv("SHOAL_SECRET");
+	unsetenv("SHOAL_SECRET_FILE");
+	CHECK_RC(shoal_farm_connect(&g, addr), SHOAL_ENOENT);
+	/* the authenticated client goes on */
+	flood(f, 100);
+	shoal_farm_close(f);
+	shoal_controller_close(c);
+	for (int i = 0; i < 2; i++)
+		waitpid(pids[i], NULL, 0);
+	/* a controller will not listen on TCP without a secret */
+	o.secret = NULL;
+	CHECK_RC(shoal_controller_open(&c, &o), SHOAL_ENOENT);
+}
+
 SH_TEST(no_controller_no_client)
 {
 	shoal_farm *f = NULL;

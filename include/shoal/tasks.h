@@ -50,6 +50,12 @@ typedef struct shoal_controller shoal_controller;
 typedef struct shoal_controller_opts {
 	const char *socket; /* NULL: a fresh path under $XDG_RUNTIME_DIR or /tmp */
 	shoal_scheme scheme;
+	/* Also serve engines and clients of other hosts over TCP here
+	 * ("HOST:PORT"; port 0: any; NULL: not). Each must prove it knows the
+	 * shared secret first; the controller will not listen without one. */
+	const char *tcp;
+	const void *secret; /* 16 bytes or more; NULL: $SHOAL_SECRET_FILE, else $SHOAL_SECRET */
+	size_t secret_len;
 } shoal_controller_opts;
 
 SHOAL_API void shoal_controller_opts_init(shoal_controller_opts *o);
@@ -57,6 +63,8 @@ SHOAL_API void shoal_controller_opts_init(shoal_controller_opts *o);
 SHOAL_API int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o);
 /* Its socket, for clients and engines. */
 SHOAL_API const char *shoal_controller_socket(const shoal_controller *c);
+/* Where it listens for TCP peers ("HOST:PORT"), or NULL. */
+SHOAL_API const char *shoal_controller_tcp(const shoal_controller *c);
 /* Stops it: clients and engines see their connection end. */
 SHOAL_API void shoal_controller_close(shoal_controller *c);
 
@@ -71,7 +79,8 @@ typedef struct shoal_controller_stat {
 SHOAL_API int shoal_controller_stat_get(shoal_controller *c, shoal_controller_stat *st);
 
 /* Starts a shoal-engine process that loads so and serves the controller
- * at socket; runner NULL: $SHOAL_ENGINE, else the one installed with this
+ * at socket (a unix socket, or "tcp://HOST:PORT" with the secret in the
+ * environment as for clients); runner NULL: $SHOAL_ENGINE, else the one installed with this
  * library. The engine is ready once shoal_controller_stat counts it. */
 SHOAL_API int shoal_engine_spawn(const char *socket, const char *so, const char *runner,
 				 pid_t *pid);
@@ -81,6 +90,8 @@ SHOAL_API int shoal_engine_spawn(const char *socket, const char *so, const char 
 typedef struct shoal_farm shoal_farm;
 typedef uint64_t shoal_task; /* a task's id: 1, 2, 3 ... per farm */
 
+/* socket: the controller's unix socket, or "tcp://HOST:PORT" for one on
+ * another host (the secret comes from $SHOAL_SECRET_FILE or $SHOAL_SECRET). */
 SHOAL_API int shoal_farm_connect(shoal_farm **out, const char *socket);
 /* Closes the connection: the controller drops its tasks not yet run. */
 SHOAL_API void shoal_farm_close(shoal_farm *f);

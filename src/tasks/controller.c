@@ -7,6 +7,7 @@
  *
  * Arguments and results are forwarded as the bytes their sender encoded;
  * the controller reads only ids, options and statuses (proto.h). */
+#include "net/net.h"
 #include "tasks/proto.h"
 
 #include <shoal/fiber.h>
@@ -23,6 +24,9 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <unistd.h>
 
 typedef struct tk_task tk_task;
@@ -56,6 +60,8 @@ typedef struct tk_queue {
 typedef struct tk_conn {
 	shoal_controller *ctl;
 	sh_link l;
+	int tcp;       /* a peer over TCP: its socket (then l is unused); else -1 */
+	char peer[64]; /* its address, for messages */
 	pid_t pid;
 	uint32_t num; /* engines: 0, 1, 2 ...; clients: 1, 2, ... */
 	bool engine, gone, kick_pending;
@@ -97,6 +103,10 @@ struct shoal_controller {
 	shoal_controller_opts opts;
 	char path[108];
 	int lsock, stop_efd;
+	int tcp_lsock;	     /* -1: no TCP */
+	char tcp_bound[128]; /* where it listens */
+	unsigned char key[SH_SECRET_MAX];
+	size_t klen;
 	pthread_t thread;
 	/* the controller thread's own */
 	tk_engine *engines;
@@ -645,6 +655,8 @@ static void engine_end(pid_t pid, char *how, size_t len)
 {
 	int st;
 	snprintf(how, len, "went away");
+	if (pid <= 0)
+		return; /* over TCP: no process of ours */
 	/* It may still be on its way out. */
 	for (int i = 0; i < 100; i++) {
 		pid_t w = waitpid(pid, &st, WNOHANG);
@@ -699,14 +711,40 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 			atomic_fetch_add_explicit(&ctl->n_retried, 1, memory_order_relaxed);
 			assign(ctl, t);
 		} else {
-			fail(ctl, t, SHOAL_EENGINE, "engine %u (pid %d) %s while running it",
-			     e->c.num, (int)e->c.pid, how);
+			fail(ctl, t, SHOAL_EENGINE, "engine %u (%s) %s while running it", e->c.num,
+			     e->c.peer, how);
 			it = 0;
 		}
 	}
-	sh_info("tasks", "engine %u (pid %d) %s", e->c.num, (int)e->c.pid, how);
+	sh_info("tasks", "engine %u (%s) %s", e->c.num, e->c.peer, how);
 	for (tk_engine *o = ctl->engines; o; o = o->next)
 		kick(&o->c);
+}
+
+/* ---- the two transports: rings on this host, a stream over TCP ---- */
+
+static int conn_send(tk_conn *c, const void *p, size_t n)
+{
+	return c->tcp >= 0 ? sh_stream_write(c->tcp, p, n, true)
+			   : sh_msg_write(&c->l.down, p, n, SHOAL_FOREVER);
+}
+
+static int conn_read(tk_conn *c, size_t *len)
+{
+	size_t got = 0;
+	return c->tcp >= 0 ? sh_stream_read_frame(c->tcp, &c->in, &c->in_cap, len, SH_TASKS_MSG_MAX,
+						  true, SHOAL_FOREVER)
+			   : sh_msg_read_part(&c->l.up, &c->in, &c->in_cap, &got, len,
+					      SH_TASKS_MSG_MAX, SHOAL_FOREVER);
+}
+
+/* Ends the connection's traffic: its fibers wake and see it. */
+static void conn_shut(tk_conn *c)
+{
+	if (c->tcp >= 0)
+		shutdown(c->tcp, SHUT_RDWR);
+	else
+		sh_link_shut(&c->l);
 }
 
 /* ---- writers ---- */
@@ -735,7 +773,7 @@ static int engine_flush(tk_engine *e)
 		}
 		int rc = sh_tk_batch_end(w, n, SH_TK_RUN);
 		if (rc == 0 && n)
-			rc = sh_msg_write(&e->c.l.down, w->p, w->len, SHOAL_FOREVER);
+			rc = conn_send(&e->c, w->p, w->len);
 		if (rc)
 			return rc;
 	}
@@ -755,7 +793,7 @@ static int client_flush(tk_client *c)
 		sh_tk_batch_begin(&c->res);
 		int rc = sh_tk_batch_end(&c->c.w, n, SH_TK_RESULTS);
 		if (rc == 0)
-			rc = sh_msg_write(&c->c.l.down, c->c.w.p, c->c.w.len, SHOAL_FOREVER);
+			rc = conn_send(&c->c, c->c.w.p, c->c.w.len);
 		if (c->c.w.cap > SH_MSG_BUF_KEEP)
 			sh_wbuf_fini(&c->c.w);
 		if (rc)
@@ -776,7 +814,7 @@ static void *writer_main(void *arg)
 				sh_warn("tasks", "%s %u: sending: %s",
 					c->engine ? "engine" : "client", c->num,
 					shoal_strerror(rc));
-			sh_link_shut(&c->l);
+			conn_shut(c);
 			break;
 		}
 	}
@@ -814,6 +852,10 @@ static void conn_fini(tk_conn *c)
 	if (c->kick)
 		shoal_chan_destroy(c->kick);
 	sh_link_fini(&c->l);
+	if (c->tcp >= 0) {
+		shoal_fd_forget(c->tcp);
+		close(c->tcp);
+	}
 	sh_wbuf_fini(&c->w);
 	if (c->in)
 		shoal_free(c->in, c->in_cap);
@@ -823,8 +865,16 @@ static void *conn_main(void *arg)
 {
 	tk_conn *hello = arg; /* a stand-in until we know what it is */
 	shoal_controller *ctl = hello->ctl;
-	uint32_t proto, version;
-	int rc = sh_link_hello(&hello->l, &proto, &version);
+	uint32_t proto = 0, version = SH_TASKS_VERSION;
+	int rc;
+	if (hello->tcp >= 0) {
+		char why[128];
+		if ((rc = sh_auth_server(hello->tcp, ctl->key, ctl->klen, &proto, why,
+					 sizeof(why))) != 0)
+			sh_warn("tasks", "refused %s over TCP: %s", hello->peer, why);
+	} else {
+		rc = sh_link_hello(&hello->l, &proto, &version);
+	}
 	if (rc == 0 && (version != SH_TASKS_VERSION ||
 			(proto != SH_TASKS_CLIENT && proto != SH_TASKS_ENGINE))) {
 		sh_warn("tasks",
@@ -846,30 +896,38 @@ static void *conn_main(void *arg)
 	if (c) {
 		c->ctl = ctl;
 		c->l = hello->l;
+		c->tcp = hello->tcp;
+		hello->tcp = -1;
+		memcpy(c->peer, hello->peer, sizeof(c->peer));
 		c->pid = hello->pid;
 		c->engine = e != NULL;
 		sh_link_init(&hello->l, -1);
 		sh_wbuf_init(&c->w);
 		uint64_t info[1] = {e ? ctl->next_engine : ctl->next_client + 1};
-		rc = sh_link_accept(&c->l, SH_TASKS_RING_CAP, info, 1, NULL, 0);
+		if (c->tcp < 0)
+			rc = sh_link_accept(&c->l, SH_TASKS_RING_CAP, info, 1, NULL, 0);
 		if (rc == 0)
 			rc = shoal_chan_create(&c->kick, 1, 1);
 		if (rc == 0)
 			rc = shoal_spawn(&c->writer, writer_main, c,
 					 &(shoal_fiber_opts){.name = "tasks-writer"});
-		if (rc == 0)
+		if (rc == 0 && c->tcp < 0)
 			rc = shoal_spawn(&c->watcher, watch_main, c,
 					 &(shoal_fiber_opts){.name = "tasks-watch"});
 		c->l.up.spin_ns = 50000;
 	}
 	sh_link_fini(&hello->l);
+	if (hello->tcp >= 0) {
+		shoal_fd_forget(hello->tcp);
+		close(hello->tcp);
+	}
 	SH_DELETE(hello);
 	if (rc == 0 && e) {
 		e->c.num = ctl->next_engine++;
 		e->next = ctl->engines;
 		ctl->engines = e;
 		atomic_fetch_add_explicit(&ctl->n_engines, 1, memory_order_relaxed);
-		sh_info("tasks", "engine %u (pid %d) joined", e->c.num, (int)e->c.pid);
+		sh_info("tasks", "engine %u (%s) joined", e->c.num, e->c.peer);
 		joined = true;
 		assign_pending(ctl);
 	} else if (rc == 0) {
@@ -882,24 +940,23 @@ static void *conn_main(void *arg)
 		joined = true;
 	}
 	while (rc == 0) {
-		size_t len, got = 0;
+		size_t len = 0;
 		sh_frame f;
 		char why[160];
-		rc = sh_msg_read_part(&c->l.up, &c->in, &c->in_cap, &got, &len, SH_TASKS_MSG_MAX,
-				      SHOAL_FOREVER);
+		rc = conn_read(c, &len);
 		if (rc == 0 && (rc = sh_frame_decode(c->in, len, &f, why, sizeof(why))) != 0)
-			sh_warn("tasks", "%s %u (pid %d): %s", e ? "engine" : "client", c->num,
-				(int)c->pid, why);
+			sh_warn("tasks", "%s %u (%s): %s", e ? "engine" : "client", c->num, c->peer,
+				why);
 		if (rc == 0)
 			rc = e ? on_done(e, &f) : on_submit(cl, &f);
 		if (rc == SHOAL_EPROTO)
-			sh_warn("tasks", "%s %u (pid %d): a malformed batch; connection ends",
-				e ? "engine" : "client", c->num, (int)c->pid);
+			sh_warn("tasks", "%s %u (%s): a malformed batch; connection ends",
+				e ? "engine" : "client", c->num, c->peer);
 		sh_msg_trim(&c->in, &c->in_cap);
 	}
 	if (c) {
 		c->gone = true;
-		sh_link_shut(&c->l);
+		conn_shut(c);
 		if (e && joined) {
 			engine_gone(ctl, e);
 		} else if (cl && joined) {
@@ -955,12 +1012,59 @@ static void *accept_main(void *arg)
 		}
 		h->ctl = ctl;
 		h->pid = pid;
+		h->tcp = -1;
+		snprintf(h->peer, sizeof(h->peer), "pid %d", (int)pid);
 		sh_link_init(&h->l, fd);
 		ctl->nconns++;
 		if (shoal_spawn(NULL, conn_main, h,
 				&(shoal_fiber_opts){.name = "tasks-conn", .detached = 1}) != 0) {
 			ctl->nconns--;
 			sh_link_fini(&h->l);
+			SH_DELETE(h);
+		}
+	}
+}
+
+/* Peers on other hosts: each proves it knows the secret first. */
+static void *tcp_accept_main(void *arg)
+{
+	shoal_controller *ctl = arg;
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int fd = accept4(ctl->tcp_lsock, (struct sockaddr *)&ss, &sl,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) {
+				if (shoal_fd_wait(ctl->tcp_lsock, SHOAL_FD_IN, SHOAL_FOREVER,
+						  NULL) == SHOAL_ECANCELED)
+					return NULL;
+				continue;
+			}
+			sh_warn("tasks", "accept (TCP): %s; retrying in 100 ms", strerror(errno));
+			if (shoal_sleep_until(shoal_deadline_in(100000000)) == SHOAL_ECANCELED)
+				return NULL;
+			continue;
+		}
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		tk_conn *h = SH_NEW(tk_conn);
+		if (!h) {
+			close(fd);
+			continue;
+		}
+		h->ctl = ctl;
+		h->tcp = fd;
+		sh_link_init(&h->l, -1);
+		char host[64] = "?", port[16] = "?";
+		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
+			    NI_NUMERICHOST | NI_NUMERICSERV);
+		snprintf(h->peer, sizeof(h->peer), "%s:%s", host, port);
+		ctl->nconns++;
+		if (shoal_spawn(NULL, conn_main, h,
+				&(shoal_fiber_opts){.name = "tasks-tcp", .detached = 1}) != 0) {
+			ctl->nconns--;
+			close(fd);
 			SH_DELETE(h);
 		}
 	}
@@ -999,11 +1103,14 @@ static void *controller_thread(void *arg)
 		sh_error("tasks", "scheduler: %s", shoal_strerror(rc));
 		return NULL;
 	}
-	shoal_fiber *acc = NULL, *dl = NULL;
+	shoal_fiber *acc = NULL, *dl = NULL, *tacc = NULL;
 	if ((rc = shoal_spawn(&acc, accept_main, ctl,
 			      &(shoal_fiber_opts){.name = "tasks-accept"})) ||
 	    (rc = shoal_spawn(&dl, deadline_main, ctl,
-			      &(shoal_fiber_opts){.name = "tasks-deadlines"})))
+			      &(shoal_fiber_opts){.name = "tasks-deadlines"})) ||
+	    (ctl->tcp_lsock >= 0 &&
+	     (rc = shoal_spawn(&tacc, tcp_accept_main, ctl,
+			       &(shoal_fiber_opts){.name = "tasks-tcp-accept"}))))
 		sh_error("tasks", "fibers: %s", shoal_strerror(rc));
 	while (rc == 0) {
 		uint64_t v;
@@ -1020,11 +1127,15 @@ static void *controller_thread(void *arg)
 		shoal_cancel(dl);
 		shoal_join(dl, NULL);
 	}
+	if (tacc) {
+		shoal_cancel(tacc);
+		shoal_join(tacc, NULL);
+	}
 	/* Closing a connection's rings ends its fiber, which frees it. */
 	for (tk_engine *e = ctl->engines; e; e = e->next)
-		sh_link_shut(&e->c.l);
+		conn_shut(&e->c);
 	for (tk_client *c = ctl->clients; c; c = c->next)
-		sh_link_shut(&c->c.l);
+		conn_shut(&c->c);
 	while (ctl->nconns)
 		shoal_sleep_until(shoal_deadline_in(1000000));
 	/* What is left had no engine and no client any more. */
@@ -1035,6 +1146,8 @@ static void *controller_thread(void *arg)
 	}
 	shoal_fd_forget(ctl->lsock);
 	shoal_fd_forget(ctl->stop_efd);
+	if (ctl->tcp_lsock >= 0)
+		shoal_fd_forget(ctl->tcp_lsock);
 	shoal_sched_destroy(sched);
 	return NULL;
 }
@@ -1077,6 +1190,9 @@ static void controller_free(shoal_controller *ctl)
 	}
 	if (ctl->stop_efd >= 0)
 		close(ctl->stop_efd);
+	if (ctl->tcp_lsock >= 0)
+		close(ctl->tcp_lsock);
+	memset(ctl->key, 0, sizeof(ctl->key));
 	SH_DELETE(ctl);
 }
 
@@ -1091,10 +1207,34 @@ int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o
 		ctl->opts = *o;
 	else
 		shoal_controller_opts_init(&ctl->opts);
-	ctl->lsock = ctl->stop_efd = -1;
+	ctl->lsock = ctl->stop_efd = ctl->tcp_lsock = -1;
 	ctl->rng = (uint64_t)shoal_now_ns() | 1;
-	int rc = sh_link_listen(ctl->opts.socket, "tasks", (gid_t)-1, ctl->path, sizeof(ctl->path),
-				&ctl->lsock);
+	int rc = 0;
+	if (ctl->opts.tcp) {
+		/* No TCP without a secret: nobody unauthenticated runs anything. */
+		char why[160];
+		if (ctl->opts.secret && ctl->opts.secret_len >= 16 &&
+		    ctl->opts.secret_len <= SH_SECRET_MAX) {
+			memcpy(ctl->key, ctl->opts.secret, ctl->opts.secret_len);
+			ctl->klen = ctl->opts.secret_len;
+		} else if (ctl->opts.secret) {
+			snprintf(why, sizeof(why), "a secret of %zu bytes: expected 16 to %d",
+				 ctl->opts.secret_len, SH_SECRET_MAX);
+			rc = SHOAL_EINVAL;
+		} else {
+			rc = sh_secret_load(ctl->key, &ctl->klen, why, sizeof(why));
+		}
+		if (rc == 0)
+			rc = sh_tcp_listen(ctl->opts.tcp, &ctl->tcp_lsock, ctl->tcp_bound,
+					   sizeof(ctl->tcp_bound), why, sizeof(why));
+		if (rc) {
+			sh_error("tasks", "TCP: %s", why);
+			controller_free(ctl);
+			return rc;
+		}
+	}
+	rc = sh_link_listen(ctl->opts.socket, "tasks", (gid_t)-1, ctl->path, sizeof(ctl->path),
+			    &ctl->lsock);
 	if (rc == 0 && (ctl->stop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
 		rc = shoal_errno();
 	if (rc == 0 && (rc = -pthread_create(&ctl->thread, NULL, controller_thread, ctl)) != 0)
@@ -1104,8 +1244,15 @@ int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o
 		return rc;
 	}
 	ctl->opts.socket = ctl->path;
+	ctl->opts.tcp = ctl->tcp_lsock >= 0 ? ctl->tcp_bound : NULL;
+	ctl->opts.secret = NULL; /* the caller's memory: our copy is in key */
 	*out = ctl;
 	return 0;
+}
+
+const char *shoal_controller_tcp(const shoal_controller *c)
+{
+	return c && c->tcp_lsock >= 0 ? c->tcp_bound : NULL;
 }
 
 const char *shoal_controller_socket(const shoal_controller *c)

@@ -4,6 +4,7 @@
  * back in DONE batches: whenever a batch of them is full, 100 us after the
  * last was sent, and when the RUN batch is done. A thread beside it
  * watches the socket, so that the engine ends when the controller does. */
+#include "net/net.h"
 #include "rpc/ext_lib.h"
 #include "rpc/value.h"
 #include "tasks/proto.h"
@@ -22,6 +23,7 @@
 
 typedef struct engine {
 	sh_link l;
+	int tcp; /* the controller over TCP (then l is unused), or -1 */
 	sh_ext_lib lib;
 	sh_wbuf w; /* the DONE batch */
 	uint32_t nw;
@@ -36,7 +38,8 @@ static int flush(engine *g)
 		return 0;
 	int rc = sh_tk_batch_end(&g->w, g->nw, SH_TK_DONE);
 	if (rc == 0)
-		rc = sh_msg_write(&g->l.up, g->w.p, g->w.len, SHOAL_FOREVER);
+		rc = g->tcp >= 0 ? sh_stream_write(g->tcp, g->w.p, g->w.len, false)
+				 : sh_msg_write(&g->l.up, g->w.p, g->w.len, SHOAL_FOREVER);
 	if (g->w.cap > SH_MSG_BUF_KEEP)
 		sh_wbuf_fini(&g->w);
 	g->nw = 0;
@@ -102,7 +105,10 @@ static int serve(engine *g)
 		size_t len;
 		sh_frame f;
 		char why[160];
-		if ((rc = sh_msg_read(&g->l.down, &in, &in_cap, &len, SHOAL_FOREVER)) != 0)
+		rc = g->tcp >= 0 ? sh_stream_read_frame(g->tcp, &in, &in_cap, &len,
+							SH_TASKS_MSG_MAX, false, SHOAL_FOREVER)
+				 : sh_msg_read(&g->l.down, &in, &in_cap, &len, SHOAL_FOREVER);
+		if (rc)
 			break;
 		if ((rc = sh_frame_decode(in, len, &f, why, sizeof(why))) != 0 ||
 		    f.op != SH_TK_RUN || f.oob) {
@@ -140,9 +146,9 @@ static void *watch(void *arg)
 
 int sh_engine_main(int argc, char **argv)
 {
-	const char *socket = NULL, *so = NULL;
+	const char *socket = NULL, *so = NULL, *connect_to = NULL;
 	bool with_parent = false;
-	engine g = {.name = "engine"};
+	engine g = {.name = "engine", .tcp = -1};
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--die-with-parent")) {
 			with_parent = true;
@@ -154,12 +160,18 @@ int sh_engine_main(int argc, char **argv)
 			socket = argv[++i];
 		else if (!strcmp(argv[i], "--so"))
 			so = argv[++i];
+		else if (!strcmp(argv[i], "--connect"))
+			connect_to = argv[++i];
 		else if (!strcmp(argv[i], "--name"))
 			g.name = argv[++i];
 	}
-	if (!socket || !so) {
-		fprintf(stderr, "usage: shoal-engine --socket PATH --so LIBRARY.so [--name NAME] "
-				"[--die-with-parent]\n");
+	if (socket && !strncmp(socket, "tcp://", 6))
+		connect_to = socket + 6;
+	if ((!socket && !connect_to) || !so) {
+		fprintf(stderr, "usage: shoal-engine (--socket PATH | --connect HOST:PORT) --so "
+				"LIBRARY.so [--name NAME] [--die-with-parent]\n"
+				"over TCP the shared secret comes from $SHOAL_SECRET_FILE or "
+				"$SHOAL_SECRET\n");
 		return 2;
 	}
 	if (with_parent) {
@@ -174,9 +186,22 @@ int sh_engine_main(int argc, char **argv)
 		return 1;
 	}
 	uint64_t info[1];
-	if ((rc = sh_link_connect(&g.l, socket, SH_TASKS_ENGINE, SH_TASKS_VERSION,
-				  SH_TASKS_RING_CAP, info, 1, NULL, 0, why, sizeof(why))) != 0) {
+	sh_link_init(&g.l, -1);
+	if (connect_to) {
+		unsigned char key[SH_SECRET_MAX];
+		size_t klen = 0;
+		if ((rc = sh_secret_load(key, &klen, why, sizeof(why))) == 0 &&
+		    (rc = sh_tcp_connect(connect_to, &g.tcp, why, sizeof(why))) == 0)
+			rc = sh_auth_client(g.tcp, key, klen, SH_TASKS_ENGINE, why, sizeof(why));
+		memset(key, 0, sizeof(key));
+	} else {
+		rc = sh_link_connect(&g.l, socket, SH_TASKS_ENGINE, SH_TASKS_VERSION,
+				     SH_TASKS_RING_CAP, info, 1, NULL, 0, why, sizeof(why));
+	}
+	if (rc) {
 		fprintf(stderr, "shoal-engine %s: %s\n", g.name, why);
+		if (g.tcp >= 0)
+			close(g.tcp);
 		sh_ext_lib_unload(&g.lib);
 		return 1;
 	}
@@ -185,7 +210,7 @@ int sh_engine_main(int argc, char **argv)
 	sh_tk_batch_begin(&g.w);
 	g.last_flush = shoal_now_ns();
 	pthread_t t;
-	bool watching = pthread_create(&t, NULL, watch, &g) == 0;
+	bool watching = g.tcp < 0 && pthread_create(&t, NULL, watch, &g) == 0;
 	rc = serve(&g);
 	if (watching) {
 		shutdown(g.l.sock, SHUT_RDWR); /* wakes the watcher */
@@ -197,6 +222,8 @@ int sh_engine_main(int argc, char **argv)
 	sh_bump_fini(&g.in.a);
 	sh_bump_fini(&g.out.a);
 	sh_link_fini(&g.l);
+	if (g.tcp >= 0)
+		close(g.tcp);
 	sh_ext_lib_unload(&g.lib);
 	return rc ? 1 : 0;
 }

@@ -3,6 +3,7 @@
  * waits, so submitting never waits for the controller. Results arrive in
  * batches and are kept, as the bytes the engine encoded, until waited for;
  * a wait decodes its result into the caller's vbuf. */
+#include "net/net.h"
 #include "rpc/value.h"
 #include "tasks/proto.h"
 
@@ -10,6 +11,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A task's result as it came. */
 typedef struct tk_res {
@@ -21,6 +23,7 @@ typedef struct tk_res {
 
 struct shoal_farm {
 	sh_link l;
+	int tcp;     /* the controller over TCP (then l is unused), or -1 */
 	sh_wbuf sub; /* the SUBMIT batch being built */
 	uint32_t nsub;
 	uint64_t next_id; /* the last id given */
@@ -60,6 +63,8 @@ void shoal_task_opts_init(shoal_task_opts *o)
 static void farm_free(shoal_farm *f)
 {
 	sh_link_fini(&f->l);
+	if (f->tcp >= 0)
+		close(f->tcp);
 	sh_wbuf_fini(&f->sub);
 	if (f->res)
 		shoal_free(f->res, f->cap_res * sizeof(*f->res));
@@ -78,12 +83,24 @@ int shoal_farm_connect(shoal_farm **out, const char *socket)
 	if (!f)
 		return SHOAL_ENOMEM;
 	sh_wbuf_init(&f->sub);
+	sh_link_init(&f->l, -1);
+	f->tcp = -1;
 	uint64_t info[1];
 	char why[256];
-	int rc = sh_link_connect(&f->l, socket, SH_TASKS_CLIENT, SH_TASKS_VERSION,
-				 SH_TASKS_RING_CAP, info, 1, NULL, 0, why, sizeof(why));
+	int rc;
+	if (!strncmp(socket, "tcp://", 6)) {
+		unsigned char key[SH_SECRET_MAX];
+		size_t klen = 0;
+		if ((rc = sh_secret_load(key, &klen, why, sizeof(why))) == 0 &&
+		    (rc = sh_tcp_connect(socket + 6, &f->tcp, why, sizeof(why))) == 0)
+			rc = sh_auth_client(f->tcp, key, klen, SH_TASKS_CLIENT, why, sizeof(why));
+		memset(key, 0, sizeof(key));
+	} else {
+		rc = sh_link_connect(&f->l, socket, SH_TASKS_CLIENT, SH_TASKS_VERSION,
+				     SH_TASKS_RING_CAP, info, 1, NULL, 0, why, sizeof(why));
+	}
 	if (rc) {
-		sh_debug("tasks", "%s", why);
+		sh_warn("tasks", "%s", why);
 		farm_free(f);
 		return rc;
 	}
@@ -108,7 +125,8 @@ int shoal_farm_flush(shoal_farm *f)
 		return 0;
 	int rc = sh_tk_batch_end(&f->sub, f->nsub, SH_TK_SUBMIT);
 	if (rc == 0)
-		rc = sh_msg_write(&f->l.up, f->sub.p, f->sub.len, SHOAL_FOREVER);
+		rc = f->tcp >= 0 ? sh_stream_write(f->tcp, f->sub.p, f->sub.len, false)
+				 : sh_msg_write(&f->l.up, f->sub.p, f->sub.len, SHOAL_FOREVER);
 	if (f->sub.cap > SH_MSG_BUF_KEEP)
 		sh_wbuf_fini(&f->sub);
 	f->nsub = 0;
@@ -206,7 +224,10 @@ static int pump(shoal_farm *f, int64_t deadline)
 {
 	size_t got = 0, len = 0;
 	int rc;
-	for (;;) {
+	if (f->tcp >= 0)
+		rc = sh_stream_read_frame(f->tcp, &f->in, &f->in_cap, &len, SH_TASKS_MSG_MAX, false,
+					  deadline);
+	for (; f->tcp < 0;) {
 		int64_t slice = shoal_deadline_in(100000000);
 		rc = sh_msg_read_part(&f->l.down, &f->in, &f->in_cap, &got, &len, SH_TASKS_MSG_MAX,
 				      deadline != SHOAL_FOREVER && deadline < slice ? deadline
