@@ -50,16 +50,30 @@ typedef struct farm_setup {
 	shoal_farm *f;
 } farm_setup;
 
-static int setup(farm_setup *s, shoal_scheme scheme, const char *engine, const char *lib,
+/* A controller with 2 engines and a client, on this host's rings, or all
+ * over TCP loopback (with a fresh secret, as peers on other hosts). */
+static int setup(farm_setup *s, shoal_scheme scheme, bool tcp, const char *engine, const char *lib,
 		 char *err, size_t errlen)
 {
 	memset(s, 0, sizeof(*s));
 	shoal_controller_opts o;
 	shoal_controller_opts_init(&o);
 	o.scheme = scheme;
+	char secret[40], addr[160];
+	if (tcp) {
+		snprintf(secret, sizeof(secret), "bench-%016llx%08x",
+			 (unsigned long long)shoal_now_ns(), (unsigned)getpid());
+		setenv("SHOAL_SECRET", secret, 1); /* the engines' and the client's */
+		o.tcp = "127.0.0.1:0";
+		o.secret = secret;
+		o.secret_len = strlen(secret);
+	}
 	int rc = shoal_controller_open(&s->ctl, &o);
+	if (rc == 0)
+		snprintf(addr, sizeof(addr), "%s%s", tcp ? "tcp://" : "",
+			 tcp ? shoal_controller_tcp(s->ctl) : shoal_controller_socket(s->ctl));
 	for (int i = 0; rc == 0 && i < 2; i++)
-		rc = shoal_engine_spawn(shoal_controller_socket(s->ctl), lib, engine, &s->pids[i]);
+		rc = shoal_engine_spawn(addr, lib, engine, &s->pids[i]);
 	shoal_controller_stat st = {0};
 	double until = sh_bench_now() + 10;
 	while (rc == 0 && shoal_controller_stat_get(s->ctl, &st) == 0 && st.engines < 2 &&
@@ -68,7 +82,7 @@ static int setup(farm_setup *s, shoal_scheme scheme, const char *engine, const c
 	if (rc == 0 && st.engines < 2)
 		rc = SHOAL_ETIMEDOUT;
 	if (rc == 0)
-		rc = shoal_farm_connect(&s->f, shoal_controller_socket(s->ctl));
+		rc = shoal_farm_connect(&s->f, addr);
 	if (rc)
 		snprintf(err, errlen, "setting up a controller and 2 engines: %s",
 			 shoal_strerror(rc));
@@ -133,49 +147,42 @@ static void bench_flood(const sh_bench_opts *o, sh_bench_report *r, const char *
 	shoal_vbuf *vb;
 	if (shoal_vbuf_create(&vb))
 		exit(1);
-	for (size_t s = 0; s < nsch; s++) {
-		shoal_scheme scheme = o->quick ? quick[s] : all[s];
-		farm_setup fs;
-		char err[256];
-		int rc = setup(&fs, scheme, engine, lib, err, sizeof(err));
-		for (size_t k = 0; k < nn; k++) {
-			sh_bench_result *x = sh_bench_add(r, SUITE, "flood", "shoal", 0);
-			sh_bench_param_num(x, "n", (double)ns[k]);
-			sh_bench_param_str(x, "scheme", shoal_scheme_name(scheme));
-			sh_bench_param_str(x, "transport", "local");
-			if (rc) {
-				sh_bench_fail(x, "%s", err);
-				continue;
+	for (int tcp = 0; tcp < 2; tcp++)
+		for (size_t s = 0; s < nsch; s++) {
+			shoal_scheme scheme = o->quick ? quick[s] : all[s];
+			farm_setup fs;
+			char err[256];
+			int rc = setup(&fs, scheme, tcp, engine, lib, err, sizeof(err));
+			for (size_t k = 0; k < nn; k++) {
+				sh_bench_result *x = sh_bench_add(r, SUITE, "flood", "shoal", 0);
+				sh_bench_param_num(x, "n", (double)ns[k]);
+				sh_bench_param_str(x, "scheme", shoal_scheme_name(scheme));
+				sh_bench_param_str(x, "transport", tcp ? "tcp" : "local");
+				if (rc) {
+					sh_bench_fail(x, "%s", err);
+					continue;
+				}
+				double best_sent = 0, best_rt = 0, rts[3];
+				int reps = 3;
+				for (int i = 0; i < reps && rc == 0; i++) {
+					double sent, rt;
+					if ((rc = flood(fs.f, ns[k], NULL, vb, &sent, &rt)) != 0)
+						sh_bench_fail(x, "%s: %s", shoal_strerror(rc),
+							      shoal_farm_last_error(fs.f));
+					else if (i == 0 || rt < best_rt)
+						best_rt = rt, best_sent = sent;
+					rts[i] = rt;
+				}
+				if (rc)
+					break;
+				sh_bench_metric_set(x, "sent_s", best_sent);
+				sh_bench_metric_set(x, "roundtrip_s", best_rt);
+				sh_bench_metric_set(x, "roundtrip_per_s", (double)ns[k] / best_rt);
+				sh_bench_metric_set(x, "sent_ns_per_task",
+						    best_sent * 1e9 / (double)ns[k]);
+				sh_bench_show_samples(x, rts, reps, "s");
 			}
-			double best_sent = 0, best_rt = 0, rts[3];
-			int reps = 3;
-			for (int i = 0; i < reps && rc == 0; i++) {
-				double sent, rt;
-				if ((rc = flood(fs.f, ns[k], NULL, vb, &sent, &rt)) != 0)
-					sh_bench_fail(x, "%s: %s", shoal_strerror(rc),
-						      shoal_farm_last_error(fs.f));
-				else if (i == 0 || rt < best_rt)
-					best_rt = rt, best_sent = sent;
-				rts[i] = rt;
-			}
-			if (rc)
-				break;
-			sh_bench_metric_set(x, "sent_s", best_sent);
-			sh_bench_metric_set(x, "roundtrip_s", best_rt);
-			sh_bench_metric_set(x, "roundtrip_per_s", (double)ns[k] / best_rt);
-			sh_bench_metric_set(x, "sent_ns_per_task", best_sent * 1e9 / (double)ns[k]);
-			sh_bench_show_samples(x, rts, reps, "s");
-		}
-		teardown(&fs);
-	}
-	for (size_t s = 0; s < nsch; s++)
-		for (size_t k = 0; k < nn; k++) {
-			sh_bench_result *x = sh_bench_add(r, SUITE, "flood", "shoal", 0);
-			sh_bench_param_num(x, "n", (double)ns[k]);
-			sh_bench_param_str(x, "scheme",
-					   shoal_scheme_name(o->quick ? quick[s] : all[s]));
-			sh_bench_param_str(x, "transport", "tcp");
-			sh_bench_skip(x, "engines and clients over TCP are not built yet");
+			teardown(&fs);
 		}
 	shoal_vbuf_free(vb);
 }
@@ -252,9 +259,12 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 {
 	static const size_t sizes[] = {512, 1024, 4096, 65536, 1 << 20, 8 << 20};
 	size_t nsizes = o->quick ? 5 : 6;
-	farm_setup fs;
-	char err[256];
-	int rc = setup(&fs, SHOAL_SCHEME_LEASTLOAD, engine, lib, err, sizeof(err));
+	farm_setup fs[2];
+	char err[2][256];
+	int rcs[2];
+	for (int tcp = 0; tcp < 2; tcp++)
+		rcs[tcp] = setup(&fs[tcp], SHOAL_SCHEME_LEASTLOAD, tcp, engine, lib, err[tcp],
+				 sizeof(err[tcp]));
 	shoal_vbuf *vb, *pb;
 	if (shoal_vbuf_create(&vb) || shoal_vbuf_create(&pb))
 		exit(1);
@@ -263,46 +273,46 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 		size_t total = o->quick ? (size_t)64 << 20 : (size_t)512 << 20;
 		uint64_t n = total / size;
 		n = n < 32 ? 32 : n > 65536 ? 65536 : n;
-		double raw = raw_tcp_mb_s(n * size < ((size_t)64 << 20) ? (size_t)64 << 20 : n * size,
-					  size < 65536 ? 65536 : size);
+		double raw =
+			raw_tcp_mb_s(n * size < ((size_t)64 << 20) ? (size_t)64 << 20 : n * size,
+				     size < 65536 ? 65536 : size);
 		sh_bench_result *b = sh_bench_add(r, SUITE, "buffers", "tcp", 1);
 		sh_bench_param_num(b, "bytes", (double)size);
 		sh_bench_param_str(b, "transport", "raw");
 		sh_bench_metric_set(b, "mb_s", raw);
 		sh_bench_show_samples(b, &raw, 1, "MB/s");
-		sh_bench_result *x = sh_bench_add(r, SUITE, "buffers", "shoal", 0);
-		sh_bench_param_num(x, "bytes", (double)size);
-		sh_bench_param_str(x, "transport", "local");
-		if (rc) {
-			sh_bench_fail(x, "%s", err);
-			continue;
-		}
 		shoal_vbuf_reset(pb);
 		unsigned char *mem = calloc(1, size);
 		shoal_value *payload = mem ? shoal_v_bytes(pb, mem, size) : NULL;
 		free(mem);
-		double sent, rt;
-		int frc = payload ? flood(fs.f, n, payload, vb, &sent, &rt) : SHOAL_ENOMEM;
-		if (frc) {
-			sh_bench_fail(x, "%s: %s", shoal_strerror(frc), shoal_farm_last_error(fs.f));
-			continue;
+		for (int tcp = 0; tcp < 2; tcp++) {
+			sh_bench_result *x = sh_bench_add(r, SUITE, "buffers", "shoal", 0);
+			sh_bench_param_num(x, "bytes", (double)size);
+			sh_bench_param_str(x, "transport", tcp ? "tcp" : "local");
+			if (rcs[tcp]) {
+				sh_bench_fail(x, "%s", err[tcp]);
+				continue;
+			}
+			double sent, rt;
+			int frc = payload ? flood(fs[tcp].f, n, payload, vb, &sent, &rt)
+					  : SHOAL_ENOMEM;
+			if (frc) {
+				sh_bench_fail(x, "%s: %s", shoal_strerror(frc),
+					      shoal_farm_last_error(fs[tcp].f));
+				continue;
+			}
+			double mb_s = (double)(n * size) / rt / 1e6;
+			sh_bench_metric_set(x, "per_s", (double)n / rt);
+			sh_bench_metric_set(x, "mb_s", mb_s);
+			sh_bench_metric_set(x, "ratio_vs_raw", raw > 0 ? mb_s / raw : 0);
+			sh_bench_metric_set(x, "tasks", (double)n);
+			sh_bench_show_samples(x, &mb_s, 1, "MB/s");
 		}
-		double mb_s = (double)(n * size) / rt / 1e6;
-		sh_bench_metric_set(x, "per_s", (double)n / rt);
-		sh_bench_metric_set(x, "mb_s", mb_s);
-		sh_bench_metric_set(x, "ratio_vs_raw", raw > 0 ? mb_s / raw : 0);
-		sh_bench_metric_set(x, "tasks", (double)n);
-		sh_bench_show_samples(x, &mb_s, 1, "MB/s");
-	}
-	for (size_t k = 0; k < nsizes; k++) {
-		sh_bench_result *x = sh_bench_add(r, SUITE, "buffers", "shoal", 0);
-		sh_bench_param_num(x, "bytes", (double)sizes[k]);
-		sh_bench_param_str(x, "transport", "tcp");
-		sh_bench_skip(x, "engines and clients over TCP are not built yet");
 	}
 	shoal_vbuf_free(vb);
 	shoal_vbuf_free(pb);
-	teardown(&fs);
+	for (int tcp = 0; tcp < 2; tcp++)
+		teardown(&fs[tcp]);
 }
 
 int sh_bench_tasks(const sh_bench_opts *o, sh_bench_report *r)
@@ -315,10 +325,11 @@ int sh_bench_tasks(const sh_bench_opts *o, sh_bench_report *r)
 	}
 	bench_flood(o, r, engine, lib);
 	bench_buffers(o, r, engine, lib);
-	sh_bench_note(r, "goals: >= 200 000 no-op tasks/s round trip at n = 65 536 on the local "
-			 "path (100 000/s over TCP), Sent flat per task as n grows (sent_ns_per_task "
-			 "in --json), buffers of 64 KiB and more at >= 70%% of raw TCP loopback. "
-			 "ipyparallel 7 here: 250-390 tasks/s; dask.distributed 350-550");
+	sh_bench_note(r,
+		      "goals: >= 200 000 no-op tasks/s round trip at n = 65 536 on the local "
+		      "path (100 000/s over TCP), Sent flat per task as n grows (sent_ns_per_task "
+		      "in --json), buffers of 64 KiB and more at >= 70%% of raw TCP loopback. "
+		      "ipyparallel 7 here: 250-390 tasks/s; dask.distributed 350-550");
 	return 0;
 }
 
@@ -347,7 +358,6 @@ void sh_bench_tasks_plot(FILE *f, const sh_bench_report *r)
 	int y = sh_bench_svg_begin(f, 760, 700, "task flood: time against the number of tasks");
 	y += sh_bench_svg_lines(f, r, SUITE, "flood", "n", "scheme", "roundtrip_s", "s", 0, y, 760,
 				320);
-	sh_bench_svg_lines(f, r, SUITE, "flood", "n", "scheme", "sent_s", "s", 0, y + 10, 760,
-			   320);
+	sh_bench_svg_lines(f, r, SUITE, "flood", "n", "scheme", "sent_s", "s", 0, y + 10, 760, 320);
 	sh_bench_svg_end(f);
 }
