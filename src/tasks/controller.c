@@ -123,26 +123,6 @@ struct shoal_controller {
 	_Atomic uint64_t n_queued, n_running, n_done, n_retried, n_failed;
 };
 
-/* ---- batches ---- */
-
-void sh_tk_batch_begin(sh_wbuf *w)
-{
-	static const unsigned char array32[5] = {0xdd};
-	sh_wbuf_frame_begin(w);
-	sh_wbuf_append(w, array32, sizeof(array32));
-}
-
-int sh_tk_batch_end(sh_wbuf *w, uint32_t n, uint16_t op)
-{
-	if (w->err)
-		return w->err;
-	unsigned char *p = w->p + SH_FRAME_HDR + 1;
-	p[0] = (unsigned char)(n >> 24), p[1] = (unsigned char)(n >> 16);
-	p[2] = (unsigned char)(n >> 8), p[3] = (unsigned char)n;
-	sh_frame f = {.op = op};
-	return sh_wbuf_frame_end(w, &f);
-}
-
 /* ---- queues ---- */
 
 static void q_push(tk_queue *q, tk_task *t)
@@ -442,20 +422,6 @@ static void settle_deps(shoal_controller *ctl, tk_client *c, uint64_t id, int32_
 	SH_DELETE(w);
 }
 
-/* A list of the client's task ids at m, into *ids (n of them). */
-static int read_ids(sh_mp *m, uint64_t **ids, uint32_t *n)
-{
-	*ids = NULL;
-	if (sh_mp_array(m, n))
-		return SHOAL_EPROTO;
-	if (*n && !(*ids = shoal_alloc(*n * sizeof(**ids))))
-		return SHOAL_ENOMEM;
-	for (uint32_t i = 0; i < *n; i++)
-		if (sh_mp_uint(m, &(*ids)[i]))
-			return SHOAL_EPROTO; /* the caller frees *ids */
-	return 0;
-}
-
 /* t depends on the client's task id: done already, or t waits for it. */
 static int add_dep(shoal_controller *ctl, tk_client *c, tk_task *t, uint64_t id, char *why,
 		   size_t len)
@@ -499,22 +465,19 @@ static int on_submit(tk_client *c, const sh_frame *f)
 {
 	shoal_controller *ctl = c->c.ctl;
 	sh_mp m;
-	uint32_t n, k, fl;
+	uint32_t n;
 	sh_mp_init(&m, c->c.in + SH_FRAME_HDR, f->body_len);
 	if (f->op != SH_TK_SUBMIT || f->oob || sh_mp_array(&m, &n) != 0)
 		return SHOAL_EPROTO;
 	int64_t now = shoal_now_ns();
 	for (uint32_t i = 0; i < n; i++) {
-		uint64_t id, retries;
-		int64_t timeout, engine;
-		const char *fn;
-		if (sh_mp_array(&m, &k) || k != 8 || sh_mp_uint(&m, &id) || id == 0 ||
-		    id <= c->max_id || id > c->max_id + (1u << 24))
+		sh_tk_submit v;
+		if (sh_tk_read_submit(&m, &v) || v.id <= c->max_id || v.id > c->max_id + (1u << 24))
 			return SHOAL_EPROTO; /* ids go up, without wild jumps */
-		c->max_id = id;
-		if (id >= c->cap_fate) {
+		c->max_id = v.id;
+		if (v.id >= c->cap_fate) {
 			uint64_t cap = c->cap_fate ? c->cap_fate : 4096;
-			while (cap <= id)
+			while (cap <= v.id)
 				cap *= 2;
 			int32_t *fate = shoal_realloc(c->fate, c->cap_fate * sizeof(*fate),
 						      cap * sizeof(*fate));
@@ -524,47 +487,44 @@ static int on_submit(tk_client *c, const sh_frame *f)
 			c->fate = fate;
 			c->cap_fate = cap;
 		}
-		const unsigned char *from = m.p;
-		if (sh_mp_str(&m, &fn, &fl) || fl == 0 || sh_mp_skip(&m))
-			return SHOAL_EPROTO;
-		const unsigned char *to = m.p;
-		if (sh_mp_int(&m, &timeout) || sh_mp_uint(&m, &retries) || sh_mp_int(&m, &engine) ||
-		    retries > UINT32_MAX || engine < -1 || engine > INT32_MAX)
-			return SHOAL_EPROTO;
 		tk_task *t = SH_NEW(tk_task);
-		if (!t || !(t->raw = shoal_alloc((size_t)(to - from)))) {
+		if (!t || !(t->raw = shoal_alloc(v.call_len))) {
 			if (t)
 				SH_DELETE(t);
 			return SHOAL_ENOMEM;
 		}
-		memcpy(t->raw, from, (size_t)(to - from));
-		t->rawlen = (uint32_t)(to - from);
+		memcpy(t->raw, v.call, v.call_len);
+		t->rawlen = (uint32_t)v.call_len;
 		t->tid = ++ctl->next_tid;
-		t->cid = id;
+		t->cid = v.id;
 		t->client = c;
-		t->retries = (uint32_t)retries;
-		t->engine_want = (int32_t)engine;
-		if (timeout > 0) {
-			t->deadline = now + timeout;
+		t->retries = v.retries;
+		t->engine_want = v.engine;
+		if (v.timeout_ns > 0) {
+			t->deadline = now + v.timeout_ns;
 			ctl->with_deadline++;
 		}
 		if (sh_map_put(&ctl->tasks, t->tid, t) != 0) {
 			task_free(t);
 			return SHOAL_ENOMEM;
 		}
-		uint64_t *after;
-		uint32_t nafter;
-		int rc = read_ids(&m, &after, &nafter);
-		if (rc == 0)
-			rc = read_ids(&m, &t->follow, &t->nfollow);
+		int rc = 0;
+		if (v.nfollow && !(t->follow = shoal_alloc(v.nfollow * sizeof(*t->follow))))
+			return SHOAL_ENOMEM; /* the connection ends: the task goes with it */
+		t->nfollow = v.nfollow;
+		for (uint32_t d = 0; d < v.nfollow; d++)
+			sh_mp_uint(&v.follow, &t->follow[d]); /* checked by the reader */
 		char why[192] = "";
-		for (uint32_t d = 0; rc == 0 && d < nafter + t->nfollow; d++)
-			rc = add_dep(ctl, c, t, d < nafter ? after[d] : t->follow[d - nafter], why,
-				     sizeof(why));
-		if (after)
-			shoal_free(after, nafter * sizeof(*after));
-		if (rc == SHOAL_EPROTO || rc == SHOAL_ENOMEM)
-			return rc; /* the connection ends: the task goes with it */
+		for (uint32_t d = 0; rc == 0 && d < v.nafter + v.nfollow; d++) {
+			uint64_t dep;
+			if (d < v.nafter)
+				sh_mp_uint(&v.after, &dep);
+			else
+				dep = t->follow[d - v.nafter];
+			rc = add_dep(ctl, c, t, dep, why, sizeof(why));
+		}
+		if (rc == SHOAL_ENOMEM)
+			return rc;
 		if (rc) {
 			fail(ctl, t, rc, "%s", why);
 			continue;
@@ -629,23 +589,21 @@ static int on_done(tk_engine *e, const sh_frame *f)
 {
 	shoal_controller *ctl = e->c.ctl;
 	sh_mp m;
-	uint32_t n, k;
+	uint32_t n;
 	sh_mp_init(&m, e->c.in + SH_FRAME_HDR, f->body_len);
 	if (f->op != SH_TK_DONE || f->oob || sh_mp_array(&m, &n) != 0)
 		return SHOAL_EPROTO;
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t tid;
-		int64_t status;
-		if (sh_mp_array(&m, &k) || k != 3 || sh_mp_uint(&m, &tid) ||
-		    sh_mp_int(&m, &status) || status > 0 || status < INT32_MIN)
-			return SHOAL_EPROTO;
-		const unsigned char *from = m.p;
-		if (sh_mp_skip(&m))
+		int32_t status;
+		const unsigned char *raw;
+		size_t len;
+		if (sh_tk_read_result(&m, &tid, &status, &raw, &len))
 			return SHOAL_EPROTO;
 		tk_task *t = sh_map_get(&ctl->tasks, tid);
 		if (!t || t->on != e)
 			continue; /* answered already (its deadline passed) */
-		answer(ctl, t, (int32_t)status, from, (size_t)(m.p - from), NULL);
+		answer(ctl, t, status, raw, len, NULL);
 	}
 	return sh_mp_done(&m) == 0 ? 0 : SHOAL_EPROTO;
 }

@@ -51,10 +51,10 @@ static int flush(engine *g)
 /* Runs one task ([tid, fn, args] at m) and adds its result to the batch. */
 static int run_one(engine *g, sh_mp *m)
 {
-	uint32_t k, fl;
+	uint32_t fl;
 	uint64_t tid;
 	const char *fname;
-	if (sh_mp_array(m, &k) || k != 3 || sh_mp_uint(m, &tid) || sh_mp_str(m, &fname, &fl))
+	if (sh_tk_read_run(m, &tid, &fname, &fl))
 		return SHOAL_EPROTO;
 	shoal_vbuf_reset(&g->in);
 	shoal_vbuf_reset(&g->out);

@@ -248,7 +248,7 @@ static int pump(shoal_farm *f, int64_t deadline)
 	sh_frame fr;
 	char why[160];
 	sh_mp m;
-	uint32_t n, k;
+	uint32_t n;
 	if (sh_frame_decode(f->in, len, &fr, why, sizeof(why)) != 0 || fr.op != SH_TK_RESULTS ||
 	    fr.oob)
 		return ffail(f, SHOAL_EPROTO, "from the controller: %s",
@@ -258,14 +258,11 @@ static int pump(shoal_farm *f, int64_t deadline)
 		return ffail(f, SHOAL_EPROTO, "from the controller: malformed results");
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t id;
-		int64_t status;
-		if (sh_mp_array(&m, &k) || k != 3 || sh_mp_uint(&m, &id) ||
-		    sh_mp_int(&m, &status) || status > 0 || status < INT32_MIN)
+		int32_t status;
+		const unsigned char *from;
+		size_t vl;
+		if (sh_tk_read_result(&m, &id, &status, &from, &vl))
 			return ffail(f, SHOAL_EPROTO, "from the controller: malformed result");
-		const unsigned char *from = m.p;
-		if (sh_mp_skip(&m))
-			return ffail(f, SHOAL_EPROTO, "from the controller: malformed result");
-		size_t vl = (size_t)(m.p - from);
 		if (id < f->base || id > f->next_id || f->res[id - f->base].state != 0)
 			continue; /* not ours, or twice: ignored */
 		if (f->rlen + vl > f->rcap) {
@@ -279,8 +276,8 @@ static int pump(shoal_farm *f, int64_t deadline)
 			f->rcap = cap;
 		}
 		memcpy(f->rbuf + f->rlen, from, vl);
-		f->res[id - f->base] = (tk_res){
-			.state = 1, .status = (int32_t)status, .off = f->rlen, .len = (uint32_t)vl};
+		f->res[id - f->base] =
+			(tk_res){.state = 1, .status = status, .off = f->rlen, .len = (uint32_t)vl};
 		f->rlen += vl;
 		f->here++;
 	}

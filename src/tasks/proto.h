@@ -41,6 +41,30 @@ void sh_tk_batch_begin(sh_wbuf *w);
 /* Sets the count and the frame header. */
 int sh_tk_batch_end(sh_wbuf *w, uint32_t n, uint16_t op);
 
+/* One task of a SUBMIT batch, as it lies in the body (pointers into it).
+ * after and follow are cursors at the ids of those lists, which are
+ * checked to be nafter and nfollow unsigned integers. */
+typedef struct sh_tk_submit {
+	uint64_t id;
+	const unsigned char *call; /* fn and args as the client encoded them */
+	size_t call_len;
+	int64_t timeout_ns;
+	uint32_t retries;
+	int32_t engine;
+	sh_mp after, follow;
+	uint32_t nafter, nfollow;
+} sh_tk_submit;
+
+/* The readers of batch entries: each consumes one entry at m, or fails
+ * with SHOAL_EPROTO on anything else (every peer may be hostile). */
+int sh_tk_read_submit(sh_mp *m, sh_tk_submit *t);
+/* [id, status, result | message] of a DONE or RESULTS batch; raw: the
+ * result's (or message's) bytes. */
+int sh_tk_read_result(sh_mp *m, uint64_t *id, int32_t *status, const unsigned char **raw,
+		      size_t *len);
+/* [tid, fn, args] of a RUN batch: leaves m at args. */
+int sh_tk_read_run(sh_mp *m, uint64_t *tid, const char **fn, uint32_t *fn_len);
+
 /* The engine's main (tools/shoal-engine.c calls it). */
 int sh_engine_main(int argc, char **argv);
 
