@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -452,6 +453,40 @@ SH_TEST(tcp_peers_prove_the_secret)
 	/* a controller will not listen on TCP without a secret */
 	o.secret = NULL;
 	CHECK_RC(shoal_controller_open(&c, &o), SHOAL_ENOENT);
+}
+
+/* `shoal controller` and `shoald --tasks` serve the same controller. */
+SH_TEST(controller_programs)
+{
+	paths();
+	char shoal[4096], shoald[4096], sock[128], store[128];
+	sh_test_bin(shoal, sizeof(shoal), "tools/shoal");
+	sh_test_bin(shoald, sizeof(shoald), "tools/shoald");
+	for (int prog = 0; prog < 2; prog++) {
+		snprintf(sock, sizeof(sock), "/tmp/shoal-test-tasks-%d-%d.sock", (int)getpid(),
+			 prog);
+		snprintf(store, sizeof(store), "/tmp/shoal-test-store-%d.sock", (int)getpid());
+		char *ctl_argv[] = {shoal, "controller", "--socket", sock, "--scheme", "lru", NULL};
+		char *d_argv[] = {shoald, "--socket", store, "--size",
+				  "16M",  "--tasks",  sock,  NULL};
+		extern char **environ;
+		pid_t ctl, eng;
+		CHECK_OK(posix_spawn(&ctl, prog ? shoald : shoal, NULL, NULL,
+				     prog ? d_argv : ctl_argv, environ));
+		int64_t until = shoal_deadline_in(10000 * MS);
+		shoal_farm *f = NULL;
+		while (shoal_farm_connect(&f, sock) != 0 && shoal_now_ns() < until)
+			usleep(2000);
+		CHECK(f != NULL);
+		CHECK_OK(shoal_engine_spawn(sock, sample, engine_bin, &eng));
+		flood(f, 500);
+		shoal_farm_close(f);
+		kill(ctl, SIGTERM);
+		int st;
+		CHECK_EQ(waitpid(ctl, &st, 0), ctl);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		CHECK_EQ(waitpid(eng, &st, 0), eng); /* it ends with its controller */
+	}
 }
 
 SH_TEST(no_controller_no_client)

@@ -24,6 +24,7 @@ static int cmd_bench(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 static int cmd_version(int argc, char **argv);
 static int cmd_daemon(int argc, char **argv);
+static int cmd_controller(int argc, char **argv);
 static int cmd_put(int argc, char **argv);
 static int cmd_get(int argc, char **argv);
 static int cmd_ls(int argc, char **argv);
@@ -36,6 +37,8 @@ static const command commands[] = {
 	 "run benchmarks; no SUITE runs every suite, quick", cmd_bench},
 	{"daemon", "[--socket PATH] [--size BYTES] [--reserve] [--group GROUP]",
 	 "serve an object store until SIGTERM (the same as shoald)", cmd_daemon},
+	{"controller", "[--socket PATH] [--scheme S] [--tcp HOST:PORT]",
+	 "serve a task controller until SIGTERM", cmd_controller},
 	{"put", "FILE.safetensors --name NAME [--replace] [--socket PATH]",
 	 "import a safetensors file as a persistent tensor_dict", cmd_put},
 	{"get", "NAME --out FILE.safetensors [--socket PATH]",
@@ -183,6 +186,11 @@ int main(int argc, char **argv)
 }
 
 /* ---- store commands ---- */
+
+static int cmd_controller(int argc, char **argv)
+{
+	return sh_controller_main("shoal controller", argc, argv);
+}
 
 static int cmd_daemon(int argc, char **argv)
 {

@@ -7,6 +7,7 @@
 #include <shoal/fiber.h>
 #include <shoal/rpc.h>
 #include <shoal/store.h>
+#include <shoal/tasks.h>
 
 #define SHOAL_VERSION_MAJOR 0
 #define SHOAL_VERSION_MINOR 1

@@ -86,18 +86,52 @@ const char *sh_tools_fmt_bytes(uint64_t v, char *buf, size_t len)
 	return buf;
 }
 
+/* The task controller's options, shared by the daemon (which may serve
+ * one beside the store) and `shoal controller`: 1 when a was one of them
+ * (and *i moved past its value), 0 when not, -1 on a bad value. */
+static int tasks_opt(const char *prog, const char *a, const char *v, int *i,
+		     shoal_controller_opts *co)
+{
+	if (!strcmp(a, "--scheme") && v) {
+		int sc = shoal_scheme_parse(v);
+		if (sc < 0) {
+			fprintf(stderr,
+				"%s: --scheme '%s': expected pure, lru, leastload, weighted or "
+				"twobin\n",
+				prog, v);
+			return -1;
+		}
+		co->scheme = (shoal_scheme)sc;
+	} else if (!strcmp(a, "--tcp") && v) {
+		co->tcp = v;
+	} else {
+		return 0;
+	}
+	(*i)++;
+	return 1;
+}
+
+static const char tasks_usage[] =
+	"  --scheme S     how tasks are spread: pure, lru, leastload (default),\n"
+	"                 weighted or twobin\n"
+	"  --tcp H:P      also serve engines and clients of other hosts on TCP; they\n"
+	"                 must know the secret in $SHOAL_SECRET_FILE or $SHOAL_SECRET\n";
+
 static void daemon_usage(const char *prog, FILE *f)
 {
 	fprintf(f,
 		"usage: %s [--socket PATH] [--size BYTES] [--reserve] [--group GROUP]\n"
+		"          [--tasks PATH [--scheme S] [--tcp HOST:PORT]]\n"
 		"Serves a shared-memory object store on a unix socket until SIGTERM.\n"
 		"  --socket PATH  where clients connect (default %s)\n"
 		"  --size BYTES   hard limit on stored bytes, e.g. 512M, 16G (default 1G)\n"
 		"  --reserve      fault in the small-object arena at start\n"
 		"  --group GROUP  also admit processes of this group (name or gid); the\n"
 		"                 socket is then 0660, else 0600\n"
+		"  --tasks PATH   also serve a task controller on this socket\n"
+		"%s"
 		"Exit codes: 0 stopped cleanly, 1 could not serve, 2 bad arguments.\n",
-		prog, sh_tools_default_socket());
+		prog, sh_tools_default_socket(), tasks_usage);
 }
 
 int sh_daemon_main(const char *prog, int argc, char **argv)
@@ -105,11 +139,21 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 	shoal_store_opts o;
 	shoal_store_opts_init(&o);
 	o.socket_path = sh_tools_default_socket();
+	shoal_controller_opts co;
+	shoal_controller_opts_init(&co);
 	uint64_t size = 1ull << 30;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+		int t = tasks_opt(prog, a, v, &i, &co);
+		if (t < 0)
+			return SH_EXIT_USAGE;
+		if (t > 0)
+			continue;
+		if (!strcmp(a, "--tasks") && v) {
+			co.socket = v;
+			i++;
+		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			daemon_usage(prog, stdout);
 			return SH_EXIT_OK;
 		} else if (!strcmp(a, "--reserve")) {
@@ -170,12 +214,76 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 			shoal_strerror(rc));
 		return SH_EXIT_FAIL;
 	}
+	shoal_controller *ctl = NULL;
+	if (co.socket && (rc = shoal_controller_open(&ctl, &co)) != 0) {
+		fprintf(stderr, "%s: cannot serve tasks on %s: %s\n", prog, co.socket,
+			shoal_strerror(rc));
+		shoal_store_close(s);
+		return SH_EXIT_FAIL;
+	}
 	char b[32];
 	fprintf(stderr, "%s: serving %s, size %s (pid %d)\n", prog, shoal_store_socket(s),
 		sh_tools_fmt_bytes(size, b, sizeof(b)), (int)getpid());
+	if (ctl)
+		fprintf(stderr, "%s: tasks on %s%s%s, scheme %s\n", prog,
+			shoal_controller_socket(ctl),
+			shoal_controller_tcp(ctl) ? " and tcp://" : "",
+			shoal_controller_tcp(ctl) ? shoal_controller_tcp(ctl) : "",
+			shoal_scheme_name(co.scheme));
 	int sig = 0;
 	sigwait(&set, &sig);
 	fprintf(stderr, "%s: %s, stopping\n", prog, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	shoal_controller_close(ctl);
 	shoal_store_close(s);
+	return SH_EXIT_OK;
+}
+
+int sh_controller_main(const char *prog, int argc, char **argv)
+{
+	shoal_controller_opts co;
+	shoal_controller_opts_init(&co);
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int t = tasks_opt(prog, a, v, &i, &co);
+		if (t < 0)
+			return SH_EXIT_USAGE;
+		if (t > 0)
+			continue;
+		if (!strcmp(a, "--socket") && v) {
+			co.socket = v;
+			i++;
+		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			printf("usage: %s [--socket PATH] [--scheme S] [--tcp HOST:PORT]\n"
+			       "Serves a task controller until SIGTERM; engines (shoal-engine) and "
+			       "clients connect to it.\n"
+			       "  --socket PATH  where they connect on this host (default: a fresh "
+			       "path, printed)\n%s",
+			       prog, tasks_usage);
+			return SH_EXIT_OK;
+		} else {
+			fprintf(stderr, "%s: unexpected argument '%s'\n", prog, a);
+			return SH_EXIT_USAGE;
+		}
+	}
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	shoal_controller *ctl;
+	int rc = shoal_controller_open(&ctl, &co);
+	if (rc) {
+		fprintf(stderr, "%s: cannot serve: %s\n", prog, shoal_strerror(rc));
+		return SH_EXIT_FAIL;
+	}
+	fprintf(stderr, "%s: tasks on %s%s%s, scheme %s (pid %d)\n", prog,
+		shoal_controller_socket(ctl), shoal_controller_tcp(ctl) ? " and tcp://" : "",
+		shoal_controller_tcp(ctl) ? shoal_controller_tcp(ctl) : "",
+		shoal_scheme_name(co.scheme), (int)getpid());
+	int sig = 0;
+	sigwait(&set, &sig);
+	shoal_controller_close(ctl);
 	return SH_EXIT_OK;
 }

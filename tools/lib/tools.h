@@ -29,5 +29,7 @@ const char *sh_tools_fmt_bytes(uint64_t v, char *buf, size_t len);
 /* The store daemon: serves until SIGTERM or SIGINT. prog names it in
  * messages ("shoald" or "shoal daemon"). */
 int sh_daemon_main(const char *prog, int argc, char **argv);
+/* `shoal controller`: a task controller alone, until SIGTERM or SIGINT. */
+int sh_controller_main(const char *prog, int argc, char **argv);
 
 #endif
