@@ -10,6 +10,7 @@
 #include "fiber_impl.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -48,7 +49,13 @@ typedef struct pools {
 	pool *last; /* most fibers use one size: look there first */
 } pools;
 
-static size_t page_size;
+static size_t page_size; /* set once, by the first scheduler (pthread_once) */
+static pthread_once_t page_size_once = PTHREAD_ONCE_INIT;
+
+static void init_page_size(void)
+{
+	page_size = (size_t)sysconf(_SC_PAGESIZE);
+}
 /* -1 unknown, 0 unsupported, 1 works: probed once per process. */
 static _Atomic int madv_guard_ok = -1;
 /* mprotect guards left before we would crowd vm.max_map_count. */
@@ -69,8 +76,9 @@ static long read_max_map_count(void)
 
 int sh_stack_pools_init(void **out)
 {
-	if (!page_size)
-		page_size = (size_t)sysconf(_SC_PAGESIZE);
+	/* Schedulers of several threads may start at once (a daemon's store
+	 * and task controller do). */
+	pthread_once(&page_size_once, init_page_size);
 	long b = atomic_load(&mprotect_budget);
 	if (b < 0) {
 		/* Each mprotect guard splits a slab into two more mappings;
