@@ -61,7 +61,7 @@ typedef struct tk_conn {
 	shoal_controller *ctl;
 	sh_link l;
 	int tcp;       /* a peer over TCP: its socket (then l is unused); else -1 */
-	char peer[64]; /* its address, for messages */
+	char peer[96]; /* its address, for messages */
 	pid_t pid;
 	uint32_t num; /* engines: 0, 1, 2 ...; clients: 1, 2, ... */
 	bool engine, gone, kick_pending;
