@@ -52,8 +52,8 @@ typedef struct farm_setup {
 
 /* A controller with 2 engines and a client, on this host's rings, or all
  * over TCP loopback (with a fresh secret, as peers on other hosts). */
-static int setup(farm_setup *s, shoal_scheme scheme, bool tcp, const char *engine, const char *lib,
-		 char *err, size_t errlen)
+static int setup(farm_setup *s, shoal_scheme scheme, bool tcp, const char *store,
+		 const char *engine, const char *lib, char *err, size_t errlen)
 {
 	memset(s, 0, sizeof(*s));
 	shoal_controller_opts o;
@@ -73,7 +73,7 @@ static int setup(farm_setup *s, shoal_scheme scheme, bool tcp, const char *engin
 		snprintf(addr, sizeof(addr), "%s%s", tcp ? "tcp://" : "",
 			 tcp ? shoal_controller_tcp(s->ctl) : shoal_controller_socket(s->ctl));
 	for (int i = 0; rc == 0 && i < 2; i++)
-		rc = shoal_engine_spawn(addr, lib, engine, &s->pids[i]);
+		rc = shoal_engine_spawn_store(addr, lib, engine, store, &s->pids[i]);
 	shoal_controller_stat st = {0};
 	double until = sh_bench_now() + 10;
 	while (rc == 0 && shoal_controller_stat_get(s->ctl, &st) == 0 && st.engines < 2 &&
@@ -83,6 +83,8 @@ static int setup(farm_setup *s, shoal_scheme scheme, bool tcp, const char *engin
 		rc = SHOAL_ETIMEDOUT;
 	if (rc == 0)
 		rc = shoal_farm_connect(&s->f, addr);
+	if (rc == 0 && store)
+		rc = shoal_farm_use_store(s->f, store);
 	if (rc)
 		snprintf(err, errlen, "setting up a controller and 2 engines: %s",
 			 shoal_strerror(rc));
@@ -152,7 +154,7 @@ static void bench_flood(const sh_bench_opts *o, sh_bench_report *r, const char *
 			shoal_scheme scheme = o->quick ? quick[s] : all[s];
 			farm_setup fs;
 			char err[256];
-			int rc = setup(&fs, scheme, tcp, engine, lib, err, sizeof(err));
+			int rc = setup(&fs, scheme, tcp, NULL, engine, lib, err, sizeof(err));
 			for (size_t k = 0; k < nn; k++) {
 				sh_bench_result *x = sh_bench_add(r, SUITE, "flood", "shoal", 0);
 				sh_bench_param_num(x, "n", (double)ns[k]);
@@ -259,12 +261,24 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 {
 	static const size_t sizes[] = {512, 1024, 4096, 65536, 1 << 20, 8 << 20};
 	size_t nsizes = o->quick ? 5 : 6;
-	farm_setup fs[2];
+	/* On this host a buffer goes as a blob through a store: copied into an
+	 * object once, mapped by the engine (by reference, the local path's
+	 * design); over TCP it is copied along. */
+	shoal_store_opts so;
+	shoal_store_opts_init(&so);
+	so.size = (size_t)1 << 30;
+	shoal_store *st = NULL;
+	int src = shoal_store_open_embedded(&st, &so);
+	farm_setup fs[2] = {{0}};
 	char err[2][256];
 	int rcs[2];
 	for (int tcp = 0; tcp < 2; tcp++)
-		rcs[tcp] = setup(&fs[tcp], SHOAL_SCHEME_LEASTLOAD, tcp, engine, lib, err[tcp],
-				 sizeof(err[tcp]));
+		rcs[tcp] = src && !tcp ? src
+				       : setup(&fs[tcp], SHOAL_SCHEME_LEASTLOAD, tcp,
+					       tcp ? NULL : shoal_store_socket(st), engine, lib,
+					       err[tcp], sizeof(err[tcp]));
+	if (src)
+		snprintf(err[0], sizeof(err[0]), "no store: %s", shoal_strerror(src));
 	shoal_vbuf *vb, *pb;
 	if (shoal_vbuf_create(&vb) || shoal_vbuf_create(&pb))
 		exit(1);
@@ -283,9 +297,11 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 		sh_bench_show_samples(b, &raw, 1, "MB/s");
 		shoal_vbuf_reset(pb);
 		unsigned char *mem = calloc(1, size);
-		shoal_value *payload = mem ? shoal_v_bytes(pb, mem, size) : NULL;
+		shoal_value *bytes = mem ? shoal_v_bytes(pb, mem, size) : NULL;
+		shoal_value *blob = bytes ? shoal_v_blob(pb, bytes->v.bytes, size) : NULL;
 		free(mem);
 		for (int tcp = 0; tcp < 2; tcp++) {
+			shoal_value *payload = tcp ? bytes : blob;
 			sh_bench_result *x = sh_bench_add(r, SUITE, "buffers", "shoal", 0);
 			sh_bench_param_num(x, "bytes", (double)size);
 			sh_bench_param_str(x, "transport", tcp ? "tcp" : "local");
@@ -313,6 +329,8 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 	shoal_vbuf_free(pb);
 	for (int tcp = 0; tcp < 2; tcp++)
 		teardown(&fs[tcp]);
+	if (st)
+		shoal_store_close(st);
 }
 
 int sh_bench_tasks(const sh_bench_opts *o, sh_bench_report *r)

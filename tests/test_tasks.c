@@ -489,6 +489,66 @@ SH_TEST(controller_programs)
 	}
 }
 
+/* With a store, tensors and blobs of arguments go by reference: one copy
+ * into an object at submission, mapped by the engine, deleted once the
+ * result is in. */
+SH_TEST(arguments_by_reference_through_the_store)
+{
+	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
+	shoal_store_opts so;
+	shoal_store_opts_init(&so);
+	so.size = 64u << 20;
+	shoal_store *st;
+	CHECK_OK(shoal_store_open_embedded(&st, &so));
+	pid_t pids[2];
+	for (int i = 0; i < 2; i++)
+		CHECK_OK(shoal_engine_spawn_store(shoal_controller_socket(c), sample, engine_bin,
+						  shoal_store_socket(st), &pids[i]));
+	int64_t until = shoal_deadline_in(10000 * MS);
+	while (stat_of(c).engines < 2 && shoal_now_ns() < until)
+		usleep(1000);
+	shoal_farm *f = client(c);
+	CHECK_OK(shoal_farm_use_store(f, shoal_store_socket(st)));
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	size_t n = 3u << 20;
+	unsigned char *mem = malloc(n);
+	CHECK(mem != NULL);
+	for (size_t i = 0; i < n; i++)
+		mem[i] = (unsigned char)(i * 7);
+	shoal_value *blob = shoal_v_blob(vb, mem, n);
+	shoal_task ids[8];
+	for (int i = 0; i < 8; i++)
+		CHECK_OK(shoal_farm_submit(f, "echo", blob, NULL, &ids[i]));
+	CHECK_EQ(blob->v.t.obj, 0); /* the caller's value is as it was */
+	for (int i = 0; i < 8; i++) {
+		const shoal_value *r;
+		shoal_vbuf *out;
+		CHECK_OK(shoal_vbuf_create(&out));
+		CHECK_OK(shoal_farm_wait(f, ids[i], out, &r, shoal_deadline_in(10000 * MS)));
+		CHECK_EQ(r->type, SHOAL_V_BLOB); /* the engine mapped it, and sent it back */
+		CHECK(shoal_v_equal(r, blob));
+		shoal_vbuf_free(out);
+	}
+	/* every object made for them is gone */
+	shoal_client *sc;
+	CHECK_OK(shoal_connect(&sc, shoal_store_socket(st)));
+	shoal_store_stat ss;
+	until = shoal_deadline_in(5000 * MS);
+	do {
+		CHECK_OK(shoal_store_stat_get(sc, &ss));
+	} while (ss.objects != 0 && shoal_now_ns() < until && usleep(1000) == 0);
+	CHECK_EQ(ss.objects, 0);
+	shoal_disconnect(sc);
+	free(mem);
+	shoal_vbuf_free(vb);
+	shoal_farm_close(f);
+	shoal_controller_close(c);
+	for (int i = 0; i < 2; i++)
+		waitpid(pids[i], NULL, 0);
+	shoal_store_close(st);
+}
+
 SH_TEST(no_controller_no_client)
 {
 	shoal_farm *f = NULL;

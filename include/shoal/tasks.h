@@ -84,6 +84,10 @@ SHOAL_API int shoal_controller_stat_get(shoal_controller *c, shoal_controller_st
  * library. The engine is ready once shoal_controller_stat counts it. */
 SHOAL_API int shoal_engine_spawn(const char *socket, const char *so, const char *runner,
 				 pid_t *pid);
+/* The same, with the engine connected to the store at store_socket, so
+ * that tensors and blobs of task arguments reach it by reference. */
+SHOAL_API int shoal_engine_spawn_store(const char *socket, const char *so, const char *runner,
+				       const char *store_socket, pid_t *pid);
 
 /* ---- the client -------------------------------------------------------- */
 
@@ -93,6 +97,12 @@ typedef uint64_t shoal_task; /* a task's id: 1, 2, 3 ... per farm */
 /* socket: the controller's unix socket, or "tcp://HOST:PORT" for one on
  * another host (the secret comes from $SHOAL_SECRET_FILE or $SHOAL_SECRET). */
 SHOAL_API int shoal_farm_connect(shoal_farm **out, const char *socket);
+/* From now on, tensors and blobs in task arguments go by reference
+ * through the store at store_socket (on this host: engines must use the
+ * same store, shoal_engine_spawn_store): each not in the store yet is
+ * copied into an object once, when it is submitted, and that object is
+ * deleted when the task's result comes in. */
+SHOAL_API int shoal_farm_use_store(shoal_farm *f, const char *store_socket);
 /* Closes the connection: the controller drops its tasks not yet run. */
 SHOAL_API void shoal_farm_close(shoal_farm *f);
 /* The message of the last failure on f ("" after a success). */

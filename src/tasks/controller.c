@@ -1233,14 +1233,27 @@ void shoal_controller_close(shoal_controller *ctl)
 
 int shoal_engine_spawn(const char *socket, const char *so, const char *runner, pid_t *pid)
 {
+	return shoal_engine_spawn_store(socket, so, runner, NULL, pid);
+}
+
+int shoal_engine_spawn_store(const char *socket, const char *so, const char *runner,
+			     const char *store, pid_t *pid)
+{
 	if (!socket || !so || !pid)
 		return SHOAL_EINVAL;
 	if (!runner)
 		runner = getenv("SHOAL_ENGINE");
 	if (!runner)
 		runner = SHOAL_ENGINE_DEFAULT;
-	char *argv[] = {(char *)runner,	     "--socket", (char *)socket, "--so", (char *)so,
-			"--die-with-parent", NULL};
+	char *argv[] = {(char *)runner,
+			"--socket",
+			(char *)socket,
+			"--so",
+			(char *)so,
+			"--die-with-parent",
+			store ? "--store" : NULL,
+			(char *)store,
+			NULL};
 	extern char **environ;
 	int rc = posix_spawn(pid, runner, NULL, NULL, argv, environ);
 	if (rc)

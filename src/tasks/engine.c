@@ -91,6 +91,11 @@ static int run_one(engine *g, sh_mp *m)
 	else
 		sh_mp_pack_cstr(&pk, why);
 	g->nw++;
+	/* The result is encoded: what the arguments mapped from the store is
+	 * let go now, not at the next task (the client deletes those objects
+	 * once the result is in). */
+	shoal_vbuf_reset(&g->in);
+	shoal_vbuf_reset(&g->out);
 	if (g->w.len >= SH_TASKS_BATCH_BYTES || shoal_now_ns() - g->last_flush > FLUSH_NS)
 		return flush(g);
 	return 0;
@@ -146,7 +151,7 @@ static void *watch(void *arg)
 
 int sh_engine_main(int argc, char **argv)
 {
-	const char *socket = NULL, *so = NULL, *connect_to = NULL;
+	const char *socket = NULL, *so = NULL, *connect_to = NULL, *store = NULL;
 	bool with_parent = false;
 	engine g = {.name = "engine", .tcp = -1};
 	for (int i = 1; i < argc; i++) {
@@ -162,6 +167,8 @@ int sh_engine_main(int argc, char **argv)
 			so = argv[++i];
 		else if (!strcmp(argv[i], "--connect"))
 			connect_to = argv[++i];
+		else if (!strcmp(argv[i], "--store"))
+			store = argv[++i];
 		else if (!strcmp(argv[i], "--name"))
 			g.name = argv[++i];
 	}
@@ -169,7 +176,7 @@ int sh_engine_main(int argc, char **argv)
 		connect_to = socket + 6;
 	if ((!socket && !connect_to) || !so) {
 		fprintf(stderr, "usage: shoal-engine (--socket PATH | --connect HOST:PORT) --so "
-				"LIBRARY.so [--name NAME] [--die-with-parent]\n"
+				"LIBRARY.so [--store PATH] [--name NAME] [--die-with-parent]\n"
 				"over TCP the shared secret comes from $SHOAL_SECRET_FILE or "
 				"$SHOAL_SECRET\n");
 		return 2;
@@ -185,6 +192,15 @@ int sh_engine_main(int argc, char **argv)
 		fprintf(stderr, "shoal-engine %s: %s\n", g.name, why);
 		return 1;
 	}
+	/* Arguments that clients share through the store are mapped from it. */
+	shoal_client *sc = NULL;
+	if (store && (rc = shoal_connect(&sc, store)) != 0) {
+		fprintf(stderr, "shoal-engine %s: no store at %s: %s\n", g.name, store,
+			shoal_strerror(rc));
+		sh_ext_lib_unload(&g.lib);
+		return 1;
+	}
+	g.in.store = g.out.store = sc;
 	uint64_t info[1];
 	sh_link_init(&g.l, -1);
 	if (connect_to) {
@@ -219,8 +235,12 @@ int sh_engine_main(int argc, char **argv)
 	if (rc)
 		fprintf(stderr, "shoal-engine %s: %s\n", g.name, shoal_strerror(rc));
 	sh_wbuf_fini(&g.w);
+	shoal_vbuf_reset(&g.in); /* lets go of what it mapped */
+	shoal_vbuf_reset(&g.out);
 	sh_bump_fini(&g.in.a);
 	sh_bump_fini(&g.out.a);
+	if (sc)
+		shoal_disconnect(sc);
 	sh_link_fini(&g.l);
 	if (g.tcp >= 0)
 		close(g.tcp);

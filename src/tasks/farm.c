@@ -19,6 +19,8 @@ typedef struct tk_res {
 	int32_t status;
 	uint64_t off; /* in rbuf */
 	uint32_t len;
+	uint32_t nmade; /* store objects made for its arguments (in made) */
+	shoal_id *made;
 } tk_res;
 
 struct shoal_farm {
@@ -36,6 +38,9 @@ struct shoal_farm {
 	uint64_t here, taken; /* results in, and taken, of base .. next_id */
 	unsigned char *in;
 	size_t in_cap;
+	/* shared arguments: the store, and a vbuf to share a submission in */
+	shoal_client *store;
+	shoal_vbuf *share;
 	char err[512];
 };
 
@@ -60,8 +65,24 @@ void shoal_task_opts_init(shoal_task_opts *o)
 	o->engine = -1;
 }
 
+/* The objects made for a task's arguments go once its result is in. */
+static void drop_made(shoal_farm *f, tk_res *r)
+{
+	for (uint32_t i = 0; i < r->nmade; i++)
+		shoal_delete_id(f->store, r->made[i]);
+	if (r->made)
+		shoal_free(r->made, r->nmade * sizeof(*r->made));
+	r->made = NULL;
+	r->nmade = 0;
+}
+
 static void farm_free(shoal_farm *f)
 {
+	for (size_t i = 0; f->res && i < f->cap_res; i++)
+		drop_made(f, &f->res[i]);
+	shoal_vbuf_free(f->share);
+	if (f->store)
+		shoal_disconnect(f->store);
 	sh_link_fini(&f->l);
 	if (f->tcp >= 0)
 		close(f->tcp);
@@ -117,6 +138,20 @@ void shoal_farm_close(shoal_farm *f)
 		farm_free(f);
 }
 
+int shoal_farm_use_store(shoal_farm *f, const char *store_socket)
+{
+	if (!f || !store_socket || f->store)
+		return SHOAL_EINVAL;
+	int rc = shoal_vbuf_create(&f->share);
+	if (rc == 0 && (rc = shoal_connect(&f->store, store_socket)) != 0) {
+		shoal_vbuf_free(f->share);
+		f->share = NULL;
+		return ffail(f, rc, "no store at %s: %s", store_socket, shoal_strerror(rc));
+	}
+	f->share->store = f->store;
+	return rc;
+}
+
 int shoal_farm_flush(shoal_farm *f)
 {
 	if (!f)
@@ -163,6 +198,26 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 	int rc = track(f, f->next_id + 1);
 	if (rc)
 		return ffail(f, rc, "no memory for another task");
+	/* Tensors and blobs not in the store yet go into it now, once, as
+	 * objects this task owns until its result is in. */
+	tk_res *slot = &f->res[f->next_id + 1 - f->base];
+	if (f->store && args && sh_value_needs_share(args)) {
+		char why[256];
+		shoal_vbuf_reset(f->share);
+		shoal_value *c = sh_value_clone(f->share, args);
+		if (!c)
+			return ffail(f, SHOAL_ENOMEM, "no memory to share the arguments");
+		if ((rc = sh_value_share(f->share, c, why, sizeof(why))) != 0)
+			return ffail(f, rc, "sharing the arguments: %s", why);
+		args = c;
+		if (f->share->nmade) {
+			if (!(slot->made = shoal_alloc(f->share->nmade * sizeof(*slot->made))))
+				return ffail(f, SHOAL_ENOMEM, "no memory for another task");
+			memcpy(slot->made, f->share->made, f->share->nmade * sizeof(*slot->made));
+			slot->nmade = f->share->nmade;
+			f->share->nmade = 0; /* they are the task's now */
+		}
+	}
 	size_t mark = f->sub.len;
 	msgpack_packer pk;
 	sh_wbuf_packer(&f->sub, &pk);
@@ -170,7 +225,7 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 	msgpack_pack_uint64(&pk, f->next_id + 1);
 	sh_mp_pack_cstr(&pk, fn);
 	shoal_value nil = {.type = SHOAL_V_NIL};
-	sh_value_pack(&pk, args ? args : &nil, NULL, NULL);
+	sh_value_pack(&pk, args ? args : &nil, f->store, NULL);
 	msgpack_pack_int64(&pk, o->timeout_ns);
 	msgpack_pack_uint32(&pk, o->retries);
 	msgpack_pack_int32(&pk, o->engine);
@@ -184,8 +239,11 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 		rc = f->sub.err;
 		f->sub.err = 0;
 		f->sub.len = mark;
+		drop_made(f, slot);
 		return ffail(f, rc, "encoding the task: %s", shoal_strerror(rc));
 	}
+	if (f->share)
+		shoal_vbuf_reset(f->share); /* its mappings; the objects live on */
 	*id = ++f->next_id;
 	f->nsub++;
 	if (f->sub.len >= SH_TASKS_BATCH_BYTES)
@@ -276,8 +334,12 @@ static int pump(shoal_farm *f, int64_t deadline)
 			f->rcap = cap;
 		}
 		memcpy(f->rbuf + f->rlen, from, vl);
-		f->res[id - f->base] =
-			(tk_res){.state = 1, .status = status, .off = f->rlen, .len = (uint32_t)vl};
+		tk_res *r = &f->res[id - f->base];
+		drop_made(f, r);
+		r->state = 1;
+		r->status = status;
+		r->off = f->rlen;
+		r->len = (uint32_t)vl;
 		f->rlen += vl;
 		f->here++;
 	}
