@@ -58,9 +58,7 @@ int sh_stream_read_frame(int fd, unsigned char **buf, size_t *cap, size_t *len, 
  * the client says it is. Client: a thread on a blocking fd. Either side
  * fails with SHOAL_EACCES when the other does not know the secret, and
  * why says so. */
-int sh_auth_server(int fd, const void *key, size_t klen, uint32_t *proto, char *why,
-		   size_t whylen);
-int sh_auth_client(int fd, const void *key, size_t klen, uint32_t proto, char *why,
-		   size_t whylen);
+int sh_auth_server(int fd, const void *key, size_t klen, uint32_t *proto, char *why, size_t whylen);
+int sh_auth_client(int fd, const void *key, size_t klen, uint32_t proto, char *why, size_t whylen);
 
 #endif

@@ -9,7 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 
-
 int shoal_ext_register(shoal_ext_registry *r, const char *name, shoal_ext_fn fn)
 {
 	if (!r || !name || !*name || !fn)
@@ -104,7 +103,8 @@ void sh_ext_lib_unload(sh_ext_lib *lib)
 shoal_ext_fn sh_ext_lib_find(const sh_ext_lib *lib, const char *name, size_t len)
 {
 	for (size_t i = 0; i < lib->reg.n; i++)
-		if (strlen(lib->reg.fns[i].name) == len && memcmp(lib->reg.fns[i].name, name, len) == 0)
+		if (strlen(lib->reg.fns[i].name) == len &&
+		    memcmp(lib->reg.fns[i].name, name, len) == 0)
 			return lib->reg.fns[i].fn;
 	return NULL;
 }
