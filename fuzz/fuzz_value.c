@@ -4,6 +4,9 @@
  * that decode to an equal value, with its large payloads inline or out of
  * band.
  *
+ * Bodies without bytes out of band are also decoded in place (bytes and
+ * blobs pointing into the input), which must agree.
+ *
  * Input: a first byte; if it is odd, a 2-byte body length follows and the
  * bytes after the body are what a frame carries out of band; if even, the
  * rest is the body and nothing may follow it. */
@@ -84,6 +87,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
 		round_trip(v, true);
 	} else if (rc == SHOAL_EBADMSG && !why[0]) {
 		abort(); /* every rejection says why */
+	}
+	if (!oob) {
+		/* decoded in place (as a task engine does), the same value */
+		shoal_vbuf *b2;
+		shoal_value *v2;
+		if (shoal_vbuf_create(&b2))
+			abort();
+		sh_mp m;
+		sh_mp_init(&m, body, blen);
+		int rc2 = sh_value_decode_borrowing(&m, b2, &v2, why, sizeof(why));
+		if ((rc2 == 0) != (rc == 0) || (rc == 0 && !shoal_v_equal(v, v2)))
+			abort();
+		shoal_vbuf_free(b2);
 	}
 	shoal_vbuf_free(b);
 	return 0;

@@ -100,6 +100,37 @@ static void flood(shoal_farm *f, int n)
 	shoal_vbuf_free(vb);
 }
 
+/* Large payloads both ways: the controller sends those of RUN batches by
+ * reference (pieces), the engine reads them in place. */
+static void big_echoes(shoal_farm *f)
+{
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	shoal_task ids[12];
+	shoal_value *sent[12];
+	for (int i = 0; i < 12; i++) {
+		size_t n = (size_t)(i % 2 ? 20000 : 1000) * (size_t)(i + 1) * 13;
+		unsigned char *mem = malloc(n);
+		CHECK(mem != NULL);
+		for (size_t k = 0; k < n; k++)
+			mem[k] = (unsigned char)(k * 31 + (size_t)i);
+		sent[i] = i % 3 ? shoal_v_bytes(vb, mem, n) : shoal_v_blob(vb, mem, n);
+		if (i % 3 == 0) /* a blob borrows its bytes: keep them in the vbuf */
+			sent[i] = shoal_v_blob(vb, shoal_v_bytes(vb, mem, n)->v.bytes, n);
+		free(mem);
+		CHECK_OK(shoal_farm_submit(f, "echo", sent[i], NULL, &ids[i]));
+	}
+	for (int i = 11; i >= 0; i--) {
+		const shoal_value *r;
+		shoal_vbuf *out;
+		CHECK_OK(shoal_vbuf_create(&out));
+		CHECK_OK(shoal_farm_wait(f, ids[i], out, &r, shoal_deadline_in(10000 * MS)));
+		CHECK(shoal_v_equal(r, sent[i]));
+		shoal_vbuf_free(out);
+	}
+	shoal_vbuf_free(vb);
+}
+
 SH_TEST(every_scheme_runs_a_flood)
 {
 	for (int s = SHOAL_SCHEME_LEASTLOAD; s <= SHOAL_SCHEME_TWOBIN; s++) {
@@ -108,6 +139,7 @@ SH_TEST(every_scheme_runs_a_flood)
 		engines(c, 2, pids);
 		shoal_farm *f = client(c);
 		flood(f, 5000);
+		big_echoes(f);
 		/* a task at a time, too */
 		shoal_vbuf *vb;
 		CHECK_OK(shoal_vbuf_create(&vb));
@@ -123,7 +155,7 @@ SH_TEST(every_scheme_runs_a_flood)
 		}
 		shoal_vbuf_free(vb);
 		shoal_controller_stat st = stat_of(c);
-		CHECK_EQ(st.done, 5050);
+		CHECK_EQ(st.done, 5062);
 		CHECK_EQ(st.running + st.queued, 0);
 		CHECK_EQ(st.failed, 0);
 		shoal_farm_close(f);
@@ -194,6 +226,9 @@ SH_TEST(dead_engines_retry_then_fail)
 	CHECK_EQ(r->v.i, 1);
 	unlink(mark);
 	CHECK_EQ(stat_of(c).retried, 1);
+	int64_t gone = shoal_deadline_in(5000 * MS); /* its connection is closing */
+	while (stat_of(c).engines != 1 && shoal_now_ns() < gone)
+		usleep(1000);
 	CHECK_EQ(stat_of(c).engines, 1);
 	/* the last one is killed from outside; the controller goes on: a task
 	 * waits for an engine, and runs on the next to come */
@@ -429,6 +464,7 @@ SH_TEST(tcp_peers_prove_the_secret)
 	shoal_farm *f;
 	CHECK_OK(shoal_farm_connect(&f, addr));
 	flood(f, 3000);
+	big_echoes(f);
 	/* a wrong secret: refused, both a client and an engine */
 	setenv("SHOAL_SECRET", "not the secret, though long enough", 1);
 	shoal_farm *g = NULL;

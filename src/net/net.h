@@ -15,6 +15,7 @@
 #ifndef SHOAL_NET_NET_H
 #define SHOAL_NET_NET_H
 
+#include "ring/msg.h"
 #include "shoal_impl.h"
 
 typedef struct sh_sha256 {
@@ -48,6 +49,8 @@ int sh_tcp_connect(const char *hostport, int *fd, char *why, size_t whylen);
 /* All n bytes of p to fd. fiber: fd is non-blocking and the caller a
  * fiber (waits in the poller); else fd blocks. */
 int sh_stream_write(int fd, const void *p, size_t n, bool fiber);
+/* The parts, in order, with as few system calls as the kernel allows. */
+int sh_stream_writev(int fd, const sh_msg_part *parts, size_t n, bool fiber);
 /* One frame (header and body) from fd into *buf (grown as needed), at
  * most max bytes, until deadline (SHOAL_ETIMEDOUT; a thread: polled).
  * SHOAL_ECLOSED at a clean end between frames. */

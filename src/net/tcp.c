@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -167,6 +168,45 @@ int sh_stream_write(int fd, const void *p, size_t n, bool fiber)
 		}
 		return k < 0 && (errno == EPIPE || errno == ECONNRESET) ? SHOAL_ECLOSED
 									: shoal_errno();
+	}
+	return 0;
+}
+
+int sh_stream_writev(int fd, const sh_msg_part *parts, size_t n, bool fiber)
+{
+	struct iovec iov[64];
+	size_t i = 0, at = 0; /* at: bytes of parts[i] already sent */
+	while (i < n) {
+		int k = 0;
+		for (size_t j = i; j < n && k < 64; j++, k++)
+			iov[k] = (struct iovec){(char *)parts[j].p + (j == i ? at : 0),
+						parts[j].n - (j == i ? at : 0)};
+		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+		ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && fiber && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			int rc = shoal_fd_wait(fd, SHOAL_FD_OUT, SHOAL_FOREVER, NULL);
+			if (rc)
+				return rc;
+			continue;
+		}
+		if (w < 0)
+			return errno == EPIPE || errno == ECONNRESET ? SHOAL_ECLOSED
+								     : shoal_errno();
+		for (size_t left = (size_t)w; left;) {
+			size_t rest = parts[i].n - at;
+			if (left < rest) {
+				at += left;
+				left = 0;
+			} else {
+				left -= rest;
+				i++;
+				at = 0;
+			}
+		}
+		while (i < n && parts[i].n == 0)
+			i++;
 	}
 	return 0;
 }

@@ -658,6 +658,7 @@ typedef struct vdec {
 	sh_oob *oob;
 	char *why;
 	size_t whylen;
+	bool borrow; /* bytes and blobs point into the input (sh_value_decode_borrowing) */
 } vdec;
 
 static int vfail(vdec *d, const char *what)
@@ -775,6 +776,12 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 			return vfail(d, "truncated string or bytes");
 		if (str && !utf8_ok(p, n))
 			return vfail(d, "string is not UTF-8");
+		if (d->borrow && !str) {
+			v->type = SHOAL_V_BYTES;
+			v->n = n;
+			v->v.bytes = p;
+			return 0;
+		}
 		char *copy = sh_bump_alloc_raw(&d->b->a, (size_t)n + 1);
 		if (!copy)
 			return SHOAL_ENOMEM;
@@ -850,11 +857,15 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 		} else {
 			if (bytes != n - 8 - 8u * (size_t)ndim)
 				return vfail(d, "tensor data does not match its dtype and shape");
-			void *copy = sh_bump_alloc_raw(&d->b->a, bytes ? bytes : 1);
-			if (!copy)
-				return SHOAL_ENOMEM;
-			memcpy(copy, p + 8 + 8 * (size_t)ndim, bytes);
-			data = copy;
+			if (d->borrow && blob) {
+				data = p + 8 + 8 * (size_t)ndim; /* bytes: no alignment to keep */
+			} else {
+				void *copy = sh_bump_alloc_raw(&d->b->a, bytes ? bytes : 1);
+				if (!copy)
+					return SHOAL_ENOMEM;
+				memcpy(copy, p + 8 + 8 * (size_t)ndim, bytes);
+				data = copy;
+			}
 		}
 		v->type = blob ? SHOAL_V_BLOB : SHOAL_V_TENSOR;
 		v->v.t.dtype = dt;
@@ -887,10 +898,10 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 	return vfail(d, "not a value (0xc1)");
 }
 
-int sh_value_decode(sh_mp *m, shoal_vbuf *b, sh_oob *oob, shoal_value **out, char *why,
-		    size_t whylen)
+static int decode(sh_mp *m, shoal_vbuf *b, sh_oob *oob, shoal_value **out, char *why, size_t whylen,
+		  bool borrow)
 {
-	vdec d = {m, b, oob, why, whylen};
+	vdec d = {m, b, oob, why, whylen, borrow};
 	shoal_value *v = sh_bump_alloc(&b->a, sizeof(*v));
 	if (!v)
 		return SHOAL_ENOMEM;
@@ -967,4 +978,15 @@ int sh_oob_copy(sh_oob *o, const void *p, size_t n, char *why, size_t whylen)
 		s += o->v[i].n;
 	}
 	return check_strs(o, why, whylen);
+}
+
+int sh_value_decode(sh_mp *m, shoal_vbuf *b, sh_oob *oob, shoal_value **out, char *why,
+		    size_t whylen)
+{
+	return decode(m, b, oob, out, why, whylen, false);
+}
+
+int sh_value_decode_borrowing(sh_mp *m, shoal_vbuf *b, shoal_value **out, char *why, size_t whylen)
+{
+	return decode(m, b, NULL, out, why, whylen, true);
 }

@@ -96,5 +96,9 @@ shoal_value *sh_value_clone(shoal_vbuf *b, const shoal_value *v);
  * room in b, filled by sh_oob_read or sh_oob_copy afterwards. */
 int sh_value_decode(sh_mp *m, shoal_vbuf *b, sh_oob *oob, shoal_value **out, char *why,
 		    size_t whylen);
+/* The same, but bytes and blobs point into the input, which must outlive
+ * the value (a task engine's batch buffer, while the task runs): one copy
+ * fewer. Strings are still copied (they get a NUL). */
+int sh_value_decode_borrowing(sh_mp *m, shoal_vbuf *b, shoal_value **out, char *why, size_t whylen);
 
 #endif

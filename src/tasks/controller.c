@@ -45,6 +45,7 @@ struct tk_task {
 	int32_t engine_want; /* -1: any */
 	int64_t deadline;    /* absolute; 0: none */
 	uint32_t unmet;	     /* dependencies not done yet (it waits in their lists) */
+	uint32_t writing;    /* writers sending its bytes by reference right now */
 	uint64_t *follow;    /* the client's ids it must run beside (where they ran) */
 	uint32_t nfollow;
 	bool queued; /* in an outbox or the pending queue */
@@ -75,6 +76,15 @@ typedef struct tk_conn {
 struct tk_engine {
 	tk_conn c;
 	tk_engine *next;
+	/* a RUN batch's pieces: runs of c.w (p NULL: n bytes at offset off)
+	 * and large tasks' bytes by reference, sent without a copy */
+	struct tk_piece {
+		const void *p;
+		size_t off, n;
+	} * pieces;
+	sh_msg_part *parts;
+	tk_task **pinned;
+	uint32_t npieces, cap_pieces, cap_parts, npinned, cap_pinned;
 	tk_queue outbox;   /* assigned, not sent yet */
 	uint32_t inflight; /* assigned and not answered */
 	uint64_t last;	   /* lru: when it was last given a task */
@@ -185,7 +195,7 @@ static void forget(shoal_controller *ctl, tk_task *t)
 		atomic_fetch_sub_explicit(&ctl->n_queued, 1, memory_order_relaxed); /* pending */
 	}
 	t->on = NULL;
-	if (t->queued || t->unmet)
+	if (t->queued || t->unmet || t->writing)
 		t->over = true; /* freed when it leaves its queue, or its waits end */
 	else
 		task_free(t);
@@ -640,7 +650,6 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 			*p = e->next;
 			break;
 		}
-	atomic_fetch_sub_explicit(&ctl->n_engines, 1, memory_order_relaxed);
 	char how[96];
 	engine_end(e->c.pid, how, sizeof(how));
 	/* The outbox first: those never ran. */
@@ -708,34 +717,90 @@ static void conn_shut(tk_conn *c)
 /* ---- writers ---- */
 
 /* Sends the engine's outbox in RUN batches. */
+/* Tasks with at least this many bytes go into a RUN batch by reference. */
+#define BY_REF_MIN (16u << 10)
+
+static int add_piece(tk_engine *e, const void *p, size_t off, size_t n)
+{
+	if (n == 0)
+		return 0;
+	if (sh_grow_array((void **)&e->pieces, &e->cap_pieces, e->npieces, sizeof(*e->pieces)))
+		return SHOAL_ENOMEM;
+	e->pieces[e->npieces++] = (struct tk_piece){p, off, n};
+	return 0;
+}
+
+/* Sends the engine's outbox in RUN batches. Small tasks are copied into
+ * the batch; large ones are written from their own bytes (pinned until
+ * the write is done: a deadline may answer a task meanwhile). */
 static int engine_flush(tk_engine *e)
 {
 	sh_wbuf *w = &e->c.w;
-	while (e->outbox.head) {
+	int rc = 0;
+	while (e->outbox.head && rc == 0) {
 		sh_tk_batch_begin(w);
 		msgpack_packer pk;
 		sh_wbuf_packer(w, &pk);
 		uint32_t n = 0;
-		while (e->outbox.head && w->len < 4 * SH_TASKS_BATCH_BYTES) {
+		size_t mark = 0, refs = 0;
+		e->npieces = 0;
+		while (e->outbox.head && w->len + refs < 4 * SH_TASKS_BATCH_BYTES && rc == 0) {
 			tk_task *t = q_pop(&e->outbox);
 			if (t->over) {
 				task_free(t);
 				continue;
 			}
-			t->sent = true;
+			t->sent = true; /* a retry sends it again */
 			msgpack_pack_array(&pk, 3);
 			msgpack_pack_uint64(&pk, t->tid);
-			sh_wbuf_append(w, t->raw, t->rawlen);
-			/* the engine has the bytes now; a retry sends them again */
+			if (t->rawlen < BY_REF_MIN) {
+				sh_wbuf_append(w, t->raw, t->rawlen);
+			} else if ((rc = add_piece(e, NULL, mark, w->len - mark)) == 0 &&
+				   (rc = add_piece(e, t->raw, 0, t->rawlen)) == 0 &&
+				   (rc = sh_grow_array((void **)&e->pinned, &e->cap_pinned,
+						       e->npinned, sizeof(*e->pinned))) == 0) {
+				mark = w->len;
+				refs += t->rawlen;
+				t->writing++;
+				e->pinned[e->npinned++] = t;
+			}
 			n++;
 		}
-		int rc = sh_tk_batch_end(w, n, SH_TK_RUN);
-		if (rc == 0 && n)
+		if (rc == 0)
+			rc = sh_tk_batch_end(w, n, SH_TK_RUN);
+		if (rc == 0 && refs) {
+			/* the header counts the bytes sent by reference too */
+			uint32_t body;
+			memcpy(&body, w->p + 20, 4);
+			body += (uint32_t)refs;
+			memcpy(w->p + 20, &body, 4);
+			rc = add_piece(e, NULL, mark, w->len - mark);
+		}
+
+		if (rc == 0 && n && refs) {
+			while (e->cap_parts < e->npieces)
+				if (sh_grow_array((void **)&e->parts, &e->cap_parts, e->cap_parts,
+						  sizeof(*e->parts)))
+					return SHOAL_ENOMEM;
+			for (uint32_t i = 0; i < e->npieces; i++)
+				e->parts[i] =
+					(sh_msg_part){e->pieces[i].p ? (void *)e->pieces[i].p
+								     : w->p + e->pieces[i].off,
+						      e->pieces[i].n};
+			rc = e->c.tcp >= 0 ? sh_stream_writev(e->c.tcp, e->parts, e->npieces, true)
+					   : sh_msg_write_parts(&e->c.l.down, e->parts, e->npieces,
+								SHOAL_FOREVER);
+		} else if (rc == 0 && n) {
 			rc = conn_send(&e->c, w->p, w->len);
-		if (rc)
-			return rc;
+		}
+		for (uint32_t i = 0; i < e->npinned; i++) {
+			tk_task *t = e->pinned[i];
+			if (--t->writing == 0 && t->over && !t->queued && !t->unmet)
+				task_free(t);
+		}
+		e->npinned = 0;
 	}
-	return 0;
+	return rc;
 }
 
 /* Sends the client's results, swapping batches so that results arriving
@@ -921,17 +986,27 @@ static void *conn_main(void *arg)
 			for (tk_client **p = &ctl->clients; *p; p = &(*p)->next)
 				if (*p == cl) {
 					*p = cl->next;
-					atomic_fetch_sub_explicit(&ctl->n_clients, 1,
-								  memory_order_relaxed);
 					break;
 				}
 			client_gone(ctl, cl);
 		}
 		conn_fini(c);
+		if (e) {
+			if (e->pieces)
+				shoal_free(e->pieces, e->cap_pieces * sizeof(*e->pieces));
+			if (e->parts)
+				shoal_free(e->parts, e->cap_parts * sizeof(*e->parts));
+			if (e->pinned)
+				shoal_free(e->pinned, e->cap_pinned * sizeof(*e->pinned));
+		}
 		if (cl && joined)
 			sh_wbuf_fini(&cl->res);
 		if (cl)
 			client_fini(cl);
+		/* counted out once nothing of theirs is open any more */
+		if (joined)
+			atomic_fetch_sub_explicit(e ? &ctl->n_engines : &ctl->n_clients, 1,
+						  memory_order_relaxed);
 		SH_DELETE(e ? (void *)e : (void *)cl);
 	}
 	ctl->nconns--;

@@ -61,7 +61,8 @@ static int run_one(engine *g, sh_mp *m)
 	shoal_ext_ctx ctx = {.vb = &g->out};
 	shoal_value *args = NULL, *result = NULL;
 	char why[SH_EXT_MSG_MAX];
-	int status = sh_value_decode(m, &g->in, NULL, &args, why, sizeof(why));
+	/* the batch's buffer outlives the task: bytes are used where they lie */
+	int status = sh_value_decode_borrowing(m, &g->in, &args, why, sizeof(why));
 	if (status == SHOAL_EBADMSG)
 		return SHOAL_EPROTO; /* the controller forwards what clients encoded */
 	shoal_ext_fn fn = status == 0 ? sh_ext_lib_find(&g->lib, fname, fl) : NULL;
