@@ -29,7 +29,21 @@
 #include <netinet/tcp.h>
 #include <unistd.h>
 
+/* Tasks with at least this many bytes stay in the frame they came in, and
+ * go into a RUN batch by reference, not copied. */
+#define BY_REF_MIN (16u << 10)
+
 typedef struct tk_task tk_task;
+
+/* A SUBMIT frame whose large tasks point into it instead of being copied
+ * out: freed (or kept for the next large frame, warm) with its last. */
+typedef struct tk_frame {
+	shoal_controller *ctl;
+	unsigned char *p;
+	size_t cap;
+	uint32_t refs;
+	struct tk_frame *next;
+} tk_frame;
 typedef struct tk_engine tk_engine;
 typedef struct tk_client tk_client;
 
@@ -40,6 +54,7 @@ struct tk_task {
 	tk_engine *on;	    /* assigned to (in its outbox or running), or NULL */
 	tk_task *next;	    /* in an outbox or the pending queue */
 	unsigned char *raw; /* fn and args, as the client encoded them */
+	tk_frame *frame;    /* raw lies in this frame (else raw is its own) */
 	uint32_t rawlen;
 	uint32_t retries;
 	int32_t engine_want; /* -1: any */
@@ -126,7 +141,9 @@ struct shoal_controller {
 	uint64_t next_tid, clock, rng;
 	uint32_t rr;
 	uint64_t with_deadline; /* tasks that have one */
-	tk_queue pending;	/* no engine can take them yet */
+	tk_frame *spare_frames; /* buffers of large frames, kept warm */
+	uint32_t nspare;
+	tk_queue pending; /* no engine can take them yet */
 	bool stopping;
 	/* read by other threads */
 	_Atomic uint32_t n_engines, n_clients;
@@ -159,9 +176,30 @@ static tk_task *q_pop(tk_queue *q)
 	return t;
 }
 
+/* Buffers of large frames kept for the next: their pages are faulted in
+ * (a fresh MiB costs 256 page faults here). */
+#define SPARE_FRAMES 4
+
+static void frame_unref(tk_frame *fr)
+{
+	if (--fr->refs)
+		return;
+	shoal_controller *ctl = fr->ctl;
+	if (ctl->nspare < SPARE_FRAMES) {
+		fr->next = ctl->spare_frames;
+		ctl->spare_frames = fr;
+		ctl->nspare++;
+		return;
+	}
+	shoal_free(fr->p, fr->cap);
+	SH_DELETE(fr);
+}
+
 static void task_free(tk_task *t)
 {
-	if (t->raw)
+	if (t->frame)
+		frame_unref(t->frame);
+	else if (t->raw)
 		shoal_free(t->raw, t->rawlen);
 	if (t->follow)
 		shoal_free(t->follow, t->nfollow * sizeof(*t->follow));
@@ -471,12 +509,12 @@ static int add_dep(shoal_controller *ctl, tk_client *c, tk_task *t, uint64_t id,
 
 /* A SUBMIT frame: each task is routed as it is read. A malformed one ends
  * the connection (a client of ours never sends one). */
-static int on_submit(tk_client *c, const sh_frame *f)
+static int on_submit(tk_client *c, const sh_frame *f, tk_frame *fr)
 {
 	shoal_controller *ctl = c->c.ctl;
 	sh_mp m;
 	uint32_t n;
-	sh_mp_init(&m, c->c.in + SH_FRAME_HDR, f->body_len);
+	sh_mp_init(&m, (fr ? fr->p : c->c.in) + SH_FRAME_HDR, f->body_len);
 	if (f->op != SH_TK_SUBMIT || f->oob || sh_mp_array(&m, &n) != 0)
 		return SHOAL_EPROTO;
 	int64_t now = shoal_now_ns();
@@ -498,12 +536,17 @@ static int on_submit(tk_client *c, const sh_frame *f)
 			c->cap_fate = cap;
 		}
 		tk_task *t = SH_NEW(tk_task);
-		if (!t || !(t->raw = shoal_alloc(v.call_len))) {
+		if (t && fr && v.call_len >= BY_REF_MIN) {
+			t->raw = (unsigned char *)v.call; /* stays in the frame */
+			t->frame = fr;
+			fr->refs++;
+		} else if (t && (t->raw = shoal_alloc(v.call_len)) != NULL) {
+			memcpy(t->raw, v.call, v.call_len);
+		} else {
 			if (t)
 				SH_DELETE(t);
 			return SHOAL_ENOMEM;
 		}
-		memcpy(t->raw, v.call, v.call_len);
 		t->rawlen = (uint32_t)v.call_len;
 		t->tid = ++ctl->next_tid;
 		t->cid = v.id;
@@ -717,8 +760,6 @@ static void conn_shut(tk_conn *c)
 /* ---- writers ---- */
 
 /* Sends the engine's outbox in RUN batches. */
-/* Tasks with at least this many bytes go into a RUN batch by reference. */
-#define BY_REF_MIN (16u << 10)
 
 static int add_piece(tk_engine *e, const void *p, size_t off, size_t n)
 {
@@ -884,6 +925,33 @@ static void conn_fini(tk_conn *c)
 		shoal_free(c->in, c->in_cap);
 }
 
+/* A SUBMIT frame. A large one is taken over whole (its large tasks point
+ * into it), and the connection reads on into a spare buffer. */
+static int submit_frame(tk_client *c, const sh_frame *f, size_t len)
+{
+	shoal_controller *ctl = c->c.ctl;
+	if (len < 4 * BY_REF_MIN)
+		return on_submit(c, f, NULL);
+	tk_frame *fr = SH_NEW(tk_frame);
+	if (!fr)
+		return on_submit(c, f, NULL);
+	*fr = (tk_frame){.ctl = ctl, .p = c->c.in, .cap = c->c.in_cap, .refs = 1};
+	tk_frame *spare = ctl->spare_frames;
+	if (spare) {
+		ctl->spare_frames = spare->next;
+		ctl->nspare--;
+		c->c.in = spare->p;
+		c->c.in_cap = spare->cap;
+		SH_DELETE(spare);
+	} else {
+		c->c.in = NULL;
+		c->c.in_cap = 0;
+	}
+	int rc = on_submit(c, f, fr);
+	frame_unref(fr);
+	return rc;
+}
+
 static void *conn_main(void *arg)
 {
 	tk_conn *hello = arg; /* a stand-in until we know what it is */
@@ -971,7 +1039,7 @@ static void *conn_main(void *arg)
 			sh_warn("tasks", "%s %u (%s): %s", e ? "engine" : "client", c->num, c->peer,
 				why);
 		if (rc == 0)
-			rc = e ? on_done(e, &f) : on_submit(cl, &f);
+			rc = e ? on_done(e, &f) : submit_frame(cl, &f, len);
 		if (rc == SHOAL_EPROTO)
 			sh_warn("tasks", "%s %u (%s): a malformed batch; connection ends",
 				e ? "engine" : "client", c->num, c->peer);
@@ -1217,6 +1285,11 @@ void shoal_controller_opts_init(shoal_controller_opts *o)
 static void controller_free(shoal_controller *ctl)
 {
 	sh_map_fini(&ctl->tasks);
+	for (tk_frame *fr; (fr = ctl->spare_frames) != NULL;) {
+		ctl->spare_frames = fr->next;
+		shoal_free(fr->p, fr->cap);
+		SH_DELETE(fr);
+	}
 	if (ctl->lsock >= 0) {
 		close(ctl->lsock);
 		unlink(ctl->path);
