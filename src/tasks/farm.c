@@ -28,6 +28,12 @@ struct shoal_farm {
 	int tcp;     /* the controller over TCP (then l is unused), or -1 */
 	sh_wbuf sub; /* the SUBMIT batch being built */
 	uint32_t nsub;
+	/* Batches closed but not yet in the ring (it was full): sent as it
+	 * drains, so that submitting never waits for the controller. sent:
+	 * bytes of the first already written. */
+	sh_wbuf *queue;
+	uint32_t nqueue, cap_queue;
+	size_t sent;
 	uint64_t next_id; /* the last id given */
 	/* results of tasks base .. next_id: res[id - base] */
 	tk_res *res;
@@ -86,6 +92,10 @@ static void farm_free(shoal_farm *f)
 	sh_link_fini(&f->l);
 	if (f->tcp >= 0)
 		close(f->tcp);
+	for (uint32_t i = 0; i < f->nqueue; i++)
+		sh_wbuf_fini(&f->queue[i]);
+	if (f->queue)
+		shoal_free(f->queue, f->cap_queue * sizeof(*f->queue));
 	sh_wbuf_fini(&f->sub);
 	if (f->res)
 		shoal_free(f->res, f->cap_res * sizeof(*f->res));
@@ -152,21 +162,52 @@ int shoal_farm_use_store(shoal_farm *f, const char *store_socket)
 	return rc;
 }
 
+/* Writes queued batches into the ring; without block, only as much as
+ * fits now (the rest waits for the next call). */
+static int drain(shoal_farm *f, bool block)
+{
+	while (f->nqueue) {
+		sh_wbuf *b = &f->queue[0];
+		int rc;
+		if (f->tcp >= 0)
+			rc = sh_stream_write(f->tcp, b->p, b->len, false);
+		else
+			rc = sh_msg_write_part(&f->l.up, b->p, b->len, &f->sent,
+					       block ? SHOAL_FOREVER : SHOAL_NOWAIT);
+		if (rc == SHOAL_EAGAIN && !block)
+			return 0;
+		if (rc)
+			return ffail(f, rc, "sending tasks to the controller: %s",
+				     shoal_strerror(rc));
+		sh_wbuf_fini(b);
+		memmove(f->queue, f->queue + 1, (f->nqueue - 1) * sizeof(*f->queue));
+		f->nqueue--;
+		f->sent = 0;
+	}
+	return 0;
+}
+
+/* Closes the batch being built and queues it; block: until all is sent. */
+static int send_batch(shoal_farm *f, bool block)
+{
+	if (f->nsub) {
+		int rc = sh_tk_batch_end(&f->sub, f->nsub, SH_TK_SUBMIT);
+		if (rc == 0)
+			rc = sh_grow_array((void **)&f->queue, &f->cap_queue, f->nqueue,
+					   sizeof(*f->queue));
+		if (rc)
+			return ffail(f, rc, "queueing tasks: %s", shoal_strerror(rc));
+		f->queue[f->nqueue++] = f->sub;
+		sh_wbuf_init(&f->sub);
+		f->nsub = 0;
+		sh_tk_batch_begin(&f->sub);
+	}
+	return drain(f, block);
+}
+
 int shoal_farm_flush(shoal_farm *f)
 {
-	if (!f)
-		return SHOAL_EINVAL;
-	if (f->nsub == 0)
-		return 0;
-	int rc = sh_tk_batch_end(&f->sub, f->nsub, SH_TK_SUBMIT);
-	if (rc == 0)
-		rc = f->tcp >= 0 ? sh_stream_write(f->tcp, f->sub.p, f->sub.len, false)
-				 : sh_msg_write(&f->l.up, f->sub.p, f->sub.len, SHOAL_FOREVER);
-	if (f->sub.cap > SH_MSG_BUF_KEEP)
-		sh_wbuf_fini(&f->sub);
-	f->nsub = 0;
-	sh_tk_batch_begin(&f->sub);
-	return rc ? ffail(f, rc, "sending tasks to the controller: %s", shoal_strerror(rc)) : 0;
+	return f ? send_batch(f, true) : SHOAL_EINVAL;
 }
 
 /* Room for the result of id. */
@@ -247,7 +288,7 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 	*id = ++f->next_id;
 	f->nsub++;
 	if (f->sub.len >= SH_TASKS_BATCH_BYTES)
-		return shoal_farm_flush(f);
+		return send_batch(f, f->tcp >= 0); /* a full ring keeps it for later */
 	return 0;
 }
 
