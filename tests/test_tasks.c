@@ -566,6 +566,24 @@ SH_TEST(arguments_by_reference_through_the_store)
 		CHECK(shoal_v_equal(r, blob));
 		shoal_vbuf_free(out);
 	}
+	/* large results come back by reference, small ones inline; objects
+	 * made for results are deleted once taken, and freed when the vbuf
+	 * holding them lets go */
+	shoal_task big, small;
+	CHECK_OK(shoal_farm_submit(f, "make_tensor", shoal_v_int(vb, 1 << 20), NULL, &big));
+	CHECK_OK(shoal_farm_submit(f, "make_tensor", shoal_v_int(vb, 100), NULL, &small));
+	shoal_vbuf *res;
+	CHECK_OK(shoal_vbuf_create(&res));
+	const shoal_value *r;
+	CHECK_OK(shoal_farm_wait(f, big, res, &r, shoal_deadline_in(10000 * MS)));
+	CHECK_EQ(r->type, SHOAL_V_TENSOR);
+	CHECK(r->v.t.obj != 0); /* mapped from the store, not copied */
+	CHECK_EQ(r->v.t.nbytes, (size_t)4 << 20);
+	CHECK(((const float *)r->v.t.data)[777777] == 777777.0f);
+	CHECK_OK(shoal_farm_wait(f, small, res, &r, shoal_deadline_in(10000 * MS)));
+	CHECK_EQ(r->v.t.obj, 0);
+	CHECK(((const float *)r->v.t.data)[99] == 99.0f);
+	shoal_vbuf_free(res);
 	/* every object made for them is gone */
 	shoal_client *sc;
 	CHECK_OK(shoal_connect(&sc, shoal_store_socket(st)));

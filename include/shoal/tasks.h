@@ -101,7 +101,7 @@ SHOAL_API int shoal_farm_connect(shoal_farm **out, const char *socket);
  * through the store at store_socket (on this host: engines must use the
  * same store, shoal_engine_spawn_store): each not in the store yet is
  * copied into an object once, when it is submitted, and that object is
- * deleted when the task's result comes in. */
+ * deleted when the task's result is taken (or the farm closed). */
 SHOAL_API int shoal_farm_use_store(shoal_farm *f, const char *store_socket);
 /* Closes the connection: the controller drops its tasks not yet run. */
 SHOAL_API void shoal_farm_close(shoal_farm *f);

@@ -203,16 +203,21 @@ shoal_value *sh_value_clone(shoal_vbuf *b, const shoal_value *v)
 
 int sh_value_share(shoal_vbuf *b, shoal_value *v, char *why, size_t whylen)
 {
+	return sh_value_share_min(b, v, 0, why, whylen);
+}
+
+int sh_value_share_min(shoal_vbuf *b, shoal_value *v, size_t min, char *why, size_t whylen)
+{
 	if (v->type == SHOAL_V_ARRAY || v->type == SHOAL_V_MAP) {
 		size_t k = v->type == SHOAL_V_MAP ? 2 * (size_t)v->n : v->n;
 		for (size_t i = 0; i < k; i++) {
-			int rc = sh_value_share(b, &v->v.items[i], why, whylen);
+			int rc = sh_value_share_min(b, &v->v.items[i], min, why, whylen);
 			if (rc)
 				return rc;
 		}
 		return 0;
 	}
-	if (!by_ref(v) || v->v.t.obj)
+	if (!by_ref(v) || v->v.t.obj || v->v.t.nbytes < min)
 		return 0;
 	if (!b->store) {
 		snprintf(why, whylen, "shared mode needs a store (config store_socket)");

@@ -80,6 +80,8 @@ void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *share
  * object (through b->store), which b then owns, and points the value at
  * the object's read-only mapping. */
 int sh_value_share(shoal_vbuf *b, shoal_value *v, char *why, size_t whylen);
+/* The same for the tensors and blobs of at least min bytes only. */
+int sh_value_share_min(shoal_vbuf *b, shoal_value *v, size_t min, char *why, size_t whylen);
 /* Whether v holds a tensor that is not in the store yet. */
 bool sh_value_needs_share(const shoal_value *v);
 /* Moves what src owns (memory, store objects) into dst and empties src:

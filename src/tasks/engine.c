@@ -77,6 +77,17 @@ static int run_one(engine *g, sh_mp *m)
 			status = SHOAL_EIO;
 		if (status == 0 && g->out.err)
 			status = g->out.err;
+		/* Large results go by reference, when there is a store. The
+		 * result is a copy of the tree, so arguments it points to are not
+		 * changed. */
+		if (status == 0 && result && g->out.store && sh_value_needs_share(result)) {
+			shoal_value *c = sh_value_clone(&g->out, result);
+			if (!c)
+				status = SHOAL_ENOMEM;
+			else if ((status = sh_value_share_min(&g->out, c, SH_TASKS_SHARE_MIN,
+							      ctx.msg, sizeof(ctx.msg))) == 0)
+				result = c;
+		}
 		if (status)
 			snprintf(why, sizeof(why), "%s",
 				 ctx.msg[0] ? ctx.msg : shoal_strerror(status));
@@ -87,10 +98,17 @@ static int run_one(engine *g, sh_mp *m)
 	msgpack_pack_uint64(&pk, tid);
 	msgpack_pack_int32(&pk, status);
 	shoal_value nil = {.type = SHOAL_V_NIL};
-	if (status == 0)
-		sh_value_pack(&pk, result ? result : &nil, NULL, NULL);
-	else
+	if (status == 0) {
+		msgpack_pack_array(&pk, 2);
+		sh_value_pack(&pk, result ? result : &nil, g->out.store, NULL);
+		/* the objects made for it are the client's now */
+		msgpack_pack_array(&pk, g->out.nmade);
+		for (uint32_t i = 0; i < g->out.nmade; i++)
+			msgpack_pack_uint64(&pk, g->out.made[i]);
+		g->out.nmade = 0;
+	} else {
 		sh_mp_pack_cstr(&pk, why);
+	}
 	g->nw++;
 	/* The result is encoded: what the arguments mapped from the store is
 	 * let go now, not at the next task (the client deletes those objects

@@ -71,7 +71,21 @@ void shoal_task_opts_init(shoal_task_opts *o)
 	o->engine = -1;
 }
 
-/* The objects made for a task's arguments go once its result is in. */
+/* The store objects an engine made for a result (the list after the
+ * value, at m) are ours to delete. */
+static void drop_result_objects(shoal_farm *f, sh_mp *m)
+{
+	uint32_t n;
+	if (!f->store || sh_mp_array(m, &n))
+		return;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t id;
+		if (sh_mp_uint(m, &id) == 0)
+			shoal_delete_id(f->store, id);
+	}
+}
+
+/* The objects made for a task's arguments go once its result is taken. */
 static void drop_made(shoal_farm *f, tk_res *r)
 {
 	for (uint32_t i = 0; i < r->nmade; i++)
@@ -84,8 +98,17 @@ static void drop_made(shoal_farm *f, tk_res *r)
 
 static void farm_free(shoal_farm *f)
 {
-	for (size_t i = 0; f->res && i < f->cap_res; i++)
+	for (size_t i = 0; f->res && i < f->cap_res; i++) {
 		drop_made(f, &f->res[i]);
+		/* results never taken: their objects go too */
+		tk_res *r = &f->res[i];
+		sh_mp m;
+		uint32_t two;
+		sh_mp_init(&m, f->rbuf + r->off, r->len);
+		if (r->state == 1 && r->status == 0 && sh_mp_array(&m, &two) == 0 && two == 2 &&
+		    sh_mp_skip(&m) == 0)
+			drop_result_objects(f, &m);
+	}
 	shoal_vbuf_free(f->share);
 	if (f->store)
 		shoal_disconnect(f->store);
@@ -376,7 +399,6 @@ static int pump(shoal_farm *f, int64_t deadline)
 		}
 		memcpy(f->rbuf + f->rlen, from, vl);
 		tk_res *r = &f->res[id - f->base];
-		drop_made(f, r);
 		r->state = 1;
 		r->status = status;
 		r->off = f->rlen;
@@ -424,15 +446,25 @@ int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out, const shoal_v
 		if (sh_mp_str(&m, &msg, &ml))
 			msg = "(no message)", ml = 12;
 		rc = ffail(f, r->status, "%.*s", (int)ml, msg);
+	} else if (f->store && out->store && out->store != f->store) {
+		rc = ffail(f, SHOAL_EINVAL, "out holds objects of another store connection");
 	} else {
 		shoal_value *v;
-		char why[256];
-		if ((rc = sh_value_decode(&m, out, NULL, &v, why, sizeof(why))) != 0)
+		char why[256] = "malformed";
+		uint32_t two;
+		if (f->store)
+			out->store = f->store; /* large results are mapped from it */
+		if (sh_mp_array(&m, &two) || two != 2 ||
+		    (rc = sh_value_decode(&m, out, NULL, &v, why, sizeof(why))) != 0)
 			rc = ffail(f, rc == SHOAL_ENOMEM ? rc : SHOAL_EPROTO,
 				   "result of task %llu: %s", (unsigned long long)id, why);
 		else
 			*result = v;
+		/* Objects made for it: deleted now, freed once out lets go. */
+		drop_result_objects(f, &m);
 	}
+	/* and those made for its arguments (the result may have been one) */
+	drop_made(f, r);
 	settle(f);
 	return rc;
 }

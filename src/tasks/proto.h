@@ -5,9 +5,15 @@
  *
  *   client -> controller   SUBMIT  [[id, fn, args, timeout_ns, retries, engine,
  *                                     [after id...], [follow id...]] ...]
- *   controller -> client   RESULTS [[id, status, result | message] ...]
+ *   controller -> client   RESULTS [[id, status, [result, [made id...]] | message] ...]
  *   controller -> engine   RUN     [[tid, fn, args] ...]
- *   engine -> controller   DONE    [[tid, status, result | message] ...]
+ *   engine -> controller   DONE    [[tid, status, [result, [made id...]] | message] ...]
+ *
+ * A result is sent with the ids of the store objects its engine made for
+ * it (its large tensors and blobs, by reference, when the engine has a
+ * store): the client that takes the result deletes them, so they live
+ * until its vbuf lets go; they are the client's from the moment they are
+ * sent (the engine forgets them).
  *
  * The controller never decodes arguments or results: it forwards the
  * bytes of fn and args (and of a result) as the sender encoded them, and
@@ -32,6 +38,9 @@
 #define SH_TASKS_BATCH_BYTES (64u << 10)
 /* The largest frame a side accepts. */
 #define SH_TASKS_MSG_MAX ((size_t)256 << 20)
+/* An engine with a store sends results' tensors and blobs of at least this
+ * many bytes by reference; smaller ones inline. */
+#define SH_TASKS_SHARE_MIN (64u << 10)
 
 enum { SH_TK_SUBMIT = 1, SH_TK_RESULTS, SH_TK_RUN, SH_TK_DONE };
 
