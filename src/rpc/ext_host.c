@@ -855,6 +855,18 @@ static bool call_fits(shoal_ext *e)
 	return need <= sh_ring_room(&e->req);
 }
 
+/* Packs the call's frame body (fn and args) into e->out. */
+static void pack_call(shoal_ext *e, const char *fn, const shoal_value *args, bool shared)
+{
+	sh_wbuf_frame_begin(&e->out);
+	msgpack_packer pk;
+	sh_wbuf_packer(&e->out, &pk);
+	msgpack_pack_array(&pk, 2);
+	sh_mp_pack_cstr(&pk, fn);
+	shoal_value nil = {.type = SHOAL_V_NIL};
+	sh_value_pack(&pk, args ? args : &nil, shared ? e->store : NULL, &e->out);
+}
+
 /* Sends a call; f (zeroed by the caller) becomes its record in flight. */
 static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int64_t deadline,
 		     unsigned flags, shoal_future *f)
@@ -891,18 +903,12 @@ static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int6
 	}
 	/* A call that does not fit the ring's room behind calls in flight
 	 * waits for their replies first: else we could block writing it
-	 * while the extension blocks writing a reply we do not read. */
-	for (shoal_future *p; !e->dead && (p = oldest_unanswered(e)) != NULL;) {
-		sh_wbuf_frame_begin(&e->out);
-		msgpack_packer pk;
-		sh_wbuf_packer(&e->out, &pk);
-		msgpack_pack_array(&pk, 2);
-		sh_mp_pack_cstr(&pk, fn);
-		shoal_value nil = {.type = SHOAL_V_NIL};
-		sh_value_pack(&pk, args ? args : &nil, shared ? e->store : NULL, &e->out);
-		bool fits = e->out.err == 0 && call_fits(e);
-		sh_wbuf_reset(&e->out);
-		if (fits)
+	 * while the extension blocks writing a reply we do not read. Reading
+	 * them may serve the extension's calls, which use e->out: the call is
+	 * packed again after that. */
+	for (shoal_future *p;;) {
+		pack_call(e, fn, args, shared);
+		if (e->dead || e->out.err || (p = oldest_unanswered(e)) == NULL || call_fits(e))
 			break;
 		keep_reply(e, p);
 	}
@@ -918,13 +924,6 @@ static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int6
 		deadline = e->cfg.call_timeout_ns ? shoal_deadline_in(e->cfg.call_timeout_ns)
 						  : SHOAL_FOREVER;
 	f->deadline = deadline;
-	sh_wbuf_frame_begin(&e->out);
-	msgpack_packer pk;
-	sh_wbuf_packer(&e->out, &pk);
-	msgpack_pack_array(&pk, 2);
-	sh_mp_pack_cstr(&pk, fn);
-	shoal_value nil = {.type = SHOAL_V_NIL};
-	sh_value_pack(&pk, args ? args : &nil, shared ? e->store : NULL, &e->out);
 	sh_frame fr = {
 		.op = SH_EXT_OP_CALL, .seq = ++e->seq, .flags = shared ? SH_FRAME_SHARED : 0};
 	if ((rc = sh_wbuf_frame_end(&e->out, &fr)) != 0) {
