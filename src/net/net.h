@@ -63,5 +63,9 @@ int sh_stream_read_frame(int fd, unsigned char **buf, size_t *cap, size_t *len, 
  * why says so. */
 int sh_auth_server(int fd, const void *key, size_t klen, uint32_t *proto, char *why, size_t whylen);
 int sh_auth_client(int fd, const void *key, size_t klen, uint32_t proto, char *why, size_t whylen);
+/* A client's whole way in: the secret from the environment
+ * (sh_secret_load), a connection to "HOST:PORT" and the handshake as
+ * proto. *fd is -1 on failure. */
+int sh_tcp_connect_auth(const char *hostport, uint32_t proto, int *fd, char *why, size_t whylen);
 
 #endif

@@ -380,3 +380,18 @@ int sh_auth_client(int fd, const void *key, size_t klen, uint32_t proto, char *w
 	}
 	return 0;
 }
+
+int sh_tcp_connect_auth(const char *hostport, uint32_t proto, int *fd, char *why, size_t whylen)
+{
+	unsigned char key[SH_SECRET_MAX];
+	size_t klen = 0;
+	*fd = -1;
+	int rc = sh_secret_load(key, &klen, why, whylen);
+	if (rc == 0 && (rc = sh_tcp_connect(hostport, fd, why, whylen)) == 0 &&
+	    (rc = sh_auth_client(*fd, key, klen, proto, why, whylen)) != 0) {
+		close(*fd);
+		*fd = -1;
+	}
+	memset(key, 0, sizeof(key));
+	return rc;
+}

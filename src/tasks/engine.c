@@ -223,12 +223,7 @@ int sh_engine_main(int argc, char **argv)
 	uint64_t info[1];
 	sh_link_init(&g.l, -1);
 	if (connect_to) {
-		unsigned char key[SH_SECRET_MAX];
-		size_t klen = 0;
-		if ((rc = sh_secret_load(key, &klen, why, sizeof(why))) == 0 &&
-		    (rc = sh_tcp_connect(connect_to, &g.tcp, why, sizeof(why))) == 0)
-			rc = sh_auth_client(g.tcp, key, klen, SH_TASKS_ENGINE, why, sizeof(why));
-		memset(key, 0, sizeof(key));
+		rc = sh_tcp_connect_auth(connect_to, SH_TASKS_ENGINE, &g.tcp, why, sizeof(why));
 	} else {
 		rc = sh_link_connect(&g.l, socket, SH_TASKS_ENGINE, SH_TASKS_VERSION,
 				     SH_TASKS_RING_CAP, info, 1, NULL, 0, why, sizeof(why));

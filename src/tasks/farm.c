@@ -143,12 +143,7 @@ int shoal_farm_connect(shoal_farm **out, const char *socket)
 	char why[256];
 	int rc;
 	if (!strncmp(socket, "tcp://", 6)) {
-		unsigned char key[SH_SECRET_MAX];
-		size_t klen = 0;
-		if ((rc = sh_secret_load(key, &klen, why, sizeof(why))) == 0 &&
-		    (rc = sh_tcp_connect(socket + 6, &f->tcp, why, sizeof(why))) == 0)
-			rc = sh_auth_client(f->tcp, key, klen, SH_TASKS_CLIENT, why, sizeof(why));
-		memset(key, 0, sizeof(key));
+		rc = sh_tcp_connect_auth(socket + 6, SH_TASKS_CLIENT, &f->tcp, why, sizeof(why));
 	} else {
 		rc = sh_link_connect(&f->l, socket, SH_TASKS_CLIENT, SH_TASKS_VERSION,
 				     SH_TASKS_RING_CAP, info, 1, NULL, 0, why, sizeof(why));
