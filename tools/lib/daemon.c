@@ -117,6 +117,32 @@ static const char tasks_usage[] =
 	"  --tcp H:P      also serve engines and clients of other hosts on TCP; they\n"
 	"                 must know the secret in $SHOAL_SECRET_FILE or $SHOAL_SECRET\n";
 
+/* SIGTERM and SIGINT blocked in every thread (the servers' threads
+ * inherit the mask), to be taken by wait_stop; SIGPIPE ignored. */
+static void block_stop_signals(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+static void wait_stop(const char *prog, const sigset_t *set)
+{
+	int sig = 0;
+	sigwait(set, &sig);
+	fprintf(stderr, "%s: %s, stopping\n", prog, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static void say_tasks(const char *prog, const shoal_controller *ctl, shoal_scheme scheme)
+{
+	const char *tcp = shoal_controller_tcp(ctl);
+	fprintf(stderr, "%s: tasks on %s%s%s, scheme %s (pid %d)\n", prog,
+		shoal_controller_socket(ctl), tcp ? " and tcp://" : "", tcp ? tcp : "",
+		shoal_scheme_name(scheme), (int)getpid());
+}
+
 static void daemon_usage(const char *prog, FILE *f)
 {
 	fprintf(f,
@@ -200,13 +226,8 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 	 * descriptors through /proc/PID/fd, so the arena, writable only here,
 	 * stays writable only here. */
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-	/* The store's thread inherits this mask: signals come to sigwait. */
 	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	block_stop_signals(&set);
 	shoal_store *s;
 	int rc = shoal_store_open_embedded(&s, &o);
 	if (rc) {
@@ -225,14 +246,8 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 	fprintf(stderr, "%s: serving %s, size %s (pid %d)\n", prog, shoal_store_socket(s),
 		sh_tools_fmt_bytes(size, b, sizeof(b)), (int)getpid());
 	if (ctl)
-		fprintf(stderr, "%s: tasks on %s%s%s, scheme %s\n", prog,
-			shoal_controller_socket(ctl),
-			shoal_controller_tcp(ctl) ? " and tcp://" : "",
-			shoal_controller_tcp(ctl) ? shoal_controller_tcp(ctl) : "",
-			shoal_scheme_name(co.scheme));
-	int sig = 0;
-	sigwait(&set, &sig);
-	fprintf(stderr, "%s: %s, stopping\n", prog, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+		say_tasks(prog, ctl, co.scheme);
+	wait_stop(prog, &set);
 	shoal_controller_close(ctl);
 	shoal_store_close(s);
 	return SH_EXIT_OK;
@@ -267,23 +282,15 @@ int sh_controller_main(const char *prog, int argc, char **argv)
 		}
 	}
 	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	block_stop_signals(&set);
 	shoal_controller *ctl;
 	int rc = shoal_controller_open(&ctl, &co);
 	if (rc) {
 		fprintf(stderr, "%s: cannot serve: %s\n", prog, shoal_strerror(rc));
 		return SH_EXIT_FAIL;
 	}
-	fprintf(stderr, "%s: tasks on %s%s%s, scheme %s (pid %d)\n", prog,
-		shoal_controller_socket(ctl), shoal_controller_tcp(ctl) ? " and tcp://" : "",
-		shoal_controller_tcp(ctl) ? shoal_controller_tcp(ctl) : "",
-		shoal_scheme_name(co.scheme), (int)getpid());
-	int sig = 0;
-	sigwait(&set, &sig);
+	say_tasks(prog, ctl, co.scheme);
+	wait_stop(prog, &set);
 	shoal_controller_close(ctl);
 	return SH_EXIT_OK;
 }
