@@ -207,7 +207,7 @@ static void describe(int st, char *buf, size_t len)
 
 /* ---- a memory cgroup of its own (mem_max) ---- */
 
-static int write_file(const char *path, const char *text)
+int sh_ext_write_file(const char *path, const char *text)
 {
 	int fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -282,10 +282,10 @@ static int cg_make(shoal_ext *e, char *why, size_t whylen)
 		/* the controller is not on for our children yet */
 		char sub[300];
 		snprintf(sub, sizeof(sub), "%s/cgroup.subtree_control", base);
-		write_file(sub, "+memory");
+		sh_ext_write_file(sub, "+memory");
 	}
 	snprintf(limit, sizeof(limit), "%" PRIu64, e->cfg.mem_max);
-	if ((rc = write_file(path, limit)) != 0) {
+	if ((rc = sh_ext_write_file(path, limit)) != 0) {
 		snprintf(why, whylen, "writing %s: %s", path, shoal_strerror(rc));
 		rmdir(e->cg);
 		e->cg[0] = 0;
@@ -295,7 +295,7 @@ static int cg_make(shoal_ext *e, char *why, size_t whylen)
 	snprintf(path, sizeof(path), "%s/%s", e->cg,
 		 e->cg_v2 ? "memory.swap.max" : "memory.memsw.limit_in_bytes");
 	if (access(path, F_OK) == 0)
-		write_file(path, e->cg_v2 ? "0" : limit);
+		sh_ext_write_file(path, e->cg_v2 ? "0" : limit);
 	return 0;
 }
 

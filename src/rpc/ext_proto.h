@@ -36,6 +36,10 @@ typedef struct sh_ext_ready {
 	char msg[SH_EXT_MSG_MAX];
 } sh_ext_ready;
 
+/* Writes text into the existing file at path (a cgroup's knobs): 0 or
+ * the error. Both sides use it: the host sets limits, the runner joins. */
+int sh_ext_write_file(const char *path, const char *text);
+
 /* The runner's main (tools/shoal-ext.c calls it). */
 int sh_ext_runner_main(int argc, char **argv);
 

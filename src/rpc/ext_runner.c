@@ -471,13 +471,7 @@ static int join_cgroup(const char *dir)
 	char path[512], pid[24];
 	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
 	snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return shoal_errno();
-	ssize_t n = write(fd, pid, strlen(pid));
-	int rc = n == (ssize_t)strlen(pid) ? 0 : n < 0 ? shoal_errno() : SHOAL_EIO;
-	close(fd);
-	return rc;
+	return sh_ext_write_file(path, pid);
 }
 
 int sh_ext_runner_main(int argc, char **argv)
