@@ -375,6 +375,20 @@ static int call_key(shoal_client *c, uint16_t op, const char *name, shoal_id id,
 	return sh_client_call(c, op, false, m);
 }
 
+/* Lets go of o: its segments (unmapped or kept idle), its reference at
+ * the store, its memory. */
+static void object_drop(shoal_object *o)
+{
+	shoal_client *c = o->c;
+	sh_wbuf dropped;
+	sh_wbuf_init(&dropped);
+	put_segs(c, o->segs, o->nsegs, &dropped);
+	send_release(c, o->id, &dropped);
+	sh_wbuf_fini(&dropped);
+	sh_bump_fini(&o->a);
+	SH_DELETE(o);
+}
+
 static int get(shoal_client *c, const char *name, shoal_id id, shoal_object **out)
 {
 	if (!c || !out || (!name && !id))
@@ -438,8 +452,7 @@ static int get(shoal_client *c, const char *name, shoal_id id, shoal_object **ou
 			}
 		}
 		for (uint32_t i = 0; i < k; i++)
-			if (rc == 0 || i < k)
-				close(fds[i]);
+			close(fds[i]);
 		done += k;
 	}
 	char why[256] = "";
@@ -453,13 +466,7 @@ static int get(shoal_client *c, const char *name, shoal_id id, shoal_object **ou
 		if (!c->err[0])
 			sh_client_fail(c, rc, "GET reply: %s", why[0] ? why : shoal_strerror(rc));
 		rc = c->err[0] ? rc : SHOAL_EPROTO;
-		sh_wbuf dropped;
-		sh_wbuf_init(&dropped);
-		put_segs(c, o->segs, o->nsegs, &dropped);
-		send_release(c, o->id, &dropped);
-		sh_wbuf_fini(&dropped);
-		sh_bump_fini(&o->a);
-		SH_DELETE(o);
+		object_drop(o);
 		return rc == SHOAL_EBADMSG ? SHOAL_EPROTO : rc;
 	}
 	o->bytes = sh_node_bytes(o->root);
@@ -500,13 +507,7 @@ int shoal_object_release(shoal_object *o)
 	shoal_client *c = o->c;
 	if (sh_map_get(&c->objs, o->id) == o)
 		sh_map_del(&c->objs, o->id);
-	sh_wbuf dropped;
-	sh_wbuf_init(&dropped);
-	put_segs(c, o->segs, o->nsegs, &dropped);
-	send_release(c, o->id, &dropped);
-	sh_wbuf_fini(&dropped);
-	sh_bump_fini(&o->a);
-	SH_DELETE(o);
+	object_drop(o);
 	return 0;
 }
 
