@@ -36,17 +36,37 @@ static shoal_controller_stat stat_of(shoal_controller *c)
 	return st;
 }
 
-/* Starts n engines and waits until the controller has them all. */
-static void engines(shoal_controller *c, int n, pid_t *pids)
+/* Polls until cond holds or ms pass; the caller then checks it. */
+#define WAIT_FOR(cond, ms)                                   \
+	do {                                                 \
+		int64_t until_ = shoal_deadline_in((ms)*MS); \
+		while (!(cond) && shoal_now_ns() < until_)   \
+			usleep(1000);                        \
+	} while (0)
+
+/* Starts n engines serving addr (with a store, or NULL) and waits until
+ * the controller has them all. */
+static void engines_at(shoal_controller *c, const char *addr, const char *store, int n, pid_t *pids)
 {
 	uint32_t before = stat_of(c).engines;
 	for (int i = 0; i < n; i++)
-		CHECK_OK(shoal_engine_spawn(shoal_controller_socket(c), sample, engine_bin,
-					    &pids[i]));
-	int64_t until = shoal_deadline_in(10000 * MS);
-	while (stat_of(c).engines < before + (uint32_t)n && shoal_now_ns() < until)
-		usleep(1000);
+		CHECK_OK(shoal_engine_spawn_store(addr, sample, engine_bin, store, &pids[i]));
+	WAIT_FOR(stat_of(c).engines >= before + (uint32_t)n, 10000);
 	CHECK_EQ(stat_of(c).engines, before + (uint32_t)n);
+}
+
+static void engines(shoal_controller *c, int n, pid_t *pids)
+{
+	engines_at(c, shoal_controller_socket(c), NULL, n, pids);
+}
+
+/* [a, b], the arguments of add. */
+static shoal_value *int_pair(shoal_vbuf *vb, int64_t a, int64_t b)
+{
+	shoal_value *p = shoal_v_array(vb, 2);
+	shoal_v_set(p, 0, shoal_v_int(vb, a));
+	shoal_v_set(p, 1, shoal_v_int(vb, b));
+	return p;
 }
 
 static shoal_controller *controller(shoal_scheme s)
@@ -81,9 +101,7 @@ static void flood(shoal_farm *f, int n)
 	CHECK_OK(shoal_vbuf_create(&vb));
 	shoal_value *args = shoal_v_array(vb, (uint32_t)n);
 	for (int i = 0; i < n; i++) {
-		shoal_value *pair = shoal_v_array(vb, 2);
-		shoal_v_set(pair, 0, shoal_v_int(vb, i));
-		shoal_v_set(pair, 1, shoal_v_int(vb, 1000));
+		shoal_value *pair = int_pair(vb, i, 1000);
 		shoal_v_set(args, (uint32_t)i, pair);
 	}
 	shoal_task first;
@@ -144,9 +162,7 @@ SH_TEST(every_scheme_runs_a_flood)
 		shoal_vbuf *vb;
 		CHECK_OK(shoal_vbuf_create(&vb));
 		for (int i = 0; i < 50; i++) {
-			shoal_value *pair = shoal_v_array(vb, 2);
-			shoal_v_set(pair, 0, shoal_v_int(vb, i));
-			shoal_v_set(pair, 1, shoal_v_int(vb, i));
+			shoal_value *pair = int_pair(vb, i, i);
 			shoal_task id;
 			const shoal_value *r;
 			CHECK_OK(shoal_farm_submit(f, "add", pair, NULL, &id));
@@ -226,26 +242,18 @@ SH_TEST(dead_engines_retry_then_fail)
 	CHECK_EQ(r->v.i, 1);
 	unlink(mark);
 	CHECK_EQ(stat_of(c).retried, 1);
-	int64_t gone = shoal_deadline_in(5000 * MS); /* its connection is closing */
-	while (stat_of(c).engines != 1 && shoal_now_ns() < gone)
-		usleep(1000);
+	WAIT_FOR(stat_of(c).engines == 1, 5000); /* its connection is closing */
 	CHECK_EQ(stat_of(c).engines, 1);
 	/* the last one is killed from outside; the controller goes on: a task
 	 * waits for an engine, and runs on the next to come */
 	for (int i = 0; i < 3; i++)
 		kill(pids[i], SIGKILL);
-	int64_t until = shoal_deadline_in(5000 * MS);
-	while (stat_of(c).engines != 0 && shoal_now_ns() < until)
-		usleep(1000);
+	WAIT_FOR(stat_of(c).engines == 0, 5000);
 	CHECK_EQ(stat_of(c).engines, 0);
-	shoal_value *pair = shoal_v_array(vb, 2);
-	shoal_v_set(pair, 0, shoal_v_int(vb, 20));
-	shoal_v_set(pair, 1, shoal_v_int(vb, 22));
+	shoal_value *pair = int_pair(vb, 20, 22);
 	CHECK_OK(shoal_farm_submit(f, "add", pair, NULL, &t));
 	CHECK_OK(shoal_farm_flush(f));
-	until = shoal_deadline_in(5000 * MS);
-	while (stat_of(c).queued != 1 && shoal_now_ns() < until)
-		usleep(1000);
+	WAIT_FOR(stat_of(c).queued == 1, 5000);
 	CHECK_EQ(stat_of(c).queued, 1);
 	engines(c, 1, &pids[3]);
 	CHECK_OK(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)));
@@ -282,9 +290,7 @@ SH_TEST(deadlines_and_targets)
 	/* engine 1 exists: it runs there (the other is still asleep) */
 	o.engine = 1;
 	o.timeout_ns = 0;
-	shoal_value *pair = shoal_v_array(vb, 2);
-	shoal_v_set(pair, 0, shoal_v_int(vb, 1));
-	shoal_v_set(pair, 1, shoal_v_int(vb, 2));
+	shoal_value *pair = int_pair(vb, 1, 2);
 	CHECK_OK(shoal_farm_submit(f, "add", pair, &o, &t));
 	CHECK_OK(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)));
 	CHECK_EQ(r->v.i, 3);
@@ -311,9 +317,7 @@ SH_TEST(dependencies_after_and_follow)
 	shoal_task_opts_init(&o);
 	o.after = &a;
 	o.nafter = 1;
-	shoal_value *pair = shoal_v_array(vb, 2);
-	shoal_v_set(pair, 0, shoal_v_int(vb, 1));
-	shoal_v_set(pair, 1, shoal_v_int(vb, 2));
+	shoal_value *pair = int_pair(vb, 1, 2);
 	CHECK_OK(shoal_farm_submit(f, "add", pair, &o, &b));
 	CHECK_OK(shoal_farm_wait(f, b, vb, &r, shoal_deadline_in(10000 * MS)));
 	CHECK_EQ(r->v.i, 3);
@@ -402,14 +406,10 @@ SH_TEST_T(clients_and_engines_come_and_go, 120)
 		CHECK_OK(shoal_farm_submit(f, "add", NULL, &o, &t));
 	}
 	CHECK_OK(shoal_farm_flush(f));
-	int64_t until = shoal_deadline_in(5000 * MS);
-	while (stat_of(c).queued != 100 && shoal_now_ns() < until)
-		usleep(1000);
+	WAIT_FOR(stat_of(c).queued == 100, 5000);
 	CHECK_EQ(stat_of(c).queued, 100);
 	shoal_farm_close(f);
-	until = shoal_deadline_in(5000 * MS);
-	while ((stat_of(c).queued || stat_of(c).clients) && shoal_now_ns() < until)
-		usleep(1000);
+	WAIT_FOR(!stat_of(c).queued && !stat_of(c).clients, 5000);
 	CHECK_EQ(stat_of(c).queued, 0);
 	int fds = open_fds();
 	int rounds = sh_test_sanitized() ? 5 : 20;
@@ -424,9 +424,7 @@ SH_TEST_T(clients_and_engines_come_and_go, 120)
 		CHECK_RC(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)),
 			 SHOAL_EENGINE);
 		shoal_farm_close(f);
-		until = shoal_deadline_in(5000 * MS);
-		while ((stat_of(c).engines || stat_of(c).clients) && shoal_now_ns() < until)
-			usleep(1000);
+		WAIT_FOR(!stat_of(c).engines && !stat_of(c).clients, 5000);
 	}
 	shoal_controller_stat st = stat_of(c);
 	CHECK_EQ(st.engines + st.clients, 0);
@@ -455,12 +453,7 @@ SH_TEST(tcp_peers_prove_the_secret)
 	/* the right secret: engines and a client over TCP */
 	setenv("SHOAL_SECRET", secret, 1);
 	pid_t pids[3];
-	for (int i = 0; i < 2; i++)
-		CHECK_OK(shoal_engine_spawn(addr, sample, engine_bin, &pids[i]));
-	int64_t until = shoal_deadline_in(10000 * MS);
-	while (stat_of(c).engines < 2 && shoal_now_ns() < until)
-		usleep(1000);
-	CHECK_EQ(stat_of(c).engines, 2);
+	engines_at(c, addr, NULL, 2, pids);
 	shoal_farm *f;
 	CHECK_OK(shoal_farm_connect(&f, addr));
 	flood(f, 3000);
@@ -537,12 +530,7 @@ SH_TEST(arguments_by_reference_through_the_store)
 	shoal_store *st;
 	CHECK_OK(shoal_store_open_embedded(&st, &so));
 	pid_t pids[2];
-	for (int i = 0; i < 2; i++)
-		CHECK_OK(shoal_engine_spawn_store(shoal_controller_socket(c), sample, engine_bin,
-						  shoal_store_socket(st), &pids[i]));
-	int64_t until = shoal_deadline_in(10000 * MS);
-	while (stat_of(c).engines < 2 && shoal_now_ns() < until)
-		usleep(1000);
+	engines_at(c, shoal_controller_socket(c), shoal_store_socket(st), 2, pids);
 	shoal_farm *f = client(c);
 	CHECK_OK(shoal_farm_use_store(f, shoal_store_socket(st)));
 	shoal_vbuf *vb;
@@ -588,7 +576,7 @@ SH_TEST(arguments_by_reference_through_the_store)
 	shoal_client *sc;
 	CHECK_OK(shoal_connect(&sc, shoal_store_socket(st)));
 	shoal_store_stat ss;
-	until = shoal_deadline_in(5000 * MS);
+	int64_t until = shoal_deadline_in(5000 * MS);
 	do {
 		CHECK_OK(shoal_store_stat_get(sc, &ss));
 	} while (ss.objects != 0 && shoal_now_ns() < until && usleep(1000) == 0);
