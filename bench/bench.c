@@ -17,6 +17,7 @@
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <limits.h>
 #include <unistd.h>
 
 /* ---- options ------------------------------------------------------------ */
@@ -770,6 +771,26 @@ int sh_bench_svg_lines(FILE *f, const sh_bench_report *r, const char *suite, con
 }
 
 /* ---- child processes ---------------------------------------------------- */
+
+int sh_bench_find_tool(const char *tool, char *tool_path, char *lib_path, size_t len)
+{
+	char self[PATH_MAX / 2]; /* leaves room for the suffixes below */
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return -1;
+	self[n] = 0;
+	char *slash = strrchr(self, '/');
+	if (!slash)
+		return -1;
+	*slash = 0;
+	snprintf(tool_path, len, "%s/../tools/%s", self, tool);
+	snprintf(lib_path, len, "%s/../bench/rpc_ext.so", self);
+	if (access(tool_path, X_OK) == 0 && access(lib_path, R_OK) == 0)
+		return 0;
+	snprintf(tool_path, len, "%s/%s", self, tool);
+	snprintf(lib_path, len, "%s/../lib/shoal/rpc_ext.so", self);
+	return access(tool_path, X_OK) == 0 && access(lib_path, R_OK) == 0 ? 0 : -1;
+}
 
 double sh_bench_now(void)
 {

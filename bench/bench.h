@@ -174,6 +174,12 @@ int sh_bench_proc_mem(pid_t pid, long *uss_kib, long *pss_kib);
 /* Sorts v[0..n) and gives its median and 99th percentile. */
 void sh_bench_percentiles(double *v, int n, double *p50, double *p99);
 
+/* A program of this project (tool: "shoal-ext", "shoal-engine") and the
+ * library the rpc and tasks suites load (rpc_ext.so), next to this program
+ * in a build tree (tools/, bench/), else where `make install` put them.
+ * 0, or -1 when either is missing. */
+int sh_bench_find_tool(const char *tool, char *tool_path, char *lib_path, size_t len);
+
 /* Monotonic clock in seconds. */
 double sh_bench_now(void);
 

@@ -19,30 +19,6 @@
 
 #define SUITE "rpc"
 
-/* The runner and the extension: next to this program in a build tree
- * (tools/shoal-ext, bench/rpc_ext.so), else where `make install` put them. */
-static int find_paths(char *runner, char *ext, size_t len)
-{
-	char self[PATH_MAX / 2]; /* leaves room for the suffixes below */
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		self[n] = 0;
-		char *slash = strrchr(self, '/');
-		if (slash) {
-			*slash = 0;
-			snprintf(runner, len, "%s/../tools/shoal-ext", self);
-			snprintf(ext, len, "%s/../bench/rpc_ext.so", self);
-			if (access(runner, X_OK) == 0 && access(ext, R_OK) == 0)
-				return 0;
-			snprintf(runner, len, "%s/shoal-ext", self);
-			snprintf(ext, len, "%s/../lib/shoal/rpc_ext.so", self);
-			if (access(runner, X_OK) == 0 && access(ext, R_OK) == 0)
-				return 0;
-		}
-	}
-	return -1;
-}
-
 static void set_stats(sh_bench_result *x, double *us, int n)
 {
 	double mean, sd, mn, mx;
@@ -530,7 +506,7 @@ int sh_bench_rpc(const sh_bench_opts *o, sh_bench_report *r)
 	shoal_ext_config c;
 	shoal_ext_config_init(&c);
 	shoal_ext *e = NULL;
-	if (find_paths(runner, ext, sizeof(runner)) != 0) {
+	if (sh_bench_find_tool("shoal-ext", runner, ext, sizeof(runner)) != 0) {
 		sh_bench_result *x = sh_bench_add(r, SUITE, "small_int_standard", "shoal", 0);
 		sh_bench_fail(x, "cannot find shoal-ext and rpc_ext.so next to this program");
 		return 0;

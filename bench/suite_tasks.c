@@ -24,26 +24,6 @@
 
 #define SUITE "tasks"
 
-static int find_paths(char *engine, char *lib, size_t len)
-{
-	char self[PATH_MAX / 2];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return -1;
-	self[n] = 0;
-	char *slash = strrchr(self, '/');
-	if (!slash)
-		return -1;
-	*slash = 0;
-	snprintf(engine, len, "%s/../tools/shoal-engine", self);
-	snprintf(lib, len, "%s/../bench/rpc_ext.so", self);
-	if (access(engine, X_OK) == 0 && access(lib, R_OK) == 0)
-		return 0;
-	snprintf(engine, len, "%s/shoal-engine", self);
-	snprintf(lib, len, "%s/../lib/shoal/rpc_ext.so", self);
-	return access(engine, X_OK) == 0 && access(lib, R_OK) == 0 ? 0 : -1;
-}
-
 typedef struct farm_setup {
 	shoal_controller *ctl;
 	pid_t pids[2];
@@ -325,7 +305,7 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 int sh_bench_tasks(const sh_bench_opts *o, sh_bench_report *r)
 {
 	char engine[PATH_MAX], lib[PATH_MAX];
-	if (find_paths(engine, lib, sizeof(engine)) != 0) {
+	if (sh_bench_find_tool("shoal-engine", engine, lib, sizeof(engine)) != 0) {
 		sh_bench_result *x = sh_bench_add(r, SUITE, "flood", "shoal", 0);
 		sh_bench_fail(x, "cannot find shoal-engine and rpc_ext.so next to this program");
 		return 0;
