@@ -10,6 +10,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Packs v as sh_value_pack_ref does, and gathers the bytes it left where
+ * they lie into one buffer (freed by the caller). */
+static unsigned char *pack_gathered(const shoal_value *v, size_t *len, uint32_t *nrefs)
+{
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	msgpack_packer pk;
+	sh_wbuf_packer(&w, &pk);
+	sh_value_pack_ref(&pk, v, NULL, &w);
+	CHECK_OK(w.err);
+	const sh_msg_part *parts;
+	uint32_t n;
+	CHECK_OK(sh_wbuf_gather(&w, &parts, &n));
+	unsigned char *all = malloc(w.len + w.ref_bytes + 1);
+	CHECK(all != NULL);
+	*len = 0;
+	for (uint32_t i = 0; i < n; *len += parts[i++].n)
+		memcpy(all + *len, parts[i].p, parts[i].n);
+	CHECK_EQ(*len, w.len + w.ref_bytes);
+	*nrefs = w.nrefs;
+	sh_wbuf_fini(&w);
+	return all;
+}
+
+/* Packs and decodes v; packing by reference must give the same bytes. */
 static shoal_value *round_trip(shoal_vbuf *b, const shoal_value *v)
 {
 	sh_wbuf w;
@@ -18,6 +43,12 @@ static shoal_value *round_trip(shoal_vbuf *b, const shoal_value *v)
 	sh_wbuf_packer(&w, &pk);
 	sh_value_pack(&pk, v, NULL, NULL);
 	CHECK_OK(w.err);
+	size_t glen;
+	uint32_t nrefs;
+	unsigned char *g = pack_gathered(v, &glen, &nrefs);
+	CHECK_EQ(glen, w.len);
+	CHECK(memcmp(g, w.p, w.len) == 0);
+	free(g);
 	sh_mp m;
 	sh_mp_init(&m, w.p, w.len);
 	shoal_value *out;
@@ -84,6 +115,24 @@ SH_TEST(every_kind_round_trips)
 	CHECK(!shoal_v_equal(a, other));
 	CHECK(shoal_v_map_get(m, "x") == NULL);
 	CHECK_RC(shoal_v_set(a, 10, other), SHOAL_EINVAL);
+	/* large payloads, which packing by reference leaves where they lie */
+	size_t big = 3 * SH_VALUE_REF_MIN;
+	char *mem = calloc(1, big + 1);
+	CHECK(mem != NULL);
+	memset(mem, 'x', big);
+	int64_t len = (int64_t)big / 4;
+	shoal_value *l = shoal_v_array(b, 5);
+	shoal_v_set(l, 0, shoal_v_str(b, mem, big));
+	shoal_v_set(l, 1, shoal_v_bytes(b, mem, SH_VALUE_REF_MIN));
+	shoal_v_set(l, 2, shoal_v_bytes(b, mem, SH_VALUE_REF_MIN - 1));
+	shoal_v_set(l, 3, shoal_v_tensor(b, SHOAL_DT_F32, 1, &len, mem));
+	shoal_v_set(l, 4, shoal_v_blob(b, mem, big));
+	CHECK(shoal_v_equal(l, round_trip(b, l)));
+	size_t glen;
+	uint32_t nrefs;
+	free(pack_gathered(l, &glen, &nrefs));
+	CHECK_EQ(nrefs, 4);
+	free(mem);
 	shoal_vbuf_free(b);
 }
 

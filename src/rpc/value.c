@@ -530,7 +530,18 @@ static void pack_oob(msgpack_packer *pk, sh_wbuf *w, unsigned kind, const shoal_
 	sh_wbuf_oob(w, p, n);
 }
 
-void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *shared, sh_wbuf *oob)
+/* A payload's bytes in the body: copied, or (ref: the wbuf pk writes to)
+ * by reference when large. */
+static void pack_body(msgpack_packer *pk, sh_wbuf *ref, const void *p, size_t n)
+{
+	if (ref && n >= SH_VALUE_REF_MIN)
+		sh_wbuf_ref(ref, p, n);
+	else if (n)
+		msgpack_pack_bin_body(pk, p, n);
+}
+
+static void pack(msgpack_packer *pk, const shoal_value *v, shoal_client *shared, sh_wbuf *oob,
+		 sh_wbuf *ref)
 {
 	switch (v->type) {
 	case SHOAL_V_NIL:
@@ -551,7 +562,7 @@ void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *share
 			return;
 		}
 		msgpack_pack_str(pk, v->n);
-		msgpack_pack_str_body(pk, v->v.s, v->n);
+		pack_body(pk, ref, v->v.s, v->n);
 		return;
 	case SHOAL_V_BYTES:
 		if (oob && v->n >= SH_VALUE_OOB_MIN) {
@@ -559,17 +570,17 @@ void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *share
 			return;
 		}
 		msgpack_pack_bin(pk, v->n);
-		msgpack_pack_bin_body(pk, v->v.bytes, v->n);
+		pack_body(pk, ref, v->v.bytes, v->n);
 		return;
 	case SHOAL_V_ARRAY:
 		msgpack_pack_array(pk, v->n);
 		for (uint32_t i = 0; i < v->n; i++)
-			sh_value_pack(pk, &v->v.items[i], shared, oob);
+			pack(pk, &v->v.items[i], shared, oob, ref);
 		return;
 	case SHOAL_V_MAP:
 		msgpack_pack_map(pk, v->n);
 		for (uint32_t i = 0; i < 2 * v->n; i++)
-			sh_value_pack(pk, &v->v.items[i], shared, oob);
+			pack(pk, &v->v.items[i], shared, oob, ref);
 		return;
 	case SHOAL_V_TENSOR:
 	case SHOAL_V_BLOB: {
@@ -584,11 +595,11 @@ void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *share
 		memcpy(head + 8, v->v.t.shape, 8 * (size_t)v->v.t.ndim);
 		if (shared && v->v.t.obj) {
 			/* by reference: the header, the object's id, its blob */
-			uint64_t ref[3] = {v->v.t.obj, 0, UINT64_MAX}; /* blob unknown */
-			sh_client_blob_of(shared, v->v.t.obj, &ref[1], &ref[2]);
-			msgpack_pack_ext(pk, hl + sizeof(ref), SH_EXT_TENSOR_REF);
+			uint64_t obj[3] = {v->v.t.obj, 0, UINT64_MAX}; /* blob unknown */
+			sh_client_blob_of(shared, v->v.t.obj, &obj[1], &obj[2]);
+			msgpack_pack_ext(pk, hl + sizeof(obj), SH_EXT_TENSOR_REF);
 			msgpack_pack_ext_body(pk, head, hl);
-			msgpack_pack_ext_body(pk, ref, sizeof(ref));
+			msgpack_pack_ext_body(pk, obj, sizeof(obj));
 			return;
 		}
 		if (oob && v->v.t.nbytes >= SH_VALUE_OOB_MIN) {
@@ -598,11 +609,20 @@ void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *share
 		}
 		msgpack_pack_ext(pk, hl + v->v.t.nbytes, SH_EXT_TENSOR);
 		msgpack_pack_ext_body(pk, head, hl);
-		if (v->v.t.nbytes)
-			msgpack_pack_ext_body(pk, v->v.t.data, v->v.t.nbytes);
+		pack_body(pk, ref, v->v.t.data, v->v.t.nbytes);
 		return;
 	}
 	}
+}
+
+void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *shared, sh_wbuf *oob)
+{
+	pack(pk, v, shared, oob, NULL);
+}
+
+void sh_value_pack_ref(msgpack_packer *pk, const shoal_value *v, shoal_client *shared, sh_wbuf *w)
+{
+	pack(pk, v, shared, NULL, w);
 }
 
 /* Well-formed UTF-8: no overlong forms, no surrogates, nothing past

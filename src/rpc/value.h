@@ -76,6 +76,12 @@ int sh_oob_copy(sh_oob *o, const void *p, size_t n, char *why, size_t whylen);
  * objects go by reference. oob (not NULL: the wbuf pk writes to): large
  * payloads go out of band. */
 void sh_value_pack(msgpack_packer *pk, const shoal_value *v, shoal_client *shared, sh_wbuf *oob);
+/* The same bytes on the wire as sh_value_pack without oob, but payloads of
+ * at least SH_VALUE_REF_MIN are left where they lie (sh_wbuf_ref into w,
+ * the wbuf pk writes to) until the frame is written: for a frame that
+ * goes out before the value changes, as a task with a buffer. */
+#define SH_VALUE_REF_MIN (16u << 10)
+void sh_value_pack_ref(msgpack_packer *pk, const shoal_value *v, shoal_client *shared, sh_wbuf *w);
 /* Puts every tensor of v that is not in the store yet into a new store
  * object (through b->store), which b then owns, and points the value at
  * the object's read-only mapping. */

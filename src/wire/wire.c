@@ -100,6 +100,10 @@ void sh_wbuf_fini(sh_wbuf *w)
 		shoal_free(w->p, w->cap);
 	if (w->oob)
 		shoal_free(w->oob, w->cap_oob * sizeof(*w->oob));
+	if (w->refs)
+		shoal_free(w->refs, w->cap_refs * sizeof(*w->refs));
+	if (w->gather)
+		shoal_free(w->gather, w->cap_gather * sizeof(*w->gather));
 	memset(w, 0, sizeof(*w));
 }
 
@@ -109,6 +113,8 @@ void sh_wbuf_reset(sh_wbuf *w)
 	w->err = 0;
 	w->noob = 0;
 	w->oob_bytes = 0;
+	w->nrefs = 0;
+	w->ref_bytes = 0;
 }
 
 int sh_wbuf_oob(sh_wbuf *w, const void *p, size_t n)
@@ -122,8 +128,45 @@ int sh_wbuf_oob(sh_wbuf *w, const void *p, size_t n)
 	return 0;
 }
 
+int sh_wbuf_ref(sh_wbuf *w, const void *p, size_t n)
+{
+	if (w->err)
+		return w->err;
+	if (n == 0)
+		return 0;
+	if (w->len + w->ref_bytes + n > UINT32_MAX)
+		return w->err = SHOAL_EOVERFLOW;
+	if (sh_grow_array((void **)&w->refs, &w->cap_refs, w->nrefs, sizeof(*w->refs)) != 0)
+		return w->err = SHOAL_ENOMEM;
+	w->refs[w->nrefs++] = (struct sh_wref){w->len, p, n};
+	w->ref_bytes += n;
+	return 0;
+}
+
+int sh_wbuf_gather(sh_wbuf *w, const sh_msg_part **parts, uint32_t *n)
+{
+	while (w->cap_gather < 2 * w->nrefs + 1)
+		if (sh_grow_array((void **)&w->gather, &w->cap_gather, w->cap_gather,
+				  sizeof(*w->gather)) != 0)
+			return SHOAL_ENOMEM;
+	uint32_t k = 0;
+	size_t from = 0;
+	for (uint32_t i = 0; i < w->nrefs; i++) {
+		if (w->refs[i].at > from)
+			w->gather[k++] = (sh_msg_part){w->p + from, w->refs[i].at - from};
+		w->gather[k++] = (sh_msg_part){(void *)w->refs[i].p, w->refs[i].n};
+		from = w->refs[i].at;
+	}
+	if (w->len > from)
+		w->gather[k++] = (sh_msg_part){w->p + from, w->len - from};
+	*parts = w->gather;
+	*n = k;
+	return 0;
+}
+
 int sh_frame_send(sh_ring *r, const sh_wbuf *w, int64_t deadline)
 {
+	SH_ASSERT(w->nrefs == 0); /* those go by sh_wbuf_gather */
 	int rc = sh_msg_write(r, w->p, w->len, deadline);
 	if (rc == 0 && w->noob)
 		rc = sh_msg_write_parts(r, w->oob, w->noob, deadline);
@@ -181,7 +224,9 @@ int sh_wbuf_frame_end(sh_wbuf *w, sh_frame *f)
 			return rc;
 		f->flags |= SH_FRAME_OOB;
 	}
-	f->body_len = (uint32_t)(w->len - SH_FRAME_HDR);
+	if (w->len - SH_FRAME_HDR + w->ref_bytes > UINT32_MAX)
+		return w->err = SHOAL_EOVERFLOW;
+	f->body_len = (uint32_t)(w->len - SH_FRAME_HDR + w->ref_bytes);
 	sh_frame_encode(f, w->p);
 	return 0;
 }

@@ -53,6 +53,17 @@ typedef struct sh_wbuf {
 	sh_msg_part *oob;
 	uint32_t noob, cap_oob;
 	uint64_t oob_bytes;
+	/* bytes inside the body by reference (sh_wbuf_ref), each at offset
+	 * at of p: they must stay put until sent; the body counts them */
+	struct sh_wref {
+		size_t at;
+		const void *p;
+		size_t n;
+	} * refs;
+	uint32_t nrefs, cap_refs;
+	uint64_t ref_bytes;
+	sh_msg_part *gather; /* sh_wbuf_gather's */
+	uint32_t cap_gather;
 } sh_wbuf;
 
 void sh_wbuf_init(sh_wbuf *w);
@@ -61,6 +72,12 @@ void sh_wbuf_reset(sh_wbuf *w);
 int sh_wbuf_append(sh_wbuf *w, const void *p, size_t n);
 /* Adds n bytes at p (left where they are) to go after the frame. */
 int sh_wbuf_oob(sh_wbuf *w, const void *p, size_t n);
+/* Puts n bytes at p (left where they are) into the body at its current
+ * end, as if appended: they cost no copy until the frame is written. */
+int sh_wbuf_ref(sh_wbuf *w, const void *p, size_t n);
+/* w's bytes with its references in their places, as parts for
+ * sh_msg_write_parts or sh_stream_writev (valid until w changes). */
+int sh_wbuf_gather(sh_wbuf *w, const sh_msg_part **parts, uint32_t *n);
 /* Sends the frame in w, then its out-of-band parts. */
 int sh_frame_send(sh_ring *r, const sh_wbuf *w, int64_t deadline);
 /* A packer appending to w. */
