@@ -10,6 +10,7 @@
 #include <shoal/tasks.h>
 
 #include <dirent.h>
+#include <string.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -118,35 +119,42 @@ static void flood(shoal_farm *f, int n)
 	shoal_vbuf_free(vb);
 }
 
-/* Large payloads both ways: the controller sends those of RUN batches by
- * reference (pieces), the engine reads them in place. */
+/* Large payloads both ways: the client writes those of 16 KiB and more
+ * from where they lie before submit returns (the caller may then change
+ * them), the controller sends them on by reference, the engine reads them
+ * in place. */
 static void big_echoes(shoal_farm *f)
 {
-	shoal_vbuf *vb;
+	shoal_vbuf *vb, *keep;
 	CHECK_OK(shoal_vbuf_create(&vb));
+	CHECK_OK(shoal_vbuf_create(&keep));
 	shoal_task ids[12];
-	shoal_value *sent[12];
+	shoal_value *want[12];
 	for (int i = 0; i < 12; i++) {
 		size_t n = (size_t)(i % 2 ? 20000 : 1000) * (size_t)(i + 1) * 13;
 		unsigned char *mem = malloc(n);
 		CHECK(mem != NULL);
 		for (size_t k = 0; k < n; k++)
 			mem[k] = (unsigned char)(k * 31 + (size_t)i);
-		sent[i] = i % 3 ? shoal_v_bytes(vb, mem, n) : shoal_v_blob(vb, mem, n);
+		shoal_value *sent = i % 3 ? shoal_v_bytes(vb, mem, n) : shoal_v_blob(vb, mem, n);
 		if (i % 3 == 0) /* a blob borrows its bytes: keep them in the vbuf */
-			sent[i] = shoal_v_blob(vb, shoal_v_bytes(vb, mem, n)->v.bytes, n);
+			sent = shoal_v_blob(vb, shoal_v_bytes(vb, mem, n)->v.bytes, n);
+		want[i] = i % 3 ? shoal_v_bytes(keep, mem, n)
+				: shoal_v_blob(keep, shoal_v_bytes(keep, mem, n)->v.bytes, n);
 		free(mem);
-		CHECK_OK(shoal_farm_submit(f, "echo", sent[i], NULL, &ids[i]));
+		CHECK_OK(shoal_farm_submit(f, "echo", sent, NULL, &ids[i]));
+		memset((void *)(i % 3 ? sent->v.bytes : sent->v.t.data), 0xee, n);
 	}
 	for (int i = 11; i >= 0; i--) {
 		const shoal_value *r;
 		shoal_vbuf *out;
 		CHECK_OK(shoal_vbuf_create(&out));
 		CHECK_OK(shoal_farm_wait(f, ids[i], out, &r, shoal_deadline_in(10000 * MS)));
-		CHECK(shoal_v_equal(r, sent[i]));
+		CHECK(shoal_v_equal(r, want[i]));
 		shoal_vbuf_free(out);
 	}
 	shoal_vbuf_free(vb);
+	shoal_vbuf_free(keep);
 }
 
 SH_TEST(every_scheme_runs_a_flood)
@@ -589,6 +597,98 @@ SH_TEST(arguments_by_reference_through_the_store)
 	for (int i = 0; i < 2; i++)
 		waitpid(pids[i], NULL, 0);
 	shoal_store_close(st);
+}
+
+/* A flood of large tasks that cannot run yet (they wait for a slow one)
+ * is held back: the controller stops reading the client at 64 MiB of
+ * them, the client's submits wait, and all run once they can. A client
+ * killed while held back leaves nothing behind. */
+#define MIB ((size_t)1 << 20)
+static void held_client(const char *addr, int ntasks, int64_t first_ms)
+{
+	shoal_farm *f;
+	shoal_vbuf *vb;
+	if (shoal_farm_connect(&f, addr) || shoal_vbuf_create(&vb))
+		_exit(2);
+	unsigned char *mem = calloc(1, MIB);
+	shoal_task first, id;
+	shoal_task_opts o;
+	shoal_task_opts_init(&o);
+	o.after = &first;
+	o.nafter = 1;
+	if (!mem || shoal_farm_submit(f, "sleep", shoal_v_int(vb, first_ms), NULL, &first))
+		_exit(3);
+	for (int i = 0; i < ntasks; i++) {
+		mem[0] = (unsigned char)i;
+		if (shoal_farm_submit(f, "echo", shoal_v_bytes(vb, mem, MIB), &o, &id))
+			_exit(4);
+	}
+	for (int i = 0; i < ntasks; i++) {
+		const shoal_value *r;
+		shoal_vbuf_reset(vb);
+		if (shoal_farm_wait(f, first + 1 + (shoal_task)i, vb, &r,
+				    shoal_deadline_in(60000 * MS)) ||
+		    r->type != SHOAL_V_BYTES || r->n != MIB ||
+		    ((const unsigned char *)r->v.bytes)[0] != (unsigned char)i)
+			_exit(5);
+	}
+	free(mem);
+	shoal_vbuf_free(vb);
+	shoal_farm_close(f);
+	_exit(0);
+}
+
+SH_TEST_T(large_tasks_are_held_back, 120)
+{
+	paths();
+	/* the clients are processes, forked while this one has one thread */
+	pid_t kids[2];
+	int go[2][2];
+	for (int k = 0; k < 2; k++) {
+		CHECK(pipe(go[k]) == 0);
+		kids[k] = fork();
+		CHECK(kids[k] >= 0);
+		if (kids[k] == 0) {
+			char addr[256] = {0};
+			close(go[k][1]);
+			if (read(go[k][0], addr, sizeof(addr) - 1) <= 0)
+				_exit(1);
+			held_client(addr, k == 0 ? 100 : 200, k == 0 ? 1000 : 3000);
+		}
+		close(go[k][0]);
+	}
+	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
+	pid_t pids[2];
+	engines(c, 2, pids);
+	const char *addr = shoal_controller_socket(c);
+	/* 100 MiB behind a task of 1 s: held back, then all of it runs */
+	CHECK(write(go[0][1], addr, strlen(addr)) == (ssize_t)strlen(addr));
+	int status;
+	CHECK(waitpid(kids[0], &status, 0) == kids[0]);
+	CHECK(WIFEXITED(status));
+	CHECK_EQ(WEXITSTATUS(status), 0);
+	shoal_controller_stat st = stat_of(c);
+	CHECK(st.held_peak >= 48 * MIB);
+	CHECK(st.held_peak <= 68 * MIB);
+	CHECK_EQ(st.done, 101);
+	WAIT_FOR(stat_of(c).held_bytes == 0, 5000);
+	CHECK_EQ(stat_of(c).held_bytes, 0);
+	/* 200 MiB behind 3 s: killed while it waits to submit */
+	CHECK(write(go[1][1], addr, strlen(addr)) == (ssize_t)strlen(addr));
+	WAIT_FOR(stat_of(c).held_bytes >= 48 * MIB, 10000);
+	CHECK(stat_of(c).held_bytes >= 48 * MIB);
+	usleep(100000);
+	CHECK(stat_of(c).held_bytes <= 68 * MIB);
+	CHECK(kill(kids[1], SIGKILL) == 0);
+	CHECK(waitpid(kids[1], &status, 0) == kids[1]);
+	WAIT_FOR(!stat_of(c).clients && !stat_of(c).queued && !stat_of(c).held_bytes, 5000);
+	st = stat_of(c);
+	CHECK_EQ(st.clients + st.queued + st.held_bytes, 0);
+	for (int k = 0; k < 2; k++)
+		close(go[k][1]);
+	shoal_controller_close(c);
+	for (int i = 0; i < 2; i++)
+		waitpid(pids[i], NULL, 0);
 }
 
 SH_TEST(no_controller_no_client)

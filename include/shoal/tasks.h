@@ -75,6 +75,10 @@ typedef struct shoal_controller_stat {
 	uint64_t done;	  /* results sent, since it started */
 	uint64_t retried; /* tasks sent again after their engine went */
 	uint64_t failed;  /* tasks that ended in an error of the farm's own */
+	/* Bytes of large tasks (16 KiB and more) held in memory until their
+	 * results: now, and the most at once. Past 64 MiB the controller
+	 * stops reading clients, whose submits then wait. */
+	uint64_t held_bytes, held_peak;
 } shoal_controller_stat;
 SHOAL_API int shoal_controller_stat_get(shoal_controller *c, shoal_controller_stat *st);
 

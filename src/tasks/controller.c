@@ -13,6 +13,7 @@
 #include <shoal/fiber.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -28,10 +29,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <unistd.h>
-
-/* Tasks with at least this many bytes stay in the frame they came in, and
- * go into a RUN batch by reference, not copied. */
-#define BY_REF_MIN (16u << 10)
 
 typedef struct tk_task tk_task;
 
@@ -81,6 +78,7 @@ typedef struct tk_conn {
 	pid_t pid;
 	uint32_t num; /* engines: 0, 1, 2 ...; clients: 1, 2, ... */
 	bool engine, gone, kick_pending;
+	bool shut; /* its traffic is over (conn_shut) */
 	shoal_chan *kick;
 	shoal_fiber *writer, *watcher;
 	unsigned char *in;
@@ -91,15 +89,9 @@ typedef struct tk_conn {
 struct tk_engine {
 	tk_conn c;
 	tk_engine *next;
-	/* a RUN batch's pieces: runs of c.w (p NULL: n bytes at offset off)
-	 * and large tasks' bytes by reference, sent without a copy */
-	struct tk_piece {
-		const void *p;
-		size_t off, n;
-	} * pieces;
-	sh_msg_part *parts;
+	/* large tasks in the RUN batch being written, by reference */
 	tk_task **pinned;
-	uint32_t npieces, cap_pieces, cap_parts, npinned, cap_pinned;
+	uint32_t npinned, cap_pinned;
 	tk_queue outbox;   /* assigned, not sent yet */
 	uint32_t inflight; /* assigned and not answered */
 	uint64_t last;	   /* lru: when it was last given a task */
@@ -140,14 +132,14 @@ struct shoal_controller {
 	sh_map tasks; /* tid -> tk_task */
 	uint64_t next_tid, clock, rng;
 	uint32_t rr;
-	uint64_t with_deadline; /* tasks that have one */
-	tk_frame *spare_frames; /* buffers of large frames, kept warm */
-	uint32_t nspare;
-	tk_queue pending; /* no engine can take them yet */
+	uint64_t with_deadline;	  /* tasks that have one */
+	tk_frame *spare_frames;	  /* buffers of large frames, kept warm */
+	size_t spare_bytes, held; /* in those; in frames tasks hold */
+	tk_queue pending;	  /* no engine can take them yet */
 	bool stopping;
 	/* read by other threads */
 	_Atomic uint32_t n_engines, n_clients;
-	_Atomic uint64_t n_queued, n_running, n_done, n_retried, n_failed;
+	_Atomic uint64_t n_queued, n_running, n_done, n_retried, n_failed, n_held, n_held_peak;
 };
 
 /* ---- queues ---- */
@@ -176,19 +168,25 @@ static tk_task *q_pop(tk_queue *q)
 	return t;
 }
 
-/* Buffers of large frames kept for the next: their pages are faulted in
- * (a fresh MiB costs 256 page faults here). */
-#define SPARE_FRAMES 4
+/* Bytes of large SUBMIT frames held for their tasks beyond which the
+ * controller stops reading clients: a flood of large tasks then waits in
+ * the clients' rings (their submits block), and the frames held are
+ * reused, warm, rather than fresh memory faulting in (a fresh MiB costs
+ * 256 page faults here). Buffers of frames let go are kept for the next,
+ * up to as many bytes. */
+#define HELD_MAX ((size_t)64 << 20)
 
 static void frame_unref(tk_frame *fr)
 {
 	if (--fr->refs)
 		return;
 	shoal_controller *ctl = fr->ctl;
-	if (ctl->nspare < SPARE_FRAMES) {
+	ctl->held -= fr->cap;
+	atomic_store_explicit(&ctl->n_held, ctl->held, memory_order_relaxed);
+	if (ctl->spare_bytes + fr->cap <= HELD_MAX) {
 		fr->next = ctl->spare_frames;
 		ctl->spare_frames = fr;
-		ctl->nspare++;
+		ctl->spare_bytes += fr->cap;
 		return;
 	}
 	shoal_free(fr->p, fr->cap);
@@ -536,7 +534,7 @@ static int on_submit(tk_client *c, const sh_frame *f, tk_frame *fr)
 			c->cap_fate = cap;
 		}
 		tk_task *t = SH_NEW(tk_task);
-		if (t && fr && v.call_len >= BY_REF_MIN) {
+		if (t && fr && v.call_len >= SH_TASKS_REF_MIN) {
 			t->raw = (unsigned char *)v.call; /* stays in the frame */
 			t->frame = fr;
 			fr->refs++;
@@ -751,6 +749,7 @@ static int conn_read(tk_conn *c, size_t *len)
 /* Ends the connection's traffic: its fibers wake and see it. */
 static void conn_shut(tk_conn *c)
 {
+	c->shut = true;
 	if (c->tcp >= 0)
 		shutdown(c->tcp, SHUT_RDWR);
 	else
@@ -760,16 +759,6 @@ static void conn_shut(tk_conn *c)
 /* ---- writers ---- */
 
 /* Sends the engine's outbox in RUN batches. */
-
-static int add_piece(tk_engine *e, const void *p, size_t off, size_t n)
-{
-	if (n == 0)
-		return 0;
-	if (sh_grow_array((void **)&e->pieces, &e->cap_pieces, e->npieces, sizeof(*e->pieces)))
-		return SHOAL_ENOMEM;
-	e->pieces[e->npieces++] = (struct tk_piece){p, off, n};
-	return 0;
-}
 
 /* Sends the engine's outbox in RUN batches. Small tasks are copied into
  * the batch; large ones are written from their own bytes (pinned until
@@ -783,9 +772,8 @@ static int engine_flush(tk_engine *e)
 		msgpack_packer pk;
 		sh_wbuf_packer(w, &pk);
 		uint32_t n = 0;
-		size_t mark = 0, refs = 0;
-		e->npieces = 0;
-		while (e->outbox.head && w->len + refs < 4 * SH_TASKS_BATCH_BYTES && rc == 0) {
+		while (e->outbox.head && w->len + w->ref_bytes < 4 * SH_TASKS_BATCH_BYTES &&
+		       rc == 0) {
 			tk_task *t = q_pop(&e->outbox);
 			if (t->over) {
 				task_free(t);
@@ -794,14 +782,11 @@ static int engine_flush(tk_engine *e)
 			t->sent = true; /* a retry sends it again */
 			msgpack_pack_array(&pk, 3);
 			msgpack_pack_uint64(&pk, t->tid);
-			if (t->rawlen < BY_REF_MIN) {
+			if (t->rawlen < SH_TASKS_REF_MIN) {
 				sh_wbuf_append(w, t->raw, t->rawlen);
-			} else if ((rc = add_piece(e, NULL, mark, w->len - mark)) == 0 &&
-				   (rc = add_piece(e, t->raw, 0, t->rawlen)) == 0 &&
+			} else if ((rc = sh_wbuf_ref(w, t->raw, t->rawlen)) == 0 &&
 				   (rc = sh_grow_array((void **)&e->pinned, &e->cap_pinned,
 						       e->npinned, sizeof(*e->pinned))) == 0) {
-				mark = w->len;
-				refs += t->rawlen;
 				t->writing++;
 				e->pinned[e->npinned++] = t;
 			}
@@ -809,28 +794,13 @@ static int engine_flush(tk_engine *e)
 		}
 		if (rc == 0)
 			rc = sh_tk_batch_end(w, n, SH_TK_RUN);
-		if (rc == 0 && refs) {
-			/* the header counts the bytes sent by reference too */
-			uint32_t body;
-			memcpy(&body, w->p + 20, 4);
-			body += (uint32_t)refs;
-			memcpy(w->p + 20, &body, 4);
-			rc = add_piece(e, NULL, mark, w->len - mark);
-		}
-
-		if (rc == 0 && n && refs) {
-			while (e->cap_parts < e->npieces)
-				if (sh_grow_array((void **)&e->parts, &e->cap_parts, e->cap_parts,
-						  sizeof(*e->parts)))
-					return SHOAL_ENOMEM;
-			for (uint32_t i = 0; i < e->npieces; i++)
-				e->parts[i] =
-					(sh_msg_part){e->pieces[i].p ? (void *)e->pieces[i].p
-								     : w->p + e->pieces[i].off,
-						      e->pieces[i].n};
-			rc = e->c.tcp >= 0 ? sh_stream_writev(e->c.tcp, e->parts, e->npieces, true)
-					   : sh_msg_write_parts(&e->c.l.down, e->parts, e->npieces,
-								SHOAL_FOREVER);
+		if (rc == 0 && n && w->nrefs) {
+			const sh_msg_part *parts;
+			uint32_t np;
+			if ((rc = sh_wbuf_gather(w, &parts, &np)) == 0)
+				rc = e->c.tcp >= 0 ? sh_stream_writev(e->c.tcp, parts, np, true)
+						   : sh_msg_write_parts(&e->c.l.down, parts, np,
+									SHOAL_FOREVER);
 		} else if (rc == 0 && n) {
 			rc = conn_send(&e->c, w->p, w->len);
 		}
@@ -897,7 +867,7 @@ static void *watch_main(void *arg)
 		if (shoal_fd_wait(c->l.sock, SHOAL_FD_IN, SHOAL_FOREVER, NULL) == SHOAL_ECANCELED)
 			return NULL;
 	}
-	sh_link_shut(&c->l);
+	conn_shut(c);
 	return NULL;
 }
 
@@ -930,16 +900,20 @@ static void conn_fini(tk_conn *c)
 static int submit_frame(tk_client *c, const sh_frame *f, size_t len)
 {
 	shoal_controller *ctl = c->c.ctl;
-	if (len < 4 * BY_REF_MIN)
+	if (len < 4 * SH_TASKS_REF_MIN)
 		return on_submit(c, f, NULL);
 	tk_frame *fr = SH_NEW(tk_frame);
 	if (!fr)
 		return on_submit(c, f, NULL);
 	*fr = (tk_frame){.ctl = ctl, .p = c->c.in, .cap = c->c.in_cap, .refs = 1};
+	ctl->held += fr->cap;
+	atomic_store_explicit(&ctl->n_held, ctl->held, memory_order_relaxed);
+	if (ctl->held > atomic_load_explicit(&ctl->n_held_peak, memory_order_relaxed))
+		atomic_store_explicit(&ctl->n_held_peak, ctl->held, memory_order_relaxed);
 	tk_frame *spare = ctl->spare_frames;
 	if (spare) {
 		ctl->spare_frames = spare->next;
-		ctl->nspare--;
+		ctl->spare_bytes -= spare->cap;
 		c->c.in = spare->p;
 		c->c.in_cap = spare->cap;
 		SH_DELETE(spare);
@@ -950,6 +924,23 @@ static int submit_frame(tk_client *c, const sh_frame *f, size_t len)
 	int rc = on_submit(c, f, fr);
 	frame_unref(fr);
 	return rc;
+}
+
+/* Waits, before reading more of a client, while the controller holds
+ * HELD_MAX bytes of large tasks; polled, since what frees them (results,
+ * deadlines, engines and clients leaving) is everywhere. */
+static int hold_back(tk_client *c)
+{
+	shoal_controller *ctl = c->c.ctl;
+	while (ctl->held > HELD_MAX) {
+		struct pollfd p = {.fd = c->c.tcp, .events = POLLRDHUP};
+		if (c->c.shut || (c->c.tcp >= 0 && poll(&p, 1, 0) == 1))
+			return SHOAL_ECLOSED;
+		int rc = shoal_sleep_until(shoal_deadline_in(200000));
+		if (rc != 0 && rc != SHOAL_ETIMEDOUT)
+			return rc; /* cancelled */
+	}
+	return 0;
 }
 
 static void *conn_main(void *arg)
@@ -1034,6 +1025,8 @@ static void *conn_main(void *arg)
 		size_t len = 0;
 		sh_frame f;
 		char why[160];
+		if (cl && (rc = hold_back(cl)) != 0)
+			break;
 		rc = conn_read(c, &len);
 		if (rc == 0 && (rc = sh_frame_decode(c->in, len, &f, why, sizeof(why))) != 0)
 			sh_warn("tasks", "%s %u (%s): %s", e ? "engine" : "client", c->num, c->peer,
@@ -1060,10 +1053,6 @@ static void *conn_main(void *arg)
 		}
 		conn_fini(c);
 		if (e) {
-			if (e->pieces)
-				shoal_free(e->pieces, e->cap_pieces * sizeof(*e->pieces));
-			if (e->parts)
-				shoal_free(e->parts, e->cap_parts * sizeof(*e->parts));
 			if (e->pinned)
 				shoal_free(e->pinned, e->cap_pinned * sizeof(*e->pinned));
 		}
@@ -1420,5 +1409,7 @@ int shoal_controller_stat_get(shoal_controller *c, shoal_controller_stat *st)
 	st->done = atomic_load_explicit(&c->n_done, memory_order_relaxed);
 	st->retried = atomic_load_explicit(&c->n_retried, memory_order_relaxed);
 	st->failed = atomic_load_explicit(&c->n_failed, memory_order_relaxed);
+	st->held_bytes = atomic_load_explicit(&c->n_held, memory_order_relaxed);
+	st->held_peak = atomic_load_explicit(&c->n_held_peak, memory_order_relaxed);
 	return 0;
 }

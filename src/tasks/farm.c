@@ -205,9 +205,28 @@ static int drain(shoal_farm *f, bool block)
 	return 0;
 }
 
+/* Writes the batch being built now, whole, with the bytes it holds by
+ * reference (a caller's buffers: they may change once submit returns),
+ * after what is queued; sub is kept, warm, for the next batch. */
+static int send_now(shoal_farm *f)
+{
+	const sh_msg_part *parts;
+	uint32_t n;
+	int rc = drain(f, true);
+	if (rc == 0 && (rc = sh_tk_batch_end(&f->sub, f->nsub, SH_TK_SUBMIT)) == 0 &&
+	    (rc = sh_wbuf_gather(&f->sub, &parts, &n)) == 0)
+		rc = f->tcp >= 0 ? sh_stream_writev(f->tcp, parts, n, false)
+				 : sh_msg_write_parts(&f->l.up, parts, n, SHOAL_FOREVER);
+	f->nsub = 0;
+	sh_tk_batch_begin(&f->sub);
+	return rc ? ffail(f, rc, "sending tasks to the controller: %s", shoal_strerror(rc)) : 0;
+}
+
 /* Closes the batch being built and queues it; block: until all is sent. */
 static int send_batch(shoal_farm *f, bool block)
 {
+	if (f->nsub && f->sub.nrefs)
+		return send_now(f);
 	if (f->nsub) {
 		int rc = sh_tk_batch_end(&f->sub, f->nsub, SH_TK_SUBMIT);
 		if (rc == 0)
@@ -284,7 +303,9 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 	msgpack_pack_uint64(&pk, f->next_id + 1);
 	sh_mp_pack_cstr(&pk, fn);
 	shoal_value nil = {.type = SHOAL_V_NIL};
-	sh_value_pack(&pk, args ? args : &nil, f->store, NULL);
+	uint32_t nrefs = f->sub.nrefs;
+	uint64_t ref_bytes = f->sub.ref_bytes;
+	sh_value_pack_ref(&pk, args ? args : &nil, f->store, &f->sub);
 	msgpack_pack_int64(&pk, o->timeout_ns);
 	msgpack_pack_uint32(&pk, o->retries);
 	msgpack_pack_int32(&pk, o->engine);
@@ -298,16 +319,20 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 		rc = f->sub.err;
 		f->sub.err = 0;
 		f->sub.len = mark;
+		f->sub.nrefs = nrefs;
+		f->sub.ref_bytes = ref_bytes;
 		drop_made(f, slot);
 		return ffail(f, rc, "encoding the task: %s", shoal_strerror(rc));
 	}
-	if (f->share)
-		shoal_vbuf_reset(f->share); /* its mappings; the objects live on */
 	*id = ++f->next_id;
 	f->nsub++;
-	if (f->sub.len >= SH_TASKS_BATCH_BYTES)
-		return send_batch(f, f->tcp >= 0); /* a full ring keeps it for later */
-	return 0;
+	/* Large buffers are written now, from where they lie; a full ring
+	 * keeps other batches for later. */
+	if (f->sub.nrefs || f->sub.len >= SH_TASKS_BATCH_BYTES)
+		rc = send_batch(f, f->tcp >= 0);
+	if (f->share)
+		shoal_vbuf_reset(f->share); /* its mappings; the objects live on */
+	return rc;
 }
 
 int shoal_farm_submit(shoal_farm *f, const char *fn, const shoal_value *args,

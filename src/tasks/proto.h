@@ -36,6 +36,9 @@
 #define SH_TASKS_RING_CAP (1u << 20)
 /* A batch is sent once it holds this many bytes (or when flushed). */
 #define SH_TASKS_BATCH_BYTES (64u << 10)
+/* Tasks of at least this many bytes stay in the frame they came in, and
+ * go into a RUN batch by reference, not copied. */
+#define SH_TASKS_REF_MIN (16u << 10)
 /* The largest frame a side accepts. */
 #define SH_TASKS_MSG_MAX ((size_t)256 << 20)
 /* An engine with a store sends results' tensors and blobs of at least this
