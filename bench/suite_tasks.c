@@ -260,14 +260,18 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 		size_t total = o->quick ? (size_t)64 << 20 : (size_t)512 << 20;
 		uint64_t n = total / size;
 		n = n < 32 ? 32 : n > 65536 ? 65536 : n;
-		double raw =
-			raw_tcp_mb_s(n * size < ((size_t)64 << 20) ? (size_t)64 << 20 : n * size,
-				     size < 65536 ? 65536 : size);
+		double raws[3], raw = 0;
+		for (int i = 0; i < 3; i++) {
+			raws[i] = raw_tcp_mb_s(n * size < ((size_t)64 << 20) ? (size_t)64 << 20
+									     : n * size,
+					       size < 65536 ? 65536 : size);
+			raw = fmax(raw, raws[i]);
+		}
 		sh_bench_result *b = sh_bench_add(r, SUITE, "buffers", "tcp", 1);
 		sh_bench_param_num(b, "bytes", (double)size);
 		sh_bench_param_str(b, "transport", "raw");
 		sh_bench_metric_set(b, "mb_s", raw);
-		sh_bench_show_samples(b, &raw, 1, "MB/s");
+		sh_bench_show_samples(b, raws, 3, "MB/s");
 		shoal_vbuf_reset(pb);
 		unsigned char *mem = calloc(1, size);
 		shoal_value *payload = mem ? shoal_v_bytes(pb, mem, size) : NULL;
@@ -280,20 +284,26 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 				sh_bench_fail(x, "%s", err[tcp]);
 				continue;
 			}
-			double sent, rt;
-			int frc = payload ? flood(fs[tcp].f, n, payload, vb, &sent, &rt)
-					  : SHOAL_ENOMEM;
+			/* best of 3, as the flood: the first round also faults in
+			 * the buffers every side keeps */
+			double sent, rt, best = 0, mb_s[3];
+			int frc = payload ? 0 : SHOAL_ENOMEM;
+			for (int i = 0; i < 3 && frc == 0; i++)
+				if ((frc = flood(fs[tcp].f, n, payload, vb, &sent, &rt)) == 0) {
+					mb_s[i] = (double)(n * size) / rt / 1e6;
+					best = i == 0 || rt < best ? rt : best;
+				}
 			if (frc) {
 				sh_bench_fail(x, "%s: %s", shoal_strerror(frc),
 					      shoal_farm_last_error(fs[tcp].f));
 				continue;
 			}
-			double mb_s = (double)(n * size) / rt / 1e6;
-			sh_bench_metric_set(x, "per_s", (double)n / rt);
-			sh_bench_metric_set(x, "mb_s", mb_s);
-			sh_bench_metric_set(x, "ratio_vs_raw", raw > 0 ? mb_s / raw : 0);
+			double top = (double)(n * size) / best / 1e6;
+			sh_bench_metric_set(x, "per_s", (double)n / best);
+			sh_bench_metric_set(x, "mb_s", top);
+			sh_bench_metric_set(x, "ratio_vs_raw", raw > 0 ? top / raw : 0);
 			sh_bench_metric_set(x, "tasks", (double)n);
-			sh_bench_show_samples(x, &mb_s, 1, "MB/s");
+			sh_bench_show_samples(x, mb_s, 3, "MB/s");
 		}
 	}
 	shoal_vbuf_free(vb);
