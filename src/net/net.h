@@ -51,6 +51,17 @@ int sh_tcp_connect(const char *hostport, int *fd, char *why, size_t whylen);
 int sh_stream_write(int fd, const void *p, size_t n, bool fiber);
 /* The parts, in order, with as few system calls as the kernel allows. */
 int sh_stream_writev(int fd, const sh_msg_part *parts, size_t n, bool fiber);
+/* Exactly n bytes from fd into p; SHOAL_ECLOSED when the stream ends
+ * first. */
+int sh_stream_read(int fd, void *p, size_t n, bool fiber);
+/* Writes head, then n bytes from the stream from, then tail, to the
+ * stream to, through a pipe (pipefd, empty): the n bytes never enter this
+ * process (the kernel hands their pages on). Both sockets non-blocking,
+ * the caller a fiber; *taken counts the bytes read from from. On an error
+ * *failed says whose: 1 from (then head and the *taken bytes are through,
+ * and the tail is not), 2 to (the pipe may then hold bytes: close it). */
+int sh_stream_splice(int from, int to, const int pipefd[2], const void *head, size_t hlen,
+		     uint64_t n, const void *tail, size_t tlen, uint64_t *taken, int *failed);
 /* One frame (header and body) from fd into *buf (grown as needed), at
  * most max bytes, until deadline (SHOAL_ETIMEDOUT; a thread: polled).
  * SHOAL_ECLOSED at a clean end between frames. */

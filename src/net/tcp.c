@@ -237,6 +237,88 @@ static int read_full(int fd, unsigned char *p, size_t n, bool fiber, int64_t dea
 	return 0;
 }
 
+int sh_stream_read(int fd, void *p, size_t n, bool fiber)
+{
+	bool any = false;
+	return read_full(fd, p, n, fiber, SHOAL_FOREVER, &any);
+}
+
+/* One splice step: k bytes moved, or 0 at the end of the stream; waits in
+ * the poller for fd when it cannot go on. */
+static int splice_some(int in, int out, int wait_fd, unsigned ev, size_t max, unsigned flags,
+		       size_t *k)
+{
+	for (;;) {
+		ssize_t r =
+			splice(in, NULL, out, NULL, max, SPLICE_F_MOVE | SPLICE_F_NONBLOCK | flags);
+		if (r > 0 || (r == 0 && max)) {
+			*k = (size_t)r;
+			return 0;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno != EAGAIN)
+			return errno == ECONNRESET || errno == EPIPE ? SHOAL_ECLOSED
+								     : shoal_errno();
+		int rc = shoal_fd_wait(wait_fd, ev, SHOAL_FOREVER, NULL);
+		if (rc)
+			return rc;
+	}
+}
+
+/* Bytes of our own into the (empty) pipe. */
+static int pipe_put(int fd, const void *p, size_t n)
+{
+	ssize_t w = n ? write(fd, p, n) : 0;
+	return w == (ssize_t)n ? 0 : w < 0 ? shoal_errno() : SHOAL_EIO;
+}
+
+int sh_stream_splice(int from, int to, const int pipefd[2], const void *head, size_t hlen,
+		     uint64_t n, const void *tail, size_t tlen, uint64_t *taken, int *failed)
+{
+	*taken = 0;
+	*failed = 0;
+	size_t inpipe = hlen;
+	bool tail_in = false;
+	int rc = pipe_put(pipefd[1], head, hlen), from_rc = 0;
+	while (rc == 0) {
+		if (*taken < n) {
+			/* the pipe holds at most the head: it is drained each round */
+			size_t in = 0,
+			       want = n - *taken < (1u << 20) ? (size_t)(n - *taken) : 1u << 20;
+			from_rc = splice_some(from, pipefd[1], from, SHOAL_FD_IN, want, 0, &in);
+			if (from_rc == 0 && in == 0)
+				from_rc = SHOAL_ECLOSED;
+			*taken += in;
+			inpipe += in;
+		}
+		if (from_rc == 0 && *taken == n && !tail_in) {
+			tail_in = true;
+			if ((rc = pipe_put(pipefd[1], tail, tlen)) != 0)
+				break;
+			inpipe += tlen;
+		}
+		bool last = from_rc || tail_in;
+		while (inpipe && rc == 0) {
+			size_t out = 0;
+			rc = splice_some(pipefd[0], to, to, SHOAL_FD_OUT, inpipe,
+					 last ? 0 : SPLICE_F_MORE, &out);
+			if (rc == 0 && out == 0)
+				rc = SHOAL_ECLOSED;
+			inpipe -= out;
+		}
+		if (rc || from_rc || tail_in)
+			break;
+	}
+	if (rc) {
+		*failed = 2;
+		return rc;
+	}
+	if (from_rc)
+		*failed = 1;
+	return from_rc;
+}
+
 int sh_stream_read_frame(int fd, unsigned char **buf, size_t *cap, size_t *len, size_t max,
 			 bool fiber, int64_t deadline)
 {
