@@ -21,7 +21,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
 	sh_mp_init(&m, in, n);
 	sh_tk_submit t;
 	while (sh_tk_read_submit(&m, &t) == 0) {
-		inside(in, n, t.call, t.call_len);
+		if (t.call)
+			inside(in, n, t.call, t.call_len);
+		else if (t.call_len < SH_TASKS_REF_MIN || t.call_len > SH_TASKS_MSG_MAX)
+			abort(); /* out of band: only a count the controller can take */
 		uint64_t id;
 		for (uint32_t i = 0; i < t.nafter; i++)
 			if (sh_mp_uint(&t.after, &id))
@@ -43,7 +46,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
 	sh_mp_init(&m, in, n);
 	const char *fn;
 	uint32_t fl;
-	while (sh_tk_read_run(&m, &id, &fn, &fl) == 0 && sh_mp_skip(&m) == 0)
-		inside(in, n, (const unsigned char *)fn, fl);
+	uint64_t oob;
+	while (sh_tk_read_run(&m, &id, &fn, &fl, &oob) == 0) {
+		if (fn)
+			inside(in, n, (const unsigned char *)fn, fl);
+		else if (oob == 0 || oob > SH_TASKS_MSG_MAX)
+			abort();
+		if (fn && sh_mp_skip(&m))
+			break;
+	}
 	return 0;
 }

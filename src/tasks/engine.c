@@ -48,14 +48,9 @@ static int flush(engine *g)
 	return rc;
 }
 
-/* Runs one task ([tid, fn, args] at m) and adds its result to the batch. */
-static int run_one(engine *g, sh_mp *m)
+/* Runs task tid (fn fname, args at m) and adds its result to the batch. */
+static int run_call(engine *g, uint64_t tid, const char *fname, uint32_t fl, sh_mp *m)
 {
-	uint32_t fl;
-	uint64_t tid;
-	const char *fname;
-	if (sh_tk_read_run(m, &tid, &fname, &fl))
-		return SHOAL_EPROTO;
 	shoal_vbuf_reset(&g->in);
 	shoal_vbuf_reset(&g->out);
 	shoal_ext_ctx ctx = {.vb = &g->out};
@@ -120,10 +115,40 @@ static int run_one(engine *g, sh_mp *m)
 	return 0;
 }
 
+/* A task alone in its frame, its fn and args (n bytes) and verdict out of
+ * band after it: read into big (kept for the next), then run. */
+static int run_oob(engine *g, uint64_t tid, uint64_t n, const sh_frame *f, unsigned char **big,
+		   size_t *big_cap)
+{
+	if (f->oob != n + 8)
+		return SHOAL_EPROTO;
+	if (*big_cap < f->oob) {
+		unsigned char *p = shoal_realloc(*big, *big_cap, f->oob);
+		if (!p)
+			return SHOAL_ENOMEM;
+		*big = p;
+		*big_cap = f->oob;
+	}
+	sh_msg_part part = {*big, f->oob};
+	int rc = g->tcp >= 0 ? sh_stream_read(g->tcp, *big, f->oob, false)
+			     : sh_msg_read_parts(&g->l.down, &part, 1, SHOAL_FOREVER);
+	uint64_t verdict;
+	memcpy(&verdict, *big + n, 8);
+	if (rc || verdict != SH_TK_RUN_IT)
+		return rc; /* its client went: nothing to run, nobody to answer */
+	sh_mp m;
+	const char *fname;
+	uint32_t fl;
+	sh_mp_init(&m, *big, n);
+	if (sh_mp_str(&m, &fname, &fl) || fl == 0)
+		return SHOAL_EPROTO;
+	return run_call(g, tid, fname, fl, &m);
+}
+
 static int serve(engine *g)
 {
-	unsigned char *in = NULL;
-	size_t in_cap = 0;
+	unsigned char *in = NULL, *big = NULL;
+	size_t in_cap = 0, big_cap = 0;
 	int rc = 0;
 	while (rc == 0) {
 		size_t len;
@@ -135,7 +160,7 @@ static int serve(engine *g)
 		if (rc)
 			break;
 		if ((rc = sh_frame_decode(in, len, &f, why, sizeof(why))) != 0 ||
-		    f.op != SH_TK_RUN || f.oob) {
+		    f.op != SH_TK_RUN) {
 			fprintf(stderr, "shoal-engine %s: a frame that is not a RUN batch: %s\n",
 				g->name, why);
 			rc = SHOAL_EPROTO;
@@ -144,16 +169,28 @@ static int serve(engine *g)
 		sh_mp m;
 		uint32_t n;
 		sh_mp_init(&m, in + SH_FRAME_HDR, f.body_len);
-		if (sh_mp_array(&m, &n))
+		if (sh_mp_array(&m, &n) || (f.oob && n != 1))
 			rc = SHOAL_EPROTO;
-		for (uint32_t i = 0; rc == 0 && i < n; i++)
-			rc = run_one(g, &m);
+		for (uint32_t i = 0; rc == 0 && i < n; i++) {
+			uint64_t tid, oob;
+			const char *fname;
+			uint32_t fl;
+			if (sh_tk_read_run(&m, &tid, &fname, &fl, &oob) || !fname != !!f.oob)
+				rc = SHOAL_EPROTO;
+			else if (fname)
+				rc = run_call(g, tid, fname, fl, &m);
+			else
+				rc = run_oob(g, tid, oob, &f, &big, &big_cap);
+		}
 		if (rc == 0)
 			rc = flush(g);
 		sh_msg_trim(&in, &in_cap);
+		sh_msg_trim(&big, &big_cap);
 	}
 	if (in)
 		shoal_free(in, in_cap);
+	if (big)
+		shoal_free(big, big_cap);
 	return rc == SHOAL_ECLOSED ? 0 : rc;
 }
 

@@ -41,12 +41,20 @@ int sh_tk_read_submit(sh_mp *m, sh_tk_submit *t)
 	uint64_t retries;
 	int64_t engine;
 	const char *fn;
-	if (sh_mp_array(m, &k) || k != 8 || sh_mp_uint(m, &t->id) || t->id == 0)
+	if (sh_mp_array(m, &k) || (k != 8 && k != 7) || sh_mp_uint(m, &t->id) || t->id == 0)
 		return SHOAL_EPROTO;
-	t->call = m->p;
-	if (sh_mp_str(m, &fn, &fl) || fl == 0 || sh_mp_skip(m))
-		return SHOAL_EPROTO;
-	t->call_len = (size_t)(m->p - t->call);
+	if (k == 7) {
+		uint64_t n;
+		if (sh_mp_uint(m, &n) || n < SH_TASKS_REF_MIN || n > SH_TASKS_MSG_MAX)
+			return SHOAL_EPROTO;
+		t->call = NULL;
+		t->call_len = (size_t)n;
+	} else {
+		t->call = m->p;
+		if (sh_mp_str(m, &fn, &fl) || fl == 0 || sh_mp_skip(m))
+			return SHOAL_EPROTO;
+		t->call_len = (size_t)(m->p - t->call);
+	}
 	if (sh_mp_int(m, &t->timeout_ns) || sh_mp_uint(m, &retries) || sh_mp_int(m, &engine) ||
 	    retries > UINT32_MAX || engine < -1 || engine > INT32_MAX ||
 	    read_list(m, &t->after, &t->nafter) || read_list(m, &t->follow, &t->nfollow))
@@ -72,11 +80,18 @@ int sh_tk_read_result(sh_mp *m, uint64_t *id, int32_t *status, const unsigned ch
 	return 0;
 }
 
-int sh_tk_read_run(sh_mp *m, uint64_t *tid, const char **fn, uint32_t *fn_len)
+int sh_tk_read_run(sh_mp *m, uint64_t *tid, const char **fn, uint32_t *fn_len, uint64_t *oob)
 {
 	uint32_t k;
-	if (sh_mp_array(m, &k) || k != 3 || sh_mp_uint(m, tid) || sh_mp_str(m, fn, fn_len) ||
-	    *fn_len == 0)
+	*fn = NULL;
+	*fn_len = 0;
+	*oob = 0;
+	if (sh_mp_array(m, &k) || (k != 3 && k != 2) || sh_mp_uint(m, tid))
+		return SHOAL_EPROTO;
+	if (k == 2)
+		return sh_mp_uint(m, oob) || *oob == 0 || *oob > SH_TASKS_MSG_MAX ? SHOAL_EPROTO
+										  : 0;
+	if (sh_mp_str(m, fn, fn_len) || *fn_len == 0)
 		return SHOAL_EPROTO;
 	return 0;
 }

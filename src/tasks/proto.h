@@ -34,10 +34,13 @@
 #define SH_TASKS_ENGINE 0x474e4546u /* "FENG": an engine's link */
 #define SH_TASKS_VERSION 1
 #define SH_TASKS_RING_CAP (1u << 20)
+/* A task whose arguments hold at least SH_TASKS_REF_MIN bytes goes out of
+ * band (sh_tk_submit); the controller passes those bytes on from a client
+ * over TCP to an engine over TCP without them entering it. */
 /* A batch is sent once it holds this many bytes (or when flushed). */
 #define SH_TASKS_BATCH_BYTES (64u << 10)
-/* Tasks of at least this many bytes stay in the frame they came in, and
- * go into a RUN batch by reference, not copied. */
+/* Tasks of at least this many bytes go out of band, and into a RUN batch
+ * by reference, not copied. */
 #define SH_TASKS_REF_MIN (16u << 10)
 /* The largest frame a side accepts. */
 #define SH_TASKS_MSG_MAX ((size_t)256 << 20)
@@ -53,9 +56,12 @@ void sh_tk_batch_begin(sh_wbuf *w);
 /* Sets the count and the frame header. */
 int sh_tk_batch_end(sh_wbuf *w, uint32_t n, uint16_t op);
 
-/* One task of a SUBMIT batch, as it lies in the body (pointers into it).
- * after and follow are cursors at the ids of those lists, which are
- * checked to be nafter and nfollow unsigned integers. */
+/* One task of a SUBMIT batch, as it lies in the body (pointers into it):
+ * [id, fn, args, timeout, retries, engine, after, follow]. A task with
+ * large arguments comes alone in its frame, as [id, bytes, timeout, ...]:
+ * its fn and args, that many bytes, follow the frame out of band (then
+ * call is NULL). after and follow are cursors at the ids of those lists,
+ * which are checked to be nafter and nfollow unsigned integers. */
 typedef struct sh_tk_submit {
 	uint64_t id;
 	const unsigned char *call; /* fn and args as the client encoded them */
@@ -74,8 +80,12 @@ int sh_tk_read_submit(sh_mp *m, sh_tk_submit *t);
  * result's (or message's) bytes. */
 int sh_tk_read_result(sh_mp *m, uint64_t *id, int32_t *status, const unsigned char **raw,
 		      size_t *len);
-/* [tid, fn, args] of a RUN batch: leaves m at args. */
-int sh_tk_read_run(sh_mp *m, uint64_t *tid, const char **fn, uint32_t *fn_len);
+/* [tid, fn, args] of a RUN batch: leaves m at args. Or [tid, bytes]: the
+ * task alone in its frame, its fn and args out of band after it (*fn NULL,
+ * *oob that many bytes), then 8 bytes of verdict: SH_TK_RUN_IT, or 0 when
+ * its client went while they were on their way (run nothing). */
+int sh_tk_read_run(sh_mp *m, uint64_t *tid, const char **fn, uint32_t *fn_len, uint64_t *oob);
+#define SH_TK_RUN_IT 1
 
 /* The engine's main (tools/shoal-engine.c calls it). */
 int sh_engine_main(int argc, char **argv);
