@@ -76,7 +76,7 @@ typedef struct shoal_controller_stat {
 	uint64_t retried; /* tasks sent again after their engine went */
 	uint64_t failed;  /* tasks that ended in an error of the farm's own */
 	/* Bytes of large tasks (16 KiB and more) held in memory until their
-	 * results: now, and the most at once. Past 64 MiB the controller
+	 * results: now, and the most at once. Past 16 MiB the controller
 	 * stops reading clients, whose submits then wait. */
 	uint64_t held_bytes, held_peak;
 } shoal_controller_stat;

@@ -13,6 +13,7 @@
 #include <shoal/fiber.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -79,6 +80,12 @@ typedef struct tk_conn {
 	uint32_t num; /* engines: 0, 1, 2 ...; clients: 1, 2, ... */
 	bool engine, gone, kick_pending;
 	bool shut; /* its traffic is over (conn_shut) */
+	/* the right to write to it, a token that the writer fiber and relays
+	 * pass around; relays using it (it is freed only once they are done);
+	 * a client's pipe for relays from its socket */
+	shoal_chan *turn;
+	uint32_t users;
+	int pipe[2];
 	shoal_chan *kick;
 	shoal_fiber *writer, *watcher;
 	unsigned char *in;
@@ -135,6 +142,8 @@ struct shoal_controller {
 	uint64_t with_deadline;	  /* tasks that have one */
 	tk_frame *spare_frames;	  /* buffers of large frames, kept warm */
 	size_t spare_bytes, held; /* in those; in frames tasks hold */
+	uint32_t nheld;		  /* those frames */
+	int64_t last_hold;	  /* when one was last let go */
 	tk_queue pending;	  /* no engine can take them yet */
 	bool stopping;
 	/* read by other threads */
@@ -168,13 +177,17 @@ static tk_task *q_pop(tk_queue *q)
 	return t;
 }
 
-/* Bytes of large SUBMIT frames held for their tasks beyond which the
- * controller stops reading clients: a flood of large tasks then waits in
- * the clients' rings (their submits block), and the frames held are
- * reused, warm, rather than fresh memory faulting in (a fresh MiB costs
- * 256 page faults here). Buffers of frames let go are kept for the next,
- * up to as many bytes. */
-#define HELD_MAX ((size_t)64 << 20)
+/* Bytes of large tasks held in buffers (tk_frame) beyond which, once
+ * there are two for each engine, the controller stops reading clients: a
+ * flood of large tasks then waits in the clients' rings or sockets (their
+ * submits block), and the buffers are reused, warm and in the caches,
+ * rather than fresh memory faulting in (a fresh MiB costs 256 page faults
+ * here). */
+#define HELD_MAX ((size_t)16 << 20)
+/* Spare buffers, kept for the next large tasks: at most this many bytes,
+ * and given back after a second without large tasks. */
+#define SPARE_MAX ((size_t)64 << 20)
+#define SPARE_IDLE_NS 1000000000
 
 static void frame_unref(tk_frame *fr)
 {
@@ -182,8 +195,10 @@ static void frame_unref(tk_frame *fr)
 		return;
 	shoal_controller *ctl = fr->ctl;
 	ctl->held -= fr->cap;
+	ctl->nheld--;
 	atomic_store_explicit(&ctl->n_held, ctl->held, memory_order_relaxed);
-	if (ctl->spare_bytes + fr->cap <= HELD_MAX) {
+	ctl->last_hold = shoal_now_ns();
+	if (ctl->spare_bytes + fr->cap <= SPARE_MAX) {
 		fr->next = ctl->spare_frames;
 		ctl->spare_frames = fr;
 		ctl->spare_bytes += fr->cap;
@@ -505,83 +520,101 @@ static int add_dep(shoal_controller *ctl, tk_client *c, tk_task *t, uint64_t id,
 
 /* ---- clients ---- */
 
-/* A SUBMIT frame: each task is routed as it is read. A malformed one ends
- * the connection (a client of ours never sends one). */
-static int on_submit(tk_client *c, const sh_frame *f, tk_frame *fr)
+/* A task of client c as its entry v says, its fn and args at raw (the
+ * hold buffer fr's, or copied): taken on the books, its dependencies
+ * noted, and routed if route (or failed early: then *out is NULL). A
+ * malformed entry ends the connection (a client of ours never sends one). */
+static int add_task(tk_client *c, const sh_tk_submit *v, int64_t now, const unsigned char *raw,
+		    tk_frame *fr, bool route, tk_task **out)
 {
 	shoal_controller *ctl = c->c.ctl;
+	*out = NULL;
+	if (v->id <= c->max_id || v->id > c->max_id + (1u << 24))
+		return SHOAL_EPROTO; /* ids go up, without wild jumps */
+	c->max_id = v->id;
+	if (v->id >= c->cap_fate) {
+		uint64_t cap = c->cap_fate ? c->cap_fate : 4096;
+		while (cap <= v->id)
+			cap *= 2;
+		int32_t *fate =
+			shoal_realloc(c->fate, c->cap_fate * sizeof(*fate), cap * sizeof(*fate));
+		if (!fate)
+			return SHOAL_ENOMEM;
+		memset(fate + c->cap_fate, 0, (cap - c->cap_fate) * sizeof(*fate));
+		c->fate = fate;
+		c->cap_fate = cap;
+	}
+	tk_task *t = SH_NEW(tk_task);
+	if (t && fr) {
+		t->raw = fr->p;
+		t->frame = fr;
+		fr->refs++;
+	} else if (t && raw && (t->raw = shoal_alloc(v->call_len)) != NULL) {
+		memcpy(t->raw, raw, v->call_len);
+	} else if (!t || raw) {
+		if (t)
+			SH_DELETE(t);
+		return SHOAL_ENOMEM;
+	}
+	t->rawlen = (uint32_t)v->call_len;
+	t->tid = ++ctl->next_tid;
+	t->cid = v->id;
+	t->client = c;
+	t->retries = v->retries;
+	t->engine_want = v->engine;
+	if (v->timeout_ns > 0) {
+		t->deadline = now + v->timeout_ns;
+		ctl->with_deadline++;
+	}
+	if (sh_map_put(&ctl->tasks, t->tid, t) != 0) {
+		task_free(t);
+		return SHOAL_ENOMEM;
+	}
+	int rc = 0;
+	if (v->nfollow && !(t->follow = shoal_alloc(v->nfollow * sizeof(*t->follow))))
+		return SHOAL_ENOMEM; /* the connection ends: the task goes with it */
+	t->nfollow = v->nfollow;
+	sh_mp after = v->after, follow = v->follow;
+	for (uint32_t d = 0; d < v->nfollow; d++)
+		sh_mp_uint(&follow, &t->follow[d]); /* checked by the reader */
+	char why[192] = "";
+	for (uint32_t d = 0; rc == 0 && d < v->nafter + v->nfollow; d++) {
+		uint64_t dep;
+		if (d < v->nafter)
+			sh_mp_uint(&after, &dep);
+		else
+			dep = t->follow[d - v->nafter];
+		rc = add_dep(ctl, c, t, dep, why, sizeof(why));
+	}
+	if (rc == SHOAL_ENOMEM)
+		return rc;
+	if (rc) {
+		fail(ctl, t, rc, "%s", why);
+		return 0;
+	}
+	*out = t;
+	if (route && t->unmet == 0)
+		release(ctl, t);
+	return 0;
+}
+
+/* A SUBMIT batch of small tasks: each is routed as it is read. */
+static int on_submit(tk_client *c, const sh_frame *f)
+{
 	sh_mp m;
 	uint32_t n;
-	sh_mp_init(&m, (fr ? fr->p : c->c.in) + SH_FRAME_HDR, f->body_len);
-	if (f->op != SH_TK_SUBMIT || f->oob || sh_mp_array(&m, &n) != 0)
+	sh_mp_init(&m, c->c.in + SH_FRAME_HDR, f->body_len);
+	if (sh_mp_array(&m, &n) != 0)
 		return SHOAL_EPROTO;
 	int64_t now = shoal_now_ns();
 	for (uint32_t i = 0; i < n; i++) {
 		sh_tk_submit v;
-		if (sh_tk_read_submit(&m, &v) || v.id <= c->max_id || v.id > c->max_id + (1u << 24))
-			return SHOAL_EPROTO; /* ids go up, without wild jumps */
-		c->max_id = v.id;
-		if (v.id >= c->cap_fate) {
-			uint64_t cap = c->cap_fate ? c->cap_fate : 4096;
-			while (cap <= v.id)
-				cap *= 2;
-			int32_t *fate = shoal_realloc(c->fate, c->cap_fate * sizeof(*fate),
-						      cap * sizeof(*fate));
-			if (!fate)
-				return SHOAL_ENOMEM;
-			memset(fate + c->cap_fate, 0, (cap - c->cap_fate) * sizeof(*fate));
-			c->fate = fate;
-			c->cap_fate = cap;
-		}
-		tk_task *t = SH_NEW(tk_task);
-		if (t && fr && v.call_len >= SH_TASKS_REF_MIN) {
-			t->raw = (unsigned char *)v.call; /* stays in the frame */
-			t->frame = fr;
-			fr->refs++;
-		} else if (t && (t->raw = shoal_alloc(v.call_len)) != NULL) {
-			memcpy(t->raw, v.call, v.call_len);
-		} else {
-			if (t)
-				SH_DELETE(t);
-			return SHOAL_ENOMEM;
-		}
-		t->rawlen = (uint32_t)v.call_len;
-		t->tid = ++ctl->next_tid;
-		t->cid = v.id;
-		t->client = c;
-		t->retries = v.retries;
-		t->engine_want = v.engine;
-		if (v.timeout_ns > 0) {
-			t->deadline = now + v.timeout_ns;
-			ctl->with_deadline++;
-		}
-		if (sh_map_put(&ctl->tasks, t->tid, t) != 0) {
-			task_free(t);
-			return SHOAL_ENOMEM;
-		}
-		int rc = 0;
-		if (v.nfollow && !(t->follow = shoal_alloc(v.nfollow * sizeof(*t->follow))))
-			return SHOAL_ENOMEM; /* the connection ends: the task goes with it */
-		t->nfollow = v.nfollow;
-		for (uint32_t d = 0; d < v.nfollow; d++)
-			sh_mp_uint(&v.follow, &t->follow[d]); /* checked by the reader */
-		char why[192] = "";
-		for (uint32_t d = 0; rc == 0 && d < v.nafter + v.nfollow; d++) {
-			uint64_t dep;
-			if (d < v.nafter)
-				sh_mp_uint(&v.after, &dep);
-			else
-				dep = t->follow[d - v.nafter];
-			rc = add_dep(ctl, c, t, dep, why, sizeof(why));
-		}
-		if (rc == SHOAL_ENOMEM)
+		tk_task *t;
+		int rc;
+		if (sh_tk_read_submit(&m, &v) || !v.call)
+			return SHOAL_EPROTO;
+		if ((rc = add_task(c, &v, now, v.call, NULL, true, &t)) != 0)
 			return rc;
-		if (rc) {
-			fail(ctl, t, rc, "%s", why);
-			continue;
-		}
-		if (t->unmet == 0)
-			release(ctl, t);
 	}
 	return sh_mp_done(&m) == 0 ? 0 : SHOAL_EPROTO;
 }
@@ -758,6 +791,19 @@ static void conn_shut(tk_conn *c)
 
 /* ---- writers ---- */
 
+/* Waits for the right to write to c (its writer fiber's, or a relay's). */
+static int take_turn(tk_conn *c)
+{
+	char token;
+	return shoal_chan_recv(c->turn, &token, SHOAL_FOREVER);
+}
+
+static void give_turn(tk_conn *c)
+{
+	char token = 1;
+	shoal_chan_send(c->turn, &token, SHOAL_FOREVER); /* capacity 1: never waits */
+}
+
 /* Sends the engine's outbox in RUN batches. */
 
 /* Sends the engine's outbox in RUN batches. Small tasks are copied into
@@ -767,7 +813,7 @@ static int engine_flush(tk_engine *e)
 {
 	sh_wbuf *w = &e->c.w;
 	int rc = 0;
-	while (e->outbox.head && rc == 0) {
+	while (e->outbox.head && rc == 0 && (rc = take_turn(&e->c)) == 0) {
 		sh_tk_batch_begin(w);
 		msgpack_packer pk;
 		sh_wbuf_packer(w, &pk);
@@ -810,6 +856,7 @@ static int engine_flush(tk_engine *e)
 				task_free(t);
 		}
 		e->npinned = 0;
+		give_turn(&e->c);
 	}
 	return rc;
 }
@@ -885,6 +932,11 @@ static void conn_fini(tk_conn *c)
 	}
 	if (c->kick)
 		shoal_chan_destroy(c->kick);
+	if (c->turn)
+		shoal_chan_destroy(c->turn);
+	for (int i = 0; i < 2; i++)
+		if (c->pipe[i] >= 0)
+			close(c->pipe[i]);
 	sh_link_fini(&c->l);
 	if (c->tcp >= 0) {
 		shoal_fd_forget(c->tcp);
@@ -895,35 +947,194 @@ static void conn_fini(tk_conn *c)
 		shoal_free(c->in, c->in_cap);
 }
 
-/* A SUBMIT frame. A large one is taken over whole (its large tasks point
- * into it), and the connection reads on into a spare buffer. */
-static int submit_frame(tk_client *c, const sh_frame *f, size_t len)
+/* A buffer for n bytes of a large task: a spare one, warm, or new. */
+static tk_frame *hold_get(shoal_controller *ctl, size_t n)
 {
-	shoal_controller *ctl = c->c.ctl;
-	if (len < 4 * SH_TASKS_REF_MIN)
-		return on_submit(c, f, NULL);
-	tk_frame *fr = SH_NEW(tk_frame);
-	if (!fr)
-		return on_submit(c, f, NULL);
-	*fr = (tk_frame){.ctl = ctl, .p = c->c.in, .cap = c->c.in_cap, .refs = 1};
+	tk_frame **p = &ctl->spare_frames, *fr;
+	while (*p && (*p)->cap < n)
+		p = &(*p)->next;
+	if ((fr = *p) != NULL) {
+		*p = fr->next;
+		ctl->spare_bytes -= fr->cap;
+	} else if ((fr = SH_NEW(tk_frame)) == NULL) {
+		return NULL;
+	} else if ((fr->p = shoal_alloc(n)) == NULL) {
+		SH_DELETE(fr);
+		return NULL;
+	} else {
+		fr->cap = n;
+		fr->ctl = ctl;
+	}
+	fr->refs = 1;
+	fr->next = NULL;
 	ctl->held += fr->cap;
+	ctl->nheld++;
 	atomic_store_explicit(&ctl->n_held, ctl->held, memory_order_relaxed);
 	if (ctl->held > atomic_load_explicit(&ctl->n_held_peak, memory_order_relaxed))
 		atomic_store_explicit(&ctl->n_held_peak, ctl->held, memory_order_relaxed);
-	tk_frame *spare = ctl->spare_frames;
-	if (spare) {
-		ctl->spare_frames = spare->next;
-		ctl->spare_bytes -= spare->cap;
-		c->c.in = spare->p;
-		c->c.in_cap = spare->cap;
-		SH_DELETE(spare);
-	} else {
-		c->c.in = NULL;
-		c->c.in_cap = 0;
+	return fr;
+}
+
+/* Reads and drops n bytes of a stream. */
+static int discard(int fd, uint64_t n)
+{
+	unsigned char junk[16384];
+	int rc = 0;
+	for (size_t k; rc == 0 && n; n -= k) {
+		k = n < sizeof(junk) ? (size_t)n : sizeof(junk);
+		rc = sh_stream_read(fd, junk, k, true);
 	}
-	int rc = on_submit(c, f, fr);
-	frame_unref(fr);
 	return rc;
+}
+
+/* Writes n zero bytes: the rest of a task whose client went on the way. */
+static int pad(int fd, uint64_t n)
+{
+	static const unsigned char zero[16384];
+	int rc = 0;
+	for (size_t k; rc == 0 && n; n -= k) {
+		k = n < sizeof(zero) ? (size_t)n : sizeof(zero);
+		rc = sh_stream_write(fd, zero, k, true);
+	}
+	return rc;
+}
+
+/* Passes the n bytes of t's fn and args from its client's socket on to
+ * engine e's, spliced through the client's pipe: they never enter this
+ * process. Over when the bytes are through; an engine that goes on the
+ * way fails t (which has no retries: nothing is kept to send again) and
+ * the rest of the bytes are dropped; a client that goes on the way
+ * leaves the engine a task padded with zeros and a verdict of 0. */
+static int relay(tk_client *c, tk_engine *e, tk_task *t, uint64_t n)
+{
+	shoal_controller *ctl = c->c.ctl;
+	t->on = e;
+	t->sent = true;
+	e->inflight++;
+	e->last = ++ctl->clock;
+	atomic_fetch_add_explicit(&ctl->n_running, 1, memory_order_relaxed);
+	t->writing++;
+	e->c.users++;
+	int crc = 0, erc = take_turn(&e->c);
+	bool turn = erc == 0;
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	if (erc == 0) {
+		msgpack_packer pk;
+		sh_tk_batch_begin(&w);
+		sh_wbuf_packer(&w, &pk);
+		msgpack_pack_array(&pk, 2);
+		msgpack_pack_uint64(&pk, t->tid);
+		msgpack_pack_uint64(&pk, n);
+		w.oob_bytes = n + 8; /* declared; they come from the client */
+		erc = sh_tk_batch_end(&w, 1, SH_TK_RUN);
+	}
+	if (erc == 0 && c->c.pipe[0] < 0) {
+		if (pipe2(c->c.pipe, O_NONBLOCK | O_CLOEXEC) != 0)
+			erc = shoal_errno();
+		else
+			fcntl(c->c.pipe[1], F_SETPIPE_SZ, 1 << 20); /* fewer, larger steps */
+	}
+	/* the frame, the bytes and the verdict go as one stream of pages */
+	uint64_t taken = 0, verdict = SH_TK_RUN_IT;
+	if (erc == 0) {
+		int failed;
+		int rc = sh_stream_splice(c->c.tcp, e->c.tcp, c->c.pipe, w.p, w.len, n, &verdict, 8,
+					  &taken, &failed);
+		if (rc && failed == 2) {
+			close(c->c.pipe[0]);
+			close(c->c.pipe[1]);
+			c->c.pipe[0] = c->c.pipe[1] = -1;
+		}
+		*(failed == 1 ? &crc : &erc) = rc;
+	}
+	sh_wbuf_fini(&w);
+	if (crc == 0 && taken < n)
+		crc = discard(c->c.tcp, n - taken); /* the engine failed first */
+	else if (crc && erc == 0) {
+		verdict = 0; /* the client went: the engine runs nothing */
+		if ((erc = pad(e->c.tcp, n - taken)) == 0)
+			erc = sh_stream_write(e->c.tcp, &verdict, 8, true);
+	}
+	if (turn)
+		give_turn(&e->c);
+	e->c.users--;
+	if (erc) {
+		conn_shut(&e->c);
+		if (t->on == e)
+			fail(ctl, t, SHOAL_EENGINE,
+			     "engine %u (%s) went while the task's arguments were on their way: %s",
+			     e->c.num, e->c.peer, shoal_strerror(erc));
+	} else if (crc && t->on == e) {
+		forget(ctl, t); /* nobody to answer, and no answer coming */
+	}
+	if (--t->writing == 0 && t->over && !t->queued && !t->unmet)
+		task_free(t);
+	return crc;
+}
+
+/* A task with large arguments, alone in its frame: its bytes follow out
+ * of band. From a client over TCP to an engine over TCP, with nothing to
+ * keep for a retry or a dependency, they are relayed; else read into a
+ * hold buffer (by reference from then on, as far as the engine). */
+static int on_large(tk_client *c, const sh_frame *f)
+{
+	shoal_controller *ctl = c->c.ctl;
+	sh_mp m;
+	uint32_t k;
+	sh_tk_submit v;
+	sh_mp_init(&m, c->c.in + SH_FRAME_HDR, f->body_len);
+	if (sh_mp_array(&m, &k) || k != 1 || sh_tk_read_submit(&m, &v) || v.call ||
+	    v.call_len != f->oob || sh_mp_done(&m))
+		return SHOAL_EPROTO;
+	int64_t now = shoal_now_ns();
+	tk_task *t = NULL;
+	int rc;
+	if (c->c.tcp >= 0 && v.retries == 0 && v.nafter == 0 && v.nfollow == 0) {
+		if ((rc = add_task(c, &v, now, NULL, NULL, false, &t)) != 0)
+			return rc;
+		tk_engine *e = t ? pick(ctl, t) : NULL;
+		if (e && e->c.tcp >= 0 && !e->c.shut)
+			return relay(c, e, t, v.call_len);
+		if (!t)
+			return discard(c->c.tcp, v.call_len); /* failed early */
+		t->writing++;				      /* while it waits for its bytes */
+	}
+	tk_frame *fr = hold_get(ctl, v.call_len);
+	if (!fr)
+		rc = SHOAL_ENOMEM;
+	else if (c->c.tcp >= 0)
+		rc = sh_stream_read(c->c.tcp, fr->p, v.call_len, true);
+	else
+		rc = sh_msg_read_parts(&c->c.l.up, &(sh_msg_part){fr->p, v.call_len}, 1,
+				       SHOAL_FOREVER);
+	if (rc == 0 && t) {
+		/* routed now that its bytes are in (unless answered meanwhile) */
+		t->raw = fr->p;
+		t->frame = fr;
+		fr->refs++;
+		if (--t->writing == 0 && t->over)
+			task_free(t);
+		else if (!t->over)
+			release(ctl, t);
+	} else if (rc == 0) {
+		rc = add_task(c, &v, now, NULL, fr, true, &t);
+	} else if (t && --t->writing == 0) {
+		if (t->over)
+			task_free(t);
+		else
+			forget(ctl, t);
+	}
+	if (fr)
+		frame_unref(fr);
+	return rc;
+}
+
+static int submit_frame(tk_client *c, const sh_frame *f)
+{
+	if (f->op != SH_TK_SUBMIT)
+		return SHOAL_EPROTO;
+	return f->oob ? on_large(c, f) : on_submit(c, f);
 }
 
 /* Waits, before reading more of a client, while the controller holds
@@ -932,7 +1143,8 @@ static int submit_frame(tk_client *c, const sh_frame *f, size_t len)
 static int hold_back(tk_client *c)
 {
 	shoal_controller *ctl = c->c.ctl;
-	while (ctl->held > HELD_MAX) {
+	while (ctl->held > HELD_MAX &&
+	       ctl->nheld > 2 * atomic_load_explicit(&ctl->n_engines, memory_order_relaxed)) {
 		struct pollfd p = {.fd = c->c.tcp, .events = POLLRDHUP};
 		if (c->c.shut || (c->c.tcp >= 0 && poll(&p, 1, 0) == 1))
 			return SHOAL_ECLOSED;
@@ -988,8 +1200,11 @@ static void *conn_main(void *arg)
 		uint64_t info[1] = {e ? ctl->next_engine : ctl->next_client + 1};
 		if (c->tcp < 0)
 			rc = sh_link_accept(&c->l, SH_TASKS_RING_CAP, info, 1, NULL, 0);
+		c->pipe[0] = c->pipe[1] = -1;
 		if (rc == 0)
 			rc = shoal_chan_create(&c->kick, 1, 1);
+		if (rc == 0 && (rc = shoal_chan_create(&c->turn, 1, 1)) == 0)
+			give_turn(c);
 		if (rc == 0)
 			rc = shoal_spawn(&c->writer, writer_main, c,
 					 &(shoal_fiber_opts){.name = "tasks-writer"});
@@ -1032,7 +1247,7 @@ static void *conn_main(void *arg)
 			sh_warn("tasks", "%s %u (%s): %s", e ? "engine" : "client", c->num, c->peer,
 				why);
 		if (rc == 0)
-			rc = e ? on_done(e, &f) : submit_frame(cl, &f, len);
+			rc = e ? on_done(e, &f) : submit_frame(cl, &f);
 		if (rc == SHOAL_EPROTO)
 			sh_warn("tasks", "%s %u (%s): a malformed batch; connection ends",
 				e ? "engine" : "client", c->num, c->peer);
@@ -1051,6 +1266,8 @@ static void *conn_main(void *arg)
 				}
 			client_gone(ctl, cl);
 		}
+		while (c->users) /* relays to it, finding it gone */
+			shoal_sleep_until(shoal_deadline_in(1000000));
 		conn_fini(c);
 		if (e) {
 			if (e->pinned)
@@ -1161,10 +1378,25 @@ static void *tcp_accept_main(void *arg)
 }
 
 /* Tasks past their deadline fail, wherever they are. */
+/* Spare buffers go back once no large task came for a second. */
+static void spares_trim(shoal_controller *ctl)
+{
+	if (ctl->nheld || !ctl->spare_frames || shoal_now_ns() - ctl->last_hold < SPARE_IDLE_NS)
+		return;
+	for (tk_frame *fr; (fr = ctl->spare_frames) != NULL;) {
+		ctl->spare_frames = fr->next;
+		shoal_free(fr->p, fr->cap);
+		SH_DELETE(fr);
+	}
+	ctl->spare_bytes = 0;
+}
+
+/* Fails what passed its deadline; trims the spares. */
 static void *deadline_main(void *arg)
 {
 	shoal_controller *ctl = arg;
 	while (shoal_sleep_until(shoal_deadline_in(5000000)) == SHOAL_ETIMEDOUT) {
+		spares_trim(ctl);
 		if (!ctl->with_deadline)
 			continue;
 		int64_t now = shoal_now_ns();
@@ -1187,6 +1419,13 @@ static void *deadline_main(void *arg)
 static void *controller_thread(void *arg)
 {
 	shoal_controller *ctl = arg;
+	/* splice into a socket whose peer went raises SIGPIPE (it has no
+	 * MSG_NOSIGNAL): blocked in this thread, it stays pending, harmless,
+	 * and the call fails with EPIPE */
+	sigset_t pipe_sig;
+	sigemptyset(&pipe_sig);
+	sigaddset(&pipe_sig, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_sig, NULL);
 	shoal_sched *sched;
 	int rc = shoal_sched_create(&sched, NULL);
 	if (rc) {

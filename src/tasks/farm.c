@@ -27,6 +27,10 @@ struct shoal_farm {
 	sh_link l;
 	int tcp;     /* the controller over TCP (then l is unused), or -1 */
 	sh_wbuf sub; /* the SUBMIT batch being built */
+	/* a task with large arguments: its frame, and its fn and args */
+	sh_wbuf one, call;
+	sh_msg_part *parts;
+	uint32_t cap_parts;
 	uint32_t nsub;
 	/* Batches closed but not yet in the ring (it was full): sent as it
 	 * drains, so that submitting never waits for the controller. sent:
@@ -120,6 +124,10 @@ static void farm_free(shoal_farm *f)
 	if (f->queue)
 		shoal_free(f->queue, f->cap_queue * sizeof(*f->queue));
 	sh_wbuf_fini(&f->sub);
+	sh_wbuf_fini(&f->one);
+	sh_wbuf_fini(&f->call);
+	if (f->parts)
+		shoal_free(f->parts, f->cap_parts * sizeof(*f->parts));
 	if (f->res)
 		shoal_free(f->res, f->cap_res * sizeof(*f->res));
 	if (f->rbuf)
@@ -137,6 +145,8 @@ int shoal_farm_connect(shoal_farm **out, const char *socket)
 	if (!f)
 		return SHOAL_ENOMEM;
 	sh_wbuf_init(&f->sub);
+	sh_wbuf_init(&f->one);
+	sh_wbuf_init(&f->call);
 	sh_link_init(&f->l, -1);
 	f->tcp = -1;
 	uint64_t info[1];
@@ -205,28 +215,9 @@ static int drain(shoal_farm *f, bool block)
 	return 0;
 }
 
-/* Writes the batch being built now, whole, with the bytes it holds by
- * reference (a caller's buffers: they may change once submit returns),
- * after what is queued; sub is kept, warm, for the next batch. */
-static int send_now(shoal_farm *f)
-{
-	const sh_msg_part *parts;
-	uint32_t n;
-	int rc = drain(f, true);
-	if (rc == 0 && (rc = sh_tk_batch_end(&f->sub, f->nsub, SH_TK_SUBMIT)) == 0 &&
-	    (rc = sh_wbuf_gather(&f->sub, &parts, &n)) == 0)
-		rc = f->tcp >= 0 ? sh_stream_writev(f->tcp, parts, n, false)
-				 : sh_msg_write_parts(&f->l.up, parts, n, SHOAL_FOREVER);
-	f->nsub = 0;
-	sh_tk_batch_begin(&f->sub);
-	return rc ? ffail(f, rc, "sending tasks to the controller: %s", shoal_strerror(rc)) : 0;
-}
-
 /* Closes the batch being built and queues it; block: until all is sent. */
 static int send_batch(shoal_farm *f, bool block)
 {
-	if (f->nsub && f->sub.nrefs)
-		return send_now(f);
 	if (f->nsub) {
 		int rc = sh_tk_batch_end(&f->sub, f->nsub, SH_TK_SUBMIT);
 		if (rc == 0)
@@ -265,6 +256,89 @@ static int track(shoal_farm *f, uint64_t id)
 	return 0;
 }
 
+/* The bytes of v's payloads that would be packed inline (tensors and
+ * blobs go by reference with a store), counted until enough. */
+static uint64_t inline_bytes(const shoal_value *v, bool store, uint64_t enough)
+{
+	switch (v->type) {
+	case SHOAL_V_STR:
+	case SHOAL_V_BYTES:
+		return v->n;
+	case SHOAL_V_TENSOR:
+	case SHOAL_V_BLOB:
+		return store && v->v.t.obj ? 0 : v->v.t.nbytes;
+	case SHOAL_V_ARRAY:
+	case SHOAL_V_MAP: {
+		uint64_t sum = 0;
+		uint32_t k = v->type == SHOAL_V_MAP ? 2 * v->n : v->n;
+		for (uint32_t i = 0; i < k && sum < enough; i++)
+			sum += inline_bytes(&v->v.items[i], store, enough - sum);
+		return sum;
+	}
+	default:
+		return 0;
+	}
+}
+
+static void pack_opts(msgpack_packer *pk, const shoal_task_opts *o)
+{
+	msgpack_pack_int64(pk, o->timeout_ns);
+	msgpack_pack_uint32(pk, o->retries);
+	msgpack_pack_int32(pk, o->engine);
+	msgpack_pack_array(pk, o->after ? o->nafter : 0);
+	for (uint32_t i = 0; o->after && i < o->nafter; i++)
+		msgpack_pack_uint64(pk, o->after[i]);
+	msgpack_pack_array(pk, o->follow ? o->nfollow : 0);
+	for (uint32_t i = 0; o->follow && i < o->nfollow; i++)
+		msgpack_pack_uint64(pk, o->follow[i]);
+}
+
+/* A task with large arguments goes alone in its frame, after the batches
+ * before it, with its fn and args out of band, written from where they lie
+ * before submit returns (so the caller may change them then): one copy on
+ * this side, and over TCP none in the controller (proto.h). */
+static int submit_large(shoal_farm *f, const char *fn, const shoal_value *args,
+			const shoal_task_opts *o)
+{
+	sh_wbuf_reset(&f->call);
+	msgpack_packer pk;
+	sh_wbuf_packer(&f->call, &pk);
+	sh_mp_pack_cstr(&pk, fn);
+	sh_value_pack_ref(&pk, args, f->store, &f->call);
+	const sh_msg_part *parts;
+	uint32_t n;
+	int rc = f->call.err ? f->call.err : sh_wbuf_gather(&f->call, &parts, &n);
+	sh_tk_batch_begin(&f->one);
+	sh_wbuf_packer(&f->one, &pk);
+	msgpack_pack_array(&pk, 7);
+	msgpack_pack_uint64(&pk, f->next_id + 1);
+	msgpack_pack_uint64(&pk, f->call.len + f->call.ref_bytes);
+	pack_opts(&pk, o);
+	for (uint32_t i = 0; rc == 0 && i < n; i++)
+		rc = sh_wbuf_oob(&f->one, parts[i].p, parts[i].n);
+	if (rc == 0)
+		rc = sh_tk_batch_end(&f->one, 1, SH_TK_SUBMIT);
+	if (rc)
+		return ffail(f, rc, "encoding the task: %s", shoal_strerror(rc));
+	if ((rc = send_batch(f, true)) != 0)
+		return rc;
+	if (f->tcp < 0) {
+		rc = sh_frame_send(&f->l.up, &f->one, SHOAL_FOREVER);
+	} else {
+		while (rc == 0 && f->cap_parts < f->one.noob + 1)
+			rc = sh_grow_array((void **)&f->parts, &f->cap_parts, f->cap_parts,
+					   sizeof(*f->parts));
+		if (rc == 0) {
+			f->parts[0] = (sh_msg_part){f->one.p, f->one.len};
+			memcpy(f->parts + 1, f->one.oob, f->one.noob * sizeof(*f->parts));
+			rc = sh_stream_writev(f->tcp, f->parts, f->one.noob + 1, false);
+		}
+	}
+	if (f->call.cap > SH_MSG_BUF_KEEP)
+		sh_wbuf_fini(&f->call);
+	return rc ? ffail(f, rc, "sending a task to the controller: %s", shoal_strerror(rc)) : 0;
+}
+
 static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 		      const shoal_task_opts *o, shoal_task *id)
 {
@@ -296,6 +370,16 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 			f->share->nmade = 0; /* they are the task's now */
 		}
 	}
+	if (args && inline_bytes(args, f->store != NULL, SH_TASKS_REF_MIN) >= SH_TASKS_REF_MIN) {
+		rc = submit_large(f, fn, args, o);
+		if (rc)
+			drop_made(f, slot);
+		else
+			*id = ++f->next_id;
+		if (f->share)
+			shoal_vbuf_reset(f->share);
+		return rc;
+	}
 	size_t mark = f->sub.len;
 	msgpack_packer pk;
 	sh_wbuf_packer(&f->sub, &pk);
@@ -303,33 +387,20 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 	msgpack_pack_uint64(&pk, f->next_id + 1);
 	sh_mp_pack_cstr(&pk, fn);
 	shoal_value nil = {.type = SHOAL_V_NIL};
-	uint32_t nrefs = f->sub.nrefs;
-	uint64_t ref_bytes = f->sub.ref_bytes;
-	sh_value_pack_ref(&pk, args ? args : &nil, f->store, &f->sub);
-	msgpack_pack_int64(&pk, o->timeout_ns);
-	msgpack_pack_uint32(&pk, o->retries);
-	msgpack_pack_int32(&pk, o->engine);
-	msgpack_pack_array(&pk, o->after ? o->nafter : 0);
-	for (uint32_t i = 0; o->after && i < o->nafter; i++)
-		msgpack_pack_uint64(&pk, o->after[i]);
-	msgpack_pack_array(&pk, o->follow ? o->nfollow : 0);
-	for (uint32_t i = 0; o->follow && i < o->nfollow; i++)
-		msgpack_pack_uint64(&pk, o->follow[i]);
+	sh_value_pack(&pk, args ? args : &nil, f->store, NULL);
+	pack_opts(&pk, o);
 	if (f->sub.err) {
+
 		rc = f->sub.err;
 		f->sub.err = 0;
 		f->sub.len = mark;
-		f->sub.nrefs = nrefs;
-		f->sub.ref_bytes = ref_bytes;
 		drop_made(f, slot);
 		return ffail(f, rc, "encoding the task: %s", shoal_strerror(rc));
 	}
 	*id = ++f->next_id;
 	f->nsub++;
-	/* Large buffers are written now, from where they lie; a full ring
-	 * keeps other batches for later. */
-	if (f->sub.nrefs || f->sub.len >= SH_TASKS_BATCH_BYTES)
-		rc = send_batch(f, f->tcp >= 0);
+	if (f->sub.len >= SH_TASKS_BATCH_BYTES)
+		rc = send_batch(f, f->tcp >= 0); /* a full ring keeps it for later */
 	if (f->share)
 		shoal_vbuf_reset(f->share); /* its mappings; the objects live on */
 	return rc;
