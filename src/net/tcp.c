@@ -216,7 +216,7 @@ int sh_stream_writev(int fd, const sh_msg_part *parts, size_t n, bool fiber)
 static int read_full(int fd, unsigned char *p, size_t n, bool fiber, int64_t deadline, bool *any)
 {
 	while (n) {
-		ssize_t k = recv(fd, p, n, 0);
+		ssize_t k = recv(fd, p, n, fiber ? 0 : MSG_WAITALL);
 		if (k > 0) {
 			p += k, n -= (size_t)k;
 			*any = true;
