@@ -123,6 +123,19 @@ static void flood(shoal_farm *f, int n)
 	shoal_vbuf_free(vb);
 }
 
+/* Takes the results of ids[0..n), last first, each equal to want[i]. */
+static void take_echoes(shoal_farm *f, const shoal_task *ids, shoal_value *const *want, int n)
+{
+	for (int i = n - 1; i >= 0; i--) {
+		const shoal_value *r;
+		shoal_vbuf *out;
+		CHECK_OK(shoal_vbuf_create(&out));
+		CHECK_OK(shoal_farm_wait(f, ids[i], out, &r, shoal_deadline_in(10000 * MS)));
+		CHECK(shoal_v_equal(r, want[i]));
+		shoal_vbuf_free(out);
+	}
+}
+
 /* Large payloads both ways: the client writes those of 16 KiB and more
  * from where they lie before submit returns (the caller may then change
  * them), the controller sends them on by reference, the engine reads them
@@ -149,14 +162,7 @@ static void big_echoes(shoal_farm *f)
 		CHECK_OK(shoal_farm_submit(f, "echo", sent, NULL, &ids[i]));
 		memset((void *)(i % 3 ? sent->v.bytes : sent->v.t.data), 0xee, n);
 	}
-	for (int i = 11; i >= 0; i--) {
-		const shoal_value *r;
-		shoal_vbuf *out;
-		CHECK_OK(shoal_vbuf_create(&out));
-		CHECK_OK(shoal_farm_wait(f, ids[i], out, &r, shoal_deadline_in(10000 * MS)));
-		CHECK(shoal_v_equal(r, want[i]));
-		shoal_vbuf_free(out);
-	}
+	take_echoes(f, ids, want, 12);
 	shoal_vbuf_free(vb);
 	shoal_vbuf_free(keep);
 }
@@ -446,12 +452,13 @@ SH_TEST_T(clients_and_engines_come_and_go, 120)
 	shoal_controller_close(c);
 }
 
-/* Engines and clients on other hosts come over TCP, and must know the
- * secret; here they are on loopback. */
-SH_TEST(tcp_peers_prove_the_secret)
+static const char secret[] = "a secret of more than sixteen bytes";
+
+/* A controller that also listens on TCP loopback, with secret; addr gets
+ * its tcp:// address. */
+static shoal_controller *tcp_controller(char *addr, size_t len)
 {
 	paths();
-	static const char secret[] = "a secret of more than sixteen bytes";
 	shoal_controller_opts o;
 	shoal_controller_opts_init(&o);
 	o.tcp = "127.0.0.1:0";
@@ -460,8 +467,16 @@ SH_TEST(tcp_peers_prove_the_secret)
 	shoal_controller *c;
 	CHECK_OK(shoal_controller_open(&c, &o));
 	CHECK(shoal_controller_tcp(c) != NULL);
+	snprintf(addr, len, "tcp://%s", shoal_controller_tcp(c));
+	return c;
+}
+
+/* Engines and clients on other hosts come over TCP, and must know the
+ * secret; here they are on loopback. */
+SH_TEST(tcp_peers_prove_the_secret)
+{
 	char addr[160];
-	snprintf(addr, sizeof(addr), "tcp://%s", shoal_controller_tcp(c));
+	shoal_controller *c = tcp_controller(addr, sizeof(addr));
 	/* the right secret: engines and a client over TCP */
 	setenv("SHOAL_SECRET", secret, 1);
 	pid_t pids[3];
@@ -492,7 +507,9 @@ SH_TEST(tcp_peers_prove_the_secret)
 	for (int i = 0; i < 2; i++)
 		waitpid(pids[i], NULL, 0);
 	/* a controller will not listen on TCP without a secret */
-	o.secret = NULL;
+	shoal_controller_opts o;
+	shoal_controller_opts_init(&o);
+	o.tcp = "127.0.0.1:0";
 	CHECK_RC(shoal_controller_open(&c, &o), SHOAL_ENOENT);
 }
 
@@ -723,14 +740,7 @@ static void echoes_to(shoal_farm *f, int engine)
 		}
 		CHECK_OK(shoal_farm_submit(f, "echo", sent[i], &o, &ids[i]));
 	}
-	for (int i = 0; i < 6; i++) {
-		const shoal_value *r;
-		shoal_vbuf *out;
-		CHECK_OK(shoal_vbuf_create(&out));
-		CHECK_OK(shoal_farm_wait(f, ids[i], out, &r, shoal_deadline_in(10000 * MS)));
-		CHECK(shoal_v_equal(r, sent[i]));
-		shoal_vbuf_free(out);
-	}
+	take_echoes(f, ids, sent, 6);
 	shoal_vbuf_free(vb);
 }
 
@@ -767,18 +777,9 @@ static void *dying_engine(void *arg)
  * fails the task with SHOAL_EENGINE, and the client goes on. */
 SH_TEST_T(large_tasks_on_every_path, 120)
 {
-	paths();
-	static const char secret[] = "a secret of more than sixteen bytes";
 	setenv("SHOAL_SECRET", secret, 1);
-	shoal_controller_opts co;
-	shoal_controller_opts_init(&co);
-	co.tcp = "127.0.0.1:0";
-	co.secret = secret;
-	co.secret_len = sizeof(secret) - 1;
-	shoal_controller *c;
-	CHECK_OK(shoal_controller_open(&c, &co));
 	char addr[160];
-	snprintf(addr, sizeof(addr), "tcp://%s", shoal_controller_tcp(c));
+	shoal_controller *c = tcp_controller(addr, sizeof(addr));
 	pid_t pids[2];
 	engines(c, 1, &pids[0]);		/* engine 0, on this host */
 	engines_at(c, addr, NULL, 1, &pids[1]); /* engine 1, over TCP */
