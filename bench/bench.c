@@ -678,8 +678,7 @@ int sh_bench_svg_bars(FILE *f, const sh_bench_report *r, const char *suite, cons
 	return h;
 }
 
-/* The text of param name of x, or NULL. */
-static const char *param_text(const sh_bench_result *x, const char *name)
+const char *sh_bench_param_get(const sh_bench_result *x, const char *name)
 {
 	for (int i = 0; i < x->nparams; i++)
 		if (!strcmp(x->params[i].name, name))
@@ -699,7 +698,7 @@ int sh_bench_svg_lines(FILE *f, const sh_bench_report *r, const char *suite, con
 	double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
 	for (size_t i = 0; i < r->n; i++) {
 		const sh_bench_result *t = &r->res[i];
-		const char *xs = param_text(t, xparam), *ss = param_text(t, series);
+		const char *xs = sh_bench_param_get(t, xparam), *ss = sh_bench_param_get(t, series);
 		double v = sh_bench_metric_get(t, metric, -1);
 		if (strcmp(t->suite, suite) || strcmp(t->test, test) || t->status != SH_BENCH_OK ||
 		    v <= 0 || !xs || !ss || atof(xs) <= 0)
@@ -748,7 +747,8 @@ int sh_bench_svg_lines(FILE *f, const sh_bench_report *r, const char *suite, con
 		/* in the order of x: results come in that order per series */
 		for (size_t i = 0; i < r->n; i++) {
 			const sh_bench_result *t = &r->res[i];
-			const char *xs = param_text(t, xparam), *ss = param_text(t, series);
+			const char *xs = sh_bench_param_get(t, xparam),
+				   *ss = sh_bench_param_get(t, series);
 			double v = sh_bench_metric_get(t, metric, -1);
 			if (strcmp(t->suite, suite) || strcmp(t->test, test) ||
 			    t->status != SH_BENCH_OK || v <= 0 || !xs || !ss ||

@@ -97,6 +97,8 @@ sh_bench_result *sh_bench_add(sh_bench_report *r, const char *suite, const char 
 void sh_bench_param_num(sh_bench_result *x, const char *name, double v);
 void sh_bench_param_str(sh_bench_result *x, const char *name, const char *v);
 void sh_bench_metric_set(sh_bench_result *x, const char *name, double v);
+/* The text of param name of x, or NULL. */
+const char *sh_bench_param_get(const sh_bench_result *x, const char *name);
 /* Returns the metric's value, or def when x has no such metric. */
 double sh_bench_metric_get(const sh_bench_result *x, const char *name, double def);
 void sh_bench_fail(sh_bench_result *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -857,10 +857,9 @@ static const sh_bench_result *find(const sh_bench_report *r, const char *test, i
 		if (strcmp(x->suite, SUITE) != 0 || strcmp(x->test, test) != 0 ||
 		    x->baseline != baseline || x->status != SH_BENCH_OK)
 			continue;
-		for (int k = 0; k < x->nparams; k++)
-			if (strcmp(x->params[k].name, pname) == 0 &&
-			    strcmp(x->params[k].text, pval) == 0)
-				return x;
+		const char *v = sh_bench_param_get(x, pname);
+		if (v && strcmp(v, pval) == 0)
+			return x;
 	}
 	return NULL;
 }

@@ -336,18 +336,31 @@ void sh_bench_tasks_table(FILE *f, const sh_bench_report *r)
 			     "shoal bench tasks: a flood of no-op tasks to 2 engines (Sent and "
 			     "Roundtrip as the seed defines them), and tasks with buffers");
 	double best = 0, lo = 1e300, hi = 0;
+	double rlo[2] = {1e300, 1e300}, rhi[2] = {0, 0}; /* local, tcp */
 	for (size_t i = 0; i < r->n; i++) {
 		const sh_bench_result *x = &r->res[i];
-		if (strcmp(x->suite, SUITE) || x->status != SH_BENCH_OK || strcmp(x->test, "flood"))
+		if (strcmp(x->suite, SUITE) || x->status != SH_BENCH_OK)
 			continue;
+		if (!strcmp(x->test, "buffers")) {
+			const char *t = sh_bench_param_get(x, "transport");
+			const char *bytes = sh_bench_param_get(x, "bytes");
+			int k = t && !strcmp(t, "tcp") ? 1 : 0;
+			if (t && strcmp(t, "raw") && bytes && atof(bytes) >= 65536) {
+				double v = sh_bench_metric_get(x, "ratio_vs_raw", 0);
+				rlo[k] = fmin(rlo[k], v), rhi[k] = fmax(rhi[k], v);
+			}
+			continue;
+		}
 		best = fmax(best, sh_bench_metric_get(x, "roundtrip_per_s", 0));
 		double s = sh_bench_metric_get(x, "sent_ns_per_task", 0);
 		lo = fmin(lo, s), hi = fmax(hi, s);
 	}
 	fprintf(f,
 		"summary: up to %.0f tasks/s round trip (ipyparallel here: 250-390); Sent "
-		"%.0f-%.0f ns a task\n\n",
-		best, hi > 0 ? lo : 0, hi);
+		"%.0f-%.0f ns a task; buffers of 64 KiB and more at %.2f-%.2f of raw TCP "
+		"locally, %.2f-%.2f over TCP (goal >= 0.70)\n\n",
+		best, hi > 0 ? lo : 0, hi, rhi[0] > 0 ? rlo[0] : 0, rhi[0], rhi[1] > 0 ? rlo[1] : 0,
+		rhi[1]);
 }
 
 void sh_bench_tasks_plot(FILE *f, const sh_bench_report *r)
