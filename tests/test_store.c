@@ -578,6 +578,72 @@ SH_TEST(transient_and_persistent)
 	daemon_close(&d);
 }
 
+/* An object sealed for another connection is that one's: it outlives
+ * its maker and goes with its owner. */
+SH_TEST(objects_made_for_an_owner)
+{
+	daemon_store d;
+	daemon_open(&d, 0);
+	shoal_client *owner = connect_path(d.path), *watch = connect_path(d.path);
+	uint64_t token, again;
+	CHECK_OK(shoal_claim(owner, &token));
+	CHECK_OK(shoal_claim(owner, &again));
+	CHECK_EQ(again, token);
+	int pipefd[2];
+	CHECK(pipe(pipefd) == 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		/* the maker: a large blob (a segment) and a small one (the arena) */
+		shoal_client *k;
+		shoal_builder *b;
+		void *p;
+		shoal_id ids[2];
+		if (shoal_connect(&k, d.path) != 0)
+			_exit(2);
+		for (int i = 0; i < 2; i++) {
+			size_t n = i ? 100 : (size_t)1 << 20;
+			if (shoal_builder_create(k, "bytes", &b) ||
+			    shoal_node_add_blob(shoal_builder_root(b), n, &p))
+				_exit(3);
+			memset(p, 'a' + i, n);
+			if (shoal_builder_seal_for(b, token, &ids[i]) != 0)
+				_exit(4);
+		}
+		if (shoal_builder_create(k, "bytes", &b) ||
+		    shoal_builder_seal_for(b, token ^ 1, &ids[0]) != SHOAL_ENOENT)
+			_exit(5);
+		if (write(pipefd[1], ids, sizeof(ids)) != sizeof(ids))
+			_exit(6);
+		_exit(0); /* the maker goes: what it made for the owner stays */
+	}
+	close(pipefd[1]);
+	shoal_id ids[2];
+	CHECK(read(pipefd[0], ids, sizeof(ids)) == sizeof(ids));
+	close(pipefd[0]);
+	wait_ok(pid);
+	shoal_store_stat st;
+	WAIT_STAT(watch, st, st.clients == 2);
+	CHECK_EQ(st.objects, 2);
+	for (int i = 0; i < 2; i++) {
+		shoal_object *o;
+		CHECK_OK(shoal_get(owner, ids[i], &o));
+		const void *data;
+		size_t n;
+		CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &data, &n));
+		CHECK_EQ(n, i ? 100u : 1u << 20);
+		CHECK_EQ(((const char *)data)[n - 1], 'a' + i);
+		CHECK_OK(shoal_object_release(o));
+	}
+	/* the owner goes: so does what was made for it */
+	CHECK_OK(shoal_disconnect(owner));
+	WAIT_STAT(watch, st, st.clients == 1 && st.objects == 0);
+	CHECK_EQ(st.objects, 0);
+	CHECK_EQ(st.used, 0);
+	CHECK_OK(shoal_disconnect(watch));
+	daemon_close(&d);
+}
+
 SH_TEST(killed_mid_create_leaves_nothing)
 {
 	daemon_store d;
@@ -892,12 +958,15 @@ SH_TEST(malformed_frames_get_errors)
 		{"\x93\xa2\x61\x00\x00\x94\xa1t\x80\x90\x90", 11}, /* name with NUL */
 		{"\x93\xc0\x00\x94\xa0\x80\x90\x90", 8},	   /* empty type */
 		{"\x92\x91\x05\x90", 4},			   /* RELEASE of what is not held */
+		{"\x94\xc0\x00\x94\xa1t\x80\x90\x90\x00", 10},	   /* SEAL for owner 0 */
+		{"\x94\xc0\x00\x94\xa1t\x80\x90\x90\x07", 10},	   /* for an unclaimed one */
 		{"\x91\x00", 2},				   /* id 0 */
 	};
 	for (uint16_t op = 1; op < SH_OP_MAX_; op++) {
 		for (size_t i = 0; i < SH_ARRAY_LEN(bodies); i++) {
 			int rc = raw_op(c, op, bodies[i].b, bodies[i].n);
-			bool valid = op == SH_OP_STAT && i == 2; /* STAT [] */
+			/* STAT [] and CLAIM [] */
+			bool valid = (op == SH_OP_STAT || op == SH_OP_CLAIM) && i == 2;
 			if ((rc == 0) != valid)
 				sh_test_fail(__FILE__, __LINE__, "op %u body %zu: status %d", op, i,
 					     rc);

@@ -144,6 +144,13 @@ enum {
  * its creator included, can change them. Binds name if not NULL. The
  * builder is consumed whatever the result. */
 SHOAL_API int shoal_builder_seal(shoal_builder *b, const char *name, unsigned flags, shoal_id *id);
+/* Seals the object for another connection, the one that claimed owner
+ * (shoal_claim): it owns the object from now on, which goes when that
+ * connection does (unless deleted first), not when this one does. For an
+ * object made for someone else, as a task's result is for its client.
+ * SHOAL_ENOENT when no connection claims owner (any more). Unbound and
+ * transient; the builder is consumed whatever the result. */
+SHOAL_API int shoal_builder_seal_for(shoal_builder *b, uint64_t owner, shoal_id *id);
 /* Drops an unsealed builder and its regions. */
 SHOAL_API void shoal_builder_abort(shoal_builder *b);
 
@@ -231,6 +238,9 @@ SHOAL_API int shoal_delete(shoal_client *c, const char *name);
 SHOAL_API int shoal_delete_id(shoal_client *c, shoal_id id);
 /* Makes an object outlive the connection that created it. */
 SHOAL_API int shoal_persist(shoal_client *c, shoal_id id);
+/* The owner token of this connection (the same one every time): others
+ * seal objects for it with shoal_builder_seal_for. */
+SHOAL_API int shoal_claim(shoal_client *c, uint64_t *token);
 
 typedef struct shoal_entry {
 	const char *name;

@@ -235,7 +235,8 @@ int sh_value_share_min(shoal_vbuf *b, shoal_value *v, size_t min, char *why, siz
 	if (rc == 0) {
 		if (v->v.t.nbytes)
 			memcpy(dst, v->v.t.data, v->v.t.nbytes);
-		rc = shoal_builder_seal(bl, NULL, 0, &id);
+		rc = b->owner ? shoal_builder_seal_for(bl, b->owner, &id)
+			      : shoal_builder_seal(bl, NULL, 0, &id);
 	}
 	if (rc) {
 		snprintf(why, whylen, "sharing a %zu-byte tensor: %s", v->v.t.nbytes,

@@ -21,6 +21,9 @@ struct shoal_vbuf {
 	shoal_id *made;
 	uint64_t *borrowed; /* segments our values point into without a reference */
 	uint32_t nheld, cap_held, nmade, cap_made, nborrowed, cap_borrowed;
+	/* not 0: objects it makes are sealed for this owner token (the
+	 * connection that claimed it owns them: shoal_builder_seal_for) */
+	uint64_t owner;
 	/* what the values before the last sh_vbuf_reset_keep held, until
 	 * sh_vbuf_let_go */
 	shoal_object **held_prev;

@@ -365,7 +365,7 @@ void shoal_builder_abort(shoal_builder *b)
 		builder_free(b, true);
 }
 
-int shoal_builder_seal(shoal_builder *b, const char *name, unsigned flags, shoal_id *id)
+static int seal(shoal_builder *b, const char *name, unsigned flags, uint64_t owner, shoal_id *id)
 {
 	if (!b)
 		return SHOAL_EINVAL;
@@ -390,10 +390,12 @@ int shoal_builder_seal(shoal_builder *b, const char *name, unsigned flags, shoal
 	}
 	msgpack_packer pk;
 	sh_client_begin(c, &pk);
-	msgpack_pack_array(&pk, 3);
+	msgpack_pack_array(&pk, owner ? 4 : 3);
 	sh_mp_pack_cstr(&pk, name);
 	msgpack_pack_uint32(&pk, flags);
 	sh_node_pack(&pk, b->root);
+	if (owner)
+		msgpack_pack_uint64(&pk, owner);
 	sh_mp m;
 	int rc = sh_client_call(c, SH_OP_SEAL, false, &m);
 	uint32_t n;
@@ -407,6 +409,20 @@ int shoal_builder_seal(shoal_builder *b, const char *name, unsigned flags, shoal
 	if (rc == 0 && id)
 		*id = got;
 	return rc;
+}
+
+int shoal_builder_seal(shoal_builder *b, const char *name, unsigned flags, shoal_id *id)
+{
+	return seal(b, name, flags, 0, id);
+}
+
+int shoal_builder_seal_for(shoal_builder *b, uint64_t owner, shoal_id *id)
+{
+	if (!owner) {
+		shoal_builder_abort(b);
+		return SHOAL_EINVAL;
+	}
+	return seal(b, NULL, 0, owner, id);
 }
 
 int shoal_put_bytes(shoal_client *c, const char *name, const void *data, size_t size,

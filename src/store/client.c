@@ -776,6 +776,21 @@ int shoal_persist(shoal_client *c, shoal_id id)
 	return simple(c, SH_OP_PERSIST, NULL, id);
 }
 
+int shoal_claim(shoal_client *c, uint64_t *token)
+{
+	if (!c || !token)
+		return SHOAL_EINVAL;
+	msgpack_packer pk;
+	sh_client_begin(c, &pk);
+	msgpack_pack_array(&pk, 0);
+	sh_mp m;
+	uint32_t n;
+	int rc = sh_client_call(c, SH_OP_CLAIM, false, &m);
+	if (rc == 0 && (sh_mp_array(&m, &n) || n != 1 || sh_mp_uint(&m, token) || *token == 0))
+		rc = sh_client_fail(c, SHOAL_EPROTO, "CLAIM reply: expected [token]");
+	return rc;
+}
+
 int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st)
 {
 	msgpack_packer pk;

@@ -40,6 +40,7 @@ enum {
 	SH_OP_PERSIST,
 	SH_OP_LIST,
 	SH_OP_STAT,
+	SH_OP_CLAIM,
 	SH_OP_MAX_
 };
 

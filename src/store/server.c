@@ -75,6 +75,7 @@ struct st_conn {
 	sh_map sent;	/* segment ids whose descriptor the client has */
 	sh_map regions; /* unsealed segments it created: id -> st_seg */
 	sh_map created; /* its transient objects: id -> st_obj */
+	uint64_t claim; /* the owner token it claimed (shoal_claim), or 0 */
 	sh_wbuf out;
 	unsigned char *in;
 	size_t in_cap;
@@ -92,6 +93,7 @@ struct shoal_store {
 	uint64_t next_id, next_seg;
 	uint32_t next_client;
 	sh_map objs, names, segs;
+	sh_map claims; /* owner token -> the st_conn that claimed it */
 	int arena_fd, arena_ro_fd;
 	unsigned char *arena;
 	size_t arena_size, arena_bump;
@@ -489,8 +491,10 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	const char *name = NULL;
 	uint32_t name_len = 0;
 	uint64_t flags;
-	if (sh_mp_array(m, &n) || n != 3)
-		return reply_err(c, req, SHOAL_EBADMSG, "SEAL: expected [name, flags, node]");
+	if (sh_mp_array(m, &n) || (n != 3 && n != 4))
+		return reply_err(
+			c, req, SHOAL_EBADMSG,
+			"SEAL: expected [name, flags, node] or [name, flags, node, owner]");
 	if (!sh_mp_take_nil(m)) {
 		if (sh_mp_str(m, &name, &name_len) || name_len == 0 ||
 		    name_len > SH_NODE_MAX_NAME || memchr(name, 0, name_len))
@@ -507,6 +511,22 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	char *why = c->why;
 	why[0] = 0;
 	int rc = sh_node_decode(m, &a, &root, why, sizeof(c->why));
+	/* made for another connection, which owns it from now on */
+	st_conn *owner = c;
+	uint64_t token = 0;
+	if (rc == 0 && n == 4 && (sh_mp_uint(m, &token) || token == 0)) {
+		snprintf(why, sizeof(c->why), "owner: expected a token from CLAIM");
+		rc = SHOAL_EBADMSG;
+	}
+	if (rc == 0 && token && !(owner = sh_map_get(&s->claims, token))) {
+		snprintf(why, sizeof(c->why),
+			 "no connection claims owner %016" PRIx64 " (it is gone)", token);
+		rc = SHOAL_ENOENT;
+	}
+	if (rc == 0 && token && (flags & SHOAL_PERSIST)) {
+		snprintf(why, sizeof(c->why), "an object with an owner cannot be PERSIST");
+		rc = SHOAL_EINVAL;
+	}
 	if (rc == 0 && sh_mp_done(m) != 0) {
 		snprintf(why, sizeof(c->why), "trailing bytes after the node");
 		rc = SHOAL_EBADMSG;
@@ -590,7 +610,7 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 		x.segs[i]->owner = o;
 	}
 	if (sh_map_put(&s->objs, o->id, o) != 0 ||
-	    (!(flags & SHOAL_PERSIST) && sh_map_put(&c->created, o->id, o) != 0)) {
+	    (!(flags & SHOAL_PERSIST) && sh_map_put(&owner->created, o->id, o) != 0)) {
 		sh_map_del(&s->objs, o->id);
 		s->nobjs++; /* obj_free counts it down */
 		obj_free(s, o);
@@ -598,7 +618,7 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	}
 	s->nobjs++;
 	o->persistent = flags & SHOAL_PERSIST;
-	o->creator = o->persistent ? NULL : c;
+	o->creator = o->persistent ? NULL : owner;
 	if (name) {
 		if (old)
 			obj_delete(s, old);
@@ -760,6 +780,31 @@ static int op_persist(st_conn *c, const sh_frame *req, sh_mp *m)
 	return reply_ok(c, req, &pk);
 }
 
+/* CLAIM []: a fresh owner token for this connection, which others name
+ * when they seal objects for it (its results, say): those go when it
+ * does, whoever made them. */
+static int op_claim(st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	shoal_store *s = c->srv;
+	uint32_t n;
+	if (sh_mp_array(m, &n) || n != 0 || sh_mp_done(m))
+		return reply_err(c, req, SHOAL_EBADMSG, "CLAIM: expected []");
+	if (!c->claim) {
+		uint64_t t = 0;
+		while (t == 0 || sh_map_get(&s->claims, t))
+			if (getrandom(&t, sizeof(t), 0) != sizeof(t))
+				return reply_err(c, req, SHOAL_EIO, "CLAIM: no random bytes");
+		if (sh_map_put(&s->claims, t, c) != 0)
+			return reply_err(c, req, SHOAL_ENOMEM, "CLAIM: out of memory");
+		c->claim = t;
+	}
+	msgpack_packer pk;
+	begin_reply(c, &pk);
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_uint64(&pk, c->claim);
+	return reply_ok(c, req, &pk);
+}
+
 static int cmp_obj_name(const void *a, const void *b)
 {
 	return strcmp((*(st_obj *const *)a)->name, (*(st_obj *const *)b)->name);
@@ -842,6 +887,7 @@ static const op_fn ops[SH_OP_MAX_] = {
 	[SH_OP_CREATE] = op_create,   [SH_OP_SEAL] = op_seal,	    [SH_OP_ABORT] = op_abort,
 	[SH_OP_GET] = op_get,	      [SH_OP_RELEASE] = op_release, [SH_OP_DELETE] = op_delete,
 	[SH_OP_PERSIST] = op_persist, [SH_OP_LIST] = op_list,	    [SH_OP_STAT] = op_stat,
+	[SH_OP_CLAIM] = op_claim,
 };
 
 /* Handles one request record. A nonzero return ends the connection: only
@@ -910,6 +956,8 @@ static void conn_drop(st_conn *c)
 	while (sh_map_next(&c->refs, &it, &key, &val))
 		obj_unref(s, sh_map_get(&s->objs, key), (uintptr_t)val);
 	sh_map_fini(&c->refs);
+	if (c->claim)
+		sh_map_del(&s->claims, c->claim);
 	/* Deleting changes c->created (obj_delete removes the entry): collect
 	 * first. */
 	while (c->created.n) {
@@ -1148,6 +1196,7 @@ static void store_free(shoal_store *s)
 	sh_map_fini(&s->objs);
 	sh_map_fini(&s->names);
 	sh_map_fini(&s->segs);
+	sh_map_fini(&s->claims);
 	for (int i = 0; i < ARENA_CLASSES; i++)
 		sh_ptrstack_fini(&s->arena_free[i]);
 	if (s->arena)
