@@ -44,15 +44,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
 			abort();
 	}
 	sh_mp_init(&m, in, n);
-	const char *fn;
-	uint32_t fl;
-	uint64_t oob;
-	while (sh_tk_read_run(&m, &id, &fn, &fl, &oob) == 0) {
-		if (fn)
-			inside(in, n, (const unsigned char *)fn, fl);
-		else if (oob == 0 || oob > SH_TASKS_MSG_MAX)
+	sh_tk_run run;
+	while (sh_tk_read_run(&m, &run) == 0) {
+		if (run.fn)
+			inside(in, n, (const unsigned char *)run.fn, run.fn_len);
+		else if (run.oob == 0 || run.oob > SH_TASKS_MSG_MAX)
 			abort();
-		if (fn && sh_mp_skip(&m))
+		if (run.fn && sh_mp_skip(&m))
 			break;
 	}
 	return 0;

@@ -600,6 +600,28 @@ SH_TEST(arguments_by_reference_through_the_store)
 	CHECK_OK(shoal_farm_wait(f, small, res, &r, shoal_deadline_in(10000 * MS)));
 	CHECK_EQ(r->v.t.obj, 0);
 	CHECK(((const float *)r->v.t.data)[99] == 99.0f);
+	/* a client without a store gets large results inline */
+	shoal_farm *g = client(c);
+	shoal_task plain;
+	CHECK_OK(shoal_farm_submit(g, "make_tensor", shoal_v_int(vb, 1 << 20), NULL, &plain));
+	CHECK_OK(shoal_farm_wait(g, plain, res, &r, shoal_deadline_in(10000 * MS)));
+	CHECK_EQ(r->v.t.obj, 0);
+	CHECK(((const float *)r->v.t.data)[777777] == 777777.0f);
+	shoal_farm_close(g);
+	/* a result made for the client is the client's: the engines may go
+	 * before it is taken */
+	shoal_task late;
+	CHECK_OK(shoal_farm_submit(f, "make_tensor", shoal_v_int(vb, 1 << 20), NULL, &late));
+	CHECK_OK(shoal_farm_wait_all(f, shoal_deadline_in(10000 * MS)));
+	for (int i = 0; i < 2; i++) {
+		CHECK(kill(pids[i], SIGKILL) == 0);
+		waitpid(pids[i], NULL, 0); /* or the controller reaped it */
+	}
+	WAIT_FOR(stat_of(c).engines == 0, 5000);
+	CHECK_EQ(stat_of(c).engines, 0);
+	CHECK_OK(shoal_farm_wait(f, late, res, &r, shoal_deadline_in(10000 * MS)));
+	CHECK(r->v.t.obj != 0);
+	CHECK(((const float *)r->v.t.data)[777777] == 777777.0f);
 	shoal_vbuf_free(res);
 	/* every object made for them is gone */
 	shoal_client *sc;

@@ -120,6 +120,7 @@ struct tk_client {
 	 * largest id seen, and who waits for whom. */
 	int32_t *fate;
 	uint64_t cap_fate, max_id;
+	uint64_t owner; /* its store owner token (SH_TK_OWNER), or 0 */
 	sh_map waiters; /* id -> tk_waiters */
 };
 
@@ -791,6 +792,12 @@ static void conn_shut(tk_conn *c)
 
 /* ---- writers ---- */
 
+/* For whom the engine seals t's large results (0: nobody, inline). */
+static uint64_t owner_of(const tk_task *t)
+{
+	return t->client && !t->client->c.gone ? t->client->owner : 0;
+}
+
 /* Waits for the right to write to c (its writer fiber's, or a relay's). */
 static int take_turn(tk_conn *c)
 {
@@ -826,8 +833,9 @@ static int engine_flush(tk_engine *e)
 				continue;
 			}
 			t->sent = true; /* a retry sends it again */
-			msgpack_pack_array(&pk, 3);
+			msgpack_pack_array(&pk, 4);
 			msgpack_pack_uint64(&pk, t->tid);
+			msgpack_pack_uint64(&pk, owner_of(t));
 			if (t->rawlen < SH_TASKS_REF_MIN) {
 				sh_wbuf_append(w, t->raw, t->rawlen);
 			} else if ((rc = sh_wbuf_ref(w, t->raw, t->rawlen)) == 0 &&
@@ -1023,8 +1031,9 @@ static int relay(tk_client *c, tk_engine *e, tk_task *t, uint64_t n)
 		msgpack_packer pk;
 		sh_tk_batch_begin(&w);
 		sh_wbuf_packer(&w, &pk);
-		msgpack_pack_array(&pk, 2);
+		msgpack_pack_array(&pk, 3);
 		msgpack_pack_uint64(&pk, t->tid);
+		msgpack_pack_uint64(&pk, owner_of(t));
 		msgpack_pack_uint64(&pk, n);
 		w.oob_bytes = n + 8; /* declared; they come from the client */
 		erc = sh_tk_batch_end(&w, 1, SH_TK_RUN);
@@ -1130,8 +1139,21 @@ static int on_large(tk_client *c, const sh_frame *f)
 	return rc;
 }
 
+/* SH_TK_OWNER: the client's store owner token, for its results. */
+static int on_owner(tk_client *c, const sh_frame *f)
+{
+	sh_mp m;
+	uint32_t n;
+	sh_mp_init(&m, c->c.in + SH_FRAME_HDR, f->body_len);
+	if (f->oob || sh_mp_array(&m, &n) || n != 1 || sh_mp_uint(&m, &c->owner) || sh_mp_done(&m))
+		return SHOAL_EPROTO;
+	return 0;
+}
+
 static int submit_frame(tk_client *c, const sh_frame *f)
 {
+	if (f->op == SH_TK_OWNER)
+		return on_owner(c, f);
 	if (f->op != SH_TK_SUBMIT)
 		return SHOAL_EPROTO;
 	return f->oob ? on_large(c, f) : on_submit(c, f);

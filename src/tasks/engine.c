@@ -48,9 +48,12 @@ static int flush(engine *g)
 	return rc;
 }
 
-/* Runs task tid (fn fname, args at m) and adds its result to the batch. */
-static int run_call(engine *g, uint64_t tid, const char *fname, uint32_t fl, sh_mp *m)
+/* Runs task r (its args at m) and adds its result to the batch. */
+static int run_call(engine *g, const sh_tk_run *r, sh_mp *m)
 {
+	uint64_t tid = r->tid;
+	const char *fname = r->fn;
+	uint32_t fl = r->fn_len;
 	shoal_vbuf_reset(&g->in);
 	shoal_vbuf_reset(&g->out);
 	shoal_ext_ctx ctx = {.vb = &g->out};
@@ -72,16 +75,22 @@ static int run_call(engine *g, uint64_t tid, const char *fname, uint32_t fl, sh_
 			status = SHOAL_EIO;
 		if (status == 0 && g->out.err)
 			status = g->out.err;
-		/* Large results go by reference, when there is a store. The
-		 * result is a copy of the tree, so arguments it points to are not
-		 * changed. */
-		if (status == 0 && result && g->out.store && sh_value_needs_share(result)) {
+		/* Large results go by reference, sealed for the client (its
+		 * objects from then on), when both have the store; else inline.
+		 * The result is a copy of the tree, so arguments it points to are
+		 * not changed. */
+		if (status == 0 && result && g->out.store && r->owner &&
+		    sh_value_needs_share(result)) {
 			shoal_value *c = sh_value_clone(&g->out, result);
+			g->out.owner = r->owner;
 			if (!c)
 				status = SHOAL_ENOMEM;
 			else if ((status = sh_value_share_min(&g->out, c, SH_TASKS_SHARE_MIN,
 							      ctx.msg, sizeof(ctx.msg))) == 0)
 				result = c;
+			else if (status == SHOAL_ENOENT) /* the client is not on our store */
+				status = 0, ctx.msg[0] = 0;
+			g->out.owner = 0;
 		}
 		if (status)
 			snprintf(why, sizeof(why), "%s",
@@ -117,9 +126,9 @@ static int run_call(engine *g, uint64_t tid, const char *fname, uint32_t fl, sh_
 
 /* A task alone in its frame, its fn and args (n bytes) and verdict out of
  * band after it: read into big (kept for the next), then run. */
-static int run_oob(engine *g, uint64_t tid, uint64_t n, const sh_frame *f, unsigned char **big,
-		   size_t *big_cap)
+static int run_oob(engine *g, sh_tk_run *r, const sh_frame *f, unsigned char **big, size_t *big_cap)
 {
+	uint64_t n = r->oob;
 	if (f->oob != n + 8)
 		return SHOAL_EPROTO;
 	if (*big_cap < f->oob) {
@@ -137,12 +146,10 @@ static int run_oob(engine *g, uint64_t tid, uint64_t n, const sh_frame *f, unsig
 	if (rc || verdict != SH_TK_RUN_IT)
 		return rc; /* its client went: nothing to run, nobody to answer */
 	sh_mp m;
-	const char *fname;
-	uint32_t fl;
 	sh_mp_init(&m, *big, n);
-	if (sh_mp_str(&m, &fname, &fl) || fl == 0)
+	if (sh_mp_str(&m, &r->fn, &r->fn_len) || r->fn_len == 0)
 		return SHOAL_EPROTO;
-	return run_call(g, tid, fname, fl, &m);
+	return run_call(g, r, &m);
 }
 
 static int serve(engine *g)
@@ -172,15 +179,13 @@ static int serve(engine *g)
 		if (sh_mp_array(&m, &n) || (f.oob && n != 1))
 			rc = SHOAL_EPROTO;
 		for (uint32_t i = 0; rc == 0 && i < n; i++) {
-			uint64_t tid, oob;
-			const char *fname;
-			uint32_t fl;
-			if (sh_tk_read_run(&m, &tid, &fname, &fl, &oob) || !fname != !!f.oob)
+			sh_tk_run r;
+			if (sh_tk_read_run(&m, &r) || !r.fn != !!f.oob)
 				rc = SHOAL_EPROTO;
-			else if (fname)
-				rc = run_call(g, tid, fname, fl, &m);
+			else if (r.fn)
+				rc = run_call(g, &r, &m);
 			else
-				rc = run_oob(g, tid, oob, &f, &big, &big_cap);
+				rc = run_oob(g, &r, &f, &big, &big_cap);
 		}
 		if (rc == 0)
 			rc = flush(g);

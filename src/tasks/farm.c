@@ -102,17 +102,10 @@ static void drop_made(shoal_farm *f, tk_res *r)
 
 static void farm_free(shoal_farm *f)
 {
-	for (size_t i = 0; f->res && i < f->cap_res; i++) {
+	/* objects of results never taken are ours: they go when the store
+	 * connection does */
+	for (size_t i = 0; f->res && i < f->cap_res; i++)
 		drop_made(f, &f->res[i]);
-		/* results never taken: their objects go too */
-		tk_res *r = &f->res[i];
-		sh_mp m;
-		uint32_t two;
-		sh_mp_init(&m, f->rbuf + r->off, r->len);
-		if (r->state == 1 && r->status == 0 && sh_mp_array(&m, &two) == 0 && two == 2 &&
-		    sh_mp_skip(&m) == 0)
-			drop_result_objects(f, &m);
-	}
 	shoal_vbuf_free(f->share);
 	if (f->store)
 		shoal_disconnect(f->store);
@@ -176,6 +169,8 @@ void shoal_farm_close(shoal_farm *f)
 		farm_free(f);
 }
 
+static int send_batch(shoal_farm *f, bool block);
+
 int shoal_farm_use_store(shoal_farm *f, const char *store_socket)
 {
 	if (!f || !store_socket || f->store)
@@ -187,7 +182,25 @@ int shoal_farm_use_store(shoal_farm *f, const char *store_socket)
 		return ffail(f, rc, "no store at %s: %s", store_socket, shoal_strerror(rc));
 	}
 	f->share->store = f->store;
-	return rc;
+	/* Engines seal large results for us: ours from then on, whatever
+	 * becomes of the engine (and freed with this connection). */
+	uint64_t token;
+	sh_wbuf w;
+	msgpack_packer pk;
+	sh_wbuf_init(&w);
+	sh_tk_batch_begin(&w);
+	if ((rc = shoal_claim(f->store, &token)) != 0) {
+		sh_wbuf_fini(&w);
+		return ffail(f, rc, "claiming an owner token: %s", shoal_client_error(f->store));
+	}
+	sh_wbuf_packer(&w, &pk);
+	msgpack_pack_uint64(&pk, token);
+	if ((rc = send_batch(f, true)) == 0 && (rc = sh_tk_batch_end(&w, 1, SH_TK_OWNER)) == 0)
+		rc = f->tcp >= 0 ? sh_stream_write(f->tcp, w.p, w.len, false)
+				 : sh_msg_write(&f->l.up, w.p, w.len, SHOAL_FOREVER);
+	sh_wbuf_fini(&w);
+	return rc ? ffail(f, rc, "telling the controller our owner token: %s", shoal_strerror(rc))
+		  : 0;
 }
 
 /* Writes queued batches into the ring; without block, only as much as

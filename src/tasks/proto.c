@@ -80,18 +80,18 @@ int sh_tk_read_result(sh_mp *m, uint64_t *id, int32_t *status, const unsigned ch
 	return 0;
 }
 
-int sh_tk_read_run(sh_mp *m, uint64_t *tid, const char **fn, uint32_t *fn_len, uint64_t *oob)
+int sh_tk_read_run(sh_mp *m, sh_tk_run *r)
 {
 	uint32_t k;
-	*fn = NULL;
-	*fn_len = 0;
-	*oob = 0;
-	if (sh_mp_array(m, &k) || (k != 3 && k != 2) || sh_mp_uint(m, tid))
+	*r = (sh_tk_run){0};
+	if (sh_mp_array(m, &k) || (k != 4 && k != 3) || sh_mp_uint(m, &r->tid) ||
+	    sh_mp_uint(m, &r->owner))
 		return SHOAL_EPROTO;
-	if (k == 2)
-		return sh_mp_uint(m, oob) || *oob == 0 || *oob > SH_TASKS_MSG_MAX ? SHOAL_EPROTO
-										  : 0;
-	if (sh_mp_str(m, fn, fn_len) || *fn_len == 0)
+	if (k == 3)
+		return sh_mp_uint(m, &r->oob) || r->oob == 0 || r->oob > SH_TASKS_MSG_MAX
+			       ? SHOAL_EPROTO
+			       : 0;
+	if (sh_mp_str(m, &r->fn, &r->fn_len) || r->fn_len == 0)
 		return SHOAL_EPROTO;
 	return 0;
 }

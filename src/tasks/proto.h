@@ -48,7 +48,11 @@
  * many bytes by reference; smaller ones inline. */
 #define SH_TASKS_SHARE_MIN (64u << 10)
 
-enum { SH_TK_SUBMIT = 1, SH_TK_RESULTS, SH_TK_RUN, SH_TK_DONE };
+/* SH_TK_OWNER, from a client with a store: [token], its owner token
+ * (shoal_claim), once, before its tasks. Engines seal large results for
+ * it, so they are the client's whatever becomes of the engine; an engine
+ * on another store (where no one claims it) sends them inline. */
+enum { SH_TK_SUBMIT = 1, SH_TK_RESULTS, SH_TK_RUN, SH_TK_DONE, SH_TK_OWNER };
 
 /* A batch being built in w: a frame whose body opens with an array32
  * header, patched with the count when the batch is closed. */
@@ -80,11 +84,19 @@ int sh_tk_read_submit(sh_mp *m, sh_tk_submit *t);
  * result's (or message's) bytes. */
 int sh_tk_read_result(sh_mp *m, uint64_t *id, int32_t *status, const unsigned char **raw,
 		      size_t *len);
-/* [tid, fn, args] of a RUN batch: leaves m at args. Or [tid, bytes]: the
- * task alone in its frame, its fn and args out of band after it (*fn NULL,
- * *oob that many bytes), then 8 bytes of verdict: SH_TK_RUN_IT, or 0 when
- * its client went while they were on their way (run nothing). */
-int sh_tk_read_run(sh_mp *m, uint64_t *tid, const char **fn, uint32_t *fn_len, uint64_t *oob);
+/* An entry of a RUN batch: [tid, owner, fn, args], read up to args (m
+ * is left there). Or [tid, owner, bytes]: the task alone in its frame, its
+ * fn and args out of band after it (fn NULL, oob that many bytes), then 8
+ * bytes of verdict: SH_TK_RUN_IT, or 0 when its client went while they
+ * were on their way (run nothing). owner: the store owner token of the
+ * task's client (SH_TK_OWNER), for whom large results are sealed; 0: none,
+ * results go inline. */
+typedef struct sh_tk_run {
+	uint64_t tid, owner, oob;
+	const char *fn;
+	uint32_t fn_len;
+} sh_tk_run;
+int sh_tk_read_run(sh_mp *m, sh_tk_run *r);
 #define SH_TK_RUN_IT 1
 
 /* The engine's main (tools/shoal-engine.c calls it). */
