@@ -85,7 +85,10 @@ SHOAL_API int shoal_controller_stat_get(shoal_controller *c, shoal_controller_st
 /* Starts a shoal-engine process that loads so and serves the controller
  * at socket (a unix socket, or "tcp://HOST:PORT" with the secret in the
  * environment as for clients); runner NULL: $SHOAL_ENGINE, else the one installed with this
- * library. The engine is ready once shoal_controller_stat counts it. */
+ * library. The engine is ready once shoal_controller_stat counts it.
+ * When an engine of this process's controller ends, the controller reaps
+ * it (to report its signal in SHOAL_EENGINE): a waitpid on *pid may then
+ * find no child (ECHILD), which means it is over. */
 SHOAL_API int shoal_engine_spawn(const char *socket, const char *so, const char *runner,
 				 pid_t *pid);
 /* The same, with the engine connected to the store at store_socket, so
