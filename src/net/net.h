@@ -49,6 +49,9 @@ int sh_tcp_connect(const char *hostport, int *fd, char *why, size_t whylen);
 /* All n bytes of p to fd. fiber: fd is non-blocking and the caller a
  * fiber (waits in the poller); else fd blocks. */
 int sh_stream_write(int fd, const void *p, size_t n, bool fiber);
+/* The same in steps: from *done on, which it advances; without wait,
+ * SHOAL_EAGAIN once the socket takes no more (the caller comes back). */
+int sh_stream_write_part(int fd, const void *p, size_t n, size_t *done, bool wait);
 /* The parts, in order, with as few system calls as the kernel allows. */
 int sh_stream_writev(int fd, const sh_msg_part *parts, size_t n, bool fiber);
 /* Exactly n bytes from fd into p; SHOAL_ECLOSED when the stream ends

@@ -149,27 +149,35 @@ int sh_tcp_connect(const char *hostport, int *fd, char *why, size_t whylen)
 	return rc;
 }
 
-int sh_stream_write(int fd, const void *p, size_t n, bool fiber)
+int sh_stream_write_part(int fd, const void *p, size_t n, size_t *done, bool wait)
 {
-	const unsigned char *b = p;
-	while (n) {
-		ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
+	while (*done < n) {
+		ssize_t k = send(fd, (const unsigned char *)p + *done, n - *done,
+				 MSG_NOSIGNAL | (wait ? 0 : MSG_DONTWAIT));
 		if (k > 0) {
-			b += k, n -= (size_t)k;
+			*done += (size_t)k;
 			continue;
 		}
 		if (k < 0 && errno == EINTR)
 			continue;
-		if (k < 0 && fiber && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			int rc = shoal_fd_wait(fd, SHOAL_FD_OUT, SHOAL_FOREVER, NULL);
-			if (rc)
-				return rc;
-			continue;
-		}
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return SHOAL_EAGAIN;
 		return k < 0 && (errno == EPIPE || errno == ECONNRESET) ? SHOAL_ECLOSED
 									: shoal_errno();
 	}
 	return 0;
+}
+
+int sh_stream_write(int fd, const void *p, size_t n, bool fiber)
+{
+	size_t done = 0;
+	for (;;) {
+		int rc = sh_stream_write_part(fd, p, n, &done, !fiber);
+		if (rc != SHOAL_EAGAIN || !fiber)
+			return rc;
+		if ((rc = shoal_fd_wait(fd, SHOAL_FD_OUT, SHOAL_FOREVER, NULL)) != 0)
+			return rc;
+	}
 }
 
 int sh_stream_writev(int fd, const sh_msg_part *parts, size_t n, bool fiber)

@@ -32,9 +32,9 @@ struct shoal_farm {
 	sh_msg_part *parts;
 	uint32_t cap_parts;
 	uint32_t nsub;
-	/* Batches closed but not yet in the ring (it was full): sent as it
-	 * drains, so that submitting never waits for the controller. sent:
-	 * bytes of the first already written. */
+	/* Batches closed but not yet in the ring or socket (it was full):
+	 * sent as it drains, so that submitting never waits for the
+	 * controller. sent: bytes of the first already written. */
 	sh_wbuf *queue;
 	uint32_t nqueue, cap_queue;
 	size_t sent;
@@ -211,7 +211,7 @@ static int drain(shoal_farm *f, bool block)
 		sh_wbuf *b = &f->queue[0];
 		int rc;
 		if (f->tcp >= 0)
-			rc = sh_stream_write(f->tcp, b->p, b->len, false);
+			rc = sh_stream_write_part(f->tcp, b->p, b->len, &f->sent, block);
 		else
 			rc = sh_msg_write_part(&f->l.up, b->p, b->len, &f->sent,
 					       block ? SHOAL_FOREVER : SHOAL_NOWAIT);
@@ -413,7 +413,7 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 	*id = ++f->next_id;
 	f->nsub++;
 	if (f->sub.len >= SH_TASKS_BATCH_BYTES)
-		rc = send_batch(f, f->tcp >= 0); /* a full ring keeps it for later */
+		rc = send_batch(f, false); /* a full ring or socket keeps it for later */
 	if (f->share)
 		shoal_vbuf_reset(f->share); /* its mappings; the objects live on */
 	return rc;
