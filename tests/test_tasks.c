@@ -881,6 +881,43 @@ SH_TEST_T(large_tasks_on_every_path, 120)
 	unsetenv("SHOAL_SECRET");
 }
 
+/* A result goes back while the engine runs the next task of its batch:
+ * a fast task is not held up by a slow one behind it. */
+SH_TEST(results_do_not_wait_for_the_next_task)
+{
+	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
+	pid_t pid;
+	engines(c, 1, &pid);
+	shoal_farm *f = client(c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	for (int round = 0; round < 3; round++) {
+		shoal_task first, fast, slow;
+		const shoal_value *r;
+		/* one SUBMIT batch, so one RUN batch: two fast ones (the first
+		 * result goes at once, the engine having been idle), then slow */
+		CHECK_OK(shoal_farm_submit(f, "add", int_pair(vb, 0, 0), NULL, &first));
+		CHECK_OK(shoal_farm_submit(f, "add", int_pair(vb, 1, 2), NULL, &fast));
+		CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 800), NULL, &slow));
+		int64_t t0 = shoal_now_ns();
+		CHECK_OK(shoal_farm_wait(f, fast, vb, &r, shoal_deadline_in(10000 * MS)));
+		CHECK_EQ(r->v.i, 3);
+		int64_t fast_ns = shoal_now_ns() - t0;
+		CHECK_OK(shoal_farm_wait(f, slow, vb, &r, shoal_deadline_in(10000 * MS)));
+		int64_t slow_ns = shoal_now_ns() - t0;
+		CHECK_OK(shoal_farm_wait(f, first, vb, &r, SHOAL_FOREVER));
+		/* a generous bound: the fast one in well under half the slow one */
+		if (fast_ns * 2 > slow_ns)
+			sh_test_fail(__FILE__, __LINE__,
+				     "round %d: the fast result took %lld ms, the slow one %lld ms",
+				     round, (long long)(fast_ns / MS), (long long)(slow_ns / MS));
+	}
+	shoal_vbuf_free(vb);
+	shoal_farm_close(f);
+	shoal_controller_close(c);
+	waitpid(pid, NULL, 0);
+}
+
 SH_TEST(no_controller_no_client)
 {
 	shoal_farm *f = NULL;

@@ -2,8 +2,10 @@
  * functions (as an extension runner does), connects to the controller as
  * an engine, and runs the RUN batches it gets in order, sending results
  * back in DONE batches: whenever a batch of them is full, 100 us after the
- * last was sent, and when the RUN batch is done. A thread beside it
- * watches the socket, so that the engine ends when the controller does. */
+ * last was sent, and when the RUN batch is done. A flusher thread sends
+ * them too when one task runs long, so that a result does not wait for the
+ * tasks behind it. A thread beside it watches the socket, so that the
+ * engine ends when the controller does. */
 #include "net/net.h"
 #include "rpc/ext_lib.h"
 #include "rpc/value.h"
@@ -17,9 +19,13 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FLUSH_NS 100000
+/* How long results wait, at most, while a task runs: the flusher's tick
+ * while the engine is busy (a thousand wake-ups a second at most). */
+#define FLUSHER_NS 1000000
 
 typedef struct engine {
 	sh_link l;
@@ -30,8 +36,17 @@ typedef struct engine {
 	int64_t last_flush;
 	shoal_vbuf in, out;
 	const char *name;
+	/* The DONE batch is shared with the flusher: lock guards w, nw,
+	 * last_flush, the writes of DONE batches and what follows. */
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	uint64_t seq;	 /* tasks started */
+	bool running;	 /* a task runs now */
+	bool idle, stop; /* the flusher waits for work; it is to end */
+	int flusher_rc;	 /* a failed write of the flusher's */
 } engine;
 
+/* Sends the DONE batch; the lock is held. */
 static int flush(engine *g)
 {
 	if (g->nw == 0)
@@ -46,6 +61,41 @@ static int flush(engine *g)
 	sh_tk_batch_begin(&g->w);
 	g->last_flush = shoal_now_ns();
 	return rc;
+}
+
+/* Sends what waits in the DONE batch when one task has been running for
+ * FLUSHER_NS: results are not held up by a slow task behind them. */
+static void *flusher_main(void *arg)
+{
+	engine *g = arg;
+	pthread_mutex_lock(&g->lock);
+	while (!g->stop) {
+		if (!g->running || !g->nw) {
+			g->idle = true;
+			pthread_cond_wait(&g->wake, &g->lock);
+			g->idle = false;
+			continue;
+		}
+		uint64_t seq = g->seq;
+		int64_t until = shoal_now_ns() + FLUSHER_NS;
+		struct timespec ts = {(time_t)(until / 1000000000), (long)(until % 1000000000)};
+		pthread_cond_timedwait(&g->wake, &g->lock, &ts);
+		if (!g->stop && g->running && g->seq == seq && g->nw && g->flusher_rc == 0)
+			g->flusher_rc = flush(g);
+	}
+	pthread_mutex_unlock(&g->lock);
+	return NULL;
+}
+
+/* A task starts: the flusher watches it if results wait. */
+static void task_starts(engine *g)
+{
+	pthread_mutex_lock(&g->lock);
+	g->seq++;
+	g->running = true;
+	if (g->nw && g->idle)
+		pthread_cond_signal(&g->wake);
+	pthread_mutex_unlock(&g->lock);
 }
 
 /* Runs task r (its args at m) and adds its result to the batch. */
@@ -70,6 +120,7 @@ static int run_call(engine *g, const sh_tk_run *r, sh_mp *m)
 			 fname);
 	}
 	if (status == 0) {
+		task_starts(g);
 		status = fn(&ctx, args, &result);
 		if (status > 0)
 			status = SHOAL_EIO;
@@ -97,6 +148,8 @@ static int run_call(engine *g, const sh_tk_run *r, sh_mp *m)
 				 ctx.msg[0] ? ctx.msg : shoal_strerror(status));
 	}
 	msgpack_packer pk;
+	pthread_mutex_lock(&g->lock);
+	g->running = false;
 	sh_wbuf_packer(&g->w, &pk);
 	msgpack_pack_array(&pk, 3);
 	msgpack_pack_uint64(&pk, tid);
@@ -114,14 +167,17 @@ static int run_call(engine *g, const sh_tk_run *r, sh_mp *m)
 		sh_mp_pack_cstr(&pk, why);
 	}
 	g->nw++;
+	int rc = g->flusher_rc;
+	if (rc == 0 &&
+	    (g->w.len >= SH_TASKS_BATCH_BYTES || shoal_now_ns() - g->last_flush > FLUSH_NS))
+		rc = flush(g);
+	pthread_mutex_unlock(&g->lock);
 	/* The result is encoded: what the arguments mapped from the store is
 	 * let go now, not at the next task (the client deletes those objects
 	 * once the result is in). */
 	shoal_vbuf_reset(&g->in);
 	shoal_vbuf_reset(&g->out);
-	if (g->w.len >= SH_TASKS_BATCH_BYTES || shoal_now_ns() - g->last_flush > FLUSH_NS)
-		return flush(g);
-	return 0;
+	return rc;
 }
 
 /* A task alone in its frame, its fn and args (n bytes) and verdict out of
@@ -187,8 +243,11 @@ static int serve(engine *g)
 			else
 				rc = run_oob(g, &r, &f, &big, &big_cap);
 		}
-		if (rc == 0)
-			rc = flush(g);
+		if (rc == 0) {
+			pthread_mutex_lock(&g->lock);
+			rc = g->flusher_rc ? g->flusher_rc : flush(g);
+			pthread_mutex_unlock(&g->lock);
+		}
 		sh_msg_trim(&in, &in_cap);
 		sh_msg_trim(&big, &big_cap);
 	}
@@ -281,9 +340,25 @@ int sh_engine_main(int argc, char **argv)
 	sh_wbuf_init(&g.w);
 	sh_tk_batch_begin(&g.w);
 	g.last_flush = shoal_now_ns();
-	pthread_t t;
+	pthread_mutex_init(&g.lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* shoal_now_ns's */
+	pthread_cond_init(&g.wake, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_t t, ft;
 	bool watching = g.tcp < 0 && pthread_create(&t, NULL, watch, &g) == 0;
+	bool flushing = pthread_create(&ft, NULL, flusher_main, &g) == 0;
 	rc = serve(&g);
+	if (flushing) {
+		pthread_mutex_lock(&g.lock);
+		g.stop = true;
+		pthread_cond_signal(&g.wake);
+		pthread_mutex_unlock(&g.lock);
+		pthread_join(ft, NULL);
+	}
+	pthread_cond_destroy(&g.wake);
+	pthread_mutex_destroy(&g.lock);
 	if (watching) {
 		shutdown(g.l.sock, SHUT_RDWR); /* wakes the watcher */
 		pthread_join(t, NULL);
