@@ -146,6 +146,8 @@ void sh_bump_fini(sh_bump *b);
  * (doubling it), through the one allocator. SHOAL_ENOMEM leaves it as it
  * was. Free the array with shoal_free(*p, *cap * elem). */
 int sh_grow_array(void **p, uint32_t *cap, uint32_t n, size_t elem);
+/* The same, with room for need elements in all (one reallocation). */
+int sh_grow_to(void **p, uint32_t *cap, uint32_t need, size_t elem);
 
 /* Allocate one T (zeroed) / free it, through the replaceable allocator. */
 #define SH_NEW(T) ((T *)shoal_calloc(1, sizeof(T)))

@@ -87,17 +87,26 @@ void shoal_free(void *p, size_t size)
 		free(p);
 }
 
-int sh_grow_array(void **p, uint32_t *cap, uint32_t n, size_t elem)
+int sh_grow_to(void **p, uint32_t *cap, uint32_t need, size_t elem)
 {
-	if (n < *cap)
+	if (need <= *cap)
 		return 0;
-	uint32_t nc = *cap ? *cap * 2 : 8;
-	if (nc <= *cap)
+	uint64_t nc = *cap ? *cap : 8;
+	while (nc < need)
+		nc *= 2;
+	if (nc > UINT32_MAX)
 		return SHOAL_EOVERFLOW;
 	void *q = shoal_realloc(*p, (size_t)*cap * elem, (size_t)nc * elem);
 	if (!q)
 		return SHOAL_ENOMEM;
 	*p = q;
-	*cap = nc;
+	*cap = (uint32_t)nc;
 	return 0;
+}
+
+int sh_grow_array(void **p, uint32_t *cap, uint32_t n, size_t elem)
+{
+	if (n < *cap)
+		return 0;
+	return n == UINT32_MAX ? SHOAL_EOVERFLOW : sh_grow_to(p, cap, n + 1, elem);
 }

@@ -106,18 +106,10 @@ int sh_vbuf_adopt(shoal_vbuf *dst, shoal_vbuf *src)
 	uint32_t need_h = dst->nheld + src->nheld, need_m = dst->nmade + src->nmade,
 		 need_b = dst->nborrowed + src->nborrowed;
 	/* Room first, so that nothing moves unless everything can. */
-	while (dst->cap_held < need_h)
-		if (sh_grow_array((void **)&dst->held, &dst->cap_held, dst->cap_held,
-				  sizeof(*dst->held)))
-			return SHOAL_ENOMEM;
-	while (dst->cap_made < need_m)
-		if (sh_grow_array((void **)&dst->made, &dst->cap_made, dst->cap_made,
-				  sizeof(*dst->made)))
-			return SHOAL_ENOMEM;
-	while (dst->cap_borrowed < need_b)
-		if (sh_grow_array((void **)&dst->borrowed, &dst->cap_borrowed, dst->cap_borrowed,
-				  sizeof(*dst->borrowed)))
-			return SHOAL_ENOMEM;
+	if (sh_grow_to((void **)&dst->held, &dst->cap_held, need_h, sizeof(*dst->held)) ||
+	    sh_grow_to((void **)&dst->made, &dst->cap_made, need_m, sizeof(*dst->made)) ||
+	    sh_grow_to((void **)&dst->borrowed, &dst->cap_borrowed, need_b, sizeof(*dst->borrowed)))
+		return SHOAL_ENOMEM;
 	if (src->nheld)
 		memcpy(dst->held + dst->nheld, src->held, src->nheld * sizeof(*src->held));
 	if (src->nmade)

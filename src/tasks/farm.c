@@ -338,9 +338,8 @@ static int submit_large(shoal_farm *f, const char *fn, const shoal_value *args,
 	if (f->tcp < 0) {
 		rc = sh_frame_send(&f->l.up, &f->one, SHOAL_FOREVER);
 	} else {
-		while (rc == 0 && f->cap_parts < f->one.noob + 1)
-			rc = sh_grow_array((void **)&f->parts, &f->cap_parts, f->cap_parts,
-					   sizeof(*f->parts));
+		rc = sh_grow_to((void **)&f->parts, &f->cap_parts, f->one.noob + 1,
+				sizeof(*f->parts));
 		if (rc == 0) {
 			f->parts[0] = (sh_msg_part){f->one.p, f->one.len};
 			memcpy(f->parts + 1, f->one.oob, f->one.noob * sizeof(*f->parts));

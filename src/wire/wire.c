@@ -145,10 +145,9 @@ int sh_wbuf_ref(sh_wbuf *w, const void *p, size_t n)
 
 int sh_wbuf_gather(sh_wbuf *w, const sh_msg_part **parts, uint32_t *n)
 {
-	while (w->cap_gather < 2 * w->nrefs + 1)
-		if (sh_grow_array((void **)&w->gather, &w->cap_gather, w->cap_gather,
-				  sizeof(*w->gather)) != 0)
-			return SHOAL_ENOMEM;
+	if (sh_grow_to((void **)&w->gather, &w->cap_gather, 2 * w->nrefs + 1, sizeof(*w->gather)) !=
+	    0)
+		return SHOAL_ENOMEM;
 	uint32_t k = 0;
 	size_t from = 0;
 	for (uint32_t i = 0; i < w->nrefs; i++) {
