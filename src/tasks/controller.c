@@ -1399,18 +1399,21 @@ static void *tcp_accept_main(void *arg)
 	}
 }
 
-/* Tasks past their deadline fail, wherever they are. */
-/* Spare buffers go back once no large task came for a second. */
-static void spares_trim(shoal_controller *ctl)
+static void spares_free(shoal_controller *ctl)
 {
-	if (ctl->nheld || !ctl->spare_frames || shoal_now_ns() - ctl->last_hold < SPARE_IDLE_NS)
-		return;
 	for (tk_frame *fr; (fr = ctl->spare_frames) != NULL;) {
 		ctl->spare_frames = fr->next;
 		shoal_free(fr->p, fr->cap);
 		SH_DELETE(fr);
 	}
 	ctl->spare_bytes = 0;
+}
+
+/* Spare buffers go back once no large task came for a second. */
+static void spares_trim(shoal_controller *ctl)
+{
+	if (!ctl->nheld && ctl->spare_frames && shoal_now_ns() - ctl->last_hold >= SPARE_IDLE_NS)
+		spares_free(ctl);
 }
 
 /* Fails what passed its deadline; trims the spares. */
@@ -1535,11 +1538,7 @@ void shoal_controller_opts_init(shoal_controller_opts *o)
 static void controller_free(shoal_controller *ctl)
 {
 	sh_map_fini(&ctl->tasks);
-	for (tk_frame *fr; (fr = ctl->spare_frames) != NULL;) {
-		ctl->spare_frames = fr->next;
-		shoal_free(fr->p, fr->cap);
-		SH_DELETE(fr);
-	}
+	spares_free(ctl);
 	if (ctl->lsock >= 0) {
 		close(ctl->lsock);
 		unlink(ctl->path);
