@@ -169,7 +169,9 @@ void shoal_farm_close(shoal_farm *f)
 		farm_free(f);
 }
 
+static int queue_frame(shoal_farm *f, sh_wbuf *w);
 static int send_batch(shoal_farm *f, bool block);
+static int drain(shoal_farm *f, bool block);
 
 int shoal_farm_use_store(shoal_farm *f, const char *store_socket)
 {
@@ -185,22 +187,21 @@ int shoal_farm_use_store(shoal_farm *f, const char *store_socket)
 	/* Engines seal large results for us: ours from then on, whatever
 	 * becomes of the engine (and freed with this connection). */
 	uint64_t token;
+	if ((rc = shoal_claim(f->store, &token)) != 0)
+		return ffail(f, rc, "claiming an owner token: %s", shoal_client_error(f->store));
 	sh_wbuf w;
 	msgpack_packer pk;
 	sh_wbuf_init(&w);
 	sh_tk_batch_begin(&w);
-	if ((rc = shoal_claim(f->store, &token)) != 0) {
-		sh_wbuf_fini(&w);
-		return ffail(f, rc, "claiming an owner token: %s", shoal_client_error(f->store));
-	}
 	sh_wbuf_packer(&w, &pk);
 	msgpack_pack_uint64(&pk, token);
-	if ((rc = send_batch(f, true)) == 0 && (rc = sh_tk_batch_end(&w, 1, SH_TK_OWNER)) == 0)
-		rc = f->tcp >= 0 ? sh_stream_write(f->tcp, w.p, w.len, false)
-				 : sh_msg_write(&f->l.up, w.p, w.len, SHOAL_FOREVER);
+	/* after the tasks submitted so far, as the next batch */
+	if ((rc = sh_tk_batch_end(&w, 1, SH_TK_OWNER)) != 0)
+		rc = ffail(f, rc, "telling the controller our owner token: %s", shoal_strerror(rc));
+	else if ((rc = send_batch(f, false)) == 0 && (rc = queue_frame(f, &w)) == 0)
+		return drain(f, true);
 	sh_wbuf_fini(&w);
-	return rc ? ffail(f, rc, "telling the controller our owner token: %s", shoal_strerror(rc))
-		  : 0;
+	return rc;
 }
 
 /* Writes queued batches into the ring; without block, only as much as
@@ -228,18 +229,26 @@ static int drain(shoal_farm *f, bool block)
 	return 0;
 }
 
+/* Appends the closed frame in w to the queue, which takes it over. */
+static int queue_frame(shoal_farm *f, sh_wbuf *w)
+{
+	int rc = sh_grow_array((void **)&f->queue, &f->cap_queue, f->nqueue, sizeof(*f->queue));
+	if (rc)
+		return ffail(f, rc, "queueing tasks: %s", shoal_strerror(rc));
+	f->queue[f->nqueue++] = *w;
+	sh_wbuf_init(w);
+	return 0;
+}
+
 /* Closes the batch being built and queues it; block: until all is sent. */
 static int send_batch(shoal_farm *f, bool block)
 {
 	if (f->nsub) {
 		int rc = sh_tk_batch_end(&f->sub, f->nsub, SH_TK_SUBMIT);
-		if (rc == 0)
-			rc = sh_grow_array((void **)&f->queue, &f->cap_queue, f->nqueue,
-					   sizeof(*f->queue));
 		if (rc)
 			return ffail(f, rc, "queueing tasks: %s", shoal_strerror(rc));
-		f->queue[f->nqueue++] = f->sub;
-		sh_wbuf_init(&f->sub);
+		if ((rc = queue_frame(f, &f->sub)) != 0)
+			return rc;
 		f->nsub = 0;
 		sh_tk_batch_begin(&f->sub);
 	}
