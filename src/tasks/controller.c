@@ -33,8 +33,9 @@
 
 typedef struct tk_task tk_task;
 
-/* A SUBMIT frame whose large tasks point into it instead of being copied
- * out: freed (or kept for the next large frame, warm) with its last. */
+/* A hold buffer: the out-of-band bytes of a large task, read from its
+ * client. Freed (or kept for the next large task, warm) with its last
+ * reference. */
 typedef struct tk_frame {
 	shoal_controller *ctl;
 	unsigned char *p;
@@ -52,7 +53,7 @@ struct tk_task {
 	tk_engine *on;	    /* assigned to (in its outbox or running), or NULL */
 	tk_task *next;	    /* in an outbox or the pending queue */
 	unsigned char *raw; /* fn and args, as the client encoded them */
-	tk_frame *frame;    /* raw lies in this frame (else raw is its own) */
+	tk_frame *frame;    /* raw is this hold buffer's (else its own, or NULL: relayed) */
 	uint32_t rawlen;
 	uint32_t retries;
 	int32_t engine_want; /* -1: any */
@@ -141,9 +142,9 @@ struct shoal_controller {
 	uint64_t next_tid, clock, rng;
 	uint32_t rr;
 	uint64_t with_deadline;	  /* tasks that have one */
-	tk_frame *spare_frames;	  /* buffers of large frames, kept warm */
-	size_t spare_bytes, held; /* in those; in frames tasks hold */
-	uint32_t nheld;		  /* those frames */
+	tk_frame *spare_frames;	  /* hold buffers let go, kept warm */
+	size_t spare_bytes, held; /* in those; in buffers tasks hold */
+	uint32_t nheld;		  /* those buffers */
 	int64_t last_hold;	  /* when one was last let go */
 	tk_queue pending;	  /* no engine can take them yet */
 	bool stopping;
