@@ -10,6 +10,7 @@
 
 #include <shoal/tasks.h>
 
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -192,9 +193,11 @@ static void *sink_main(void *arg)
 	return NULL;
 }
 
-/* MB/s of one TCP stream over loopback, bytes written in chunks. */
-static double raw_tcp_mb_s(size_t bytes, size_t chunk)
+/* A connected TCP pair over loopback: *c the connecting end, *s the
+ * accepted one. */
+static int tcp_pair(int *c, int *s)
 {
+	*c = *s = -1;
 	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t al = sizeof(a);
@@ -202,22 +205,85 @@ static double raw_tcp_mb_s(size_t bytes, size_t chunk)
 	    getsockname(ls, (struct sockaddr *)&a, &al)) {
 		if (ls >= 0)
 			close(ls);
-		return 0;
+		return -1;
 	}
-	int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof(a)) != 0) {
-		close(ls);
-		if (c >= 0)
-			close(c);
-		return 0;
-	}
-	int s = accept(ls, NULL, NULL);
+	*c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (*c >= 0 && connect(*c, (struct sockaddr *)&a, sizeof(a)) == 0)
+		*s = accept(ls, NULL, NULL);
 	close(ls);
-	sink k = {.fd = s, .bytes = bytes};
+	if (*s < 0) {
+		if (*c >= 0)
+			close(*c);
+		*c = -1;
+		return -1;
+	}
+	return 0;
+}
+
+/* The relay: bytes from one socket spliced through a pipe into another,
+ * as the controller passes a large task from a TCP client to a TCP engine
+ * (sh_stream_splice), but with nothing else to do: no frames, no verdict,
+ * no scheduling, blocking calls, steps of up to 1 MiB. */
+typedef struct relay {
+	int in, out;
+	size_t bytes;
+} relay;
+
+static void *relay_main(void *arg)
+{
+	relay *y = arg;
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return NULL;
+	fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+	for (size_t moved = 0; moved < y->bytes;) {
+		ssize_t n = splice(y->in, NULL, p[1], NULL, 1 << 20, SPLICE_F_MOVE);
+		if (n <= 0)
+			break;
+		for (ssize_t out = 0; out < n;) {
+			ssize_t k =
+				splice(p[0], NULL, y->out, NULL, (size_t)(n - out), SPLICE_F_MOVE);
+			if (k <= 0)
+				goto done;
+			out += k;
+		}
+		moved += (size_t)n;
+	}
+done:
+	close(p[0]);
+	close(p[1]);
+	shutdown(y->out, SHUT_WR); /* the sink ends even if we stopped early */
+	return NULL;
+}
+
+/* MB/s of one TCP stream over loopback, bytes written in chunks; with
+ * through_relay, through a relay thread between two connections. */
+static double raw_tcp_mb_s(size_t bytes, size_t chunk, bool through_relay)
+{
+	int c, s, rc2 = -1, rs2 = -1;
+	if (tcp_pair(&c, &s) != 0)
+		return 0;
+	relay y = {.in = s, .bytes = bytes};
+	pthread_t rt;
+	bool relaying = false;
+	if (through_relay) {
+		if (tcp_pair(&rc2, &rs2) == 0) {
+			y.out = rc2;
+			relaying = pthread_create(&rt, NULL, relay_main, &y) == 0;
+		}
+		if (!relaying) {
+			close(c);
+			close(s);
+			if (rc2 >= 0)
+				close(rc2), close(rs2);
+			return 0;
+		}
+	}
+	sink k = {.fd = relaying ? rs2 : s, .bytes = bytes};
 	pthread_t t;
 	char *buf = calloc(1, chunk);
 	double mb_s = 0;
-	if (s >= 0 && buf && pthread_create(&t, NULL, sink_main, &k) == 0) {
+	if (buf && pthread_create(&t, NULL, sink_main, &k) == 0) {
 		double t0 = sh_bench_now();
 		for (size_t sent = 0; sent < bytes;) {
 			ssize_t n = write(c, buf, chunk < bytes - sent ? chunk : bytes - sent);
@@ -227,12 +293,17 @@ static double raw_tcp_mb_s(size_t bytes, size_t chunk)
 		}
 		pthread_join(t, NULL);
 		double dt = sh_bench_now() - t0;
-		mb_s = dt > 0 ? (double)k.bytes / dt / 1e6 : 0;
+		mb_s = dt > 0 && k.bytes == bytes ? (double)k.bytes / dt / 1e6 : 0;
 	}
 	free(buf);
 	close(c);
-	if (s >= 0)
-		close(s);
+	if (relaying) {
+		shutdown(s, SHUT_RD);
+		pthread_join(rt, NULL);
+		close(rc2);
+		close(rs2);
+	}
+	close(s);
 	return mb_s;
 }
 
@@ -260,11 +331,11 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 		size_t total = o->quick ? (size_t)64 << 20 : (size_t)512 << 20;
 		uint64_t n = total / size;
 		n = n < 32 ? 32 : n > 65536 ? 65536 : n;
-		double raws[3], raw = 0;
+		double raws[3], raw = 0, relays[3], rel = 0;
+		size_t bytes = n * size < ((size_t)64 << 20) ? (size_t)64 << 20 : n * size;
+		size_t chunk = size < 65536 ? 65536 : size;
 		for (int i = 0; i < 3; i++) {
-			raws[i] = raw_tcp_mb_s(n * size < ((size_t)64 << 20) ? (size_t)64 << 20
-									     : n * size,
-					       size < 65536 ? 65536 : size);
+			raws[i] = raw_tcp_mb_s(bytes, chunk, false);
 			raw = fmax(raw, raws[i]);
 		}
 		sh_bench_result *b = sh_bench_add(r, SUITE, "buffers", "tcp", 1);
@@ -272,6 +343,19 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 		sh_bench_param_str(b, "transport", "raw");
 		sh_bench_metric_set(b, "mb_s", raw);
 		sh_bench_show_samples(b, raws, 3, "MB/s");
+		if (size >= 65536) {
+			/* the ceiling of a controller that forwards the bytes */
+			for (int i = 0; i < 3; i++) {
+				relays[i] = raw_tcp_mb_s(bytes, chunk, true);
+				rel = fmax(rel, relays[i]);
+			}
+			sh_bench_result *y = sh_bench_add(r, SUITE, "buffers", "relay", 0);
+			sh_bench_param_num(y, "bytes", (double)size);
+			sh_bench_param_str(y, "transport", "relay");
+			sh_bench_metric_set(y, "mb_s", rel);
+			sh_bench_metric_set(y, "ratio_vs_raw", raw > 0 ? rel / raw : 0);
+			sh_bench_show_samples(y, relays, 3, "MB/s");
+		}
 		shoal_vbuf_reset(pb);
 		unsigned char *mem = calloc(1, size);
 		shoal_value *payload = mem ? shoal_v_bytes(pb, mem, size) : NULL;
@@ -326,6 +410,10 @@ int sh_bench_tasks(const sh_bench_opts *o, sh_bench_report *r)
 		      "goals: >= 200 000 no-op tasks/s round trip at n = 65 536 on the local "
 		      "path (100 000/s over TCP), Sent flat per task as n grows (sent_ns_per_task "
 		      "in --json), buffers of 64 KiB and more at >= 70%% of raw TCP loopback. "
+		      "relay: raw TCP through a thread that splices it from one connection "
+		      "into another, as the controller relays a large task from a TCP client "
+		      "to a TCP engine, with nothing else: the ceiling of any controller that "
+		      "forwards the bytes. "
 		      "ipyparallel 7 here: 250-390 tasks/s; dask.distributed 350-550");
 	return 0;
 }
@@ -336,7 +424,7 @@ void sh_bench_tasks_table(FILE *f, const sh_bench_report *r)
 			     "shoal bench tasks: a flood of no-op tasks to 2 engines (Sent and "
 			     "Roundtrip as the seed defines them), and tasks with buffers");
 	double best = 0, lo = 1e300, hi = 0;
-	double rlo[2] = {1e300, 1e300}, rhi[2] = {0, 0}; /* local, tcp */
+	double rlo[3] = {1e300, 1e300, 1e300}, rhi[3] = {0, 0, 0}; /* local, tcp, relay */
 	for (size_t i = 0; i < r->n; i++) {
 		const sh_bench_result *x = &r->res[i];
 		if (strcmp(x->suite, SUITE) || x->status != SH_BENCH_OK)
@@ -344,7 +432,7 @@ void sh_bench_tasks_table(FILE *f, const sh_bench_report *r)
 		if (!strcmp(x->test, "buffers")) {
 			const char *t = sh_bench_param_get(x, "transport");
 			const char *bytes = sh_bench_param_get(x, "bytes");
-			int k = t && !strcmp(t, "tcp") ? 1 : 0;
+			int k = !t ? 0 : !strcmp(t, "tcp") ? 1 : !strcmp(t, "relay") ? 2 : 0;
 			if (t && strcmp(t, "raw") && bytes && atof(bytes) >= 65536) {
 				double v = sh_bench_metric_get(x, "ratio_vs_raw", 0);
 				rlo[k] = fmin(rlo[k], v), rhi[k] = fmax(rhi[k], v);
@@ -358,9 +446,10 @@ void sh_bench_tasks_table(FILE *f, const sh_bench_report *r)
 	fprintf(f,
 		"summary: up to %.0f tasks/s round trip (ipyparallel here: 250-390); Sent "
 		"%.0f-%.0f ns a task; buffers of 64 KiB and more at %.2f-%.2f of raw TCP "
-		"locally, %.2f-%.2f over TCP (goal >= 0.70)\n\n",
+		"locally, %.2f-%.2f over TCP (goal >= 0.70), where a bare relay between two "
+		"TCP connections reaches %.2f-%.2f\n\n",
 		best, hi > 0 ? lo : 0, hi, rhi[0] > 0 ? rlo[0] : 0, rhi[0], rhi[1] > 0 ? rlo[1] : 0,
-		rhi[1]);
+		rhi[1], rhi[2] > 0 ? rlo[2] : 0, rhi[2]);
 }
 
 void sh_bench_tasks_plot(FILE *f, const sh_bench_report *r)
