@@ -268,6 +268,18 @@ SH_TEST(dead_engines_retry_then_fail)
 		kill(pids[i], SIGKILL);
 	WAIT_FOR(stat_of(c).engines == 0, 5000);
 	CHECK_EQ(stat_of(c).engines, 0);
+	/* the controller named the signals, and left the engines to us: two
+	 * crashed, the last was killed */
+	int segv = 0, killed = 0;
+	for (int i = 0; i < 3; i++) {
+		int st;
+		CHECK_EQ(waitpid(pids[i], &st, 0), pids[i]);
+		CHECK(WIFSIGNALED(st));
+		segv += WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV;
+		killed += WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+	}
+	CHECK_EQ(segv, 2);
+	CHECK_EQ(killed, 1);
 	shoal_value *pair = int_pair(vb, 20, 22);
 	CHECK_OK(shoal_farm_submit(f, "add", pair, NULL, &t));
 	CHECK_OK(shoal_farm_flush(f));
@@ -615,7 +627,7 @@ SH_TEST(arguments_by_reference_through_the_store)
 	CHECK_OK(shoal_farm_wait_all(f, shoal_deadline_in(10000 * MS)));
 	for (int i = 0; i < 2; i++) {
 		CHECK(kill(pids[i], SIGKILL) == 0);
-		waitpid(pids[i], NULL, 0); /* or the controller reaped it */
+		CHECK_EQ(waitpid(pids[i], NULL, 0), pids[i]);
 	}
 	WAIT_FOR(stat_of(c).engines == 0, 5000);
 	CHECK_EQ(stat_of(c).engines, 0);

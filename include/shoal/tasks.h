@@ -86,9 +86,9 @@ SHOAL_API int shoal_controller_stat_get(shoal_controller *c, shoal_controller_st
  * at socket (a unix socket, or "tcp://HOST:PORT" with the secret in the
  * environment as for clients); runner NULL: $SHOAL_ENGINE, else the one installed with this
  * library. The engine is ready once shoal_controller_stat counts it.
- * When an engine of this process's controller ends, the controller reaps
- * it (to report its signal in SHOAL_EENGINE): a waitpid on *pid may then
- * find no child (ECHILD), which means it is over. */
+ * *pid is the caller's child, to wait for as any other: when it ends, a
+ * controller of this process reads how (a signal is named in
+ * SHOAL_EENGINE) but leaves it to be reaped. */
 SHOAL_API int shoal_engine_spawn(const char *socket, const char *so, const char *runner,
 				 pid_t *pid);
 /* The same, with the engine connected to the store at store_socket, so

@@ -694,24 +694,26 @@ static int on_done(tk_engine *e, const sh_frame *f)
 	return sh_mp_done(&m) == 0 ? 0 : SHOAL_EPROTO;
 }
 
-/* How the engine process ended, when it is our child. */
+/* How the engine process ended, when it is a child of this process. It
+ * is looked at, not reaped (WNOWAIT): whoever spawned it waits for it, as
+ * for any child of theirs. */
 static void engine_end(pid_t pid, char *how, size_t len)
 {
-	int st;
 	snprintf(how, len, "went away");
 	if (pid <= 0)
 		return; /* over TCP: no process of ours */
 	/* It may still be on its way out. */
 	for (int i = 0; i < 100; i++) {
-		pid_t w = waitpid(pid, &st, WNOHANG);
-		if (w < 0)
-			return; /* not ours */
-		if (w == pid) {
-			if (WIFSIGNALED(st))
-				snprintf(how, len, "was killed by signal %d (%s)", WTERMSIG(st),
-					 strsignal(WTERMSIG(st)));
+		siginfo_t si;
+		si.si_pid = 0;
+		if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0)
+			return; /* not ours, or reaped already */
+		if (si.si_pid == pid) {
+			if (si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED)
+				snprintf(how, len, "was killed by signal %d (%s)", si.si_status,
+					 strsignal(si.si_status));
 			else
-				snprintf(how, len, "exited with status %d", WEXITSTATUS(st));
+				snprintf(how, len, "exited with status %d", si.si_status);
 			return;
 		}
 		shoal_sleep_until(shoal_deadline_in(1000000));
