@@ -13,6 +13,20 @@
 #include <stdint.h>
 
 #define sh_likely(x) __builtin_expect(!!(x), 1)
+
+/* A prefetch the compiler keeps. GCC 12 drops __builtin_prefetch from some
+ * inlined branches (the scheduler's look-ahead was compiled out entirely),
+ * so where a prefetch matters it is written in asm. */
+static inline __attribute__((always_inline)) void sh_prefetch(const void *p)
+{
+#if defined(__x86_64__)
+	__asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p));
+#elif defined(__aarch64__)
+	__asm__ volatile("prfm pldl1keep, %0" : : "Q"(*(const char *)p));
+#else
+	__builtin_prefetch(p);
+#endif
+}
 #define sh_unlikely(x) __builtin_expect(!!(x), 0)
 #define sh_container_of(p, T, m) ((T *)(void *)((char *)(p)-offsetof(T, m)))
 #define SH_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

@@ -54,19 +54,20 @@ static inline char *sh_stack_top(const shoal_fiber *f)
 /* With thousands of fibers, the one after next: its frames (it runs after
  * the one we switch to now) and the structure of the one after it, whose
  * frames we will ask for next time. */
-static inline void sh_prefetch_ahead(const shoal_fiber *nn)
+static inline __attribute__((always_inline)) void sh_prefetch_ahead(const shoal_fiber *nn)
 {
 	const char *sp = nn->sp;
 	if (!sp && nn->stack.base) /* not started: where its first frames go */
 		sp = sh_stack_top(nn) - 256;
 	if (sp)
 		for (int i = 0; i <= 384; i += 64)
-			__builtin_prefetch(sp + i, 1);
+			sh_prefetch(sp + i);
 	if (nn->run_next)
-		__builtin_prefetch(nn->run_next);
+		sh_prefetch(nn->run_next);
 }
 
-static inline void sh_switch_to(shoal_sched *s, shoal_fiber *from, shoal_fiber *to)
+static inline __attribute__((always_inline)) void sh_switch_to(shoal_sched *s, shoal_fiber *from,
+							       shoal_fiber *to)
 {
 	s->cur = to;
 	to->state = SH_RUNNING;
@@ -84,7 +85,7 @@ static inline void sh_switch_to(shoal_sched *s, shoal_fiber *from, shoal_fiber *
 			 * line behind one TLB miss: ask for all of them at once
 			 * instead of one after another. */
 			for (int i = 64; i <= 384; i += 64)
-				__builtin_prefetch((const char *)to->sp + i);
+				sh_prefetch((const char *)to->sp + i);
 		}
 		sh_ctx_switch(&from->sp, to->sp);
 	} else
@@ -99,7 +100,7 @@ static inline void sh_switch_to(shoal_sched *s, shoal_fiber *from, shoal_fiber *
 
 /* Runs other fibers until the current one is runnable again. The current
  * fiber has already been marked blocked (or queued, if it only yields). */
-static inline void sh_schedule(shoal_sched *s)
+static inline __attribute__((always_inline)) void sh_schedule(shoal_sched *s)
 {
 	shoal_fiber *cur = s->cur;
 	for (;;) {
@@ -121,7 +122,7 @@ static inline void sh_schedule(shoal_sched *s)
 
 /* Blocks the current fiber until woken or the deadline passes (the caller
  * has set wait_kind and linked its waiters). Returns the wake code. */
-static inline int sh_block(shoal_sched *s, int64_t deadline)
+static inline __attribute__((always_inline)) int sh_block(shoal_sched *s, int64_t deadline)
 {
 	shoal_fiber *cur = s->cur;
 	if (deadline != SHOAL_FOREVER) {
