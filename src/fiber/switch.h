@@ -51,17 +51,34 @@ static inline char *sh_stack_top(const shoal_fiber *f)
 /* Beyond this many fibers their stacks no longer fit in the caches. */
 #define SH_COLD_FIBERS 1024
 
-/* With thousands of fibers, the one after next: its frames (it runs after
- * the one we switch to now) and the structure of the one after it, whose
- * frames we will ask for next time. */
+/* A parked fiber's frames, from sp + from to sp + 384, but not past sp's
+ * (4 KiB) page: a shallow stack ends there, and the next page is another
+ * stack's guard page, whose failed walk costs what it was to save. */
+static inline __attribute__((always_inline)) void sh_prefetch_frames(const char *sp, int from)
+{
+	uintptr_t end = ((uintptr_t)sp | 4095) + 1;
+	for (int i = from; i <= 384; i += 64)
+		if ((uintptr_t)sp + (uintptr_t)i < end)
+			sh_prefetch(sp + i);
+}
+
+/* With thousands of fibers, given the one after next (nn): the frames of
+ * the one after it, which runs two switches from now (one switch ahead
+ * leaves too little time: each prefetch to a new stack page waits for its
+ * page walk before it retires), and the structure of the one after that,
+ * whose frames we will ask for next time. */
 static inline __attribute__((always_inline)) void sh_prefetch_ahead(const shoal_fiber *nn)
 {
-	const char *sp = nn->sp;
-	if (!sp && nn->stack.base) /* not started: where its first frames go */
-		sp = sh_stack_top(nn) - 256;
-	if (sp)
-		for (int i = 0; i <= 384; i += 64)
-			sh_prefetch(sp + i);
+	if (nn->run_next)
+		nn = nn->run_next;
+	if (nn->sp) {
+		sh_prefetch_frames(nn->sp, 0);
+	} else if (nn->stack.base) {
+		/* not started: where its first frames go, below its top */
+		const char *top = sh_stack_top(nn);
+		for (int i = 64; i <= 256; i += 64)
+			sh_prefetch(top - i);
+	}
 	if (nn->run_next)
 		sh_prefetch(nn->run_next);
 }
@@ -84,8 +101,7 @@ static inline __attribute__((always_inline)) void sh_switch_to(shoal_sched *s, s
 			/* Resuming pops through four or five frames, each a cold
 			 * line behind one TLB miss: ask for all of them at once
 			 * instead of one after another. */
-			for (int i = 64; i <= 384; i += 64)
-				sh_prefetch((const char *)to->sp + i);
+			sh_prefetch_frames(to->sp, 64);
 		}
 		sh_ctx_switch(&from->sp, to->sp);
 	} else
