@@ -427,15 +427,14 @@ static void fl_run_once(struct fl_run *w, const sh_stack *st, uint32_t n, double
 	for (uint32_t i = 0; i < n; i++) {
 		if (i + FL_AHEAD < n)
 			for (int l = 1; l <= 3; l++)
-				__builtin_prefetch(fl_top(&st[i + FL_AHEAD], i + FL_AHEAD) - 64 * l,
-						   1);
+				sh_prefetch(fl_top(&st[i + FL_AHEAD], i + FL_AHEAD) - 64 * l);
 		sh_ctx_start(&w->main_sp, fl_top(&st[i], i), &w->sps[i], fl_body);
 	}
 	double t1 = sh_bench_now();
 	for (uint32_t i = 0; i < n; i++) {
 		if (i + FL_AHEAD < n)
 			for (int l = 0; l < 4; l++)
-				__builtin_prefetch((char *)w->sps[i + FL_AHEAD] + 64 * l, 1);
+				sh_prefetch((char *)w->sps[i + FL_AHEAD] + 64 * l);
 		sh_ctx_switch(&w->main_sp, w->sps[i]);
 	}
 	double t2 = sh_bench_now();
