@@ -62,25 +62,38 @@ static inline __attribute__((always_inline)) void sh_prefetch_frames(const char 
 			sh_prefetch(sp + i);
 }
 
-/* With thousands of fibers, given the one after next (nn): the frames of
- * the one after it, which runs two switches from now (one switch ahead
- * leaves too little time: each prefetch to a new stack page waits for its
- * page walk before it retires), and the structure of the one after that,
- * whose frames we will ask for next time. */
-static inline __attribute__((always_inline)) void sh_prefetch_ahead(const shoal_fiber *nn)
+/* Where fiber f will run: its parked frames, or where its first frames go
+ * (below its top) if it has not run yet. */
+static inline __attribute__((always_inline)) void sh_prefetch_fiber(const shoal_fiber *f)
 {
-	if (nn->run_next)
-		nn = nn->run_next;
-	if (nn->sp) {
-		sh_prefetch_frames(nn->sp, 0);
-	} else if (nn->stack.base) {
-		/* not started: where its first frames go, below its top */
-		const char *top = sh_stack_top(nn);
+	if (f->sp) {
+		sh_prefetch_frames(f->sp, 0);
+	} else if (f->stack.base) {
+		const char *top = sh_stack_top(f);
 		for (int i = 64; i <= 256; i += 64)
 			sh_prefetch(top - i);
 	}
-	if (nn->run_next)
-		sh_prefetch(nn->run_next);
+}
+
+/* With thousands of fibers, every SH_AHEAD switches: the frames of the
+ * SH_AHEAD fibers that run after the next one (nn), and the structures of
+ * the SH_AHEAD after those, whose frames the next round asks for. A
+ * prefetch to a stack page that is not in the TLB waits for its page walk
+ * before it retires; asked for together, the walks overlap (one ahead at
+ * each switch, they came one after another: 141 against 111 ns a fiber's
+ * exit, hackysack 10000x1000 3.70 against 3.28 ms). */
+#define SH_AHEAD 8
+
+static inline __attribute__((always_inline)) void sh_prefetch_ahead(shoal_sched *s,
+								    const shoal_fiber *nn)
+{
+	if ((s->tick & (SH_AHEAD - 1)) != 0)
+		return;
+	const shoal_fiber *f = nn->run_next;
+	for (int k = 0; k < SH_AHEAD && f; k++, f = f->run_next)
+		sh_prefetch_fiber(f);
+	for (int k = 0; k < SH_AHEAD && f; k++, f = f->run_next)
+		sh_prefetch(f);
 }
 
 static inline __attribute__((always_inline)) void sh_switch_to(shoal_sched *s, shoal_fiber *from,
@@ -125,7 +138,7 @@ static inline __attribute__((always_inline)) void sh_schedule(shoal_sched *s)
 		shoal_fiber *next = sh_runq_pop(s);
 		if (sh_likely(next != NULL)) {
 			if (s->live >= SH_COLD_FIBERS && s->runq_head)
-				sh_prefetch_ahead(s->runq_head);
+				sh_prefetch_ahead(s, s->runq_head);
 			if (next != cur)
 				sh_switch_to(s, cur, next);
 			else
