@@ -373,7 +373,8 @@ static int sw_run_once(int use_chan, uint64_t switches, double *elapsed, char *e
  * This measures those two visits with nothing else: stacks from the fiber
  * layer's own pool and layout (size, guard page, colour), entered and left
  * with its own context switch, in the order hackysack visits them,
- * prefetched ahead, and no scheduler, channel or fiber structure. No fiber runtime that keeps one
+ * prefetched ahead as the scheduler does, and no scheduler, channel or fiber
+ * structure. No fiber runtime that keeps one
  * guarded stack per fiber can do a run in less, so it shows how much of
  * the hackysack time is the machine's and how much is ours. */
 /* Sanitizers track stacks through the scheduler's announcements, which
@@ -414,10 +415,10 @@ static char *fl_top(const sh_stack *st, uint32_t i)
 	return st->base + st->size - (size_t)(i % 32) * 64;
 }
 
-/* Each visit prefetches the stack it will enter FL_AHEAD visits later,
- * which the scheduler can do too (it knows its run queue): distances 2 to 4
- * measured best here, 40% under no prefetch. */
-#define FL_AHEAD 2
+/* Visits prefetch the stacks ahead as the scheduler does (switch.h): every
+ * 8 visits, the stacks of the 8 visits after the next, so that their page
+ * walks overlap. */
+#define FL_ROUND 8
 
 static void fl_run_once(struct fl_run *w, const sh_stack *st, uint32_t n, double *first,
 			double *resume)
@@ -425,16 +426,16 @@ static void fl_run_once(struct fl_run *w, const sh_stack *st, uint32_t n, double
 	fl_cur = w;
 	double t0 = sh_bench_now();
 	for (uint32_t i = 0; i < n; i++) {
-		if (i + FL_AHEAD < n)
-			for (int l = 1; l <= 3; l++)
-				sh_prefetch(fl_top(&st[i + FL_AHEAD], i + FL_AHEAD) - 64 * l);
+		for (uint32_t j = i + 2; i % FL_ROUND == 0 && j < i + 2 + FL_ROUND && j < n; j++)
+			for (int l = 1; l <= 4; l++)
+				sh_prefetch(fl_top(&st[j], j) - 64 * l);
 		sh_ctx_start(&w->main_sp, fl_top(&st[i], i), &w->sps[i], fl_body);
 	}
 	double t1 = sh_bench_now();
 	for (uint32_t i = 0; i < n; i++) {
-		if (i + FL_AHEAD < n)
+		for (uint32_t j = i + 2; i % FL_ROUND == 0 && j < i + 2 + FL_ROUND && j < n; j++)
 			for (int l = 0; l < 4; l++)
-				sh_prefetch((char *)w->sps[i + FL_AHEAD] + 64 * l);
+				sh_prefetch((char *)w->sps[j] + 64 * l);
 		sh_ctx_switch(&w->main_sp, w->sps[i]);
 	}
 	double t2 = sh_bench_now();
@@ -980,12 +981,13 @@ static void suite_notes(sh_bench_report *r)
 		      "ru_maxrss of those processes (pss_kib in --json: Pss when the last kick "
 		      "lands in the warm-up run, every sacker alive).",
 		      REPS);
-	sh_bench_note(r, "stacks: the floor under hackysack n=10000: each of its n+1 stacks (the "
-			 "scheduler's own pool, size and guard page) entered to a first frame "
-			 "and resumed once more to finish, with the fiber layer's context switch, "
-			 "each stack prefetched two visits ahead, and nothing else (no scheduler, "
-			 "channel or fiber structure). Every sacker needs at least these two "
-			 "visits, each a TLB and cache miss.");
+	sh_bench_note(
+		r, "stacks: the floor under hackysack n=10000: each of its n+1 stacks (the "
+		   "scheduler's own pool, size and guard page) entered to a first frame "
+		   "and resumed once more to finish, with the fiber layer's context switch, "
+		   "stacks prefetched ahead as the scheduler does, and nothing else (no scheduler, "
+		   "channel or fiber structure). Every sacker needs at least these two "
+		   "visits, each a TLB and cache miss.");
 	if (go.state == 1 && go.gomaxprocs > 0)
 		sh_bench_note(r,
 			      "go: %s, GOMAXPROCS=%d (its default here) for hackysack and hop, "
