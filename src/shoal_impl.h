@@ -13,6 +13,9 @@
 #include <stdint.h>
 
 #define sh_likely(x) __builtin_expect(!!(x), 1)
+#define sh_unlikely(x) __builtin_expect(!!(x), 0)
+#define sh_container_of(p, T, m) ((T *)(void *)((char *)(p)-offsetof(T, m)))
+#define SH_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* A prefetch the compiler keeps. GCC 12 drops __builtin_prefetch from some
  * inlined branches (the scheduler's look-ahead was compiled out entirely),
@@ -27,9 +30,6 @@ static inline __attribute__((always_inline)) void sh_prefetch(const void *p)
 	__builtin_prefetch(p);
 #endif
 }
-#define sh_unlikely(x) __builtin_expect(!!(x), 0)
-#define sh_container_of(p, T, m) ((T *)(void *)((char *)(p)-offsetof(T, m)))
-#define SH_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Sanitizer detection, for gcc and clang alike. */
 #if defined(__SANITIZE_ADDRESS__)
