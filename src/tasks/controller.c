@@ -625,16 +625,29 @@ static int on_submit(tk_client *c, const sh_frame *f)
  * nobody. */
 static void client_gone(shoal_controller *ctl, tk_client *c)
 {
+	/* Forgetting a task deletes it from the map, which moves entries:
+	 * the ones to drop are gathered first. (Scanning again from the
+	 * start after each drop made dropping n tasks cost n scans.) */
+	sh_ptrstack drop = {0};
+	bool all = true;
 	size_t it = 0;
 	uint64_t key;
 	void *val;
-	uint64_t dropped = 0;
 	while (sh_map_next(&ctl->tasks, &it, &key, &val)) {
 		tk_task *t = val;
-		if (t->client != c)
-			continue;
-		t->client = NULL;
-		if (!t->sent) {
+		if (t->client == c && !t->sent)
+			all = all && sh_ptrstack_push(&drop, t) == 0;
+		if (t->client == c)
+			t->client = NULL;
+	}
+	uint64_t dropped = drop.n;
+	for (tk_task *t; (t = sh_ptrstack_pop(&drop)) != NULL;)
+		forget(ctl, t);
+	sh_ptrstack_fini(&drop);
+	/* Out of memory for the list: the rest, the slow way. */
+	for (it = 0; !all && sh_map_next(&ctl->tasks, &it, &key, &val);) {
+		tk_task *t = val;
+		if (!t->client && !t->sent) {
 			forget(ctl, t);
 			dropped++;
 			it = 0; /* the map changed */
