@@ -308,12 +308,18 @@ static uint64_t rnd(shoal_controller *ctl)
 	return x * 0x2545F4914F6CDD1DULL;
 }
 
+/* Whether engine e may run t (it asked for one engine, or any). */
+static bool may_run(const tk_task *t, const tk_engine *e)
+{
+	return t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num;
+}
+
 /* The engine t goes to, by the scheme, or NULL (none can take it now). */
 static tk_engine *pick(shoal_controller *ctl, const tk_task *t)
 {
 	uint32_t n = 0;
 	for (tk_engine *e = ctl->engines; e; e = e->next)
-		if (t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num)
+		if (may_run(t, e))
 			n++;
 	if (n == 0)
 		return NULL;
@@ -323,14 +329,12 @@ static tk_engine *pick(shoal_controller *ctl, const tk_task *t)
 	case SHOAL_SCHEME_PURE:
 		k = ctl->rr++ % n;
 		for (tk_engine *e = ctl->engines; e; e = e->next)
-			if ((t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num) &&
-			    i++ == k)
+			if (may_run(t, e) && i++ == k)
 				return e;
 		return NULL;
 	case SHOAL_SCHEME_LRU:
 		for (tk_engine *e = ctl->engines; e; e = e->next)
-			if ((t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num) &&
-			    (!best || e->last < best->last))
+			if (may_run(t, e) && (!best || e->last < best->last))
 				best = e;
 		return best;
 	case SHOAL_SCHEME_WEIGHTED: {
@@ -342,11 +346,11 @@ static tk_engine *pick(shoal_controller *ctl, const tk_task *t)
 			if (e->inflight > max)
 				max = e->inflight;
 		for (tk_engine *e = ctl->engines; e; e = e->next)
-			if (t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num)
+			if (may_run(t, e))
 				sum += max - e->inflight + 1;
 		uint64_t r = rnd(ctl) % sum;
 		for (tk_engine *e = ctl->engines; e; e = e->next)
-			if (t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num) {
+			if (may_run(t, e)) {
 				uint64_t w = max - e->inflight + 1;
 				if (r < w)
 					return e;
@@ -358,7 +362,7 @@ static tk_engine *pick(shoal_controller *ctl, const tk_task *t)
 		tk_engine *a = NULL, *b = NULL;
 		uint32_t ka = (uint32_t)(rnd(ctl) % n), kb = (uint32_t)(rnd(ctl) % n);
 		for (tk_engine *e = ctl->engines; e; e = e->next)
-			if (t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num) {
+			if (may_run(t, e)) {
 				if (i == ka)
 					a = e;
 				if (i == kb)
@@ -370,15 +374,24 @@ static tk_engine *pick(shoal_controller *ctl, const tk_task *t)
 	case SHOAL_SCHEME_LEASTLOAD:
 	default:
 		for (tk_engine *e = ctl->engines; e; e = e->next)
-			if ((t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num) &&
-			    (!best || e->inflight < best->inflight))
+			if (may_run(t, e) && (!best || e->inflight < best->inflight))
 				best = e;
 		return best;
 	}
 }
 
-/* Gives t to an engine (its writer is kicked by the caller, via
- * kick_all), or queues it until one can take it. */
+/* t is engine e's from now on (sent already, or not yet), on the books. */
+static void give(shoal_controller *ctl, tk_task *t, tk_engine *e, bool sent)
+{
+	t->on = e;
+	t->sent = sent;
+	e->inflight++;
+	e->last = ++ctl->clock;
+	atomic_fetch_add_explicit(&ctl->n_running, 1, memory_order_relaxed);
+}
+
+/* Gives t to an engine, into its outbox (its writer is kicked), or
+ * queues it until one can take it. */
 static void assign(shoal_controller *ctl, tk_task *t)
 {
 	tk_engine *e = pick(ctl, t);
@@ -387,11 +400,7 @@ static void assign(shoal_controller *ctl, tk_task *t)
 		atomic_fetch_add_explicit(&ctl->n_queued, 1, memory_order_relaxed);
 		return;
 	}
-	t->on = e;
-	t->sent = false;
-	e->inflight++;
-	e->last = ++ctl->clock;
-	atomic_fetch_add_explicit(&ctl->n_running, 1, memory_order_relaxed);
+	give(ctl, t, e, false);
 	q_push(&e->outbox, t);
 	kick(&e->c);
 }
@@ -1032,11 +1041,7 @@ static int pad(int fd, uint64_t n)
 static int relay(tk_client *c, tk_engine *e, tk_task *t, uint64_t n)
 {
 	shoal_controller *ctl = c->c.ctl;
-	t->on = e;
-	t->sent = true;
-	e->inflight++;
-	e->last = ++ctl->clock;
-	atomic_fetch_add_explicit(&ctl->n_running, 1, memory_order_relaxed);
+	give(ctl, t, e, true);
 	t->writing++;
 	e->c.users++;
 	int crc = 0, erc = take_turn(&e->c);
