@@ -294,6 +294,39 @@ SH_TEST(dead_engines_retry_then_fail)
 	waitpid(pids[3], NULL, 0);
 }
 
+/* An engine killed with its ring full of tasks: the ones it had fail at
+ * once, however many (each failure once cost a scan of the books). */
+SH_TEST_T(an_engine_dies_with_many_tasks, 120)
+{
+	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
+	pid_t pid;
+	engines(c, 1, &pid);
+	shoal_farm *f = client(c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	shoal_task t;
+	CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 10000), NULL, &t));
+	enum { MANY = 200000 };
+	for (int i = 0; i < MANY; i++)
+		CHECK_OK(shoal_farm_submit(f, "add", NULL, NULL, &t));
+	CHECK_OK(shoal_farm_flush(f));
+	WAIT_FOR(stat_of(c).running == MANY + 1, 10000);
+	CHECK_EQ(stat_of(c).running, MANY + 1);
+	CHECK(kill(pid, SIGKILL) == 0);
+	CHECK_EQ(waitpid(pid, NULL, 0), pid);
+	/* what it had fails, what it had not been sent waits for an engine */
+	WAIT_FOR(stat_of(c).engines == 0 && stat_of(c).running == 0, 5000);
+	shoal_controller_stat st = stat_of(c);
+	CHECK_EQ(st.running, 0);
+	CHECK(st.failed >= 1);
+	CHECK_EQ(st.failed + st.queued, MANY + 1);
+	shoal_farm_close(f);
+	WAIT_FOR(!stat_of(c).queued && !stat_of(c).clients, 5000);
+	CHECK_EQ(stat_of(c).queued, 0);
+	shoal_vbuf_free(vb);
+	shoal_controller_close(c);
+}
+
 SH_TEST(deadlines_and_targets)
 {
 	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);

@@ -235,19 +235,34 @@ static void kick(tk_conn *c)
 
 /* ---- results ---- */
 
+/* t is engine e's from now on (sent already, or not yet), on the books. */
+static void give(shoal_controller *ctl, tk_task *t, tk_engine *e, bool sent)
+{
+	t->on = e;
+	t->sent = sent;
+	e->inflight++;
+	e->last = ++ctl->clock;
+	atomic_fetch_add_explicit(&ctl->n_running, 1, memory_order_relaxed);
+}
+
+/* The reverse: t is no engine's (it goes elsewhere, or nowhere). */
+static void take_back(shoal_controller *ctl, tk_task *t)
+{
+	t->on->inflight--;
+	t->on = NULL;
+	atomic_fetch_sub_explicit(&ctl->n_running, 1, memory_order_relaxed);
+}
+
 /* Takes t off the books; a queue it is in frees it when it comes out. */
 static void forget(shoal_controller *ctl, tk_task *t)
 {
 	if (t->deadline)
 		ctl->with_deadline--;
 	sh_map_del(&ctl->tasks, t->tid);
-	if (t->on) {
-		t->on->inflight--;
-		atomic_fetch_sub_explicit(&ctl->n_running, 1, memory_order_relaxed);
-	} else if (t->queued) {
+	if (t->on)
+		take_back(ctl, t);
+	else if (t->queued)
 		atomic_fetch_sub_explicit(&ctl->n_queued, 1, memory_order_relaxed); /* pending */
-	}
-	t->on = NULL;
 	if (t->queued || t->unmet || t->writing)
 		t->over = true; /* freed when it leaves its queue, or its waits end */
 	else
@@ -378,16 +393,6 @@ static tk_engine *pick(shoal_controller *ctl, const tk_task *t)
 				best = e;
 		return best;
 	}
-}
-
-/* t is engine e's from now on (sent already, or not yet), on the books. */
-static void give(shoal_controller *ctl, tk_task *t, tk_engine *e, bool sent)
-{
-	t->on = e;
-	t->sent = sent;
-	e->inflight++;
-	e->last = ++ctl->clock;
-	atomic_fetch_add_explicit(&ctl->n_running, 1, memory_order_relaxed);
 }
 
 /* Gives t to an engine, into its outbox (its writer is kicked), or
@@ -635,8 +640,9 @@ static int on_submit(tk_client *c, const sh_frame *f)
 static void client_gone(shoal_controller *ctl, tk_client *c)
 {
 	/* Forgetting a task deletes it from the map, which moves entries:
-	 * the ones to drop are gathered first. (Scanning again from the
-	 * start after each drop made dropping n tasks cost n scans.) */
+	 * the ones to drop are gathered first (a rescan after each drop made
+	 * n of them cost n scans). Out of memory for the list, the rest are
+	 * found by rescanning. */
 	sh_ptrstack drop = {0};
 	bool all = true;
 	size_t it = 0;
@@ -644,24 +650,23 @@ static void client_gone(shoal_controller *ctl, tk_client *c)
 	void *val;
 	while (sh_map_next(&ctl->tasks, &it, &key, &val)) {
 		tk_task *t = val;
-		if (t->client == c && !t->sent)
+		if (t->client != c)
+			continue;
+		t->client = NULL;
+		if (!t->sent)
 			all = all && sh_ptrstack_push(&drop, t) == 0;
-		if (t->client == c)
-			t->client = NULL;
 	}
-	uint64_t dropped = drop.n;
-	for (tk_task *t; (t = sh_ptrstack_pop(&drop)) != NULL;)
+	uint64_t dropped = 0;
+	for (;;) {
+		tk_task *t = sh_ptrstack_pop(&drop);
+		for (it = 0; !t && !all && sh_map_next(&ctl->tasks, &it, &key, &val);)
+			t = !((tk_task *)val)->client && !((tk_task *)val)->sent ? val : NULL;
+		if (!t)
+			break;
 		forget(ctl, t);
-	sh_ptrstack_fini(&drop);
-	/* Out of memory for the list: the rest, the slow way. */
-	for (it = 0; !all && sh_map_next(&ctl->tasks, &it, &key, &val);) {
-		tk_task *t = val;
-		if (!t->client && !t->sent) {
-			forget(ctl, t);
-			dropped++;
-			it = 0; /* the map changed */
-		}
+		dropped++;
 	}
+	sh_ptrstack_fini(&drop);
 	if (dropped)
 		sh_debug("tasks", "client %u gone: %llu tasks dropped", c->c.num,
 			 (unsigned long long)dropped);
@@ -758,31 +763,38 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 			task_free(t);
 			continue;
 		}
-		t->on = NULL;
-		e->inflight--;
-		atomic_fetch_sub_explicit(&ctl->n_running, 1, memory_order_relaxed);
+		take_back(ctl, t);
 		assign(ctl, t);
 	}
+	/* Then those it had. Failing one deletes it from the map, which moves
+	 * entries: they are gathered first (a rescan after each failure made
+	 * n of them cost n scans). Out of memory for the list, the rest are
+	 * found by rescanning. */
+	sh_ptrstack had = {0};
+	bool all = true;
 	size_t it = 0;
 	uint64_t key;
 	void *val;
-	while (sh_map_next(&ctl->tasks, &it, &key, &val)) {
-		tk_task *t = val;
-		if (t->on != e)
-			continue;
+	while (sh_map_next(&ctl->tasks, &it, &key, &val))
+		if (((tk_task *)val)->on == e)
+			all = all && sh_ptrstack_push(&had, val) == 0;
+	for (;;) {
+		tk_task *t = sh_ptrstack_pop(&had);
+		for (it = 0; !t && !all && sh_map_next(&ctl->tasks, &it, &key, &val);)
+			t = ((tk_task *)val)->on == e ? val : NULL;
+		if (!t)
+			break;
 		if (t->retries > 0) {
 			t->retries--;
-			t->on = NULL;
-			e->inflight--;
-			atomic_fetch_sub_explicit(&ctl->n_running, 1, memory_order_relaxed);
+			take_back(ctl, t);
 			atomic_fetch_add_explicit(&ctl->n_retried, 1, memory_order_relaxed);
 			assign(ctl, t);
 		} else {
 			fail(ctl, t, SHOAL_EENGINE, "engine %u (%s) %s while running it", e->c.num,
 			     e->c.peer, how);
-			it = 0;
 		}
 	}
+	sh_ptrstack_fini(&had);
 	sh_info("tasks", "engine %u (%s) %s", e->c.num, e->c.peer, how);
 	for (tk_engine *o = ctl->engines; o; o = o->next)
 		kick(&o->c);
@@ -835,8 +847,6 @@ static void give_turn(tk_conn *c)
 	char token = 1;
 	shoal_chan_send(c->turn, &token, SHOAL_FOREVER); /* capacity 1: never waits */
 }
-
-/* Sends the engine's outbox in RUN batches. */
 
 /* Sends the engine's outbox in RUN batches. Small tasks are copied into
  * the batch; large ones are written from their own bytes (pinned until
