@@ -327,6 +327,35 @@ SH_TEST_T(an_engine_dies_with_many_tasks, 120)
 	shoal_controller_close(c);
 }
 
+/* Many deadlines that pass at once fail their tasks at once (each failure
+ * once cost a scan of the books). */
+SH_TEST_T(many_deadlines_pass_at_once, 120)
+{
+	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
+	pid_t pid;
+	engines(c, 1, &pid);
+	shoal_farm *f = client(c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	shoal_task t;
+	CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 1500), NULL, &t));
+	shoal_task_opts o;
+	shoal_task_opts_init(&o);
+	o.timeout_ns = 200 * MS;
+	enum { MANY = 200000 };
+	for (int i = 0; i < MANY; i++)
+		CHECK_OK(shoal_farm_submit(f, "add", NULL, &o, &t));
+	CHECK_OK(shoal_farm_flush(f));
+	WAIT_FOR(stat_of(c).failed == MANY, 5000);
+	CHECK_EQ(stat_of(c).failed, MANY);
+	const shoal_value *r;
+	CHECK_RC(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)), SHOAL_ETIMEDOUT);
+	shoal_vbuf_free(vb);
+	shoal_farm_close(f);
+	shoal_controller_close(c);
+	waitpid(pid, NULL, 0);
+}
+
 SH_TEST(deadlines_and_targets)
 {
 	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);

@@ -635,38 +635,81 @@ static int on_submit(tk_client *c, const sh_frame *f)
 	return sh_mp_done(&m) == 0 ? 0 : SHOAL_EPROTO;
 }
 
+/* The tasks on the books that match, to act on one by one. Acting on one
+ * may take it or others off the books, and deleting from the map moves
+ * its entries, so their ids are gathered before the first is acted on
+ * (scanning again from the start after each made n of them cost n
+ * scans), and each is looked up again when its turn comes. Out of memory
+ * for the ids, the rest are found by rescanning. */
+typedef bool (*tk_match)(const tk_task *t, const void *arg);
+
+typedef struct tk_sweep {
+	shoal_controller *ctl;
+	tk_match match;
+	const void *arg;
+	uint64_t *tids;
+	uint32_t n, cap;
+	bool all; /* every match is in tids */
+} tk_sweep;
+
+static void sweep_begin(tk_sweep *w, shoal_controller *ctl, tk_match match, const void *arg)
+{
+	*w = (tk_sweep){.ctl = ctl, .match = match, .arg = arg, .all = true};
+	size_t it = 0;
+	uint64_t key;
+	void *val;
+	while (w->all && sh_map_next(&ctl->tasks, &it, &key, &val))
+		if (match(val, arg)) {
+			w->all = sh_grow_array((void **)&w->tids, &w->cap, w->n,
+					       sizeof(*w->tids)) == 0;
+			if (w->all)
+				w->tids[w->n++] = key;
+		}
+}
+
+/* The next match not acted on yet, or NULL; the caller acts on it so that
+ * it no longer matches. */
+static tk_task *sweep_next(tk_sweep *w)
+{
+	while (w->n) {
+		tk_task *t = sh_map_get(&w->ctl->tasks, w->tids[--w->n]);
+		if (t && w->match(t, w->arg))
+			return t;
+	}
+	size_t it = 0;
+	uint64_t key;
+	void *val;
+	while (!w->all && sh_map_next(&w->ctl->tasks, &it, &key, &val))
+		if (w->match(val, w->arg))
+			return val;
+	if (w->tids)
+		shoal_free(w->tids, w->cap * sizeof(*w->tids));
+	w->tids = NULL;
+	w->cap = 0;
+	return NULL;
+}
+
+static bool unsent_of(const tk_task *t, const void *client)
+{
+	return t->client == client && !t->sent;
+}
+
 /* The client went: what it queued is dropped, what runs is answered to
  * nobody. */
 static void client_gone(shoal_controller *ctl, tk_client *c)
 {
-	/* Forgetting a task deletes it from the map, which moves entries:
-	 * the ones to drop are gathered first (a rescan after each drop made
-	 * n of them cost n scans). Out of memory for the list, the rest are
-	 * found by rescanning. */
-	sh_ptrstack drop = {0};
-	bool all = true;
+	tk_sweep w;
+	uint64_t dropped = 0;
+	sweep_begin(&w, ctl, unsent_of, c);
+	for (tk_task *t; (t = sweep_next(&w)) != NULL; dropped++)
+		forget(ctl, t);
+	/* what runs is answered to nobody */
 	size_t it = 0;
 	uint64_t key;
 	void *val;
-	while (sh_map_next(&ctl->tasks, &it, &key, &val)) {
-		tk_task *t = val;
-		if (t->client != c)
-			continue;
-		t->client = NULL;
-		if (!t->sent)
-			all = all && sh_ptrstack_push(&drop, t) == 0;
-	}
-	uint64_t dropped = 0;
-	for (;;) {
-		tk_task *t = sh_ptrstack_pop(&drop);
-		for (it = 0; !t && !all && sh_map_next(&ctl->tasks, &it, &key, &val);)
-			t = !((tk_task *)val)->client && !((tk_task *)val)->sent ? val : NULL;
-		if (!t)
-			break;
-		forget(ctl, t);
-		dropped++;
-	}
-	sh_ptrstack_fini(&drop);
+	while (sh_map_next(&ctl->tasks, &it, &key, &val))
+		if (((tk_task *)val)->client == c)
+			((tk_task *)val)->client = NULL;
 	if (dropped)
 		sh_debug("tasks", "client %u gone: %llu tasks dropped", c->c.num,
 			 (unsigned long long)dropped);
@@ -747,6 +790,11 @@ static void engine_end(pid_t pid, char *how, size_t len)
 	}
 }
 
+static bool runs_on(const tk_task *t, const void *engine)
+{
+	return t->on == engine;
+}
+
 /* The engine went: what it had goes to another one, while retries last. */
 static void engine_gone(shoal_controller *ctl, tk_engine *e)
 {
@@ -766,24 +814,10 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 		take_back(ctl, t);
 		assign(ctl, t);
 	}
-	/* Then those it had. Failing one deletes it from the map, which moves
-	 * entries: they are gathered first (a rescan after each failure made
-	 * n of them cost n scans). Out of memory for the list, the rest are
-	 * found by rescanning. */
-	sh_ptrstack had = {0};
-	bool all = true;
-	size_t it = 0;
-	uint64_t key;
-	void *val;
-	while (sh_map_next(&ctl->tasks, &it, &key, &val))
-		if (((tk_task *)val)->on == e)
-			all = all && sh_ptrstack_push(&had, val) == 0;
-	for (;;) {
-		tk_task *t = sh_ptrstack_pop(&had);
-		for (it = 0; !t && !all && sh_map_next(&ctl->tasks, &it, &key, &val);)
-			t = ((tk_task *)val)->on == e ? val : NULL;
-		if (!t)
-			break;
+	/* Then those it had. */
+	tk_sweep w;
+	sweep_begin(&w, ctl, runs_on, e);
+	for (tk_task *t; (t = sweep_next(&w)) != NULL;) {
 		if (t->retries > 0) {
 			t->retries--;
 			take_back(ctl, t);
@@ -794,7 +828,6 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 			     e->c.peer, how);
 		}
 	}
-	sh_ptrstack_fini(&had);
 	sh_info("tasks", "engine %u (%s) %s", e->c.num, e->c.peer, how);
 	for (tk_engine *o = ctl->engines; o; o = o->next)
 		kick(&o->c);
@@ -1447,6 +1480,11 @@ static void spares_trim(shoal_controller *ctl)
 		spares_free(ctl);
 }
 
+static bool overdue(const tk_task *t, const void *now)
+{
+	return t->deadline && *(const int64_t *)now > t->deadline;
+}
+
 /* Fails what passed its deadline; trims the spares. */
 static void *deadline_main(void *arg)
 {
@@ -1456,18 +1494,12 @@ static void *deadline_main(void *arg)
 		if (!ctl->with_deadline)
 			continue;
 		int64_t now = shoal_now_ns();
-		size_t it = 0;
-		uint64_t key;
-		void *val;
-		while (sh_map_next(&ctl->tasks, &it, &key, &val)) {
-			tk_task *t = val;
-			if (t->deadline && now > t->deadline) {
-				fail(ctl, t, SHOAL_ETIMEDOUT,
-				     "task %llu did not finish before its deadline",
-				     (unsigned long long)t->cid);
-				it = 0;
-			}
-		}
+		tk_sweep w;
+		sweep_begin(&w, ctl, overdue, &now);
+		for (tk_task *t; (t = sweep_next(&w)) != NULL;)
+			fail(ctl, t, SHOAL_ETIMEDOUT,
+			     "task %llu did not finish before its deadline",
+			     (unsigned long long)t->cid);
 	}
 	return NULL;
 }
