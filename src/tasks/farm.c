@@ -411,7 +411,6 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 	sh_value_pack(&pk, args ? args : &nil, f->store, NULL);
 	pack_opts(&pk, o);
 	if (f->sub.err) {
-
 		rc = f->sub.err;
 		f->sub.err = 0;
 		f->sub.len = mark;
