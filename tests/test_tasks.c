@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -547,11 +548,24 @@ static shoal_controller *tcp_controller(char *addr, size_t len)
 	return c;
 }
 
+/* Refusals the controller logged (its thread calls the sink). */
+static _Atomic int refusals_logged;
+
+static void refusal_sink(shoal_log_level level, const char *component, const char *line, void *ctx)
+{
+	(void)ctx;
+	if (level == SHOAL_LOG_WARN && !strcmp(component, "tasks") && strstr(line, "refused") &&
+	    strstr(line, "over TCP"))
+		atomic_fetch_add(&refusals_logged, 1);
+	fprintf(stderr, "shoal [%s] %s\n", component, line);
+}
+
 /* Engines and clients on other hosts come over TCP, and must know the
  * secret; here they are on loopback. */
 SH_TEST(tcp_peers_prove_the_secret)
 {
 	char addr[160];
+	shoal_log_set_sink(refusal_sink, NULL); /* before the controller's thread logs */
 	shoal_controller *c = tcp_controller(addr, sizeof(addr));
 	/* the right secret: engines and a client over TCP */
 	setenv("SHOAL_SECRET", secret, 1);
@@ -570,6 +584,9 @@ SH_TEST(tcp_peers_prove_the_secret)
 	CHECK_EQ(waitpid(pids[2], &st, 0), pids[2]);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
 	CHECK_EQ(stat_of(c).engines, 2);
+	/* and logged, each */
+	WAIT_FOR(atomic_load(&refusals_logged) == 2, 5000);
+	CHECK_EQ(atomic_load(&refusals_logged), 2);
 	/* too short, or none at all: no connection is even tried */
 	setenv("SHOAL_SECRET", "short", 1);
 	CHECK_RC(shoal_farm_connect(&g, addr), SHOAL_EINVAL);
@@ -580,6 +597,7 @@ SH_TEST(tcp_peers_prove_the_secret)
 	flood(f, 100);
 	shoal_farm_close(f);
 	shoal_controller_close(c);
+	shoal_log_set_sink(NULL, NULL);
 	for (int i = 0; i < 2; i++)
 		waitpid(pids[i], NULL, 0);
 	/* a controller will not listen on TCP without a secret */
