@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define sh_likely(x) __builtin_expect(!!(x), 1)
 #define sh_unlikely(x) __builtin_expect(!!(x), 0)
@@ -29,6 +30,32 @@ static inline __attribute__((always_inline)) void sh_prefetch(const void *p)
 #else
 	__builtin_prefetch(p);
 #endif
+}
+
+/* The same, for a line about to be written: fetched exclusive, so the
+ * stores find it owned instead of each waiting for its own request for
+ * ownership. (x86 CPUs without PREFETCHW decode it as a no-op.) */
+static inline __attribute__((always_inline)) void sh_prefetchw(const void *p)
+{
+#if defined(__x86_64__)
+	__asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
+#elif defined(__aarch64__)
+	__asm__ volatile("prfm pstl1keep, %0" : : "Q"(*(const char *)p));
+#else
+	__builtin_prefetch(p, 1);
+#endif
+}
+
+/* memset(p, 0, n) for a small constant n on a hot path. For more than 64
+ * bytes GCC 12 at -O2 emits `rep stos`, whose start-up cost was the largest
+ * part of a fiber's spawn; 64 bytes at a time it emits plain stores. */
+static inline __attribute__((always_inline)) void sh_zero(void *p, size_t n)
+{
+	char *q = p;
+	for (; n >= 64; n -= 64, q += 64)
+		memset(q, 0, 64);
+	if (n)
+		memset(q, 0, n);
 }
 
 /* Sanitizer detection, for gcc and clang alike. */

@@ -396,7 +396,10 @@ int shoal_chan_create(shoal_chan **out, size_t elem_size, size_t capacity)
 	shoal_chan *c = chan_alloc(s, total);
 	if (!c)
 		return SHOAL_ENOMEM;
-	*c = (shoal_chan){.sched = s, .elem_size = elem_size, .cap = capacity};
+	sh_zero(c, sizeof(*c));
+	c->sched = s;
+	c->elem_size = elem_size;
+	c->cap = capacity;
 	c->all_next = s->chans;
 	if (s->chans)
 		s->chans->all_prev = c;
