@@ -19,13 +19,25 @@
 
 #include "fiber/fiber_impl.h"
 
-/* Timed runs per case (the best is reported, as timeit does), each in its
- * own process after RUNS - 1 untimed warm-up runs; shoal's and Go's
- * processes alternate, so a drift in the machine's speed (it is shared)
- * hits both sides alike. */
+/* Timed as the seed's `timeit -n 3` does: REPS repeats of LOOPS runs each,
+ * a repeat's figure the mean of its loops, the best repeat reported. Each
+ * repeat is its own process, which makes one untimed warm-up run first (a
+ * process's first run pays its page faults; timeit's first repeat pays
+ * them too, and is seldom the best); shoal's and Go's processes alternate,
+ * so a drift in the machine's speed (it is shared) hits both sides alike. */
 #define REPS 3
-#define RUNS 2
+#define LOOPS 3
+#define RUNS (1 + LOOPS) /* runs in a process: the warm-up, then the loops */
 #define SUITE "fibers"
+
+/* A repeat's figure: the mean of its timed loops (t[1..RUNS-1]). */
+static double loops_mean(const double *t)
+{
+	double sum = 0;
+	for (int i = 1; i < RUNS; i++)
+		sum += t[i];
+	return sum / LOOPS;
+}
 
 /* ---- the PRNG, identical in hackysack.go -------------------------------- */
 
@@ -486,12 +498,13 @@ struct job {
 	uint64_t turns; /* or switches */
 };
 
+/* A process's runs; for a side (struct side), its repeats' figures. */
 struct job_out {
 	int reps;
-	double t[REPS];
+	double t[RUNS];
 	long pss_kib;
 	double sched_switches;		  /* scheduler switches over the whole job */
-	double first[REPS], resume[REPS]; /* JOB_STACKS: the two visits */
+	double first[RUNS], resume[RUNS]; /* JOB_STACKS: the two visits */
 	size_t stack_size;		  /* JOB_STACKS: bytes a stack */
 };
 
@@ -857,8 +870,10 @@ static void progress(const sh_bench_opts *o, int test, const char *who, const st
 }
 
 /* One side of a case: the timed runs gathered over the rounds. */
+_Static_assert(REPS <= RUNS, "a side's repeats fit in job_out.t");
+
 struct side {
-	struct job_out all; /* t[] holds the timed run of each round */
+	struct job_out all; /* t[] holds each repeat's figure */
 	long rss;	    /* the largest peak of its processes */
 	int failed;
 	char err[256];
@@ -866,7 +881,7 @@ struct side {
 
 static void side_add(struct side *sd, int round, const struct job_out *jo, long rss)
 {
-	sd->all.t[sd->all.reps++] = jo->t[RUNS - 1];
+	sd->all.t[sd->all.reps++] = loops_mean(jo->t);
 	if (rss > sd->rss)
 		sd->rss = rss;
 	if (round == 0)
@@ -947,9 +962,9 @@ static void run_stacks(const sh_bench_opts *o, sh_bench_report *r, uint32_t n)
 			failed = 1;
 			break;
 		}
-		t[reps] = jo.t[RUNS - 1];
-		first[reps] = jo.first[RUNS - 1];
-		resume[reps] = jo.resume[RUNS - 1];
+		t[reps] = loops_mean(jo.t);
+		first[reps] = loops_mean(jo.first);
+		resume[reps] = loops_mean(jo.resume);
 		stack_size = jo.stack_size;
 		peak = rss > peak ? rss : peak;
 		reps++;
@@ -974,13 +989,15 @@ static void run_stacks(const sh_bench_opts *o, sh_bench_report *r, uint32_t n)
 
 static void suite_notes(sh_bench_report *r)
 {
-	sh_bench_note(r,
-		      "min (best) is the best of %d timed runs, as timeit reports; each runs in "
-		      "its own process after a warm-up run, and shoal's and Go's processes "
-		      "alternate so both see the same machine; peak RSS is the largest "
-		      "ru_maxrss of those processes (pss_kib in --json: Pss when the last kick "
-		      "lands in the warm-up run, every sacker alive).",
-		      REPS);
+	sh_bench_note(
+		r,
+		"min (best) is the best of %d repeats of %d loops, as the seed's timeit -n %d "
+		"reports: a repeat's figure is the mean of its loops, and each repeat runs in "
+		"its own process after an untimed warm-up run; shoal's and Go's processes "
+		"alternate so both see the same machine; peak RSS is the largest "
+		"ru_maxrss of those processes (pss_kib in --json: Pss when the last kick "
+		"lands in the warm-up run, every sacker alive).",
+		REPS, LOOPS, LOOPS);
 	sh_bench_note(
 		r, "stacks: the floor under hackysack n=10000: each of its n+1 stacks (the "
 		   "scheduler's own pool, size and guard page) entered to a first frame "

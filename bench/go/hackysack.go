@@ -1,6 +1,7 @@
 // The Go baseline of `shoal bench fibers`: the Stackless hackysack benchmark
 // (and its hop and switch variants) written with goroutines and unbuffered
-// channels, with the same semantics, PRNG, seeds and best-of-N timing as
+// channels, with the same semantics, PRNG, seeds and timing (runs the C side
+// groups into repeats of timed loops after a warm-up) as
 // bench/suite_fibers.c, so the two rows of a case differ only in the runtime.
 // The C side builds this file with the stdlib only and runs one process per
 // case; it parses the single "ok ..." or "error ..." line printed at the end.
@@ -171,7 +172,7 @@ func main() {
 	test := flag.String("test", "hackysack", "hackysack, hop or switch")
 	n := flag.Uint("n", 10000, "sackers besides the first")
 	turns := flag.Uint64("turns", 1000, "kicks before everyone goes home")
-	reps := flag.Int("reps", 3, "repetitions (the best is the result)")
+	reps := flag.Int("reps", 3, "runs, each timed and printed")
 	variant := flag.String("variant", "yield", "switch: yield or chan")
 	switches := flag.Uint64("switches", 1000000, "switch: handoffs to time")
 	flag.Parse()
