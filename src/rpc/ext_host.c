@@ -855,16 +855,15 @@ static bool call_fits(shoal_ext *e)
 	return need <= sh_ring_room(&e->req);
 }
 
-/* Packs the call's frame body (fn and args) into e->out. */
-static void pack_call(shoal_ext *e, const char *fn, const shoal_value *args, bool shared)
+void sh_ext_pack_call(sh_wbuf *w, const char *fn, const shoal_value *args, shoal_client *shared)
 {
-	sh_wbuf_frame_begin(&e->out);
+	sh_wbuf_frame_begin(w);
 	msgpack_packer pk;
-	sh_wbuf_packer(&e->out, &pk);
+	sh_wbuf_packer(w, &pk);
 	msgpack_pack_array(&pk, 2);
 	sh_mp_pack_cstr(&pk, fn);
 	shoal_value nil = {.type = SHOAL_V_NIL};
-	sh_value_pack(&pk, args ? args : &nil, shared ? e->store : NULL, &e->out);
+	sh_value_pack(&pk, args ? args : &nil, shared, w);
 }
 
 /* Sends a call; f (zeroed by the caller) becomes its record in flight. */
@@ -907,7 +906,7 @@ static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int6
 	 * them may serve the extension's calls, which use e->out: the call is
 	 * packed again after that. */
 	for (shoal_future *p;;) {
-		pack_call(e, fn, args, shared);
+		sh_ext_pack_call(&e->out, fn, args, shared ? e->store : NULL);
 		if (e->dead || e->out.err || (p = oldest_unanswered(e)) == NULL || call_fits(e))
 			break;
 		keep_reply(e, p);

@@ -40,6 +40,11 @@ typedef struct sh_ext_ready {
  * the error. Both sides use it: the host sets limits, the runner joins. */
 int sh_ext_write_file(const char *path, const char *text);
 
+/* Packs a CALL frame's body, [fn, args] (nil when args is NULL), into w;
+ * payloads go by reference through the store when shared is set. Both
+ * sides call: the host its extension, the runner a host service. */
+void sh_ext_pack_call(sh_wbuf *w, const char *fn, const shoal_value *args, shoal_client *shared);
+
 /* The runner's main (tools/shoal-ext.c calls it). */
 int sh_ext_runner_main(int argc, char **argv);
 

@@ -232,16 +232,10 @@ int shoal_ext_call_host(shoal_ext_ctx *ctx, const char *method, const shoal_valu
 	if (d + 1 >= MAX_DEPTH)
 		return shoal_ext_fail(ctx, SHOAL_ERANGE, "calls nested deeper than %d", MAX_DEPTH);
 	level *L = &R->lv[d], *next = &R->lv[d + 1];
-	/* This level's writer is free while its function runs. */
-	sh_wbuf_frame_begin(&L->w);
-	msgpack_packer pk;
-	sh_wbuf_packer(&L->w, &pk);
-	msgpack_pack_array(&pk, 2);
-	sh_mp_pack_cstr(&pk, method);
-	shoal_value nil = {.type = SHOAL_V_NIL};
-	/* Calls to the host copy their payloads: a host service that wants a
-	 * tensor shared can take it from the store itself. */
-	sh_value_pack(&pk, args ? args : &nil, NULL, &L->w);
+	/* This level's writer is free while its function runs. Calls to the
+	 * host copy their payloads: a host service that wants a tensor shared
+	 * can take it from the store itself. */
+	sh_ext_pack_call(&L->w, method, args, NULL);
 	sh_frame f = {.op = SH_EXT_OP_CALL, .seq = ++R->seq};
 	int rc = send_frame(R, &L->w, &f);
 	if (rc)
