@@ -17,7 +17,7 @@
 
 #include <shoal/shoal.h>
 
-#include "fiber/fiber_impl.h"
+#include "fiber/switch.h"
 
 /* Timed as the seed's `timeit -n 3` does: REPS repeats of LOOPS runs each,
  * a repeat's figure the mean of its loops, the best repeat reported. Each
@@ -380,9 +380,9 @@ static int sw_run_once(int use_chan, uint64_t switches, double *elapsed, char *e
 
 /* Every sacker's stack is visited at least twice in a hackysack run: its
  * first run (to its first receive) and its exit. With thousands of fibers
- * both visits find the stack cold: a TLB miss for its page (guard pages
- * keep each stack on pages of its own) and cache misses for its lines.
- * This measures those two visits with nothing else: stacks from the fiber
+ * both visits find the stack's lines out of the caches (and its page out
+ * of the TLB, though stacks on 2 MiB pages took no less time: the cost is
+ * the lines). This measures those two visits with nothing else: stacks from the fiber
  * layer's own pool and layout (size, guard page, colour), entered and left
  * with its own context switch, in the order hackysack visits them,
  * prefetched ahead as the scheduler does, and no scheduler, channel or fiber
@@ -420,13 +420,6 @@ static void fl_body(void *arg)
 	__builtin_unreachable();
 }
 
-/* The scheduler's colouring (sh_stack_top): fiber i starts i % 32 lines
- * below the end of its stack. */
-static char *fl_top(const sh_stack *st, uint32_t i)
-{
-	return st->base + st->size - (size_t)(i % 32) * 64;
-}
-
 /* Visits prefetch the stacks ahead as the scheduler does (switch.h): every
  * 8 visits, the stacks of the 8 visits after the next, so that their page
  * walks overlap. */
@@ -440,14 +433,13 @@ static void fl_run_once(struct fl_run *w, const sh_stack *st, uint32_t n, double
 	for (uint32_t i = 0; i < n; i++) {
 		for (uint32_t j = i + 2; i % FL_ROUND == 0 && j < i + 2 + FL_ROUND && j < n; j++)
 			for (int l = 1; l <= 4; l++)
-				sh_prefetch(fl_top(&st[j], j) - 64 * l);
-		sh_ctx_start(&w->main_sp, fl_top(&st[i], i), &w->sps[i], fl_body);
+				sh_prefetch(sh_stack_top(&st[j]) - 64 * l);
+		sh_ctx_start(&w->main_sp, sh_stack_top(&st[i]), &w->sps[i], fl_body);
 	}
 	double t1 = sh_bench_now();
 	for (uint32_t i = 0; i < n; i++) {
 		for (uint32_t j = i + 2; i % FL_ROUND == 0 && j < i + 2 + FL_ROUND && j < n; j++)
-			for (int l = 0; l < 4; l++)
-				sh_prefetch((char *)w->sps[j] + 64 * l);
+			sh_prefetch_frames(w->sps[j], 0);
 		sh_ctx_switch(&w->main_sp, w->sps[i]);
 	}
 	double t2 = sh_bench_now();
@@ -1004,7 +996,7 @@ static void suite_notes(sh_bench_report *r)
 		   "and resumed once more to finish, with the fiber layer's context switch, "
 		   "stacks prefetched ahead as the scheduler does, and nothing else (no scheduler, "
 		   "channel or fiber structure). Every sacker needs at least these two "
-		   "visits, each a TLB and cache miss.");
+		   "visits, each to stack lines that have left the caches.");
 	if (go.state == 1 && go.gomaxprocs > 0)
 		sh_bench_note(r,
 			      "go: %s, GOMAXPROCS=%d (its default here) for hackysack and hop, "

@@ -452,7 +452,7 @@ size_t shoal_chan_len(const shoal_chan *c)
 /* A blocked fiber waits through the waiter and the small buffer inside its
  * own structure, so the fiber that completes the operation touches only the
  * channel and the (densely packed) fiber structures, never the sleeper's
- * stack page: with thousands of fibers every stack page is a TLB miss. */
+ * stack: with thousands of fibers its lines have left the caches. */
 static inline __attribute__((always_inline)) int block_on(shoal_sched *s, shoal_chan *c, sh_wq *q,
 							  void *elem, bool send, int64_t deadline)
 {

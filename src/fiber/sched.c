@@ -369,7 +369,6 @@ int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fib
 		s->id_end = s->id_next + 1024;
 	}
 	f->id = s->id_next++;
-	f->color = (uint8_t)(f->id % 32);
 	if (opts && opts->name)
 		shoal_fiber_set_name(f, opts->name);
 #if defined(SH_ASAN)

@@ -40,26 +40,27 @@ static inline shoal_fiber *sh_runq_pop(shoal_sched *s)
 	return f;
 }
 
-/* Stacks are page-aligned, so without an offset every fiber's hot frames
- * would share the same few L1 sets (the cache index comes from the page
- * offset) and a channel hop would evict the previous fiber's frames. */
-static inline char *sh_stack_top(const shoal_fiber *f)
-{
-	return f->stack.base + f->stack.size - (size_t)f->color * 64;
-}
-
 /* Beyond this many fibers their stacks no longer fit in the caches. */
 #define SH_COLD_FIBERS 1024
 
-/* A parked fiber's frames, from sp + from to sp + 384, but not past sp's
- * (4 KiB) page: a shallow stack ends there, and the next page is another
- * stack's guard page, whose failed walk costs what it was to save. */
+/* A parked fiber's frames: from sp + from up to its stack's top, at most
+ * 384 bytes. While sp is in its stack's last page, that page's end gives
+ * the top (sh_stack_top). Each line beyond the top would be one more fetch
+ * from memory: a hackysack sacker parks 192 bytes deep, 3 lines, where a
+ * fixed 384 bytes asked for 7. Deeper, the frames run at least to the end
+ * of sp's page, and past it may be another stack's guard page, whose
+ * failed walk costs what it was to save. */
 static inline __attribute__((always_inline)) void sh_prefetch_frames(const char *sp, int from)
 {
-	uintptr_t end = ((uintptr_t)sp | 4095) + 1;
-	for (int i = from; i <= 384; i += 64)
-		if ((uintptr_t)sp + (uintptr_t)i < end)
-			sh_prefetch(sp + i);
+	uintptr_t p = (uintptr_t)sp;
+	uintptr_t end = (p | 4095) + 1;
+	uintptr_t top = end - (uintptr_t)sh_stack_color(end) * 64;
+	if (top > p)
+		end = top;
+	if (end > p + 384)
+		end = p + 384;
+	for (uintptr_t a = p + (uintptr_t)from; a < end; a += 64)
+		sh_prefetch((const void *)a);
 }
 
 /* Where fiber f will run: its parked frames, or where its first frames go
@@ -69,7 +70,7 @@ static inline __attribute__((always_inline)) void sh_prefetch_fiber(const shoal_
 	if (f->sp) {
 		sh_prefetch_frames(f->sp, 0);
 	} else if (f->stack.base) {
-		const char *top = sh_stack_top(f);
+		const char *top = sh_stack_top(&f->stack);
 		for (int i = 64; i <= 256; i += 64)
 			sh_prefetch(top - i);
 	}
@@ -77,11 +78,10 @@ static inline __attribute__((always_inline)) void sh_prefetch_fiber(const shoal_
 
 /* With thousands of fibers, every SH_AHEAD switches: the frames of the
  * SH_AHEAD fibers that run after the next one (nn), and the structures of
- * the SH_AHEAD after those, whose frames the next round asks for. A
- * prefetch to a stack page that is not in the TLB waits for its page walk
- * before it retires; asked for together, the walks overlap (one ahead at
- * each switch, they came one after another: 141 against 111 ns a fiber's
- * exit, hackysack 10000x1000 3.70 against 3.28 ms). */
+ * the SH_AHEAD after those, whose frames the next round asks for. Asked
+ * for together, the misses overlap (one ahead at each switch, they came
+ * one after another: 141 against 111 ns a fiber's exit, hackysack
+ * 10000x1000 3.70 against 3.28 ms). */
 #define SH_AHEAD 8
 
 static inline __attribute__((always_inline)) void sh_prefetch_ahead(shoal_sched *s,
@@ -111,14 +111,14 @@ static inline __attribute__((always_inline)) void sh_switch_to(shoal_sched *s, s
 #endif
 	if (sh_likely(to->sp != NULL)) {
 		if (s->live >= SH_COLD_FIBERS) {
-			/* Resuming pops through four or five frames, each a cold
-			 * line behind one TLB miss: ask for all of them at once
-			 * instead of one after another. */
+			/* Resuming pops through four or five frames on cold
+			 * lines: ask for all of them at once instead of one
+			 * after another. */
 			sh_prefetch_frames(to->sp, 64);
 		}
 		sh_ctx_switch(&from->sp, to->sp);
 	} else
-		sh_ctx_start(&from->sp, sh_stack_top(to), to, sh_fiber_main);
+		sh_ctx_start(&from->sp, sh_stack_top(&to->stack), to, sh_fiber_main);
 #if defined(SH_ASAN)
 	__sanitizer_finish_switch_fiber(from->asan_fake, NULL, NULL);
 #endif
