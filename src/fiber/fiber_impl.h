@@ -114,7 +114,8 @@ struct shoal_fiber {
 	uint8_t state;
 	uint8_t wait_kind;
 	bool cancelled, detached, is_root, joining;
-	bool has_fls; /* fls is allocated: an exit need not read line 3 */
+	bool has_fls;  /* fls is allocated: an exit need not read line 3 */
+	bool has_name; /* name[] holds one; else a spawn has not touched line 4 */
 	int wake_rc;
 	uint32_t wake_index;
 	uint32_t wait_n;

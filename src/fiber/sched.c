@@ -278,7 +278,7 @@ static shoal_fiber *fiber_struct_alloc(shoal_sched *s)
 		 * left the caches (it was freed a wave of fibers ago) wait for
 		 * its lines one by one; fetch the next one's meanwhile. */
 		const char *nx = s->fiber_free.v[s->fiber_free.n - 1];
-		for (size_t off = 0; off <= offsetof(shoal_fiber, name); off += 64)
+		for (size_t off = 0; off < offsetof(shoal_fiber, name); off += 64)
 			sh_prefetchw(nx + off);
 	}
 	return f;
@@ -355,7 +355,7 @@ int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fib
 		sh_ptrstack_push(&s->fiber_free, f);
 		return rc;
 	}
-	sh_zero(f, offsetof(shoal_fiber, name) + 1);
+	sh_zero(f, offsetof(shoal_fiber, name));
 	f->sched = s;
 	f->stack = st;
 	f->fn = fn;
@@ -507,12 +507,14 @@ const char *shoal_fiber_name(const shoal_fiber *f)
 {
 	if (!f)
 		return "";
-	if (!f->name[0]) {
+	if (!f->has_name) {
 		/* Named lazily: spawning 100 000 fibers need not format 100 000
 		 * strings nobody reads. The cast is safe: fibers are never const
 		 * objects, only const views of mutable ones. */
 		shoal_fiber *m = (shoal_fiber *)(uintptr_t)f;
 		snprintf(m->name, sizeof(m->name), "fiber-%" PRIu64, f->id);
+		atomic_signal_fence(memory_order_release); /* for the overflow handler */
+		m->has_name = true;
 	}
 	return f->name;
 }
@@ -524,6 +526,8 @@ int shoal_fiber_set_name(shoal_fiber *f, const char *name)
 	size_t n = strnlen(name, sizeof(f->name) - 1);
 	memcpy(f->name, name, n);
 	f->name[n] = '\0';
+	atomic_signal_fence(memory_order_release); /* for the overflow handler */
+	f->has_name = true;
 	return 0;
 }
 
@@ -872,6 +876,7 @@ int shoal_sched_create(shoal_sched **out, const shoal_sched_opts *opts)
 	r->w1.fiber = r;
 	r->id = 0;
 	strcpy(r->name, "main");
+	r->has_name = true;
 #if defined(SH_ASAN)
 	{
 		pthread_attr_t a;

@@ -66,7 +66,7 @@ static void on_fault(int sig, siginfo_t *info, void *uctx)
 			char b[320];
 			size_t n = 0;
 			n = put_str(b, n, sizeof(b), "shoal: stack overflow in fiber '");
-			if (f->name[0]) {
+			if (f->has_name) {
 				n = put_str(b, n, sizeof(b), f->name);
 			} else {
 				n = put_str(b, n, sizeof(b), "fiber-");
