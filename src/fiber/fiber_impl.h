@@ -105,9 +105,14 @@ enum sh_fiber_state { SH_RUNNABLE = 1, SH_RUNNING, SH_BLOCKED, SH_DEAD };
  * exit and its join, line 3 by timers and spawning, the rest rarely. */
 #define SH_NO_TIMER UINT32_MAX
 
+/* A fiber that has not run yet keeps its stack's top + SH_SP_FRESH as its
+ * stack pointer (saved ones are 16-aligned): starting it, or fetching where
+ * its first frames go, then reads line 0 only, not the stack in line 2. */
+#define SH_SP_FRESH 1
+
 struct shoal_fiber {
 	/* line 0 */
-	void *sp;		      /* saved stack pointer; NULL until the fiber first runs */
+	void *sp;		      /* saved stack pointer, or top + SH_SP_FRESH */
 	struct shoal_fiber *run_next; /* run queue, or the free list */
 	sh_waiter w1;		      /* the waiter of a plain send or recv */
 	/* line 1 (from offset 72) */

@@ -363,6 +363,7 @@ int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fib
 	f->heap_idx = SH_NO_TIMER;
 	f->wait_fd = -1;
 	f->w1.fiber = f; /* constant: block_on relies on it */
+	f->sp = sh_stack_top(&st) + SH_SP_FRESH;
 	if (sh_unlikely(s->id_next == s->id_end)) {
 		/* Ids come in blocks so spawning takes no atomic per fiber. */
 		s->id_next = atomic_fetch_add_explicit(&next_fiber_id, 1024, memory_order_relaxed);

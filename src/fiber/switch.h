@@ -67,12 +67,13 @@ static inline __attribute__((always_inline)) void sh_prefetch_frames(const char 
  * (below its top) if it has not run yet. */
 static inline __attribute__((always_inline)) void sh_prefetch_fiber(const shoal_fiber *f)
 {
-	if (f->sp) {
-		sh_prefetch_frames(f->sp, 0);
-	} else if (f->stack.base) {
-		const char *top = sh_stack_top(&f->stack);
+	uintptr_t sp = (uintptr_t)f->sp;
+	if (sh_unlikely(sp & SH_SP_FRESH)) {
+		const char *top = (const char *)(sp - SH_SP_FRESH);
 		for (int i = 64; i <= 256; i += 64)
 			sh_prefetch(top - i);
+	} else if (sp) {
+		sh_prefetch_frames(f->sp, 0);
 	}
 }
 
@@ -109,7 +110,7 @@ static inline __attribute__((always_inline)) void sh_switch_to(shoal_sched *s, s
 #if defined(SH_TSAN)
 	__tsan_switch_to_fiber(to->tsan_fiber, 0);
 #endif
-	if (sh_likely(to->sp != NULL)) {
+	if (sh_likely(!((uintptr_t)to->sp & SH_SP_FRESH))) {
 		if (s->live >= SH_COLD_FIBERS) {
 			/* Resuming pops through four or five frames on cold
 			 * lines: ask for all of them at once instead of one
@@ -118,7 +119,7 @@ static inline __attribute__((always_inline)) void sh_switch_to(shoal_sched *s, s
 		}
 		sh_ctx_switch(&from->sp, to->sp);
 	} else
-		sh_ctx_start(&from->sp, sh_stack_top(&to->stack), to, sh_fiber_main);
+		sh_ctx_start(&from->sp, (char *)to->sp - SH_SP_FRESH, to, sh_fiber_main);
 #if defined(SH_ASAN)
 	__sanitizer_finish_switch_fiber(from->asan_fake, NULL, NULL);
 #endif
