@@ -421,8 +421,8 @@ static void fl_body(void *arg)
 }
 
 /* Visits prefetch the stacks ahead as the scheduler does (switch.h): every
- * 8 visits, the stacks of the 8 visits after the next, so that their page
- * walks overlap. */
+ * 8 visits, the stacks of the 8 visits after the next, so that their misses
+ * overlap. */
 #define FL_ROUND 8
 
 static void fl_run_once(struct fl_run *w, const sh_stack *st, uint32_t n, double *first,
@@ -432,8 +432,7 @@ static void fl_run_once(struct fl_run *w, const sh_stack *st, uint32_t n, double
 	double t0 = sh_bench_now();
 	for (uint32_t i = 0; i < n; i++) {
 		for (uint32_t j = i + 2; i % FL_ROUND == 0 && j < i + 2 + FL_ROUND && j < n; j++)
-			for (int l = 1; l <= 4; l++)
-				sh_prefetch(sh_stack_top(&st[j]) - 64 * l);
+			sh_prefetch_first_frames(sh_stack_top(&st[j]));
 		sh_ctx_start(&w->main_sp, sh_stack_top(&st[i]), &w->sps[i], fl_body);
 	}
 	double t1 = sh_bench_now();

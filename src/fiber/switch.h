@@ -63,15 +63,22 @@ static inline __attribute__((always_inline)) void sh_prefetch_frames(const char 
 		sh_prefetch((const void *)a);
 }
 
+/* Where a fiber that has not run yet will put its first frames: the 4 lines
+ * below its stack's top (3 measured slower: the first run goes deeper
+ * than where it parks). */
+static inline __attribute__((always_inline)) void sh_prefetch_first_frames(const char *top)
+{
+	for (int i = 64; i <= 256; i += 64)
+		sh_prefetch(top - i);
+}
+
 /* Where fiber f will run: its parked frames, or where its first frames go
  * (below its top) if it has not run yet. */
 static inline __attribute__((always_inline)) void sh_prefetch_fiber(const shoal_fiber *f)
 {
 	uintptr_t sp = (uintptr_t)f->sp;
 	if (sh_unlikely(sp & SH_SP_FRESH)) {
-		const char *top = (const char *)(sp - SH_SP_FRESH);
-		for (int i = 64; i <= 256; i += 64)
-			sh_prefetch(top - i);
+		sh_prefetch_first_frames((const char *)(sp - SH_SP_FRESH));
 	} else if (sp) {
 		sh_prefetch_frames(f->sp, 0);
 	}
