@@ -483,8 +483,9 @@ void sh_bench_print_json(FILE *f, const sh_bench_report *r)
 			else
 				json_str(f, x->params[k].text);
 		}
-		fprintf(f, "}, \"status\": \"%s\", \"baseline\": %s", status_name(x->status),
-			x->baseline ? "true" : "false");
+		fprintf(f, "}, \"status\": \"%s\", \"baseline\": %s, \"impl\": ",
+			status_name(x->status), x->baseline ? "true" : "false");
+		json_str(f, x->label);
 		if (x->status != SH_BENCH_OK) {
 			fputs(x->status == SH_BENCH_FAILED ? ", \"error\": " : ", \"reason\": ", f);
 			json_str(f, x->message);
@@ -521,7 +522,7 @@ int sh_bench_write_csv(const char *path, const sh_bench_report *r)
 	FILE *f = fopen(path, "w");
 	if (!f)
 		return -1;
-	fputs("suite,test,params,status,baseline,metric,value,message\n", f);
+	fputs("suite,test,params,status,baseline,impl,metric,value,message\n", f);
 	for (size_t i = 0; i < r->n; i++) {
 		const sh_bench_result *x = &r->res[i];
 		char p[256];
@@ -535,6 +536,8 @@ int sh_bench_write_csv(const char *path, const sh_bench_report *r)
 			csv_field(f, p);
 			fprintf(f, ",%s,%s,", status_name(x->status),
 				x->baseline ? "true" : "false");
+			csv_field(f, x->label);
+			fputc(',', f);
 			if (x->nmetrics) {
 				csv_field(f, x->metrics[k].name);
 				fputc(',', f);
@@ -772,24 +775,43 @@ int sh_bench_svg_lines(FILE *f, const sh_bench_report *r, const char *suite, con
 
 /* ---- child processes ---------------------------------------------------- */
 
-int sh_bench_find_tool(const char *tool, char *tool_path, char *lib_path, size_t len)
+/* This program's directory, or -1. */
+static int self_dir(char *buf, size_t len)
 {
-	char self[PATH_MAX / 2]; /* leaves room for the suffixes below */
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	ssize_t n = readlink("/proc/self/exe", buf, len - 1);
 	if (n <= 0)
 		return -1;
-	self[n] = 0;
-	char *slash = strrchr(self, '/');
+	buf[n] = 0;
+	char *slash = strrchr(buf, '/');
 	if (!slash)
 		return -1;
 	*slash = 0;
+	return 0;
+}
+
+int sh_bench_find_aux(const char *name, int mode, char *path, size_t len)
+{
+	char self[PATH_MAX / 2]; /* leaves room for the suffixes below */
+	if (self_dir(self, sizeof(self)) != 0)
+		return -1;
+	snprintf(path, len, "%s/../bench/%s", self, name);
+	if (access(path, mode) == 0)
+		return 0;
+	snprintf(path, len, "%s/../lib/shoal/%s", self, name);
+	return access(path, mode) == 0 ? 0 : -1;
+}
+
+int sh_bench_find_tool(const char *tool, char *tool_path, char *lib_path, size_t len)
+{
+	char self[PATH_MAX / 2];
+	if (self_dir(self, sizeof(self)) != 0 ||
+	    sh_bench_find_aux("rpc_ext.so", R_OK, lib_path, len))
+		return -1;
 	snprintf(tool_path, len, "%s/../tools/%s", self, tool);
-	snprintf(lib_path, len, "%s/../bench/rpc_ext.so", self);
-	if (access(tool_path, X_OK) == 0 && access(lib_path, R_OK) == 0)
+	if (access(tool_path, X_OK) == 0)
 		return 0;
 	snprintf(tool_path, len, "%s/%s", self, tool);
-	snprintf(lib_path, len, "%s/../lib/shoal/rpc_ext.so", self);
-	return access(tool_path, X_OK) == 0 && access(lib_path, R_OK) == 0 ? 0 : -1;
+	return access(tool_path, X_OK) == 0 ? 0 : -1;
 }
 
 double sh_bench_now(void)

@@ -56,8 +56,8 @@ typedef struct sh_bench_metric {
 typedef struct sh_bench_result {
 	char suite[16];
 	char test[32];
-	/* What was measured ("shoal", "go", "memcpy"): shown in the table
-	 * only, since JSON tells the two sides apart by "baseline". */
+	/* What was measured ("shoal", "go", "memcpy"): the table's impl
+	 * column, "impl" in JSON and CSV (a case may have several baselines). */
 	char label[16];
 	int baseline;
 	int status;
@@ -181,6 +181,10 @@ void sh_bench_percentiles(double *v, int n, double *p50, double *p99);
  * in a build tree (tools/, bench/), else where `make install` put them.
  * 0, or -1 when either is missing. */
 int sh_bench_find_tool(const char *tool, char *tool_path, char *lib_path, size_t len);
+/* A file the benchmarks load or run (access mode: R_OK, X_OK): bench/NAME
+ * in a build tree beside this program's directory, else lib/shoal/NAME where
+ * `make install` put it. 0, or -1 when it is in neither. */
+int sh_bench_find_aux(const char *name, int mode, char *path, size_t len);
 
 /* Monotonic clock in seconds. */
 double sh_bench_now(void);

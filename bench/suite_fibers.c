@@ -23,8 +23,9 @@
  * a repeat's figure the mean of its loops, the best repeat reported. Each
  * repeat is its own process, which makes one untimed warm-up run first (a
  * process's first run pays its page faults; timeit's first repeat pays
- * them too, and is seldom the best); shoal's and Go's processes alternate,
- * so a drift in the machine's speed (it is shared) hits both sides alike. */
+ * them too, and is seldom the best); shoal's, Go's and boost.context's
+ * processes take turns, so a drift in the machine's speed (it is shared)
+ * hits every side alike. */
 #define REPS 3
 #define LOOPS 3
 #define RUNS (1 + LOOPS) /* runs in a process: the warm-up, then the loops */
@@ -569,6 +570,35 @@ static struct {
 	int gomaxprocs;
 } go;
 
+/* The C program on boost.context (bench/peer/hackysack_boost.c), built
+ * beside this program when libboost-context-dev was installed. */
+static struct {
+	int state; /* 0 untried, 1 ready, -1 skip */
+	int last_state;
+	char bin[PATH_MAX];
+	char why[160];
+} bc;
+
+static void boost_prepare(void)
+{
+	if (bc.state != 0)
+		return;
+	if (sh_bench_find_aux("hackysack-boost", X_OK, bc.bin, sizeof(bc.bin)) != 0) {
+		bc.state = -1;
+		snprintf(bc.why, sizeof(bc.why),
+			 "hackysack-boost not built (apt-get install libboost-context-dev, "
+			 "then build again)");
+		return;
+	}
+	bc.state = 1;
+}
+
+static void boost_cleanup(void)
+{
+	bc.last_state = bc.state;
+	bc.state = 0;
+}
+
 static int on_path(const char *prog)
 {
 	const char *path = getenv("PATH");
@@ -709,8 +739,8 @@ static void go_prepare(const sh_bench_opts *o)
 	go.state = 1;
 }
 
-/* Parses "ok t=T1,T2,T3 pss_kib=K gomaxprocs=P go=V". */
-static int go_parse(char *out, struct job_out *jo, int *procs, char *err, size_t errlen)
+/* Parses a baseline program's "ok t=T1,T2,T3 pss_kib=K [gomaxprocs=P go=V]". */
+static int peer_parse(char *out, struct job_out *jo, int *procs, char *err, size_t errlen)
 {
 	char *line = strstr(out, "ok t=");
 	memset(jo, 0, sizeof(*jo));
@@ -744,8 +774,10 @@ static int go_parse(char *out, struct job_out *jo, int *procs, char *err, size_t
 	return 0;
 }
 
-static int go_job(const struct job *j, int timeout_s, struct job_out *jo, long *rss, char *err,
-		  size_t errlen)
+/* Runs one job in a baseline program (Go's or boost.context's: both take
+ * the same flags); procs gets its GOMAXPROCS when it says. */
+static int peer_job(const char *bin, const struct job *j, int timeout_s, struct job_out *jo,
+		    long *rss, int *procs, char *err, size_t errlen)
 {
 	char n[32], turns[32], reps[16];
 	snprintf(n, sizeof(n), "%u", j->n);
@@ -753,7 +785,7 @@ static int go_job(const struct job *j, int timeout_s, struct job_out *jo, long *
 	snprintf(reps, sizeof(reps), "%d", RUNS);
 	char *argv[16];
 	int a = 0;
-	argv[a++] = go.bin;
+	argv[a++] = (char *)bin;
 	argv[a++] = "-reps";
 	argv[a++] = reps;
 	if (j->kind == JOB_HACKYSACK) {
@@ -776,11 +808,8 @@ static int go_job(const struct job *j, int timeout_s, struct job_out *jo, long *
 	int rc = sh_bench_exec(argv, NULL, NULL, out, sizeof(out), timeout_s, rss, err, errlen);
 	if (rc < 0)
 		return -1;
-	int procs = 0;
-	if (go_parse(out, jo, &procs, err, errlen) != 0)
+	if (peer_parse(out, jo, procs, err, errlen) != 0)
 		return -1;
-	if (j->kind == JOB_HACKYSACK)
-		go.gomaxprocs = procs;
 	if (j->kind != JOB_HACKYSACK)
 		jo->pss_kib = -1;
 	if (rc != 0) {
@@ -880,12 +909,44 @@ static void side_add(struct side *sd, int round, const struct job_out *jo, long 
 	sd->all.sched_switches += jo->sched_switches / RUNS;
 }
 
-/* Runs one case on shoal and on Go, alternating, and appends both rows. */
+/* The row of a baseline side, or why it has no figures. */
+static void peer_row(sh_bench_report *r, int test, const struct job *j, const char *label,
+		     int state, const char *why, const struct side *sd)
+{
+	sh_bench_result *x = sh_bench_add(r, SUITE, test_names[test], label, 1);
+	set_params(x, test, j);
+	if (state == -1)
+		sh_bench_skip(x, "%s", why);
+	else if (state != 1)
+		sh_bench_fail(x, "%s", why);
+	else if (sd->failed)
+		sh_bench_fail(x, "%s", sd->err);
+	else
+		fill_result(x, test, j, &sd->all, sd->rss, 0);
+}
+
+/* One process of a baseline side, unless the side has failed already. */
+static void peer_round(const sh_bench_opts *o, int test, const struct job *j, const char *label,
+		       const char *bin, int timeout_s, int round, struct side *sd, int *procs)
+{
+	struct job_out jo;
+	long rss = -1;
+	if (sd->failed)
+		return;
+	progress(o, test, label, j);
+	if (peer_job(bin, j, timeout_s, &jo, &rss, procs, sd->err, sizeof(sd->err)) != 0)
+		sd->failed = 1;
+	else
+		side_add(sd, round, &jo, rss);
+}
+
+/* Runs one case on shoal, Go and boost.context, their processes taking
+ * turns, and appends the three rows. */
 static void run_case(const sh_bench_opts *o, sh_bench_report *r, int test, const struct job *j)
 {
 	int timeout_s = o->quick ? 120 : 900;
-	struct side sh = {.rss = -1, .all.pss_kib = -1}, g = {.rss = -1, .all.pss_kib = -1};
-	int go_ready = go.state == 1;
+	struct side sh = {.rss = -1, .all.pss_kib = -1}, g = {.rss = -1, .all.pss_kib = -1},
+		    b = {.rss = -1, .all.pss_kib = -1};
 	for (int round = 0; round < REPS; round++) {
 		struct job_out jo;
 		long rss = -1;
@@ -898,14 +959,13 @@ static void run_case(const sh_bench_opts *o, sh_bench_report *r, int test, const
 			else
 				side_add(&sh, round, &jo, rss);
 		}
-		if (go_ready && !g.failed) {
-			progress(o, test, "go", j);
-			rss = -1;
-			if (go_job(j, timeout_s, &jo, &rss, g.err, sizeof(g.err)) != 0)
-				g.failed = 1;
-			else
-				side_add(&g, round, &jo, rss);
-		}
+		int procs = 0;
+		if (go.state == 1)
+			peer_round(o, test, j, "go", go.bin, timeout_s, round, &g, &procs);
+		if (j->kind == JOB_HACKYSACK && procs > 0)
+			go.gomaxprocs = procs;
+		if (bc.state == 1)
+			peer_round(o, test, j, "boost", bc.bin, timeout_s, round, &b, &procs);
 	}
 
 	sh_bench_result *x = sh_bench_add(r, SUITE, test_names[test], "shoal", 0);
@@ -914,17 +974,9 @@ static void run_case(const sh_bench_opts *o, sh_bench_report *r, int test, const
 		sh_bench_fail(x, "%s", sh.err);
 	else
 		fill_result(x, test, j, &sh.all, sh.rss, 1);
-
-	x = sh_bench_add(r, SUITE, test_names[test], "go", 1);
-	set_params(x, test, j);
-	if (go.state == -1)
-		sh_bench_skip(x, "%s", go.why);
-	else if (go.state != 1)
-		sh_bench_fail(x, "%s", go.why);
-	else if (g.failed)
-		sh_bench_fail(x, "%s", g.err);
-	else
-		fill_result(x, test, j, &g.all, g.rss, 0);
+	/* Go's row first: shoal's ratio column is against Go. */
+	peer_row(r, test, j, "go", go.state, go.why, &g);
+	peer_row(r, test, j, "boost", bc.state, bc.why, &b);
 }
 
 /* The floor row (see fl_job): best of REPS processes. Go has nothing to
@@ -984,8 +1036,8 @@ static void suite_notes(sh_bench_report *r)
 		r,
 		"min (best) is the best of %d repeats of %d loops, as the seed's timeit -n %d "
 		"reports: a repeat's figure is the mean of its loops, and each repeat runs in "
-		"its own process after an untimed warm-up run; shoal's and Go's processes "
-		"alternate so both see the same machine; peak RSS is the largest "
+		"its own process after an untimed warm-up run; shoal's, Go's and boost's "
+		"processes take turns so all see the same machine; peak RSS is the largest "
 		"ru_maxrss of those processes (pss_kib in --json: Pss when the last kick "
 		"lands in the warm-up run, every sacker alive).",
 		REPS, LOOPS, LOOPS);
@@ -996,6 +1048,12 @@ static void suite_notes(sh_bench_report *r)
 		   "stacks prefetched ahead as the scheduler does, and nothing else (no scheduler, "
 		   "channel or fiber structure). Every sacker needs at least these two "
 		   "visits, each to stack lines that have left the caches.");
+	if (bc.state == 1)
+		sh_bench_note(
+			r, "boost: bench/peer/hackysack_boost.c, the same benchmark as a C program "
+			   "on boost.context's fcontext with only what it needs: a FIFO run queue, "
+			   "a direct switch, channels inside the sackers' array, 64 KiB stacks "
+			   "without guard pages reused LIFO; single-threaded.");
 	if (go.state == 1 && go.gomaxprocs > 0)
 		sh_bench_note(r,
 			      "go: %s, GOMAXPROCS=%d (its default here) for hackysack and hop, "
@@ -1010,6 +1068,7 @@ int sh_bench_fibers(const sh_bench_opts *o, sh_bench_report *r)
 		uint64_t turns;
 	} cases[] = {{10000, 1000}, {1000, 1000}, {10000, 100000}, {100000, 1000000}};
 	go_prepare(o);
+	boost_prepare();
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct job j = {JOB_HACKYSACK, cases[i].n, cases[i].turns};
 		run_case(o, r, TEST_HACKYSACK, &j);
@@ -1026,30 +1085,34 @@ int sh_bench_fibers(const sh_bench_opts *o, sh_bench_report *r)
 		fprintf(stderr, "\r\033[K");
 	suite_notes(r);
 	go_cleanup();
+	boost_cleanup();
 	return 0;
 }
 
 int sh_bench_hackysack_case(const sh_bench_opts *o, sh_bench_report *r, uint32_t n, uint64_t turns)
 {
 	go_prepare(o);
+	boost_prepare();
 	struct job j = {JOB_HACKYSACK, n, turns};
 	run_case(o, r, TEST_HACKYSACK, &j);
 	if (o->progress)
 		fprintf(stderr, "\r\033[K");
 	suite_notes(r);
 	go_cleanup();
+	boost_cleanup();
 	return 0;
 }
 
 /* ---- table and plot --------------------------------------------------------- */
 
-static const sh_bench_result *find(const sh_bench_report *r, const char *test, int baseline,
+/* The successful row of implementation `who` ("shoal", "go", "boost"). */
+static const sh_bench_result *find(const sh_bench_report *r, const char *test, const char *who,
 				   const char *pname, const char *pval)
 {
 	for (size_t i = 0; i < r->n; i++) {
 		const sh_bench_result *x = &r->res[i];
 		if (strcmp(x->suite, SUITE) != 0 || strcmp(x->test, test) != 0 ||
-		    x->baseline != baseline || x->status != SH_BENCH_OK)
+		    strcmp(x->label, who) != 0 || x->status != SH_BENCH_OK)
 			continue;
 		const char *v = sh_bench_param_get(x, pname);
 		if (v && strcmp(v, pval) == 0)
@@ -1058,13 +1121,13 @@ static const sh_bench_result *find(const sh_bench_report *r, const char *test, i
 	return NULL;
 }
 
-static const sh_bench_result *find_hs(const sh_bench_report *r, int baseline, const char *n,
+static const sh_bench_result *find_hs(const sh_bench_report *r, const char *who, const char *n,
 				      const char *turns)
 {
 	for (size_t i = 0; i < r->n; i++) {
 		const sh_bench_result *x = &r->res[i];
 		if (strcmp(x->suite, SUITE) == 0 && strcmp(x->test, "hackysack") == 0 &&
-		    x->baseline == baseline && x->status == SH_BENCH_OK && x->nparams == 2 &&
+		    strcmp(x->label, who) == 0 && x->status == SH_BENCH_OK && x->nparams == 2 &&
 		    strcmp(x->params[0].text, n) == 0 && strcmp(x->params[1].text, turns) == 0)
 			return x;
 	}
@@ -1081,36 +1144,46 @@ void sh_bench_fibers_table(FILE *f, const sh_bench_report *r)
 	char title[256];
 	snprintf(title, sizeof(title),
 		 "shoal bench fibers: hackysack (Stackless seed), hop and switch costs, "
-		 "shoal fibers vs %s goroutines",
+		 "shoal fibers vs %s goroutines and a C program on boost.context",
 		 go.version[0] ? go.version : "Go");
 	sh_bench_print_table(f, r, SUITE, title);
 
 	/* The goals of the issue, checked against this run's own baseline. */
-	char sum[768];
+	char sum[1024];
 	size_t k = (size_t)snprintf(sum, sizeof(sum), "summary:");
-	const sh_bench_result *s = find_hs(r, 0, "10000", "1000"),
-			      *g = find_hs(r, 1, "10000", "1000");
+	const sh_bench_result *s = find_hs(r, "shoal", "10000", "1000"),
+			      *g = find_hs(r, "go", "10000", "1000"),
+			      *b = find_hs(r, "boost", "10000", "1000");
 	if (s && g)
 		k += (size_t)snprintf(
 			sum + k, sizeof(sum) - k,
 			" hackysack 10000x1000 %.1fx faster than go (goal >= 6x: %s);",
 			g->cmp_value / s->cmp_value, met(g->cmp_value >= 6 * s->cmp_value));
-	const sh_bench_result *fl = find(r, "stacks", 0, "n", "10001");
+	/* The issue set 6x from Go at 12-25 ms and a C program on
+	 * boost.context at about 2 ms: how far apart those two are here. */
+	if (s && b && k < sizeof(sum))
+		k += (size_t)snprintf(
+			sum + k, sizeof(sum) - k,
+			" boost.context %.2f ms (shoal %.2fx its speed)%s%.1fx faster "
+			"than go;",
+			b->cmp_value * 1e3, b->cmp_value / s->cmp_value, g ? ", itself " : "",
+			g ? g->cmp_value / b->cmp_value : 0.0);
+	const sh_bench_result *fl = find(r, "stacks", "shoal", "n", "10001");
 	if (fl && g && k < sizeof(sum))
 		k += (size_t)snprintf(sum + k, sizeof(sum) - k,
 				      " its floor (two visits to each stack) %.2f ms, where 6x "
 				      "go allows %.2f ms in all;",
 				      sh_bench_metric_get(fl, "best_s", 0) * 1e3,
 				      g->cmp_value / 6 * 1e3);
-	s = find(r, "hop", 0, "n", "100");
-	g = find(r, "hop", 1, "n", "100");
+	s = find(r, "hop", "shoal", "n", "100");
+	g = find(r, "hop", "go", "n", "100");
 	if (s && g && k < sizeof(sum))
 		k += (size_t)snprintf(sum + k, sizeof(sum) - k,
 				      " hop %.1f ns vs %.1f ns, %.1fx cheaper (goal >= 10x: %s);",
 				      s->cmp_value, g->cmp_value, g->cmp_value / s->cmp_value,
 				      met(g->cmp_value >= 10 * s->cmp_value));
-	s = find_hs(r, 0, "100000", "1000000");
-	g = find_hs(r, 1, "100000", "1000000");
+	s = find_hs(r, "shoal", "100000", "1000000");
+	g = find_hs(r, "go", "100000", "1000000");
 	if (s && k < sizeof(sum)) {
 		double mb = s->peak_rss_kib * 1024 / 1e6;
 		k += (size_t)snprintf(sum + k, sizeof(sum) - k,
@@ -1122,11 +1195,11 @@ void sh_bench_fibers_table(FILE *f, const sh_bench_report *r)
 		if (k < sizeof(sum))
 			k += (size_t)snprintf(sum + k, sizeof(sum) - k, ");");
 	}
-	s = find(r, "switch", 0, "variant", "yield");
+	s = find(r, "switch", "shoal", "variant", "yield");
 	if (s && k < sizeof(sum))
 		k += (size_t)snprintf(sum + k, sizeof(sum) - k, " switch %.1f ns (yield)",
 				      s->cmp_value);
-	s = find(r, "switch", 0, "variant", "chan");
+	s = find(r, "switch", "shoal", "variant", "chan");
 	if (s && k < sizeof(sum))
 		k += (size_t)snprintf(sum + k, sizeof(sum) - k, ", %.1f ns (chan)", s->cmp_value);
 	if (k == strlen("summary:")) {
@@ -1145,6 +1218,9 @@ void sh_bench_fibers_table(FILE *f, const sh_bench_report *r)
 						      x->nparams > 1 ? x->params[1].text : "", vs);
 		}
 	}
+	if (bc.last_state == -1 && k < sizeof(sum))
+		k += (size_t)snprintf(sum + k, sizeof(sum) - k,
+				      " (boost.context baseline skipped)");
 	if (go.last_state == -1 && k < sizeof(sum))
 		snprintf(sum + k, sizeof(sum) - k,
 			 " (go baseline skipped: goals against go not checked)");

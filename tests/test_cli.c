@@ -64,15 +64,50 @@ SH_TEST_T(hackysack_json_one_case, 120)
 	 * every fiber joined); the Go row is skipped without go. */
 	CHECK_HAS(out, "{\"suite\": \"fibers\", \"test\": \"hackysack\", "
 		       "\"params\": {\"n\": 200, \"turns\": 2000}, \"status\": \"ok\", "
-		       "\"baseline\": false, \"metrics\": {\"best_s\": ");
+		       "\"baseline\": false, \"impl\": \"shoal\", \"metrics\": {\"best_s\": ");
 	CHECK_HAS(out, "\"peak_rss_kib\": ");
-	CHECK_HAS(out, "\"status\": \"skipped\"");
-	CHECK_HAS(out, "\"baseline\": true");
+	CHECK_HAS(out, "\"status\": \"skipped\", \"baseline\": true, \"impl\": \"go\"");
+	/* The C program on boost.context is built where libboost-context-dev
+	 * is installed (not under sanitizers): then it runs and checks itself
+	 * (counter == turns, every join's value) as the other sides do. */
+#if SHOAL_BOOST_PEER
+	CHECK_HAS(out, "\"params\": {\"n\": 200, \"turns\": 2000}, \"status\": \"ok\", "
+		       "\"baseline\": true, \"impl\": \"boost\", \"metrics\": {\"best_s\": ");
+#else
+	CHECK_HAS(out, "\"status\": \"skipped\", \"baseline\": true, \"impl\": \"boost\"");
+#endif
 	int lines = 0;
 	for (const char *p = out; *p; p++)
 		lines += *p == '\n';
-	CHECK_EQ(lines, 2);
+	CHECK_EQ(lines, 3);
 }
+
+#if SHOAL_BOOST_PEER
+/* The boost.context baseline answers the Go program's flags the same way:
+ * one "ok t=..." line with a time per run, or one "error ..." line. */
+SH_TEST_T(boost_peer_runs_switches_and_rejects_bad_flags, 60)
+{
+	char exe[4096];
+	path_of(exe, sizeof exe, "bench/hackysack-boost");
+	char *a1[] = {exe,	  "-reps", "2",		"-test", "switch",
+		      "-variant", "chan",  "-switches", "2000",	 NULL};
+	CHECK_EQ(run(a1, out, sizeof out), 0);
+	CHECK_HAS(out, "ok t=");
+	CHECK(strchr(out, ',') != NULL);
+	char *a2[] = {exe, "-reps", "1", "-test", "switch", "-variant", "yield", NULL};
+	CHECK_EQ(run(a2, out, sizeof out), 0);
+	CHECK_HAS(out, "ok t=");
+	char *a3[] = {exe, "-test", "nosuch", NULL};
+	CHECK_EQ(run(a3, out, sizeof out), 1);
+	CHECK_HAS(out, "error unknown test 'nosuch' (expected hackysack, hop or switch)");
+	char *a4[] = {exe, "-n", "lots", NULL};
+	CHECK_EQ(run(a4, out, sizeof out), 1);
+	CHECK_HAS(out, "error -n wants a whole number, not 'lots'");
+	char *a5[] = {exe, "-n", "0", NULL};
+	CHECK_EQ(run(a5, out, sizeof out), 1);
+	CHECK_HAS(out, "error need n >= 1 and turns >= 1");
+}
+#endif
 
 SH_TEST(hackysack_rejects_bad_numbers)
 {
