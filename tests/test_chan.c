@@ -186,6 +186,50 @@ SH_TEST(buffered_blocked_senders_keep_order)
 	CHECK_OK(shoal_sched_destroy(s));
 }
 
+static void *send_word_op(void *arg)
+{
+	struct op *o = arg;
+	uint64_t w = 0x0123456789abcdefull + (uint64_t)o->v;
+	o->rc = shoal_chan_send(o->c, &w, SHOAL_FOREVER);
+	o->done = 1;
+	return NULL;
+}
+
+/* Senders parked on a rendezvous channel hand over their words in the order
+ * they came, whichever way the element is taken: a receive that would block,
+ * a non-blocking one, or a select. Each sender then returns 0. */
+SH_TEST(rendezvous_blocked_senders_taken_in_order)
+{
+	shoal_sched *s = sh_test_sched_new();
+	shoal_chan *c = sh_test_chan_new(sizeof(uint64_t), 0);
+	struct op o[3];
+	shoal_fiber *f[3];
+	for (int i = 0; i < 3; i++) {
+		o[i] = (struct op){.c = c, .v = i, .rc = PENDING};
+		CHECK_OK(shoal_spawn(&f[i], send_word_op, &o[i], NULL));
+		CHECK_OK(shoal_yield()); /* each parks in turn, so their order is known */
+	}
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(o[i].done, 0);
+	uint64_t w = 0;
+	CHECK_OK(shoal_chan_recv(c, &w, SHOAL_FOREVER));
+	CHECK_EQ(w, 0x0123456789abcdefull);
+	CHECK_OK(shoal_chan_recv(c, &w, SHOAL_NOWAIT));
+	CHECK_EQ(w, 0x0123456789abcdefull + 1);
+	shoal_select_case sc = {c, SHOAL_SELECT_RECV, &w};
+	size_t chosen = 9;
+	CHECK_OK(shoal_select(&sc, 1, SHOAL_NOWAIT, &chosen));
+	CHECK_EQ(chosen, 0);
+	CHECK_EQ(w, 0x0123456789abcdefull + 2);
+	CHECK_RC(shoal_chan_recv(c, &w, SHOAL_NOWAIT), SHOAL_ETIMEDOUT);
+	for (int i = 0; i < 3; i++) {
+		CHECK_OK(shoal_join(f[i], NULL));
+		CHECK_OK(o[i].rc);
+	}
+	CHECK_OK(shoal_chan_destroy(c));
+	CHECK_OK(shoal_sched_destroy(s));
+}
+
 SH_TEST(blocked_receivers_served_in_order)
 {
 	shoal_sched *s = sh_test_sched_new();

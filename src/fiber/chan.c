@@ -503,20 +503,52 @@ static __attribute__((noinline)) int send_slow(shoal_chan *c, const void *elem, 
 	return block_on(s, c, &c->sendq, (void *)(uintptr_t)elem, true, deadline);
 }
 
+/* Makes the fiber of a plain (not select, not cross-thread) waiter that was
+ * just taken off its queue runnable with success. */
+static inline void wake_plain(shoal_sched *s, sh_waiter *w)
+{
+	shoal_fiber *f = w->fiber; /* blocked, since its waiter was queued */
+	f->wake_rc = 0;
+	f->state = SH_RUNNABLE;
+	sh_runq_push(s, f);
+}
+
+/* The current fiber waits in a plain send or receive of a word-sized
+ * element through its own waiter and buffer (see block_on), with no
+ * deadline and no more live state than the switch needs. */
+static inline __attribute__((always_inline)) int park_plain(shoal_sched *s, shoal_chan *c, sh_wq *q,
+							    bool send)
+{
+	shoal_fiber *cur = s->cur;
+	sh_waiter *w = &cur->w1;
+	w->chan = c;
+	w->index = send ? SH_W_SEND : 0;
+	w->elem = cur->xbuf;
+	wq_push(q, w);
+	cur->wait_kind = SH_WAIT_CHAN;
+	cur->wait_waiters = w;
+	cur->wait_n = 1;
+	cur->state = SH_BLOCKED;
+	sh_schedule(s);
+	cur->wait_kind = SH_WAIT_NONE;
+	return cur->wake_rc;
+}
+
 int shoal_chan_send(shoal_chan *c, const void *elem, int64_t deadline)
 {
 	if (sh_unlikely(!c || !elem))
 		return SHOAL_EINVAL;
-	/* The channel hop: a receiver of this scheduler waits in a plain
-	 * receive. Hand the element over and make it runnable, touching
-	 * nothing else; this path calls nothing, so it saves no registers. */
 	shoal_sched *s = sh_tls_sched;
 	if (sh_unlikely(c->sched != s || !s))
 		return send_slow(c, elem, deadline); /* not ours: touch nothing */
 	sh_waiter *w = c->recvq.head;
 	size_t n = c->elem_size;
-	if (sh_likely(w && w->fiber && !w->group && !s->cur->cancelled && !c->closed &&
-		      (n == 8 || n == 4))) {
+	if (sh_unlikely(s->cur->cancelled || c->closed || (n != 8 && n != 4)))
+		return send_slow(c, elem, deadline);
+	/* The channel hop: a receiver of this scheduler waits in a plain
+	 * receive. Hand the element over and make it runnable, touching
+	 * nothing else; this path calls nothing, so it saves no registers. */
+	if (sh_likely(w && w->fiber && !w->group)) {
 		c->recvq.head = w->next;
 		if (w->next)
 			w->next->prev = NULL;
@@ -527,13 +559,20 @@ int shoal_chan_send(shoal_chan *c, const void *elem, int64_t deadline)
 			memcpy(w->elem, elem, 8);
 		else
 			memcpy(w->elem, elem, 4);
-		shoal_fiber *f = w->fiber; /* blocked, since its waiter is queued */
-		f->wake_rc = 0;
-		f->state = SH_RUNNABLE;
-		sh_runq_push(s, f);
+		wake_plain(s, w);
 		return 0;
 	}
-	return send_slow(c, elem, deadline);
+	/* The other half of a rendezvous: nobody receives yet and there is
+	 * no room to leave the element, so wait for a receiver to take it
+	 * from this fiber's buffer (a ping-pong's every send). */
+	if (w || c->count < c->cap || deadline != SHOAL_FOREVER)
+		return send_slow(c, elem, deadline);
+	shoal_fiber *cur = s->cur;
+	if (n == 8)
+		memcpy(cur->xbuf, elem, 8);
+	else
+		memcpy(cur->xbuf, elem, 4);
+	return park_plain(s, c, &c->sendq, true);
 }
 
 /* Every receive but the channel hop's: with a deadline, from another
@@ -565,26 +604,33 @@ int shoal_chan_recv(shoal_chan *c, void *elem, int64_t deadline)
 	shoal_sched *s = sh_tls_sched;
 	if (sh_unlikely(c->sched != s || !s))
 		return recv_slow(c, elem, deadline);
-	/* The channel hop: nothing to take, no deadline, a word-sized
-	 * element. Wait through the fiber's own waiter and buffer (see
-	 * block_on) with no more live state than the switch needs. */
 	shoal_fiber *cur = s->cur;
 	size_t n = c->elem_size;
-	if (sh_unlikely(cur->cancelled || c->closed || c->count || c->sendq.head ||
-			deadline != SHOAL_FOREVER || (n != 8 && n != 4)))
+	if (sh_unlikely(cur->cancelled || c->closed || c->count || (n != 8 && n != 4)))
 		return recv_slow(c, elem, deadline);
-	sh_waiter *w = &cur->w1;
-	w->chan = c;
-	w->index = 0;
-	w->elem = cur->xbuf;
-	wq_push(&c->recvq, w);
-	cur->wait_kind = SH_WAIT_CHAN;
-	cur->wait_waiters = w;
-	cur->wait_n = 1;
-	cur->state = SH_BLOCKED;
-	sh_schedule(s);
-	cur->wait_kind = SH_WAIT_NONE;
-	int rc = cur->wake_rc;
+	sh_waiter *w = c->sendq.head;
+	if (w) {
+		/* A sender of this scheduler waits in a plain send: take
+		 * its element and make it runnable. */
+		if (sh_unlikely(!w->fiber || w->group))
+			return recv_slow(c, elem, deadline);
+		c->sendq.head = w->next;
+		if (w->next)
+			w->next->prev = NULL;
+		else
+			c->sendq.tail = NULL;
+		w->linked = false;
+		if (n == 8)
+			memcpy(elem, w->elem, 8);
+		else
+			memcpy(elem, w->elem, 4);
+		wake_plain(s, w);
+		return 0;
+	}
+	/* The channel hop: nothing to take, no deadline. */
+	if (sh_unlikely(deadline != SHOAL_FOREVER))
+		return recv_slow(c, elem, deadline);
+	int rc = park_plain(s, c, &c->recvq, false);
 	if (sh_likely(rc == 0)) {
 		if (n == 8)
 			memcpy(elem, cur->xbuf, 8);
