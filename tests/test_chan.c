@@ -440,6 +440,15 @@ SH_TEST(create_bad_arguments)
 	shoal_chan *c = NULL;
 	CHECK(shoal_chan_create(&c, SIZE_MAX / 2, 4) < 0);
 	CHECK(shoal_chan_create(&c, 4096, SIZE_MAX / 1024) < 0);
+	CHECK_RC(shoal_chan_create(&c, 0, 4), SHOAL_EINVAL);
+	CHECK_RC(shoal_chan_create(&c, (size_t)UINT32_MAX + 1, 0), SHOAL_EINVAL);
+	CHECK_RC(shoal_chan_create(&c, 1, (size_t)UINT32_MAX + 1), SHOAL_EINVAL);
+	CHECK(c == NULL);
+	/* the largest of each still counts as valid (memory permitting) */
+	int rc = shoal_chan_create(&c, UINT32_MAX, 0);
+	CHECK(rc == 0 || rc == SHOAL_ENOMEM);
+	if (rc == 0)
+		CHECK_OK(shoal_chan_destroy(c));
 	CHECK_EQ(live_fibers(), 0);
 	CHECK_OK(shoal_sched_destroy(s));
 }

@@ -160,7 +160,8 @@ SHOAL_API int shoal_fls_set(shoal_fls_key key, void *value);
 /* A channel carries elements of elem_size bytes (copied in and out).
  * capacity 0 is a rendezvous: a send completes when a receiver takes the
  * element. The channel belongs to the calling thread's scheduler: only its
- * fibers receive or select on it; any thread may send or close. */
+ * fibers receive or select on it; any thread may send or close. elem_size
+ * (at least 1) and capacity are each at most UINT32_MAX, else SHOAL_EINVAL. */
 SHOAL_API int shoal_chan_create(shoal_chan **out, size_t elem_size, size_t capacity);
 
 /* Frees the channel. Returns SHOAL_EBUSY while fibers or threads wait on

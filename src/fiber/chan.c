@@ -7,16 +7,21 @@
 
 #include <string.h>
 
+/* What a send or a receive reads fills the first 64 bytes (sizes are 32-bit
+ * for that), so a hop to a channel that left the caches fetches one pair of
+ * lines, not the two or three of a layout with the list links in between. */
 struct shoal_chan {
-	shoal_sched *sched;		 /* NULL once the scheduler is gone (orphaned) */
-	shoal_chan *all_prev, *all_next; /* the scheduler's list of channels */
-	size_t elem_size, cap;
-	size_t head, count;
+	shoal_sched *sched; /* NULL once the scheduler is gone (orphaned) */
+	uint32_t elem_size, cap;
+	uint32_t head, count;
 	bool closed;
 	_Atomic int xclosed; /* close requested (any thread may read it) */
 	sh_wq recvq, sendq;
+	shoal_chan *all_prev, *all_next; /* the scheduler's list of channels */
 	char buf[];
 };
+
+_Static_assert(offsetof(struct shoal_chan, all_prev) == 64, "a channel's hot fields fill 64 bytes");
 
 /* ---- wait queues ------------------------------------------------------------ */
 
@@ -131,7 +136,7 @@ static inline int try_send(shoal_chan *c, const void *elem)
 		return 0;
 	}
 	if (c->count < c->cap) {
-		size_t tail = c->head + c->count;
+		size_t tail = (size_t)c->head + c->count;
 		if (tail >= c->cap)
 			tail -= c->cap;
 		copy_elem(c->buf + tail * c->elem_size, elem, c->elem_size);
@@ -144,14 +149,14 @@ static inline int try_send(shoal_chan *c, const void *elem)
 static inline int try_recv(shoal_chan *c, void *elem)
 {
 	if (c->count) {
-		copy_elem(elem, c->buf + c->head * c->elem_size, c->elem_size);
+		copy_elem(elem, c->buf + (size_t)c->head * c->elem_size, c->elem_size);
 		if (++c->head == c->cap)
 			c->head = 0;
 		c->count--;
 		/* A blocked sender may now move into the freed slot. */
 		sh_waiter *w = pop_sender(c);
 		if (w) {
-			size_t tail = c->head + c->count;
+			size_t tail = (size_t)c->head + c->count;
 			if (tail >= c->cap)
 				tail -= c->cap;
 			copy_elem(c->buf + tail * c->elem_size, w->elem, c->elem_size);
@@ -387,7 +392,7 @@ void sh_chan_cache_fini(shoal_sched *s)
 int shoal_chan_create(shoal_chan **out, size_t elem_size, size_t capacity)
 {
 	shoal_sched *s = sh_tls_sched;
-	if (!out || !s || elem_size == 0)
+	if (!out || !s || elem_size == 0 || elem_size > UINT32_MAX || capacity > UINT32_MAX)
 		return SHOAL_EINVAL;
 	size_t bytes, total;
 	if (shoal_mul_size(elem_size, capacity, &bytes) != 0 ||
@@ -398,8 +403,8 @@ int shoal_chan_create(shoal_chan **out, size_t elem_size, size_t capacity)
 		return SHOAL_ENOMEM;
 	sh_zero(c, sizeof(*c));
 	c->sched = s;
-	c->elem_size = elem_size;
-	c->cap = capacity;
+	c->elem_size = (uint32_t)elem_size;
+	c->cap = (uint32_t)capacity;
 	c->all_next = s->chans;
 	if (s->chans)
 		s->chans->all_prev = c;
@@ -414,7 +419,7 @@ int shoal_chan_destroy(shoal_chan *c)
 		return SHOAL_EINVAL;
 	if (!c->sched) {
 		/* Its scheduler was destroyed: nobody can wait on it now. */
-		shoal_free(c, chan_bytes(sizeof(*c) + c->elem_size * c->cap));
+		shoal_free(c, chan_bytes(sizeof(*c) + (size_t)c->elem_size * c->cap));
 		return 0;
 	}
 	if (c->sched != sh_tls_sched)
@@ -440,7 +445,7 @@ int shoal_chan_destroy(shoal_chan *c)
 		s->chans = c->all_next;
 	if (c->all_next)
 		c->all_next->all_prev = c->all_prev;
-	chan_free(s, c, sizeof(*c) + c->elem_size * c->cap);
+	chan_free(s, c, sizeof(*c) + (size_t)c->elem_size * c->cap);
 	return 0;
 }
 
