@@ -105,12 +105,24 @@ static int run_one(int i, int nofork)
 		return -1;
 	}
 	if (pid == 0) {
+		/* Its own process group, so whatever it started and left
+		 * behind is killed with it below. */
+		setpgid(0, 0);
 		alarm((unsigned)tests[i].timeout_s * (sh_test_sanitized() ? 3 : 1));
 		tests[i].fn();
 		/* exit, not _exit: LeakSanitizer and ThreadSanitizer report
 		 * from exit handlers, and a leak or race must fail the case. */
 		exit(0);
 	}
+	setpgid(pid, pid); /* also from here: either may run first */
+	/* A failed case can leave a child it forked waiting forever (on a
+	 * peer that died): it would keep ctest's output pipe open until
+	 * ctest's timeout, and outlive the run. Kill the group while the
+	 * case is still a zombie, so its id cannot have been reused. */
+	siginfo_t si;
+	while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) < 0)
+		;
+	kill(-pid, SIGKILL);
 	int st;
 	while (waitpid(pid, &st, 0) < 0)
 		;
