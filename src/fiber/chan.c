@@ -539,6 +539,20 @@ static inline __attribute__((always_inline)) int park_plain(shoal_sched *s, shoa
 	return cur->wake_rc;
 }
 
+/* The other half of a rendezvous: nobody receives yet and there is no room
+ * to leave the element, so wait for a receiver to take it from this fiber's
+ * buffer (a ping-pong's every send). Out of line, so that the hop above
+ * stays a leaf that saves no registers. */
+static __attribute__((noinline)) int send_park(shoal_sched *s, shoal_chan *c, const void *elem)
+{
+	shoal_fiber *cur = s->cur;
+	if (c->elem_size == 8)
+		memcpy(cur->xbuf, elem, 8);
+	else
+		memcpy(cur->xbuf, elem, 4);
+	return park_plain(s, c, &c->sendq, true);
+}
+
 int shoal_chan_send(shoal_chan *c, const void *elem, int64_t deadline)
 {
 	if (sh_unlikely(!c || !elem))
@@ -567,17 +581,9 @@ int shoal_chan_send(shoal_chan *c, const void *elem, int64_t deadline)
 		wake_plain(s, w);
 		return 0;
 	}
-	/* The other half of a rendezvous: nobody receives yet and there is
-	 * no room to leave the element, so wait for a receiver to take it
-	 * from this fiber's buffer (a ping-pong's every send). */
 	if (w || c->count < c->cap || deadline != SHOAL_FOREVER)
 		return send_slow(c, elem, deadline);
-	shoal_fiber *cur = s->cur;
-	if (n == 8)
-		memcpy(cur->xbuf, elem, 8);
-	else
-		memcpy(cur->xbuf, elem, 4);
-	return park_plain(s, c, &c->sendq, true);
+	return send_park(s, c, elem);
 }
 
 /* Every receive but the channel hop's: with a deadline, from another
