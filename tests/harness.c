@@ -92,6 +92,18 @@ static double now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* The case running now, whose group an interrupt of the harness takes
+ * down with it (the case is in its own group, out of the terminal's). */
+static volatile sig_atomic_t running_case;
+
+static void on_interrupt(int sig)
+{
+	if (running_case > 0)
+		kill(-(pid_t)running_case, SIGKILL);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 static int run_one(int i, int nofork)
 {
 	if (nofork) {
@@ -115,17 +127,24 @@ static int run_one(int i, int nofork)
 		exit(0);
 	}
 	setpgid(pid, pid); /* also from here: either may run first */
+	running_case = pid;
 	/* A failed case can leave a child it forked waiting forever (on a
 	 * peer that died): it would keep ctest's output pipe open until
 	 * ctest's timeout, and outlive the run. Kill the group while the
 	 * case is still a zombie, so its id cannot have been reused. */
 	siginfo_t si;
-	while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) < 0)
+	while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) < 0 && errno == EINTR)
 		;
 	kill(-pid, SIGKILL);
 	int st;
-	while (waitpid(pid, &st, 0) < 0)
-		;
+	while (waitpid(pid, &st, 0) < 0) {
+		if (errno != EINTR) {
+			perror("waitpid");
+			running_case = 0;
+			return -1;
+		}
+	}
+	running_case = 0;
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 		return 0;
 	if (WIFSIGNALED(st))
@@ -139,6 +158,8 @@ static int run_one(int i, int nofork)
 int main(int argc, char **argv)
 {
 	int nofork = getenv("SHOAL_TEST_NOFORK") && atoi(getenv("SHOAL_TEST_NOFORK"));
+	signal(SIGINT, on_interrupt);
+	signal(SIGTERM, on_interrupt);
 	int passed = 0, failed = 0;
 	for (int i = 0; i < ntests; i++) {
 		if (argc > 1) {
