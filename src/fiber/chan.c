@@ -94,6 +94,16 @@ static inline void copy_elem(void *dst, const void *src, size_t n)
 		memcpy(dst, src, n);
 }
 
+/* The hot paths' copy: elements of 8 or 4 bytes only, each a fixed-size
+ * move (copy_elem's memcpy of 4 would be a call). */
+static inline void copy_word(void *dst, const void *src, size_t n)
+{
+	if (n == 8)
+		memcpy(dst, src, 8);
+	else
+		memcpy(dst, src, 4);
+}
+
 void sh_chan_unlink_waiters(shoal_fiber *f)
 {
 	for (uint32_t i = 0; i < f->wait_n; i++) {
@@ -545,11 +555,7 @@ static inline __attribute__((always_inline)) int park_plain(shoal_sched *s, shoa
  * stays a leaf that saves no registers. */
 static __attribute__((noinline)) int send_park(shoal_sched *s, shoal_chan *c, const void *elem)
 {
-	shoal_fiber *cur = s->cur;
-	if (c->elem_size == 8)
-		memcpy(cur->xbuf, elem, 8);
-	else
-		memcpy(cur->xbuf, elem, 4);
+	copy_word(s->cur->xbuf, elem, c->elem_size);
 	return park_plain(s, c, &c->sendq, true);
 }
 
@@ -568,16 +574,8 @@ int shoal_chan_send(shoal_chan *c, const void *elem, int64_t deadline)
 	 * receive. Hand the element over and make it runnable, touching
 	 * nothing else; this path calls nothing, so it saves no registers. */
 	if (sh_likely(w && w->fiber && !w->group)) {
-		c->recvq.head = w->next;
-		if (w->next)
-			w->next->prev = NULL;
-		else
-			c->recvq.tail = NULL;
-		w->linked = false;
-		if (n == 8)
-			memcpy(w->elem, elem, 8);
-		else
-			memcpy(w->elem, elem, 4);
+		wq_pop(&c->recvq);
+		copy_word(w->elem, elem, n);
 		wake_plain(s, w);
 		return 0;
 	}
@@ -625,16 +623,8 @@ int shoal_chan_recv(shoal_chan *c, void *elem, int64_t deadline)
 		 * its element and make it runnable. */
 		if (sh_unlikely(!w->fiber || w->group))
 			return recv_slow(c, elem, deadline);
-		c->sendq.head = w->next;
-		if (w->next)
-			w->next->prev = NULL;
-		else
-			c->sendq.tail = NULL;
-		w->linked = false;
-		if (n == 8)
-			memcpy(elem, w->elem, 8);
-		else
-			memcpy(elem, w->elem, 4);
+		wq_pop(&c->sendq);
+		copy_word(elem, w->elem, n);
 		wake_plain(s, w);
 		return 0;
 	}
@@ -642,12 +632,8 @@ int shoal_chan_recv(shoal_chan *c, void *elem, int64_t deadline)
 	if (sh_unlikely(deadline != SHOAL_FOREVER))
 		return recv_slow(c, elem, deadline);
 	int rc = park_plain(s, c, &c->recvq, false);
-	if (sh_likely(rc == 0)) {
-		if (n == 8)
-			memcpy(elem, cur->xbuf, 8);
-		else
-			memcpy(elem, cur->xbuf, 4);
-	}
+	if (sh_likely(rc == 0))
+		copy_word(elem, cur->xbuf, n);
 	return rc;
 }
 
