@@ -789,16 +789,24 @@ static int self_dir(char *buf, size_t len)
 	return 0;
 }
 
+/* self/a/name, else self/b/name, whichever is accessible in mode, as path:
+ * the build tree's layout first, then the installed one. 0 or -1. */
+static int find_either(const char *self, const char *a, const char *b, const char *name, int mode,
+		       char *path, size_t len)
+{
+	snprintf(path, len, "%s/%s%s", self, a, name);
+	if (access(path, mode) == 0)
+		return 0;
+	snprintf(path, len, "%s/%s%s", self, b, name);
+	return access(path, mode) == 0 ? 0 : -1;
+}
+
 int sh_bench_find_aux(const char *name, int mode, char *path, size_t len)
 {
 	char self[PATH_MAX / 2]; /* leaves room for the suffixes below */
 	if (self_dir(self, sizeof(self)) != 0)
 		return -1;
-	snprintf(path, len, "%s/../bench/%s", self, name);
-	if (access(path, mode) == 0)
-		return 0;
-	snprintf(path, len, "%s/../lib/shoal/%s", self, name);
-	return access(path, mode) == 0 ? 0 : -1;
+	return find_either(self, "../bench/", "../lib/shoal/", name, mode, path, len);
 }
 
 int sh_bench_find_tool(const char *tool, char *tool_path, char *lib_path, size_t len)
@@ -807,11 +815,7 @@ int sh_bench_find_tool(const char *tool, char *tool_path, char *lib_path, size_t
 	if (self_dir(self, sizeof(self)) != 0 ||
 	    sh_bench_find_aux("rpc_ext.so", R_OK, lib_path, len))
 		return -1;
-	snprintf(tool_path, len, "%s/../tools/%s", self, tool);
-	if (access(tool_path, X_OK) == 0)
-		return 0;
-	snprintf(tool_path, len, "%s/%s", self, tool);
-	return access(tool_path, X_OK) == 0 ? 0 : -1;
+	return find_either(self, "../tools/", "", tool, X_OK, tool_path, len);
 }
 
 double sh_bench_now(void)

@@ -576,21 +576,17 @@ static struct {
 	int state; /* 0 untried, 1 ready, -1 skip */
 	int last_state;
 	char bin[PATH_MAX];
-	char why[160];
 } bc;
+
+#define BOOST_MISSING \
+	"hackysack-boost not built (apt-get install libboost-context-dev, then build again)"
 
 static void boost_prepare(void)
 {
-	if (bc.state != 0)
-		return;
-	if (sh_bench_find_aux("hackysack-boost", X_OK, bc.bin, sizeof(bc.bin)) != 0) {
-		bc.state = -1;
-		snprintf(bc.why, sizeof(bc.why),
-			 "hackysack-boost not built (apt-get install libboost-context-dev, "
-			 "then build again)");
-		return;
-	}
-	bc.state = 1;
+	if (bc.state == 0)
+		bc.state = sh_bench_find_aux("hackysack-boost", X_OK, bc.bin, sizeof(bc.bin)) == 0
+				   ? 1
+				   : -1;
 }
 
 static void boost_cleanup(void)
@@ -976,7 +972,7 @@ static void run_case(const sh_bench_opts *o, sh_bench_report *r, int test, const
 		fill_result(x, test, j, &sh.all, sh.rss, 1);
 	/* Go's row first: shoal's ratio column is against Go. */
 	peer_row(r, test, j, "go", go.state, go.why, &g);
-	peer_row(r, test, j, "boost", bc.state, bc.why, &b);
+	peer_row(r, test, j, "boost", bc.state, BOOST_MISSING, &b);
 }
 
 /* The floor row (see fl_job): best of REPS processes. Go has nothing to
