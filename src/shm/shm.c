@@ -60,6 +60,34 @@ int sh_memfd_seal(int fd)
 	return 0;
 }
 
+#define SIZE_SEALS (F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
+
+int sh_memfd_fix_size(int fd)
+{
+	if (fcntl(fd, F_ADD_SEALS, SIZE_SEALS) != 0) {
+		int e = -errno;
+		sh_error("shm", "sealing a shared region's size: %s", strerror(errno));
+		return e;
+	}
+	return 0;
+}
+
+int sh_memfd_freeze_others(int fd)
+{
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | SIZE_SEALS) != 0) {
+		int e = -errno;
+		sh_error("shm", "sealing a region against writes by others: %s", strerror(errno));
+		return e;
+	}
+	return 0;
+}
+
+bool sh_memfd_size_fixed(int fd)
+{
+	int s = fcntl(fd, F_GET_SEALS);
+	return s >= 0 && (s & SIZE_SEALS) == SIZE_SEALS;
+}
+
 bool sh_memfd_is_sealed(int fd)
 {
 	int s = fcntl(fd, F_GET_SEALS);

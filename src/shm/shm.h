@@ -22,6 +22,19 @@ int sh_memfd_seal(int fd);
 /* Whether fd carries the seals of sh_memfd_seal (a receiver checks this
  * before it trusts a region to stay as it is). */
 bool sh_memfd_is_sealed(int fd);
+/* Fixes fd's size for good (shrink, grow and the seal itself), leaving its
+ * contents writable: for memory shared read-write with a peer (rings), which
+ * must not be able to truncate it under the other side's mappings (SIGBUS).
+ * fd must come from sh_memfd_create(..., sealable = true). */
+int sh_memfd_fix_size(int fd);
+/* Forbids every new write to fd (F_SEAL_FUTURE_WRITE): write(2), and
+ * writable mappings made from now on, by anyone, whatever descriptor or
+ * /proc path they come through; mappings that exist keep writing. For a
+ * region only its creator writes (the store's arena). Also fixes the size. */
+int sh_memfd_freeze_others(int fd);
+/* Whether fd's size is fixed (a receiver checks this before it maps memory
+ * its peer shares read-write). */
+bool sh_memfd_size_fixed(int fd);
 
 /* The most descriptors one message carries. */
 #define SH_FD_MAX 16
