@@ -6,6 +6,7 @@
 #include <shoal/fiber.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -13,8 +14,57 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+/* The room a socket name leaves for the directory: "/" and a name of up
+ * to 40 bytes must still fit sun_path. */
+#define DIR_MAX 60
+
+int sh_link_private_dir(char *out, size_t outlen, char *why, size_t whylen)
+{
+	uid_t me = geteuid();
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	int n;
+	if (xdg && xdg[0] == '/' && strlen(xdg) + 6 <= DIR_MAX)
+		n = snprintf(out, outlen, "%s/shoal", xdg);
+	else if (me == 0)
+		n = snprintf(out, outlen, "/run/shoal");
+	else
+		n = snprintf(out, outlen, "/tmp/shoal-%u", (unsigned)me);
+	if (n < 0 || (size_t)n >= outlen) {
+		snprintf(why, whylen, "socket directory name longer than %zu bytes", outlen - 1);
+		return SHOAL_ENAMETOOLONG;
+	}
+	if (mkdir(out, 0700) != 0 && errno != EEXIST) {
+		int rc = shoal_errno();
+		snprintf(why, whylen, "making the socket directory %s: %s", out,
+			 shoal_strerror(rc));
+		return rc;
+	}
+	/* lstat, not stat: a symlink planted there by someone else would take
+	 * our sockets wherever it points. */
+	struct stat st;
+	if (lstat(out, &st) != 0) {
+		int rc = shoal_errno();
+		snprintf(why, whylen, "socket directory %s: %s", out, shoal_strerror(rc));
+		return rc;
+	}
+	if (!S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 077) != 0) {
+		snprintf(why, whylen,
+			 "socket directory %s is %s owned by uid %u with mode %03o; expected a "
+			 "directory of uid %u with mode 0700 (remove it, or name a socket "
+			 "elsewhere)",
+			 out,
+			 S_ISLNK(st.st_mode)   ? "a symlink"
+			 : S_ISDIR(st.st_mode) ? "a directory"
+					       : "not a directory",
+			 (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), (unsigned)me);
+		return SHOAL_EACCES;
+	}
+	return 0;
+}
 
 int sh_link_listen(const char *path, const char *what, gid_t group, char *out, size_t outlen,
 		   int *lsock)
@@ -29,10 +79,13 @@ int sh_link_listen(const char *path, const char *what, gid_t group, char *out, s
 		}
 		strcpy(out, path);
 	} else {
-		const char *dir = getenv("XDG_RUNTIME_DIR");
-		if (!dir || access(dir, W_OK) != 0 || strlen(dir) > 60)
-			dir = "/tmp";
-		snprintf(out, outlen, "%s/shoal-%s-%d-%u.sock", dir, what, (int)getpid(),
+		char dir[DIR_MAX + 8], why[256];
+		int rc = sh_link_private_dir(dir, sizeof(dir), why, sizeof(why));
+		if (rc) {
+			sh_error(what, "%s", why);
+			return rc;
+		}
+		snprintf(out, outlen, "%s/%s-%d-%u.sock", dir, what, (int)getpid(),
 			 atomic_fetch_add(&counter, 1));
 	}
 	strcpy(a.sun_path, out);
@@ -77,6 +130,23 @@ bool sh_link_peer_allowed(int sock, gid_t group, const char *what, pid_t *pid)
 		return false;
 	if (uid == geteuid() || uid == 0 || (group != (gid_t)-1 && gid == group))
 		return true;
+	if (group != (gid_t)-1) {
+		/* A member through a supplementary group is a member too. The
+		 * list can be 65536 long: asked for its size first, and kept
+		 * off a fiber's small stack. */
+		socklen_t len = 0, cap = 0;
+		gid_t *groups = NULL;
+		bool member = false;
+		if (getsockopt(sock, SOL_SOCKET, SO_PEERGROUPS, NULL, &len) != 0 &&
+		    errno == ERANGE && len > 0 && (groups = shoal_alloc(cap = len)) != NULL &&
+		    getsockopt(sock, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
+			for (size_t i = 0; i < len / sizeof(gid_t) && !member; i++)
+				member = groups[i] == group;
+		if (groups)
+			shoal_free(groups, cap);
+		if (member)
+			return true;
+	}
 	sh_warn(what, "refused pid %d: uid %u gid %u, expected uid %u%s", (int)*pid, uid, gid,
 		geteuid(), group != (gid_t)-1 ? " or the server's group" : "");
 	return false;
@@ -123,8 +193,14 @@ int sh_link_accept(sh_link *l, size_t cap, const uint64_t *info, size_t ninfo, c
 	if ((rc = sh_ring_bytes(cap, &one)) != 0)
 		return rc;
 	l->bytes = 2 * one;
-	if ((rc = sh_memfd_create("shoal-rings", l->bytes, false, &rfd)) != 0)
+	if ((rc = sh_memfd_create("shoal-rings", l->bytes, true, &rfd)) != 0)
 		return rc;
+	/* The peer maps the rings read-write; a truncation would make our
+	 * next touch of them SIGBUS and take every connection down. */
+	if ((rc = sh_memfd_fix_size(rfd)) != 0) {
+		close(rfd);
+		return rc;
+	}
 	if ((rc = sh_shm_map(rfd, l->bytes, true, &l->mem)) != 0) {
 		l->mem = NULL;
 		close(rfd);
@@ -158,8 +234,35 @@ int sh_link_accept(sh_link *l, size_t cap, const uint64_t *info, size_t ninfo, c
 	return rc;
 }
 
+/* Bounds the blocking connect, send and receive of the set-up. */
+static int set_timeouts(int sock, int64_t deadline)
+{
+	struct timeval tv = {0, 0};
+	if (deadline != SHOAL_FOREVER) {
+		int64_t left = deadline - shoal_now_ns();
+		if (left <= 0)
+			return SHOAL_ETIMEDOUT;
+		tv.tv_sec = left / 1000000000;
+		tv.tv_usec = (left % 1000000000) / 1000;
+		if (tv.tv_sec == 0 && tv.tv_usec == 0)
+			tv.tv_usec = 1;
+	}
+	if (setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0 ||
+	    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0)
+		return shoal_errno();
+	return 0;
+}
+
 int sh_link_connect(sh_link *l, const char *path, uint32_t proto, uint32_t version, size_t cap,
 		    uint64_t *info, size_t ninfo, int *extra, int nextra, char *why, size_t whylen)
+{
+	return sh_link_connect_to(l, path, proto, version, cap, info, ninfo, extra, nextra,
+				  (uid_t)-1, shoal_deadline_in(SH_LINK_CONNECT_NS), why, whylen);
+}
+
+int sh_link_connect_to(sh_link *l, const char *path, uint32_t proto, uint32_t version, size_t cap,
+		       uint64_t *info, size_t ninfo, int *extra, int nextra, uid_t server_uid,
+		       int64_t deadline, char *why, size_t whylen)
 {
 	sh_link_init(l, -1);
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
@@ -174,17 +277,41 @@ int sh_link_connect(sh_link *l, const char *path, uint32_t proto, uint32_t versi
 	for (int i = 0; i < 3 + SH_LINK_FDS_MAX; i++)
 		fds[i] = -1;
 	l->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (l->sock < 0 || connect(l->sock, (struct sockaddr *)&a, sizeof(a)) != 0) {
-		rc = shoal_errno();
+	if (l->sock < 0 || (rc = set_timeouts(l->sock, deadline)) != 0 ||
+	    connect(l->sock, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		if (rc == 0)
+			rc = errno == EAGAIN || errno == EINPROGRESS ? SHOAL_ETIMEDOUT
+								     : shoal_errno();
 		snprintf(why, whylen, "connecting to %s: %s", path, shoal_strerror(rc));
 		return rc;
+	}
+	/* Who serves this socket, before a byte of ours goes to it: anyone
+	 * who could bind the path first would otherwise get our data. */
+	pid_t spid;
+	uid_t suid;
+	gid_t sgid;
+	if ((rc = sh_peer_cred(l->sock, &spid, &suid, &sgid)) != 0) {
+		snprintf(why, whylen, "who serves %s: %s", path, shoal_strerror(rc));
+		goto fail;
+	}
+	if (suid != geteuid() && suid != 0 && suid != server_uid) {
+		snprintf(why, whylen,
+			 "%s is served by uid %u (pid %d), expected uid %u%s or root: not "
+			 "connecting (name the server's uid explicitly if it is trusted)",
+			 path, (unsigned)suid, (int)spid, (unsigned)geteuid(),
+			 server_uid != (uid_t)-1 ? " or the uid named" : "");
+		rc = SHOAL_EACCES;
+		goto fail;
 	}
 	uint32_t hello[3] = {SH_LINK_MAGIC, proto, version};
 	uint64_t words[1 + SH_LINK_INFO_MAX];
 	size_t got = 0, one;
 	if ((rc = sh_fd_send(l->sock, hello, sizeof(hello), NULL, 0)) != 0 ||
 	    (rc = sh_fd_recv(l->sock, words, (1 + ninfo) * 8, &got, fds, 3 + nextra, &nfds)) != 0) {
-		snprintf(why, whylen, "set-up with %s: %s", path, shoal_strerror(rc));
+		if (rc == SHOAL_EAGAIN)
+			rc = SHOAL_ETIMEDOUT;
+		snprintf(why, whylen, "set-up with %s: %s%s", path, shoal_strerror(rc),
+			 rc == SHOAL_ETIMEDOUT ? " (the server did not answer in time)" : "");
 		goto fail;
 	}
 	if (got != (1 + ninfo) * 8 || nfds != 3 + nextra || sh_ring_bytes(cap, &one) != 0 ||
@@ -203,6 +330,18 @@ int sh_link_connect(sh_link *l, const char *path, uint32_t proto, uint32_t versi
 	if (fstat(fds[0], &st) != 0 || (uint64_t)st.st_size < l->bytes) {
 		rc = SHOAL_EPROTO;
 		snprintf(why, whylen, "set-up with %s: the rings' memory is too small", path);
+		goto fail;
+	}
+	if (!sh_memfd_size_fixed(fds[0])) {
+		rc = SHOAL_EPROTO;
+		snprintf(why, whylen,
+			 "set-up with %s: the rings' memory can be resized (expected it sealed "
+			 "against shrinking and growing)",
+			 path);
+		goto fail;
+	}
+	if ((rc = set_timeouts(l->sock, SHOAL_FOREVER)) != 0) {
+		snprintf(why, whylen, "set-up with %s: %s", path, shoal_strerror(rc));
 		goto fail;
 	}
 	if ((rc = sh_shm_map(fds[0], l->bytes, true, &l->mem)) != 0) {

@@ -31,14 +31,23 @@ typedef struct sh_link {
 	sh_ring up, down; /* connector -> acceptor, acceptor -> connector */
 } sh_link;
 
-/* The server's listening socket at path (NULL: a fresh one under
- * $XDG_RUNTIME_DIR or /tmp, named after what), written to out: mode 0600,
+/* The directory of this user's default sockets, into out:
+ * $XDG_RUNTIME_DIR/shoal, else /run/shoal for root, else /tmp/shoal-UID.
+ * Made (0700) if missing; refused (SHOAL_EACCES, why says what is wrong)
+ * unless it is a directory, not a symlink, owned by this user and closed
+ * to everyone else: another user who made it first must not be able to
+ * serve, or squat, our sockets. */
+int sh_link_private_dir(char *out, size_t outlen, char *why, size_t whylen);
+
+/* The server's listening socket at path (NULL: a fresh one in
+ * sh_link_private_dir, named after what), written to out: mode 0600,
  * or 0660 and that group when group is not (gid_t)-1. A socket file left
  * by a dead server is replaced; a live server's is not (SHOAL_EADDRINUSE). */
 int sh_link_listen(const char *path, const char *what, gid_t group, char *out, size_t outlen,
 		   int *lsock);
-/* Whether the peer on sock may talk to us: our uid, root, or the group
- * (when not (gid_t)-1). A refusal is logged under what. */
+/* Whether the peer on sock may talk to us: our uid, root, or a member of
+ * the group (when not (gid_t)-1), as its primary group or one of its
+ * supplementary groups. A refusal is logged under what. */
 bool sh_link_peer_allowed(int sock, gid_t group, const char *what, pid_t *pid);
 
 /* A link with nothing open yet (sock and efd -1). */
@@ -53,11 +62,19 @@ int sh_link_hello(sh_link *l, uint32_t *proto, uint32_t *version);
 int sh_link_accept(sh_link *l, size_t cap, const uint64_t *info, size_t ninfo, const int *extra,
 		   int nextra);
 
-/* Connector: connects to the socket at path, says hello and maps the
- * rings; info and extra receive the acceptor's words and descriptors
- * (exactly as many as asked for, or SHOAL_EPROTO). why says what failed. */
+/* Connector: connects to the socket at path, checks who serves it (before
+ * it sends a byte: our uid, root, or server_uid when that is not
+ * (uid_t)-1; else SHOAL_EACCES), says hello and maps the rings; info and
+ * extra receive the acceptor's words and descriptors (exactly as many as
+ * asked for, or SHOAL_EPROTO). Blocks until deadline at most
+ * (SHOAL_ETIMEDOUT: a listener that never answers). why says what failed. */
+int sh_link_connect_to(sh_link *l, const char *path, uint32_t proto, uint32_t version, size_t cap,
+		       uint64_t *info, size_t ninfo, int *extra, int nextra, uid_t server_uid,
+		       int64_t deadline, char *why, size_t whylen);
+/* The same for a server of our uid or root, within SH_LINK_CONNECT_NS. */
 int sh_link_connect(sh_link *l, const char *path, uint32_t proto, uint32_t version, size_t cap,
 		    uint64_t *info, size_t ninfo, int *extra, int nextra, char *why, size_t whylen);
+#define SH_LINK_CONNECT_NS (10 * 1000000000LL)
 
 /* Closes both rings (waking both sides); either side, any time. */
 void sh_link_shut(sh_link *l);

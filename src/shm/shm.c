@@ -72,6 +72,16 @@ int sh_memfd_fix_size(int fd)
 	return 0;
 }
 
+int sh_memfd_fix_size_open(int fd)
+{
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK) != 0) {
+		int e = -errno;
+		sh_error("shm", "sealing a region's size: %s", strerror(errno));
+		return e;
+	}
+	return 0;
+}
+
 int sh_memfd_freeze_others(int fd)
 {
 	if (fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | SIZE_SEALS) != 0) {

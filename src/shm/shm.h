@@ -27,6 +27,10 @@ bool sh_memfd_is_sealed(int fd);
  * must not be able to truncate it under the other side's mappings (SIGBUS).
  * fd must come from sh_memfd_create(..., sealable = true). */
 int sh_memfd_fix_size(int fd);
+/* The same without the seal on seals, for a region that is to be sealed
+ * for good later (a store segment: fixed size while its creator writes it,
+ * then sh_memfd_seal). */
+int sh_memfd_fix_size_open(int fd);
 /* Forbids every new write to fd (F_SEAL_FUTURE_WRITE): write(2), and
  * writable mappings made from now on, by anyone, whatever descriptor or
  * /proc path they come through; mappings that exist keep writing. For a

@@ -359,6 +359,10 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 	if (!g)
 		return reply_err(c, req, SHOAL_ENOMEM, "CREATE: out of memory");
 	int rc = sh_memfd_create("shoal-segment", size, true, &g->fd);
+	/* Its size is fixed from the start: a creator that shrank it before
+	 * the seal would leave readers mapping pages past its end (SIGBUS). */
+	if (rc == 0 && (rc = sh_memfd_fix_size_open(g->fd)) != 0)
+		close(g->fd);
 	if (rc) {
 		SH_DELETE(g);
 		return reply_err(c, req, rc, "CREATE: memfd of %" PRIu64 " bytes: %s", size,
@@ -1153,17 +1157,24 @@ static int make_arena(shoal_store *s)
 	size_t sz = s->capacity < SH_STORE_ARENA_MAX ? s->capacity : SH_STORE_ARENA_MAX;
 	sz = (sz + PAGE - 1) & ~(size_t)(PAGE - 1);
 	s->arena_size = sz;
-	int rc = sh_memfd_create("shoal-arena", sz, false, &s->arena_fd);
+	int rc = sh_memfd_create("shoal-arena", sz, true, &s->arena_fd);
 	if (rc)
 		return rc;
 	if ((rc = sh_shm_map(s->arena_fd, sz, true, (void **)&s->arena)) != 0)
 		return rc;
-	/* Clients get a read-only open of the same file: they can map it,
-	 * never writably, and mprotect cannot change that. */
+	/* Clients get a read-only open of the same file, so they cannot map it
+	 * writable and mprotect cannot change that. That alone is not enough: a
+	 * client can reopen its descriptor read-write through /proc/self/fd.
+	 * So, now that our own mapping exists, the kernel refuses every new
+	 * write to the file from anyone (write(2), fallocate, a writable
+	 * mapping), and the file's mode refuses a read-write open by anyone
+	 * but root. */
+	if ((rc = sh_memfd_freeze_others(s->arena_fd)) != 0)
+		return rc;
 	char p[64];
 	snprintf(p, sizeof(p), "/proc/self/fd/%d", s->arena_fd);
 	s->arena_ro_fd = open(p, O_RDONLY | O_CLOEXEC);
-	if (s->arena_ro_fd < 0)
+	if (s->arena_ro_fd < 0 || fchmod(s->arena_fd, 0400) != 0)
 		return shoal_errno();
 	if (s->opts.reserve) {
 		/* Fault every page in now, so puts never pay first touches. */
