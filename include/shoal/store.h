@@ -59,8 +59,16 @@ SHOAL_API shoal_dtype shoal_dtype_from_name(const char *name, size_t len);
 
 typedef struct shoal_store shoal_store;
 
+/* The directory of this user's default sockets, written to buf (len bytes):
+ * $XDG_RUNTIME_DIR/shoal, else /run/shoal for root, else /tmp/shoal-UID.
+ * It is made (mode 0700) if missing. SHOAL_EACCES, with a message in the
+ * log, unless it is a directory (not a symlink) that this user owns and no
+ * one else may enter: a directory made first by another user could serve
+ * or squat this user's sockets. */
+SHOAL_API int shoal_socket_dir(char *buf, size_t len);
+
 typedef struct shoal_store_opts {
-	const char *socket_path; /* NULL: a fresh path under $XDG_RUNTIME_DIR or /tmp */
+	const char *socket_path; /* NULL: a fresh path in shoal_socket_dir() */
 	size_t size;		 /* hard limit on the bytes of all blobs; 0: 1 GiB */
 	bool reserve;		 /* pre-fault the small-object arena at start */
 	gid_t group;		 /* also admit peers of this group ((gid_t)-1: none) */
@@ -82,8 +90,26 @@ SHOAL_API int shoal_store_close(shoal_store *s);
 
 typedef struct shoal_client shoal_client;
 
-/* Connects to the store at socket_path. One connection is for one thread
- * at a time. */
+typedef struct shoal_connect_opts {
+	/* Besides a store of this process's uid or root, one of this uid may
+	 * serve the socket ((uid_t)-1: no other). The server's uid is checked
+	 * (SO_PEERCRED) before a byte is sent: SHOAL_EACCES otherwise. */
+	uid_t server_uid;
+	/* How long the set-up, and then each request, may block before it
+	 * fails with SHOAL_ETIMEDOUT (a store that stopped answering); the
+	 * connection is then broken. 0: 30 s; SHOAL_FOREVER: no bound. */
+	int64_t timeout_ns;
+} shoal_connect_opts;
+
+/* Defaults: no other server uid, a 30 s timeout. */
+SHOAL_API void shoal_connect_opts_init(shoal_connect_opts *o);
+
+/* Connects to the store at socket_path (blocks: up to the timeout). One
+ * connection is for one thread at a time. Every call on it that talks to
+ * the store blocks its thread, each at most the timeout. */
+SHOAL_API int shoal_connect_with(shoal_client **out, const char *socket_path,
+				 const shoal_connect_opts *opts);
+/* shoal_connect_with with the defaults. */
 SHOAL_API int shoal_connect(shoal_client **out, const char *socket_path);
 /* Closes the connection: the store drops every reference it held and
  * discards its unsealed creations and transient objects. Objects got

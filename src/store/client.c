@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -68,20 +69,51 @@ static void client_free(shoal_client *c)
 	SH_DELETE(c);
 }
 
+#define DEFAULT_TIMEOUT_NS (30 * 1000000000LL)
+
+int shoal_socket_dir(char *buf, size_t len)
+{
+	char why[256];
+	int rc = sh_link_private_dir(buf, len, why, sizeof(why));
+	if (rc)
+		sh_error("store", "%s", why);
+	return rc;
+}
+
+void shoal_connect_opts_init(shoal_connect_opts *o)
+{
+	o->server_uid = (uid_t)-1;
+	o->timeout_ns = DEFAULT_TIMEOUT_NS;
+}
+
 int shoal_connect(shoal_client **out, const char *path)
 {
-	if (!out || !path)
+	return shoal_connect_with(out, path, NULL);
+}
+
+int shoal_connect_with(shoal_client **out, const char *path, const shoal_connect_opts *opts)
+{
+	if (!out || !path || (opts && opts->timeout_ns < 0 && opts->timeout_ns != SHOAL_FOREVER))
 		return SHOAL_EINVAL;
+	shoal_connect_opts o;
+	shoal_connect_opts_init(&o);
+	if (opts) {
+		o = *opts;
+		if (o.timeout_ns == 0)
+			o.timeout_ns = DEFAULT_TIMEOUT_NS;
+	}
 	shoal_client *c = SH_NEW(shoal_client);
 	if (!c)
 		return SHOAL_ENOMEM;
 	sh_link_init(&c->l, -1);
 	sh_wbuf_init(&c->out);
+	c->timeout_ns = o.timeout_ns;
 	uint64_t info[4];
 	int arena = -1;
-	char why[256];
-	int rc = sh_link_connect(&c->l, path, SH_STORE_PROTO, SH_STORE_VERSION, SH_STORE_RING_CAP,
-				 info, 4, &arena, 1, why, sizeof(why));
+	char why[320];
+	int rc = sh_link_connect_to(&c->l, path, SH_STORE_PROTO, SH_STORE_VERSION,
+				    SH_STORE_RING_CAP, info, 4, &arena, 1, o.server_uid,
+				    shoal_deadline_in(o.timeout_ns), why, sizeof(why));
 	if (rc) {
 		sh_client_fail(c, rc, "store: %s", why);
 		goto fail;
@@ -109,6 +141,16 @@ int shoal_connect(shoal_client **out, const char *path)
 		goto fail;
 	}
 	close(arena);
+	arena = -1;
+	/* Descriptors come ahead of replies on the socket: bounded as well. */
+	if (c->timeout_ns != SHOAL_FOREVER) {
+		struct timeval tv = {.tv_sec = c->timeout_ns / 1000000000,
+				     .tv_usec = (c->timeout_ns % 1000000000) / 1000 + 1};
+		if (setsockopt(c->l.sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
+			rc = shoal_errno();
+			goto fail;
+		}
+	}
 	c->l.down.spin_ns = REPLY_SPIN_NS;
 	*out = c;
 	return 0;
@@ -149,6 +191,19 @@ static int check_live(shoal_client *c)
 	return 0;
 }
 
+/* A request that outlived the connection's timeout: its reply may still
+ * come, so the rings are out of step and the connection is done. */
+static int check_deadline(shoal_client *c, int64_t deadline, uint16_t op)
+{
+	if (deadline == SHOAL_FOREVER || shoal_now_ns() < deadline)
+		return 0;
+	c->broken = true;
+	return sh_client_fail(c, SHOAL_ETIMEDOUT,
+			      "the store did not answer request op %u within %lld ms (the "
+			      "connection's timeout); the connection is closed",
+			      op, (long long)(c->timeout_ns / 1000000));
+}
+
 int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 {
 	if (!noreply) /* fire-and-forget requests keep the last failure's message */
@@ -163,11 +218,13 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 		return sh_client_fail(c, SHOAL_EMSGSIZE,
 				      "request of %zu bytes, the most a request can have is %u",
 				      c->out.len, SH_STORE_REPLY_MAX);
-	/* In slices, looking at the store between them. */
+	/* In slices, looking at the store between them, until the request's
+	 * deadline. */
+	int64_t deadline = shoal_deadline_in(c->timeout_ns);
 	size_t done = 0;
 	while ((rc = sh_msg_write_part(&c->l.up, c->out.p, c->out.len, &done,
 				       shoal_deadline_in(LIVENESS_SLICE_NS))) == SHOAL_ETIMEDOUT)
-		if ((rc = check_live(c)) != 0)
+		if ((rc = check_live(c)) != 0 || (rc = check_deadline(c, deadline, op)) != 0)
 			return rc;
 	if (c->out.cap > SH_MSG_BUF_KEEP)
 		sh_wbuf_fini(&c->out);
@@ -182,7 +239,7 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 	while ((rc = sh_msg_read_part(&c->l.down, &c->in, &c->in_cap, &got, &len,
 				      SH_STORE_REPLY_MAX + 4096,
 				      shoal_deadline_in(LIVENESS_SLICE_NS))) == SHOAL_ETIMEDOUT)
-		if ((rc = check_live(c)) != 0)
+		if ((rc = check_live(c)) != 0 || (rc = check_deadline(c, deadline, op)) != 0)
 			return rc;
 	if (rc) {
 		c->broken = true;
@@ -220,6 +277,8 @@ int sh_client_recv_fds(shoal_client *c, const uint64_t *ids, int *fds, size_t n)
 					   (int)(n - have < SH_FD_MAX ? n - have : SH_FD_MAX), &k);
 		if (rc == 0 && got == 0)
 			rc = SHOAL_ECONNRESET;
+		if (rc == SHOAL_EAGAIN) /* SO_RCVTIMEO: the connection's timeout */
+			rc = SHOAL_ETIMEDOUT;
 		bool ok = rc == 0 && got >= 8 && msg[0] == (uint64_t)k && got == 8 + 8 * (size_t)k;
 		for (int j = 0; ok && j < k; j++)
 			ok = msg[1 + j] == ids[have + (size_t)j];

@@ -39,7 +39,8 @@ struct shoal_client {
 	uint64_t idle[SH_CLIENT_IDLE_SEGS];
 	uint32_t nidle;
 	uint64_t idle_bytes;
-	bool broken; /* the store is gone or spoke garbage */
+	int64_t timeout_ns; /* per request; SHOAL_FOREVER: none */
+	bool broken;	    /* the store is gone, spoke garbage or stopped answering */
 	char err[512];
 };
 

@@ -22,11 +22,19 @@ const char *sh_tools_default_socket(void)
 	const char *env = getenv("SHOAL_SOCKET");
 	if (env && *env)
 		return env;
-	const char *dir = getenv("XDG_RUNTIME_DIR");
-	if (dir && *dir && strlen(dir) < 80)
-		snprintf(path, sizeof(path), "%s/shoal.sock", dir);
-	else
-		snprintf(path, sizeof(path), "/tmp/shoal-%u.sock", (unsigned)getuid());
+	if (!path[0]) {
+		char dir[80];
+		/* The directory is checked (ours, 0700, not a symlink) on every
+		 * start and every connect: a path someone else could create
+		 * first would let them serve our clients or squat our socket. */
+		if (shoal_socket_dir(dir, sizeof(dir)) != 0) {
+			fprintf(stderr,
+				"shoal: the default socket's directory is not safe to use (see "
+				"above); set $SHOAL_SOCKET or pass --socket\n");
+			exit(SH_EXIT_FAIL);
+		}
+		snprintf(path, sizeof(path), "%s/shoald.sock", dir);
+	}
 	return path;
 }
 

@@ -17,7 +17,9 @@ enum {
 	SH_EXIT_INVALID = 6,  /* the input file is invalid */
 };
 
-/* $SHOAL_SOCKET, else $XDG_RUNTIME_DIR/shoal.sock, else /tmp/shoal-UID.sock. */
+/* $SHOAL_SOCKET, else shoald.sock in shoal_socket_dir() ($XDG_RUNTIME_DIR/shoal,
+ * /run/shoal for root, /tmp/shoal-UID); exits when that directory is not
+ * safe (another user's, open to others, a symlink). */
 const char *sh_tools_default_socket(void);
 
 /* "1024", "64K", "512M", "2G", "1T" (binary units) into *out; 0 or -1. */
