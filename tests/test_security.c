@@ -10,6 +10,7 @@
 #include "test.h"
 
 #include "ring/link.h"
+#include "ring/msg.h"
 #include "shm/shm.h"
 #include "store/proto.h"
 #include "tasks/proto.h"
@@ -754,6 +755,98 @@ SH_TEST(group_admits_supplementary_members)
 	 * open): the store itself refuses a non-member */
 	CHECK_EQ(chmod(path, 0666), 0);
 	CHECK_EQ(run_as(NOBODY, NULL, 0, connect_group, &k), 0);
+	server_stop(&sv);
+	rm_rf(dir);
+}
+
+/* ---- 10. request buffers are bounded across connections ---- */
+
+/* A client that sends all but the last 4 KiB of a 64 MiB request, then
+ * stalls with its connection open. */
+static void stall_mid_request(void *arg)
+{
+	const char *path = arg;
+	sh_link l;
+	uint64_t info[4];
+	int arena;
+	char why[256];
+	CHECK_OK(sh_link_connect(&l, path, SH_STORE_PROTO, SH_STORE_VERSION, SH_STORE_RING_CAP,
+				 info, 4, &arena, 1, why, sizeof(why)));
+	size_t total = SH_STORE_REPLY_MAX;
+	unsigned char *buf = calloc(total, 1);
+	CHECK(buf != NULL);
+	uint32_t body = (uint32_t)(total - SH_MSG_HDR);
+	memcpy(buf + SH_MSG_LEN_AT, &body, 4);
+	size_t done = 0;
+	sh_msg_write_part(&l.up, buf, total - 4096, &done, shoal_deadline_in(3000000000LL));
+	for (;;)
+		pause();
+}
+
+static long vm_kib(pid_t pid, const char *key)
+{
+	char p[64], line[256];
+	snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(p, "r");
+	CHECK(f != NULL);
+	long v = -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, strlen(key)))
+			v = atol(line + strlen(key) + 1);
+	fclose(f);
+	return v;
+}
+
+SH_TEST_T(stalled_requests_stay_within_a_global_bound, 120)
+{
+	char dir[64], path[96];
+	make_dir(dir, sizeof(dir), "reqs", 0711);
+	snprintf(path, sizeof(path), "%s/s.sock", dir);
+	server sv;
+	server_start(&sv, path, 0, NOBODY, false); /* a 64 MiB store */
+	long base = vm_kib(sv.pid, "VmRSS:");
+	enum { N = 10 };
+	pid_t kids[N];
+	for (int i = 0; i < N; i++) {
+		fflush(NULL);
+		kids[i] = fork();
+		CHECK(kids[i] >= 0);
+		if (kids[i] == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (i % 2)
+				drop_to(NOBODY, NOBODY, NULL, 0);
+			stall_mid_request(path);
+		}
+	}
+	/* While they stall, others are served at once. */
+	usleep(500000);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, path));
+	int64_t t0 = shoal_now_ns();
+	shoal_store_stat st;
+	CHECK_OK(shoal_store_stat_get(c, &st));
+	CHECK(shoal_now_ns() - t0 < 2000000000LL);
+	CHECK_EQ(st.clients, N + 1);
+	sleep(3); /* every writer has written what it could */
+	long peak = vm_kib(sv.pid, "VmHWM:");
+	fprintf(stderr, "store grew by %ld MiB with %d requests stalled\n", (peak - base) / 1024,
+		N);
+	/* 10 x 64 MiB before the bound; now 2 x 64 MiB and rings at most */
+	if (peak - base > 200 * 1024)
+		sh_test_fail(__FILE__, __LINE__, "the store grew by %ld MiB for stalled requests",
+			     (peak - base) / 1024);
+	/* and the stalled ones are closed in the end */
+	int64_t end = shoal_deadline_in(60000000000LL);
+	do {
+		usleep(200000);
+		CHECK_OK(shoal_store_stat_get(c, &st));
+	} while (st.clients > 1 && shoal_now_ns() < end);
+	CHECK_EQ(st.clients, 1);
+	shoal_disconnect(c);
+	for (int i = 0; i < N; i++) {
+		kill(kids[i], SIGKILL);
+		waitpid(kids[i], NULL, 0);
+	}
 	server_stop(&sv);
 	rm_rf(dir);
 }

@@ -64,6 +64,30 @@ static int reserve(unsigned char **buf, size_t *cap, size_t need)
 	return 0;
 }
 
+/* The length of the message whose first record is rec (n bytes). */
+static size_t claimed(const void *rec, size_t n)
+{
+	size_t t = n;
+	if (n >= SH_MSG_HDR) {
+		uint32_t body;
+		memcpy(&body, (const unsigned char *)rec + SH_MSG_LEN_AT, 4);
+		t = SH_MSG_HDR + (size_t)body;
+		if (t < n)
+			t = n; /* the frame decoder will say what is wrong */
+	}
+	return t;
+}
+
+int sh_msg_peek_total(sh_ring *r, size_t *total, int64_t deadline)
+{
+	const void *rec;
+	size_t n;
+	int rc = sh_ring_peek(r, &rec, &n, deadline);
+	if (rc == 0)
+		*total = claimed(rec, n);
+	return rc;
+}
+
 int sh_msg_read_part(sh_ring *r, unsigned char **buf, size_t *cap, size_t *got, size_t *total,
 		     size_t max, int64_t deadline)
 {
@@ -73,14 +97,7 @@ int sh_msg_read_part(sh_ring *r, unsigned char **buf, size_t *cap, size_t *got, 
 	if (*got == 0) {
 		if ((rc = sh_ring_peek(r, &rec, &n, deadline)) != 0)
 			return rc;
-		size_t t = n;
-		if (n >= SH_MSG_HDR) {
-			uint32_t body;
-			memcpy(&body, (const unsigned char *)rec + SH_MSG_LEN_AT, 4);
-			t = SH_MSG_HDR + (size_t)body;
-			if (t < n)
-				t = n; /* the frame decoder will say what is wrong */
-		}
+		size_t t = claimed(rec, n);
 		if (t > max || t > SH_MSG_MAX) {
 			sh_ring_release(r);
 			return SHOAL_EMSGSIZE;

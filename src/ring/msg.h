@@ -28,6 +28,10 @@ int sh_msg_read(sh_ring *r, unsigned char **buf, size_t *cap, size_t *len, int64
 int sh_msg_write_part(sh_ring *r, const void *p, size_t len, size_t *done, int64_t deadline);
 int sh_msg_read_part(sh_ring *r, unsigned char **buf, size_t *cap, size_t *got, size_t *total,
 		     size_t max, int64_t deadline);
+/* Waits for the next message and says how long its header claims it is,
+ * leaving it in the ring: a reader that must find room first. The peer can
+ * still rewrite the claim: read it with max set to this *total. */
+int sh_msg_peek_total(sh_ring *r, size_t *total, int64_t deadline);
 
 /* Bytes that follow a message out of band (the RPC's large payloads):
  * written from where they lie and read into where they belong, so each

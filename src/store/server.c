@@ -93,7 +93,8 @@ struct shoal_store {
 	uint64_t next_id, next_seg;
 	uint32_t next_client;
 	sh_map objs, names, segs;
-	sh_map claims; /* owner token -> the st_conn that claimed it */
+	sh_map claims;	 /* owner token -> the st_conn that claimed it */
+	size_t req_used; /* bytes of requests over REQ_FREE_MAX being read */
 	int arena_fd, arena_ro_fd;
 	unsigned char *arena;
 	size_t arena_size, arena_bump;
@@ -1021,6 +1022,62 @@ static int conn_setup(st_conn *c)
 	return rc;
 }
 
+/* Request buffers are memory outside --size: a request larger than
+ * REQ_FREE_MAX is read only once the store's budget for such requests has
+ * room for it, and the rest of any request must arrive within REQ_READ_NS,
+ * so clients that stall mid-request hold at most REQ_BUDGET between them
+ * (and REQ_FREE_MAX each). */
+#define REQ_FREE_MAX ((size_t)256 << 10)
+#define REQ_BUDGET ((size_t)128 << 20)
+#define REQ_READ_NS (10 * 1000000000LL)
+
+static int budget_take(st_conn *c, size_t bytes)
+{
+	shoal_store *s = c->srv;
+	int64_t deadline = shoal_deadline_in(REQ_READ_NS);
+	while (s->req_used + bytes > REQ_BUDGET) {
+		if (shoal_now_ns() >= deadline) {
+			sh_warn("store",
+				"client %u (pid %d): a request of %zu bytes found no room for "
+				"%lld s (%zu of %zu bytes of request buffers in use); closing",
+				c->id, (int)c->pid, bytes, REQ_READ_NS / 1000000000LL, s->req_used,
+				REQ_BUDGET);
+			return SHOAL_EBUSY;
+		}
+		if (shoal_sleep_until(shoal_deadline_in(1000000)) == SHOAL_ECANCELED)
+			return SHOAL_ECANCELED;
+	}
+	s->req_used += bytes;
+	return 0;
+}
+
+/* The next request, whole, into c->in; *charged is what it took of the
+ * budget. */
+static int read_request(st_conn *c, size_t *len, size_t *charged)
+{
+	size_t total, got = 0, max = SH_STORE_REPLY_MAX + 4096;
+	*charged = 0;
+	int rc = sh_msg_peek_total(&c->l.up, &total, SHOAL_FOREVER);
+	if (rc)
+		return rc;
+	if (total > REQ_FREE_MAX && total <= max) {
+		if ((rc = budget_take(c, total)) != 0)
+			return rc;
+		*charged = max = total;
+	} else if (total <= REQ_FREE_MAX) {
+		max = REQ_FREE_MAX;
+	}
+	/* The whole request, copied out of the ring (the client can still
+	 * write there while we read), bounded in size and in time. */
+	rc = sh_msg_read_part(&c->l.up, &c->in, &c->in_cap, &got, len, max,
+			      shoal_deadline_in(REQ_READ_NS));
+	if (rc == SHOAL_ETIMEDOUT)
+		sh_warn("store",
+			"client %u (pid %d): %zu of a %zu-byte request came in %lld s; closing",
+			c->id, (int)c->pid, got, *len, REQ_READ_NS / 1000000000LL);
+	return rc;
+}
+
 static void *conn_main(void *arg)
 {
 	st_conn *c = arg;
@@ -1029,15 +1086,16 @@ static void *conn_main(void *arg)
 		rc = shoal_spawn(&c->watcher, watch_main, c,
 				 &(shoal_fiber_opts){.name = "store-watch"});
 	while (rc == 0) {
-		/* The whole request, copied out of the ring: the client can
-		 * still write there while we read. */
-		size_t len, got = 0;
-		/* bounded: a client cannot make us hold more than this */
-		rc = sh_msg_read_part(&c->l.up, &c->in, &c->in_cap, &got, &len,
-				      SH_STORE_REPLY_MAX + 4096, SHOAL_FOREVER);
+		size_t len, charged;
+		rc = read_request(c, &len, &charged);
 		if (rc == 0)
 			rc = handle(c, len);
-		sh_msg_trim(&c->in, &c->in_cap);
+		c->srv->req_used -= charged;
+		if (c->in_cap > REQ_FREE_MAX) {
+			shoal_free(c->in, c->in_cap);
+			c->in = NULL;
+			c->in_cap = 0;
+		}
 		if (c->out.cap > SH_MSG_BUF_KEEP)
 			sh_wbuf_fini(&c->out);
 	}
