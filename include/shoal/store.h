@@ -128,6 +128,7 @@ typedef struct shoal_store_stat {
 	uint64_t clients;	/* open connections */
 	uint64_t pending_frees; /* deleted objects waiting for their last reader */
 } shoal_store_stat;
+/* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st);
 
 /* ---- creating objects --------------------------------------------------- */
@@ -144,6 +145,7 @@ SHOAL_API shoal_node *shoal_builder_root(shoal_builder *b);
 /* Reserves one shared region of bytes that the next blobs are carved
  * from: one mapping (and one descriptor for every reader) instead of one
  * per blob. Fails with SHOAL_ENOSPC beyond the store's capacity. */
+/* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_builder_reserve(shoal_builder *b, size_t bytes);
 
 SHOAL_API int shoal_node_set_int(shoal_node *n, const char *key, int64_t v);
@@ -155,10 +157,14 @@ SHOAL_API int shoal_node_set_ints(shoal_node *n, const char *key, const int64_t 
 SHOAL_API int shoal_node_add_member(shoal_node *n, const char *name, const char *type,
 				    shoal_node **child);
 /* A blob of size bytes, writable at *data until the object is sealed. */
+/* Blocks when the blob is over 16 KiB and no reserved region has room: a
+ * round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_node_add_blob(shoal_node *n, size_t size, void **data);
 /* Makes n a tensor (its type must be "tensor"): dtype and shape fields,
  * C-contiguous, and one blob of the product of shape times the element
  * size, writable at *data until the seal. */
+/* Blocks when the blob is over 16 KiB and no reserved region has room: a
+ * round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_node_set_tensor(shoal_node *n, shoal_dtype dt, int ndim, const int64_t *shape,
 				    void **data);
 
@@ -169,6 +175,7 @@ enum {
 /* Seals the object and all its blobs in one request: from now on no one,
  * its creator included, can change them. Binds name if not NULL. The
  * builder is consumed whatever the result. */
+/* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_builder_seal(shoal_builder *b, const char *name, unsigned flags, shoal_id *id);
 /* Seals the object for another connection, the one that claimed owner
  * (shoal_claim): it owns the object from now on, which goes when that
@@ -176,11 +183,13 @@ SHOAL_API int shoal_builder_seal(shoal_builder *b, const char *name, unsigned fl
  * object made for someone else, as a task's result is for its client.
  * SHOAL_ENOENT when no connection claims owner (any more). Unbound and
  * transient; the builder is consumed whatever the result. */
+/* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_builder_seal_for(shoal_builder *b, uint64_t owner, shoal_id *id);
 /* Drops an unsealed builder and its regions. */
 SHOAL_API void shoal_builder_abort(shoal_builder *b);
 
 /* One blob of bytes as an object of type "bytes". */
+/* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_put_bytes(shoal_client *c, const char *name, const void *data, size_t size,
 			      unsigned flags, shoal_id *id);
 
@@ -191,7 +200,9 @@ typedef struct shoal_object shoal_object;
 /* Maps an object read-only, in one round trip, and holds a reference on
  * it until shoal_object_release: a delete meanwhile unbinds the name but
  * frees nothing until the last reader lets go. */
+/* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_get(shoal_client *c, shoal_id id, shoal_object **out);
+/* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_get_by_name(shoal_client *c, const char *name, shoal_object **out);
 SHOAL_API int shoal_object_release(shoal_object *o);
 
@@ -250,22 +261,28 @@ SHOAL_API int shoal_node_dlpack(shoal_object *o, const shoal_node *n, struct DLM
  * the store's shared memory. "__metadata__" becomes the root's string
  * fields. flags as for shoal_builder_seal. SHOAL_EBADMSG for an invalid
  * file; shoal_client_error says what is wrong with it. */
+/* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_import_safetensors(shoal_client *c, const char *path, const char *name,
 				       unsigned flags, shoal_id *id);
 /* Writes the tensor_dict bound to name as a .safetensors file, as the
  * reference writer would: a file it wrote comes back byte for byte. */
+/* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_export_safetensors(shoal_client *c, const char *name, const char *path);
 
 /* ---- names -------------------------------------------------------------- */
 
 /* Unbinds name and deletes its object: readers that hold it keep reading;
  * the memory is freed when the last lets go. */
+/* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_delete(shoal_client *c, const char *name);
+/* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_delete_id(shoal_client *c, shoal_id id);
 /* Makes an object outlive the connection that created it. */
+/* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_persist(shoal_client *c, shoal_id id);
 /* The owner token of this connection (the same one every time): others
  * seal objects for it with shoal_builder_seal_for. */
+/* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_claim(shoal_client *c, uint64_t *token);
 
 typedef struct shoal_entry {
@@ -277,6 +294,7 @@ typedef struct shoal_entry {
 /* Calls fn for each bound name starting with prefix ("" for all), in
  * name order; a nonzero return from fn stops the walk and is returned.
  * fn must not use c (the walk is still reading its replies). */
+/* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_list(shoal_client *c, const char *prefix,
 			 int (*fn)(const shoal_entry *e, void *ctx), void *ctx);
 
