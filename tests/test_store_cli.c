@@ -7,6 +7,7 @@
 #include "test.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -172,10 +173,23 @@ SH_TEST_T(hostile_files_rejected, 120)
 {
 	setup();
 	pid_t d = start_daemon("64M");
+	/* The overflows and the padding are issue 16's: an overflowing shape
+	 * exited 1, not 6; 50 MiB of spaces around the object were taken. */
 	static const char *kinds[] = {"truncated-data", "overlap",	   "gap",
-				      "bad-dtype",	"huge-header-len", "not-json"};
-	static const char *says[] = {"past the end",  "overlap",	  "gap of 8 bytes",
-				     "unknown dtype", "beyond the limit", "not a JSON object"};
+				      "bad-dtype",	"huge-header-len", "not-json",
+				      "count-overflow", "bytes-overflow",  "space-padded",
+				      "space-led"};
+	static const char *says[] = {
+		"past the end",
+		"overlap",
+		"gap of 8 bytes",
+		"unknown dtype",
+		"beyond the limit",
+		"not a JSON object",
+		"[4294967296, 4294967296, 4294967296] has more than 2^64 elements",
+		"F32 [4294967296, 1073741824] has more than 2^64 bytes",
+		"52428800 bytes of padding after the JSON object",
+		"header starts with 52428800 bytes of whitespace"};
 	char f[256];
 	snprintf(f, sizeof(f), "%s/h.safetensors", dir);
 	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
@@ -185,6 +199,8 @@ SH_TEST_T(hostile_files_rejected, 120)
 			sh_test_fail(__FILE__, __LINE__, "%s: status %d, output:\n%s", kinds[i], rc,
 				     out);
 	}
+	CHECK_EQ(shoal_cmd("stat", NULL, NULL, NULL), 0);
+	CHECK_HAS(out, "objects:   0");
 	/* truncated anywhere: a prefix of a valid file */
 	st_write(f, "20", "100000", NULL, NULL);
 	struct stat st;
@@ -252,5 +268,58 @@ SH_TEST(daemon_arguments)
 	char *a4[] = {exe, "--socket", sock, NULL};
 	CHECK_EQ(sh_test_run(a4, NULL, out, sizeof(out)), 1);
 	CHECK_EQ(stop_daemon(d), 0);
+	cleanup();
+}
+
+/* shoal put on what is not a regular file, bounded by timeout(1) (status
+ * 124 past it): a FIFO with no writer hung the old open(); a directory,
+ * /dev/zero and a symlink to the FIFO are refused the same way, 6, and
+ * nothing reaches the store. */
+static void refuse_non_files(void)
+{
+	char fifo[256], link[256];
+	snprintf(fifo, sizeof(fifo), "%s/fifo.safetensors", dir);
+	snprintf(link, sizeof(link), "%s/link.safetensors", dir);
+	CHECK_EQ(mkfifo(fifo, 0600), 0);
+	CHECK_EQ(symlink(fifo, link), 0);
+	const char *paths[] = {fifo, link, dir, "/dev/zero"};
+	const char *says[] = {"is a FIFO", "is a FIFO", "is a directory", "is a character device"};
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		char *argv[] = {"/usr/bin/timeout", "30", shoal,      "put", (char *)paths[i],
+				"--name",	    "x",  "--socket", sock,  NULL};
+		int rc = sh_test_run(argv, NULL, out, sizeof(out));
+		if (rc != 6 || !strstr(out, says[i]) || !strstr(out, "expected a regular"))
+			sh_test_fail(__FILE__, __LINE__,
+				     "put %s: status %d (124: hung), output:\n%s", paths[i], rc,
+				     out);
+	}
+	CHECK_EQ(shoal_cmd("stat", NULL, NULL, NULL), 0);
+	CHECK_HAS(out, "objects:   0");
+}
+
+SH_TEST_T(put_refuses_what_is_not_a_file, 120)
+{
+	setup();
+	pid_t d = start_daemon("16M");
+	refuse_non_files();
+	CHECK_EQ(stop_daemon(d), 0);
+	cleanup();
+	/* The same as nobody (65534), with a daemon of its own. */
+	setup();
+	CHECK_EQ(chown(dir, 65534, 65534), 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+			_exit(3);
+		CHECK(getuid() == 65534 && geteuid() == 65534);
+		d = start_daemon("16M");
+		refuse_non_files();
+		CHECK_EQ(stop_daemon(d), 0);
+		_exit(0);
+	}
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	cleanup();
 }
