@@ -323,3 +323,72 @@ SH_TEST_T(put_refuses_what_is_not_a_file, 120)
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	cleanup();
 }
+
+/* Whether s holds a byte a terminal acts on: C0 but '\n', DEL, C1 (as
+ * UTF-8, \xc2\x80 .. \xc2\x9f). */
+static bool has_control(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		if ((*p < 0x20 && *p != '\n') || *p == 0x7f ||
+		    (p[0] == 0xc2 && p[1] >= 0x80 && p[1] < 0xa0))
+			return true;
+	return false;
+}
+
+/* Names from a file and from whoever named an object reach the terminal:
+ * a tensor named "\u001b]2;pwned\u0007..." in a hostile file, an object
+ * named with ESC [2J. shoal put, ls and info show them escaped. */
+static void text_is_escaped(void)
+{
+	char f[256];
+	snprintf(f, sizeof(f), "%s/esc.safetensors", dir);
+	static const char h[] = "{\"evil\\u001b]2;pwned\\u0007\\u001b[2J\\u009b31m\":{\"dtype\":"
+				"\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},\"caf\xc3\xa9\":{"
+				"\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[2,3]}}";
+	uint64_t len = sizeof(h) - 1, pad = (8 - len % 8) % 8, total = len + pad;
+	FILE *fp = fopen(f, "wb");
+	CHECK(fp != NULL);
+	CHECK(fwrite(&total, 8, 1, fp) == 1 && fwrite(h, len, 1, fp) == 1 &&
+	      fwrite("        ", pad, 1, fp) == (pad ? 1u : 0u) && fwrite("abc", 3, 1, fp) == 1);
+	CHECK(fclose(fp) == 0);
+	const char *name = "m\x1b[2Jx\x7f\xc2\x9b";
+	CHECK_EQ(shoal_cmd("put", f, "--name", name), 0);
+	CHECK(!has_control(out));
+	CHECK_HAS(out, "m\\x1b[2Jx\\x7f\\xc2\\x9b ");
+	CHECK_EQ(shoal_cmd("ls", NULL, NULL, NULL), 0);
+	CHECK(!has_control(out));
+	CHECK_HAS(out, "m\\x1b[2Jx");
+	CHECK_EQ(shoal_cmd("info", name, NULL, NULL), 0);
+	CHECK(!has_control(out));
+	CHECK_HAS(out, "evil\\x1b]2;pwned\\x07\\x1b[2J\\xc2\\x9b31m");
+	CHECK_HAS(out, "caf\xc3\xa9 "); /* UTF-8 stays as it is */
+	CHECK_EQ(shoal_cmd("rm", name, NULL, NULL), 0);
+	/* a store's error message too: it quotes the name */
+	CHECK_EQ(shoal_cmd("info", name, NULL, NULL), 3);
+	CHECK(!has_control(out));
+}
+
+SH_TEST_T(store_text_cannot_drive_the_terminal, 120)
+{
+	setup();
+	pid_t d = start_daemon("16M");
+	text_is_escaped();
+	CHECK_EQ(stop_daemon(d), 0);
+	cleanup();
+	setup();
+	CHECK_EQ(chown(dir, 65534, 65534), 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+			_exit(3);
+		d = start_daemon("16M");
+		text_is_escaped();
+		CHECK_EQ(stop_daemon(d), 0);
+		_exit(0);
+	}
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	cleanup();
+}
