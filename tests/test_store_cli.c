@@ -7,6 +7,7 @@
 #include "test.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -295,6 +296,46 @@ static void refuse_non_files(void)
 	}
 	CHECK_EQ(shoal_cmd("stat", NULL, NULL, NULL), 0);
 	CHECK_HAS(out, "objects:   0");
+
+	/* get --out a FIFO: no reader fails at once; with one, it streams */
+	char a[256], b[256];
+	snprintf(a, sizeof(a), "%s/a.safetensors", dir);
+	snprintf(b, sizeof(b), "%s/b.safetensors", dir);
+	st_write(a, "5", "100000", NULL, NULL);
+	CHECK_EQ(shoal_cmd("put", a, "--name", "a"), 0);
+	char *get[] = {"/usr/bin/timeout", "30", shoal, "get", "a", "--out", fifo,
+		       "--socket",	   sock, NULL};
+	int rc = sh_test_run(get, NULL, out, sizeof(out));
+	if (rc != 1 || !strstr(out, "is a FIFO that no one reads"))
+		sh_test_fail(__FILE__, __LINE__, "get --out FIFO: status %d (124: hung):\n%s", rc,
+			     out);
+	pid_t reader = fork();
+	CHECK(reader >= 0);
+	if (reader == 0) {
+		/* reads the FIFO into b, as a pipeline would (open waits for
+		 * the writer, and counts as a reader meanwhile) */
+		int in = open(fifo, O_RDONLY), o = open(b, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (in < 0 || o < 0)
+			_exit(2);
+		char buf[65536];
+		ssize_t n;
+		while ((n = read(in, buf, sizeof(buf))) != 0)
+			if (n < 0 || write(o, buf, (size_t)n) != n)
+				_exit(3);
+		_exit(close(o) == 0 ? 0 : 4);
+	}
+	/* the reader may not have opened yet: the writer retries as a user would */
+	for (int i = 0; i < 300; i++) {
+		rc = sh_test_run(get, NULL, out, sizeof(out));
+		if (rc != 1 || !strstr(out, "no one reads"))
+			break;
+		usleep(10000);
+	}
+	CHECK_EQ(rc, 0);
+	int st;
+	CHECK(waitpid(reader, &st, 0) == reader);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(same_file(a, b));
 }
 
 SH_TEST_T(put_refuses_what_is_not_a_file, 120)

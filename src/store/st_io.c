@@ -267,10 +267,18 @@ int shoal_export_safetensors(shoal_client *c, const char *name, const char *path
 			       shoal_strerror(rc));
 		goto out;
 	}
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
+	/* Non-blocking, so that a FIFO nobody reads fails at once (ENXIO)
+	 * rather than hanging the open; writes then block as usual, a reader
+	 * being there. */
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
+	if (fd < 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
 		rc = shoal_errno();
-		sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
+		if (fd >= 0)
+			close(fd);
+		if (rc == -ENXIO)
+			sh_client_fail(c, rc, "%s is a FIFO that no one reads", path);
+		else
+			sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
 		goto out;
 	}
 	rc = write_all(fd, hdr, hlen);
