@@ -8,8 +8,8 @@ B := build
 CMAKE_CFG = cmake -S . -B $(B)/$(1) -DCMAKE_BUILD_TYPE=$(2) $(3) >/dev/null
 CTEST = ctest --test-dir $(B)/$(1) --output-on-failure -j$(JOBS) $(2)
 
-.PHONY: all deps build run test test-release test-asan test-tsan test-aarch64 test-fuzz format \
-	format-check install install-check clean
+.PHONY: all deps build run test test-release test-asan test-tsan test-aarch64 test-fuzz fuzz \
+	fuzz-corpus format format-check install install-check clean
 
 all: build
 
@@ -54,20 +54,50 @@ test-aarch64:
 	$(call CTEST,aarch64,)
 
 # Every fuzz/fuzz_NAME.c target, built with clang (libFuzzer, ASan+UBSan, the
-# library instrumented for coverage), runs FUZZ_SECONDS from an empty corpus.
+# library instrumented for coverage), starts from its committed seeds in
+# fuzz/corpus/fuzz_NAME/ (which it only reads) and runs FUZZ_SECONDS; a run
+# whose log does not show the seeds loaded fails. test-fuzz (part of `make
+# test`) keeps it short and starts afresh each time; `make fuzz
+# FUZZ_SECONDS=N` is the long run, keeping what it finds in
+# build/fuzz/corpus/fuzz_NAME/ from run to run. Logs and crashing inputs go
+# to build/fuzz/runs/. `make fuzz-corpus` makes the seeds again (fuzz/seed.h).
 FUZZ_SECONDS ?= 10
-test-fuzz:
+FUZZ_CFG = $(call CMAKE_CFG,fuzz,Debug,-DCMAKE_C_COMPILER=clang -DSHOAL_FUZZ=ON \
+	-DBUILD_TESTING=OFF -DSHOAL_SANITIZE=address -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link)
+
+# $(1): the directory new inputs go to; $(2): emptied first (yes or no).
+define FUZZ_RUN
 	@scripts/deps.sh fuzz
-	@$(call CMAKE_CFG,fuzz,Debug,-DCMAKE_C_COMPILER=clang -DSHOAL_FUZZ=ON -DBUILD_TESTING=OFF \
-		-DSHOAL_SANITIZE=address -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link)
+	@$(FUZZ_CFG)
 	@cmake --build $(B)/fuzz -j$(JOBS)
 	@mkdir -p $(B)/fuzz/runs
 	@for f in $(B)/fuzz/fuzz/fuzz_*; do \
-		log=$(B)/fuzz/runs/$${f##*/}.log; \
+		n=$${f##*/}; log=$(B)/fuzz/runs/$$n.log; new=$(1)/$$n; \
+		[ -d fuzz/corpus/$$n ] || { echo "fuzz: $$n has no fuzz/corpus/$$n"; exit 1; }; \
+		if [ "$(2)" = yes ]; then rm -rf $$new; fi; mkdir -p $$new; \
 		SHOAL_LOG=error $$f -max_total_time=$(FUZZ_SECONDS) \
-			-artifact_prefix=$(B)/fuzz/runs/$${f##*/}- >$$log 2>&1 || \
+			-artifact_prefix=$(B)/fuzz/runs/$$n- $$new fuzz/corpus/$$n >$$log 2>&1 || \
 			{ tail -40 $$log; echo "fuzz: $$f FAILED (log: $$log)"; exit 1; }; \
-		echo "fuzz: $$f: $$(grep -o 'Done [0-9]* runs' $$log), no crash"; \
+		seeds=$$(grep -o 'seed corpus: files: [0-9]*' $$log | grep -o '[0-9]*$$'); \
+		[ "$${seeds:-0}" -gt 0 ] || { echo "fuzz: $$n did not load its seeds (log: $$log)"; exit 1; }; \
+		echo "fuzz: $$n: $$(grep -o 'Done [0-9]* runs' $$log) from $$seeds seeds," \
+			"$$(grep -o 'cov: [0-9]*' $$log | tail -1), no crash"; \
+	done
+endef
+
+test-fuzz:
+	$(call FUZZ_RUN,$(B)/fuzz/runs/corpus,yes)
+
+fuzz:
+	$(call FUZZ_RUN,$(B)/fuzz/corpus,no)
+
+fuzz-corpus:
+	@scripts/deps.sh fuzz
+	@$(FUZZ_CFG)
+	@cmake --build $(B)/fuzz -j$(JOBS)
+	@for f in $(B)/fuzz/fuzz/fuzz_*; do \
+		n=$${f##*/}; rm -rf fuzz/corpus/$$n; mkdir -p fuzz/corpus/$$n; \
+		SHOAL_FUZZ_SEEDS=fuzz/corpus/$$n $$f || exit 1; \
 	done
 
 SOURCES = $(shell git ls-files '*.c' '*.h')

@@ -19,7 +19,10 @@ Metadata keys keep the order given: the crate holds them in a HashMap, so
 with more than one key its own order is not reproducible anyway.
 
 --hostile KIND writes a broken file instead, for the tests of readers:
-truncated-data, overlap, gap, bad-dtype, huge-header-len, not-json.
+truncated-data, overlap, gap, bad-dtype, huge-header-len, not-json,
+count-overflow (the first tensor's element count overflows 64 bits),
+bytes-overflow (its count fits, its byte count does not), space-padded
+(50 MiB of spaces after the JSON object), space-led (the same before it).
 
 usage: st_write.py OUT --tensors N --bytes TOTAL [--seed S]
                    [--metadata K=V ...] [--hostile KIND]
@@ -41,7 +44,11 @@ DTYPES = {
 MIX = ["F32"] * 4 + ["BF16"] * 3 + ["F16"] * 2 + ["I64", "U8", "BOOL", "F64",
        "I32", "I8", "U16", "I16", "U32", "U64", "F8_E4M3", "F8_E5M2"]
 HOSTILE = ["truncated-data", "overlap", "gap", "bad-dtype", "huge-header-len",
-           "not-json"]
+           "not-json", "count-overflow", "bytes-overflow", "space-padded",
+           "space-led"]
+# What a padding attack adds: 50 MiB of spaces, which the reference reader
+# skips (serde_json takes any whitespace around the object).
+FILLER = 50 << 20
 CHUNK = 1 << 20
 BOOL_BYTES = bytes(b & 1 for b in range(256))
 
@@ -172,10 +179,21 @@ def main():
         if not order:
             sys.exit("st_write.py: bad-dtype needs a tensor")
         order[0].dtype = "F33"
+    elif a.hostile in ("count-overflow", "bytes-overflow"):
+        if not order:
+            sys.exit("st_write.py: %s needs a tensor" % a.hostile)
+        # 2^96 elements; or 2^62 elements of 4 bytes: 2^64 bytes
+        order[0].shape = ([1 << 32] * 3 if a.hostile == "count-overflow"
+                          else [1 << 32, 1 << 30])
+        order[0].dtype = "U8" if a.hostile == "count-overflow" else "F32"
 
     text = header(order, metadata)
     if a.hostile == "not-json":
         text = b"this is not JSON"
+    elif a.hostile == "space-padded":
+        text = text.rstrip(b" ") + b" " * FILLER
+    elif a.hostile == "space-led":
+        text = b" " * FILLER + text.rstrip(b" ")
     prefix = len(text)
     if a.hostile == "huge-header-len":
         prefix = 1 << 40

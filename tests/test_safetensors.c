@@ -58,14 +58,14 @@ static void check_tensor(const sh_st_tensor *t, const char *name, shoal_dtype dt
 
 SH_TEST(parse_valid)
 {
-	/* Out of data order, with metadata last, extra whitespace and
-	 * padding: all of which a reader must take. */
+	/* Out of data order, with metadata last, whitespace between tokens
+	 * and padding with spaces: all of which a reader must take. */
 	const char *h =
 		"{ \"b.bias\": {\"dtype\": \"BF16\", \"shape\": [3], \"data_offsets\": [24, 30]},\n"
 		"\"a.weight\":{\"shape\":[2,3],\"dtype\":\"F32\",\"data_offsets\":[0,24]},"
 		"\"step\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[30,38]},"
 		"\"mask\":{\"dtype\":\"BOOL\",\"shape\":[2,1,1],\"data_offsets\":[38,40]},"
-		"\"__metadata__\":{\"format\":\"pt\",\"epoch\":\"3\"}}   \t\n  ";
+		"\"__metadata__\":{\"format\":\"pt\",\"epoch\":\"3\"}}       ";
 	size_t b0 = shoal_alloc_bytes();
 	sh_st_file *f = parse_ok(h, 40);
 	CHECK_EQ(f->header_len, strlen(h));
@@ -360,7 +360,11 @@ SH_TEST(reject_invalid_json)
 	EXPECT_BAD("{\"a\" 1}", 0, SHOAL_EBADMSG, "invalid JSON");
 	EXPECT_BAD("{\"a\":1,}", 0, SHOAL_EBADMSG, "invalid JSON");
 	EXPECT_BAD("{", 0, SHOAL_EBADMSG, "invalid JSON");
-	EXPECT_BAD("{}}", 0, SHOAL_EBADMSG, "unbalanced '}'");
+	EXPECT_BAD("{}}", 0, SHOAL_EBADMSG, "unexpected '}' at byte 2");
+	EXPECT_BAD("}", 0, SHOAL_EBADMSG, "expected '{', got '}'");
+	EXPECT_BAD("{\"a\":]}", 0, SHOAL_EBADMSG,
+		   "unbalanced ']' at byte 5 of the header: it closes a '{'");
+	EXPECT_BAD("{\"a\":[}", 0, SHOAL_EBADMSG, "unbalanced '}'");
 	EXPECT_BAD("{} {}", 0, SHOAL_EBADMSG, "after the JSON object");
 	EXPECT_BAD("{}x", 0, SHOAL_EBADMSG, "unexpected 'x' at byte 2");
 	EXPECT_BAD("{\"a\":tru}", 0, SHOAL_EBADMSG, "unexpected 't'");
@@ -384,6 +388,67 @@ SH_TEST(reject_invalid_json)
 	EXPECT_BAD("{" T1("\\uDE00", "U8", "[1]", 0, 1) "}", 1, SHOAL_EBADMSG,
 		   "unpaired UTF-16 surrogate \\ude00");
 	EXPECT_BAD("{\"a\":\"b\", \"c\":1\x0b}", 0, SHOAL_EBADMSG, "byte 0x0b");
+}
+
+/* A header of n bytes: head, then fill bytes of c, then tail. */
+static char *filled(const char *head, char c, size_t n, const char *tail)
+{
+	char *h = malloc(n + 1);
+	CHECK(h != NULL);
+	size_t hl = strlen(head), tl = strlen(tail);
+	memcpy(h, head, hl);
+	memset(h + hl, c, n - hl - tl);
+	memcpy(h + n - tl, tail, tl);
+	h[n] = 0;
+	return h;
+}
+
+SH_TEST(reject_whitespace_filler)
+{
+	/* The attack: 50 MiB of spaces around "{}" (the reference reader takes
+	 * it, serde_json skipping whitespace), which made an empty tensor_dict
+	 * out of a 50 MiB header. */
+	size_t big = 50u << 20;
+	char *h = filled("{}", ' ', big, "");
+	expect_bad(__LINE__, h, big, 0, SHOAL_EBADMSG,
+		   "52428798 bytes of padding after the JSON object: expected at most 4095");
+	free(h);
+	h = filled("", ' ', big, "{}");
+	expect_bad(__LINE__, h, big, 0, SHOAL_EBADMSG,
+		   "header starts with 52428798 bytes of whitespace: expected '{' at byte 0");
+	free(h);
+	h = filled("{", '\n', big, "}");
+	expect_bad(__LINE__, h, big, 0, SHOAL_EBADMSG,
+		   "52428798 bytes of whitespace at byte 1 of the header: expected at most 4095");
+	free(h);
+	h = filled("", '\t', big, "");
+	expect_bad(__LINE__, h, big, 0, SHOAL_EBADMSG, "all whitespace");
+	free(h);
+	/* The format's rule: '{' first; spaces only after the object. */
+	EXPECT_BAD(" {}", 0, SHOAL_EBADMSG, "starts with 1 bytes of whitespace");
+	EXPECT_BAD("\t\n{}\r ", 0, SHOAL_EBADMSG, "expected '{' at byte 0");
+	EXPECT_BAD("{}\n", 0, SHOAL_EBADMSG,
+		   "byte 0x0a at byte 2 of the header, after the JSON object: the header may be "
+		   "padded with spaces only");
+	EXPECT_BAD("{}   \t", 0, SHOAL_EBADMSG, "padded with spaces only");
+	/* At the limit, both ways: 4095 spaces of padding or of layout pass,
+	 * 4096 do not. */
+	h = filled("{}", ' ', 2 + 4095, "");
+	sh_st_file *f = parse_ok(h, 0);
+	CHECK_EQ(f->n, 0);
+	CHECK_EQ(f->header_len, 2 + 4095);
+	sh_st_free(f);
+	free(h);
+	h = filled("{}", ' ', 2 + 4096, "");
+	expect_bad(__LINE__, h, 2 + 4096, 0, SHOAL_EBADMSG, "4096 bytes of padding");
+	free(h);
+	h = filled("{", '\n', 2 + 4095, "}");
+	f = parse_ok(h, 0);
+	sh_st_free(f);
+	free(h);
+	h = filled("{", ' ', 2 + 4096, "}");
+	expect_bad(__LINE__, h, 2 + 4096, 0, SHOAL_EBADMSG, "4096 bytes of whitespace at byte 1");
+	free(h);
 }
 
 SH_TEST(reject_nul_in_strings)
@@ -501,16 +566,16 @@ SH_TEST(reject_too_many_dims)
 SH_TEST(reject_size_overflow)
 {
 	EXPECT_BAD("{" T1("a", "U8", "[4294967296,4294967296,4294967296]", 0, 0) "}", 0,
-		   SHOAL_EOVERFLOW,
+		   SHOAL_EBADMSG,
 		   "tensor \"a\": U8 [4294967296, 4294967296, 4294967296] has more than 2^64 "
 		   "elements");
 	/* the element count fits, the bytes do not */
-	EXPECT_BAD("{" T1("a", "F32", "[4294967296,1073741824]", 0, 0) "}", 0, SHOAL_EOVERFLOW,
+	EXPECT_BAD("{" T1("a", "F32", "[4294967296,1073741824]", 0, 0) "}", 0, SHOAL_EBADMSG,
 		   "more than 2^64 bytes");
 	/* an empty dimension after a huge product is still an overflow:
 	 * the reference multiplies left to right and fails the same way */
 	EXPECT_BAD("{" T1("a", "U8", "[4294967296,4294967296,4294967296,0]", 0, 0) "}", 0,
-		   SHOAL_EOVERFLOW, "2^64 elements");
+		   SHOAL_EBADMSG, "2^64 elements");
 }
 
 SH_TEST(reject_size_mismatch)

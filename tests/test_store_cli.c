@@ -7,6 +7,8 @@
 #include "test.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -172,10 +174,23 @@ SH_TEST_T(hostile_files_rejected, 120)
 {
 	setup();
 	pid_t d = start_daemon("64M");
+	/* The overflows and the padding are issue 16's: an overflowing shape
+	 * exited 1, not 6; 50 MiB of spaces around the object were taken. */
 	static const char *kinds[] = {"truncated-data", "overlap",	   "gap",
-				      "bad-dtype",	"huge-header-len", "not-json"};
-	static const char *says[] = {"past the end",  "overlap",	  "gap of 8 bytes",
-				     "unknown dtype", "beyond the limit", "not a JSON object"};
+				      "bad-dtype",	"huge-header-len", "not-json",
+				      "count-overflow", "bytes-overflow",  "space-padded",
+				      "space-led"};
+	static const char *says[] = {
+		"past the end",
+		"overlap",
+		"gap of 8 bytes",
+		"unknown dtype",
+		"beyond the limit",
+		"not a JSON object",
+		"[4294967296, 4294967296, 4294967296] has more than 2^64 elements",
+		"F32 [4294967296, 1073741824] has more than 2^64 bytes",
+		"52428800 bytes of padding after the JSON object",
+		"header starts with 52428800 bytes of whitespace"};
 	char f[256];
 	snprintf(f, sizeof(f), "%s/h.safetensors", dir);
 	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
@@ -185,6 +200,8 @@ SH_TEST_T(hostile_files_rejected, 120)
 			sh_test_fail(__FILE__, __LINE__, "%s: status %d, output:\n%s", kinds[i], rc,
 				     out);
 	}
+	CHECK_EQ(shoal_cmd("stat", NULL, NULL, NULL), 0);
+	CHECK_HAS(out, "objects:   0");
 	/* truncated anywhere: a prefix of a valid file */
 	st_write(f, "20", "100000", NULL, NULL);
 	struct stat st;
@@ -252,5 +269,167 @@ SH_TEST(daemon_arguments)
 	char *a4[] = {exe, "--socket", sock, NULL};
 	CHECK_EQ(sh_test_run(a4, NULL, out, sizeof(out)), 1);
 	CHECK_EQ(stop_daemon(d), 0);
+	cleanup();
+}
+
+/* shoal put on what is not a regular file, bounded by timeout(1) (status
+ * 124 past it): a FIFO with no writer hung the old open(); a directory,
+ * /dev/zero and a symlink to the FIFO are refused the same way, 6, and
+ * nothing reaches the store. */
+static void refuse_non_files(void)
+{
+	char fifo[256], link[256];
+	snprintf(fifo, sizeof(fifo), "%s/fifo.safetensors", dir);
+	snprintf(link, sizeof(link), "%s/link.safetensors", dir);
+	CHECK_EQ(mkfifo(fifo, 0600), 0);
+	CHECK_EQ(symlink(fifo, link), 0);
+	const char *paths[] = {fifo, link, dir, "/dev/zero"};
+	const char *says[] = {"is a FIFO", "is a FIFO", "is a directory", "is a character device"};
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		char *argv[] = {"/usr/bin/timeout", "30", shoal,      "put", (char *)paths[i],
+				"--name",	    "x",  "--socket", sock,  NULL};
+		int rc = sh_test_run(argv, NULL, out, sizeof(out));
+		if (rc != 6 || !strstr(out, says[i]) || !strstr(out, "expected a regular"))
+			sh_test_fail(__FILE__, __LINE__,
+				     "put %s: status %d (124: hung), output:\n%s", paths[i], rc,
+				     out);
+	}
+	CHECK_EQ(shoal_cmd("stat", NULL, NULL, NULL), 0);
+	CHECK_HAS(out, "objects:   0");
+
+	/* get --out a FIFO: no reader fails at once; with one, it streams */
+	char a[256], b[256];
+	snprintf(a, sizeof(a), "%s/a.safetensors", dir);
+	snprintf(b, sizeof(b), "%s/b.safetensors", dir);
+	st_write(a, "5", "100000", NULL, NULL);
+	CHECK_EQ(shoal_cmd("put", a, "--name", "a"), 0);
+	char *get[] = {"/usr/bin/timeout", "30", shoal, "get", "a", "--out", fifo,
+		       "--socket",	   sock, NULL};
+	int rc = sh_test_run(get, NULL, out, sizeof(out));
+	if (rc != 1 || !strstr(out, "is a FIFO that no one reads"))
+		sh_test_fail(__FILE__, __LINE__, "get --out FIFO: status %d (124: hung):\n%s", rc,
+			     out);
+	pid_t reader = fork();
+	CHECK(reader >= 0);
+	if (reader == 0) {
+		/* reads the FIFO into b, as a pipeline would (open waits for
+		 * the writer, and counts as a reader meanwhile) */
+		int in = open(fifo, O_RDONLY), o = open(b, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (in < 0 || o < 0)
+			_exit(2);
+		char buf[65536];
+		ssize_t n;
+		while ((n = read(in, buf, sizeof(buf))) != 0)
+			if (n < 0 || write(o, buf, (size_t)n) != n)
+				_exit(3);
+		_exit(close(o) == 0 ? 0 : 4);
+	}
+	/* the reader may not have opened yet: the writer retries as a user would */
+	for (int i = 0; i < 300; i++) {
+		rc = sh_test_run(get, NULL, out, sizeof(out));
+		if (rc != 1 || !strstr(out, "no one reads"))
+			break;
+		usleep(10000);
+	}
+	CHECK_EQ(rc, 0);
+	int st;
+	CHECK(waitpid(reader, &st, 0) == reader);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(same_file(a, b));
+}
+
+SH_TEST_T(put_refuses_what_is_not_a_file, 120)
+{
+	setup();
+	pid_t d = start_daemon("16M");
+	refuse_non_files();
+	CHECK_EQ(stop_daemon(d), 0);
+	cleanup();
+	/* The same as nobody (65534), with a daemon of its own. */
+	setup();
+	CHECK_EQ(chown(dir, 65534, 65534), 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+			_exit(3);
+		CHECK(getuid() == 65534 && geteuid() == 65534);
+		d = start_daemon("16M");
+		refuse_non_files();
+		CHECK_EQ(stop_daemon(d), 0);
+		_exit(0);
+	}
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	cleanup();
+}
+
+/* Whether s holds a byte a terminal acts on: C0 but '\n', DEL, C1 (as
+ * UTF-8, \xc2\x80 .. \xc2\x9f). */
+static bool has_control(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		if ((*p < 0x20 && *p != '\n') || *p == 0x7f ||
+		    (p[0] == 0xc2 && p[1] >= 0x80 && p[1] < 0xa0))
+			return true;
+	return false;
+}
+
+/* Names from a file and from whoever named an object reach the terminal:
+ * a tensor named "\u001b]2;pwned\u0007..." in a hostile file, an object
+ * named with ESC [2J. shoal put, ls and info show them escaped. */
+static void text_is_escaped(void)
+{
+	char f[256];
+	snprintf(f, sizeof(f), "%s/esc.safetensors", dir);
+	static const char h[] = "{\"evil\\u001b]2;pwned\\u0007\\u001b[2J\\u009b31m\":{\"dtype\":"
+				"\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},\"caf\xc3\xa9\":{"
+				"\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[2,3]}}";
+	uint64_t len = sizeof(h) - 1, pad = (8 - len % 8) % 8, total = len + pad;
+	FILE *fp = fopen(f, "wb");
+	CHECK(fp != NULL);
+	CHECK(fwrite(&total, 8, 1, fp) == 1 && fwrite(h, len, 1, fp) == 1 &&
+	      fwrite("        ", pad, 1, fp) == (pad ? 1u : 0u) && fwrite("abc", 3, 1, fp) == 1);
+	CHECK(fclose(fp) == 0);
+	const char *name = "m\x1b[2Jx\x7f\xc2\x9b";
+	CHECK_EQ(shoal_cmd("put", f, "--name", name), 0);
+	CHECK(!has_control(out));
+	CHECK_HAS(out, "m\\x1b[2Jx\\x7f\\xc2\\x9b ");
+	CHECK_EQ(shoal_cmd("ls", NULL, NULL, NULL), 0);
+	CHECK(!has_control(out));
+	CHECK_HAS(out, "m\\x1b[2Jx");
+	CHECK_EQ(shoal_cmd("info", name, NULL, NULL), 0);
+	CHECK(!has_control(out));
+	CHECK_HAS(out, "evil\\x1b]2;pwned\\x07\\x1b[2J\\xc2\\x9b31m");
+	CHECK_HAS(out, "caf\xc3\xa9 "); /* UTF-8 stays as it is */
+	CHECK_EQ(shoal_cmd("rm", name, NULL, NULL), 0);
+	/* a store's error message too: it quotes the name */
+	CHECK_EQ(shoal_cmd("info", name, NULL, NULL), 3);
+	CHECK(!has_control(out));
+}
+
+SH_TEST_T(store_text_cannot_drive_the_terminal, 120)
+{
+	setup();
+	pid_t d = start_daemon("16M");
+	text_is_escaped();
+	CHECK_EQ(stop_daemon(d), 0);
+	cleanup();
+	setup();
+	CHECK_EQ(chown(dir, 65534, 65534), 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+			_exit(3);
+		d = start_daemon("16M");
+		text_is_escaped();
+		CHECK_EQ(stop_daemon(d), 0);
+		_exit(0);
+	}
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	cleanup();
 }

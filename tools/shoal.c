@@ -268,6 +268,66 @@ static int parse_store_args(const char *cmd, int argc, char **argv, const char *
 	return 0;
 }
 
+/* Text that came from the store or a file (names, types, fields, the
+ * store's messages) as the terminal gets it: whoever named an object, wrote
+ * a tensor name or serves the socket must not drive the terminal, so
+ * control bytes (C0, DEL, C1) and bytes that are not UTF-8 are shown as
+ * \xNN. Cut to fit buf (cap > 4). */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+	if (s[0] < 0x80)
+		return 1;
+	size_t k = s[0] >= 0xc2 && s[0] <= 0xdf	  ? 2
+		   : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+		   : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+						  : 0;
+	if (k == 0 || n < k)
+		return 0;
+	for (size_t i = 1; i < k; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	/* overlong forms, surrogates and past U+10FFFF */
+	if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] > 0x9f) ||
+	    (s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] > 0x8f))
+		return 0;
+	return k;
+}
+
+static const char *shown(char *buf, size_t cap, const char *text, size_t n)
+{
+	const unsigned char *s = (const unsigned char *)text;
+	size_t o = 0;
+	for (size_t i = 0; i < n;) {
+		size_t k = utf8_len(s + i, n - i);
+		bool ctl =
+			s[i] < 0x20 || s[i] == 0x7f || (k == 2 && s[i] == 0xc2 && s[i + 1] < 0xa0);
+		if (k == 0 || ctl) {
+			if (o + 4 >= cap)
+				break;
+			o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", s[i]);
+			i++;
+			continue;
+		}
+		if (o + k >= cap)
+			break;
+		memcpy(buf + o, s + i, k);
+		o += k;
+		i += k;
+	}
+	buf[o] = 0;
+	return buf;
+}
+
+/* shown() of a C string, into one of a few rotating buffers, so that a
+ * printf may show several. */
+static const char *show(const char *text)
+{
+	static char bufs[4][4 * 4096 + 8];
+	static unsigned next;
+	char *b = bufs[next++ % 4];
+	return shown(b, sizeof(bufs[0]), text ? text : "", text ? strlen(text) : 0);
+}
+
 static int exit_code(int rc)
 {
 	switch (rc) {
@@ -287,7 +347,7 @@ static int exit_code(int rc)
 static int fail(const char *cmd, shoal_client *c, int rc)
 {
 	const char *msg = c ? shoal_client_error(c) : "";
-	fprintf(stderr, "shoal %s: %s\n", cmd, msg && *msg ? msg : shoal_strerror(rc));
+	fprintf(stderr, "shoal %s: %s\n", cmd, show(msg && *msg ? msg : shoal_strerror(rc)));
 	return exit_code(rc);
 }
 
@@ -327,7 +387,7 @@ static int cmd_put(int argc, char **argv)
 		/* 3 is for names in the store; a missing file is a plain failure */
 		return rc == SHOAL_ENOENT ? SH_EXIT_FAIL : code;
 	}
-	printf("%s %016" PRIx64 "\n", a.val[0], id);
+	printf("%s %016" PRIx64 "\n", show(a.val[0]), id);
 	shoal_disconnect(c);
 	return SH_EXIT_OK;
 }
@@ -356,7 +416,7 @@ static int print_entry(const shoal_entry *e, void *ctx)
 {
 	char b[32];
 	(void)ctx;
-	printf("%-40s %-12s %10s  %016" PRIx64 "\n", e->name, e->type,
+	printf("%-40s %-12s %10s  %016" PRIx64 "\n", show(e->name), show(e->type),
 	       sh_tools_fmt_bytes(e->bytes, b, sizeof(b)), e->id);
 	return 0;
 }
@@ -386,9 +446,10 @@ static void print_fields(const shoal_node *n)
 		bool bv;
 		size_t len, cnt;
 		int64_t ints[SHOAL_TENSOR_MAX_DIMS];
-		printf("  %s = ", k);
+		char b[4 * 200 + 8];
+		printf("  %s = ", show(k));
 		if (shoal_node_get_str(n, k, &sv, &len) == 0)
-			printf("\"%.*s\"\n", (int)(len > 200 ? 200 : len), sv);
+			printf("\"%s\"\n", shown(b, sizeof(b), sv, len > 200 ? 200 : len));
 		else if (shoal_node_get_int(n, k, &iv) == 0)
 			printf("%" PRId64 "\n", iv);
 		else if (shoal_node_get_float(n, k, &fv) == 0)
@@ -424,8 +485,9 @@ static int cmd_info(int argc, char **argv)
 	char b[32];
 	printf("name:      %s\ntype:      %s\nid:        %016" PRIx64 "\nsignature: %016" PRIx64
 	       "\nbytes:     %" PRIu64 " (%s)\n",
-	       a.pos[0], shoal_node_type(r), shoal_object_id(o), shoal_object_signature(o),
-	       shoal_object_bytes(o), sh_tools_fmt_bytes(shoal_object_bytes(o), b, sizeof(b)));
+	       show(a.pos[0]), show(shoal_node_type(r)), shoal_object_id(o),
+	       shoal_object_signature(o), shoal_object_bytes(o),
+	       sh_tools_fmt_bytes(shoal_object_bytes(o), b, sizeof(b)));
 	if (shoal_node_nfields(r)) {
 		printf("fields:\n");
 		print_fields(r);
@@ -437,12 +499,12 @@ static int cmd_info(int argc, char **argv)
 		const shoal_node *m = shoal_node_member(r, i, &name);
 		shoal_tensor t;
 		if (shoal_node_tensor(m, &t) == 0) {
-			printf("  %-50s %-5s [", name, shoal_dtype_name(t.dtype));
+			printf("  %-50s %-5s [", show(name), shoal_dtype_name(t.dtype));
 			for (int d = 0; d < t.ndim; d++)
 				printf("%s%" PRId64, d ? ", " : "", t.shape[d]);
 			printf("]\n");
 		} else {
-			printf("  %-50s %s\n", name, shoal_node_type(m));
+			printf("  %-50s %s\n", show(name), show(shoal_node_type(m)));
 		}
 	}
 	if (nm > 20)

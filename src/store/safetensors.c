@@ -328,13 +328,38 @@ static int lex_number(const unsigned char *s, size_t len, size_t *ip, lexed *lx,
 	return 0;
 }
 
+/* What may follow the header's object: the format's padding, spaces
+ * (0x20) only, no more of them than any writer needs. */
+static int lex_padding(const unsigned char *s, size_t len, size_t i, char *err, size_t errlen)
+{
+	char b[16];
+	size_t start = i;
+	while (i < len && s[i] == ' ')
+		i++;
+	if (i < len && is_ws(s[i]))
+		return fail(err, errlen, SHOAL_EBADMSG,
+			    "%s at byte %zu of the header, after the JSON object: the header may "
+			    "be padded with spaces only",
+			    show_byte(s[i], b), i);
+	if (i < len)
+		return fail(err, errlen, SHOAL_EBADMSG,
+			    "unexpected %s at byte %zu of the header, after the JSON object",
+			    show_byte(s[i], b), i);
+	if (i - start > SH_ST_MAX_WS)
+		return fail(err, errlen, SHOAL_EBADMSG,
+			    "%zu bytes of padding after the JSON object: expected at most %u",
+			    i - start, SH_ST_MAX_WS);
+	return 0;
+}
+
 /* Checks the tokens of the header, not their arrangement (cJSON does that):
  * valid UTF-8, strings and numbers as RFC 8259 has them, no byte outside
- * a token but JSON whitespace, nesting at most MAX_DEPTH deep. */
+ * a token but JSON whitespace, nesting at most MAX_DEPTH deep; '{' first,
+ * whitespace in runs of at most SH_ST_MAX_WS, only spaces after the object. */
 static int lex(const unsigned char *s, size_t len, lexed *lx, char *err, size_t errlen)
 {
 	size_t i = 0, depth = 0;
-	char b[16];
+	char b[16], brackets[MAX_DEPTH];
 	int rc;
 	lx->nonint_at = SIZE_MAX;
 	while (i < len && is_ws(s[i]))
@@ -342,27 +367,48 @@ static int lex(const unsigned char *s, size_t len, lexed *lx, char *err, size_t 
 	if (i == len)
 		return fail(err, errlen, SHOAL_EBADMSG, "header is %s: expected a JSON object",
 			    len ? "all whitespace" : "empty");
-	if (s[i] != '{')
+	if (i > 0)
 		return fail(err, errlen, SHOAL_EBADMSG,
-			    "header is not a JSON object: expected '{', got %s at byte %zu",
-			    show_byte(s[i], b), i);
+			    "header starts with %zu bytes of whitespace: expected '{' at byte 0 "
+			    "(the format's rule; padding goes at the end)",
+			    i);
+	if (s[0] != '{')
+		return fail(err, errlen, SHOAL_EBADMSG,
+			    "header is not a JSON object: expected '{', got %s at byte 0",
+			    show_byte(s[0], b));
 	while (i < len) {
 		unsigned char c = s[i];
-		if (is_ws(c) || c == ':' || c == ',') {
+		if (is_ws(c)) {
+			size_t j = i;
+			while (j < len && is_ws(s[j]))
+				j++;
+			if (j - i > SH_ST_MAX_WS)
+				return fail(err, errlen, SHOAL_EBADMSG,
+					    "%zu bytes of whitespace at byte %zu of the header: "
+					    "expected at most %u (layout or padding, not filler)",
+					    j - i, i, SH_ST_MAX_WS);
+			i = j;
+		} else if (c == ':' || c == ',') {
 			i++;
 		} else if (c == '{' || c == '[') {
-			if (++depth > MAX_DEPTH)
+			if (depth == MAX_DEPTH)
 				return fail(err, errlen, SHOAL_EBADMSG,
 					    "header nests deeper than %d levels at byte %zu (a "
 					    "valid one nests 3)",
 					    MAX_DEPTH, i);
+			brackets[depth++] = c;
 			i++;
 		} else if (c == '}' || c == ']') {
-			if (depth == 0)
+			/* depth > 0: the object's end returns below */
+			if (brackets[depth - 1] != (c == '}' ? '{' : '['))
 				return fail(err, errlen, SHOAL_EBADMSG,
-					    "unbalanced '%c' at byte %zu of the header", c, i);
+					    "unbalanced '%c' at byte %zu of the header: it closes "
+					    "a '%c'",
+					    c, i, brackets[depth - 1]);
 			depth--;
 			i++;
+			if (depth == 0)
+				return lex_padding(s, len, i, err, errlen);
 		} else if (c == '"') {
 			if ((rc = lex_string(s, len, &i, err, errlen)) != 0)
 				return rc;
@@ -518,11 +564,11 @@ static int parse_tensor(const cJSON *c, sh_st_tensor *t, char *err, size_t errle
 	size_t count = 1, bytes;
 	for (int d = 0; d < t->ndim; d++)
 		if (shoal_mul_size(count, (size_t)t->shape[d], &count) != 0)
-			return fail(err, errlen, SHOAL_EOVERFLOW,
+			return fail(err, errlen, SHOAL_EBADMSG,
 				    "tensor %s: %s has more than 2^64 elements", qn,
 				    show_shape(t, sb, sizeof(sb)));
 	if (shoal_mul_size(count, shoal_dtype_size(t->dtype), &bytes) != 0)
-		return fail(err, errlen, SHOAL_EOVERFLOW, "tensor %s: %s has more than 2^64 bytes",
+		return fail(err, errlen, SHOAL_EBADMSG, "tensor %s: %s has more than 2^64 bytes",
 			    qn, show_shape(t, sb, sizeof(sb)));
 	if (t->end - t->begin != bytes)
 		return fail(err, errlen, SHOAL_EBADMSG,

@@ -13,6 +13,13 @@
 
 /* The reference's MAX_HEADER_SIZE: 100_000_000 bytes, decimal. */
 #define SH_ST_MAX_HEADER 100000000u
+/* The longest run of whitespace a header may hold, its end padding
+ * included. The format has a header begin with '{' and allows spaces
+ * after the object; the reference writer pads with fewer than 8, a writer
+ * that aligns the data area to a page with fewer than 4096. The reference
+ * reader takes any amount (serde_json skips it), so a 100 MB header of
+ * spaces around "{}" would pass there: whitespace is layout, not filler. */
+#define SH_ST_MAX_WS 4095u
 
 typedef struct sh_st_tensor {
 	char *name; /* NUL-terminated; may contain any UTF-8 except NUL */
@@ -45,15 +52,17 @@ int sh_st_prefix(const unsigned char first8[8], uint64_t file_size, uint64_t *he
 		 size_t errlen);
 
 /* Parses and validates the JSON header: len bytes at json (not
- * NUL-terminated; trailing spaces are padding) describing a data area of
- * data_len bytes. On success *out is a new sh_st_file for sh_st_free, its
- * tensors tiling the data area exactly, in data order (ties between empty
- * tensors broken as the reference writer orders them). Fails with
- * SHOAL_EBADMSG for any invalid header, SHOAL_EOVERFLOW when a tensor's
- * byte count does not fit in 64 bits, SHOAL_ENOMEM; err then says what was
- * expected and what came. Beyond the reference it rejects: duplicate keys
- * anywhere, empty names, "\u0000" in strings (names are C strings),
- * integers at or above 2^53 and integers written as 2.0 or 2e0. */
+ * NUL-terminated) describing a data area of data_len bytes. On success
+ * *out is a new sh_st_file for sh_st_free, its tensors tiling the data area
+ * exactly, in data order (ties between empty tensors broken as the
+ * reference writer orders them). Fails with SHOAL_EBADMSG for any invalid
+ * header (a tensor whose element or byte count does not fit in 64 bits is
+ * one), SHOAL_ENOMEM; err then says what was expected and what came.
+ * Beyond the reference reader it rejects: a header not starting with '{'
+ * (the format's rule, which that reader does not enforce), anything but
+ * spaces after the object, whitespace runs longer than SH_ST_MAX_WS,
+ * duplicate keys anywhere, empty names, "\u0000" in strings (names are C
+ * strings), integers at or above 2^53 and integers written as 2.0 or 2e0. */
 int sh_st_parse(const char *json, size_t len, uint64_t data_len, sh_st_file **out, char *err,
 		size_t errlen);
 void sh_st_free(sh_st_file *f);

@@ -53,16 +53,65 @@ static int copy_data(int out, int in, uint64_t in_off, uint64_t len)
 	return 0;
 }
 
+static const char *file_kind(mode_t m)
+{
+	return S_ISDIR(m)    ? "a directory"
+	       : S_ISFIFO(m) ? "a FIFO"
+	       : S_ISCHR(m)  ? "a character device"
+	       : S_ISBLK(m)  ? "a block device"
+	       : S_ISSOCK(m) ? "a socket"
+			     : "not a regular file";
+}
+
+/* Opens path for reading if it is a regular file, else fails with
+ * SHOAL_EBADMSG and says what it is. A plain open would block on a FIFO
+ * with no writer and may act on a device (a tape rewinds), so stat()
+ * refuses those without opening them, and O_NONBLOCK plus fstat() of what
+ * was really opened closes the race of a path swapped in between. */
+static int open_regular(shoal_client *c, const char *path)
+{
+	struct stat st;
+	int fd = -1, rc;
+	if (stat(path, &st) != 0) {
+		rc = shoal_errno();
+		return sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
+	}
+	if (S_ISREG(st.st_mode))
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0 && S_ISREG(st.st_mode)) {
+		rc = shoal_errno();
+		return sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
+	}
+	if (fd >= 0 && fstat(fd, &st) != 0) {
+		rc = shoal_errno();
+		close(fd);
+		return sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		if (fd >= 0)
+			close(fd);
+		return sh_client_fail(c, SHOAL_EBADMSG,
+				      "%s is %s: expected a regular .safetensors file", path,
+				      file_kind(st.st_mode));
+	}
+	/* Reads of a regular file ignore O_NONBLOCK; cleared all the same so
+	 * that no read ever sees EAGAIN. */
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+		rc = shoal_errno();
+		close(fd);
+		return sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
+	}
+	return fd;
+}
+
 int shoal_import_safetensors(shoal_client *c, const char *path, const char *name, unsigned flags,
 			     shoal_id *id)
 {
 	if (!c || !path)
 		return SHOAL_EINVAL;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		int rc = shoal_errno();
-		return sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
-	}
+	int fd = open_regular(c, path);
+	if (fd < 0)
+		return fd;
 	struct stat st;
 	unsigned char pre[8];
 	char err[256] = "";
@@ -74,9 +123,6 @@ int shoal_import_safetensors(shoal_client *c, const char *path, const char *name
 	if (fstat(fd, &st) != 0) {
 		rc = shoal_errno();
 		snprintf(err, sizeof(err), "%s", strerror(-rc));
-	} else if (!S_ISREG(st.st_mode)) {
-		rc = SHOAL_EINVAL;
-		snprintf(err, sizeof(err), "not a regular file");
 	} else if (st.st_size < 8 || pread(fd, pre, 8, 0) != 8) {
 		rc = SHOAL_EBADMSG;
 		snprintf(err, sizeof(err), "%lld bytes: expected at least the 8-byte header length",
@@ -221,10 +267,18 @@ int shoal_export_safetensors(shoal_client *c, const char *name, const char *path
 			       shoal_strerror(rc));
 		goto out;
 	}
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
+	/* Non-blocking, so that a FIFO nobody reads fails at once (ENXIO)
+	 * rather than hanging the open; writes then block as usual, a reader
+	 * being there. */
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
+	if (fd < 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
 		rc = shoal_errno();
-		sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
+		if (fd >= 0)
+			close(fd);
+		if (rc == -ENXIO)
+			sh_client_fail(c, rc, "%s is a FIFO that no one reads", path);
+		else
+			sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
 		goto out;
 	}
 	rc = write_all(fd, hdr, hlen);
