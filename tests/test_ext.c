@@ -10,10 +10,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-static char runner[4096], sample[4096], noinit[4096];
+static char runner[4096], sample[4096], noinit[4096], attack[4096];
 
 static void paths(void)
 {
@@ -21,6 +23,7 @@ static void paths(void)
 	const char *d = getenv("SHOAL_TEST_BINDIR");
 	snprintf(sample, sizeof(sample), "%s/tests/ext_sample.so", d);
 	snprintf(noinit, sizeof(noinit), "%s/tests/ext_noinit.so", d);
+	snprintf(attack, sizeof(attack), "%s/tests/ext_attack.so", d);
 	CHECK(access(sample, R_OK) == 0);
 }
 
@@ -840,4 +843,65 @@ SH_TEST(fibers_share_an_extension)
 	}
 	CHECK_OK(shoal_ext_stop(e));
 	CHECK_OK(shoal_sched_destroy(s));
+}
+
+/* Runs fn in a child that dropped to uid/gid 65534 (no groups): the host
+ * of an unprivileged user. */
+static void as_nobody(void (*fn)(void))
+{
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+			_exit(99);
+		fn();
+		_exit(0);
+	}
+	int st;
+	CHECK_EQ(waitpid(pid, &st, 0), pid);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		sh_test_fail(__FILE__, __LINE__, "the part as uid 65534 failed (status 0x%x)", st);
+}
+
+/* issue 16.3: an extension truncates (and grows) its rings through every
+ * path it has; the kernel refuses each (the size is sealed), so the host
+ * reads its rings on and the extension's own touch of them works. */
+static void rings_truncation_refused(void)
+{
+	for (int sb = SHOAL_SANDBOX_NONE; sb <= SHOAL_SANDBOX_STRICT; sb++) {
+		shoal_ext_config c = config();
+		c.path = attack;
+		c.sandbox = (shoal_sandbox)sb;
+		shoal_ext *e = start(&c);
+		shoal_vbuf *vb;
+		CHECK_OK(shoal_vbuf_create(&vb));
+		const shoal_value *r;
+		int rc = call(e, "truncate_rings", NULL, vb, &r);
+		if (rc)
+			sh_test_fail(__FILE__, __LINE__, "sandbox %d: %s: %s", sb,
+				     shoal_strerror(rc), shoal_ext_last_error(e));
+		for (int i = 0; i < 3; i++)
+			if (r->v.items[i].v.i == 0)
+				sh_test_fail(__FILE__, __LINE__,
+					     "sandbox %d, uid %d: path %d truncated the rings", sb,
+					     (int)getuid(), i);
+		/* as root map_files is open to it: the size it sees is unchanged */
+		if (r->v.items[3].v.i >= 0)
+			CHECK(r->v.items[3].v.i <= r->v.items[4].v.i &&
+			      r->v.items[3].v.i > r->v.items[4].v.i - 4096);
+		/* and the host goes on over the same rings */
+		for (int i = 0; i < 100; i++) {
+			shoal_vbuf_reset(vb);
+			CHECK_RC(call(e, "nosuch", NULL, vb, &r), SHOAL_ENOENT);
+		}
+		CHECK_EQ(shoal_ext_starts(e), 1);
+		CHECK_OK(shoal_ext_stop(e));
+		shoal_vbuf_free(vb);
+	}
+}
+
+SH_TEST(extension_cannot_resize_its_rings)
+{
+	rings_truncation_refused();
+	as_nobody(rings_truncation_refused);
 }

@@ -362,7 +362,12 @@ static int spawn_child(shoal_ext *e)
 		rc = shoal_errno();
 		goto out;
 	}
-	if ((rc = sh_memfd_create("shoal-ext-rings", e->ring_bytes, false, &rfd)) != 0 ||
+	/* The size is sealed before the child sees the memfd: an extension
+	 * that truncates it (through fd 4, /proc/self/fd or map_files) would
+	 * make the host's next touch of the rings or the control page after
+	 * them a SIGBUS. */
+	if ((rc = sh_memfd_create("shoal-ext-rings", e->ring_bytes, true, &rfd)) != 0 ||
+	    (rc = sh_memfd_fix_size(rfd)) != 0 ||
 	    (rc = sh_shm_map(rfd, e->ring_bytes, true, &e->rings)) != 0)
 		goto out;
 	sh_ring_format(e->rings, one);

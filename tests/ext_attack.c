@@ -1,0 +1,104 @@
+/* A hostile test extension: each function performs one attack on its host
+ * (issue 16) and reports what the kernel let it do, so that the test can
+ * check the defence is really in force, not that a call returned. */
+#include <shoal/ext.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int shoal_ext_init(shoal_ext_registry *r);
+
+static int64_t err_of(int rc)
+{
+	return rc == 0 ? 0 : errno ? errno : -1;
+}
+
+/* The rings' mapping in /proc/self/maps: its range and its size. */
+static int rings_range(unsigned long *lo, unsigned long *hi)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	int found = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, "shoal-ext-rings") && sscanf(line, "%lx-%lx", lo, hi) == 2) {
+			found = 0;
+			break;
+		}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* Whether fd is the rings' memfd (the runner closes it once mapped; the
+ * number may have been reused since). */
+static bool is_rings(int fd)
+{
+	char path[64], to[256];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(path, to, sizeof(to) - 1);
+	if (n < 0)
+		return false;
+	to[n] = 0;
+	return strstr(to, "shoal-ext-rings") != NULL;
+}
+
+/* truncate_rings(): truncates its rings to 0 (and grows them) through
+ * every path it has: fd 4, /proc/self/fd/4, /proc/self/map_files/<range>.
+ * Returns [errno of each path (0: it worked), the size seen after (-1:
+ * not visible), the mapping's size]; then touches every page of the
+ * mapping, so a truncation that worked kills the extension here too. */
+static int truncate_rings(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	unsigned long lo, hi;
+	if (rings_range(&lo, &hi) != 0)
+		return shoal_ext_fail(ctx, SHOAL_ENOENT, "no rings mapping in /proc/self/maps");
+	int64_t e_fd = EBADF, e_procfd = ENOENT, e_map = ENOENT, size = -1;
+	errno = 0;
+	if (is_rings(4)) {
+		e_fd = err_of(ftruncate(4, 0));
+		if (e_fd)
+			e_fd = err_of(ftruncate(4, (off_t)(hi - lo) * 2));
+		int fd = open("/proc/self/fd/4", O_RDWR | O_CLOEXEC);
+		e_procfd = fd < 0 ? errno : err_of(ftruncate(fd, 0));
+		if (fd >= 0)
+			close(fd);
+	}
+	char path[128];
+	snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", lo, hi);
+	errno = 0;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		fd = open(path, O_RDONLY | O_CLOEXEC), e_map = errno;
+	if (fd >= 0) {
+		e_map = err_of(ftruncate(fd, 0));
+		struct stat st;
+		if (fstat(fd, &st) == 0)
+			size = st.st_size;
+		close(fd);
+	}
+	volatile unsigned char sum = 0;
+	for (unsigned long p = lo; p < hi; p += 4096)
+		sum ^= *(volatile unsigned char *)p;
+	(void)sum;
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 5);
+	shoal_v_set(*out, 0, shoal_v_int(vb, e_fd));
+	shoal_v_set(*out, 1, shoal_v_int(vb, e_procfd));
+	shoal_v_set(*out, 2, shoal_v_int(vb, e_map));
+	shoal_v_set(*out, 3, shoal_v_int(vb, size));
+	shoal_v_set(*out, 4, shoal_v_int(vb, (int64_t)(hi - lo)));
+	return 0;
+}
+
+int shoal_ext_init(shoal_ext_registry *r)
+{
+	int rc = 0;
+	rc |= shoal_ext_register(r, "truncate_rings", truncate_rings);
+	return rc;
+}
