@@ -8,7 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/io_uring.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 int shoal_ext_init(shoal_ext_registry *r);
@@ -96,9 +100,75 @@ static int truncate_rings(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value 
 	return 0;
 }
 
+/* io_uring(): [errno of io_uring_setup, of io_uring_enter, of
+ * io_uring_register] (0: allowed). A ring it gets could make sockets
+ * with IORING_OP_SOCKET, which no socket() rule sees. */
+static int uring(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	struct io_uring_params p;
+	memset(&p, 0, sizeof(p));
+	errno = 0;
+	long fd = syscall(__NR_io_uring_setup, 8, &p);
+	int64_t e_setup = fd >= 0 ? 0 : errno;
+	if (fd >= 0)
+		close((int)fd);
+	errno = 0;
+	int64_t e_enter = syscall(__NR_io_uring_enter, -1, 0, 0, 0, NULL, 0) == 0 ? 0 : errno;
+	errno = 0;
+	int64_t e_reg = syscall(__NR_io_uring_register, -1, 0, NULL, 0) == 0 ? 0 : errno;
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 3);
+	shoal_v_set(*out, 0, shoal_v_int(vb, e_setup));
+	shoal_v_set(*out, 1, shoal_v_int(vb, e_enter));
+	shoal_v_set(*out, 2, shoal_v_int(vb, e_reg));
+	return 0;
+}
+
+static int64_t sock_err(int family, int type)
+{
+	errno = 0;
+	int fd = socket(family, type, 0);
+	if (fd < 0)
+		return errno;
+	close(fd);
+	return 0;
+}
+
+/* net(port): [socket(AF_INET) errno, connect to 127.0.0.1:port errno,
+ * AF_INET6, AF_PACKET, AF_NETLINK, AF_UNIX] (0: allowed). */
+static int net(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	int port = a && a->type == SHOAL_V_INT ? (int)a->v.i : 0;
+	int64_t e[6];
+	errno = 0;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	e[0] = fd >= 0 ? 0 : errno;
+	e[1] = e[0];
+	if (fd >= 0) {
+		struct sockaddr_in sa = {.sin_family = AF_INET,
+					 .sin_port = htons((uint16_t)port),
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		errno = 0;
+		e[1] = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : errno;
+		close(fd);
+	}
+	e[2] = sock_err(AF_INET6, SOCK_STREAM);
+	e[3] = sock_err(AF_PACKET, SOCK_RAW);
+	e[4] = sock_err(AF_NETLINK, SOCK_RAW);
+	e[5] = sock_err(AF_UNIX, SOCK_STREAM);
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 6);
+	for (int i = 0; i < 6; i++)
+		shoal_v_set(*out, (uint32_t)i, shoal_v_int(vb, e[i]));
+	return 0;
+}
+
 int shoal_ext_init(shoal_ext_registry *r)
 {
 	int rc = 0;
+	rc |= shoal_ext_register(r, "io_uring", uring);
+	rc |= shoal_ext_register(r, "net", net);
 	rc |= shoal_ext_register(r, "truncate_rings", truncate_rings);
 	return rc;
 }

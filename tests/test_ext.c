@@ -11,7 +11,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -904,4 +911,154 @@ SH_TEST(extension_cannot_resize_its_rings)
 {
 	rings_truncation_refused();
 	as_nobody(rings_truncation_refused);
+}
+
+/* A TCP listener on 127.0.0.1 (non-blocking); its port in *port. */
+static int loopback_listener(int *port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	CHECK(fd >= 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t l = sizeof(sa);
+	CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	CHECK(listen(fd, 16) == 0);
+	CHECK(getsockname(fd, (struct sockaddr *)&sa, &l) == 0);
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+/* Whether a connection reached the listener within ms. */
+static bool connected(int lfd, int ms)
+{
+	struct pollfd p = {.fd = lfd, .events = POLLIN};
+	if (poll(&p, 1, ms) != 1)
+		return false;
+	int c = accept(lfd, NULL, NULL);
+	if (c >= 0)
+		close(c);
+	return c >= 0;
+}
+
+/* issue 16.5: a strict extension tries io_uring (whose SOCKET op would
+ * make an IP socket past the socket() rule) and IP sockets to a listener
+ * of ours on 127.0.0.1; the control (no sandbox) shows both attacks
+ * work where nothing stops them. */
+static void strict_denies_io_uring_and_ip(void)
+{
+	shoal_ext_config c = config();
+	c.path = attack;
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	int port, lfd = loopback_listener(&port);
+	shoal_ext *e = start(&c);
+	CHECK_OK(call(e, "net", shoal_v_int(vb, port), vb, &r));
+	CHECK_EQ(r->v.items[1].v.i, 0); /* the control connects */
+	CHECK(connected(lfd, 5000));
+	CHECK_OK(call(e, "io_uring", NULL, vb, &r));
+	bool uring_here = r->v.items[0].v.i == 0; /* the kernel offers io_uring */
+	CHECK_OK(shoal_ext_stop(e));
+	char *env[] = {"ASAN_OPTIONS=handle_segv=0:handle_abort=0:detect_leaks=0", no_handlers[1],
+		       NULL};
+	c.env = env;
+	c.sandbox = SHOAL_SANDBOX_STRICT;
+	for (int allow = 0; allow <= 1; allow++) {
+		c.allow_network = allow;
+		e = start(&c);
+		CHECK_OK(call(e, "io_uring", NULL, vb, &r));
+		for (int i = 0; i < 3; i++)
+			if (r->v.items[i].v.i != EPERM)
+				sh_test_fail(__FILE__, __LINE__,
+					     "io_uring call %d: errno %lld, not EPERM (io_uring "
+					     "here: %d)",
+					     i, (long long)r->v.items[i].v.i, uring_here);
+		CHECK_OK(call(e, "net", shoal_v_int(vb, port), vb, &r));
+		if (!allow) {
+			CHECK_EQ(r->v.items[0].v.i, EPERM); /* AF_INET */
+			CHECK_EQ(r->v.items[1].v.i, EPERM);
+			CHECK_EQ(r->v.items[2].v.i, EPERM); /* AF_INET6 */
+			CHECK_EQ(r->v.items[4].v.i, EPERM); /* AF_NETLINK */
+		} else {
+			CHECK_EQ(r->v.items[0].v.i, 0);
+			/* its own network namespace is not ours... unless allowed:
+			 * then it has ours, by choice of the config */
+		}
+		CHECK_EQ(r->v.items[3].v.i, EPERM); /* AF_PACKET, allowed or not */
+		CHECK_EQ(r->v.items[5].v.i, 0);	    /* AF_UNIX it may have */
+		if (!allow && connected(lfd, 300))
+			sh_test_fail(__FILE__, __LINE__, "the strict extension reached 127.0.0.1");
+		CHECK_OK(call(e, "add", NULL, vb, &r) == SHOAL_ENOENT ? 0 : -1);
+		CHECK_OK(shoal_ext_stop(e));
+	}
+	close(lfd);
+	shoal_vbuf_free(vb);
+}
+
+SH_TEST(strict_denies_io_uring_and_ip)
+{
+	strict_denies_io_uring_and_ip();
+	as_nobody(strict_denies_io_uring_and_ip);
+}
+
+static void write_text(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+	close(fd);
+}
+
+/* A host where the kernel really refuses a network namespace: inside a
+ * user namespace of its own that may make no further user namespaces
+ * (its max_user_namespaces is 0) and whose capabilities are gone. */
+static void host_without_namespaces(void)
+{
+	CHECK(unshare(CLONE_NEWUSER) == 0);
+	write_text("/proc/self/setgroups", "deny");
+	write_text("/proc/self/uid_map", "0 0 1");
+	write_text("/proc/self/gid_map", "0 0 1");
+	write_text("/proc/sys/user/max_user_namespaces", "0");
+	for (int cap = 0; cap <= 63; cap++)
+		prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[2];
+	memset(d, 0, sizeof(d));
+	CHECK(syscall(SYS_capset, &h, d) == 0);
+	/* the precondition, really in force */
+	CHECK(unshare(CLONE_NEWNET) != 0);
+	CHECK(unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0);
+}
+
+/* issue 16.5: where strict cannot have a network namespace (and
+ * allow_network is off) it does not start: it used to warn and run
+ * beside the host's 127.0.0.1. */
+SH_TEST(strict_fails_closed_without_namespaces)
+{
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		host_without_namespaces();
+		shoal_ext_config c = config();
+		c.path = attack;
+		c.sandbox = SHOAL_SANDBOX_STRICT;
+		shoal_ext *e = NULL;
+		CHECK_RC(shoal_ext_start(&e, &c), SHOAL_EPERM);
+		CHECK_MSG(e, "network");
+		CHECK_MSG(e, "kernel refused");
+		CHECK_EQ(shoal_ext_pid(e), 0);
+		CHECK_OK(shoal_ext_stop(e));
+		/* nor with allow_network: its other namespaces are missing too */
+		c.allow_network = true;
+		CHECK_RC(shoal_ext_start(&e, &c), SHOAL_EPERM);
+		CHECK_MSG(e, "namespaces of its own");
+		CHECK_OK(shoal_ext_stop(e));
+		/* basic still runs there */
+		c.sandbox = SHOAL_SANDBOX_BASIC;
+		e = start(&c);
+		CHECK_OK(shoal_ext_stop(e));
+		_exit(0);
+	}
+	int st;
+	CHECK_EQ(waitpid(pid, &st, 0), pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
