@@ -164,9 +164,130 @@ static int net(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 	return 0;
 }
 
+static int64_t int_at(const shoal_value *a, uint32_t i)
+{
+	return a && a->type == SHOAL_V_ARRAY && i < a->n && a->v.items[i].type == SHOAL_V_INT
+		       ? a->v.items[i].v.i
+		       : 0;
+}
+
+/* poke_mem([pid, address, value]): writes value (8 bytes) at address in
+ * process pid through /proc/pid/mem. [errno of the open, of the write]. */
+static int poke_mem(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%lld/mem", (long long)int_at(a, 0));
+	int64_t v = int_at(a, 2), e_open, e_write = -1;
+	errno = 0;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	e_open = fd >= 0 ? 0 : errno;
+	if (fd >= 0) {
+		errno = 0;
+		e_write = pwrite(fd, &v, sizeof(v), (off_t)int_at(a, 1)) == (ssize_t)sizeof(v)
+				  ? 0
+				  : errno;
+		close(fd);
+	}
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 2);
+	shoal_v_set(*out, 0, shoal_v_int(vb, e_open));
+	shoal_v_set(*out, 1, shoal_v_int(vb, e_write));
+	return 0;
+}
+
+/* host_fds(pid): [errno of listing /proc/pid/fd, of reopening its fd 0
+ * and fd 1, of opening /proc/pid/root/etc/hostname] (0: it could). */
+static int host_fds(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	long long pid = a && a->type == SHOAL_V_INT ? (long long)a->v.i : 0;
+	char path[96];
+	int64_t e[4];
+	snprintf(path, sizeof(path), "/proc/%lld/fd", pid);
+	errno = 0;
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	e[0] = fd >= 0 ? 0 : errno;
+	if (fd >= 0)
+		close(fd);
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "/proc/%lld/fd/%d", pid, i);
+		errno = 0;
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		e[1 + i] = fd >= 0 ? 0 : errno;
+		if (fd >= 0)
+			close(fd);
+	}
+	snprintf(path, sizeof(path), "/proc/%lld/root/etc/hostname", pid);
+	errno = 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	e[3] = fd >= 0 ? 0 : errno;
+	if (fd >= 0)
+		close(fd);
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 4);
+	for (int i = 0; i < 4; i++)
+		shoal_v_set(*out, (uint32_t)i, shoal_v_int(vb, e[i]));
+	return 0;
+}
+
+/* caps(): [CapInh, CapPrm, CapEff, CapBnd, CapAmb, real uid, effective
+ * uid] from its /proc/self/status. */
+static int caps(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	static const char *const keys[] = {"CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"};
+	int64_t v[7] = {-1, -1, -1, -1, -1, -1, -1};
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	while (f && fgets(line, sizeof(line), f)) {
+		for (int i = 0; i < 5; i++)
+			if (!strncmp(line, keys[i], strlen(keys[i])))
+				v[i] = (int64_t)strtoull(line + strlen(keys[i]), NULL, 16);
+		long long r, e2;
+		if (sscanf(line, "Uid: %lld %lld", &r, &e2) == 2)
+			v[5] = r, v[6] = e2;
+	}
+	if (f)
+		fclose(f);
+	else
+		return shoal_ext_fail(ctx, SHOAL_EIO, "no /proc/self/status: %s", strerror(errno));
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 7);
+	for (int i = 0; i < 7; i++)
+		shoal_v_set(*out, (uint32_t)i, shoal_v_int(vb, v[i]));
+	return 0;
+}
+
+/* escape_cgroup(): writes itself ("0": the writer) into the root cgroup
+ * of each hierarchy; [errno of each] (0: it moved). */
+static int escape_cgroup(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	static const char *const roots[] = {
+		"/sys/fs/cgroup/memory/cgroup.procs", "/sys/fs/cgroup/unified/cgroup.procs",
+		"/sys/fs/cgroup/pids/cgroup.procs", "/sys/fs/cgroup/cgroup.procs"};
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 4);
+	for (int i = 0; i < 4; i++) {
+		errno = 0;
+		int fd = open(roots[i], O_WRONLY | O_CLOEXEC);
+		int64_t e = fd >= 0 ? 0 : errno;
+		if (fd >= 0) {
+			errno = 0;
+			e = write(fd, "0\n", 2) == 2 ? 0 : errno;
+			close(fd);
+		}
+		shoal_v_set(*out, (uint32_t)i, shoal_v_int(vb, e));
+	}
+	return 0;
+}
+
 int shoal_ext_init(shoal_ext_registry *r)
 {
 	int rc = 0;
+	rc |= shoal_ext_register(r, "poke_mem", poke_mem);
+	rc |= shoal_ext_register(r, "host_fds", host_fds);
+	rc |= shoal_ext_register(r, "caps", caps);
+	rc |= shoal_ext_register(r, "escape_cgroup", escape_cgroup);
 	rc |= shoal_ext_register(r, "io_uring", uring);
 	rc |= shoal_ext_register(r, "net", net);
 	rc |= shoal_ext_register(r, "truncate_rings", truncate_rings);

@@ -1062,3 +1062,126 @@ SH_TEST(strict_fails_closed_without_namespaces)
 	CHECK_EQ(waitpid(pid, &st, 0), pid);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
+
+/* The processes below pid (its children, theirs...), into out. */
+static int descendants(pid_t pid, pid_t *out, int max)
+{
+	char path[96];
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	FILE *f = fopen(path, "re");
+	int n = 0, c;
+	while (f && n < max && fscanf(f, "%d", &c) == 1) {
+		out[n++] = c;
+		n += descendants(c, out + n, max - n);
+	}
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* The cgroup path of pid in the hierarchy with the memory controller
+ * (v1), or the unified one. */
+static void cgroup_of(pid_t pid, char *buf, size_t len)
+{
+	char path[64], line[512];
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	FILE *f = fopen(path, "re");
+	CHECK(f != NULL);
+	buf[0] = 0;
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		char *p = strstr(line, ":memory:");
+		if (p)
+			snprintf(buf, len, "%s", p + 8);
+		else if (!strncmp(line, "0::", 3) && !buf[0])
+			snprintf(buf, len, "%s", line + 3);
+	}
+	fclose(f);
+}
+
+static volatile int64_t canary = 0x1122334455667788;
+
+/* issue 16.4: a strict extension of a host tries every way into it: its
+ * memory through /proc/<host>/mem (the canary must stay), its
+ * descriptors, capabilities of its own, leaving its cgroup (and then its
+ * memory limit). The control, without the sandbox and as root, shows
+ * the write lands where nothing stops it. */
+static void strict_cannot_reach_the_host(void)
+{
+	bool root = geteuid() == 0;
+	shoal_ext_config c = config();
+	c.path = attack;
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	shoal_value *poke = shoal_v_array(vb, 3);
+	shoal_v_set(poke, 0, shoal_v_int(vb, getpid()));
+	shoal_v_set(poke, 1, shoal_v_int(vb, (int64_t)(uintptr_t)&canary));
+	shoal_v_set(poke, 2, shoal_v_int(vb, 666));
+	shoal_ext *e;
+	if (root) {
+		e = start(&c);
+		CHECK_OK(call(e, "poke_mem", poke, vb, &r));
+		CHECK_EQ(r->v.items[1].v.i, 0);
+		CHECK_EQ(canary, 666); /* the attack works on an unconfined child */
+		canary = 0x1122334455667788;
+		CHECK_OK(shoal_ext_stop(e));
+	}
+	char *env[] = {"ASAN_OPTIONS=handle_segv=0:handle_abort=0:detect_leaks=0", no_handlers[1],
+		       NULL};
+	c.env = env;
+	c.sandbox = SHOAL_SANDBOX_STRICT;
+	c.mem_max = 160u << 20;
+	e = start(&c);
+	CHECK_OK(call(e, "poke_mem", poke, vb, &r));
+	CHECK(r->v.items[0].v.i != 0); /* no /proc/<host> to open */
+	CHECK_EQ(canary, 0x1122334455667788);
+	CHECK_OK(call(e, "host_fds", shoal_v_int(vb, getpid()), vb, &r));
+	for (int i = 0; i < 4; i++)
+		if (r->v.items[i].v.i == 0)
+			sh_test_fail(__FILE__, __LINE__, "host_fds: path %d open to it", i);
+	CHECK_OK(call(e, "caps", NULL, vb, &r));
+	for (int i = 0; i < 5; i++)
+		if (r->v.items[i].v.i != 0)
+			sh_test_fail(__FILE__, __LINE__, "capability set %d is %llx", i,
+				     (long long)r->v.items[i].v.i);
+	if (root) {
+		CHECK_EQ(r->v.items[5].v.i, 65534);
+		CHECK_EQ(r->v.items[6].v.i, 65534);
+	}
+	CHECK_OK(call(e, "escape_cgroup", NULL, vb, &r));
+	for (int i = 0; i < 4; i++)
+		if (r->v.items[i].v.i == 0)
+			sh_test_fail(__FILE__, __LINE__, "escape_cgroup: hierarchy %d let it go",
+				     i);
+	if (root) {
+		/* seen from here: every process of it still in its own cgroup */
+		char want[64], got[512];
+		snprintf(want, sizeof(want), "/shoal-ext-%d-", (int)getpid());
+		pid_t kids[16];
+		int n = descendants(shoal_ext_pid(e), kids, 16);
+		CHECK(n >= 2); /* the namespace's init and the extension */
+		for (int i = 0; i < n; i++) {
+			cgroup_of(kids[i], got, sizeof(got));
+			if (!strstr(got, want))
+				sh_test_fail(__FILE__, __LINE__, "process %d is in cgroup %s",
+					     (int)kids[i], got);
+		}
+	}
+	CHECK_OK(shoal_ext_stop(e));
+	if (root) {
+		/* and its memory limit holds */
+		c.path = sample;
+		e = start(&c);
+		CHECK_RC(call(e, "hog", shoal_v_int(vb, 2048), vb, &r), SHOAL_ECRASHED);
+		CHECK_MSG(e, "killed by the OOM killer");
+		CHECK_OK(shoal_ext_stop(e));
+	}
+	shoal_vbuf_free(vb);
+}
+
+SH_TEST(strict_cannot_reach_the_host)
+{
+	strict_cannot_reach_the_host();
+	as_nobody(strict_cannot_reach_the_host);
+}
