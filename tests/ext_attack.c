@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int shoal_ext_init(shoal_ext_registry *r);
@@ -281,9 +282,52 @@ static int escape_cgroup(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value *
 	return 0;
 }
 
+static _Noreturn void sleep_forever(void)
+{
+	for (;;)
+		pause();
+}
+
+/* nap(ms): sleeps, deaf to the host's asking it to give up. */
+static int nap(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)ctx, (void)out;
+	int64_t ms = a && a->type == SHOAL_V_INT ? a->v.i : 0;
+	usleep((useconds_t)(ms * 1000));
+	return 0;
+}
+
+/* fork_tree(n): n processes that sleep forever, every other one a daemon
+ * (setsid and a second fork, its parent gone): what an extension leaves
+ * behind when it forgets, or wants, to outlive its host. Returns n. */
+static int fork_tree(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	int64_t n = a && a->type == SHOAL_V_INT ? a->v.i : 0;
+	for (int64_t i = 0; i < n; i++) {
+		pid_t pid = fork();
+		if (pid < 0)
+			return shoal_ext_fail(ctx, SHOAL_EAGAIN, "fork %lld: %s", (long long)i,
+					      strerror(errno));
+		if (pid == 0) {
+			if (i % 2 == 0)
+				sleep_forever();
+			setsid();
+			if (fork() == 0)
+				sleep_forever();
+			_exit(0);
+		}
+		if (i % 2)
+			waitpid(pid, NULL, 0);
+	}
+	*out = shoal_v_int(shoal_ext_vbuf(ctx), n);
+	return 0;
+}
+
 int shoal_ext_init(shoal_ext_registry *r)
 {
 	int rc = 0;
+	rc |= shoal_ext_register(r, "fork_tree", fork_tree);
+	rc |= shoal_ext_register(r, "nap", nap);
 	rc |= shoal_ext_register(r, "poke_mem", poke_mem);
 	rc |= shoal_ext_register(r, "host_fds", host_fds);
 	rc |= shoal_ext_register(r, "caps", caps);
