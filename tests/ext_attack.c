@@ -11,6 +11,7 @@
 #include <linux/io_uring.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -288,6 +289,22 @@ static _Noreturn void sleep_forever(void)
 		pause();
 }
 
+/* break_doorbell(ms): puts another eventfd over its doorbell (fd 5), so
+ * its rings of the host go nowhere, sleeps ms (the host falls asleep on
+ * the doorbell meanwhile), then returns 1 normally. */
+static int break_doorbell(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	int fd = eventfd(0, EFD_CLOEXEC);
+	if (fd < 0 || dup2(fd, 5) != 5)
+		return shoal_ext_fail(ctx, SHOAL_EIO, "dup2 over the doorbell: %s",
+				      strerror(errno));
+	close(fd);
+	int64_t ms = a && a->type == SHOAL_V_INT ? a->v.i : 0;
+	usleep((useconds_t)(ms * 1000));
+	*out = shoal_v_int(shoal_ext_vbuf(ctx), 1);
+	return 0;
+}
+
 /* nap(ms): sleeps, deaf to the host's asking it to give up. */
 static int nap(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 {
@@ -328,6 +345,7 @@ int shoal_ext_init(shoal_ext_registry *r)
 	int rc = 0;
 	rc |= shoal_ext_register(r, "fork_tree", fork_tree);
 	rc |= shoal_ext_register(r, "nap", nap);
+	rc |= shoal_ext_register(r, "break_doorbell", break_doorbell);
 	rc |= shoal_ext_register(r, "poke_mem", poke_mem);
 	rc |= shoal_ext_register(r, "host_fds", host_fds);
 	rc |= shoal_ext_register(r, "caps", caps);

@@ -1185,3 +1185,127 @@ SH_TEST(strict_cannot_reach_the_host)
 	strict_cannot_reach_the_host();
 	as_nobody(strict_cannot_reach_the_host);
 }
+
+/* Processes whose environment holds marker. */
+static int marked(const char *marker)
+{
+	DIR *d = opendir("/proc");
+	CHECK(d != NULL);
+	int n = 0;
+	for (struct dirent *de; (de = readdir(d)) != NULL;) {
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		char path[300], buf[8192];
+		snprintf(path, sizeof(path), "/proc/%s/environ", de->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t got = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		for (ssize_t i = 0; got > 0 && i < got; i += (ssize_t)strlen(buf + i) + 1) {
+			buf[got] = 0;
+			if (!strcmp(buf + i, marker)) {
+				n++;
+				break;
+			}
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* issue 16.11: an extension forks 200 sleepers, half of them daemons;
+ * after stop (and after a kill past a deadline) none is left, at every
+ * sandbox: its cgroup is killed whole, or (no cgroup: a host that is
+ * not root) the runner's subreaper kills them, or (strict) its pid
+ * namespace goes. */
+static void stop_ends_the_tree(void)
+{
+	for (int sb = SHOAL_SANDBOX_NONE; sb <= SHOAL_SANDBOX_STRICT; sb++) {
+		for (int how = 0; how < 2; how++) {
+			char marker[96];
+			snprintf(marker, sizeof(marker), "SHOAL_ORPHAN_MARK=%d-%d-%d",
+				 (int)getpid(), sb, how);
+			char *env[] = {marker,
+				       "ASAN_OPTIONS=handle_segv=0:handle_abort=0:detect_leaks=0",
+				       no_handlers[1], NULL};
+			shoal_ext_config c = config();
+			c.path = attack;
+			c.env = env;
+			c.sandbox = (shoal_sandbox)sb;
+			c.restart = SHOAL_RESTART_ON_CRASH;
+			shoal_ext *e = start(&c);
+			shoal_vbuf *vb;
+			CHECK_OK(shoal_vbuf_create(&vb));
+			const shoal_value *r;
+			CHECK_OK(call(e, "fork_tree", shoal_v_int(vb, 200), vb, &r));
+			int before = marked(marker);
+			if (before < 201)
+				sh_test_fail(__FILE__, __LINE__, "sandbox %d: %d processes marked",
+					     sb, before);
+			if (how == 1) {
+				/* killed past a deadline, then stopped while down */
+				CHECK_RC(shoal_ext_call(e, "nap", shoal_v_int(vb, 5000), vb, &r,
+							shoal_deadline_in(50 * MS)),
+					 SHOAL_ETIMEDOUT);
+				CHECK_MSG(e, "killed");
+			}
+			CHECK_OK(shoal_ext_stop(e));
+			int left = marked(marker);
+			for (int i = 0; i < 200 && left > 0; i++) {
+				usleep(10 * 1000);
+				left = marked(marker);
+			}
+			if (left)
+				sh_test_fail(__FILE__, __LINE__,
+					     "sandbox %d, %s, uid %d: %d of %d processes outlived "
+					     "the extension",
+					     sb, how ? "killed" : "stopped", (int)getuid(), left,
+					     before);
+			shoal_vbuf_free(vb);
+		}
+	}
+}
+
+SH_TEST(stop_ends_the_whole_tree)
+{
+	stop_ends_the_tree();
+	as_nobody(stop_ends_the_tree);
+}
+
+/* issue 16.8: an extension dup2()s over its doorbell and returns: a call
+ * with no deadline still returns with the reply in the ring (it used to
+ * hang forever), and one with a deadline returns when the reply is
+ * there, not at the deadline. The bounds are generous. */
+static void deaf_doorbell(void)
+{
+	shoal_ext_config c = config();
+	c.path = attack;
+	shoal_ext *e = start(&c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	alarm(60); /* a hang fails the test instead of waiting for its timeout */
+	int64_t t0 = shoal_now_ns();
+	CHECK_OK(shoal_ext_call(e, "break_doorbell", shoal_v_int(vb, 200), vb, &r, SHOAL_FOREVER));
+	CHECK_EQ(r->v.i, 1);
+	for (int i = 0; i < 5; i++) {
+		CHECK_OK(shoal_ext_call(e, "nap", shoal_v_int(vb, 100), vb, &r, SHOAL_FOREVER));
+		CHECK_OK(shoal_ext_call(e, "nap", shoal_v_int(vb, 100), vb, &r,
+					shoal_deadline_in(20000 * MS)));
+	}
+	int64_t ms = (shoal_now_ns() - t0) / MS;
+	alarm(0);
+	/* 1.2 s of naps; a wait on the deaf doorbell would take 20 s a call */
+	if (ms > 8000)
+		sh_test_fail(__FILE__, __LINE__, "11 calls took %lld ms", (long long)ms);
+	CHECK_EQ(shoal_ext_starts(e), 1);
+	CHECK_OK(shoal_ext_stop(e));
+	shoal_vbuf_free(vb);
+}
+
+SH_TEST(deaf_doorbell_does_not_hang_calls)
+{
+	deaf_doorbell();
+	as_nobody(deaf_doorbell);
+}

@@ -360,6 +360,15 @@ static void child_reap(shoal_ext *e, bool kill_it, int *status)
 {
 	int st = 0;
 	if (e->pid > 0) {
+		if (kill_it && !e->cg[0] && e->cfg.sandbox != SHOAL_SANDBOX_STRICT &&
+		    e->pidfd >= 0) {
+			/* No cgroup: the runner's subreaper ends the tree when asked,
+			 * which a SIGKILL of it would orphan. */
+			struct pollfd p = {.fd = e->pidfd, .events = POLLIN};
+			kill(e->pid, SIGTERM);
+			while (poll(&p, 1, 1000) < 0 && errno == EINTR)
+				;
+		}
 		if (kill_it) {
 			kill(e->pid, SIGKILL);
 			cg_kill(e);

@@ -842,6 +842,73 @@ static int own_pids(char *why, size_t wl)
 	}
 }
 
+/* Without a cgroup (the host could not make one) and a pid namespace
+ * (none or basic), the runner ends the extension's tree itself: its first
+ * process, the one the host watches, becomes a subreaper that holds
+ * nothing of the connection and runs nothing of the extension. Whatever
+ * the extension forks, daemons that double-forked included, ends up its
+ * child once its parent goes; when the extension ends, or the host asks
+ * with SIGTERM, it kills its children until none is left, then ends the
+ * way the extension did. Only the extension's process returns. */
+static volatile sig_atomic_t tree_term;
+static void on_term(int sig)
+{
+	(void)sig;
+	tree_term = 1;
+}
+
+/* SIGKILL to every child of this (single-threaded) process: 0 when it
+ * has none left to kill. */
+static int kill_children(void)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
+	FILE *f = fopen(path, "re");
+	int n = 0, pid;
+	while (f && fscanf(f, "%d", &pid) == 1)
+		n += kill(pid, SIGKILL) == 0;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+static void own_tree(const char *name)
+{
+	struct sigaction sa = {.sa_handler = on_term}; /* no SA_RESTART: wakes waitpid */
+	pid_t ext;
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 ||
+	    (ext = fork()) < 0) {
+		fprintf(stderr,
+			"shoal-ext %s: warning: no subreaper (%s): what it forks may outlive it\n",
+			name, strerror(errno));
+		return;
+	}
+	if (ext == 0) {
+		signal(SIGTERM, SIG_DFL);
+		prctl(PR_SET_CHILD_SUBREAPER, 0);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		return;
+	}
+	close_range(3, ~0u, 0);
+	int ext_st = 0;
+	bool ending = false;
+	for (;;) {
+		int st;
+		pid_t w = waitpid(-1, &st, 0);
+		if (w == ext)
+			ext_st = st, ending = true;
+		if (tree_term && !ending) {
+			kill(ext, SIGKILL);
+			ending = true;
+		}
+		if (w < 0 && errno == ECHILD)
+			break;
+		if (ending)
+			kill_children();
+	}
+	end_like(ext_st);
+}
+
 /* Moves this process into the cgroup the host made for it, before it
  * allocates anything that counts. */
 static int join_cgroup(const char *dir)
@@ -897,6 +964,8 @@ int sh_ext_runner_main(int argc, char **argv)
 		ready(rc, "%s: joining its memory cgroup %s: %s", name, cgroup, shoal_strerror(rc));
 		return 1;
 	}
+	if (!strict && !cgroup)
+		own_tree(name);
 	if ((mem && (rc = limit(RLIMIT_AS, mem))) || (cpu && (rc = limit(RLIMIT_CPU, cpu))) ||
 	    (files && (rc = limit(RLIMIT_NOFILE, files)))) {
 		ready(rc, "%s: setting limits: %s", name, shoal_strerror(rc));
