@@ -10,10 +10,19 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-static char runner[4096], sample[4096], noinit[4096];
+static char runner[4096], sample[4096], noinit[4096], attack[4096];
 
 static void paths(void)
 {
@@ -21,6 +30,7 @@ static void paths(void)
 	const char *d = getenv("SHOAL_TEST_BINDIR");
 	snprintf(sample, sizeof(sample), "%s/tests/ext_sample.so", d);
 	snprintf(noinit, sizeof(noinit), "%s/tests/ext_noinit.so", d);
+	snprintf(attack, sizeof(attack), "%s/tests/ext_attack.so", d);
 	CHECK(access(sample, R_OK) == 0);
 }
 
@@ -840,4 +850,462 @@ SH_TEST(fibers_share_an_extension)
 	}
 	CHECK_OK(shoal_ext_stop(e));
 	CHECK_OK(shoal_sched_destroy(s));
+}
+
+/* Runs fn in a child that dropped to uid/gid 65534 (no groups): the host
+ * of an unprivileged user. */
+static void as_nobody(void (*fn)(void))
+{
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+			_exit(99);
+		fn();
+		_exit(0);
+	}
+	int st;
+	CHECK_EQ(waitpid(pid, &st, 0), pid);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		sh_test_fail(__FILE__, __LINE__, "the part as uid 65534 failed (status 0x%x)", st);
+}
+
+/* issue 16.3: an extension truncates (and grows) its rings through every
+ * path it has; the kernel refuses each (the size is sealed), so the host
+ * reads its rings on and the extension's own touch of them works. */
+static void rings_truncation_refused(void)
+{
+	for (int sb = SHOAL_SANDBOX_NONE; sb <= SHOAL_SANDBOX_STRICT; sb++) {
+		shoal_ext_config c = config();
+		c.path = attack;
+		c.sandbox = (shoal_sandbox)sb;
+		shoal_ext *e = start(&c);
+		shoal_vbuf *vb;
+		CHECK_OK(shoal_vbuf_create(&vb));
+		const shoal_value *r;
+		int rc = call(e, "truncate_rings", NULL, vb, &r);
+		if (rc)
+			sh_test_fail(__FILE__, __LINE__, "sandbox %d: %s: %s", sb,
+				     shoal_strerror(rc), shoal_ext_last_error(e));
+		for (int i = 0; i < 3; i++)
+			if (r->v.items[i].v.i == 0)
+				sh_test_fail(__FILE__, __LINE__,
+					     "sandbox %d, uid %d: path %d truncated the rings", sb,
+					     (int)getuid(), i);
+		/* as root map_files is open to it: the size it sees is unchanged */
+		if (r->v.items[3].v.i >= 0)
+			CHECK(r->v.items[3].v.i <= r->v.items[4].v.i &&
+			      r->v.items[3].v.i > r->v.items[4].v.i - 4096);
+		/* and the host goes on over the same rings */
+		for (int i = 0; i < 100; i++) {
+			shoal_vbuf_reset(vb);
+			CHECK_RC(call(e, "nosuch", NULL, vb, &r), SHOAL_ENOENT);
+		}
+		CHECK_EQ(shoal_ext_starts(e), 1);
+		CHECK_OK(shoal_ext_stop(e));
+		shoal_vbuf_free(vb);
+	}
+}
+
+SH_TEST(extension_cannot_resize_its_rings)
+{
+	rings_truncation_refused();
+	as_nobody(rings_truncation_refused);
+}
+
+/* A TCP listener on 127.0.0.1 (non-blocking); its port in *port. */
+static int loopback_listener(int *port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	CHECK(fd >= 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t l = sizeof(sa);
+	CHECK(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	CHECK(listen(fd, 16) == 0);
+	CHECK(getsockname(fd, (struct sockaddr *)&sa, &l) == 0);
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+/* Whether a connection reached the listener within ms. */
+static bool connected(int lfd, int ms)
+{
+	struct pollfd p = {.fd = lfd, .events = POLLIN};
+	if (poll(&p, 1, ms) != 1)
+		return false;
+	int c = accept(lfd, NULL, NULL);
+	if (c >= 0)
+		close(c);
+	return c >= 0;
+}
+
+/* issue 16.5: a strict extension tries io_uring (whose SOCKET op would
+ * make an IP socket past the socket() rule) and IP sockets to a listener
+ * of ours on 127.0.0.1; the control (no sandbox) shows both attacks
+ * work where nothing stops them. */
+static void strict_denies_io_uring_and_ip(void)
+{
+	shoal_ext_config c = config();
+	c.path = attack;
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	int port, lfd = loopback_listener(&port);
+	shoal_ext *e = start(&c);
+	CHECK_OK(call(e, "net", shoal_v_int(vb, port), vb, &r));
+	CHECK_EQ(r->v.items[1].v.i, 0); /* the control connects */
+	CHECK(connected(lfd, 5000));
+	CHECK_OK(call(e, "io_uring", NULL, vb, &r));
+	bool uring_here = r->v.items[0].v.i == 0; /* the kernel offers io_uring */
+	CHECK_OK(shoal_ext_stop(e));
+	char *env[] = {"ASAN_OPTIONS=handle_segv=0:handle_abort=0:detect_leaks=0", no_handlers[1],
+		       NULL};
+	c.env = env;
+	c.sandbox = SHOAL_SANDBOX_STRICT;
+	for (int allow = 0; allow <= 1; allow++) {
+		c.allow_network = allow;
+		e = start(&c);
+		CHECK_OK(call(e, "io_uring", NULL, vb, &r));
+		for (int i = 0; i < 3; i++)
+			if (r->v.items[i].v.i != EPERM)
+				sh_test_fail(__FILE__, __LINE__,
+					     "io_uring call %d: errno %lld, not EPERM (io_uring "
+					     "here: %d)",
+					     i, (long long)r->v.items[i].v.i, uring_here);
+		CHECK_OK(call(e, "net", shoal_v_int(vb, port), vb, &r));
+		if (!allow) {
+			CHECK_EQ(r->v.items[0].v.i, EPERM); /* AF_INET */
+			CHECK_EQ(r->v.items[1].v.i, EPERM);
+			CHECK_EQ(r->v.items[2].v.i, EPERM); /* AF_INET6 */
+			CHECK_EQ(r->v.items[4].v.i, EPERM); /* AF_NETLINK */
+		} else {
+			CHECK_EQ(r->v.items[0].v.i, 0);
+			/* its own network namespace is not ours... unless allowed:
+			 * then it has ours, by choice of the config */
+		}
+		CHECK_EQ(r->v.items[3].v.i, EPERM); /* AF_PACKET, allowed or not */
+		CHECK_EQ(r->v.items[5].v.i, 0);	    /* AF_UNIX it may have */
+		if (!allow && connected(lfd, 300))
+			sh_test_fail(__FILE__, __LINE__, "the strict extension reached 127.0.0.1");
+		CHECK_OK(call(e, "add", NULL, vb, &r) == SHOAL_ENOENT ? 0 : -1);
+		CHECK_OK(shoal_ext_stop(e));
+	}
+	close(lfd);
+	shoal_vbuf_free(vb);
+}
+
+SH_TEST(strict_denies_io_uring_and_ip)
+{
+	strict_denies_io_uring_and_ip();
+	as_nobody(strict_denies_io_uring_and_ip);
+}
+
+static void write_text(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+	close(fd);
+}
+
+/* A host where the kernel really refuses a network namespace: inside a
+ * user namespace of its own that may make no further user namespaces
+ * (its max_user_namespaces is 0) and whose capabilities are gone. */
+static void host_without_namespaces(void)
+{
+	CHECK(unshare(CLONE_NEWUSER) == 0);
+	write_text("/proc/self/setgroups", "deny");
+	write_text("/proc/self/uid_map", "0 0 1");
+	write_text("/proc/self/gid_map", "0 0 1");
+	write_text("/proc/sys/user/max_user_namespaces", "0");
+	for (int cap = 0; cap <= 63; cap++)
+		prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[2];
+	memset(d, 0, sizeof(d));
+	CHECK(syscall(SYS_capset, &h, d) == 0);
+	/* the precondition, really in force */
+	CHECK(unshare(CLONE_NEWNET) != 0);
+	CHECK(unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0);
+}
+
+/* issue 16.5: where strict cannot have a network namespace (and
+ * allow_network is off) it does not start: it used to warn and run
+ * beside the host's 127.0.0.1. */
+SH_TEST(strict_fails_closed_without_namespaces)
+{
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		host_without_namespaces();
+		shoal_ext_config c = config();
+		c.path = attack;
+		c.sandbox = SHOAL_SANDBOX_STRICT;
+		shoal_ext *e = NULL;
+		CHECK_RC(shoal_ext_start(&e, &c), SHOAL_EPERM);
+		CHECK_MSG(e, "network");
+		CHECK_MSG(e, "kernel refused");
+		CHECK_EQ(shoal_ext_pid(e), 0);
+		CHECK_OK(shoal_ext_stop(e));
+		/* nor with allow_network: its other namespaces are missing too */
+		c.allow_network = true;
+		CHECK_RC(shoal_ext_start(&e, &c), SHOAL_EPERM);
+		CHECK_MSG(e, "namespaces of its own");
+		CHECK_OK(shoal_ext_stop(e));
+		/* basic still runs there */
+		c.sandbox = SHOAL_SANDBOX_BASIC;
+		e = start(&c);
+		CHECK_OK(shoal_ext_stop(e));
+		_exit(0);
+	}
+	int st;
+	CHECK_EQ(waitpid(pid, &st, 0), pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* The processes below pid (its children, theirs...), into out. */
+static int descendants(pid_t pid, pid_t *out, int max)
+{
+	char path[96];
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	FILE *f = fopen(path, "re");
+	int n = 0, c;
+	while (f && n < max && fscanf(f, "%d", &c) == 1) {
+		out[n++] = c;
+		n += descendants(c, out + n, max - n);
+	}
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* The cgroup path of pid in the hierarchy with the memory controller
+ * (v1), or the unified one. */
+static void cgroup_of(pid_t pid, char *buf, size_t len)
+{
+	char path[64], line[512];
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	FILE *f = fopen(path, "re");
+	CHECK(f != NULL);
+	buf[0] = 0;
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		char *p = strstr(line, ":memory:");
+		if (p)
+			snprintf(buf, len, "%s", p + 8);
+		else if (!strncmp(line, "0::", 3) && !buf[0])
+			snprintf(buf, len, "%s", line + 3);
+	}
+	fclose(f);
+}
+
+static volatile int64_t canary = 0x1122334455667788;
+
+/* issue 16.4: a strict extension of a host tries every way into it: its
+ * memory through /proc/<host>/mem (the canary must stay), its
+ * descriptors, capabilities of its own, leaving its cgroup (and then its
+ * memory limit). The control, without the sandbox and as root, shows
+ * the write lands where nothing stops it. */
+static void strict_cannot_reach_the_host(void)
+{
+	bool root = geteuid() == 0;
+	shoal_ext_config c = config();
+	c.path = attack;
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	shoal_value *poke = shoal_v_array(vb, 3);
+	shoal_v_set(poke, 0, shoal_v_int(vb, getpid()));
+	shoal_v_set(poke, 1, shoal_v_int(vb, (int64_t)(uintptr_t)&canary));
+	shoal_v_set(poke, 2, shoal_v_int(vb, 666));
+	shoal_ext *e;
+	if (root) {
+		e = start(&c);
+		CHECK_OK(call(e, "poke_mem", poke, vb, &r));
+		CHECK_EQ(r->v.items[1].v.i, 0);
+		CHECK_EQ(canary, 666); /* the attack works on an unconfined child */
+		canary = 0x1122334455667788;
+		CHECK_OK(shoal_ext_stop(e));
+	}
+	char *env[] = {"ASAN_OPTIONS=handle_segv=0:handle_abort=0:detect_leaks=0", no_handlers[1],
+		       NULL};
+	c.env = env;
+	c.sandbox = SHOAL_SANDBOX_STRICT;
+	c.mem_max = 160u << 20;
+	e = start(&c);
+	CHECK_OK(call(e, "poke_mem", poke, vb, &r));
+	CHECK(r->v.items[0].v.i != 0); /* no /proc/<host> to open */
+	CHECK_EQ(canary, 0x1122334455667788);
+	CHECK_OK(call(e, "host_fds", shoal_v_int(vb, getpid()), vb, &r));
+	for (int i = 0; i < 4; i++)
+		if (r->v.items[i].v.i == 0)
+			sh_test_fail(__FILE__, __LINE__, "host_fds: path %d open to it", i);
+	CHECK_OK(call(e, "caps", NULL, vb, &r));
+	for (int i = 0; i < 5; i++)
+		if (r->v.items[i].v.i != 0)
+			sh_test_fail(__FILE__, __LINE__, "capability set %d is %llx", i,
+				     (long long)r->v.items[i].v.i);
+	if (root) {
+		CHECK_EQ(r->v.items[5].v.i, 65534);
+		CHECK_EQ(r->v.items[6].v.i, 65534);
+	}
+	CHECK_OK(call(e, "escape_cgroup", NULL, vb, &r));
+	for (int i = 0; i < 4; i++)
+		if (r->v.items[i].v.i == 0)
+			sh_test_fail(__FILE__, __LINE__, "escape_cgroup: hierarchy %d let it go",
+				     i);
+	if (root) {
+		/* seen from here: every process of it still in its own cgroup */
+		char want[64], got[512];
+		snprintf(want, sizeof(want), "/shoal-ext-%d-", (int)getpid());
+		pid_t kids[16];
+		int n = descendants(shoal_ext_pid(e), kids, 16);
+		CHECK(n >= 2); /* the namespace's init and the extension */
+		for (int i = 0; i < n; i++) {
+			cgroup_of(kids[i], got, sizeof(got));
+			if (!strstr(got, want))
+				sh_test_fail(__FILE__, __LINE__, "process %d is in cgroup %s",
+					     (int)kids[i], got);
+		}
+	}
+	CHECK_OK(shoal_ext_stop(e));
+	if (root) {
+		/* and its memory limit holds */
+		c.path = sample;
+		e = start(&c);
+		CHECK_RC(call(e, "hog", shoal_v_int(vb, 2048), vb, &r), SHOAL_ECRASHED);
+		CHECK_MSG(e, "killed by the OOM killer");
+		CHECK_OK(shoal_ext_stop(e));
+	}
+	shoal_vbuf_free(vb);
+}
+
+SH_TEST(strict_cannot_reach_the_host)
+{
+	strict_cannot_reach_the_host();
+	as_nobody(strict_cannot_reach_the_host);
+}
+
+/* Processes whose environment holds marker. */
+static int marked(const char *marker)
+{
+	DIR *d = opendir("/proc");
+	CHECK(d != NULL);
+	int n = 0;
+	for (struct dirent *de; (de = readdir(d)) != NULL;) {
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		char path[300], buf[8192];
+		snprintf(path, sizeof(path), "/proc/%s/environ", de->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t got = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		for (ssize_t i = 0; got > 0 && i < got; i += (ssize_t)strlen(buf + i) + 1) {
+			buf[got] = 0;
+			if (!strcmp(buf + i, marker)) {
+				n++;
+				break;
+			}
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* issue 16.11: an extension forks 200 sleepers, half of them daemons;
+ * after stop (and after a kill past a deadline) none is left, at every
+ * sandbox: its cgroup is killed whole, or (no cgroup: a host that is
+ * not root) the runner's subreaper kills them, or (strict) its pid
+ * namespace goes. */
+static void stop_ends_the_tree(void)
+{
+	for (int sb = SHOAL_SANDBOX_NONE; sb <= SHOAL_SANDBOX_STRICT; sb++) {
+		for (int how = 0; how < 2; how++) {
+			char marker[96];
+			snprintf(marker, sizeof(marker), "SHOAL_ORPHAN_MARK=%d-%d-%d",
+				 (int)getpid(), sb, how);
+			char *env[] = {marker,
+				       "ASAN_OPTIONS=handle_segv=0:handle_abort=0:detect_leaks=0",
+				       no_handlers[1], NULL};
+			shoal_ext_config c = config();
+			c.path = attack;
+			c.env = env;
+			c.sandbox = (shoal_sandbox)sb;
+			c.restart = SHOAL_RESTART_ON_CRASH;
+			shoal_ext *e = start(&c);
+			shoal_vbuf *vb;
+			CHECK_OK(shoal_vbuf_create(&vb));
+			const shoal_value *r;
+			CHECK_OK(call(e, "fork_tree", shoal_v_int(vb, 200), vb, &r));
+			int before = marked(marker);
+			if (before < 201)
+				sh_test_fail(__FILE__, __LINE__, "sandbox %d: %d processes marked",
+					     sb, before);
+			if (how == 1) {
+				/* killed past a deadline, then stopped while down */
+				CHECK_RC(shoal_ext_call(e, "nap", shoal_v_int(vb, 5000), vb, &r,
+							shoal_deadline_in(50 * MS)),
+					 SHOAL_ETIMEDOUT);
+				CHECK_MSG(e, "killed");
+			}
+			CHECK_OK(shoal_ext_stop(e));
+			int left = marked(marker);
+			for (int i = 0; i < 200 && left > 0; i++) {
+				usleep(10 * 1000);
+				left = marked(marker);
+			}
+			if (left)
+				sh_test_fail(__FILE__, __LINE__,
+					     "sandbox %d, %s, uid %d: %d of %d processes outlived "
+					     "the extension",
+					     sb, how ? "killed" : "stopped", (int)getuid(), left,
+					     before);
+			shoal_vbuf_free(vb);
+		}
+	}
+}
+
+SH_TEST(stop_ends_the_whole_tree)
+{
+	stop_ends_the_tree();
+	as_nobody(stop_ends_the_tree);
+}
+
+/* issue 16.8: an extension dup2()s over its doorbell and returns: a call
+ * with no deadline still returns with the reply in the ring (it used to
+ * hang forever), and one with a deadline returns when the reply is
+ * there, not at the deadline. The bounds are generous. */
+static void deaf_doorbell(void)
+{
+	shoal_ext_config c = config();
+	c.path = attack;
+	shoal_ext *e = start(&c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	alarm(60); /* a hang fails the test instead of waiting for its timeout */
+	int64_t t0 = shoal_now_ns();
+	CHECK_OK(shoal_ext_call(e, "break_doorbell", shoal_v_int(vb, 200), vb, &r, SHOAL_FOREVER));
+	CHECK_EQ(r->v.i, 1);
+	for (int i = 0; i < 5; i++) {
+		CHECK_OK(shoal_ext_call(e, "nap", shoal_v_int(vb, 100), vb, &r, SHOAL_FOREVER));
+		CHECK_OK(shoal_ext_call(e, "nap", shoal_v_int(vb, 100), vb, &r,
+					shoal_deadline_in(20000 * MS)));
+	}
+	int64_t ms = (shoal_now_ns() - t0) / MS;
+	alarm(0);
+	/* 1.2 s of naps; a wait on the deaf doorbell would take 20 s a call */
+	if (ms > 8000)
+		sh_test_fail(__FILE__, __LINE__, "11 calls took %lld ms", (long long)ms);
+	CHECK_EQ(shoal_ext_starts(e), 1);
+	CHECK_OK(shoal_ext_stop(e));
+	shoal_vbuf_free(vb);
+}
+
+SH_TEST(deaf_doorbell_does_not_hang_calls)
+{
+	deaf_doorbell();
+	as_nobody(deaf_doorbell);
 }

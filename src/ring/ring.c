@@ -15,7 +15,7 @@
 #define REC_DATA 1u
 #define REC_PAD 2u
 #define DEFAULT_SPIN_NS 10000
-#define PEER_SLICE_NS 10000000 /* how often a fiber asleep looks at its peer */
+#define PEER_SLICE_NS 10000000 /* how often a side asleep looks at its peer and ring */
 
 struct sh_ring_shared {
 	_Alignas(64) _Atomic uint64_t tail;	  /* producer's line */
@@ -205,6 +205,11 @@ static int wait_for(sh_ring *r, uint64_t need, int64_t deadline)
 			struct pollfd p[2] = {{.fd = r->wait_efd, .events = POLLIN},
 					      {.fd = r->peer_fd, .events = POLLIN}};
 			int64_t left = deadline == SHOAL_FOREVER ? -1 : deadline - shoal_now_ns();
+			/* Not on the peer's doorbell alone: one that lost or never
+			 * rings it (an extension that dup2()s over it) costs a
+			 * slice, not the whole wait. */
+			if (r->peer_fd >= 0 && (left < 0 || left > PEER_SLICE_NS))
+				left = PEER_SLICE_NS;
 			int ms = left < 0 ? -1 : (int)((left + 999999) / 1000000);
 			int n = poll(p, r->peer_fd >= 0 ? 2 : 1, ms);
 			if (n > 0 && (p[0].revents & POLLIN))

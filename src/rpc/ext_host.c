@@ -258,7 +258,8 @@ static int cg_base(char *dir, size_t len, bool *v2)
 	return 0;
 }
 
-/* Makes e's cgroup with memory limited to cfg.mem_max. */
+/* Makes e's cgroup (every extension gets one where we may make it: its
+ * whole tree ends with it), with memory limited to cfg.mem_max if set. */
 static int cg_make(shoal_ext *e, char *why, size_t whylen)
 {
 	static _Atomic uint32_t counter;
@@ -276,6 +277,8 @@ static int cg_make(shoal_ext *e, char *why, size_t whylen)
 		e->cg[0] = 0;
 		return rc;
 	}
+	if (!e->cfg.mem_max)
+		return 0;
 	snprintf(path, sizeof(path), "%s/%s", e->cg,
 		 e->cg_v2 ? "memory.max" : "memory.limit_in_bytes");
 	if (e->cg_v2 && access(path, F_OK) != 0) {
@@ -297,6 +300,37 @@ static int cg_make(shoal_ext *e, char *why, size_t whylen)
 	if (access(path, F_OK) == 0)
 		sh_ext_write_file(path, e->cg_v2 ? "0" : limit);
 	return 0;
+}
+
+/* Kills every process in e's cgroup: whatever the extension forked,
+ * daemons included (they cannot leave it unless privileged: strict is
+ * not). cgroup.kill where the kernel has it; else SIGKILL to each listed
+ * process, again until none is left (what a killed process forked
+ * meanwhile is listed the next round), for at most about a second. */
+static void cg_kill(shoal_ext *e)
+{
+	if (!e->cg[0])
+		return;
+	char path[300], line[32];
+	snprintf(path, sizeof(path), "%s/cgroup.kill", e->cg);
+	bool killed = e->cg_v2 && sh_ext_write_file(path, "1") == 0;
+	snprintf(path, sizeof(path), "%s/cgroup.procs", e->cg);
+	for (int round = 0; round < 1000; round++) {
+		FILE *f = fopen(path, "re");
+		int n = 0;
+		while (f && fgets(line, sizeof(line), f)) {
+			pid_t pid = (pid_t)atoi(line);
+			/* (the child itself, a zombie till we reap it, may stay listed) */
+			if (pid > 0 && (killed || kill(pid, SIGKILL) == 0) && pid != e->pid)
+				n++;
+		}
+		if (f)
+			fclose(f);
+		if (n == 0)
+			return;
+		usleep(1000);
+	}
+	sh_warn("ext", "%s: processes left in %s after killing them for a second", e->name, e->cg);
 }
 
 /* After the child is reaped: was it the OOM killer, and the cgroup goes
@@ -326,13 +360,25 @@ static void child_reap(shoal_ext *e, bool kill_it, int *status)
 {
 	int st = 0;
 	if (e->pid > 0) {
-		if (kill_it)
+		if (kill_it && !e->cg[0] && e->cfg.sandbox != SHOAL_SANDBOX_STRICT &&
+		    e->pidfd >= 0) {
+			/* No cgroup: the runner's subreaper ends the tree when asked,
+			 * which a SIGKILL of it would orphan. */
+			struct pollfd p = {.fd = e->pidfd, .events = POLLIN};
+			kill(e->pid, SIGTERM);
+			while (poll(&p, 1, 1000) < 0 && errno == EINTR)
+				;
+		}
+		if (kill_it) {
 			kill(e->pid, SIGKILL);
+			cg_kill(e);
+		}
 		while (waitpid(e->pid, &st, 0) < 0 && errno == EINTR)
 			;
 	}
 	if (status)
 		*status = st;
+	cg_kill(e); /* what it left behind */
 	cg_done(e);
 	if (e->rings)
 		sh_shm_unmap(e->rings, e->ring_bytes);
@@ -362,7 +408,12 @@ static int spawn_child(shoal_ext *e)
 		rc = shoal_errno();
 		goto out;
 	}
-	if ((rc = sh_memfd_create("shoal-ext-rings", e->ring_bytes, false, &rfd)) != 0 ||
+	/* The size is sealed before the child sees the memfd: an extension
+	 * that truncates it (through fd 4, /proc/self/fd or map_files) would
+	 * make the host's next touch of the rings or the control page after
+	 * them a SIGBUS. */
+	if ((rc = sh_memfd_create("shoal-ext-rings", e->ring_bytes, true, &rfd)) != 0 ||
+	    (rc = sh_memfd_fix_size(rfd)) != 0 ||
 	    (rc = sh_shm_map(rfd, e->ring_bytes, true, &e->rings)) != 0)
 		goto out;
 	sh_ring_format(e->rings, one);
@@ -376,9 +427,11 @@ static int spawn_child(shoal_ext *e)
 	char mem[32], cpu[32], files[32];
 	uint64_t as = e->cfg.mem_limit;
 	e->oom_killed = false;
-	if (e->cfg.mem_max) {
-		char why[400];
-		if (cg_make(e, why, sizeof(why)) != 0) {
+	char why[400];
+	if (cg_make(e, why, sizeof(why)) != 0) {
+		/* The runner ends its tree itself then (a subreaper); only a
+		 * memory limit has nothing to stand in for it but rlimits. */
+		if (e->cfg.mem_max) {
 			sh_warn("ext",
 				"%s: no memory cgroup (%s): its memory is bounded by address space "
 				"instead (RLIMIT_AS), where allocations fail past it",

@@ -1,0 +1,357 @@
+/* A hostile test extension: each function performs one attack on its host
+ * (issue 16) and reports what the kernel let it do, so that the test can
+ * check the defence is really in force, not that a call returned. */
+#include <shoal/ext.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/io_uring.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int shoal_ext_init(shoal_ext_registry *r);
+
+static int64_t err_of(int rc)
+{
+	return rc == 0 ? 0 : errno ? errno : -1;
+}
+
+/* The rings' mapping in /proc/self/maps: its range and its size. */
+static int rings_range(unsigned long *lo, unsigned long *hi)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	int found = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, "shoal-ext-rings") && sscanf(line, "%lx-%lx", lo, hi) == 2) {
+			found = 0;
+			break;
+		}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* Whether fd is the rings' memfd (the runner closes it once mapped; the
+ * number may have been reused since). */
+static bool is_rings(int fd)
+{
+	char path[64], to[256];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(path, to, sizeof(to) - 1);
+	if (n < 0)
+		return false;
+	to[n] = 0;
+	return strstr(to, "shoal-ext-rings") != NULL;
+}
+
+/* truncate_rings(): truncates its rings to 0 (and grows them) through
+ * every path it has: fd 4, /proc/self/fd/4, /proc/self/map_files/<range>.
+ * Returns [errno of each path (0: it worked), the size seen after (-1:
+ * not visible), the mapping's size]; then touches every page of the
+ * mapping, so a truncation that worked kills the extension here too. */
+static int truncate_rings(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	unsigned long lo, hi;
+	if (rings_range(&lo, &hi) != 0)
+		return shoal_ext_fail(ctx, SHOAL_ENOENT, "no rings mapping in /proc/self/maps");
+	int64_t e_fd = EBADF, e_procfd = ENOENT, e_map = ENOENT, size = -1;
+	errno = 0;
+	if (is_rings(4)) {
+		e_fd = err_of(ftruncate(4, 0));
+		if (e_fd)
+			e_fd = err_of(ftruncate(4, (off_t)(hi - lo) * 2));
+		int fd = open("/proc/self/fd/4", O_RDWR | O_CLOEXEC);
+		e_procfd = fd < 0 ? errno : err_of(ftruncate(fd, 0));
+		if (fd >= 0)
+			close(fd);
+	}
+	char path[128];
+	snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", lo, hi);
+	errno = 0;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		fd = open(path, O_RDONLY | O_CLOEXEC), e_map = errno;
+	if (fd >= 0) {
+		e_map = err_of(ftruncate(fd, 0));
+		struct stat st;
+		if (fstat(fd, &st) == 0)
+			size = st.st_size;
+		close(fd);
+	}
+	volatile unsigned char sum = 0;
+	for (unsigned long p = lo; p < hi; p += 4096)
+		sum ^= *(volatile unsigned char *)p;
+	(void)sum;
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 5);
+	shoal_v_set(*out, 0, shoal_v_int(vb, e_fd));
+	shoal_v_set(*out, 1, shoal_v_int(vb, e_procfd));
+	shoal_v_set(*out, 2, shoal_v_int(vb, e_map));
+	shoal_v_set(*out, 3, shoal_v_int(vb, size));
+	shoal_v_set(*out, 4, shoal_v_int(vb, (int64_t)(hi - lo)));
+	return 0;
+}
+
+/* io_uring(): [errno of io_uring_setup, of io_uring_enter, of
+ * io_uring_register] (0: allowed). A ring it gets could make sockets
+ * with IORING_OP_SOCKET, which no socket() rule sees. */
+static int uring(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	struct io_uring_params p;
+	memset(&p, 0, sizeof(p));
+	errno = 0;
+	long fd = syscall(__NR_io_uring_setup, 8, &p);
+	int64_t e_setup = fd >= 0 ? 0 : errno;
+	if (fd >= 0)
+		close((int)fd);
+	errno = 0;
+	int64_t e_enter = syscall(__NR_io_uring_enter, -1, 0, 0, 0, NULL, 0) == 0 ? 0 : errno;
+	errno = 0;
+	int64_t e_reg = syscall(__NR_io_uring_register, -1, 0, NULL, 0) == 0 ? 0 : errno;
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 3);
+	shoal_v_set(*out, 0, shoal_v_int(vb, e_setup));
+	shoal_v_set(*out, 1, shoal_v_int(vb, e_enter));
+	shoal_v_set(*out, 2, shoal_v_int(vb, e_reg));
+	return 0;
+}
+
+static int64_t sock_err(int family, int type)
+{
+	errno = 0;
+	int fd = socket(family, type, 0);
+	if (fd < 0)
+		return errno;
+	close(fd);
+	return 0;
+}
+
+/* net(port): [socket(AF_INET) errno, connect to 127.0.0.1:port errno,
+ * AF_INET6, AF_PACKET, AF_NETLINK, AF_UNIX] (0: allowed). */
+static int net(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	int port = a && a->type == SHOAL_V_INT ? (int)a->v.i : 0;
+	int64_t e[6];
+	errno = 0;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	e[0] = fd >= 0 ? 0 : errno;
+	e[1] = e[0];
+	if (fd >= 0) {
+		struct sockaddr_in sa = {.sin_family = AF_INET,
+					 .sin_port = htons((uint16_t)port),
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		errno = 0;
+		e[1] = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : errno;
+		close(fd);
+	}
+	e[2] = sock_err(AF_INET6, SOCK_STREAM);
+	e[3] = sock_err(AF_PACKET, SOCK_RAW);
+	e[4] = sock_err(AF_NETLINK, SOCK_RAW);
+	e[5] = sock_err(AF_UNIX, SOCK_STREAM);
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 6);
+	for (int i = 0; i < 6; i++)
+		shoal_v_set(*out, (uint32_t)i, shoal_v_int(vb, e[i]));
+	return 0;
+}
+
+static int64_t int_at(const shoal_value *a, uint32_t i)
+{
+	return a && a->type == SHOAL_V_ARRAY && i < a->n && a->v.items[i].type == SHOAL_V_INT
+		       ? a->v.items[i].v.i
+		       : 0;
+}
+
+/* poke_mem([pid, address, value]): writes value (8 bytes) at address in
+ * process pid through /proc/pid/mem. [errno of the open, of the write]. */
+static int poke_mem(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%lld/mem", (long long)int_at(a, 0));
+	int64_t v = int_at(a, 2), e_open, e_write = -1;
+	errno = 0;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	e_open = fd >= 0 ? 0 : errno;
+	if (fd >= 0) {
+		errno = 0;
+		e_write = pwrite(fd, &v, sizeof(v), (off_t)int_at(a, 1)) == (ssize_t)sizeof(v)
+				  ? 0
+				  : errno;
+		close(fd);
+	}
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 2);
+	shoal_v_set(*out, 0, shoal_v_int(vb, e_open));
+	shoal_v_set(*out, 1, shoal_v_int(vb, e_write));
+	return 0;
+}
+
+/* host_fds(pid): [errno of listing /proc/pid/fd, of reopening its fd 0
+ * and fd 1, of opening /proc/pid/root/etc/hostname] (0: it could). */
+static int host_fds(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	long long pid = a && a->type == SHOAL_V_INT ? (long long)a->v.i : 0;
+	char path[96];
+	int64_t e[4];
+	snprintf(path, sizeof(path), "/proc/%lld/fd", pid);
+	errno = 0;
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	e[0] = fd >= 0 ? 0 : errno;
+	if (fd >= 0)
+		close(fd);
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "/proc/%lld/fd/%d", pid, i);
+		errno = 0;
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		e[1 + i] = fd >= 0 ? 0 : errno;
+		if (fd >= 0)
+			close(fd);
+	}
+	snprintf(path, sizeof(path), "/proc/%lld/root/etc/hostname", pid);
+	errno = 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	e[3] = fd >= 0 ? 0 : errno;
+	if (fd >= 0)
+		close(fd);
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 4);
+	for (int i = 0; i < 4; i++)
+		shoal_v_set(*out, (uint32_t)i, shoal_v_int(vb, e[i]));
+	return 0;
+}
+
+/* caps(): [CapInh, CapPrm, CapEff, CapBnd, CapAmb, real uid, effective
+ * uid] from its /proc/self/status. */
+static int caps(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	static const char *const keys[] = {"CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"};
+	int64_t v[7] = {-1, -1, -1, -1, -1, -1, -1};
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	while (f && fgets(line, sizeof(line), f)) {
+		for (int i = 0; i < 5; i++)
+			if (!strncmp(line, keys[i], strlen(keys[i])))
+				v[i] = (int64_t)strtoull(line + strlen(keys[i]), NULL, 16);
+		long long r, e2;
+		if (sscanf(line, "Uid: %lld %lld", &r, &e2) == 2)
+			v[5] = r, v[6] = e2;
+	}
+	if (f)
+		fclose(f);
+	else
+		return shoal_ext_fail(ctx, SHOAL_EIO, "no /proc/self/status: %s", strerror(errno));
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 7);
+	for (int i = 0; i < 7; i++)
+		shoal_v_set(*out, (uint32_t)i, shoal_v_int(vb, v[i]));
+	return 0;
+}
+
+/* escape_cgroup(): writes itself ("0": the writer) into the root cgroup
+ * of each hierarchy; [errno of each] (0: it moved). */
+static int escape_cgroup(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	static const char *const roots[] = {
+		"/sys/fs/cgroup/memory/cgroup.procs", "/sys/fs/cgroup/unified/cgroup.procs",
+		"/sys/fs/cgroup/pids/cgroup.procs", "/sys/fs/cgroup/cgroup.procs"};
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 4);
+	for (int i = 0; i < 4; i++) {
+		errno = 0;
+		int fd = open(roots[i], O_WRONLY | O_CLOEXEC);
+		int64_t e = fd >= 0 ? 0 : errno;
+		if (fd >= 0) {
+			errno = 0;
+			e = write(fd, "0\n", 2) == 2 ? 0 : errno;
+			close(fd);
+		}
+		shoal_v_set(*out, (uint32_t)i, shoal_v_int(vb, e));
+	}
+	return 0;
+}
+
+static _Noreturn void sleep_forever(void)
+{
+	for (;;)
+		pause();
+}
+
+/* break_doorbell(ms): puts another eventfd over its doorbell (fd 5), so
+ * its rings of the host go nowhere, sleeps ms (the host falls asleep on
+ * the doorbell meanwhile), then returns 1 normally. */
+static int break_doorbell(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	int fd = eventfd(0, EFD_CLOEXEC);
+	if (fd < 0 || dup2(fd, 5) != 5)
+		return shoal_ext_fail(ctx, SHOAL_EIO, "dup2 over the doorbell: %s",
+				      strerror(errno));
+	close(fd);
+	int64_t ms = a && a->type == SHOAL_V_INT ? a->v.i : 0;
+	usleep((useconds_t)(ms * 1000));
+	*out = shoal_v_int(shoal_ext_vbuf(ctx), 1);
+	return 0;
+}
+
+/* nap(ms): sleeps, deaf to the host's asking it to give up. */
+static int nap(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)ctx, (void)out;
+	int64_t ms = a && a->type == SHOAL_V_INT ? a->v.i : 0;
+	usleep((useconds_t)(ms * 1000));
+	return 0;
+}
+
+/* fork_tree(n): n processes that sleep forever, every other one a daemon
+ * (setsid and a second fork, its parent gone): what an extension leaves
+ * behind when it forgets, or wants, to outlive its host. Returns n. */
+static int fork_tree(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	int64_t n = a && a->type == SHOAL_V_INT ? a->v.i : 0;
+	for (int64_t i = 0; i < n; i++) {
+		pid_t pid = fork();
+		if (pid < 0)
+			return shoal_ext_fail(ctx, SHOAL_EAGAIN, "fork %lld: %s", (long long)i,
+					      strerror(errno));
+		if (pid == 0) {
+			if (i % 2 == 0)
+				sleep_forever();
+			setsid();
+			if (fork() == 0)
+				sleep_forever();
+			_exit(0);
+		}
+		if (i % 2)
+			waitpid(pid, NULL, 0);
+	}
+	*out = shoal_v_int(shoal_ext_vbuf(ctx), n);
+	return 0;
+}
+
+int shoal_ext_init(shoal_ext_registry *r)
+{
+	int rc = 0;
+	rc |= shoal_ext_register(r, "fork_tree", fork_tree);
+	rc |= shoal_ext_register(r, "nap", nap);
+	rc |= shoal_ext_register(r, "break_doorbell", break_doorbell);
+	rc |= shoal_ext_register(r, "poke_mem", poke_mem);
+	rc |= shoal_ext_register(r, "host_fds", host_fds);
+	rc |= shoal_ext_register(r, "caps", caps);
+	rc |= shoal_ext_register(r, "escape_cgroup", escape_cgroup);
+	rc |= shoal_ext_register(r, "io_uring", uring);
+	rc |= shoal_ext_register(r, "net", net);
+	rc |= shoal_ext_register(r, "truncate_rings", truncate_rings);
+	return rc;
+}
