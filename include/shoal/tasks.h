@@ -56,6 +56,12 @@ typedef struct shoal_controller_opts {
 	const char *tcp;
 	const void *secret; /* 16 bytes or more; NULL: $SHOAL_SECRET_FILE, else $SHOAL_SECRET */
 	size_t secret_len;
+	/* Every byte over TCP after the handshake is encrypted and
+	 * authenticated (AES-256-GCM records, keys from the secret and the
+	 * handshake). true: a link whose peer also asks for it
+	 * ("tcp://HOST:PORT?encrypt=false") goes in clear, each record still
+	 * authenticated: for a trusted network only. */
+	bool no_encrypt;
 } shoal_controller_opts;
 
 SHOAL_API void shoal_controller_opts_init(shoal_controller_opts *o);

@@ -75,18 +75,17 @@ typedef struct tk_queue {
 typedef struct tk_conn {
 	shoal_controller *ctl;
 	sh_link l;
-	int tcp;       /* a peer over TCP: its socket (then l is unused); else -1 */
-	char peer[96]; /* its address, for messages */
+	int tcp;	/* a peer over TCP: its socket (then l is unused); else -1 */
+	sh_channel *ch; /* and the secure channel on it, which all its bytes go through */
+	char peer[96];	/* its address, for messages */
 	pid_t pid;
 	uint32_t num; /* engines: 0, 1, 2 ...; clients: 1, 2, ... */
 	bool engine, gone, kick_pending;
 	bool shut; /* its traffic is over (conn_shut) */
 	/* the right to write to it, a token that the writer fiber and relays
-	 * pass around; relays using it (it is freed only once they are done);
-	 * a client's pipe for relays from its socket */
+	 * pass around; relays using it (it is freed only once they are done) */
 	shoal_chan *turn;
 	uint32_t users;
-	int pipe[2];
 	shoal_chan *kick;
 	shoal_fiber *writer, *watcher;
 	unsigned char *in;
@@ -837,15 +836,15 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 
 static int conn_send(tk_conn *c, const void *p, size_t n)
 {
-	return c->tcp >= 0 ? sh_stream_write(c->tcp, p, n, true)
+	return c->tcp >= 0 ? sh_channel_write(c->ch, p, n, true, SHOAL_FOREVER)
 			   : sh_msg_write(&c->l.down, p, n, SHOAL_FOREVER);
 }
 
 static int conn_read(tk_conn *c, size_t *len)
 {
 	size_t got = 0;
-	return c->tcp >= 0 ? sh_stream_read_frame(c->tcp, &c->in, &c->in_cap, len, SH_TASKS_MSG_MAX,
-						  true, SHOAL_FOREVER)
+	return c->tcp >= 0 ? sh_channel_read_frame(c->ch, &c->in, &c->in_cap, len, SH_TASKS_MSG_MAX,
+						   true, SHOAL_FOREVER)
 			   : sh_msg_read_part(&c->l.up, &c->in, &c->in_cap, &got, len,
 					      SH_TASKS_MSG_MAX, SHOAL_FOREVER);
 }
@@ -920,7 +919,8 @@ static int engine_flush(tk_engine *e)
 			const sh_msg_part *parts;
 			uint32_t np;
 			if ((rc = sh_wbuf_gather(w, &parts, &np)) == 0)
-				rc = e->c.tcp >= 0 ? sh_stream_writev(e->c.tcp, parts, np, true)
+				rc = e->c.tcp >= 0 ? sh_channel_writev(e->c.ch, parts, np, true,
+								       SHOAL_FOREVER)
 						   : sh_msg_write_parts(&e->c.l.down, parts, np,
 									SHOAL_FOREVER);
 		} else if (rc == 0 && n) {
@@ -1010,10 +1010,8 @@ static void conn_fini(tk_conn *c)
 		shoal_chan_destroy(c->kick);
 	if (c->turn)
 		shoal_chan_destroy(c->turn);
-	for (int i = 0; i < 2; i++)
-		if (c->pipe[i] >= 0)
-			close(c->pipe[i]);
 	sh_link_fini(&c->l);
+	sh_channel_free(c->ch);
 	if (c->tcp >= 0) {
 		shoal_fd_forget(c->tcp);
 		close(c->tcp);
@@ -1051,36 +1049,40 @@ static tk_frame *hold_get(shoal_controller *ctl, size_t n)
 	return fr;
 }
 
-/* Reads and drops n bytes of a stream. */
-static int discard(int fd, uint64_t n)
+/* Reads and drops n bytes of a channel. */
+static int discard(sh_channel *ch, uint64_t n)
 {
-	unsigned char junk[16384];
-	int rc = 0;
-	for (size_t k; rc == 0 && n; n -= k) {
-		k = n < sizeof(junk) ? (size_t)n : sizeof(junk);
-		rc = sh_stream_read(fd, junk, k, true);
+	for (; n;) {
+		const unsigned char *p;
+		size_t k;
+		int rc = sh_channel_peek(ch, &p, &k, true, SHOAL_FOREVER);
+		if (rc)
+			return rc;
+		k = n < k ? (size_t)n : k;
+		sh_channel_consume(ch, k);
+		n -= k;
 	}
-	return rc;
+	return 0;
 }
 
 /* Writes n zero bytes: the rest of a task whose client went on the way. */
-static int pad(int fd, uint64_t n)
+static int pad(sh_channel *ch, uint64_t n)
 {
 	static const unsigned char zero[16384];
 	int rc = 0;
 	for (size_t k; rc == 0 && n; n -= k) {
 		k = n < sizeof(zero) ? (size_t)n : sizeof(zero);
-		rc = sh_stream_write(fd, zero, k, true);
+		rc = sh_channel_write(ch, zero, k, true, SHOAL_FOREVER);
 	}
 	return rc;
 }
 
-/* Passes the n bytes of t's fn and args from its client's socket on to
- * engine e's, spliced through the client's pipe: they never enter this
- * process. Over when the bytes are through; an engine that goes on the
- * way fails t (which has no retries: nothing is kept to send again) and
- * the rest of the bytes are dropped; a client that goes on the way
- * leaves the engine a task padded with zeros and a verdict of 0. */
+/* Passes the n bytes of t's fn and args from its client's channel on to
+ * engine e's as they come, record by record (opened and sealed again:
+ * each link has its own keys), without holding them. Over when the bytes are through; an engine
+ * that goes on the way fails t (which has no retries: nothing is kept to send again) and the rest
+ * of the bytes are dropped; a client that goes on the way leaves the engine a task padded with
+ * zeros and a verdict of 0. */
 static int relay(tk_client *c, tk_engine *e, tk_task *t, uint64_t n)
 {
 	shoal_controller *ctl = c->c.ctl;
@@ -1102,32 +1104,21 @@ static int relay(tk_client *c, tk_engine *e, tk_task *t, uint64_t n)
 		w.oob_bytes = n + 8; /* declared; they come from the client */
 		erc = sh_tk_batch_end(&w, 1, SH_TK_RUN);
 	}
-	if (erc == 0 && c->c.pipe[0] < 0) {
-		if (pipe2(c->c.pipe, O_NONBLOCK | O_CLOEXEC) != 0)
-			erc = shoal_errno();
-		else
-			fcntl(c->c.pipe[1], F_SETPIPE_SZ, 1 << 20); /* fewer, larger steps */
-	}
-	/* the frame, the bytes and the verdict go as one stream of pages */
+	/* the frame, the bytes and the verdict go as one stream of records */
 	uint64_t taken = 0, verdict = SH_TK_RUN_IT;
 	if (erc == 0) {
 		int failed;
-		int rc = sh_stream_splice(c->c.tcp, e->c.tcp, c->c.pipe, w.p, w.len, n, &verdict, 8,
-					  &taken, &failed);
-		if (rc && failed == 2) {
-			close(c->c.pipe[0]);
-			close(c->c.pipe[1]);
-			c->c.pipe[0] = c->c.pipe[1] = -1;
-		}
+		int rc = sh_channel_relay(c->c.ch, e->c.ch, w.p, w.len, n, &verdict, 8, &taken,
+					  &failed);
 		*(failed == 1 ? &crc : &erc) = rc;
 	}
 	sh_wbuf_fini(&w);
 	if (crc == 0 && taken < n)
-		crc = discard(c->c.tcp, n - taken); /* the engine failed first */
+		crc = discard(c->c.ch, n - taken); /* the engine failed first */
 	else if (crc && erc == 0) {
 		verdict = 0; /* the client went: the engine runs nothing */
-		if ((erc = pad(e->c.tcp, n - taken)) == 0)
-			erc = sh_stream_write(e->c.tcp, &verdict, 8, true);
+		if ((erc = pad(e->c.ch, n - taken)) == 0)
+			erc = sh_channel_write(e->c.ch, &verdict, 8, true, SHOAL_FOREVER);
 	}
 	if (turn)
 		give_turn(&e->c);
@@ -1170,14 +1161,14 @@ static int on_large(tk_client *c, const sh_frame *f)
 		if (e && e->c.tcp >= 0 && !e->c.shut)
 			return relay(c, e, t, v.call_len);
 		if (!t)
-			return discard(c->c.tcp, v.call_len); /* failed early */
-		t->writing++;				      /* while it waits for its bytes */
+			return discard(c->c.ch, v.call_len); /* failed early */
+		t->writing++;				     /* while it waits for its bytes */
 	}
 	tk_frame *fr = hold_get(ctl, v.call_len);
 	if (!fr)
 		rc = SHOAL_ENOMEM;
 	else if (c->c.tcp >= 0)
-		rc = sh_stream_read(c->c.tcp, fr->p, v.call_len, true);
+		rc = sh_channel_read(c->c.ch, fr->p, v.call_len, true, SHOAL_FOREVER);
 	else
 		rc = sh_msg_read_parts(&c->c.l.up, &(sh_msg_part){fr->p, v.call_len}, 1,
 				       SHOAL_FOREVER);
@@ -1249,8 +1240,8 @@ static void *conn_main(void *arg)
 	int rc;
 	if (hello->tcp >= 0) {
 		char why[128];
-		if ((rc = sh_auth_server(hello->tcp, ctl->key, ctl->klen, &proto, why,
-					 sizeof(why))) != 0)
+		if ((rc = sh_auth_server(hello->tcp, ctl->key, ctl->klen, ctl->opts.no_encrypt,
+					 &proto, &hello->ch, why, sizeof(why))) != 0)
 			sh_warn("tasks", "refused %s over TCP: %s", hello->peer, why);
 	} else {
 		rc = sh_link_hello(&hello->l, &proto, &version);
@@ -1277,7 +1268,9 @@ static void *conn_main(void *arg)
 		c->ctl = ctl;
 		c->l = hello->l;
 		c->tcp = hello->tcp;
+		c->ch = hello->ch;
 		hello->tcp = -1;
+		hello->ch = NULL;
 		memcpy(c->peer, hello->peer, sizeof(c->peer));
 		c->pid = hello->pid;
 		c->engine = e != NULL;
@@ -1286,7 +1279,6 @@ static void *conn_main(void *arg)
 		uint64_t info[1] = {e ? ctl->next_engine : ctl->next_client + 1};
 		if (c->tcp < 0)
 			rc = sh_link_accept(&c->l, SH_TASKS_RING_CAP, info, 1, NULL, 0);
-		c->pipe[0] = c->pipe[1] = -1;
 		if (rc == 0)
 			rc = shoal_chan_create(&c->kick, 1, 1);
 		if (rc == 0 && (rc = shoal_chan_create(&c->turn, 1, 1)) == 0)
@@ -1300,6 +1292,7 @@ static void *conn_main(void *arg)
 		c->l.up.spin_ns = 50000;
 	}
 	sh_link_fini(&hello->l);
+	sh_channel_free(hello->ch);
 	if (hello->tcp >= 0) {
 		shoal_fd_forget(hello->tcp);
 		close(hello->tcp);
@@ -1339,6 +1332,9 @@ static void *conn_main(void *arg)
 				e ? "engine" : "client", c->num, c->peer);
 		sh_msg_trim(&c->in, &c->in_cap);
 	}
+	if (c && c->ch && *sh_channel_error(c->ch))
+		sh_warn("tasks", "%s %u (%s): %s; connection dropped", e ? "engine" : "client",
+			c->num, c->peer, sh_channel_error(c->ch));
 	if (c) {
 		c->gone = true;
 		conn_shut(c);
@@ -1507,9 +1503,9 @@ static void *deadline_main(void *arg)
 static void *controller_thread(void *arg)
 {
 	shoal_controller *ctl = arg;
-	/* splice into a socket whose peer went raises SIGPIPE (it has no
-	 * MSG_NOSIGNAL): blocked in this thread, it stays pending, harmless,
-	 * and the call fails with EPIPE */
+	/* a write to a socket whose peer went raises SIGPIPE where no
+	 * MSG_NOSIGNAL can say otherwise: blocked in this thread, it stays
+	 * pending, harmless, and the call fails with EPIPE */
 	sigset_t pipe_sig;
 	sigemptyset(&pipe_sig);
 	sigaddset(&pipe_sig, SIGPIPE);
@@ -1645,6 +1641,12 @@ int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o
 		if (rc == 0)
 			rc = sh_tcp_listen(ctl->opts.tcp, &ctl->tcp_lsock, ctl->tcp_bound,
 					   sizeof(ctl->tcp_bound), why, sizeof(why));
+		if (rc == 0 && ctl->opts.no_encrypt)
+			sh_warn("tasks",
+				"TCP at %s: links whose peers also ask for it go unencrypted "
+				"(no_encrypt: a trusted network); each record is still "
+				"authenticated",
+				ctl->tcp_bound);
 		if (rc) {
 			sh_error("tasks", "TCP: %s", why);
 			controller_free(ctl);

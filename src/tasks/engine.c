@@ -29,7 +29,8 @@
 
 typedef struct engine {
 	sh_link l;
-	int tcp; /* the controller over TCP (then l is unused), or -1 */
+	int tcp;	/* the controller over TCP (then l is unused), or -1 */
+	sh_channel *ch; /* the secure channel on tcp */
 	sh_ext_lib lib;
 	sh_wbuf w; /* the DONE batch */
 	uint32_t nw;
@@ -53,7 +54,7 @@ static int flush(engine *g)
 		return 0;
 	int rc = sh_tk_batch_end(&g->w, g->nw, SH_TK_DONE);
 	if (rc == 0)
-		rc = g->tcp >= 0 ? sh_stream_write(g->tcp, g->w.p, g->w.len, false)
+		rc = g->tcp >= 0 ? sh_channel_write(g->ch, g->w.p, g->w.len, false, SHOAL_FOREVER)
 				 : sh_msg_write(&g->l.up, g->w.p, g->w.len, SHOAL_FOREVER);
 	if (g->w.cap > SH_MSG_BUF_KEEP)
 		sh_wbuf_fini(&g->w);
@@ -195,7 +196,7 @@ static int run_oob(engine *g, sh_tk_run *r, const sh_frame *f, unsigned char **b
 		*big_cap = f->oob;
 	}
 	sh_msg_part part = {*big, f->oob};
-	int rc = g->tcp >= 0 ? sh_stream_read(g->tcp, *big, f->oob, false)
+	int rc = g->tcp >= 0 ? sh_channel_read(g->ch, *big, f->oob, false, SHOAL_FOREVER)
 			     : sh_msg_read_parts(&g->l.down, &part, 1, SHOAL_FOREVER);
 	uint64_t verdict;
 	memcpy(&verdict, *big + n, 8);
@@ -217,8 +218,8 @@ static int serve(engine *g)
 		size_t len;
 		sh_frame f;
 		char why[160];
-		rc = g->tcp >= 0 ? sh_stream_read_frame(g->tcp, &in, &in_cap, &len,
-							SH_TASKS_MSG_MAX, false, SHOAL_FOREVER)
+		rc = g->tcp >= 0 ? sh_channel_read_frame(g->ch, &in, &in_cap, &len,
+							 SH_TASKS_MSG_MAX, false, SHOAL_FOREVER)
 				 : sh_msg_read(&g->l.down, &in, &in_cap, &len, SHOAL_FOREVER);
 		if (rc)
 			break;
@@ -324,7 +325,9 @@ int sh_engine_main(int argc, char **argv)
 	uint64_t info[1];
 	sh_link_init(&g.l, -1);
 	if (connect_to) {
-		rc = sh_tcp_connect_auth(connect_to, SH_TASKS_ENGINE, &g.tcp, why, sizeof(why));
+		rc = sh_tcp_connect_auth(connect_to, SH_TASKS_ENGINE,
+					 shoal_deadline_in(SH_TASKS_CONNECT_NS), &g.tcp, &g.ch, why,
+					 sizeof(why));
 	} else {
 		rc = sh_link_connect(&g.l, socket, SH_TASKS_ENGINE, SH_TASKS_VERSION,
 				     SH_TASKS_RING_CAP, info, 1, NULL, 0, why, sizeof(why));
@@ -364,7 +367,9 @@ int sh_engine_main(int argc, char **argv)
 		pthread_join(t, NULL);
 	}
 	if (rc)
-		fprintf(stderr, "shoal-engine %s: %s\n", g.name, shoal_strerror(rc));
+		fprintf(stderr, "shoal-engine %s: %s%s%s\n", g.name, shoal_strerror(rc),
+			g.ch && *sh_channel_error(g.ch) ? ": " : "",
+			g.ch ? sh_channel_error(g.ch) : "");
 	sh_wbuf_fini(&g.w);
 	shoal_vbuf_reset(&g.in); /* lets go of what it mapped */
 	shoal_vbuf_reset(&g.out);
@@ -373,6 +378,7 @@ int sh_engine_main(int argc, char **argv)
 	if (sc)
 		shoal_disconnect(sc);
 	sh_link_fini(&g.l);
+	sh_channel_free(g.ch);
 	if (g.tcp >= 0)
 		close(g.tcp);
 	sh_ext_lib_unload(&g.lib);

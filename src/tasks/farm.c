@@ -25,8 +25,9 @@ typedef struct tk_res {
 
 struct shoal_farm {
 	sh_link l;
-	int tcp;     /* the controller over TCP (then l is unused), or -1 */
-	sh_wbuf sub; /* the SUBMIT batch being built */
+	int tcp;	/* the controller over TCP (then l is unused), or -1 */
+	sh_channel *ch; /* the secure channel on tcp */
+	sh_wbuf sub;	/* the SUBMIT batch being built */
 	/* a task with large arguments: its frame, and its fn and args */
 	sh_wbuf one, call;
 	sh_msg_part *parts;
@@ -110,6 +111,7 @@ static void farm_free(shoal_farm *f)
 	if (f->store)
 		shoal_disconnect(f->store);
 	sh_link_fini(&f->l);
+	sh_channel_free(f->ch);
 	if (f->tcp >= 0)
 		close(f->tcp);
 	for (uint32_t i = 0; i < f->nqueue; i++)
@@ -146,7 +148,9 @@ int shoal_farm_connect(shoal_farm **out, const char *socket)
 	char why[256];
 	int rc;
 	if (!strncmp(socket, "tcp://", 6)) {
-		rc = sh_tcp_connect_auth(socket + 6, SH_TASKS_CLIENT, &f->tcp, why, sizeof(why));
+		rc = sh_tcp_connect_auth(socket + 6, SH_TASKS_CLIENT,
+					 shoal_deadline_in(SH_TASKS_CONNECT_NS), &f->tcp, &f->ch,
+					 why, sizeof(why));
 	} else {
 		rc = sh_link_connect(&f->l, socket, SH_TASKS_CLIENT, SH_TASKS_VERSION,
 				     SH_TASKS_RING_CAP, info, 1, NULL, 0, why, sizeof(why));
@@ -212,7 +216,8 @@ static int drain(shoal_farm *f, bool block)
 		sh_wbuf *b = &f->queue[0];
 		int rc;
 		if (f->tcp >= 0)
-			rc = sh_stream_write_part(f->tcp, b->p, b->len, &f->sent, block);
+			rc = sh_channel_write_part(f->ch, b->p, b->len, &f->sent, block, false,
+						   SHOAL_FOREVER);
 		else
 			rc = sh_msg_write_part(&f->l.up, b->p, b->len, &f->sent,
 					       block ? SHOAL_FOREVER : SHOAL_NOWAIT);
@@ -352,7 +357,8 @@ static int submit_large(shoal_farm *f, const char *fn, const shoal_value *args,
 		if (rc == 0) {
 			f->parts[0] = (sh_msg_part){f->one.p, f->one.len};
 			memcpy(f->parts + 1, f->one.oob, f->one.noob * sizeof(*f->parts));
-			rc = sh_stream_writev(f->tcp, f->parts, f->one.noob + 1, false);
+			rc = sh_channel_writev(f->ch, f->parts, f->one.noob + 1, false,
+					       SHOAL_FOREVER);
 		}
 	}
 	if (f->call.cap > SH_MSG_BUF_KEEP)
@@ -458,8 +464,8 @@ static int pump(shoal_farm *f, int64_t deadline)
 	size_t got = 0, len = 0;
 	int rc;
 	if (f->tcp >= 0)
-		rc = sh_stream_read_frame(f->tcp, &f->in, &f->in_cap, &len, SH_TASKS_MSG_MAX, false,
-					  deadline);
+		rc = sh_channel_read_frame(f->ch, &f->in, &f->in_cap, &len, SH_TASKS_MSG_MAX, false,
+					   deadline);
 	for (; f->tcp < 0;) {
 		int64_t slice = shoal_deadline_in(100000000);
 		rc = sh_msg_read_part(&f->l.down, &f->in, &f->in_cap, &got, &len, SH_TASKS_MSG_MAX,
@@ -477,7 +483,9 @@ static int pump(shoal_farm *f, int64_t deadline)
 		return ffail(f, rc, "no result before the deadline");
 	if (rc)
 		return ffail(f, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
-			     "the controller's connection: %s", shoal_strerror(rc));
+			     "the controller's connection: %s%s%s", shoal_strerror(rc),
+			     f->ch && *sh_channel_error(f->ch) ? ": " : "",
+			     f->ch ? sh_channel_error(f->ch) : "");
 	sh_frame fr;
 	char why[160];
 	sh_mp m;

@@ -42,6 +42,9 @@
 /* Tasks of at least this many bytes go out of band, and into a RUN batch
  * by reference, not copied. */
 #define SH_TASKS_REF_MIN (16u << 10)
+/* How long a client or an engine waits, at most, for a connection and
+ * the controller's handshake (shoal_farm_connect; shoal-engine). */
+#define SH_TASKS_CONNECT_NS (10 * 1000000000LL)
 /* The largest frame a side accepts. */
 #define SH_TASKS_MSG_MAX ((size_t)256 << 20)
 /* An engine with a store sends results' tensors and blobs of at least this
