@@ -837,6 +837,137 @@ SH_TEST_T(tcp_relay_cannot_tamper, 120)
 	shoal_log_set_sink(NULL, NULL);
 }
 
+/* ---- peers that never answer ---- */
+
+/* A server of uid 65534 (a forked child): it listens on TCP loopback
+ * (its port written to wfd), accepts and keeps every connection, and
+ * never says a word; or, with handshake, proves the secret and then reads
+ * nothing. */
+static void *mute_fiber(void *arg)
+{
+	int ls = *(int *)arg;
+	for (;;) {
+		int fd = accept4(ls, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			shoal_fd_wait(ls, SHOAL_FD_IN, SHOAL_FOREVER, NULL);
+			continue;
+		}
+		uint32_t proto;
+		sh_channel *ch;
+		char why[128];
+		sh_auth_server(fd, secret, sizeof(secret) - 1, false, &proto, &ch, why,
+			       sizeof(why));
+	}
+	return NULL;
+}
+
+static pid_t mute_server(bool handshake, char *addr, size_t len)
+{
+	int p[2];
+	CHECK_OK(pipe(p));
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		close(p[0]);
+		if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+			_exit(3);
+		int ls;
+		char bound[160], why[256];
+		if (sh_tcp_listen("127.0.0.1:0", &ls, bound, sizeof(bound), why, sizeof(why)))
+			_exit(4);
+		if (write(p[1], bound, strlen(bound) + 1) < 0)
+			_exit(5);
+		if (handshake) {
+			sh_test_sched_new();
+			shoal_fiber *f;
+			if (shoal_spawn(&f, mute_fiber, &ls, NULL) == 0)
+				shoal_join(f, NULL);
+			_exit(6);
+		}
+		for (;;) { /* each connection kept open, silent */
+			struct pollfd q = {.fd = ls, .events = POLLIN};
+			poll(&q, 1, -1);
+			accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+		}
+	}
+	close(p[1]);
+	char bound[160] = "";
+	CHECK(read(p[0], bound, sizeof(bound)) > 0);
+	close(p[0]);
+	snprintf(addr, len, "tcp://%s", bound);
+	return pid;
+}
+
+typedef struct engine_run {
+	char addr[200], out[4096];
+	int status;
+	double secs;
+} engine_run;
+
+static void *engine_run_main(void *arg)
+{
+	engine_run *r = arg;
+	char *argv[] = {engine_bin, "--connect", r->addr + 6, "--so", sample, NULL};
+	int64_t t0 = shoal_now_ns();
+	r->status = sh_test_run(argv, NULL, r->out, sizeof(r->out));
+	r->secs = (double)(shoal_now_ns() - t0) / 1e9;
+	return NULL;
+}
+
+/* A client and an engine that connect to a listener which accepts and
+ * never speaks give up with SHOAL_ETIMEDOUT: the client at its deadline
+ * (or after 10 s, by default), the engine after 10 s. A client whose
+ * controller proves the secret and then takes nothing fails its submit
+ * after its timeout, not never. The mute servers run as uid 65534. */
+SH_TEST_T(silent_peers_time_out, 120)
+{
+	paths();
+	setenv("SHOAL_SECRET", secret, 1);
+	char addr[200];
+	pid_t mute = mute_server(false, addr, sizeof(addr));
+	engine_run er = {.status = -1};
+	snprintf(er.addr, sizeof(er.addr), "%s", addr);
+	pthread_t t;
+	CHECK_OK(pthread_create(&t, NULL, engine_run_main, &er));
+	shoal_farm *f = NULL;
+	int64_t t0 = shoal_now_ns();
+	CHECK_RC(shoal_farm_connect_until(&f, addr, shoal_deadline_in(1000 * MS)), SHOAL_ETIMEDOUT);
+	double secs = (double)(shoal_now_ns() - t0) / 1e9;
+	CHECK(secs >= 0.9 && secs < 5);
+	t0 = shoal_now_ns();
+	CHECK_RC(shoal_farm_connect(&f, addr), SHOAL_ETIMEDOUT);
+	secs = (double)(shoal_now_ns() - t0) / 1e9;
+	CHECK(secs >= 9 && secs < 30);
+	pthread_join(t, NULL);
+	CHECK_EQ(er.status, 1);
+	CHECK(er.secs >= 9 && er.secs < 30);
+	CHECK_HAS(er.out, "said nothing before the deadline");
+	kill(mute, SIGKILL);
+	waitpid(mute, NULL, 0);
+
+	/* it proves the secret, then reads nothing: a large task's bytes
+	 * fill the socket, and submit fails after the client's timeout */
+	mute = mute_server(true, addr, sizeof(addr));
+	CHECK_OK(shoal_farm_connect(&f, addr));
+	shoal_farm_set_timeout(f, 1000 * MS);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	size_t n = 64 << 20;
+	unsigned char *big = calloc(1, n);
+	CHECK(big != NULL);
+	shoal_task id;
+	t0 = shoal_now_ns();
+	CHECK_RC(shoal_farm_submit(f, "echo", shoal_v_bytes(vb, big, n), NULL, &id),
+		 SHOAL_ETIMEDOUT);
+	secs = (double)(shoal_now_ns() - t0) / 1e9;
+	CHECK(secs >= 0.9 && secs < 20);
+	free(big);
+	shoal_vbuf_free(vb);
+	shoal_farm_close(f);
+	kill(mute, SIGKILL);
+	waitpid(mute, NULL, 0);
+}
+
 /* `shoal controller` and `shoald --tasks` serve the same controller. */
 SH_TEST(controller_programs)
 {

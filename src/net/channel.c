@@ -43,7 +43,8 @@ struct sh_channel {
 	 * current record: rbuf[ppos, pend) */
 	unsigned char *rbuf;
 	size_t rpos, rend, ppos, pend;
-	int broken; /* a record failed its check: the channel is over */
+	int broken;	  /* a record failed its check: the channel is over */
+	int64_t stall_ns; /* the longest wait without progress once bytes move; 0: none */
 	char why[160];
 };
 
@@ -57,6 +58,21 @@ static int fail(sh_channel *ch, int rc, const char *fmt, const char *what)
 bool sh_channel_encrypted(const sh_channel *ch)
 {
 	return ch->encrypt;
+}
+
+void sh_channel_set_stall(sh_channel *ch, int64_t ns)
+{
+	ch->stall_ns = ns > 0 ? ns : 0;
+}
+
+/* The deadline of one wait while bytes are on the move: the caller's, or
+ * sooner, when the peer has taken or sent nothing for stall_ns. */
+static int64_t bound(const sh_channel *ch, int64_t deadline)
+{
+	if (!ch->stall_ns)
+		return deadline;
+	int64_t s = shoal_deadline_in(ch->stall_ns);
+	return deadline == SHOAL_FOREVER || s < deadline ? s : deadline;
 }
 
 int sh_channel_fd(const sh_channel *ch)
@@ -173,7 +189,7 @@ static int push(sh_channel *ch, bool wait, bool fiber, int64_t deadline)
 		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
 			if (!wait)
 				return SHOAL_EAGAIN;
-			int rc = sh_net_wait(ch->fd, SHOAL_FD_OUT, fiber, deadline);
+			int rc = sh_net_wait(ch->fd, SHOAL_FD_OUT, fiber, bound(ch, deadline));
 			if (rc)
 				return rc;
 			continue;
@@ -320,8 +336,9 @@ int sh_channel_open_record(sh_channel *ch, unsigned char *rec, size_t len, size_
 	return 0;
 }
 
-/* The next record's plaintext into rbuf[ppos, pend). */
-static int next_record(sh_channel *ch, bool fiber, int64_t deadline)
+/* The next record's plaintext into rbuf[ppos, pend); started: bytes are
+ * on their way (a frame began), so the stall bound applies. */
+static int next_record(sh_channel *ch, bool fiber, int64_t deadline, bool started)
 {
 	for (;;) {
 		size_t have = ch->rend - ch->rpos;
@@ -367,25 +384,32 @@ static int next_record(sh_channel *ch, bool fiber, int64_t deadline)
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return errno == ECONNRESET ? SHOAL_ECLOSED : shoal_errno();
-		int rc = sh_net_wait(ch->fd, SHOAL_FD_IN, fiber, deadline);
+		int rc = sh_net_wait(ch->fd, SHOAL_FD_IN, fiber,
+				     started || have ? bound(ch, deadline) : deadline);
 		if (rc)
 			return rc;
 	}
 }
 
-int sh_channel_peek(sh_channel *ch, const unsigned char **p, size_t *n, bool fiber,
-		    int64_t deadline)
+static int peek(sh_channel *ch, const unsigned char **p, size_t *n, bool fiber, int64_t deadline,
+		bool started)
 {
 	if (ch->broken)
 		return ch->broken;
 	if (ch->ppos == ch->pend) {
-		int rc = next_record(ch, fiber, deadline);
+		int rc = next_record(ch, fiber, deadline, started);
 		if (rc)
 			return rc;
 	}
 	*p = ch->rbuf + ch->ppos;
 	*n = ch->pend - ch->ppos;
 	return 0;
+}
+
+int sh_channel_peek(sh_channel *ch, const unsigned char **p, size_t *n, bool fiber,
+		    int64_t deadline)
+{
+	return peek(ch, p, n, fiber, deadline, true);
 }
 
 void sh_channel_consume(sh_channel *ch, size_t n)
@@ -398,14 +422,19 @@ bool sh_channel_pending(const sh_channel *ch)
 	return ch->ppos < ch->pend;
 }
 
-/* Exactly n bytes; *any: whether some came. */
+/* Exactly n bytes; *any: whether some came. deadline bounds the wait for
+ * the first byte; once some are taken the rest must come (or the stream
+ * is out of step), bounded only by the stall. */
 static int read_full(sh_channel *ch, unsigned char *p, size_t n, bool fiber, int64_t deadline,
 		     bool *any)
 {
 	while (n) {
 		const unsigned char *q;
 		size_t k;
-		int rc = sh_channel_peek(ch, &q, &k, fiber, deadline);
+		int rc = peek(ch, &q, &k, fiber, *any ? SHOAL_FOREVER : deadline, *any);
+		if (rc == SHOAL_ETIMEDOUT && *any)
+			return fail(ch, rc, "%s",
+				    "the peer stopped sending in the middle of a message");
 		if (rc)
 			return rc;
 		k = k < n ? k : n;

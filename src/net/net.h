@@ -110,16 +110,23 @@ typedef struct sh_channel sh_channel;
 int sh_channel_open(sh_channel **out, int fd, const void *key, size_t klen,
 		    const unsigned char transcript[32], bool server, bool encrypt);
 void sh_channel_free(sh_channel *ch);
+/* Bounds every wait once bytes are on the move (writing, or reading past
+ * a message's first byte) to ns without progress: a peer that stops
+ * taking or sending mid-way is SHOAL_ETIMEDOUT. 0 (the default): only the
+ * callers' deadlines. */
+void sh_channel_set_stall(sh_channel *ch, int64_t ns);
 int sh_channel_fd(const sh_channel *ch);
 bool sh_channel_encrypted(const sh_channel *ch);
 /* Why the channel failed (a record that failed its check), or "". */
 const char *sh_channel_error(const sh_channel *ch);
 
 /* The channel's writes and reads mirror sh_stream_*: fiber, the caller is
- * a fiber (waits in the poller), else a thread (waits in poll); each waits
- * until deadline at most (SHOAL_ETIMEDOUT; the channel is then in an
- * unknown state: close it). A write returns once the socket has every
- * record. */
+ * a fiber (waits in the poller), else a thread (waits in poll). A write
+ * waits until deadline at most, and returns once the socket has every
+ * record; its SHOAL_ETIMEDOUT leaves the channel in step (call again with
+ * the same bytes to go on). A read's deadline bounds the wait for its
+ * first byte: once bytes of a message came, the rest must (else the
+ * stream is out of step and the channel fails). */
 int sh_channel_write(sh_channel *ch, const void *p, size_t n, bool fiber, int64_t deadline);
 int sh_channel_writev(sh_channel *ch, const sh_msg_part *parts, size_t n, bool fiber,
 		      int64_t deadline);

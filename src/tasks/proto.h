@@ -45,6 +45,8 @@
 /* How long a client or an engine waits, at most, for a connection and
  * the controller's handshake (shoal_farm_connect; shoal-engine). */
 #define SH_TASKS_CONNECT_NS (10 * 1000000000LL)
+/* A client's timeout at first (shoal_farm_set_timeout). */
+#define SH_TASKS_TIMEOUT_NS (60 * 1000000000LL)
 /* The largest frame a side accepts. */
 #define SH_TASKS_MSG_MAX ((size_t)256 << 20)
 /* An engine with a store sends results' tensors and blobs of at least this
