@@ -300,41 +300,136 @@ SH_TEST(dead_engines_retry_then_fail)
 	waitpid(pids[3], NULL, 0);
 }
 
-/* An engine killed with its ring full of tasks: the ones it had fail at
- * once, however many (each failure once cost a scan of the books). */
-SH_TEST_T(an_engine_dies_with_many_tasks, 120)
+static const char secret[] = "a secret of more than sixteen bytes";
+
+/* A controller that also listens on TCP loopback, with secret; addr gets
+ * its tcp:// address. */
+static shoal_controller *tcp_controller(char *addr, size_t len)
 {
-	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
-	pid_t pid;
-	engines(c, 1, &pid);
-	shoal_farm *f = client(c);
-	shoal_vbuf *vb;
-	CHECK_OK(shoal_vbuf_create(&vb));
-	shoal_task t;
-	CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 10000), NULL, &t));
-	enum { MANY = 200000 };
-	for (int i = 0; i < MANY; i++)
-		CHECK_OK(shoal_farm_submit(f, "add", NULL, NULL, &t));
-	CHECK_OK(shoal_farm_flush(f));
-	WAIT_FOR(stat_of(c).running == MANY + 1, 10000);
-	CHECK_EQ(stat_of(c).running, MANY + 1);
-	CHECK(kill(pid, SIGKILL) == 0);
-	CHECK_EQ(waitpid(pid, NULL, 0), pid);
-	/* what it had fails, what it had not been sent waits for an engine */
-	WAIT_FOR(stat_of(c).engines == 0 && stat_of(c).running == 0, 5000);
-	shoal_controller_stat st = stat_of(c);
-	CHECK_EQ(st.running, 0);
-	CHECK(st.failed >= 1);
-	CHECK_EQ(st.failed + st.queued, MANY + 1);
-	shoal_farm_close(f);
-	WAIT_FOR(!stat_of(c).queued && !stat_of(c).clients, 5000);
-	CHECK_EQ(stat_of(c).queued, 0);
-	shoal_vbuf_free(vb);
-	shoal_controller_close(c);
+	paths();
+	shoal_controller_opts o;
+	shoal_controller_opts_init(&o);
+	o.tcp = "127.0.0.1:0";
+	o.secret = secret;
+	o.secret_len = sizeof(secret) - 1;
+	shoal_controller *c;
+	CHECK_OK(shoal_controller_open(&c, &o));
+	CHECK(shoal_controller_tcp(c) != NULL);
+	snprintf(addr, len, "tcp://%s", shoal_controller_tcp(c));
+	return c;
 }
 
-/* Many deadlines that pass at once fail their tasks at once (each failure
- * once cost a scan of the books). */
+/* An engine killed with a backlog (200 000 tasks, retries 0) while it runs
+ * the first: it held only its window of them, the one it ran fails, and
+ * every other (in its window, never started, or never sent) goes to the
+ * next engine and succeeds: a task that never started is not failed. On
+ * this host (the engine says what it starts in a shared page) and over
+ * TCP (in STARTED frames). */
+SH_TEST_T(an_engine_dies_with_a_backlog, 120)
+{
+	setenv("SHOAL_SECRET", secret, 1);
+	for (int tcp = 0; tcp < 2; tcp++) {
+		char addr[160];
+		shoal_controller *c = tcp_controller(addr, sizeof(addr));
+		const char *at = tcp ? addr : shoal_controller_socket(c);
+		pid_t pid;
+		engines_at(c, at, NULL, 1, &pid);
+		shoal_farm *f;
+		CHECK_OK(shoal_farm_connect(&f, at));
+		shoal_vbuf *vb;
+		CHECK_OK(shoal_vbuf_create(&vb));
+		shoal_task first, t;
+		CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 10000), NULL, &first));
+		enum { MANY = 200000 };
+		for (int i = 0; i < MANY; i++)
+			CHECK_OK(shoal_farm_submit(f, "add", int_pair(vb, i, 1), NULL, &t));
+		CHECK_OK(shoal_farm_flush(f));
+		WAIT_FOR(stat_of(c).queued == MANY + 1 - SH_TASKS_WINDOW, 10000);
+		shoal_controller_stat st = stat_of(c);
+		CHECK_EQ(st.running, SH_TASKS_WINDOW); /* the window, not the backlog */
+		CHECK_EQ(st.queued, MANY + 1 - SH_TASKS_WINDOW);
+		usleep(200000); /* it has started the first (sleeps 10 s) */
+		CHECK(kill(pid, SIGKILL) == 0);
+		CHECK_EQ(waitpid(pid, NULL, 0), pid);
+		WAIT_FOR(stat_of(c).engines == 0 && stat_of(c).running == 0, 5000);
+		st = stat_of(c);
+		CHECK_EQ(st.running, 0);
+		CHECK_EQ(st.failed, 1); /* the one it ran */
+		CHECK_EQ(st.queued, MANY);
+		/* the next engine runs the rest */
+		engines_at(c, at, NULL, 1, &pid);
+		const shoal_value *r;
+		CHECK_RC(shoal_farm_wait(f, first, vb, &r, shoal_deadline_in(10000 * MS)),
+			 SHOAL_EENGINE);
+		CHECK_FARM_MSG(f, "while running it");
+		for (int i = 0; i < MANY; i++) {
+			shoal_vbuf_reset(vb);
+			int rc = shoal_farm_wait(f, first + 1 + (shoal_task)i, vb, &r,
+						 shoal_deadline_in(60000 * MS));
+			if (rc || r->type != SHOAL_V_INT || r->v.i != i + 1)
+				sh_test_fail(__FILE__, __LINE__, "task %d: %d %s", i, rc,
+					     shoal_farm_last_error(f));
+		}
+		CHECK_EQ(stat_of(c).failed, 1);
+		shoal_farm_close(f);
+		shoal_vbuf_free(vb);
+		shoal_controller_close(c);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+}
+
+/* A client (of uid 65534, over TCP) floods 20 000 tasks of 5 ms to 2
+ * engines and dies: its backlog is dropped with it (only what the engines'
+ * windows held runs on), and the next client's 1 000 tasks are done within
+ * a few seconds, not the minute the backlog would take. */
+SH_TEST_T(a_gone_clients_backlog_is_dropped, 120)
+{
+	setenv("SHOAL_SECRET", secret, 1);
+	char addr[160];
+	shoal_controller *c = tcp_controller(addr, sizeof(addr));
+	pid_t pids[2];
+	engines(c, 2, pids);
+	pid_t child = fork();
+	CHECK(child >= 0);
+	if (child == 0) {
+		if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+			_exit(3);
+		shoal_farm *f;
+		shoal_vbuf *vb;
+		if (shoal_farm_connect(&f, addr) || shoal_vbuf_create(&vb))
+			_exit(4);
+		shoal_task t;
+		for (int i = 0; i < 20000; i++)
+			if (shoal_farm_submit(f, "sleep", shoal_v_int(vb, 5), NULL, &t))
+				_exit(5);
+		if (shoal_farm_flush(f))
+			_exit(6);
+		pause(); /* until killed: gone without a word */
+		_exit(0);
+	}
+	/* the backlog is in the controller, the windows full */
+	WAIT_FOR(stat_of(c).queued == 20000 - 2 * SH_TASKS_WINDOW, 10000);
+	CHECK_EQ(stat_of(c).queued, 20000 - 2 * SH_TASKS_WINDOW);
+	CHECK_EQ(stat_of(c).running, 2 * SH_TASKS_WINDOW);
+	CHECK(kill(child, SIGKILL) == 0);
+	CHECK_EQ(waitpid(child, NULL, 0), child);
+	WAIT_FOR(stat_of(c).clients == 0, 5000);
+	CHECK_EQ(stat_of(c).clients, 0);
+	CHECK(stat_of(c).queued == 0); /* its backlog is gone */
+	CHECK(stat_of(c).running <= 2 * SH_TASKS_WINDOW);
+	shoal_farm *f = client(c);
+	int64_t t0 = shoal_now_ns();
+	flood(f, 1000);
+	double secs = (double)(shoal_now_ns() - t0) / 1e9;
+	CHECK(secs < 10); /* the rest of the windows: 256 x 5 ms an engine */
+	fprintf(stderr, "the next client's 1000 tasks took %.2f s\n", secs);
+	shoal_farm_close(f);
+	shoal_controller_close(c);
+	for (int i = 0; i < 2; i++)
+		waitpid(pids[i], NULL, 0);
+}
+
 SH_TEST_T(many_deadlines_pass_at_once, 120)
 {
 	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
@@ -532,25 +627,6 @@ SH_TEST_T(clients_and_engines_come_and_go, 120)
 	CHECK_EQ(open_fds(), fds);
 	shoal_vbuf_free(vb);
 	shoal_controller_close(c);
-}
-
-static const char secret[] = "a secret of more than sixteen bytes";
-
-/* A controller that also listens on TCP loopback, with secret; addr gets
- * its tcp:// address. */
-static shoal_controller *tcp_controller(char *addr, size_t len)
-{
-	paths();
-	shoal_controller_opts o;
-	shoal_controller_opts_init(&o);
-	o.tcp = "127.0.0.1:0";
-	o.secret = secret;
-	o.secret_len = sizeof(secret) - 1;
-	shoal_controller *c;
-	CHECK_OK(shoal_controller_open(&c, &o));
-	CHECK(shoal_controller_tcp(c) != NULL);
-	snprintf(addr, len, "tcp://%s", shoal_controller_tcp(c));
-	return c;
 }
 
 /* Refusals the controller logged (its thread calls the sink). */

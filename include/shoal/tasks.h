@@ -69,6 +69,10 @@ typedef struct shoal_controller_opts {
 	 * ("tcp://HOST:PORT?encrypt=false") goes in clear, each record still
 	 * authenticated: for a trusted network only. */
 	bool no_encrypt;
+	/* Tasks an engine holds at most, sent or on their way and not
+	 * answered (ipyparallel's high-water mark); the rest wait in the
+	 * controller, where a client that leaves drops them. 0: 256. */
+	uint32_t window;
 } shoal_controller_opts;
 
 SHOAL_API void shoal_controller_opts_init(shoal_controller_opts *o);

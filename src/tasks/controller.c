@@ -8,6 +8,7 @@
  * Arguments and results are forwarded as the bytes their sender encoded;
  * the controller reads only ids, options and statuses (proto.h). */
 #include "net/net.h"
+#include "shm/shm.h"
 #include "tasks/proto.h"
 
 #include <shoal/fiber.h>
@@ -58,6 +59,7 @@ struct tk_task {
 	uint32_t retries;
 	int32_t engine_want; /* -1: any */
 	int64_t deadline;    /* absolute; 0: none */
+	uint64_t seq;	     /* its place in its engine's stream of RUN entries (1, 2, ...) */
 	uint32_t unmet;	     /* dependencies not done yet (it waits in their lists) */
 	uint32_t writing;    /* writers sending its bytes by reference right now */
 	uint64_t *follow;    /* the client's ids it must run beside (where they ran) */
@@ -100,8 +102,15 @@ struct tk_engine {
 	tk_task **pinned;
 	uint32_t npinned, cap_pinned;
 	tk_queue outbox;   /* assigned, not sent yet */
-	uint32_t inflight; /* assigned and not answered */
+	uint32_t inflight; /* assigned and not answered: at most the window */
 	uint64_t last;	   /* lru: when it was last given a task */
+	tk_queue waiting;  /* tasks for this engine alone, waiting for room in its window */
+	/* RUN entries sent (the last one's seq), and the last the engine said
+	 * it started: those after it never ran. An engine on this host says
+	 * so in a page it shares with us (started_page), one over TCP in
+	 * STARTED frames. */
+	uint64_t seq_out, started;
+	_Atomic uint64_t *started_page;
 };
 
 /* Tasks waiting for one task of their client. */
@@ -145,7 +154,9 @@ struct shoal_controller {
 	size_t spare_bytes, held; /* in those; in buffers tasks hold */
 	uint32_t nheld;		  /* those buffers */
 	int64_t last_hold;	  /* when one was last let go */
-	tk_queue pending;	  /* no engine can take them yet */
+	tk_queue pending;	  /* no engine can take them yet (none, or not theirs) */
+	tk_queue backlog;	  /* for any engine, waiting for room in a window */
+	uint32_t window;	  /* tasks an engine holds at most */
 	bool stopping;
 	/* read by other threads */
 	_Atomic uint32_t n_engines, n_clients;
@@ -244,12 +255,18 @@ static void give(shoal_controller *ctl, tk_task *t, tk_engine *e, bool sent)
 	atomic_fetch_add_explicit(&ctl->n_running, 1, memory_order_relaxed);
 }
 
-/* The reverse: t is no engine's (it goes elsewhere, or nowhere). */
+static void fill(shoal_controller *ctl, tk_engine *e);
+
+/* The reverse: t is no engine's (it goes elsewhere, or nowhere); its
+ * engine has room for the next. */
 static void take_back(shoal_controller *ctl, tk_task *t)
 {
-	t->on->inflight--;
+	tk_engine *e = t->on;
+	e->inflight--;
 	t->on = NULL;
+	t->seq = 0;
 	atomic_fetch_sub_explicit(&ctl->n_running, 1, memory_order_relaxed);
+	fill(ctl, e);
 }
 
 /* Takes t off the books; a queue it is in frees it when it comes out. */
@@ -322,10 +339,12 @@ static uint64_t rnd(shoal_controller *ctl)
 	return x * 0x2545F4914F6CDD1DULL;
 }
 
-/* Whether engine e may run t (it asked for one engine, or any). */
+/* Whether engine e may take t now: t asked for it, or for any, and its
+ * window has room. */
 static bool may_run(const tk_task *t, const tk_engine *e)
 {
-	return t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num;
+	return (t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num) &&
+	       e->inflight < e->c.ctl->window;
 }
 
 /* The engine t goes to, by the scheme, or NULL (none can take it now). */
@@ -394,19 +413,49 @@ static tk_engine *pick(shoal_controller *ctl, const tk_task *t)
 	}
 }
 
-/* Gives t to an engine, into its outbox (its writer is kicked), or
- * queues it until one can take it. */
+/* Gives t to an engine with room in its window, into its outbox (its
+ * writer is kicked), or queues it: in the backlog (any engine), in its
+ * engine's waiting queue, or pending (no engine of the number it wants). */
 static void assign(shoal_controller *ctl, tk_task *t)
 {
 	tk_engine *e = pick(ctl, t);
 	if (!e) {
-		q_push(&ctl->pending, t);
+		tk_queue *q = &ctl->pending;
+		if (t->engine_want < 0)
+			q = &ctl->backlog;
+		else
+			for (tk_engine *g = ctl->engines; g; g = g->next)
+				if (g->c.num == (uint32_t)t->engine_want)
+					q = &g->waiting;
+		q_push(q, t);
 		atomic_fetch_add_explicit(&ctl->n_queued, 1, memory_order_relaxed);
 		return;
 	}
 	give(ctl, t, e, false);
 	q_push(&e->outbox, t);
 	kick(&e->c);
+}
+
+/* Engine e has room: tasks waiting for it alone, then the backlog's. */
+static void fill(shoal_controller *ctl, tk_engine *e)
+{
+	bool gave = false;
+	while (e->inflight < ctl->window && !e->c.gone) {
+		tk_task *t = q_pop(&e->waiting);
+		if (!t && !(t = q_pop(&ctl->backlog)))
+			break;
+		if (t->over) { /* answered or dropped while it waited */
+			if (!t->writing && !t->unmet)
+				task_free(t);
+			continue;
+		}
+		atomic_fetch_sub_explicit(&ctl->n_queued, 1, memory_order_relaxed);
+		give(ctl, t, e, false);
+		q_push(&e->outbox, t);
+		gave = true;
+	}
+	if (gave)
+		kick(&e->c);
 }
 
 /* Tasks that waited for an engine try again (one connected). */
@@ -763,6 +812,22 @@ static int on_done(tk_engine *e, const sh_frame *f)
 	return sh_mp_done(&m) == 0 ? 0 : SHOAL_EPROTO;
 }
 
+/* A STARTED frame of an engine over TCP: [seq], the RUN entry it starts
+ * now (it says so before). */
+static int on_started(tk_engine *e, const sh_frame *f)
+{
+	sh_mp m;
+	uint32_t n;
+	uint64_t seq;
+	sh_mp_init(&m, e->c.in + SH_FRAME_HDR, f->body_len);
+	if (f->oob || sh_mp_array(&m, &n) || n != 1 || sh_mp_uint(&m, &seq) || sh_mp_done(&m) ||
+	    seq > e->seq_out)
+		return SHOAL_EPROTO;
+	if (seq > e->started)
+		e->started = seq;
+	return 0;
+}
+
 /* How the engine process ended, when it is a child of this process. It
  * is looked at, not reaped (WNOWAIT): whoever spawned it waits for it, as
  * for any child of theirs. */
@@ -804,6 +869,11 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 		}
 	char how[96];
 	engine_end(e->c.pid, how, sizeof(how));
+	if (e->started_page)
+		e->started = atomic_load_explicit(e->started_page, memory_order_acquire);
+	/* Tasks waiting for this engine alone wait for one of its number. */
+	for (tk_task *t; (t = q_pop(&e->waiting)) != NULL;)
+		q_push(&ctl->pending, t);
 	/* The outbox first: those never ran. */
 	for (tk_task *t; (t = q_pop(&e->outbox)) != NULL;) {
 		if (t->over) {
@@ -813,11 +883,22 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 		take_back(ctl, t);
 		assign(ctl, t);
 	}
-	/* Then those it had. */
+	/* Then those it had: the ones it never started go elsewhere as they
+	 * are (retries count runs); those it started, while retries last. */
 	tk_sweep w;
+	uint64_t again = 0;
 	sweep_begin(&w, ctl, runs_on, e);
 	for (tk_task *t; (t = sweep_next(&w)) != NULL;) {
-		if (t->retries > 0) {
+		if ((t->seq == 0 || t->seq > e->started) && t->raw) {
+			take_back(ctl, t);
+			again++;
+			assign(ctl, t);
+		} else if (t->seq == 0 || t->seq > e->started) {
+			fail(ctl, t, SHOAL_EENGINE,
+			     "engine %u (%s) %s before it started the task, whose arguments were "
+			     "relayed to it, not kept",
+			     e->c.num, e->c.peer, how);
+		} else if (t->retries > 0) {
 			t->retries--;
 			take_back(ctl, t);
 			atomic_fetch_add_explicit(&ctl->n_retried, 1, memory_order_relaxed);
@@ -827,7 +908,8 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 			     e->c.peer, how);
 		}
 	}
-	sh_info("tasks", "engine %u (%s) %s", e->c.num, e->c.peer, how);
+	sh_info("tasks", "engine %u (%s) %s; %llu tasks it had not started go elsewhere", e->c.num,
+		e->c.peer, how, (unsigned long long)again);
 	for (tk_engine *o = ctl->engines; o; o = o->next)
 		kick(&o->c);
 }
@@ -900,6 +982,7 @@ static int engine_flush(tk_engine *e)
 				continue;
 			}
 			t->sent = true; /* a retry sends it again */
+			t->seq = ++e->seq_out;
 			msgpack_pack_array(&pk, 4);
 			msgpack_pack_uint64(&pk, t->tid);
 			msgpack_pack_uint64(&pk, owner_of(t));
@@ -1091,6 +1174,8 @@ static int relay(tk_client *c, tk_engine *e, tk_task *t, uint64_t n)
 	e->c.users++;
 	int crc = 0, erc = take_turn(&e->c);
 	bool turn = erc == 0;
+	if (turn)
+		t->seq = ++e->seq_out; /* its entry is next in the engine's stream */
 	sh_wbuf w;
 	sh_wbuf_init(&w);
 	if (erc == 0) {
@@ -1277,8 +1362,18 @@ static void *conn_main(void *arg)
 		sh_link_init(&hello->l, -1);
 		sh_wbuf_init(&c->w);
 		uint64_t info[1] = {e ? ctl->next_engine : ctl->next_client + 1};
-		if (c->tcp < 0)
-			rc = sh_link_accept(&c->l, SH_TASKS_RING_CAP, info, 1, NULL, 0);
+		/* an engine on this host gets a page where it says which task
+		 * it starts (its size fixed: no truncating it under us) */
+		int page = -1;
+		if (c->tcp < 0 && e &&
+		    (rc = sh_memfd_create("shoal-engine-started", 4096, true, &page)) == 0 &&
+		    (rc = sh_memfd_fix_size(page)) == 0)
+			rc = sh_shm_map(page, 4096, true, (void **)&e->started_page);
+		if (c->tcp < 0 && rc == 0)
+			rc = sh_link_accept(&c->l, SH_TASKS_RING_CAP, info, 1, e ? &page : NULL,
+					    e ? 1 : 0);
+		if (page >= 0)
+			close(page);
 		if (rc == 0)
 			rc = shoal_chan_create(&c->kick, 1, 1);
 		if (rc == 0 && (rc = shoal_chan_create(&c->turn, 1, 1)) == 0)
@@ -1306,6 +1401,7 @@ static void *conn_main(void *arg)
 		sh_info("tasks", "engine %u (%s) joined", e->c.num, e->c.peer);
 		joined = true;
 		assign_pending(ctl);
+		fill(ctl, e);
 	} else if (rc == 0) {
 		cl->c.num = ++ctl->next_client;
 		sh_wbuf_init(&cl->res);
@@ -1325,8 +1421,11 @@ static void *conn_main(void *arg)
 		if (rc == 0 && (rc = sh_frame_decode(c->in, len, &f, why, sizeof(why))) != 0)
 			sh_warn("tasks", "%s %u (%s): %s", e ? "engine" : "client", c->num, c->peer,
 				why);
-		if (rc == 0)
-			rc = e ? on_done(e, &f) : submit_frame(cl, &f);
+		if (rc == 0 && e)
+			rc = f.op == SH_TK_STARTED && c->tcp >= 0 ? on_started(e, &f)
+								  : on_done(e, &f);
+		else if (rc == 0)
+			rc = submit_frame(cl, &f);
 		if (rc == SHOAL_EPROTO)
 			sh_warn("tasks", "%s %u (%s): a malformed batch; connection ends",
 				e ? "engine" : "client", c->num, c->peer);
@@ -1354,6 +1453,8 @@ static void *conn_main(void *arg)
 		if (e) {
 			if (e->pinned)
 				shoal_free(e->pinned, e->cap_pinned * sizeof(*e->pinned));
+			if (e->started_page)
+				sh_shm_unmap((void *)e->started_page, 4096);
 		}
 		if (cl && joined)
 			sh_wbuf_fini(&cl->res);
@@ -1592,6 +1693,7 @@ void shoal_controller_opts_init(shoal_controller_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->scheme = SHOAL_SCHEME_LEASTLOAD;
+	o->window = SH_TASKS_WINDOW;
 }
 
 static void controller_free(shoal_controller *ctl)
@@ -1623,6 +1725,7 @@ int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o
 		shoal_controller_opts_init(&ctl->opts);
 	ctl->lsock = ctl->stop_efd = ctl->tcp_lsock = -1;
 	ctl->rng = (uint64_t)shoal_now_ns() | 1;
+	ctl->window = ctl->opts.window ? ctl->opts.window : SH_TASKS_WINDOW;
 	int rc = 0;
 	if (ctl->opts.tcp) {
 		/* No TCP without a secret: nobody unauthenticated runs anything. */

@@ -9,6 +9,7 @@
 #include "net/net.h"
 #include "rpc/ext_lib.h"
 #include "rpc/value.h"
+#include "shm/shm.h"
 #include "tasks/proto.h"
 
 #include <poll.h>
@@ -41,21 +42,34 @@ typedef struct engine {
 	 * last_flush, the writes of DONE batches and what follows. */
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
-	uint64_t seq;	 /* tasks started */
+	uint64_t seq;  /* tasks started */
+	uint64_t rseq; /* RUN entries received: the one being run now */
+	/* where the controller learns which entry we start, before we do:
+	 * its page (on this host), or a STARTED frame (over TCP) */
+	_Atomic uint64_t *started_page;
+	sh_wbuf st;
 	bool running;	 /* a task runs now */
 	bool idle, stop; /* the flusher waits for work; it is to end */
 	int flusher_rc;	 /* a failed write of the flusher's */
 } engine;
 
-/* Sends the DONE batch; the lock is held. */
+/* Sends the DONE batch, and then the frame in st if it holds one (over
+ * TCP: both in one write); the lock is held. */
 static int flush(engine *g)
 {
-	if (g->nw == 0)
+	bool st = g->st.len > 0;
+	if (g->nw == 0 && !st)
 		return 0;
-	int rc = sh_tk_batch_end(&g->w, g->nw, SH_TK_DONE);
-	if (rc == 0)
-		rc = g->tcp >= 0 ? sh_channel_write(g->ch, g->w.p, g->w.len, false, SHOAL_FOREVER)
-				 : sh_msg_write(&g->l.up, g->w.p, g->w.len, SHOAL_FOREVER);
+	int rc = g->nw ? sh_tk_batch_end(&g->w, g->nw, SH_TK_DONE) : 0;
+	sh_msg_part parts[2] = {{g->w.p, g->nw ? g->w.len : 0}, {g->st.p, g->st.len}};
+	if (rc == 0 && g->tcp >= 0)
+		rc = sh_channel_writev(g->ch, parts + !g->nw, (g->nw ? 1 : 0) + st, false,
+				       SHOAL_FOREVER);
+	else if (rc == 0 && g->nw)
+		rc = sh_msg_write(&g->l.up, g->w.p, g->w.len, SHOAL_FOREVER);
+	sh_wbuf_reset(&g->st);
+	if (g->nw == 0)
+		return rc;
 	if (g->w.cap > SH_MSG_BUF_KEEP)
 		sh_wbuf_fini(&g->w);
 	g->nw = 0;
@@ -88,15 +102,30 @@ static void *flusher_main(void *arg)
 	return NULL;
 }
 
-/* A task starts: the flusher watches it if results wait. */
-static void task_starts(engine *g)
+/* A task starts: the controller is told first (it must know, should we
+ * die, that the tasks after it never started), and the flusher watches it
+ * if results wait. */
+static int task_starts(engine *g)
 {
+	int rc = 0;
 	pthread_mutex_lock(&g->lock);
+	if (g->started_page) {
+		atomic_store_explicit(g->started_page, g->rseq, memory_order_release);
+	} else {
+		msgpack_packer pk;
+		sh_tk_batch_begin(&g->st);
+		sh_wbuf_packer(&g->st, &pk);
+		msgpack_pack_uint64(&pk, g->rseq);
+		/* with the results so far: one write */
+		if ((rc = sh_tk_batch_end(&g->st, 1, SH_TK_STARTED)) == 0)
+			rc = flush(g);
+	}
 	g->seq++;
 	g->running = true;
 	if (g->nw && g->idle)
 		pthread_cond_signal(&g->wake);
 	pthread_mutex_unlock(&g->lock);
+	return rc;
 }
 
 /* Runs task r (its args at m) and adds its result to the batch. */
@@ -120,8 +149,9 @@ static int run_call(engine *g, const sh_tk_run *r, sh_mp *m)
 		snprintf(why, sizeof(why), "engine %s has no function %.*s", g->name, (int)fl,
 			 fname);
 	}
+	if (status == 0 && (status = task_starts(g)) != 0)
+		return status; /* the controller is gone */
 	if (status == 0) {
-		task_starts(g);
 		status = fn(&ctx, args, &result);
 		if (status > 0)
 			status = SHOAL_EIO;
@@ -239,7 +269,7 @@ static int serve(engine *g)
 			sh_tk_run r;
 			if (sh_tk_read_run(&m, &r) || !r.fn != !!f.oob)
 				rc = SHOAL_EPROTO;
-			else if (r.fn)
+			else if (++g->rseq, r.fn)
 				rc = run_call(g, &r, &m);
 			else
 				rc = run_oob(g, &r, &f, &big, &big_cap);
@@ -329,8 +359,16 @@ int sh_engine_main(int argc, char **argv)
 					 shoal_deadline_in(SH_TASKS_CONNECT_NS), &g.tcp, &g.ch, why,
 					 sizeof(why));
 	} else {
+		int page = -1;
+		void *p = NULL;
 		rc = sh_link_connect(&g.l, socket, SH_TASKS_ENGINE, SH_TASKS_VERSION,
-				     SH_TASKS_RING_CAP, info, 1, NULL, 0, why, sizeof(why));
+				     SH_TASKS_RING_CAP, info, 1, &page, 1, why, sizeof(why));
+		if (rc == 0 && (rc = sh_shm_map(page, 4096, true, &p)) != 0)
+			snprintf(why, sizeof(why), "mapping the controller's page: %s",
+				 shoal_strerror(rc));
+		if (page >= 0)
+			close(page);
+		g.started_page = p;
 	}
 	if (rc) {
 		fprintf(stderr, "shoal-engine %s: %s\n", g.name, why);
@@ -341,6 +379,7 @@ int sh_engine_main(int argc, char **argv)
 	}
 	g.l.down.spin_ns = 50000;
 	sh_wbuf_init(&g.w);
+	sh_wbuf_init(&g.st);
 	sh_tk_batch_begin(&g.w);
 	g.last_flush = shoal_now_ns();
 	pthread_mutex_init(&g.lock, NULL);
@@ -371,6 +410,9 @@ int sh_engine_main(int argc, char **argv)
 			g.ch && *sh_channel_error(g.ch) ? ": " : "",
 			g.ch ? sh_channel_error(g.ch) : "");
 	sh_wbuf_fini(&g.w);
+	sh_wbuf_fini(&g.st);
+	if (g.started_page)
+		sh_shm_unmap((void *)g.started_page, 4096);
 	shoal_vbuf_reset(&g.in); /* lets go of what it mapped */
 	shoal_vbuf_reset(&g.out);
 	sh_bump_fini(&g.in.a);
