@@ -107,10 +107,12 @@ struct tk_engine {
 	tk_queue waiting;  /* tasks for this engine alone, waiting for room in its window */
 	/* RUN entries sent (the last one's seq), and the last the engine said
 	 * it started: those after it never ran. An engine on this host says
-	 * so in a page it shares with us (started_page), one over TCP in
-	 * STARTED frames. */
+	 * so in a page it shares with us (page[0]), one over TCP in STARTED
+	 * frames. The page's other words are slots where we drop entries it
+	 * has not started (SH_TASKS_PAGE). */
 	uint64_t seq_out, started;
-	_Atomic uint64_t *started_page;
+	_Atomic uint64_t *page;
+	size_t page_len;
 };
 
 /* Tasks waiting for one task of their client. */
@@ -737,20 +739,39 @@ static tk_task *sweep_next(tk_sweep *w)
 	return NULL;
 }
 
-static bool unsent_of(const tk_task *t, const void *client)
+/* Whether t may be dropped: not sent yet, or sent to an engine on this
+ * host that has not started it (we take it out of its window). */
+static bool droppable(const tk_task *t)
 {
-	return t->client == client && !t->sent;
+	if (!t->sent)
+		return true;
+	tk_engine *e = t->on;
+	return e && e->page && t->seq &&
+	       t->seq > atomic_load_explicit(&e->page[0], memory_order_acquire);
 }
 
-/* The client went: what it queued is dropped, what runs is answered to
- * nobody. */
+static bool droppable_of(const tk_task *t, const void *client)
+{
+	return t->client == client && droppable(t);
+}
+
+/* The client went: what it queued is dropped, and what engines on this
+ * host hold of it and have not started (an engine over TCP runs what it
+ * holds: its window at most); what runs is answered to nobody. */
 static void client_gone(shoal_controller *ctl, tk_client *c)
 {
 	tk_sweep w;
 	uint64_t dropped = 0;
-	sweep_begin(&w, ctl, unsent_of, c);
-	for (tk_task *t; (t = sweep_next(&w)) != NULL; dropped++)
+	sweep_begin(&w, ctl, droppable_of, c);
+	for (tk_task *t; (t = sweep_next(&w)) != NULL; dropped++) {
+		if (t->sent) { /* the engine skips it: it finds its number in the slot */
+			tk_engine *e = t->on;
+			size_t nslots = e->page_len / 8 - 1;
+			atomic_store_explicit(&e->page[1 + t->seq % nslots], t->seq,
+					      memory_order_release);
+		}
 		forget(ctl, t);
+	}
 	/* what runs is answered to nobody */
 	size_t it = 0;
 	uint64_t key;
@@ -869,8 +890,8 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 		}
 	char how[96];
 	engine_end(e->c.pid, how, sizeof(how));
-	if (e->started_page)
-		e->started = atomic_load_explicit(e->started_page, memory_order_acquire);
+	if (e->page)
+		e->started = atomic_load_explicit(&e->page[0], memory_order_acquire);
 	/* Tasks waiting for this engine alone wait for one of its number. */
 	for (tk_task *t; (t = q_pop(&e->waiting)) != NULL;)
 		q_push(&ctl->pending, t);
@@ -1365,10 +1386,12 @@ static void *conn_main(void *arg)
 		/* an engine on this host gets a page where it says which task
 		 * it starts (its size fixed: no truncating it under us) */
 		int page = -1;
+		if (e)
+			e->page_len = sh_tk_page_bytes(ctl->window);
 		if (c->tcp < 0 && e &&
-		    (rc = sh_memfd_create("shoal-engine-started", 4096, true, &page)) == 0 &&
+		    (rc = sh_memfd_create("shoal-engine-page", e->page_len, true, &page)) == 0 &&
 		    (rc = sh_memfd_fix_size(page)) == 0)
-			rc = sh_shm_map(page, 4096, true, (void **)&e->started_page);
+			rc = sh_shm_map(page, e->page_len, true, (void **)&e->page);
 		if (c->tcp < 0 && rc == 0)
 			rc = sh_link_accept(&c->l, SH_TASKS_RING_CAP, info, 1, e ? &page : NULL,
 					    e ? 1 : 0);
@@ -1453,8 +1476,8 @@ static void *conn_main(void *arg)
 		if (e) {
 			if (e->pinned)
 				shoal_free(e->pinned, e->cap_pinned * sizeof(*e->pinned));
-			if (e->started_page)
-				sh_shm_unmap((void *)e->started_page, 4096);
+			if (e->page)
+				sh_shm_unmap((void *)e->page, e->page_len);
 		}
 		if (cl && joined)
 			sh_wbuf_fini(&cl->res);

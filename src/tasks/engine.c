@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,8 +46,10 @@ typedef struct engine {
 	uint64_t seq;  /* tasks started */
 	uint64_t rseq; /* RUN entries received: the one being run now */
 	/* where the controller learns which entry we start, before we do:
-	 * its page (on this host), or a STARTED frame (over TCP) */
-	_Atomic uint64_t *started_page;
+	 * its page (on this host: sh_tk_page_bytes), or a STARTED frame (over
+	 * TCP) */
+	_Atomic uint64_t *page;
+	size_t page_len;
 	sh_wbuf st;
 	bool running;	 /* a task runs now */
 	bool idle, stop; /* the flusher waits for work; it is to end */
@@ -104,13 +107,20 @@ static void *flusher_main(void *arg)
 
 /* A task starts: the controller is told first (it must know, should we
  * die, that the tasks after it never started), and the flusher watches it
- * if results wait. */
+ * if results wait. 1: the controller dropped it (its client went): skip
+ * it, without an answer. */
 static int task_starts(engine *g)
 {
 	int rc = 0;
+	if (g->page) {
+		size_t nslots = g->page_len / 8 - 1;
+		if (atomic_load_explicit(&g->page[1 + g->rseq % nslots], memory_order_acquire) ==
+		    g->rseq)
+			return 1;
+	}
 	pthread_mutex_lock(&g->lock);
-	if (g->started_page) {
-		atomic_store_explicit(g->started_page, g->rseq, memory_order_release);
+	if (g->page) {
+		atomic_store_explicit(&g->page[0], g->rseq, memory_order_release);
 	} else {
 		msgpack_packer pk;
 		sh_tk_batch_begin(&g->st);
@@ -149,8 +159,10 @@ static int run_call(engine *g, const sh_tk_run *r, sh_mp *m)
 		snprintf(why, sizeof(why), "engine %s has no function %.*s", g->name, (int)fl,
 			 fname);
 	}
-	if (status == 0 && (status = task_starts(g)) != 0)
-		return status; /* the controller is gone */
+	if (status == 0 && (status = task_starts(g)) != 0) {
+		shoal_vbuf_reset(&g->in);
+		return status == 1 ? 0 : status; /* dropped; or the controller is gone */
+	}
 	if (status == 0) {
 		status = fn(&ctx, args, &result);
 		if (status > 0)
@@ -361,14 +373,19 @@ int sh_engine_main(int argc, char **argv)
 	} else {
 		int page = -1;
 		void *p = NULL;
+		struct stat pst;
 		rc = sh_link_connect(&g.l, socket, SH_TASKS_ENGINE, SH_TASKS_VERSION,
 				     SH_TASKS_RING_CAP, info, 1, &page, 1, why, sizeof(why));
-		if (rc == 0 && (rc = sh_shm_map(page, 4096, true, &p)) != 0)
+		if (rc == 0 && (fstat(page, &pst) != 0 || pst.st_size < 4096 ||
+				(rc = sh_shm_map(page, (size_t)pst.st_size, true, &p)) != 0)) {
+			rc = rc ? rc : SHOAL_EPROTO;
 			snprintf(why, sizeof(why), "mapping the controller's page: %s",
 				 shoal_strerror(rc));
+		}
 		if (page >= 0)
 			close(page);
-		g.started_page = p;
+		g.page = p;
+		g.page_len = p ? (size_t)pst.st_size : 0;
 	}
 	if (rc) {
 		fprintf(stderr, "shoal-engine %s: %s\n", g.name, why);
@@ -411,8 +428,8 @@ int sh_engine_main(int argc, char **argv)
 			g.ch ? sh_channel_error(g.ch) : "");
 	sh_wbuf_fini(&g.w);
 	sh_wbuf_fini(&g.st);
-	if (g.started_page)
-		sh_shm_unmap((void *)g.started_page, 4096);
+	if (g.page)
+		sh_shm_unmap((void *)g.page, g.page_len);
 	shoal_vbuf_reset(&g.in); /* lets go of what it mapped */
 	shoal_vbuf_reset(&g.out);
 	sh_bump_fini(&g.in.a);

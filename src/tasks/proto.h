@@ -45,6 +45,17 @@
 /* How long a client or an engine waits, at most, for a connection and
  * the controller's handshake (shoal_farm_connect; shoal-engine). */
 #define SH_TASKS_CONNECT_NS (10 * 1000000000LL)
+/* The page an engine on this host shares with the controller: word 0 the
+ * RUN entry it starts (it stores it first), then slots: the controller
+ * drops an entry s the engine has not started (its client went) by
+ * storing s in slot s % nslots, and the engine skips an entry whose
+ * number it finds there. Twice the window of slots, at least: an entry's
+ * slot is not reused while it may be in the window. */
+static inline size_t sh_tk_page_bytes(uint32_t window)
+{
+	size_t n = 8 * (1 + 2 * (size_t)window);
+	return (n + 4095) & ~(size_t)4095;
+}
 /* Tasks an engine holds at most, by default (shoal_controller_opts.window). */
 #define SH_TASKS_WINDOW 256
 /* A client's timeout at first (shoal_farm_set_timeout). */
