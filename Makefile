@@ -96,7 +96,9 @@ fuzz-corpus:
 	@$(FUZZ_CFG)
 	@cmake --build $(B)/fuzz -j$(JOBS)
 	@for f in $(B)/fuzz/fuzz/fuzz_*; do \
-		n=$${f##*/}; rm -rf fuzz/corpus/$$n; mkdir -p fuzz/corpus/$$n; \
+		n=$${f##*/}; \
+		grep -q '"seed.h"' fuzz/$$n.c || { echo "fuzz-corpus: $$n keeps its committed seeds"; continue; }; \
+		rm -rf fuzz/corpus/$$n; mkdir -p fuzz/corpus/$$n; \
 		SHOAL_FUZZ_SEEDS=fuzz/corpus/$$n $$f || exit 1; \
 	done
 

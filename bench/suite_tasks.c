@@ -5,7 +5,9 @@
  * the time from the first submit to the last result. Each scheme runs its
  * own controller; the best of 3 rounds counts. The follow-up of the seed,
  * a buffer with each task, is measured beside raw TCP loopback throughput
- * in the same run (the ceiling the issue sets). */
+ * in the same run (the ceiling the issue sets). Over TCP, both with the
+ * secure channel's records encrypted ("tcp") and authenticated only
+ * ("tcp-auth": controller and peers told the network is trusted). */
 #include "bench.h"
 
 #include <shoal/tasks.h>
@@ -31,11 +33,17 @@ typedef struct farm_setup {
 	shoal_farm *f;
 } farm_setup;
 
+/* The transports measured: this host's rings, and TCP loopback with the
+ * channel's records encrypted or authenticated only. */
+enum { T_LOCAL, T_TCP, T_TCP_AUTH, T_N };
+static const char *const transport_name[T_N] = {"local", "tcp", "tcp-auth"};
+
 /* A controller with 2 engines and a client, on this host's rings, or all
  * over TCP loopback (with a fresh secret, as peers on other hosts). */
-static int setup(farm_setup *s, shoal_scheme scheme, bool tcp, const char *store,
+static int setup(farm_setup *s, shoal_scheme scheme, int transport, const char *store,
 		 const char *engine, const char *lib, char *err, size_t errlen)
 {
+	bool tcp = transport != T_LOCAL;
 	memset(s, 0, sizeof(*s));
 	shoal_controller_opts o;
 	shoal_controller_opts_init(&o);
@@ -48,11 +56,13 @@ static int setup(farm_setup *s, shoal_scheme scheme, bool tcp, const char *store
 		o.tcp = "127.0.0.1:0";
 		o.secret = secret;
 		o.secret_len = strlen(secret);
+		o.no_encrypt = transport == T_TCP_AUTH;
 	}
 	int rc = shoal_controller_open(&s->ctl, &o);
 	if (rc == 0)
-		snprintf(addr, sizeof(addr), "%s%s", tcp ? "tcp://" : "",
-			 tcp ? shoal_controller_tcp(s->ctl) : shoal_controller_socket(s->ctl));
+		snprintf(addr, sizeof(addr), "%s%s%s", tcp ? "tcp://" : "",
+			 tcp ? shoal_controller_tcp(s->ctl) : shoal_controller_socket(s->ctl),
+			 transport == T_TCP_AUTH ? "?encrypt=false" : "");
 	for (int i = 0; rc == 0 && i < 2; i++)
 		rc = shoal_engine_spawn_store(addr, lib, engine, store, &s->pids[i]);
 	shoal_controller_stat st = {0};
@@ -130,7 +140,7 @@ static void bench_flood(const sh_bench_opts *o, sh_bench_report *r, const char *
 	shoal_vbuf *vb;
 	if (shoal_vbuf_create(&vb))
 		exit(1);
-	for (int tcp = 0; tcp < 2; tcp++)
+	for (int tcp = 0; tcp < T_N; tcp++)
 		for (size_t s = 0; s < nsch; s++) {
 			shoal_scheme scheme = o->quick ? quick[s] : all[s];
 			farm_setup fs;
@@ -140,7 +150,7 @@ static void bench_flood(const sh_bench_opts *o, sh_bench_report *r, const char *
 				sh_bench_result *x = sh_bench_add(r, SUITE, "flood", "shoal", 0);
 				sh_bench_param_num(x, "n", (double)ns[k]);
 				sh_bench_param_str(x, "scheme", shoal_scheme_name(scheme));
-				sh_bench_param_str(x, "transport", tcp ? "tcp" : "local");
+				sh_bench_param_str(x, "transport", transport_name[tcp]);
 				if (rc) {
 					sh_bench_fail(x, "%s", err);
 					continue;
@@ -221,9 +231,9 @@ static int tcp_pair(int *c, int *s)
 }
 
 /* The relay: bytes from one socket spliced through a pipe into another,
- * as the controller passes a large task from a TCP client to a TCP engine
- * (sh_stream_splice), but with nothing else to do: no frames, no verdict,
- * no scheduling, blocking calls, steps of up to 1 MiB. */
+ * as the controller passed a large task from a TCP client to a TCP engine
+ * before the secure channel (and would again under kernel TLS), with nothing else to do: no frames,
+ * no verdict, no scheduling, blocking calls, steps of up to 1 MiB. */
 typedef struct relay {
 	int in, out;
 	size_t bytes;
@@ -338,10 +348,10 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 	 * pages fault in at 7-14 us each on this VM, and a flood of them fills
 	 * the store before results free them: slower here, until the store
 	 * hands out warm memory.) */
-	farm_setup fs[2] = {{0}};
-	char err[2][256];
-	int rcs[2];
-	for (int tcp = 0; tcp < 2; tcp++)
+	farm_setup fs[T_N] = {{0}};
+	char err[T_N][256];
+	int rcs[T_N];
+	for (int tcp = 0; tcp < T_N; tcp++)
 		rcs[tcp] = setup(&fs[tcp], SHOAL_SCHEME_LEASTLOAD, tcp, NULL, engine, lib, err[tcp],
 				 sizeof(err[tcp]));
 	shoal_vbuf *vb, *pb;
@@ -360,10 +370,10 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 		unsigned char *mem = calloc(1, size);
 		shoal_value *payload = mem ? shoal_v_bytes(pb, mem, size) : NULL;
 		free(mem);
-		for (int tcp = 0; tcp < 2; tcp++) {
+		for (int tcp = 0; tcp < T_N; tcp++) {
 			sh_bench_result *x = sh_bench_add(r, SUITE, "buffers", "shoal", 0);
 			sh_bench_param_num(x, "bytes", (double)size);
-			sh_bench_param_str(x, "transport", tcp ? "tcp" : "local");
+			sh_bench_param_str(x, "transport", transport_name[tcp]);
 			if (rcs[tcp]) {
 				sh_bench_fail(x, "%s", err[tcp]);
 				continue;
@@ -392,7 +402,7 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 	}
 	shoal_vbuf_free(vb);
 	shoal_vbuf_free(pb);
-	for (int tcp = 0; tcp < 2; tcp++)
+	for (int tcp = 0; tcp < T_N; tcp++)
 		teardown(&fs[tcp]);
 }
 
@@ -424,7 +434,8 @@ void sh_bench_tasks_table(FILE *f, const sh_bench_report *r)
 			     "shoal bench tasks: a flood of no-op tasks to 2 engines (Sent and "
 			     "Roundtrip as the seed defines them), and tasks with buffers");
 	double best = 0, lo = 1e300, hi = 0;
-	double rlo[3] = {1e300, 1e300, 1e300}, rhi[3] = {0, 0, 0}; /* local, tcp, relay */
+	/* local, tcp, relay, tcp-auth */
+	double rlo[4] = {1e300, 1e300, 1e300, 1e300}, rhi[4] = {0, 0, 0, 0};
 	for (size_t i = 0; i < r->n; i++) {
 		const sh_bench_result *x = &r->res[i];
 		if (strcmp(x->suite, SUITE) || x->status != SH_BENCH_OK)
@@ -432,7 +443,11 @@ void sh_bench_tasks_table(FILE *f, const sh_bench_report *r)
 		if (!strcmp(x->test, "buffers")) {
 			const char *t = sh_bench_param_get(x, "transport");
 			const char *bytes = sh_bench_param_get(x, "bytes");
-			int k = !t ? 0 : !strcmp(t, "tcp") ? 1 : !strcmp(t, "relay") ? 2 : 0;
+			int k = !t			 ? 0
+				: !strcmp(t, "tcp")	 ? 1
+				: !strcmp(t, "relay")	 ? 2
+				: !strcmp(t, "tcp-auth") ? 3
+							 : 0;
 			if (t && strcmp(t, "raw") && bytes && atof(bytes) >= 65536) {
 				double v = sh_bench_metric_get(x, "ratio_vs_raw", 0);
 				rlo[k] = fmin(rlo[k], v), rhi[k] = fmax(rhi[k], v);
@@ -446,10 +461,11 @@ void sh_bench_tasks_table(FILE *f, const sh_bench_report *r)
 	fprintf(f,
 		"summary: up to %.0f tasks/s round trip (ipyparallel here: 250-390); Sent "
 		"%.0f-%.0f ns a task; buffers of 64 KiB and more at %.2f-%.2f of raw TCP "
-		"locally, %.2f-%.2f over TCP (goal >= 0.70), where a bare relay between two "
-		"TCP connections reaches %.2f-%.2f\n\n",
+		"locally, %.2f-%.2f over TCP encrypted and %.2f-%.2f authenticated only "
+		"(goal >= 0.70), where a bare relay between two TCP connections reaches "
+		"%.2f-%.2f\n\n",
 		best, hi > 0 ? lo : 0, hi, rhi[0] > 0 ? rlo[0] : 0, rhi[0], rhi[1] > 0 ? rlo[1] : 0,
-		rhi[1], rhi[2] > 0 ? rlo[2] : 0, rhi[2]);
+		rhi[1], rhi[3] > 0 ? rlo[3] : 0, rhi[3], rhi[2] > 0 ? rlo[2] : 0, rhi[2]);
 }
 
 void sh_bench_tasks_plot(FILE *f, const sh_bench_report *r)

@@ -7,7 +7,7 @@
 #   scripts/deps.sh cross    plus the aarch64 cross compiler and qemu-user
 set -euo pipefail
 
-pkgs=(gcc make cmake pkg-config libc6-dev clang-format libmsgpack-dev libcjson-dev libdlpack-dev libseccomp-dev python3
+pkgs=(gcc make cmake pkg-config libc6-dev clang-format libmsgpack-dev libcjson-dev libssl-dev libdlpack-dev libseccomp-dev python3
 	libboost-context-dev)
 case "${1:-}" in
 bench) pkgs+=(golang-go) ;;

@@ -13,12 +13,17 @@
 #include <shoal/tasks.h>
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <string.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <grp.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -295,41 +300,139 @@ SH_TEST(dead_engines_retry_then_fail)
 	waitpid(pids[3], NULL, 0);
 }
 
-/* An engine killed with its ring full of tasks: the ones it had fail at
- * once, however many (each failure once cost a scan of the books). */
-SH_TEST_T(an_engine_dies_with_many_tasks, 120)
+static const char secret[] = "a secret of more than sixteen bytes";
+
+/* A controller that also listens on TCP loopback, with secret; addr gets
+ * its tcp:// address. */
+static shoal_controller *tcp_controller(char *addr, size_t len)
 {
-	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
-	pid_t pid;
-	engines(c, 1, &pid);
-	shoal_farm *f = client(c);
-	shoal_vbuf *vb;
-	CHECK_OK(shoal_vbuf_create(&vb));
-	shoal_task t;
-	CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 10000), NULL, &t));
-	enum { MANY = 200000 };
-	for (int i = 0; i < MANY; i++)
-		CHECK_OK(shoal_farm_submit(f, "add", NULL, NULL, &t));
-	CHECK_OK(shoal_farm_flush(f));
-	WAIT_FOR(stat_of(c).running == MANY + 1, 10000);
-	CHECK_EQ(stat_of(c).running, MANY + 1);
-	CHECK(kill(pid, SIGKILL) == 0);
-	CHECK_EQ(waitpid(pid, NULL, 0), pid);
-	/* what it had fails, what it had not been sent waits for an engine */
-	WAIT_FOR(stat_of(c).engines == 0 && stat_of(c).running == 0, 5000);
-	shoal_controller_stat st = stat_of(c);
-	CHECK_EQ(st.running, 0);
-	CHECK(st.failed >= 1);
-	CHECK_EQ(st.failed + st.queued, MANY + 1);
-	shoal_farm_close(f);
-	WAIT_FOR(!stat_of(c).queued && !stat_of(c).clients, 5000);
-	CHECK_EQ(stat_of(c).queued, 0);
-	shoal_vbuf_free(vb);
-	shoal_controller_close(c);
+	paths();
+	shoal_controller_opts o;
+	shoal_controller_opts_init(&o);
+	o.tcp = "127.0.0.1:0";
+	o.secret = secret;
+	o.secret_len = sizeof(secret) - 1;
+	shoal_controller *c;
+	CHECK_OK(shoal_controller_open(&c, &o));
+	CHECK(shoal_controller_tcp(c) != NULL);
+	snprintf(addr, len, "tcp://%s", shoal_controller_tcp(c));
+	return c;
 }
 
-/* Many deadlines that pass at once fail their tasks at once (each failure
- * once cost a scan of the books). */
+/* An engine killed with a backlog (200 000 tasks, retries 0) while it runs
+ * the first: it held only its window of them, the one it ran fails, and
+ * every other (in its window, never started, or never sent) goes to the
+ * next engine and succeeds: a task that never started is not failed. On
+ * this host (the engine says what it starts in a shared page) and over
+ * TCP (in STARTED frames). */
+SH_TEST_T(an_engine_dies_with_a_backlog, 120)
+{
+	setenv("SHOAL_SECRET", secret, 1);
+	for (int tcp = 0; tcp < 2; tcp++) {
+		char addr[160];
+		shoal_controller *c = tcp_controller(addr, sizeof(addr));
+		const char *at = tcp ? addr : shoal_controller_socket(c);
+		pid_t pid;
+		engines_at(c, at, NULL, 1, &pid);
+		shoal_farm *f;
+		CHECK_OK(shoal_farm_connect(&f, at));
+		shoal_vbuf *vb;
+		CHECK_OK(shoal_vbuf_create(&vb));
+		shoal_task first, t;
+		CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 10000), NULL, &first));
+		enum { MANY = 200000 };
+		for (int i = 0; i < MANY; i++)
+			CHECK_OK(shoal_farm_submit(f, "add", int_pair(vb, i, 1), NULL, &t));
+		CHECK_OK(shoal_farm_flush(f));
+		WAIT_FOR(stat_of(c).queued == MANY + 1 - SH_TASKS_WINDOW, 10000);
+		shoal_controller_stat st = stat_of(c);
+		CHECK_EQ(st.running, SH_TASKS_WINDOW); /* the window, not the backlog */
+		CHECK_EQ(st.queued, MANY + 1 - SH_TASKS_WINDOW);
+		usleep(200000); /* it has started the first (sleeps 10 s) */
+		CHECK(kill(pid, SIGKILL) == 0);
+		CHECK_EQ(waitpid(pid, NULL, 0), pid);
+		WAIT_FOR(stat_of(c).engines == 0 && stat_of(c).running == 0, 5000);
+		st = stat_of(c);
+		CHECK_EQ(st.running, 0);
+		CHECK_EQ(st.failed, 1); /* the one it ran */
+		CHECK_EQ(st.queued, MANY);
+		/* the next engine runs the rest */
+		engines_at(c, at, NULL, 1, &pid);
+		const shoal_value *r;
+		CHECK_RC(shoal_farm_wait(f, first, vb, &r, shoal_deadline_in(10000 * MS)),
+			 SHOAL_EENGINE);
+		CHECK_FARM_MSG(f, "while running it");
+		for (int i = 0; i < MANY; i++) {
+			shoal_vbuf_reset(vb);
+			int rc = shoal_farm_wait(f, first + 1 + (shoal_task)i, vb, &r,
+						 shoal_deadline_in(60000 * MS));
+			if (rc || r->type != SHOAL_V_INT || r->v.i != i + 1)
+				sh_test_fail(__FILE__, __LINE__, "task %d: %d %s", i, rc,
+					     shoal_farm_last_error(f));
+		}
+		CHECK_EQ(stat_of(c).failed, 1);
+		shoal_farm_close(f);
+		shoal_vbuf_free(vb);
+		shoal_controller_close(c);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+}
+
+/* A client (of uid 65534, over TCP) floods 20 000 tasks of 5 ms to 2
+ * engines and dies: its backlog is dropped with it, and so is what the
+ * engines' windows held that they had not started; the next client's
+ * 1 000 tasks are done within seconds, not the minute the backlog would
+ * take. */
+SH_TEST_T(a_gone_clients_backlog_is_dropped, 120)
+{
+	setenv("SHOAL_SECRET", secret, 1);
+	char addr[160];
+	shoal_controller *c = tcp_controller(addr, sizeof(addr));
+	pid_t pids[2];
+	engines(c, 2, pids);
+	pid_t child = fork();
+	CHECK(child >= 0);
+	if (child == 0) {
+		if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+			_exit(3);
+		shoal_farm *f;
+		shoal_vbuf *vb;
+		if (shoal_farm_connect(&f, addr) || shoal_vbuf_create(&vb))
+			_exit(4);
+		shoal_task t;
+		for (int i = 0; i < 20000; i++)
+			if (shoal_farm_submit(f, "sleep", shoal_v_int(vb, 5), NULL, &t))
+				_exit(5);
+		if (shoal_farm_flush(f))
+			_exit(6);
+		pause(); /* until killed: gone without a word */
+		_exit(0);
+	}
+	/* the backlog is in the controller, the windows full */
+	WAIT_FOR(stat_of(c).queued == 20000 - 2 * SH_TASKS_WINDOW, 10000);
+	CHECK_EQ(stat_of(c).queued, 20000 - 2 * SH_TASKS_WINDOW);
+	CHECK_EQ(stat_of(c).running, 2 * SH_TASKS_WINDOW);
+	CHECK(kill(child, SIGKILL) == 0);
+	CHECK_EQ(waitpid(child, NULL, 0), child);
+	WAIT_FOR(stat_of(c).clients == 0, 5000);
+	CHECK_EQ(stat_of(c).clients, 0);
+	CHECK(stat_of(c).queued == 0); /* its backlog is gone */
+	/* and so are the windows' tasks the engines had not started: what
+	 * each ran at the time is left */
+	CHECK(stat_of(c).running <= 2);
+	shoal_farm *f = client(c);
+	int64_t t0 = shoal_now_ns();
+	flood(f, 1000);
+	double secs = (double)(shoal_now_ns() - t0) / 1e9;
+	CHECK(secs < 10);
+	fprintf(stderr, "the next client's 1000 tasks took %.2f s\n", secs);
+	shoal_farm_close(f);
+	shoal_controller_close(c);
+	for (int i = 0; i < 2; i++)
+		waitpid(pids[i], NULL, 0);
+}
+
 SH_TEST_T(many_deadlines_pass_at_once, 120)
 {
 	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
@@ -529,25 +632,6 @@ SH_TEST_T(clients_and_engines_come_and_go, 120)
 	shoal_controller_close(c);
 }
 
-static const char secret[] = "a secret of more than sixteen bytes";
-
-/* A controller that also listens on TCP loopback, with secret; addr gets
- * its tcp:// address. */
-static shoal_controller *tcp_controller(char *addr, size_t len)
-{
-	paths();
-	shoal_controller_opts o;
-	shoal_controller_opts_init(&o);
-	o.tcp = "127.0.0.1:0";
-	o.secret = secret;
-	o.secret_len = sizeof(secret) - 1;
-	shoal_controller *c;
-	CHECK_OK(shoal_controller_open(&c, &o));
-	CHECK(shoal_controller_tcp(c) != NULL);
-	snprintf(addr, len, "tcp://%s", shoal_controller_tcp(c));
-	return c;
-}
-
 /* Refusals the controller logged (its thread calls the sink). */
 static _Atomic int refusals_logged;
 
@@ -605,6 +689,362 @@ SH_TEST(tcp_peers_prove_the_secret)
 	shoal_controller_opts_init(&o);
 	o.tcp = "127.0.0.1:0";
 	CHECK_RC(shoal_controller_open(&c, &o), SHOAL_ENOENT);
+}
+
+/* ---- a relay between a client and the controller ---- */
+
+/* A man in the middle: a process (root's, or one of uid 65534) that
+ * accepts one client, connects to the controller and passes bytes both
+ * ways, all of which it records in shared memory (seen[0]: client to
+ * controller, seen[1]: back); it may flip the byte at offset at of
+ * direction dir, or send the first record after the client's handshake
+ * (76 bytes) a second time. */
+#define MITM_SEEN (1u << 20)
+typedef struct mitm {
+	int lsock, dir, what; /* what: 0 nothing, 1 flip, 2 replay */
+	size_t at;
+	char port[16], to[160];
+	unsigned char seen[2][MITM_SEEN];
+	size_t nseen[2];
+	pid_t pid;
+} mitm;
+
+static void send_all(int fd, const unsigned char *p, size_t n)
+{
+	while (n) {
+		ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+		if (k <= 0)
+			return;
+		p += k, n -= (size_t)k;
+	}
+}
+
+static void *mitm_main(void *arg)
+{
+	mitm *m = arg;
+	int fd[2] = {accept4(m->lsock, NULL, NULL, SOCK_CLOEXEC), -1};
+	char why[256];
+	if (fd[0] < 0 ||
+	    sh_tcp_connect(m->to, &fd[1], shoal_deadline_in(5000 * MS), why, sizeof(why)) != 0) {
+		if (fd[0] >= 0)
+			close(fd[0]);
+		return NULL;
+	}
+	static unsigned char buf[1 << 16];
+	bool replayed = false;
+	for (;;) {
+		struct pollfd p[2] = {{.fd = fd[0], .events = POLLIN},
+				      {.fd = fd[1], .events = POLLIN}};
+		if (poll(p, 2, 30000) <= 0)
+			break;
+		int d = p[0].revents ? 0 : 1;
+		ssize_t k = recv(fd[d], buf, sizeof(buf), 0);
+		if (k <= 0)
+			break;
+		size_t off = m->nseen[d];
+		if (m->what == 1 && d == m->dir && m->at >= off && m->at < off + (size_t)k)
+			buf[m->at - off] ^= 0x01;
+		if (off + (size_t)k > MITM_SEEN)
+			break;
+		memcpy(m->seen[d] + off, buf, (size_t)k);
+		m->nseen[d] += (size_t)k;
+		send_all(fd[1 - d], buf, (size_t)k);
+		const unsigned char *r = m->seen[0] + 76;
+		if (m->what == 2 && d == 0 && !replayed && m->nseen[0] >= 76 + 5 &&
+		    m->nseen[0] >= 76 + 5 + ((size_t)r[3] << 8 | r[4])) {
+			send_all(fd[1], r, 5 + ((size_t)r[3] << 8 | r[4]));
+			replayed = true;
+		}
+	}
+	close(fd[0]);
+	close(fd[1]);
+	return NULL;
+}
+
+static void mitm_start(mitm *m, const char *controller_tcp, int dir, int what, size_t at,
+		       bool nobody)
+{
+	memset(m, 0, sizeof(*m));
+	m->dir = dir, m->what = what, m->at = at;
+	snprintf(m->to, sizeof(m->to), "%s", controller_tcp);
+	char bound[160], why[256];
+	CHECK_OK(sh_tcp_listen("127.0.0.1:0", &m->lsock, bound, sizeof(bound), why, sizeof(why)));
+	CHECK_OK(fcntl(m->lsock, F_SETFL, 0));
+	snprintf(m->port, sizeof(m->port), "%s", strrchr(bound, ':') + 1);
+	pid_t pid = fork(); /* m is shared: the child must not write its pid there */
+	CHECK(pid >= 0);
+	if (pid > 0)
+		m->pid = pid;
+	if (pid == 0) {
+		if (nobody && (setgroups(0, NULL) || setgid(65534) || setuid(65534)))
+			_exit(3);
+		mitm_main(m);
+		_exit(0);
+	}
+}
+
+static void mitm_stop(mitm *m)
+{
+	int st;
+	CHECK_EQ(waitpid(m->pid, &st, 0), m->pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	close(m->lsock);
+}
+
+static bool has_bytes(const unsigned char *hay, size_t n, const char *needle)
+{
+	size_t k = strlen(needle);
+	for (size_t i = 0; i + k <= n; i++)
+		if (!memcmp(hay + i, needle, k))
+			return true;
+	return false;
+}
+
+static _Atomic int tampers_logged;
+
+static void tamper_sink(shoal_log_level level, const char *component, const char *line, void *ctx)
+{
+	(void)ctx;
+	if (level == SHOAL_LOG_WARN && strstr(line, "failed its authentication") &&
+	    strstr(line, "connection dropped"))
+		atomic_fetch_add(&tampers_logged, 1);
+	fprintf(stderr, "shoal [%s] %s\n", component, line);
+}
+
+static const char marker[] = "PLAINTEXT-MARKER of the task's argument";
+
+/* One echo through a relay doing what: the client's result, or its
+ * error. big: an argument of 64 KiB (relayed to the TCP engine record by
+ * record), the marker at its start. */
+static int echo_through(shoal_controller *c, bool plain, int dir, int what, size_t at, bool big,
+			bool nobody, mitm *m, char *err, size_t errlen)
+{
+	mitm_start(m, shoal_controller_tcp(c), dir, what, at, nobody);
+	char addr[200];
+	snprintf(addr, sizeof(addr), "tcp://127.0.0.1:%s%s", m->port,
+		 plain ? "?encrypt=false" : "");
+	shoal_farm *f;
+	CHECK_OK(shoal_farm_connect(&f, addr));
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	size_t n = big ? 65536 : sizeof(marker);
+	unsigned char *arg = calloc(1, n);
+	CHECK(arg != NULL);
+	memcpy(arg, marker, sizeof(marker));
+	shoal_task id;
+	const shoal_value *r;
+	CHECK_OK(shoal_farm_submit(f, "echo", shoal_v_bytes(vb, arg, n), NULL, &id));
+	int rc = shoal_farm_wait(f, id, vb, &r, shoal_deadline_in(10000 * MS));
+	if (rc == 0) /* never a changed result */
+		CHECK(r->type == SHOAL_V_BYTES && r->n == n && !memcmp(r->v.bytes, arg, n));
+	snprintf(err, errlen, "%s", shoal_farm_last_error(f));
+	free(arg);
+	shoal_vbuf_free(vb);
+	shoal_farm_close(f);
+	return rc;
+}
+
+/* A relay between a client and the controller passes the handshake
+ * through, then changes a byte of the task's argument, or of its result,
+ * or replays a record: the client gets an error, never a changed result,
+ * and the controller says why. Encrypted, the argument is nowhere in the
+ * relayed bytes; in clear (both sides asked: a trusted network) it is,
+ * and changing it still fails. */
+SH_TEST_T(tcp_relay_cannot_tamper, 120)
+{
+	shoal_log_set_sink(tamper_sink, NULL);
+	setenv("SHOAL_SECRET", secret, 1);
+	for (int plain = 0; plain < 2; plain++) {
+		paths();
+		shoal_controller_opts o;
+		shoal_controller_opts_init(&o);
+		o.tcp = "127.0.0.1:0";
+		o.secret = secret;
+		o.secret_len = sizeof(secret) - 1;
+		o.no_encrypt = plain;
+		shoal_controller *c;
+		CHECK_OK(shoal_controller_open(&c, &o));
+		char addr[200];
+		snprintf(addr, sizeof(addr), "tcp://%s", shoal_controller_tcp(c));
+		pid_t pid;
+		engines_at(c, addr, NULL, 1, &pid); /* over TCP: large tasks are relayed */
+		char err[600];
+		mitm *mp = mmap(NULL, sizeof(mitm), PROT_READ | PROT_WRITE,
+				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		CHECK(mp != MAP_FAILED);
+		for (int big = 0; big < 4; big++) {
+			bool nobody = big >= 2; /* the relay as an unprivileged user */
+			/* untouched: the result, and the marker only in clear */
+			CHECK_OK(echo_through(c, plain, 0, 0, 0, big % 2, nobody, mp, err,
+					      sizeof(err)));
+			mitm_stop(mp);
+			CHECK_EQ(has_bytes(mp->seen[0], mp->nseen[0], "PLAINTEXT-MARKER"), plain);
+			CHECK_EQ(has_bytes(mp->seen[1], mp->nseen[1], "PLAINTEXT-MARKER"), plain);
+			/* a byte of the argument changed on its way in (for the big
+			 * one, in its third record, which is relayed to the engine) */
+			int before = atomic_load(&tampers_logged);
+			size_t at = 76 + 5 + (big % 2 ? 2 * (16384 + 22) + 100 : 30);
+			int rc = echo_through(c, plain, 0, 1, at, big % 2, nobody, mp, err,
+					      sizeof(err));
+			mitm_stop(mp);
+			CHECK(rc != 0);
+			WAIT_FOR(atomic_load(&tampers_logged) == before + 1, 5000);
+			CHECK_EQ(atomic_load(&tampers_logged), before + 1);
+			/* a record replayed */
+			rc = echo_through(c, plain, 0, 2, 0, big % 2, nobody, mp, err, sizeof(err));
+			mitm_stop(mp);
+			CHECK(rc != 0);
+			WAIT_FOR(atomic_load(&tampers_logged) == before + 2, 5000);
+			CHECK_EQ(atomic_load(&tampers_logged), before + 2);
+			/* a byte of the result changed on its way back */
+			rc = echo_through(c, plain, 1, 1, 44 + 36 + 5 + 40, big % 2, nobody, mp,
+					  err, sizeof(err));
+			mitm_stop(mp);
+			CHECK_RC(rc, SHOAL_EBADMSG);
+			CHECK(strstr(err, "failed its authentication") != NULL);
+		}
+		munmap(mp, sizeof(mitm));
+		/* the engine never ran a changed task, and serves on */
+		CHECK_EQ(stat_of(c).engines, 1);
+		shoal_farm *f;
+		CHECK_OK(shoal_farm_connect(&f, addr));
+		flood(f, 100);
+		shoal_farm_close(f);
+		shoal_controller_close(c);
+		waitpid(pid, NULL, 0);
+	}
+	shoal_log_set_sink(NULL, NULL);
+}
+
+/* ---- peers that never answer ---- */
+
+/* A server of uid 65534 (a forked child): it listens on TCP loopback
+ * (its port written to wfd), accepts and keeps every connection, and
+ * never says a word; or, with handshake, proves the secret and then reads
+ * nothing. */
+static void *mute_fiber(void *arg)
+{
+	int ls = *(int *)arg;
+	for (;;) {
+		int fd = accept4(ls, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			shoal_fd_wait(ls, SHOAL_FD_IN, SHOAL_FOREVER, NULL);
+			continue;
+		}
+		uint32_t proto;
+		sh_channel *ch;
+		char why[128];
+		sh_auth_server(fd, secret, sizeof(secret) - 1, false, &proto, &ch, why,
+			       sizeof(why));
+	}
+	return NULL;
+}
+
+static pid_t mute_server(bool handshake, char *addr, size_t len)
+{
+	int p[2];
+	CHECK_OK(pipe(p));
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		close(p[0]);
+		if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+			_exit(3);
+		int ls;
+		char bound[160], why[256];
+		if (sh_tcp_listen("127.0.0.1:0", &ls, bound, sizeof(bound), why, sizeof(why)))
+			_exit(4);
+		if (write(p[1], bound, strlen(bound) + 1) < 0)
+			_exit(5);
+		if (handshake) {
+			sh_test_sched_new();
+			shoal_fiber *f;
+			if (shoal_spawn(&f, mute_fiber, &ls, NULL) == 0)
+				shoal_join(f, NULL);
+			_exit(6);
+		}
+		for (;;) { /* each connection kept open, silent */
+			struct pollfd q = {.fd = ls, .events = POLLIN};
+			poll(&q, 1, -1);
+			accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+		}
+	}
+	close(p[1]);
+	char bound[160] = "";
+	CHECK(read(p[0], bound, sizeof(bound)) > 0);
+	close(p[0]);
+	snprintf(addr, len, "tcp://%s", bound);
+	return pid;
+}
+
+typedef struct engine_run {
+	char addr[200], out[4096];
+	int status;
+	double secs;
+} engine_run;
+
+static void *engine_run_main(void *arg)
+{
+	engine_run *r = arg;
+	char *argv[] = {engine_bin, "--connect", r->addr + 6, "--so", sample, NULL};
+	int64_t t0 = shoal_now_ns();
+	r->status = sh_test_run(argv, NULL, r->out, sizeof(r->out));
+	r->secs = (double)(shoal_now_ns() - t0) / 1e9;
+	return NULL;
+}
+
+/* A client and an engine that connect to a listener which accepts and
+ * never speaks give up with SHOAL_ETIMEDOUT: the client at its deadline
+ * (or after 10 s, by default), the engine after 10 s. A client whose
+ * controller proves the secret and then takes nothing fails its submit
+ * after its timeout, not never. The mute servers run as uid 65534. */
+SH_TEST_T(silent_peers_time_out, 120)
+{
+	paths();
+	setenv("SHOAL_SECRET", secret, 1);
+	char addr[200];
+	pid_t mute = mute_server(false, addr, sizeof(addr));
+	engine_run er = {.status = -1};
+	snprintf(er.addr, sizeof(er.addr), "%s", addr);
+	pthread_t t;
+	CHECK_OK(pthread_create(&t, NULL, engine_run_main, &er));
+	shoal_farm *f = NULL;
+	int64_t t0 = shoal_now_ns();
+	CHECK_RC(shoal_farm_connect_until(&f, addr, shoal_deadline_in(1000 * MS)), SHOAL_ETIMEDOUT);
+	double secs = (double)(shoal_now_ns() - t0) / 1e9;
+	CHECK(secs >= 0.9 && secs < 5);
+	t0 = shoal_now_ns();
+	CHECK_RC(shoal_farm_connect(&f, addr), SHOAL_ETIMEDOUT);
+	secs = (double)(shoal_now_ns() - t0) / 1e9;
+	CHECK(secs >= 9 && secs < 30);
+	pthread_join(t, NULL);
+	CHECK_EQ(er.status, 1);
+	CHECK(er.secs >= 9 && er.secs < 30);
+	CHECK_HAS(er.out, "said nothing before the deadline");
+	kill(mute, SIGKILL);
+	waitpid(mute, NULL, 0);
+
+	/* it proves the secret, then reads nothing: a large task's bytes
+	 * fill the socket, and submit fails after the client's timeout */
+	mute = mute_server(true, addr, sizeof(addr));
+	CHECK_OK(shoal_farm_connect(&f, addr));
+	shoal_farm_set_timeout(f, 1000 * MS);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	size_t n = 64 << 20;
+	unsigned char *big = calloc(1, n);
+	CHECK(big != NULL);
+	shoal_task id;
+	t0 = shoal_now_ns();
+	CHECK_RC(shoal_farm_submit(f, "echo", shoal_v_bytes(vb, big, n), NULL, &id),
+		 SHOAL_ETIMEDOUT);
+	secs = (double)(shoal_now_ns() - t0) / 1e9;
+	CHECK(secs >= 0.9 && secs < 20);
+	free(big);
+	shoal_vbuf_free(vb);
+	shoal_farm_close(f);
+	kill(mute, SIGKILL);
+	waitpid(mute, NULL, 0);
 }
 
 /* `shoal controller` and `shoald --tasks` serve the same controller. */
@@ -861,11 +1301,12 @@ static void echoes_to(shoal_farm *f, int engine)
 }
 
 /* A peer over TCP that proves the secret, then goes its own way. */
-static int tcp_peer(shoal_controller *c, uint32_t proto)
+static int tcp_peer(shoal_controller *c, uint32_t proto, sh_channel **ch)
 {
 	int fd;
 	char why[256];
-	CHECK_OK(sh_tcp_connect_auth(shoal_controller_tcp(c), proto, &fd, why, sizeof(why)));
+	CHECK_OK(sh_tcp_connect_auth(shoal_controller_tcp(c), proto, shoal_deadline_in(5000 * MS),
+				     &fd, ch, why, sizeof(why)));
 	return fd;
 }
 
@@ -907,7 +1348,8 @@ SH_TEST_T(large_tasks_on_every_path, 120)
 		echoes_to(remote, e);
 	}
 	/* a client that dies with 1 of the 4 MiB it announced sent */
-	int fd = tcp_peer(c, SH_TASKS_CLIENT);
+	sh_channel *ch;
+	int fd = tcp_peer(c, SH_TASKS_CLIENT, &ch);
 	sh_wbuf w;
 	sh_wbuf_init(&w);
 	msgpack_packer pk;
@@ -929,9 +1371,10 @@ SH_TEST_T(large_tasks_on_every_path, 120)
 	       "\xa4"
 	       "echo",
 	       5);
-	CHECK_OK(sh_stream_write(fd, w.p, w.len, false));
-	CHECK_OK(sh_stream_write(fd, mb, 1 << 20, false));
+	CHECK_OK(sh_channel_write(ch, w.p, w.len, false, SHOAL_FOREVER));
+	CHECK_OK(sh_channel_write(ch, mb, 1 << 20, false, SHOAL_FOREVER));
 	WAIT_FOR(stat_of(c).running == 1, 5000);
+	sh_channel_free(ch);
 	close(fd);
 	sh_wbuf_fini(&w);
 	free(mb);
@@ -940,7 +1383,8 @@ SH_TEST_T(large_tasks_on_every_path, 120)
 	CHECK_EQ(stat_of(c).running, 0);
 	echoes_to(remote, 1); /* engine 1 skipped the padded task, and serves */
 	/* an engine that dies after the first MiB of a task's 32 */
-	int efd = tcp_peer(c, SH_TASKS_ENGINE);
+	sh_channel *ech;
+	int efd = tcp_peer(c, SH_TASKS_ENGINE, &ech);
 	WAIT_FOR(stat_of(c).engines == 3, 5000);
 	CHECK_EQ(stat_of(c).engines, 3);
 	pthread_t t;
@@ -959,6 +1403,7 @@ SH_TEST_T(large_tasks_on_every_path, 120)
 	CHECK_RC(shoal_farm_wait(remote, id, vb, &r, shoal_deadline_in(10000 * MS)), SHOAL_EENGINE);
 	CHECK_FARM_MSG(remote, "engine 2");
 	pthread_join(t, NULL);
+	sh_channel_free(ech);
 	echoes_to(remote, 1); /* the client's stream is in step */
 	WAIT_FOR(stat_of(c).engines == 2, 5000);
 	shoal_controller_stat st = stat_of(c);

@@ -12,6 +12,13 @@
  * and sent when the batch is full, on shoal_farm_flush, or when the client
  * waits. Results come back in batches too, and are kept until waited for.
  *
+ * Blocking: each prototype says whether it blocks. A call that blocks
+ * without a deadline of its own waits at most the client's timeout
+ * (shoal_farm_set_timeout, 60 s by default) for the controller to take or
+ * send anything, then fails with SHOAL_ETIMEDOUT; connecting has a
+ * deadline (10 s for shoal_farm_connect). Engines give up connecting after
+ * 10 s the same way.
+ *
  * Schemes (how the controller picks an engine), as ipyparallel names them:
  * pure (round robin, no bookkeeping beyond what a retry needs), lru (the
  * engine given a task least recently), leastload (fewest tasks in flight:
@@ -56,16 +63,28 @@ typedef struct shoal_controller_opts {
 	const char *tcp;
 	const void *secret; /* 16 bytes or more; NULL: $SHOAL_SECRET_FILE, else $SHOAL_SECRET */
 	size_t secret_len;
+	/* Every byte over TCP after the handshake is encrypted and
+	 * authenticated (AES-256-GCM records, keys from the secret and the
+	 * handshake). true: a link whose peer also asks for it
+	 * ("tcp://HOST:PORT?encrypt=false") goes in clear, each record still
+	 * authenticated: for a trusted network only. */
+	bool no_encrypt;
+	/* Tasks an engine holds at most, sent or on their way and not
+	 * answered (ipyparallel's high-water mark); the rest wait in the
+	 * controller, where a client that leaves drops them. 0: 256. */
+	uint32_t window;
 } shoal_controller_opts;
 
 SHOAL_API void shoal_controller_opts_init(shoal_controller_opts *o);
-/* Starts a controller in a thread of this process. */
+/* Starts a controller in a thread of this process. Does not block (binds
+ * its sockets and starts its thread). */
 SHOAL_API int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o);
 /* Its socket, for clients and engines. */
 SHOAL_API const char *shoal_controller_socket(const shoal_controller *c);
 /* Where it listens for TCP peers ("HOST:PORT"), or NULL. */
 SHOAL_API const char *shoal_controller_tcp(const shoal_controller *c);
-/* Stops it: clients and engines see their connection end. */
+/* Stops it: clients and engines see their connection end. Blocks until
+ * its thread has ended (it does not wait for peers). */
 SHOAL_API void shoal_controller_close(shoal_controller *c);
 
 typedef struct shoal_controller_stat {
@@ -80,6 +99,7 @@ typedef struct shoal_controller_stat {
 	 * stops reading clients, whose submits then wait. */
 	uint64_t held_bytes, held_peak;
 } shoal_controller_stat;
+/* Does not block. */
 SHOAL_API int shoal_controller_stat_get(shoal_controller *c, shoal_controller_stat *st);
 
 /* Starts a shoal-engine process that loads so and serves the controller
@@ -88,7 +108,9 @@ SHOAL_API int shoal_controller_stat_get(shoal_controller *c, shoal_controller_st
  * library. The engine is ready once shoal_controller_stat counts it.
  * *pid is the caller's child, to wait for as any other: when it ends, a
  * controller of this process reads how (a signal is named in
- * SHOAL_EENGINE) but leaves it to be reaped. */
+ * SHOAL_EENGINE) but leaves it to be reaped. Does not block (the engine
+ * connects on its own, and exits after 10 s if the controller does not
+ * answer). */
 SHOAL_API int shoal_engine_spawn(const char *socket, const char *so, const char *runner,
 				 pid_t *pid);
 /* The same, with the engine connected to the store at store_socket, so
@@ -102,15 +124,29 @@ typedef struct shoal_farm shoal_farm;
 typedef uint64_t shoal_task; /* a task's id: 1, 2, 3 ... per farm */
 
 /* socket: the controller's unix socket, or "tcp://HOST:PORT" for one on
- * another host (the secret comes from $SHOAL_SECRET_FILE or $SHOAL_SECRET). */
+ * another host (the secret comes from $SHOAL_SECRET_FILE or $SHOAL_SECRET;
+ * "tcp://HOST:PORT?encrypt=false" asks for records in clear, still
+ * authenticated, which only a controller opened with no_encrypt grants).
+ * Blocks for the connection and the handshake: at most 10 s over TCP
+ * (SHOAL_ETIMEDOUT). */
 SHOAL_API int shoal_farm_connect(shoal_farm **out, const char *socket);
+/* The same, until deadline. */
+SHOAL_API int shoal_farm_connect_until(shoal_farm **out, const char *socket, int64_t deadline);
+/* The client's timeout: how long a blocking call (submit of a large task,
+ * flush, use_store; the flush in a wait) waits for the controller to take
+ * anything, and a read for the rest of a batch it began, before
+ * SHOAL_ETIMEDOUT. 60 s at first; 0: as long as it takes. Does not block.
+ * After a timeout the tasks not sent stay queued: a later flush goes on. */
+SHOAL_API void shoal_farm_set_timeout(shoal_farm *f, int64_t ns);
 /* From now on, tensors and blobs in task arguments go by reference
  * through the store at store_socket (on this host: engines must use the
  * same store, shoal_engine_spawn_store): each not in the store yet is
  * copied into an object once, when it is submitted, and that object is
- * deleted when the task's result is taken (or the farm closed). */
+ * deleted when the task's result is taken (or the farm closed). Blocks
+ * (the store's connect, then the client's timeout). */
 SHOAL_API int shoal_farm_use_store(shoal_farm *f, const char *store_socket);
-/* Closes the connection: the controller drops its tasks not yet run. */
+/* Closes the connection: the controller drops its tasks not yet run.
+ * Does not block. */
 SHOAL_API void shoal_farm_close(shoal_farm *f);
 /* The message of the last failure on f ("" after a success). */
 SHOAL_API const char *shoal_farm_last_error(const shoal_farm *f);
@@ -133,25 +169,32 @@ typedef struct shoal_task_opts {
 SHOAL_API void shoal_task_opts_init(shoal_task_opts *o);
 
 /* Queues a task (opts NULL: defaults); *id names it. The arguments are
- * encoded now: args may be freed when this returns. */
+ * encoded now: args may be freed when this returns. Does not block for a
+ * task of small arguments (a full socket keeps the batch for later); one
+ * with 16 KiB or more of bytes is sent before this returns, which blocks
+ * (the client's timeout). */
 SHOAL_API int shoal_farm_submit(shoal_farm *f, const char *fn, const shoal_value *args,
 				const shoal_task_opts *opts, shoal_task *id);
-/* n tasks of fn, one per item of args (an array); ids first .. first+n-1. */
+/* n tasks of fn, one per item of args (an array); ids first .. first+n-1.
+ * Blocks as submit does. */
 SHOAL_API int shoal_farm_map(shoal_farm *f, const char *fn, const shoal_value *args,
 			     const shoal_task_opts *opts, shoal_task *first);
-/* Sends what is queued. */
+/* Sends what is queued. Blocks until the socket or ring has it (the
+ * client's timeout). */
 SHOAL_API int shoal_farm_flush(shoal_farm *f);
 
 /* Waits for a task's result (once per task): 0 and the result decoded
  * into out, or the task's error: the code its function returned with its
  * message, SHOAL_EENGINE (its engine died, retries spent), SHOAL_ETIMEDOUT,
- * SHOAL_ENOENT (no such function on the engine). */
+ * SHOAL_ENOENT (no such function on the engine). Blocks until deadline
+ * (SHOAL_FOREVER: until the result), sending what is queued first. */
 SHOAL_API int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out,
 			      const shoal_value **result, int64_t deadline);
-/* Waits until some task not yet waited for has its result: *id. */
+/* Waits until some task not yet waited for has its result: *id. Blocks
+ * until deadline, as shoal_farm_wait. */
 SHOAL_API int shoal_farm_wait_any(shoal_farm *f, shoal_task *id, int64_t deadline);
 /* Waits until every task submitted so far has its result (they stay to
- * be taken with shoal_farm_wait). */
+ * be taken with shoal_farm_wait). Blocks until deadline. */
 SHOAL_API int shoal_farm_wait_all(shoal_farm *f, int64_t deadline);
 
 #ifdef __cplusplus

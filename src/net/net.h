@@ -1,17 +1,35 @@
 /* net: TCP for peers on other hosts (task engines and clients now, peer
  * daemons later). Listening and connecting; whole frames (wire.h headers)
  * over a stream, from a fiber (non-blocking, waiting in the poller) or
- * from a thread; and the shared-secret handshake that every TCP path goes
- * through before a byte of protocol: a peer that does not know the
- * secret can neither submit nor run anything.
+ * from a thread; the shared-secret handshake that every TCP path goes
+ * through before a byte of protocol (a peer that does not know the secret
+ * can neither submit nor run anything); and the secure channel every byte
+ * after it travels in.
  *
- * Handshake (K the secret, Ns and Nc 32 random bytes of each side):
- *   server -> client  "SHA1", version, Ns
- *   client -> server  "SHA1", proto, Nc, HMAC-SHA256(K, "shoal-client" Ns Nc proto)
+ * Handshake (K the secret, Ns and Nc 32 random bytes of each side, Fs and
+ * Fc 4 bytes of flags: bit 0, "this side may go without encryption"):
+ *   server -> client  "SHA1", version, Ns, Fs
+ *   client -> server  "SHA1", proto, Nc, Fc, HMAC-SHA256(K, "shoal-client" Ns Nc proto)
  *   server -> client  0 and HMAC-SHA256(K, "shoal-server" Nc Ns), or 1 and zeros
  * so each side proves it knows K without sending it, and a recorded
- * exchange cannot be replayed (fresh nonces). The link is not encrypted:
- * that is for a tunnel or a later TLS layer. */
+ * exchange cannot be replayed (fresh nonces).
+ *
+ * Channel (channel.c): then both sides derive, with HKDF-SHA256 keyed by K
+ * and salted with SHA-256 of the three messages as sent and received, an
+ * AES-256-GCM key and IV per direction, and every byte goes in records
+ * laid out as TLS 1.3's (a 5-byte header as additional data, the
+ * plaintext and a type byte, a 16-byte tag; the nonce is the IV xor the
+ * record's number). A changed, dropped, replayed, reordered or spliced
+ * record, or a changed handshake (the keys then differ), fails the
+ * record's tag: the channel is over (SHOAL_EBADMSG, sh_channel_error says
+ * what). The records are encrypted unless BOTH sides were told that the
+ * network is trusted (Fs and Fc bit 0); then they travel in clear, each
+ * still authenticated (GMAC: the same AEAD over no ciphertext). Since the
+ * records are TLS 1.3's byte for byte, kernel TLS (TCP_ULP "tls",
+ * TLS_TX/TLS_RX with tls12_crypto_info_aes_gcm_256: the key, the IV split
+ * into salt and iv, rec_seq 0) could take a channel over where the kernel
+ * has it; this one has not (no CONFIG_TLS), so records are sealed in user
+ * space, 16 of them a system call. */
 #ifndef SHOAL_NET_NET_H
 #define SHOAL_NET_NET_H
 
@@ -43,8 +61,13 @@ int sh_secret_load(unsigned char *buf, size_t *len, char *why, size_t whylen);
  * all addresses; PORT 0: any); bound gets "HOST:PORT" as bound. */
 int sh_tcp_listen(const char *hostport, int *fd, char *bound, size_t boundlen, char *why,
 		  size_t whylen);
-/* A connected, blocking TCP socket to "HOST:PORT", TCP_NODELAY. */
-int sh_tcp_connect(const char *hostport, int *fd, char *why, size_t whylen);
+/* A connected, blocking TCP socket to "HOST:PORT", TCP_NODELAY; blocks
+ * until deadline at most (SHOAL_ETIMEDOUT). */
+int sh_tcp_connect(const char *hostport, int *fd, int64_t deadline, char *why, size_t whylen);
+
+/* Waits until fd is ready for ev (SHOAL_FD_IN or SHOAL_FD_OUT) or
+ * deadline: in the poller (fiber) or in poll (a thread). */
+int sh_net_wait(int fd, unsigned ev, bool fiber, int64_t deadline);
 
 /* All n bytes of p to fd. fiber: fd is non-blocking and the caller a
  * fiber (waits in the poller); else fd blocks. */
@@ -71,15 +94,94 @@ int sh_stream_splice(int from, int to, const int pipefd[2], const void *head, si
 int sh_stream_read_frame(int fd, unsigned char **buf, size_t *cap, size_t *len, size_t max,
 			 bool fiber, int64_t deadline);
 
-/* The handshake. Server: a fiber on a non-blocking fd; *proto gets what
- * the client says it is. Client: a thread on a blocking fd. Either side
- * fails with SHOAL_EACCES when the other does not know the secret, and
- * why says so. */
-int sh_auth_server(int fd, const void *key, size_t klen, uint32_t *proto, char *why, size_t whylen);
-int sh_auth_client(int fd, const void *key, size_t klen, uint32_t proto, char *why, size_t whylen);
+/* A frame's header on a stream (wire.h): its length, and where the
+ * body's length lies in it. */
+#define SH_STREAM_FRAME_HDR 24
+#define SH_STREAM_FRAME_LEN_AT 20
+
+/* ---- the secure channel (channel.c) ---- */
+
+typedef struct sh_channel sh_channel;
+/* The most plaintext in one record (TLS's limit). */
+#define SH_CHANNEL_RECORD 16384
+
+/* A channel on the connected socket fd (which stays the caller's), after a
+ * handshake whose hash is transcript; server: which side this is. */
+int sh_channel_open(sh_channel **out, int fd, const void *key, size_t klen,
+		    const unsigned char transcript[32], bool server, bool encrypt);
+void sh_channel_free(sh_channel *ch);
+/* Bounds every wait once bytes are on the move (writing, or reading past
+ * a message's first byte) to ns without progress: a peer that stops
+ * taking or sending mid-way is SHOAL_ETIMEDOUT. 0 (the default): only the
+ * callers' deadlines. */
+void sh_channel_set_stall(sh_channel *ch, int64_t ns);
+int sh_channel_fd(const sh_channel *ch);
+bool sh_channel_encrypted(const sh_channel *ch);
+/* Why the channel failed (a record that failed its check), or "". */
+const char *sh_channel_error(const sh_channel *ch);
+
+/* The channel's writes and reads mirror sh_stream_*: fiber, the caller is
+ * a fiber (waits in the poller), else a thread (waits in poll). A write
+ * waits until deadline at most, and returns once the socket has every
+ * record; its SHOAL_ETIMEDOUT leaves the channel in step (call again with
+ * the same bytes to go on). A read's deadline bounds the wait for its
+ * first byte: once bytes of a message came, the rest must (else the
+ * stream is out of step and the channel fails). */
+int sh_channel_write(sh_channel *ch, const void *p, size_t n, bool fiber, int64_t deadline);
+int sh_channel_writev(sh_channel *ch, const sh_msg_part *parts, size_t n, bool fiber,
+		      int64_t deadline);
+/* In steps: from *done on, which it advances; without wait, SHOAL_EAGAIN
+ * once the socket takes no more (the caller comes back with the same
+ * bytes). */
+int sh_channel_write_part(sh_channel *ch, const void *p, size_t n, size_t *done, bool wait,
+			  bool fiber, int64_t deadline);
+int sh_channel_writev_part(sh_channel *ch, const sh_msg_part *parts, size_t n, size_t *done,
+			   bool wait, bool fiber, int64_t deadline);
+/* Exactly n bytes; SHOAL_ECLOSED when the stream ends first (between
+ * records), SHOAL_EBADMSG when a record fails its check. */
+int sh_channel_read(sh_channel *ch, void *p, size_t n, bool fiber, int64_t deadline);
+/* One frame, as sh_stream_read_frame; deadline bounds the wait for its
+ * first byte. */
+int sh_channel_read_frame(sh_channel *ch, unsigned char **buf, size_t *cap, size_t *len, size_t max,
+			  bool fiber, int64_t deadline);
+/* The opened plaintext at hand (waiting for a record if none): *n bytes
+ * at *p, valid until the next read; consume takes k of them. */
+int sh_channel_peek(sh_channel *ch, const unsigned char **p, size_t *n, bool fiber,
+		    int64_t deadline);
+void sh_channel_consume(sh_channel *ch, size_t k);
+/* Whether opened plaintext waits to be read (the socket may then have
+ * nothing to poll for). */
+bool sh_channel_pending(const sh_channel *ch);
+/* sh_stream_splice over channels: head, n bytes from from, tail, to to.
+ * Each record is opened and sealed again for to (the two links have their
+ * own keys); a fiber. */
+int sh_channel_relay(sh_channel *from, sh_channel *to, const void *head, size_t hlen, uint64_t n,
+		     const void *tail, size_t tlen, uint64_t *taken, int *failed);
+/* Opens the record rec of len bytes in place (the next one expected):
+ * *plain bytes of plaintext at rec + 5. For the fuzzer. */
+int sh_channel_open_record(sh_channel *ch, unsigned char *rec, size_t len, size_t *plain);
+
+/* ---- the handshake ---- */
+
+/* Where a handshake may take at most this long. */
+#define SH_AUTH_TIMEOUT_NS 5000000000LL
+
+/* Server: a fiber on a non-blocking fd, at most SH_AUTH_TIMEOUT_NS; *proto
+ * gets what the client says it is. Client: a thread on a blocking fd,
+ * until deadline. plain: this side may go without encryption (an
+ * explicit option: a trusted network). Either side fails with SHOAL_EACCES
+ * when the other does not know the secret, and why says so; on success
+ * *ch is the channel for everything after. */
+int sh_auth_server(int fd, const void *key, size_t klen, bool plain, uint32_t *proto,
+		   sh_channel **ch, char *why, size_t whylen);
+int sh_auth_client(int fd, const void *key, size_t klen, uint32_t proto, bool plain,
+		   int64_t deadline, sh_channel **ch, char *why, size_t whylen);
 /* A client's whole way in: the secret from the environment
  * (sh_secret_load), a connection to "HOST:PORT" and the handshake as
- * proto. *fd is -1 on failure. */
-int sh_tcp_connect_auth(const char *hostport, uint32_t proto, int *fd, char *why, size_t whylen);
+ * proto, until deadline. "HOST:PORT?encrypt=false" asks to go without
+ * encryption (only if the server was told so too). *fd is -1 and *ch NULL
+ * on failure. */
+int sh_tcp_connect_auth(const char *hostport, uint32_t proto, int64_t deadline, int *fd,
+			sh_channel **ch, char *why, size_t whylen);
 
 #endif

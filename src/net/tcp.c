@@ -1,5 +1,5 @@
 /* TCP streams: listening and connecting, frames over a stream, and the
- * shared-secret handshake (see net.h). */
+ * shared-secret handshake that opens the secure channel (see net.h). */
 #include "net/net.h"
 
 #include <shoal/fiber.h>
@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/evp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,9 +21,10 @@
 #include <unistd.h>
 
 #define AUTH_MAGIC 0x31414853u /* "SHA1" */
-#define AUTH_VERSION 1
-#define FRAME_HDR 24
-#define FRAME_LEN_AT 20
+#define AUTH_VERSION 2
+#define AUTH_PLAIN 1u /* flag: this side may go without encryption */
+#define FRAME_HDR SH_STREAM_FRAME_HDR
+#define FRAME_LEN_AT SH_STREAM_FRAME_LEN_AT
 
 int sh_secret_load(unsigned char *buf, size_t *len, char *why, size_t whylen)
 {
@@ -116,7 +118,51 @@ int sh_tcp_listen(const char *hostport, int *fd, char *bound, size_t boundlen, c
 	return rc;
 }
 
-int sh_tcp_connect(const char *hostport, int *fd, char *why, size_t whylen)
+int sh_net_wait(int fd, unsigned ev, bool fiber, int64_t deadline)
+{
+	if (fiber)
+		return shoal_fd_wait(fd, ev, deadline, NULL);
+	for (;;) {
+		int ms = -1;
+		if (deadline != SHOAL_FOREVER) {
+			int64_t left = deadline - shoal_now_ns();
+			if (left <= 0)
+				return SHOAL_ETIMEDOUT;
+			ms = left / 1000000 + 1 > 3600000 ? 3600000 : (int)(left / 1000000 + 1);
+		}
+		struct pollfd p = {.fd = fd, .events = ev == SHOAL_FD_OUT ? POLLOUT : POLLIN};
+		int r = poll(&p, 1, ms);
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return shoal_errno();
+	}
+}
+
+/* connect() that gives up at deadline. */
+static int connect_until(int s, const struct sockaddr *a, socklen_t al, int64_t deadline)
+{
+	int fl = fcntl(s, F_GETFL);
+	if (fl < 0 || fcntl(s, F_SETFL, fl | O_NONBLOCK) != 0)
+		return shoal_errno();
+	int rc = 0;
+	if (connect(s, a, al) != 0) {
+		if (errno != EINPROGRESS)
+			return shoal_errno();
+		int err = 0;
+		socklen_t el = sizeof(err);
+		if ((rc = sh_net_wait(s, SHOAL_FD_OUT, false, deadline)) == 0 &&
+		    getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err) {
+			errno = err;
+			rc = shoal_errno();
+		}
+	}
+	if (rc == 0 && fcntl(s, F_SETFL, fl) != 0)
+		rc = shoal_errno();
+	return rc;
+}
+
+int sh_tcp_connect(const char *hostport, int *fd, int64_t deadline, char *why, size_t whylen)
 {
 	char host[256], port[32];
 	if (split(hostport, host, sizeof(host), port, sizeof(port)) || !host[0]) {
@@ -134,15 +180,15 @@ int sh_tcp_connect(const char *hostport, int *fd, char *why, size_t whylen)
 		int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
 		if (s < 0)
 			continue;
-		if (connect(s, a->ai_addr, a->ai_addrlen) == 0) {
+		if ((rc = connect_until(s, a->ai_addr, a->ai_addrlen, deadline)) == 0) {
 			int one = 1;
 			setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 			*fd = s;
-			rc = 0;
 			break;
 		}
-		rc = shoal_errno();
-		snprintf(why, whylen, "connecting to %s: %s", hostport, strerror(errno));
+		snprintf(why, whylen, "connecting to %s: %s", hostport,
+			 rc == SHOAL_ETIMEDOUT ? "no answer before the deadline"
+					       : shoal_strerror(rc));
 		close(s);
 	}
 	freeaddrinfo(res);
@@ -224,7 +270,7 @@ int sh_stream_writev(int fd, const sh_msg_part *parts, size_t n, bool fiber)
 static int read_full(int fd, unsigned char *p, size_t n, bool fiber, int64_t deadline, bool *any)
 {
 	while (n) {
-		ssize_t k = recv(fd, p, n, fiber ? 0 : MSG_WAITALL);
+		ssize_t k = recv(fd, p, n, MSG_DONTWAIT);
 		if (k > 0) {
 			p += k, n -= (size_t)k;
 			*any = true;
@@ -236,11 +282,9 @@ static int read_full(int fd, unsigned char *p, size_t n, bool fiber, int64_t dea
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return errno == ECONNRESET ? SHOAL_ECLOSED : shoal_errno();
-		if (fiber) {
-			int rc = shoal_fd_wait(fd, SHOAL_FD_IN, deadline, NULL);
-			if (rc)
-				return rc;
-		}
+		int rc = sh_net_wait(fd, SHOAL_FD_IN, fiber, deadline);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }
@@ -399,27 +443,49 @@ static bool same(const unsigned char *a, const unsigned char *b, size_t n)
 	return d == 0;
 }
 
-int sh_auth_server(int fd, const void *key, size_t klen, uint32_t *proto, char *why, size_t whylen)
+/* SHA-256 of the handshake's three messages, as this side saw them. */
+static int transcript(const unsigned char *hello, size_t hl, const unsigned char *answer, size_t al,
+		      const unsigned char *verdict, size_t vl, unsigned char out[32])
 {
-	unsigned char hello[40], answer[72], verdict[36] = {0}, want[32];
-	uint32_t magic = AUTH_MAGIC, version = AUTH_VERSION;
+	EVP_MD_CTX *m = EVP_MD_CTX_new();
+	unsigned int n = 0;
+	int ok = m && EVP_DigestInit_ex(m, EVP_sha256(), NULL) == 1 &&
+		 EVP_DigestUpdate(m, hello, hl) == 1 && EVP_DigestUpdate(m, answer, al) == 1 &&
+		 EVP_DigestUpdate(m, verdict, vl) == 1 && EVP_DigestFinal_ex(m, out, &n) == 1;
+	EVP_MD_CTX_free(m);
+	return ok && n == 32 ? 0 : SHOAL_EIO;
+}
+
+#define HELLO_LEN 44
+#define ANSWER_LEN 76
+#define VERDICT_LEN 36
+
+int sh_auth_server(int fd, const void *key, size_t klen, bool plain, uint32_t *proto,
+		   sh_channel **ch, char *why, size_t whylen)
+{
+	unsigned char hello[HELLO_LEN], answer[ANSWER_LEN], verdict[VERDICT_LEN] = {0}, want[32];
+	uint32_t magic = AUTH_MAGIC, version = AUTH_VERSION, flags = plain ? AUTH_PLAIN : 0, theirs;
+	int64_t deadline = shoal_deadline_in(SH_AUTH_TIMEOUT_NS);
+	*ch = NULL;
 	memcpy(hello, &magic, 4);
 	memcpy(hello + 4, &version, 4);
+	memcpy(hello + 40, &flags, 4);
 	int rc = random_bytes(hello + 8, 32);
 	bool any = false;
 	if (rc == 0)
 		rc = sh_stream_write(fd, hello, sizeof(hello), true);
 	if (rc == 0)
-		rc = read_full(fd, answer, sizeof(answer), true, shoal_deadline_in(5000000000LL),
-			       &any);
+		rc = read_full(fd, answer, sizeof(answer), true, deadline, &any);
 	if (rc) {
-		snprintf(why, whylen, "no handshake: %s", shoal_strerror(rc));
+		snprintf(why, whylen, "no handshake: %s",
+			 rc == SHOAL_ETIMEDOUT ? "nothing within 5 s" : shoal_strerror(rc));
 		return rc;
 	}
 	memcpy(&magic, answer, 4);
 	memcpy(proto, answer + 4, 4);
+	memcpy(&theirs, answer + 40, 4);
 	mac(key, klen, "shoal-client", hello + 8, answer + 8, proto, want);
-	if (magic != AUTH_MAGIC || !same(want, answer + 40, 32)) {
+	if (magic != AUTH_MAGIC || !same(want, answer + 44, 32)) {
 		uint32_t no = 1;
 		memcpy(verdict, &no, 4);
 		sh_stream_write(fd, verdict, sizeof(verdict), true);
@@ -428,33 +494,48 @@ int sh_auth_server(int fd, const void *key, size_t klen, uint32_t *proto, char *
 		return SHOAL_EACCES;
 	}
 	mac(key, klen, "shoal-server", answer + 8, hello + 8, NULL, verdict + 4);
-	return sh_stream_write(fd, verdict, sizeof(verdict), true);
+	unsigned char th[32];
+	bool encrypt = !(plain && (theirs & AUTH_PLAIN));
+	if ((rc = sh_stream_write(fd, verdict, sizeof(verdict), true)) != 0 ||
+	    (rc = transcript(hello, sizeof(hello), answer, sizeof(answer), verdict, sizeof(verdict),
+			     th)) != 0 ||
+	    (rc = sh_channel_open(ch, fd, key, klen, th, true, encrypt)) != 0)
+		snprintf(why, whylen, "handshake: %s", shoal_strerror(rc));
+	return rc;
 }
 
-int sh_auth_client(int fd, const void *key, size_t klen, uint32_t proto, char *why, size_t whylen)
+int sh_auth_client(int fd, const void *key, size_t klen, uint32_t proto, bool plain,
+		   int64_t deadline, sh_channel **ch, char *why, size_t whylen)
 {
-	unsigned char hello[40], answer[72], verdict[36], want[32];
+	unsigned char hello[HELLO_LEN], answer[ANSWER_LEN], verdict[VERDICT_LEN], want[32];
 	bool any = false;
-	int rc = read_full(fd, hello, sizeof(hello), false, SHOAL_FOREVER, &any);
-	uint32_t magic, version;
+	*ch = NULL;
+	int rc = read_full(fd, hello, sizeof(hello), false, deadline, &any);
+	uint32_t magic, version, flags = plain ? AUTH_PLAIN : 0, theirs;
 	if (rc) {
-		snprintf(why, whylen, "no handshake from the server: %s", shoal_strerror(rc));
+		snprintf(why, whylen, "no handshake from the server: %s",
+			 rc == SHOAL_ETIMEDOUT ? "it said nothing before the deadline"
+					       : shoal_strerror(rc));
 		return rc;
 	}
 	memcpy(&magic, hello, 4);
 	memcpy(&version, hello + 4, 4);
+	memcpy(&theirs, hello + 40, 4);
 	if (magic != AUTH_MAGIC || version != AUTH_VERSION) {
 		snprintf(why, whylen, "the server is not a shoal peer of version %d", AUTH_VERSION);
 		return SHOAL_EPROTO;
 	}
 	memcpy(answer, &magic, 4);
 	memcpy(answer + 4, &proto, 4);
+	memcpy(answer + 40, &flags, 4);
 	if ((rc = random_bytes(answer + 8, 32)) != 0)
 		return rc;
-	mac(key, klen, "shoal-client", hello + 8, answer + 8, &proto, answer + 40);
+	mac(key, klen, "shoal-client", hello + 8, answer + 8, &proto, answer + 44);
 	if ((rc = sh_stream_write(fd, answer, sizeof(answer), false)) != 0 ||
-	    (rc = read_full(fd, verdict, sizeof(verdict), false, SHOAL_FOREVER, &any)) != 0) {
-		snprintf(why, whylen, "handshake: %s", shoal_strerror(rc));
+	    (rc = read_full(fd, verdict, sizeof(verdict), false, deadline, &any)) != 0) {
+		snprintf(why, whylen, "handshake: %s",
+			 rc == SHOAL_ETIMEDOUT ? "no verdict from the server before the deadline"
+					       : shoal_strerror(rc));
 		return rc == SHOAL_ECLOSED ? SHOAL_EACCES : rc;
 	}
 	uint32_t status;
@@ -468,20 +549,43 @@ int sh_auth_client(int fd, const void *key, size_t klen, uint32_t proto, char *w
 		snprintf(why, whylen, "the server does not know the secret");
 		return SHOAL_EACCES;
 	}
-	return 0;
+	unsigned char th[32];
+	bool encrypt = !(plain && (theirs & AUTH_PLAIN));
+	if ((rc = transcript(hello, sizeof(hello), answer, sizeof(answer), verdict, sizeof(verdict),
+			     th)) != 0 ||
+	    (rc = sh_channel_open(ch, fd, key, klen, th, false, encrypt)) != 0)
+		snprintf(why, whylen, "handshake: %s", shoal_strerror(rc));
+	return rc;
 }
 
-int sh_tcp_connect_auth(const char *hostport, uint32_t proto, int *fd, char *why, size_t whylen)
+int sh_tcp_connect_auth(const char *hostport, uint32_t proto, int64_t deadline, int *fd,
+			sh_channel **ch, char *why, size_t whylen)
 {
 	unsigned char key[SH_SECRET_MAX];
+	char addr[300];
 	size_t klen = 0;
+	bool plain = false;
 	*fd = -1;
+	*ch = NULL;
+	const char *q = strchr(hostport, '?');
+	if (q && strcmp(q, "?encrypt=false") != 0 && strcmp(q, "?encrypt=true") != 0) {
+		snprintf(why, whylen, "'%s': the only option after '?' is encrypt=true|false", q);
+		return SHOAL_EINVAL;
+	}
+	plain = q && !strcmp(q, "?encrypt=false");
+	size_t hl = q ? (size_t)(q - hostport) : strlen(hostport);
+	if (hl >= sizeof(addr)) {
+		snprintf(why, whylen, "'%s': too long for HOST:PORT", hostport);
+		return SHOAL_EINVAL;
+	}
+	memcpy(addr, hostport, hl);
+	addr[hl] = 0;
 	int rc = sh_secret_load(key, &klen, why, whylen);
-	if (rc == 0 && (rc = sh_tcp_connect(hostport, fd, why, whylen)) == 0 &&
-	    (rc = sh_auth_client(*fd, key, klen, proto, why, whylen)) != 0) {
+	if (rc == 0 && (rc = sh_tcp_connect(addr, fd, deadline, why, whylen)) == 0 &&
+	    (rc = sh_auth_client(*fd, key, klen, proto, plain, deadline, ch, why, whylen)) != 0) {
 		close(*fd);
 		*fd = -1;
 	}
-	memset(key, 0, sizeof(key));
+	OPENSSL_cleanse(key, sizeof(key));
 	return rc;
 }

@@ -8,6 +8,7 @@
  * Arguments and results are forwarded as the bytes their sender encoded;
  * the controller reads only ids, options and statuses (proto.h). */
 #include "net/net.h"
+#include "shm/shm.h"
 #include "tasks/proto.h"
 
 #include <shoal/fiber.h>
@@ -58,6 +59,7 @@ struct tk_task {
 	uint32_t retries;
 	int32_t engine_want; /* -1: any */
 	int64_t deadline;    /* absolute; 0: none */
+	uint64_t seq;	     /* its place in its engine's stream of RUN entries (1, 2, ...) */
 	uint32_t unmet;	     /* dependencies not done yet (it waits in their lists) */
 	uint32_t writing;    /* writers sending its bytes by reference right now */
 	uint64_t *follow;    /* the client's ids it must run beside (where they ran) */
@@ -75,18 +77,17 @@ typedef struct tk_queue {
 typedef struct tk_conn {
 	shoal_controller *ctl;
 	sh_link l;
-	int tcp;       /* a peer over TCP: its socket (then l is unused); else -1 */
-	char peer[96]; /* its address, for messages */
+	int tcp;	/* a peer over TCP: its socket (then l is unused); else -1 */
+	sh_channel *ch; /* and the secure channel on it, which all its bytes go through */
+	char peer[96];	/* its address, for messages */
 	pid_t pid;
 	uint32_t num; /* engines: 0, 1, 2 ...; clients: 1, 2, ... */
 	bool engine, gone, kick_pending;
 	bool shut; /* its traffic is over (conn_shut) */
 	/* the right to write to it, a token that the writer fiber and relays
-	 * pass around; relays using it (it is freed only once they are done);
-	 * a client's pipe for relays from its socket */
+	 * pass around; relays using it (it is freed only once they are done) */
 	shoal_chan *turn;
 	uint32_t users;
-	int pipe[2];
 	shoal_chan *kick;
 	shoal_fiber *writer, *watcher;
 	unsigned char *in;
@@ -101,8 +102,17 @@ struct tk_engine {
 	tk_task **pinned;
 	uint32_t npinned, cap_pinned;
 	tk_queue outbox;   /* assigned, not sent yet */
-	uint32_t inflight; /* assigned and not answered */
+	uint32_t inflight; /* assigned and not answered: at most the window */
 	uint64_t last;	   /* lru: when it was last given a task */
+	tk_queue waiting;  /* tasks for this engine alone, waiting for room in its window */
+	/* RUN entries sent (the last one's seq), and the last the engine said
+	 * it started: those after it never ran. An engine on this host says
+	 * so in a page it shares with us (page[0]), one over TCP in STARTED
+	 * frames. The page's other words are slots where we drop entries it
+	 * has not started (SH_TASKS_PAGE). */
+	uint64_t seq_out, started;
+	_Atomic uint64_t *page;
+	size_t page_len;
 };
 
 /* Tasks waiting for one task of their client. */
@@ -146,7 +156,9 @@ struct shoal_controller {
 	size_t spare_bytes, held; /* in those; in buffers tasks hold */
 	uint32_t nheld;		  /* those buffers */
 	int64_t last_hold;	  /* when one was last let go */
-	tk_queue pending;	  /* no engine can take them yet */
+	tk_queue pending;	  /* no engine can take them yet (none, or not theirs) */
+	tk_queue backlog;	  /* for any engine, waiting for room in a window */
+	uint32_t window;	  /* tasks an engine holds at most */
 	bool stopping;
 	/* read by other threads */
 	_Atomic uint32_t n_engines, n_clients;
@@ -245,12 +257,18 @@ static void give(shoal_controller *ctl, tk_task *t, tk_engine *e, bool sent)
 	atomic_fetch_add_explicit(&ctl->n_running, 1, memory_order_relaxed);
 }
 
-/* The reverse: t is no engine's (it goes elsewhere, or nowhere). */
+static void fill(shoal_controller *ctl, tk_engine *e);
+
+/* The reverse: t is no engine's (it goes elsewhere, or nowhere); its
+ * engine has room for the next. */
 static void take_back(shoal_controller *ctl, tk_task *t)
 {
-	t->on->inflight--;
+	tk_engine *e = t->on;
+	e->inflight--;
 	t->on = NULL;
+	t->seq = 0;
 	atomic_fetch_sub_explicit(&ctl->n_running, 1, memory_order_relaxed);
+	fill(ctl, e);
 }
 
 /* Takes t off the books; a queue it is in frees it when it comes out. */
@@ -323,10 +341,12 @@ static uint64_t rnd(shoal_controller *ctl)
 	return x * 0x2545F4914F6CDD1DULL;
 }
 
-/* Whether engine e may run t (it asked for one engine, or any). */
+/* Whether engine e may take t now: t asked for it, or for any, and its
+ * window has room. */
 static bool may_run(const tk_task *t, const tk_engine *e)
 {
-	return t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num;
+	return (t->engine_want < 0 || (uint32_t)t->engine_want == e->c.num) &&
+	       e->inflight < e->c.ctl->window;
 }
 
 /* The engine t goes to, by the scheme, or NULL (none can take it now). */
@@ -395,19 +415,49 @@ static tk_engine *pick(shoal_controller *ctl, const tk_task *t)
 	}
 }
 
-/* Gives t to an engine, into its outbox (its writer is kicked), or
- * queues it until one can take it. */
+/* Gives t to an engine with room in its window, into its outbox (its
+ * writer is kicked), or queues it: in the backlog (any engine), in its
+ * engine's waiting queue, or pending (no engine of the number it wants). */
 static void assign(shoal_controller *ctl, tk_task *t)
 {
 	tk_engine *e = pick(ctl, t);
 	if (!e) {
-		q_push(&ctl->pending, t);
+		tk_queue *q = &ctl->pending;
+		if (t->engine_want < 0)
+			q = &ctl->backlog;
+		else
+			for (tk_engine *g = ctl->engines; g; g = g->next)
+				if (g->c.num == (uint32_t)t->engine_want)
+					q = &g->waiting;
+		q_push(q, t);
 		atomic_fetch_add_explicit(&ctl->n_queued, 1, memory_order_relaxed);
 		return;
 	}
 	give(ctl, t, e, false);
 	q_push(&e->outbox, t);
 	kick(&e->c);
+}
+
+/* Engine e has room: tasks waiting for it alone, then the backlog's. */
+static void fill(shoal_controller *ctl, tk_engine *e)
+{
+	bool gave = false;
+	while (e->inflight < ctl->window && !e->c.gone) {
+		tk_task *t = q_pop(&e->waiting);
+		if (!t && !(t = q_pop(&ctl->backlog)))
+			break;
+		if (t->over) { /* answered or dropped while it waited */
+			if (!t->writing && !t->unmet)
+				task_free(t);
+			continue;
+		}
+		atomic_fetch_sub_explicit(&ctl->n_queued, 1, memory_order_relaxed);
+		give(ctl, t, e, false);
+		q_push(&e->outbox, t);
+		gave = true;
+	}
+	if (gave)
+		kick(&e->c);
 }
 
 /* Tasks that waited for an engine try again (one connected). */
@@ -689,20 +739,39 @@ static tk_task *sweep_next(tk_sweep *w)
 	return NULL;
 }
 
-static bool unsent_of(const tk_task *t, const void *client)
+/* Whether t may be dropped: not sent yet, or sent to an engine on this
+ * host that has not started it (we take it out of its window). */
+static bool droppable(const tk_task *t)
 {
-	return t->client == client && !t->sent;
+	if (!t->sent)
+		return true;
+	tk_engine *e = t->on;
+	return e && e->page && t->seq &&
+	       t->seq > atomic_load_explicit(&e->page[0], memory_order_acquire);
 }
 
-/* The client went: what it queued is dropped, what runs is answered to
- * nobody. */
+static bool droppable_of(const tk_task *t, const void *client)
+{
+	return t->client == client && droppable(t);
+}
+
+/* The client went: what it queued is dropped, and what engines on this
+ * host hold of it and have not started (an engine over TCP runs what it
+ * holds: its window at most); what runs is answered to nobody. */
 static void client_gone(shoal_controller *ctl, tk_client *c)
 {
 	tk_sweep w;
 	uint64_t dropped = 0;
-	sweep_begin(&w, ctl, unsent_of, c);
-	for (tk_task *t; (t = sweep_next(&w)) != NULL; dropped++)
+	sweep_begin(&w, ctl, droppable_of, c);
+	for (tk_task *t; (t = sweep_next(&w)) != NULL; dropped++) {
+		if (t->sent) { /* the engine skips it: it finds its number in the slot */
+			tk_engine *e = t->on;
+			size_t nslots = e->page_len / 8 - 1;
+			atomic_store_explicit(&e->page[1 + t->seq % nslots], t->seq,
+					      memory_order_release);
+		}
 		forget(ctl, t);
+	}
 	/* what runs is answered to nobody */
 	size_t it = 0;
 	uint64_t key;
@@ -764,6 +833,22 @@ static int on_done(tk_engine *e, const sh_frame *f)
 	return sh_mp_done(&m) == 0 ? 0 : SHOAL_EPROTO;
 }
 
+/* A STARTED frame of an engine over TCP: [seq], the RUN entry it starts
+ * now (it says so before). */
+static int on_started(tk_engine *e, const sh_frame *f)
+{
+	sh_mp m;
+	uint32_t n;
+	uint64_t seq;
+	sh_mp_init(&m, e->c.in + SH_FRAME_HDR, f->body_len);
+	if (f->oob || sh_mp_array(&m, &n) || n != 1 || sh_mp_uint(&m, &seq) || sh_mp_done(&m) ||
+	    seq > e->seq_out)
+		return SHOAL_EPROTO;
+	if (seq > e->started)
+		e->started = seq;
+	return 0;
+}
+
 /* How the engine process ended, when it is a child of this process. It
  * is looked at, not reaped (WNOWAIT): whoever spawned it waits for it, as
  * for any child of theirs. */
@@ -805,6 +890,11 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 		}
 	char how[96];
 	engine_end(e->c.pid, how, sizeof(how));
+	if (e->page)
+		e->started = atomic_load_explicit(&e->page[0], memory_order_acquire);
+	/* Tasks waiting for this engine alone wait for one of its number. */
+	for (tk_task *t; (t = q_pop(&e->waiting)) != NULL;)
+		q_push(&ctl->pending, t);
 	/* The outbox first: those never ran. */
 	for (tk_task *t; (t = q_pop(&e->outbox)) != NULL;) {
 		if (t->over) {
@@ -814,11 +904,22 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 		take_back(ctl, t);
 		assign(ctl, t);
 	}
-	/* Then those it had. */
+	/* Then those it had: the ones it never started go elsewhere as they
+	 * are (retries count runs); those it started, while retries last. */
 	tk_sweep w;
+	uint64_t again = 0;
 	sweep_begin(&w, ctl, runs_on, e);
 	for (tk_task *t; (t = sweep_next(&w)) != NULL;) {
-		if (t->retries > 0) {
+		if ((t->seq == 0 || t->seq > e->started) && t->raw) {
+			take_back(ctl, t);
+			again++;
+			assign(ctl, t);
+		} else if (t->seq == 0 || t->seq > e->started) {
+			fail(ctl, t, SHOAL_EENGINE,
+			     "engine %u (%s) %s before it started the task, whose arguments were "
+			     "relayed to it, not kept",
+			     e->c.num, e->c.peer, how);
+		} else if (t->retries > 0) {
 			t->retries--;
 			take_back(ctl, t);
 			atomic_fetch_add_explicit(&ctl->n_retried, 1, memory_order_relaxed);
@@ -828,7 +929,8 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 			     e->c.peer, how);
 		}
 	}
-	sh_info("tasks", "engine %u (%s) %s", e->c.num, e->c.peer, how);
+	sh_info("tasks", "engine %u (%s) %s; %llu tasks it had not started go elsewhere", e->c.num,
+		e->c.peer, how, (unsigned long long)again);
 	for (tk_engine *o = ctl->engines; o; o = o->next)
 		kick(&o->c);
 }
@@ -837,15 +939,15 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 
 static int conn_send(tk_conn *c, const void *p, size_t n)
 {
-	return c->tcp >= 0 ? sh_stream_write(c->tcp, p, n, true)
+	return c->tcp >= 0 ? sh_channel_write(c->ch, p, n, true, SHOAL_FOREVER)
 			   : sh_msg_write(&c->l.down, p, n, SHOAL_FOREVER);
 }
 
 static int conn_read(tk_conn *c, size_t *len)
 {
 	size_t got = 0;
-	return c->tcp >= 0 ? sh_stream_read_frame(c->tcp, &c->in, &c->in_cap, len, SH_TASKS_MSG_MAX,
-						  true, SHOAL_FOREVER)
+	return c->tcp >= 0 ? sh_channel_read_frame(c->ch, &c->in, &c->in_cap, len, SH_TASKS_MSG_MAX,
+						   true, SHOAL_FOREVER)
 			   : sh_msg_read_part(&c->l.up, &c->in, &c->in_cap, &got, len,
 					      SH_TASKS_MSG_MAX, SHOAL_FOREVER);
 }
@@ -901,6 +1003,7 @@ static int engine_flush(tk_engine *e)
 				continue;
 			}
 			t->sent = true; /* a retry sends it again */
+			t->seq = ++e->seq_out;
 			msgpack_pack_array(&pk, 4);
 			msgpack_pack_uint64(&pk, t->tid);
 			msgpack_pack_uint64(&pk, owner_of(t));
@@ -920,7 +1023,8 @@ static int engine_flush(tk_engine *e)
 			const sh_msg_part *parts;
 			uint32_t np;
 			if ((rc = sh_wbuf_gather(w, &parts, &np)) == 0)
-				rc = e->c.tcp >= 0 ? sh_stream_writev(e->c.tcp, parts, np, true)
+				rc = e->c.tcp >= 0 ? sh_channel_writev(e->c.ch, parts, np, true,
+								       SHOAL_FOREVER)
 						   : sh_msg_write_parts(&e->c.l.down, parts, np,
 									SHOAL_FOREVER);
 		} else if (rc == 0 && n) {
@@ -1010,10 +1114,8 @@ static void conn_fini(tk_conn *c)
 		shoal_chan_destroy(c->kick);
 	if (c->turn)
 		shoal_chan_destroy(c->turn);
-	for (int i = 0; i < 2; i++)
-		if (c->pipe[i] >= 0)
-			close(c->pipe[i]);
 	sh_link_fini(&c->l);
+	sh_channel_free(c->ch);
 	if (c->tcp >= 0) {
 		shoal_fd_forget(c->tcp);
 		close(c->tcp);
@@ -1051,36 +1153,40 @@ static tk_frame *hold_get(shoal_controller *ctl, size_t n)
 	return fr;
 }
 
-/* Reads and drops n bytes of a stream. */
-static int discard(int fd, uint64_t n)
+/* Reads and drops n bytes of a channel. */
+static int discard(sh_channel *ch, uint64_t n)
 {
-	unsigned char junk[16384];
-	int rc = 0;
-	for (size_t k; rc == 0 && n; n -= k) {
-		k = n < sizeof(junk) ? (size_t)n : sizeof(junk);
-		rc = sh_stream_read(fd, junk, k, true);
+	for (; n;) {
+		const unsigned char *p;
+		size_t k;
+		int rc = sh_channel_peek(ch, &p, &k, true, SHOAL_FOREVER);
+		if (rc)
+			return rc;
+		k = n < k ? (size_t)n : k;
+		sh_channel_consume(ch, k);
+		n -= k;
 	}
-	return rc;
+	return 0;
 }
 
 /* Writes n zero bytes: the rest of a task whose client went on the way. */
-static int pad(int fd, uint64_t n)
+static int pad(sh_channel *ch, uint64_t n)
 {
 	static const unsigned char zero[16384];
 	int rc = 0;
 	for (size_t k; rc == 0 && n; n -= k) {
 		k = n < sizeof(zero) ? (size_t)n : sizeof(zero);
-		rc = sh_stream_write(fd, zero, k, true);
+		rc = sh_channel_write(ch, zero, k, true, SHOAL_FOREVER);
 	}
 	return rc;
 }
 
-/* Passes the n bytes of t's fn and args from its client's socket on to
- * engine e's, spliced through the client's pipe: they never enter this
- * process. Over when the bytes are through; an engine that goes on the
- * way fails t (which has no retries: nothing is kept to send again) and
- * the rest of the bytes are dropped; a client that goes on the way
- * leaves the engine a task padded with zeros and a verdict of 0. */
+/* Passes the n bytes of t's fn and args from its client's channel on to
+ * engine e's as they come, record by record (opened and sealed again:
+ * each link has its own keys), without holding them. Over when the bytes are through; an engine
+ * that goes on the way fails t (which has no retries: nothing is kept to send again) and the rest
+ * of the bytes are dropped; a client that goes on the way leaves the engine a task padded with
+ * zeros and a verdict of 0. */
 static int relay(tk_client *c, tk_engine *e, tk_task *t, uint64_t n)
 {
 	shoal_controller *ctl = c->c.ctl;
@@ -1089,6 +1195,8 @@ static int relay(tk_client *c, tk_engine *e, tk_task *t, uint64_t n)
 	e->c.users++;
 	int crc = 0, erc = take_turn(&e->c);
 	bool turn = erc == 0;
+	if (turn)
+		t->seq = ++e->seq_out; /* its entry is next in the engine's stream */
 	sh_wbuf w;
 	sh_wbuf_init(&w);
 	if (erc == 0) {
@@ -1102,32 +1210,21 @@ static int relay(tk_client *c, tk_engine *e, tk_task *t, uint64_t n)
 		w.oob_bytes = n + 8; /* declared; they come from the client */
 		erc = sh_tk_batch_end(&w, 1, SH_TK_RUN);
 	}
-	if (erc == 0 && c->c.pipe[0] < 0) {
-		if (pipe2(c->c.pipe, O_NONBLOCK | O_CLOEXEC) != 0)
-			erc = shoal_errno();
-		else
-			fcntl(c->c.pipe[1], F_SETPIPE_SZ, 1 << 20); /* fewer, larger steps */
-	}
-	/* the frame, the bytes and the verdict go as one stream of pages */
+	/* the frame, the bytes and the verdict go as one stream of records */
 	uint64_t taken = 0, verdict = SH_TK_RUN_IT;
 	if (erc == 0) {
 		int failed;
-		int rc = sh_stream_splice(c->c.tcp, e->c.tcp, c->c.pipe, w.p, w.len, n, &verdict, 8,
-					  &taken, &failed);
-		if (rc && failed == 2) {
-			close(c->c.pipe[0]);
-			close(c->c.pipe[1]);
-			c->c.pipe[0] = c->c.pipe[1] = -1;
-		}
+		int rc = sh_channel_relay(c->c.ch, e->c.ch, w.p, w.len, n, &verdict, 8, &taken,
+					  &failed);
 		*(failed == 1 ? &crc : &erc) = rc;
 	}
 	sh_wbuf_fini(&w);
 	if (crc == 0 && taken < n)
-		crc = discard(c->c.tcp, n - taken); /* the engine failed first */
+		crc = discard(c->c.ch, n - taken); /* the engine failed first */
 	else if (crc && erc == 0) {
 		verdict = 0; /* the client went: the engine runs nothing */
-		if ((erc = pad(e->c.tcp, n - taken)) == 0)
-			erc = sh_stream_write(e->c.tcp, &verdict, 8, true);
+		if ((erc = pad(e->c.ch, n - taken)) == 0)
+			erc = sh_channel_write(e->c.ch, &verdict, 8, true, SHOAL_FOREVER);
 	}
 	if (turn)
 		give_turn(&e->c);
@@ -1170,14 +1267,14 @@ static int on_large(tk_client *c, const sh_frame *f)
 		if (e && e->c.tcp >= 0 && !e->c.shut)
 			return relay(c, e, t, v.call_len);
 		if (!t)
-			return discard(c->c.tcp, v.call_len); /* failed early */
-		t->writing++;				      /* while it waits for its bytes */
+			return discard(c->c.ch, v.call_len); /* failed early */
+		t->writing++;				     /* while it waits for its bytes */
 	}
 	tk_frame *fr = hold_get(ctl, v.call_len);
 	if (!fr)
 		rc = SHOAL_ENOMEM;
 	else if (c->c.tcp >= 0)
-		rc = sh_stream_read(c->c.tcp, fr->p, v.call_len, true);
+		rc = sh_channel_read(c->c.ch, fr->p, v.call_len, true, SHOAL_FOREVER);
 	else
 		rc = sh_msg_read_parts(&c->c.l.up, &(sh_msg_part){fr->p, v.call_len}, 1,
 				       SHOAL_FOREVER);
@@ -1249,8 +1346,8 @@ static void *conn_main(void *arg)
 	int rc;
 	if (hello->tcp >= 0) {
 		char why[128];
-		if ((rc = sh_auth_server(hello->tcp, ctl->key, ctl->klen, &proto, why,
-					 sizeof(why))) != 0)
+		if ((rc = sh_auth_server(hello->tcp, ctl->key, ctl->klen, ctl->opts.no_encrypt,
+					 &proto, &hello->ch, why, sizeof(why))) != 0)
 			sh_warn("tasks", "refused %s over TCP: %s", hello->peer, why);
 	} else {
 		rc = sh_link_hello(&hello->l, &proto, &version);
@@ -1277,16 +1374,29 @@ static void *conn_main(void *arg)
 		c->ctl = ctl;
 		c->l = hello->l;
 		c->tcp = hello->tcp;
+		c->ch = hello->ch;
 		hello->tcp = -1;
+		hello->ch = NULL;
 		memcpy(c->peer, hello->peer, sizeof(c->peer));
 		c->pid = hello->pid;
 		c->engine = e != NULL;
 		sh_link_init(&hello->l, -1);
 		sh_wbuf_init(&c->w);
 		uint64_t info[1] = {e ? ctl->next_engine : ctl->next_client + 1};
-		if (c->tcp < 0)
-			rc = sh_link_accept(&c->l, SH_TASKS_RING_CAP, info, 1, NULL, 0);
-		c->pipe[0] = c->pipe[1] = -1;
+		/* an engine on this host gets a page where it says which task
+		 * it starts (its size fixed: no truncating it under us) */
+		int page = -1;
+		if (e)
+			e->page_len = sh_tk_page_bytes(ctl->window);
+		if (c->tcp < 0 && e &&
+		    (rc = sh_memfd_create("shoal-engine-page", e->page_len, true, &page)) == 0 &&
+		    (rc = sh_memfd_fix_size(page)) == 0)
+			rc = sh_shm_map(page, e->page_len, true, (void **)&e->page);
+		if (c->tcp < 0 && rc == 0)
+			rc = sh_link_accept(&c->l, SH_TASKS_RING_CAP, info, 1, e ? &page : NULL,
+					    e ? 1 : 0);
+		if (page >= 0)
+			close(page);
 		if (rc == 0)
 			rc = shoal_chan_create(&c->kick, 1, 1);
 		if (rc == 0 && (rc = shoal_chan_create(&c->turn, 1, 1)) == 0)
@@ -1300,6 +1410,7 @@ static void *conn_main(void *arg)
 		c->l.up.spin_ns = 50000;
 	}
 	sh_link_fini(&hello->l);
+	sh_channel_free(hello->ch);
 	if (hello->tcp >= 0) {
 		shoal_fd_forget(hello->tcp);
 		close(hello->tcp);
@@ -1313,6 +1424,7 @@ static void *conn_main(void *arg)
 		sh_info("tasks", "engine %u (%s) joined", e->c.num, e->c.peer);
 		joined = true;
 		assign_pending(ctl);
+		fill(ctl, e);
 	} else if (rc == 0) {
 		cl->c.num = ++ctl->next_client;
 		sh_wbuf_init(&cl->res);
@@ -1332,13 +1444,19 @@ static void *conn_main(void *arg)
 		if (rc == 0 && (rc = sh_frame_decode(c->in, len, &f, why, sizeof(why))) != 0)
 			sh_warn("tasks", "%s %u (%s): %s", e ? "engine" : "client", c->num, c->peer,
 				why);
-		if (rc == 0)
-			rc = e ? on_done(e, &f) : submit_frame(cl, &f);
+		if (rc == 0 && e)
+			rc = f.op == SH_TK_STARTED && c->tcp >= 0 ? on_started(e, &f)
+								  : on_done(e, &f);
+		else if (rc == 0)
+			rc = submit_frame(cl, &f);
 		if (rc == SHOAL_EPROTO)
 			sh_warn("tasks", "%s %u (%s): a malformed batch; connection ends",
 				e ? "engine" : "client", c->num, c->peer);
 		sh_msg_trim(&c->in, &c->in_cap);
 	}
+	if (c && c->ch && *sh_channel_error(c->ch))
+		sh_warn("tasks", "%s %u (%s): %s; connection dropped", e ? "engine" : "client",
+			c->num, c->peer, sh_channel_error(c->ch));
 	if (c) {
 		c->gone = true;
 		conn_shut(c);
@@ -1358,6 +1476,8 @@ static void *conn_main(void *arg)
 		if (e) {
 			if (e->pinned)
 				shoal_free(e->pinned, e->cap_pinned * sizeof(*e->pinned));
+			if (e->page)
+				sh_shm_unmap((void *)e->page, e->page_len);
 		}
 		if (cl && joined)
 			sh_wbuf_fini(&cl->res);
@@ -1507,9 +1627,9 @@ static void *deadline_main(void *arg)
 static void *controller_thread(void *arg)
 {
 	shoal_controller *ctl = arg;
-	/* splice into a socket whose peer went raises SIGPIPE (it has no
-	 * MSG_NOSIGNAL): blocked in this thread, it stays pending, harmless,
-	 * and the call fails with EPIPE */
+	/* a write to a socket whose peer went raises SIGPIPE where no
+	 * MSG_NOSIGNAL can say otherwise: blocked in this thread, it stays
+	 * pending, harmless, and the call fails with EPIPE */
 	sigset_t pipe_sig;
 	sigemptyset(&pipe_sig);
 	sigaddset(&pipe_sig, SIGPIPE);
@@ -1596,6 +1716,7 @@ void shoal_controller_opts_init(shoal_controller_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->scheme = SHOAL_SCHEME_LEASTLOAD;
+	o->window = SH_TASKS_WINDOW;
 }
 
 static void controller_free(shoal_controller *ctl)
@@ -1627,6 +1748,7 @@ int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o
 		shoal_controller_opts_init(&ctl->opts);
 	ctl->lsock = ctl->stop_efd = ctl->tcp_lsock = -1;
 	ctl->rng = (uint64_t)shoal_now_ns() | 1;
+	ctl->window = ctl->opts.window ? ctl->opts.window : SH_TASKS_WINDOW;
 	int rc = 0;
 	if (ctl->opts.tcp) {
 		/* No TCP without a secret: nobody unauthenticated runs anything. */
@@ -1645,6 +1767,12 @@ int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o
 		if (rc == 0)
 			rc = sh_tcp_listen(ctl->opts.tcp, &ctl->tcp_lsock, ctl->tcp_bound,
 					   sizeof(ctl->tcp_bound), why, sizeof(why));
+		if (rc == 0 && ctl->opts.no_encrypt)
+			sh_warn("tasks",
+				"TCP at %s: links whose peers also ask for it go unencrypted "
+				"(no_encrypt: a trusted network); each record is still "
+				"authenticated",
+				ctl->tcp_bound);
 		if (rc) {
 			sh_error("tasks", "TCP: %s", why);
 			controller_free(ctl);

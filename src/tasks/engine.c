@@ -9,6 +9,7 @@
 #include "net/net.h"
 #include "rpc/ext_lib.h"
 #include "rpc/value.h"
+#include "shm/shm.h"
 #include "tasks/proto.h"
 
 #include <poll.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,7 +31,8 @@
 
 typedef struct engine {
 	sh_link l;
-	int tcp; /* the controller over TCP (then l is unused), or -1 */
+	int tcp;	/* the controller over TCP (then l is unused), or -1 */
+	sh_channel *ch; /* the secure channel on tcp */
 	sh_ext_lib lib;
 	sh_wbuf w; /* the DONE batch */
 	uint32_t nw;
@@ -40,21 +43,36 @@ typedef struct engine {
 	 * last_flush, the writes of DONE batches and what follows. */
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
-	uint64_t seq;	 /* tasks started */
+	uint64_t seq;  /* tasks started */
+	uint64_t rseq; /* RUN entries received: the one being run now */
+	/* where the controller learns which entry we start, before we do:
+	 * its page (on this host: sh_tk_page_bytes), or a STARTED frame (over
+	 * TCP) */
+	_Atomic uint64_t *page;
+	size_t page_len;
+	sh_wbuf st;
 	bool running;	 /* a task runs now */
 	bool idle, stop; /* the flusher waits for work; it is to end */
 	int flusher_rc;	 /* a failed write of the flusher's */
 } engine;
 
-/* Sends the DONE batch; the lock is held. */
+/* Sends the DONE batch, and then the frame in st if it holds one (over
+ * TCP: both in one write); the lock is held. */
 static int flush(engine *g)
 {
-	if (g->nw == 0)
+	bool st = g->st.len > 0;
+	if (g->nw == 0 && !st)
 		return 0;
-	int rc = sh_tk_batch_end(&g->w, g->nw, SH_TK_DONE);
-	if (rc == 0)
-		rc = g->tcp >= 0 ? sh_stream_write(g->tcp, g->w.p, g->w.len, false)
-				 : sh_msg_write(&g->l.up, g->w.p, g->w.len, SHOAL_FOREVER);
+	int rc = g->nw ? sh_tk_batch_end(&g->w, g->nw, SH_TK_DONE) : 0;
+	sh_msg_part parts[2] = {{g->w.p, g->nw ? g->w.len : 0}, {g->st.p, g->st.len}};
+	if (rc == 0 && g->tcp >= 0)
+		rc = sh_channel_writev(g->ch, parts + !g->nw, (g->nw ? 1 : 0) + st, false,
+				       SHOAL_FOREVER);
+	else if (rc == 0 && g->nw)
+		rc = sh_msg_write(&g->l.up, g->w.p, g->w.len, SHOAL_FOREVER);
+	sh_wbuf_reset(&g->st);
+	if (g->nw == 0)
+		return rc;
 	if (g->w.cap > SH_MSG_BUF_KEEP)
 		sh_wbuf_fini(&g->w);
 	g->nw = 0;
@@ -87,15 +105,37 @@ static void *flusher_main(void *arg)
 	return NULL;
 }
 
-/* A task starts: the flusher watches it if results wait. */
-static void task_starts(engine *g)
+/* A task starts: the controller is told first (it must know, should we
+ * die, that the tasks after it never started), and the flusher watches it
+ * if results wait. 1: the controller dropped it (its client went): skip
+ * it, without an answer. */
+static int task_starts(engine *g)
 {
+	int rc = 0;
+	if (g->page) {
+		size_t nslots = g->page_len / 8 - 1;
+		if (atomic_load_explicit(&g->page[1 + g->rseq % nslots], memory_order_acquire) ==
+		    g->rseq)
+			return 1;
+	}
 	pthread_mutex_lock(&g->lock);
+	if (g->page) {
+		atomic_store_explicit(&g->page[0], g->rseq, memory_order_release);
+	} else {
+		msgpack_packer pk;
+		sh_tk_batch_begin(&g->st);
+		sh_wbuf_packer(&g->st, &pk);
+		msgpack_pack_uint64(&pk, g->rseq);
+		/* with the results so far: one write */
+		if ((rc = sh_tk_batch_end(&g->st, 1, SH_TK_STARTED)) == 0)
+			rc = flush(g);
+	}
 	g->seq++;
 	g->running = true;
 	if (g->nw && g->idle)
 		pthread_cond_signal(&g->wake);
 	pthread_mutex_unlock(&g->lock);
+	return rc;
 }
 
 /* Runs task r (its args at m) and adds its result to the batch. */
@@ -119,8 +159,11 @@ static int run_call(engine *g, const sh_tk_run *r, sh_mp *m)
 		snprintf(why, sizeof(why), "engine %s has no function %.*s", g->name, (int)fl,
 			 fname);
 	}
+	if (status == 0 && (status = task_starts(g)) != 0) {
+		shoal_vbuf_reset(&g->in);
+		return status == 1 ? 0 : status; /* dropped; or the controller is gone */
+	}
 	if (status == 0) {
-		task_starts(g);
 		status = fn(&ctx, args, &result);
 		if (status > 0)
 			status = SHOAL_EIO;
@@ -195,7 +238,7 @@ static int run_oob(engine *g, sh_tk_run *r, const sh_frame *f, unsigned char **b
 		*big_cap = f->oob;
 	}
 	sh_msg_part part = {*big, f->oob};
-	int rc = g->tcp >= 0 ? sh_stream_read(g->tcp, *big, f->oob, false)
+	int rc = g->tcp >= 0 ? sh_channel_read(g->ch, *big, f->oob, false, SHOAL_FOREVER)
 			     : sh_msg_read_parts(&g->l.down, &part, 1, SHOAL_FOREVER);
 	uint64_t verdict;
 	memcpy(&verdict, *big + n, 8);
@@ -217,8 +260,8 @@ static int serve(engine *g)
 		size_t len;
 		sh_frame f;
 		char why[160];
-		rc = g->tcp >= 0 ? sh_stream_read_frame(g->tcp, &in, &in_cap, &len,
-							SH_TASKS_MSG_MAX, false, SHOAL_FOREVER)
+		rc = g->tcp >= 0 ? sh_channel_read_frame(g->ch, &in, &in_cap, &len,
+							 SH_TASKS_MSG_MAX, false, SHOAL_FOREVER)
 				 : sh_msg_read(&g->l.down, &in, &in_cap, &len, SHOAL_FOREVER);
 		if (rc)
 			break;
@@ -238,7 +281,7 @@ static int serve(engine *g)
 			sh_tk_run r;
 			if (sh_tk_read_run(&m, &r) || !r.fn != !!f.oob)
 				rc = SHOAL_EPROTO;
-			else if (r.fn)
+			else if (++g->rseq, r.fn)
 				rc = run_call(g, &r, &m);
 			else
 				rc = run_oob(g, &r, &f, &big, &big_cap);
@@ -324,10 +367,25 @@ int sh_engine_main(int argc, char **argv)
 	uint64_t info[1];
 	sh_link_init(&g.l, -1);
 	if (connect_to) {
-		rc = sh_tcp_connect_auth(connect_to, SH_TASKS_ENGINE, &g.tcp, why, sizeof(why));
+		rc = sh_tcp_connect_auth(connect_to, SH_TASKS_ENGINE,
+					 shoal_deadline_in(SH_TASKS_CONNECT_NS), &g.tcp, &g.ch, why,
+					 sizeof(why));
 	} else {
+		int page = -1;
+		void *p = NULL;
+		struct stat pst;
 		rc = sh_link_connect(&g.l, socket, SH_TASKS_ENGINE, SH_TASKS_VERSION,
-				     SH_TASKS_RING_CAP, info, 1, NULL, 0, why, sizeof(why));
+				     SH_TASKS_RING_CAP, info, 1, &page, 1, why, sizeof(why));
+		if (rc == 0 && (fstat(page, &pst) != 0 || pst.st_size < 4096 ||
+				(rc = sh_shm_map(page, (size_t)pst.st_size, true, &p)) != 0)) {
+			rc = rc ? rc : SHOAL_EPROTO;
+			snprintf(why, sizeof(why), "mapping the controller's page: %s",
+				 shoal_strerror(rc));
+		}
+		if (page >= 0)
+			close(page);
+		g.page = p;
+		g.page_len = p ? (size_t)pst.st_size : 0;
 	}
 	if (rc) {
 		fprintf(stderr, "shoal-engine %s: %s\n", g.name, why);
@@ -338,6 +396,7 @@ int sh_engine_main(int argc, char **argv)
 	}
 	g.l.down.spin_ns = 50000;
 	sh_wbuf_init(&g.w);
+	sh_wbuf_init(&g.st);
 	sh_tk_batch_begin(&g.w);
 	g.last_flush = shoal_now_ns();
 	pthread_mutex_init(&g.lock, NULL);
@@ -364,8 +423,13 @@ int sh_engine_main(int argc, char **argv)
 		pthread_join(t, NULL);
 	}
 	if (rc)
-		fprintf(stderr, "shoal-engine %s: %s\n", g.name, shoal_strerror(rc));
+		fprintf(stderr, "shoal-engine %s: %s%s%s\n", g.name, shoal_strerror(rc),
+			g.ch && *sh_channel_error(g.ch) ? ": " : "",
+			g.ch ? sh_channel_error(g.ch) : "");
 	sh_wbuf_fini(&g.w);
+	sh_wbuf_fini(&g.st);
+	if (g.page)
+		sh_shm_unmap((void *)g.page, g.page_len);
 	shoal_vbuf_reset(&g.in); /* lets go of what it mapped */
 	shoal_vbuf_reset(&g.out);
 	sh_bump_fini(&g.in.a);
@@ -373,6 +437,7 @@ int sh_engine_main(int argc, char **argv)
 	if (sc)
 		shoal_disconnect(sc);
 	sh_link_fini(&g.l);
+	sh_channel_free(g.ch);
 	if (g.tcp >= 0)
 		close(g.tcp);
 	sh_ext_lib_unload(&g.lib);

@@ -25,7 +25,11 @@ typedef struct tk_res {
 
 struct shoal_farm {
 	sh_link l;
-	int tcp;     /* the controller over TCP (then l is unused), or -1 */
+	int tcp;	/* the controller over TCP (then l is unused), or -1 */
+	sh_channel *ch; /* the secure channel on tcp */
+	/* how long a blocking call waits for the controller to take or send
+	 * anything (shoal_farm_set_timeout); 0: as long as it takes */
+	int64_t timeout_ns;
 	sh_wbuf sub; /* the SUBMIT batch being built */
 	/* a task with large arguments: its frame, and its fn and args */
 	sh_wbuf one, call;
@@ -110,6 +114,7 @@ static void farm_free(shoal_farm *f)
 	if (f->store)
 		shoal_disconnect(f->store);
 	sh_link_fini(&f->l);
+	sh_channel_free(f->ch);
 	if (f->tcp >= 0)
 		close(f->tcp);
 	for (uint32_t i = 0; i < f->nqueue; i++)
@@ -132,6 +137,30 @@ static void farm_free(shoal_farm *f)
 
 int shoal_farm_connect(shoal_farm **out, const char *socket)
 {
+	return shoal_farm_connect_until(out, socket, shoal_deadline_in(SH_TASKS_CONNECT_NS));
+}
+
+void shoal_farm_set_timeout(shoal_farm *f, int64_t ns)
+{
+	if (!f)
+		return;
+	f->timeout_ns = ns > 0 ? ns : 0;
+	if (f->ch)
+		sh_channel_set_stall(f->ch, f->timeout_ns);
+}
+
+/* The deadline of a wait for the controller's ring: the caller's, or
+ * sooner by the connection's timeout. */
+static int64_t ring_deadline(const shoal_farm *f, int64_t deadline)
+{
+	if (!f->timeout_ns)
+		return deadline;
+	int64_t t = shoal_deadline_in(f->timeout_ns);
+	return deadline == SHOAL_FOREVER || t < deadline ? t : deadline;
+}
+
+int shoal_farm_connect_until(shoal_farm **out, const char *socket, int64_t deadline)
+{
 	if (!out || !socket)
 		return SHOAL_EINVAL;
 	shoal_farm *f = SH_NEW(shoal_farm);
@@ -146,7 +175,8 @@ int shoal_farm_connect(shoal_farm **out, const char *socket)
 	char why[256];
 	int rc;
 	if (!strncmp(socket, "tcp://", 6)) {
-		rc = sh_tcp_connect_auth(socket + 6, SH_TASKS_CLIENT, &f->tcp, why, sizeof(why));
+		rc = sh_tcp_connect_auth(socket + 6, SH_TASKS_CLIENT, deadline, &f->tcp, &f->ch,
+					 why, sizeof(why));
 	} else {
 		rc = sh_link_connect(&f->l, socket, SH_TASKS_CLIENT, SH_TASKS_VERSION,
 				     SH_TASKS_RING_CAP, info, 1, NULL, 0, why, sizeof(why));
@@ -158,6 +188,7 @@ int shoal_farm_connect(shoal_farm **out, const char *socket)
 	}
 	f->l.down.spin_ns = 50000;
 	f->base = 1;
+	shoal_farm_set_timeout(f, SH_TASKS_TIMEOUT_NS);
 	sh_tk_batch_begin(&f->sub);
 	*out = f;
 	return 0;
@@ -170,8 +201,8 @@ void shoal_farm_close(shoal_farm *f)
 }
 
 static int queue_frame(shoal_farm *f, sh_wbuf *w);
-static int send_batch(shoal_farm *f, bool block);
-static int drain(shoal_farm *f, bool block);
+static int send_batch(shoal_farm *f, bool block, int64_t deadline);
+static int drain(shoal_farm *f, bool block, int64_t deadline);
 
 int shoal_farm_use_store(shoal_farm *f, const char *store_socket)
 {
@@ -198,26 +229,34 @@ int shoal_farm_use_store(shoal_farm *f, const char *store_socket)
 	/* after the tasks submitted so far, as the next batch */
 	if ((rc = sh_tk_batch_end(&w, 1, SH_TK_OWNER)) != 0)
 		rc = ffail(f, rc, "telling the controller our owner token: %s", shoal_strerror(rc));
-	else if ((rc = send_batch(f, false)) == 0 && (rc = queue_frame(f, &w)) == 0)
-		return drain(f, true);
+	else if ((rc = send_batch(f, false, SHOAL_FOREVER)) == 0 && (rc = queue_frame(f, &w)) == 0)
+		return drain(f, true, SHOAL_FOREVER);
 	sh_wbuf_fini(&w);
 	return rc;
 }
 
 /* Writes queued batches into the ring; without block, only as much as
- * fits now (the rest waits for the next call). */
-static int drain(shoal_farm *f, bool block)
+ * fits now (the rest waits for the next call); with block, until deadline
+ * at most, and no longer than the timeout without the controller taking
+ * anything. A timeout leaves the queue as it is (a later call goes on). */
+static int drain(shoal_farm *f, bool block, int64_t deadline)
 {
 	while (f->nqueue) {
 		sh_wbuf *b = &f->queue[0];
 		int rc;
 		if (f->tcp >= 0)
-			rc = sh_stream_write_part(f->tcp, b->p, b->len, &f->sent, block);
+			rc = sh_channel_write_part(f->ch, b->p, b->len, &f->sent, block, false,
+						   block ? deadline : SHOAL_NOWAIT);
 		else
 			rc = sh_msg_write_part(&f->l.up, b->p, b->len, &f->sent,
-					       block ? SHOAL_FOREVER : SHOAL_NOWAIT);
+					       block ? ring_deadline(f, deadline) : SHOAL_NOWAIT);
 		if (rc == SHOAL_EAGAIN && !block)
 			return 0;
+		if (rc == SHOAL_ETIMEDOUT)
+			return ffail(f, rc,
+				     "sending tasks to the controller: it took none for %.0f s "
+				     "(shoal_farm_set_timeout), or the deadline passed",
+				     (double)f->timeout_ns / 1e9);
 		if (rc)
 			return ffail(f, rc, "sending tasks to the controller: %s",
 				     shoal_strerror(rc));
@@ -240,8 +279,9 @@ static int queue_frame(shoal_farm *f, sh_wbuf *w)
 	return 0;
 }
 
-/* Closes the batch being built and queues it; block: until all is sent. */
-static int send_batch(shoal_farm *f, bool block)
+/* Closes the batch being built and queues it; block: until all is sent
+ * (or deadline). */
+static int send_batch(shoal_farm *f, bool block, int64_t deadline)
 {
 	if (f->nsub) {
 		int rc = sh_tk_batch_end(&f->sub, f->nsub, SH_TK_SUBMIT);
@@ -252,12 +292,12 @@ static int send_batch(shoal_farm *f, bool block)
 		f->nsub = 0;
 		sh_tk_batch_begin(&f->sub);
 	}
-	return drain(f, block);
+	return drain(f, block, deadline);
 }
 
 int shoal_farm_flush(shoal_farm *f)
 {
-	return f ? send_batch(f, true) : SHOAL_EINVAL;
+	return f ? send_batch(f, true, SHOAL_FOREVER) : SHOAL_EINVAL;
 }
 
 /* Room for the result of id. */
@@ -342,17 +382,18 @@ static int submit_large(shoal_farm *f, const char *fn, const shoal_value *args,
 		rc = sh_tk_batch_end(&f->one, 1, SH_TK_SUBMIT);
 	if (rc)
 		return ffail(f, rc, "encoding the task: %s", shoal_strerror(rc));
-	if ((rc = send_batch(f, true)) != 0)
+	if ((rc = send_batch(f, true, SHOAL_FOREVER)) != 0)
 		return rc;
 	if (f->tcp < 0) {
-		rc = sh_frame_send(&f->l.up, &f->one, SHOAL_FOREVER);
+		rc = sh_frame_send(&f->l.up, &f->one, ring_deadline(f, SHOAL_FOREVER));
 	} else {
 		rc = sh_grow_to((void **)&f->parts, &f->cap_parts, f->one.noob + 1,
 				sizeof(*f->parts));
 		if (rc == 0) {
 			f->parts[0] = (sh_msg_part){f->one.p, f->one.len};
 			memcpy(f->parts + 1, f->one.oob, f->one.noob * sizeof(*f->parts));
-			rc = sh_stream_writev(f->tcp, f->parts, f->one.noob + 1, false);
+			rc = sh_channel_writev(f->ch, f->parts, f->one.noob + 1, false,
+					       SHOAL_FOREVER);
 		}
 	}
 	if (f->call.cap > SH_MSG_BUF_KEEP)
@@ -420,7 +461,7 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 	*id = ++f->next_id;
 	f->nsub++;
 	if (f->sub.len >= SH_TASKS_BATCH_BYTES)
-		rc = send_batch(f, false); /* a full ring or socket keeps it for later */
+		rc = send_batch(f, false, SHOAL_NOWAIT); /* a full ring or socket keeps it */
 	if (f->share)
 		shoal_vbuf_reset(f->share); /* its mappings; the objects live on */
 	return rc;
@@ -458,8 +499,8 @@ static int pump(shoal_farm *f, int64_t deadline)
 	size_t got = 0, len = 0;
 	int rc;
 	if (f->tcp >= 0)
-		rc = sh_stream_read_frame(f->tcp, &f->in, &f->in_cap, &len, SH_TASKS_MSG_MAX, false,
-					  deadline);
+		rc = sh_channel_read_frame(f->ch, &f->in, &f->in_cap, &len, SH_TASKS_MSG_MAX, false,
+					   deadline);
 	for (; f->tcp < 0;) {
 		int64_t slice = shoal_deadline_in(100000000);
 		rc = sh_msg_read_part(&f->l.down, &f->in, &f->in_cap, &got, &len, SH_TASKS_MSG_MAX,
@@ -477,7 +518,9 @@ static int pump(shoal_farm *f, int64_t deadline)
 		return ffail(f, rc, "no result before the deadline");
 	if (rc)
 		return ffail(f, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
-			     "the controller's connection: %s", shoal_strerror(rc));
+			     "the controller's connection: %s%s%s", shoal_strerror(rc),
+			     f->ch && *sh_channel_error(f->ch) ? ": " : "",
+			     f->ch ? sh_channel_error(f->ch) : "");
 	sh_frame fr;
 	char why[160];
 	sh_mp m;
@@ -541,7 +584,7 @@ int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out, const shoal_v
 	if (id < f->base || id > f->next_id || f->res[id - f->base].state == 2)
 		return ffail(f, SHOAL_ENOENT, "no task %llu waiting to be taken",
 			     (unsigned long long)id);
-	int rc = shoal_farm_flush(f);
+	int rc = send_batch(f, true, deadline);
 	while (rc == 0 && f->res[id - f->base].state == 0)
 		rc = pump(f, deadline);
 	if (rc)
@@ -587,7 +630,7 @@ int shoal_farm_wait_any(shoal_farm *f, shoal_task *id, int64_t deadline)
 	f->err[0] = 0;
 	if (f->taken == f->next_id - f->base + 1)
 		return ffail(f, SHOAL_ENOENT, "no task waiting to be taken");
-	int rc = shoal_farm_flush(f);
+	int rc = send_batch(f, true, deadline);
 	while (rc == 0) {
 		/* a result here and not taken */
 		if (f->here > f->taken)
@@ -606,7 +649,7 @@ int shoal_farm_wait_all(shoal_farm *f, int64_t deadline)
 	if (!f)
 		return SHOAL_EINVAL;
 	f->err[0] = 0;
-	int rc = shoal_farm_flush(f);
+	int rc = send_batch(f, true, deadline);
 	while (rc == 0 && f->here < f->next_id - f->base + 1)
 		rc = pump(f, deadline);
 	return rc;

@@ -32,7 +32,7 @@
 
 #define SH_TASKS_CLIENT 0x544c4346u /* "FCLT": a client's link */
 #define SH_TASKS_ENGINE 0x474e4546u /* "FENG": an engine's link */
-#define SH_TASKS_VERSION 1
+#define SH_TASKS_VERSION 2
 #define SH_TASKS_RING_CAP (1u << 20)
 /* A task whose arguments hold at least SH_TASKS_REF_MIN bytes goes out of
  * band (sh_tk_submit); the controller passes those bytes on from a client
@@ -42,6 +42,24 @@
 /* Tasks of at least this many bytes go out of band, and into a RUN batch
  * by reference, not copied. */
 #define SH_TASKS_REF_MIN (16u << 10)
+/* How long a client or an engine waits, at most, for a connection and
+ * the controller's handshake (shoal_farm_connect; shoal-engine). */
+#define SH_TASKS_CONNECT_NS (10 * 1000000000LL)
+/* The page an engine on this host shares with the controller: word 0 the
+ * RUN entry it starts (it stores it first), then slots: the controller
+ * drops an entry s the engine has not started (its client went) by
+ * storing s in slot s % nslots, and the engine skips an entry whose
+ * number it finds there. Twice the window of slots, at least: an entry's
+ * slot is not reused while it may be in the window. */
+static inline size_t sh_tk_page_bytes(uint32_t window)
+{
+	size_t n = 8 * (1 + 2 * (size_t)window);
+	return (n + 4095) & ~(size_t)4095;
+}
+/* Tasks an engine holds at most, by default (shoal_controller_opts.window). */
+#define SH_TASKS_WINDOW 256
+/* A client's timeout at first (shoal_farm_set_timeout). */
+#define SH_TASKS_TIMEOUT_NS (60 * 1000000000LL)
 /* The largest frame a side accepts. */
 #define SH_TASKS_MSG_MAX ((size_t)256 << 20)
 /* An engine with a store sends results' tensors and blobs of at least this
@@ -52,7 +70,12 @@
  * (shoal_claim), once, before its tasks. Engines seal large results for
  * it, so they are the client's whatever becomes of the engine; an engine
  * on another store (where no one claims it) sends them inline. */
-enum { SH_TK_SUBMIT = 1, SH_TK_RESULTS, SH_TK_RUN, SH_TK_DONE, SH_TK_OWNER };
+/* SH_TK_STARTED, from an engine over TCP: [seq], written before it starts
+ * the seq-th RUN entry it got (1, 2, ...), so that the controller knows
+ * which of the tasks it had never started when it dies. An engine on this
+ * host writes seq into the page the controller gave it with its link
+ * instead (a 64-bit word at offset 0). */
+enum { SH_TK_SUBMIT = 1, SH_TK_RESULTS, SH_TK_RUN, SH_TK_DONE, SH_TK_OWNER, SH_TK_STARTED };
 
 /* A batch being built in w: a frame whose body opens with an array32
  * header, patched with the count when the batch is closed. */

@@ -1,0 +1,519 @@
+/* The secure channel: every byte of a TCP link after the handshake goes in
+ * records sealed with AES-256-GCM (OpenSSL's EVP), under a key per
+ * direction that HKDF derives from the secret and the hash of the whole
+ * handshake. The record layout, nonces and additional data are TLS 1.3's
+ * (RFC 8446 5.2), so a kernel with kernel TLS could be handed the same keys
+ * and take the records over (see net.h); here the kernel has none and the
+ * records are sealed and opened in user space. */
+#include "net/net.h"
+
+#include <shoal/fiber.h>
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <openssl/core_names.h>
+#include <openssl/params.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define REC_HDR 5
+#define REC_TAG 16
+#define REC_TYPE_DATA 0x17
+/* Plaintext of one record at most (TLS's limit, which kernel TLS enforces)
+ * and the largest record a peer may announce. */
+#define REC_PLAIN SH_CHANNEL_RECORD
+#define REC_MAX (REC_HDR + REC_PLAIN + 1 + REC_TAG)
+/* Records sealed before one send, and bytes received at once: large
+ * transfers cost one system call per 16 records each way. */
+#define WBUF_RECORDS 16
+#define RBUF_BYTES (WBUF_RECORDS * REC_MAX)
+
+struct sh_channel {
+	int fd;
+	bool encrypt;
+	EVP_CIPHER_CTX *tx, *rx;
+	unsigned char tx_iv[12], rx_iv[12];
+	uint64_t tx_seq, rx_seq;
+	/* sealed records not yet in the socket: wbuf[wsent, wlen) */
+	unsigned char *wbuf;
+	size_t wlen, wsent;
+	/* received bytes: rbuf[rpos, rend); the opened plaintext of the
+	 * current record: rbuf[ppos, pend) */
+	unsigned char *rbuf;
+	size_t rpos, rend, ppos, pend;
+	int broken;	  /* a record failed its check: the channel is over */
+	int64_t stall_ns; /* the longest wait without progress once bytes move; 0: none */
+	char why[160];
+};
+
+static int fail(sh_channel *ch, int rc, const char *fmt, const char *what)
+{
+	ch->broken = rc;
+	snprintf(ch->why, sizeof(ch->why), fmt, what);
+	return rc;
+}
+
+bool sh_channel_encrypted(const sh_channel *ch)
+{
+	return ch->encrypt;
+}
+
+void sh_channel_set_stall(sh_channel *ch, int64_t ns)
+{
+	ch->stall_ns = ns > 0 ? ns : 0;
+}
+
+/* The deadline of one wait while bytes are on the move: the caller's, or
+ * sooner, when the peer has taken or sent nothing for stall_ns. */
+static int64_t bound(const sh_channel *ch, int64_t deadline)
+{
+	if (!ch->stall_ns)
+		return deadline;
+	int64_t s = shoal_deadline_in(ch->stall_ns);
+	return deadline == SHOAL_FOREVER || s < deadline ? s : deadline;
+}
+
+int sh_channel_fd(const sh_channel *ch)
+{
+	return ch->fd;
+}
+
+const char *sh_channel_error(const sh_channel *ch)
+{
+	return ch->why;
+}
+
+void sh_channel_free(sh_channel *ch)
+{
+	if (!ch)
+		return;
+	EVP_CIPHER_CTX_free(ch->tx);
+	EVP_CIPHER_CTX_free(ch->rx);
+	if (ch->wbuf)
+		shoal_free(ch->wbuf, WBUF_RECORDS * REC_MAX);
+	if (ch->rbuf)
+		shoal_free(ch->rbuf, RBUF_BYTES);
+	OPENSSL_cleanse(ch->tx_iv, sizeof(ch->tx_iv));
+	OPENSSL_cleanse(ch->rx_iv, sizeof(ch->rx_iv));
+	SH_DELETE(ch);
+}
+
+/* HKDF-SHA256 (RFC 5869) of the secret, salted with the transcript's
+ * hash: n bytes for info. */
+static int hkdf(const void *key, size_t klen, const unsigned char salt[32], const char *info,
+		unsigned char *out, size_t n)
+{
+	EVP_KDF *kdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
+	EVP_KDF_CTX *k = kdf ? EVP_KDF_CTX_new(kdf) : NULL;
+	OSSL_PARAM p[] = {
+		OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, (char *)"SHA256", 0),
+		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, (void *)key, klen),
+		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, (void *)salt, 32),
+		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, (void *)info, strlen(info)),
+		OSSL_PARAM_construct_end()};
+	int ok = k && EVP_KDF_derive(k, out, n, p) > 0;
+	EVP_KDF_CTX_free(k);
+	EVP_KDF_free(kdf);
+	return ok ? 0 : SHOAL_EIO;
+}
+
+static EVP_CIPHER_CTX *cipher(const unsigned char key[32], bool enc)
+{
+	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+	if (c && EVP_CipherInit_ex(c, EVP_aes_256_gcm(), NULL, key, NULL, enc) == 1)
+		return c;
+	EVP_CIPHER_CTX_free(c);
+	return NULL;
+}
+
+int sh_channel_open(sh_channel **out, int fd, const void *key, size_t klen,
+		    const unsigned char transcript[32], bool server, bool encrypt)
+{
+	*out = NULL;
+	sh_channel *ch = SH_NEW(sh_channel);
+	if (!ch)
+		return SHOAL_ENOMEM;
+	ch->fd = fd;
+	ch->encrypt = encrypt;
+	/* both directions' keys and IVs: client to server, then server to
+	 * client; the mode is in the label, so the two sides agree on it or
+	 * share no key */
+	unsigned char km[2 * 44];
+	int rc = hkdf(key, klen, transcript,
+		      encrypt ? "shoal channel 1 aes-256-gcm" : "shoal channel 1 gmac", km,
+		      sizeof(km));
+	const unsigned char *mine = km + (server ? 44 : 0), *theirs = km + (server ? 0 : 44);
+	if (rc == 0) {
+		ch->tx = cipher(mine, true);
+		ch->rx = cipher(theirs, false);
+		memcpy(ch->tx_iv, mine + 32, 12);
+		memcpy(ch->rx_iv, theirs + 32, 12);
+		ch->wbuf = shoal_alloc(WBUF_RECORDS * REC_MAX);
+		ch->rbuf = shoal_alloc(RBUF_BYTES);
+		if (!ch->tx || !ch->rx || !ch->wbuf || !ch->rbuf)
+			rc = SHOAL_ENOMEM;
+	}
+	OPENSSL_cleanse(km, sizeof(km));
+	if (rc) {
+		sh_channel_free(ch);
+		return rc;
+	}
+	*out = ch;
+	return 0;
+}
+
+static void nonce(const unsigned char iv[12], uint64_t seq, unsigned char out[12])
+{
+	memcpy(out, iv, 12);
+	for (int i = 0; i < 8; i++)
+		out[11 - i] ^= (unsigned char)(seq >> (8 * i));
+}
+
+/* ---- sending ---- */
+
+/* Sends the sealed records; without wait, SHOAL_EAGAIN once the socket
+ * takes no more. */
+static int push(sh_channel *ch, bool wait, bool fiber, int64_t deadline)
+{
+	while (ch->wsent < ch->wlen) {
+		ssize_t k = send(ch->fd, ch->wbuf + ch->wsent, ch->wlen - ch->wsent,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k > 0) {
+			ch->wsent += (size_t)k;
+			continue;
+		}
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			if (!wait)
+				return SHOAL_EAGAIN;
+			int rc = sh_net_wait(ch->fd, SHOAL_FD_OUT, fiber, bound(ch, deadline));
+			if (rc)
+				return rc;
+			continue;
+		}
+		return k < 0 && (errno == EPIPE || errno == ECONNRESET) ? SHOAL_ECLOSED
+									: shoal_errno();
+	}
+	ch->wlen = ch->wsent = 0;
+	return 0;
+}
+
+/* Seals one record of up to REC_PLAIN bytes gathered from the parts
+ * (from part *i, offset *at, which advance) into wbuf; *len: its bytes. */
+static int seal(sh_channel *ch, const sh_msg_part *parts, size_t n, size_t *i, size_t *at,
+		size_t *len)
+{
+	*len = 0;
+	for (size_t j = *i, off = *at; j < n && *len < REC_PLAIN; j++, off = 0) {
+		size_t k = parts[j].n - off;
+		*len += k < REC_PLAIN - *len ? k : REC_PLAIN - *len;
+	}
+	unsigned char *h = ch->wbuf + ch->wlen, *o = h + REC_HDR, iv[12], type = REC_TYPE_DATA;
+	size_t rlen = *len + 1 + REC_TAG;
+	h[0] = REC_TYPE_DATA, h[1] = 3, h[2] = 3, h[3] = (unsigned char)(rlen >> 8);
+	h[4] = (unsigned char)rlen;
+	nonce(ch->tx_iv, ch->tx_seq, iv);
+	int l, ok = EVP_EncryptInit_ex(ch->tx, NULL, NULL, NULL, iv) == 1 &&
+		    EVP_EncryptUpdate(ch->tx, NULL, &l, h, REC_HDR) == 1;
+	for (size_t left = *len; ok && left;) {
+		const unsigned char *p = (const unsigned char *)parts[*i].p + *at;
+		size_t k = parts[*i].n - *at < left ? parts[*i].n - *at : left;
+		if (ch->encrypt) {
+			ok = EVP_EncryptUpdate(ch->tx, o, &l, p, (int)k) == 1;
+		} else { /* in clear, and all of it authenticated */
+			memcpy(o, p, k);
+			ok = EVP_EncryptUpdate(ch->tx, NULL, &l, p, (int)k) == 1;
+		}
+		o += k, left -= k, *at += k;
+		if (*at == parts[*i].n)
+			(*i)++, *at = 0;
+	}
+	while (*i < n && parts[*i].n == 0)
+		(*i)++;
+	if (ok && ch->encrypt) {
+		ok = EVP_EncryptUpdate(ch->tx, o, &l, &type, 1) == 1;
+	} else if (ok) {
+		*o = type;
+		ok = EVP_EncryptUpdate(ch->tx, NULL, &l, &type, 1) == 1;
+	}
+	ok = ok && EVP_EncryptFinal_ex(ch->tx, o + 1, &l) == 1 &&
+	     EVP_CIPHER_CTX_ctrl(ch->tx, EVP_CTRL_AEAD_GET_TAG, REC_TAG, o + 1) == 1;
+	if (!ok)
+		return SHOAL_EIO;
+	ch->tx_seq++;
+	ch->wlen += REC_HDR + rlen;
+	return 0;
+}
+
+/* Seals the parts from *done on (which it advances) and sends; flush:
+ * until the socket has every record, else only when wbuf is full. */
+static int put(sh_channel *ch, const sh_msg_part *parts, size_t n, size_t *done, bool wait,
+	       bool fiber, int64_t deadline, bool flush)
+{
+	if (ch->broken)
+		return ch->broken;
+	size_t i = 0, at = 0;
+	for (size_t skip = *done; i < n && skip;) {
+		size_t k = parts[i].n - at < skip ? parts[i].n - at : skip;
+		at += k, skip -= k;
+		if (at == parts[i].n)
+			i++, at = 0;
+	}
+	while (i < n && parts[i].n == at)
+		i++, at = 0;
+	for (;;) {
+		while (i < n && ch->wlen + REC_MAX <= WBUF_RECORDS * REC_MAX) {
+			size_t len;
+			if (seal(ch, parts, n, &i, &at, &len) != 0)
+				return fail(ch, SHOAL_EIO, "%s", "sealing a record failed");
+			*done += len;
+		}
+		if (i == n && !flush)
+			return 0;
+		int rc = push(ch, wait, fiber, deadline);
+		if (rc)
+			return rc;
+		if (i == n)
+			return 0;
+	}
+}
+
+int sh_channel_writev_part(sh_channel *ch, const sh_msg_part *parts, size_t n, size_t *done,
+			   bool wait, bool fiber, int64_t deadline)
+{
+	return put(ch, parts, n, done, wait, fiber, deadline, true);
+}
+
+int sh_channel_writev(sh_channel *ch, const sh_msg_part *parts, size_t n, bool fiber,
+		      int64_t deadline)
+{
+	size_t done = 0;
+	return sh_channel_writev_part(ch, parts, n, &done, true, fiber, deadline);
+}
+
+int sh_channel_write_part(sh_channel *ch, const void *p, size_t n, size_t *done, bool wait,
+			  bool fiber, int64_t deadline)
+{
+	sh_msg_part part = {(void *)p, n};
+	return sh_channel_writev_part(ch, &part, 1, done, wait, fiber, deadline);
+}
+
+int sh_channel_write(sh_channel *ch, const void *p, size_t n, bool fiber, int64_t deadline)
+{
+	size_t done = 0;
+	return sh_channel_write_part(ch, p, n, &done, true, fiber, deadline);
+}
+
+/* ---- receiving ---- */
+
+int sh_channel_open_record(sh_channel *ch, unsigned char *rec, size_t len, size_t *plain)
+{
+	if (len < REC_HDR + 1 + REC_TAG || rec[0] != REC_TYPE_DATA || rec[1] != 3 || rec[2] != 3 ||
+	    ((size_t)rec[3] << 8 | rec[4]) != len - REC_HDR || len > REC_MAX)
+		return fail(ch, SHOAL_EBADMSG, "%s", "a malformed record header");
+	unsigned char iv[12], *body = rec + REC_HDR, *tag = rec + len - REC_TAG;
+	size_t blen = len - REC_HDR - REC_TAG;
+	int l;
+	nonce(ch->rx_iv, ch->rx_seq, iv);
+	int ok = EVP_DecryptInit_ex(ch->rx, NULL, NULL, NULL, iv) == 1 &&
+		 EVP_CIPHER_CTX_ctrl(ch->rx, EVP_CTRL_AEAD_SET_TAG, REC_TAG, tag) == 1 &&
+		 EVP_DecryptUpdate(ch->rx, NULL, &l, rec, REC_HDR) == 1 &&
+		 (ch->encrypt ? EVP_DecryptUpdate(ch->rx, body, &l, body, (int)blen)
+			      : EVP_DecryptUpdate(ch->rx, NULL, &l, body, (int)blen)) == 1 &&
+		 EVP_DecryptFinal_ex(ch->rx, body + blen, &l) == 1;
+	if (!ok)
+		return fail(ch, SHOAL_EBADMSG,
+			    "a record failed its authentication (%s): the link was tampered with, "
+			    "replayed or reordered, or the peer's secret differs",
+			    ch->encrypt ? "AES-256-GCM" : "GMAC");
+	if (body[blen - 1] != REC_TYPE_DATA)
+		return fail(ch, SHOAL_EBADMSG, "%s", "a record of an unknown type");
+	ch->rx_seq++;
+	*plain = blen - 1;
+	return 0;
+}
+
+/* The next record's plaintext into rbuf[ppos, pend); started: bytes are
+ * on their way (a frame began), so the stall bound applies. */
+static int next_record(sh_channel *ch, bool fiber, int64_t deadline, bool started)
+{
+	for (;;) {
+		size_t have = ch->rend - ch->rpos;
+		if (have >= REC_HDR) {
+			unsigned char *h = ch->rbuf + ch->rpos;
+			size_t len = REC_HDR + ((size_t)h[3] << 8 | h[4]);
+			if (len > REC_MAX || len < REC_HDR + 1 + REC_TAG || h[0] != REC_TYPE_DATA)
+				return fail(ch, SHOAL_EBADMSG, "%s",
+					    "a malformed record header: not a shoal channel");
+			if (have >= len) {
+				size_t plain;
+				int rc = sh_channel_open_record(ch, h, len, &plain);
+				if (rc)
+					return rc;
+				ch->ppos = ch->rpos + REC_HDR;
+				ch->pend = ch->ppos + plain;
+				ch->rpos += len;
+				if (plain)
+					return 0;
+				continue;
+			}
+			if (ch->rpos + len > RBUF_BYTES) { /* room for the whole record */
+				memmove(ch->rbuf, h, have);
+				ch->rpos = 0, ch->rend = have;
+			}
+		} else if (ch->rpos == ch->rend) {
+			ch->rpos = ch->rend = 0;
+		}
+		if (ch->rend == RBUF_BYTES) {
+			memmove(ch->rbuf, ch->rbuf + ch->rpos, have);
+			ch->rpos = 0, ch->rend = have;
+		}
+		ssize_t k = recv(ch->fd, ch->rbuf + ch->rend, RBUF_BYTES - ch->rend, MSG_DONTWAIT);
+		if (k > 0) {
+			ch->rend += (size_t)k;
+			continue;
+		}
+		if (k == 0)
+			return have ? fail(ch, SHOAL_EBADMSG, "%s",
+					   "the stream ended inside a record: it was cut")
+				    : SHOAL_ECLOSED;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return errno == ECONNRESET ? SHOAL_ECLOSED : shoal_errno();
+		int rc = sh_net_wait(ch->fd, SHOAL_FD_IN, fiber,
+				     started || have ? bound(ch, deadline) : deadline);
+		if (rc)
+			return rc;
+	}
+}
+
+static int peek(sh_channel *ch, const unsigned char **p, size_t *n, bool fiber, int64_t deadline,
+		bool started)
+{
+	if (ch->broken)
+		return ch->broken;
+	if (ch->ppos == ch->pend) {
+		int rc = next_record(ch, fiber, deadline, started);
+		if (rc)
+			return rc;
+	}
+	*p = ch->rbuf + ch->ppos;
+	*n = ch->pend - ch->ppos;
+	return 0;
+}
+
+int sh_channel_peek(sh_channel *ch, const unsigned char **p, size_t *n, bool fiber,
+		    int64_t deadline)
+{
+	return peek(ch, p, n, fiber, deadline, true);
+}
+
+void sh_channel_consume(sh_channel *ch, size_t n)
+{
+	ch->ppos += n;
+}
+
+bool sh_channel_pending(const sh_channel *ch)
+{
+	return ch->ppos < ch->pend;
+}
+
+/* Exactly n bytes; *any: whether some came. deadline bounds the wait for
+ * the first byte; once some are taken the rest must come (or the stream
+ * is out of step), bounded only by the stall. */
+static int read_full(sh_channel *ch, unsigned char *p, size_t n, bool fiber, int64_t deadline,
+		     bool *any)
+{
+	while (n) {
+		const unsigned char *q;
+		size_t k;
+		int rc = peek(ch, &q, &k, fiber, *any ? SHOAL_FOREVER : deadline, *any);
+		if (rc == SHOAL_ETIMEDOUT && *any)
+			return fail(ch, rc, "%s",
+				    "the peer stopped sending in the middle of a message");
+		if (rc)
+			return rc;
+		k = k < n ? k : n;
+		memcpy(p, q, k);
+		sh_channel_consume(ch, k);
+		p += k, n -= k;
+		*any = true;
+	}
+	return 0;
+}
+
+int sh_channel_read(sh_channel *ch, void *p, size_t n, bool fiber, int64_t deadline)
+{
+	bool any = false;
+	return read_full(ch, p, n, fiber, deadline, &any);
+}
+
+int sh_channel_read_frame(sh_channel *ch, unsigned char **buf, size_t *cap, size_t *len, size_t max,
+			  bool fiber, int64_t deadline)
+{
+	unsigned char hdr[SH_STREAM_FRAME_HDR];
+	bool any = false;
+	int rc = read_full(ch, hdr, sizeof(hdr), fiber, deadline, &any);
+	if (rc)
+		return rc == SHOAL_ECLOSED && any ? SHOAL_EPROTO : rc;
+	uint32_t body;
+	memcpy(&body, hdr + SH_STREAM_FRAME_LEN_AT, 4);
+	size_t total = sizeof(hdr) + (size_t)body;
+	if (total > max)
+		return SHOAL_EMSGSIZE;
+	if (total > *cap) {
+		unsigned char *q = shoal_realloc(*buf, *cap, total);
+		if (!q)
+			return SHOAL_ENOMEM;
+		*buf = q;
+		*cap = total;
+	}
+	memcpy(*buf, hdr, sizeof(hdr));
+	/* the frame has begun: the rest must come, whatever the caller's
+	 * deadline for the next frame */
+	if ((rc = read_full(ch, *buf + sizeof(hdr), body, fiber, SHOAL_FOREVER, &any)) != 0)
+		return rc == SHOAL_ECLOSED ? SHOAL_EPROTO : rc;
+	*len = total;
+	return 0;
+}
+
+int sh_channel_relay(sh_channel *from, sh_channel *to, const void *head, size_t hlen, uint64_t n,
+		     const void *tail, size_t tlen, uint64_t *taken, int *failed)
+{
+	*taken = 0;
+	*failed = 0;
+	size_t done = 0;
+	sh_msg_part part = {(void *)head, hlen};
+	int rc = put(to, &part, 1, &done, true, true, SHOAL_FOREVER, false);
+	if (rc) {
+		*failed = 2;
+		return rc;
+	}
+	/* each record's plaintext, opened in place, is sealed again for the
+	 * engine straight from there: no copy beyond the two ciphers */
+	while (*taken < n) {
+		const unsigned char *p;
+		size_t k;
+		if ((rc = sh_channel_peek(from, &p, &k, true, SHOAL_FOREVER)) != 0) {
+			*failed = 1;
+			return rc;
+		}
+		k = n - *taken < k ? (size_t)(n - *taken) : k;
+		sh_msg_part piece = {(void *)p, k};
+		done = 0;
+		if ((rc = put(to, &piece, 1, &done, true, true, SHOAL_FOREVER, false)) != 0) {
+			*failed = 2;
+			return rc;
+		}
+		sh_channel_consume(from, k);
+		*taken += k;
+	}
+	done = 0;
+	if ((rc = sh_channel_write_part(to, tail, tlen, &done, true, true, SHOAL_FOREVER)) != 0)
+		*failed = 2;
+	return rc;
+}
