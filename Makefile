@@ -80,7 +80,7 @@ define FUZZ_RUN
 			{ tail -40 $$log; echo "fuzz: $$f FAILED (log: $$log)"; exit 1; }; \
 		seeds=$$(grep -o 'seed corpus: files: [0-9]*' $$log | grep -o '[0-9]*$$'); \
 		[ "$${seeds:-0}" -gt 0 ] || { echo "fuzz: $$n did not load its seeds (log: $$log)"; exit 1; }; \
-		echo "fuzz: $$n: $$(grep -o 'Done [0-9]* runs' $$log) from $$seeds seeds," \
+		echo "fuzz: $$n: $$(grep -o 'Done [0-9]* runs' $$log) from $$seeds corpus inputs," \
 			"$$(grep -o 'cov: [0-9]*' $$log | tail -1), no crash"; \
 	done
 endef

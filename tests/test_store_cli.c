@@ -272,12 +272,24 @@ SH_TEST(daemon_arguments)
 	cleanup();
 }
 
-/* shoal put on what is not a regular file, bounded by timeout(1) (status
- * 124 past it): a FIFO with no writer hung the old open(); a directory,
- * /dev/zero and a symlink to the FIFO are refused the same way, 6, and
- * nothing reaches the store. */
+/* What this user can hand shoal: files with an overflowing shape or 50 MiB
+ * of padding (6, invalid input), then what is not a regular file, bounded
+ * by timeout(1) (status 124 past it): a FIFO with no writer hung the old
+ * open(); a directory, /dev/zero and a symlink to the FIFO are refused the
+ * same way, 6, and nothing reaches the store. Last, get --out a FIFO. */
 static void refuse_non_files(void)
 {
+	/* first, as this user too: an overflowing shape and a padded header */
+	static const char *bad[] = {"count-overflow", "bytes-overflow", "space-padded"};
+	char h[256];
+	snprintf(h, sizeof(h), "%s/h.safetensors", dir);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		st_write(h, "3", "1000", "--hostile", bad[i]);
+		int rc = shoal_cmd("put", h, "--name", "h");
+		if (rc != 6)
+			sh_test_fail(__FILE__, __LINE__, "%s: status %d:\n%s", bad[i], rc, out);
+	}
+	CHECK_EQ(unlink(h), 0);
 	char fifo[256], link[256];
 	snprintf(fifo, sizeof(fifo), "%s/fifo.safetensors", dir);
 	snprintf(link, sizeof(link), "%s/link.safetensors", dir);

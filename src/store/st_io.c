@@ -63,6 +63,13 @@ static const char *file_kind(mode_t m)
 			     : "not a regular file";
 }
 
+/* errno, as the failure of c, naming path. */
+static int fail_errno(shoal_client *c, const char *path)
+{
+	int rc = shoal_errno();
+	return sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
+}
+
 /* Opens path for reading if it is a regular file, else fails with
  * SHOAL_EBADMSG and says what it is. A plain open would block on a FIFO
  * with no writer and may act on a device (a tape rewinds), so stat()
@@ -71,21 +78,17 @@ static const char *file_kind(mode_t m)
 static int open_regular(shoal_client *c, const char *path)
 {
 	struct stat st;
-	int fd = -1, rc;
-	if (stat(path, &st) != 0) {
-		rc = shoal_errno();
-		return sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
-	}
-	if (S_ISREG(st.st_mode))
-		fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0 && S_ISREG(st.st_mode)) {
-		rc = shoal_errno();
-		return sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
-	}
-	if (fd >= 0 && fstat(fd, &st) != 0) {
-		rc = shoal_errno();
-		close(fd);
-		return sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
+	int fd = -1;
+	if (stat(path, &st) != 0)
+		return fail_errno(c, path);
+	if (S_ISREG(st.st_mode)) {
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)) < 0)
+			return fail_errno(c, path);
+		if (fstat(fd, &st) != 0) {
+			int rc = fail_errno(c, path);
+			close(fd);
+			return rc;
+		}
 	}
 	if (!S_ISREG(st.st_mode)) {
 		if (fd >= 0)
@@ -97,9 +100,9 @@ static int open_regular(shoal_client *c, const char *path)
 	/* Reads of a regular file ignore O_NONBLOCK; cleared all the same so
 	 * that no read ever sees EAGAIN. */
 	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
-		rc = shoal_errno();
+		int rc = fail_errno(c, path);
 		close(fd);
-		return sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
+		return rc;
 	}
 	return fd;
 }
