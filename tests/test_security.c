@@ -403,6 +403,35 @@ SH_TEST(client_accepts_root_its_own_uid_and_the_uid_named)
 	rm_rf(dir);
 }
 
+/* The command line: a squatter's store is refused, unless its uid is named. */
+static int run_cli(const char *cmd, const char *path, const char *uid, char *out, size_t len)
+{
+	char exe[4096];
+	sh_test_bin(exe, sizeof(exe), "tools/shoal");
+	char *argv[] = {
+		exe,	     (char *)cmd, "--socket", (char *)path, uid ? "--server-uid" : NULL,
+		(char *)uid, NULL};
+	return sh_test_run(argv, NULL, out, len);
+}
+
+SH_TEST(cli_refuses_a_squatters_store_unless_named)
+{
+	char dir[64], path[96];
+	make_dir(dir, sizeof(dir), "cli", 01777);
+	snprintf(path, sizeof(path), "%s/s.sock", dir);
+	server sv;
+	server_start(&sv, path, NOBODY, (gid_t)-1, false);
+	char out[4096];
+	CHECK_EQ(run_cli("stat", path, NULL, out, sizeof(out)), 4); /* no store of ours there */
+	CHECK(strstr(out, "served by uid 65534") != NULL);
+	CHECK(strstr(out, "--server-uid") != NULL);
+	CHECK_EQ(run_cli("stat", path, "65534", out, sizeof(out)), 0);
+	CHECK(strstr(out, "capacity") != NULL);
+	CHECK_EQ(run_cli("stat", path, "x", out, sizeof(out)), 2);
+	server_stop(&sv);
+	rm_rf(dir);
+}
+
 /* ---- 7. waits with a deadline ---- */
 
 SH_TEST(connect_to_a_silent_listener_times_out)

@@ -3,6 +3,7 @@
  * of tools/lib/tools.h, the same for every command: 0 ok, 1 failed, 2 bad
  * arguments, 3 no such name, 4 no store, 5 store full, 6 invalid file.
  * Usage errors say what was expected and what came. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,16 +40,18 @@ static const command commands[] = {
 	 "serve an object store until SIGTERM (the same as shoald)", cmd_daemon},
 	{"controller", "[--socket PATH] [--scheme S] [--tcp HOST:PORT]",
 	 "serve a task controller until SIGTERM", cmd_controller},
-	{"put", "FILE.safetensors --name NAME [--replace] [--socket PATH]",
+	{"put", "FILE.safetensors --name NAME [--replace] [--socket PATH] [--server-uid UID]",
 	 "import a safetensors file as a persistent tensor_dict", cmd_put},
-	{"get", "NAME --out FILE.safetensors [--socket PATH]",
+	{"get", "NAME --out FILE.safetensors [--socket PATH] [--server-uid UID]",
 	 "export a tensor_dict as a safetensors file", cmd_get},
-	{"ls", "[PREFIX] [--socket PATH]", "list names: name, type, bytes, id", cmd_ls},
-	{"info", "NAME [--socket PATH]", "describe an object: type, id, size, fields, members",
-	 cmd_info},
-	{"rm", "NAME... [--socket PATH]", "delete objects (readers keep theirs until released)",
-	 cmd_rm},
-	{"stat", "[--socket PATH]", "the store: capacity, used, objects, names, clients", cmd_stat},
+	{"ls", "[PREFIX] [--socket PATH] [--server-uid UID]", "list names: name, type, bytes, id",
+	 cmd_ls},
+	{"info", "NAME [--socket PATH] [--server-uid UID]",
+	 "describe an object: type, id, size, fields, members", cmd_info},
+	{"rm", "NAME... [--socket PATH] [--server-uid UID]",
+	 "delete objects (readers keep theirs until released)", cmd_rm},
+	{"stat", "[--socket PATH] [--server-uid UID]",
+	 "the store: capacity, used, objects, names, clients", cmd_stat},
 	{"help", "[COMMAND]", "show this help, or a command's", cmd_help},
 	{"version", "", "print the version", cmd_version},
 };
@@ -202,6 +205,7 @@ static int cmd_daemon(int argc, char **argv)
  * value when their name ends in '!'). */
 typedef struct store_args {
 	const char *socket;
+	uid_t server_uid; /* a store of this uid is trusted too */
 	const char *pos[16];
 	int npos;
 	const char *val[4];
@@ -212,7 +216,7 @@ static int parse_store_args(const char *cmd, int argc, char **argv, const char *
 			    int minpos, int maxpos, store_args *a)
 {
 	memset(a, 0, sizeof(*a));
-	a->socket = sh_tools_default_socket();
+	a->server_uid = (uid_t)-1;
 	for (int i = 1; i < argc; i++) {
 		const char *s = argv[i];
 		if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
@@ -223,6 +227,21 @@ static int parse_store_args(const char *cmd, int argc, char **argv, const char *
 			if (i + 1 >= argc)
 				goto needs_value;
 			a->socket = argv[++i];
+			continue;
+		}
+		if (!strcmp(s, "--server-uid")) {
+			if (i + 1 >= argc)
+				goto needs_value;
+			char *end;
+			errno = 0;
+			unsigned long u = strtoul(argv[++i], &end, 10);
+			if (errno || *end || end == argv[i] || u >= (uid_t)-1) {
+				fprintf(stderr,
+					"shoal %s: --server-uid expects a numeric uid, got '%s'\n",
+					cmd, argv[i]);
+				return -1;
+			}
+			a->server_uid = (uid_t)u;
 			continue;
 		}
 		if (s[0] == '-' && s[1] == '-') {
@@ -260,6 +279,8 @@ static int parse_store_args(const char *cmd, int argc, char **argv, const char *
 		fprintf(stderr, "shoal %s: %s needs a value\n", cmd, s);
 		return -1;
 	}
+	if (!a->socket) /* the default only when none is named: its directory is checked */
+		a->socket = sh_tools_default_socket();
 	if (a->npos < minpos) {
 		fprintf(stderr, "shoal %s: expected %d argument%s, got %d (see shoal %s --help)\n",
 			cmd, minpos, minpos > 1 ? "s" : "", a->npos, cmd);
@@ -351,10 +372,22 @@ static int fail(const char *cmd, shoal_client *c, int rc)
 	return exit_code(rc);
 }
 
-static shoal_client *connect_or_die(const char *cmd, const char *sock, int *code)
+static shoal_client *connect_or_die(const char *cmd, const store_args *a, int *code)
 {
 	shoal_client *c;
-	int rc = shoal_connect(&c, sock);
+	shoal_connect_opts o;
+	shoal_connect_opts_init(&o);
+	o.server_uid = a->server_uid;
+	const char *sock = a->socket;
+	int rc = shoal_connect_with(&c, sock, &o);
+	if (rc == SHOAL_EACCES) {
+		fprintf(stderr,
+			"shoal %s: %s is not served by you or root (see above); not connecting. "
+			"Name its uid with --server-uid if you trust it\n",
+			cmd, sock);
+		*code = SH_EXIT_NOSTORE;
+		return NULL;
+	}
 	if (rc) {
 		fprintf(stderr, "shoal %s: no store at %s (%s); start one with `shoal daemon`\n",
 			cmd, sock, shoal_strerror(rc));
@@ -375,7 +408,7 @@ static int cmd_put(int argc, char **argv)
 		return SH_EXIT_USAGE;
 	}
 	int code;
-	shoal_client *c = connect_or_die("put", a.socket, &code);
+	shoal_client *c = connect_or_die("put", &a, &code);
 	if (!c)
 		return code;
 	shoal_id id;
@@ -403,7 +436,7 @@ static int cmd_get(int argc, char **argv)
 		return SH_EXIT_USAGE;
 	}
 	int code;
-	shoal_client *c = connect_or_die("get", a.socket, &code);
+	shoal_client *c = connect_or_die("get", &a, &code);
 	if (!c)
 		return code;
 	int rc = shoal_export_safetensors(c, a.pos[0], a.val[0]);
@@ -427,7 +460,7 @@ static int cmd_ls(int argc, char **argv)
 	if (parse_store_args("ls", argc, argv, NULL, 0, 1, &a) != 0)
 		return SH_EXIT_USAGE;
 	int code;
-	shoal_client *c = connect_or_die("ls", a.socket, &code);
+	shoal_client *c = connect_or_die("ls", &a, &code);
 	if (!c)
 		return code;
 	int rc = shoal_list(c, a.npos ? a.pos[0] : "", print_entry, NULL);
@@ -471,7 +504,7 @@ static int cmd_info(int argc, char **argv)
 	if (parse_store_args("info", argc, argv, NULL, 1, 1, &a) != 0)
 		return SH_EXIT_USAGE;
 	int code;
-	shoal_client *c = connect_or_die("info", a.socket, &code);
+	shoal_client *c = connect_or_die("info", &a, &code);
 	if (!c)
 		return code;
 	shoal_object *o;
@@ -520,7 +553,7 @@ static int cmd_rm(int argc, char **argv)
 	if (parse_store_args("rm", argc, argv, NULL, 1, 16, &a) != 0)
 		return SH_EXIT_USAGE;
 	int code;
-	shoal_client *c = connect_or_die("rm", a.socket, &code);
+	shoal_client *c = connect_or_die("rm", &a, &code);
 	if (!c)
 		return code;
 	code = SH_EXIT_OK;
@@ -539,7 +572,7 @@ static int cmd_stat(int argc, char **argv)
 	if (parse_store_args("stat", argc, argv, NULL, 0, 0, &a) != 0)
 		return SH_EXIT_USAGE;
 	int code;
-	shoal_client *c = connect_or_die("stat", a.socket, &code);
+	shoal_client *c = connect_or_die("stat", &a, &code);
 	if (!c)
 		return code;
 	shoal_store_stat st;

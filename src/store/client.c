@@ -159,7 +159,10 @@ fail:
 		close(arena);
 	if (!c->err[0])
 		sh_client_fail(c, rc, "connecting to %s: %s", path, shoal_strerror(rc));
-	sh_debug("store", "%s", c->err);
+	if (rc == SHOAL_EACCES) /* someone else serves the socket: say so */
+		sh_warn("store", "%s", c->err);
+	else
+		sh_debug("store", "%s", c->err);
 	client_free(c);
 	return rc;
 }

@@ -172,7 +172,7 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 {
 	shoal_store_opts o;
 	shoal_store_opts_init(&o);
-	o.socket_path = sh_tools_default_socket();
+	o.socket_path = NULL; /* the default only when none is named */
 	shoal_controller_opts co;
 	shoal_controller_opts_init(&co);
 	uint64_t size = 1ull << 30;
@@ -237,6 +237,8 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 	sigset_t set;
 	block_stop_signals(&set);
 	shoal_store *s;
+	if (!o.socket_path)
+		o.socket_path = sh_tools_default_socket();
 	int rc = shoal_store_open_embedded(&s, &o);
 	if (rc) {
 		fprintf(stderr, "%s: cannot serve on %s: %s\n", prog, o.socket_path,
