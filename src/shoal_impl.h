@@ -115,9 +115,18 @@ static inline void sh_cpu_relax(void)
  * wake, a changed word or a signal: callers re-check their condition. */
 int sh_futex_wait(_Atomic uint32_t *addr, uint32_t val, int64_t deadline, bool shared);
 void sh_futex_wake(_Atomic uint32_t *addr, bool shared);
-/* Adds one to an eventfd / empties a non-blocking one (futex.c). */
+/* Adds one to an eventfd / empties a non-blocking one (futex.c), for
+ * eventfds no other process holds. */
 void sh_eventfd_signal(int fd);
 void sh_eventfd_drain(int fd);
+/* Doorbells another process rings (futex.c): a pipe, whose read end only
+ * its maker holds (non-blocking: a peer cannot change that, as it could on
+ * an eventfd or an end it shares), and whose write end the peer gets.
+ * Ringing never blocks, whatever the peer did to the write end's flags or
+ * however full it keeps the pipe (vmsplice with SPLICE_F_NONBLOCK). */
+int sh_bell_pair(int *wait_fd, int *ring_fd);
+void sh_bell_ring(int fd);
+void sh_bell_drain(int fd);
 
 /* A LIFO of pointers in one array, for free lists: popping reads the dense
  * array, never the (possibly cold) freed object itself, so taking many in a

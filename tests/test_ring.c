@@ -1,7 +1,7 @@
 /* shoal-test: threaded */
 /* Tests for the shm and ring layers: records cross threads and processes
  * intact and in order through wrap-around, a side with nothing to do
- * sleeps and is woken (futex between threads and processes, eventfd for a
+ * sleeps and is woken (futex between threads and processes, a doorbell for a
  * fiber), full rings block and time out, close drains then reports
  * SHOAL_ECLOSED, and a hostile peer's indices and record headers are
  * rejected. Also memfd seals and descriptor passing. Runs under TSan too. */
@@ -13,7 +13,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -452,7 +451,7 @@ SH_TEST(ring_round_trips_between_processes)
 	close(sv[0]);
 }
 
-/* ---- a fiber consumer on an eventfd ---------------------------------------- */
+/* ---- a fiber consumer on a doorbell ---------------------------------------- */
 
 struct efd_ctx {
 	sh_ring *c;
@@ -512,19 +511,19 @@ static void *efd_producer(void *a)
 }
 
 /* A fiber waiting on a ring blocks only itself: the other fiber of its
- * scheduler keeps running, and the producer's doorbell is the eventfd. */
-SH_TEST(ring_fiber_waits_on_eventfd)
+ * scheduler keeps running, and the producer rings the doorbell's pipe. */
+SH_TEST(ring_fiber_waits_on_doorbell)
 {
 	shoal_sched *s = sh_test_sched_new();
 	struct region g = region_new(4096);
-	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	CHECK(efd >= 0);
+	int efd, wfd;
+	CHECK_OK(sh_bell_pair(&efd, &wfd));
 	sh_ring c;
 	CHECK_OK(sh_ring_attach(&c, g.mem, g.bytes, false));
 	c.spin_ns = 0;
 	c.wait_efd = efd;
 	struct efd_ctx x = {&c, 0, 0, false};
-	struct efd_prod e = {g.mem, g.bytes, efd, 10};
+	struct efd_prod e = {g.mem, g.bytes, wfd, 10};
 	pthread_t t;
 	CHECK_EQ(pthread_create(&t, NULL, efd_producer, &e), 0);
 	shoal_fiber *fc, *ft;
@@ -539,6 +538,7 @@ SH_TEST(ring_fiber_waits_on_eventfd)
 	CHECK(c.sleeps >= 1);
 	CHECK(x.ticks >= 10); /* ~50 ms of producer sleeps, 1 ms ticks */
 	close(efd);
+	close(wfd);
 	region_free(&g);
 	CHECK_OK(shoal_sched_destroy(s));
 }

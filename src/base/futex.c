@@ -6,8 +6,10 @@
 #include "shoal_impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,4 +54,35 @@ void sh_eventfd_drain(int fd)
 	do
 		n = read(fd, &v, sizeof(v));
 	while (n < 0 && errno == EINTR);
+}
+
+int sh_bell_pair(int *wait_fd, int *ring_fd)
+{
+	int p[2];
+	if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0)
+		return -errno;
+	*wait_fd = p[0];
+	*ring_fd = p[1];
+	return 0;
+}
+
+void sh_bell_ring(int fd)
+{
+	/* A full pipe already wakes its reader: EAGAIN is a ring too. */
+	static const char one = 1;
+	struct iovec v = {.iov_base = (void *)(uintptr_t)&one, .iov_len = 1};
+	ssize_t n;
+	while ((n = vmsplice(fd, &v, 1, SPLICE_F_NONBLOCK)) < 0 && errno == EINTR)
+		;
+	if (n < 0 && errno == EBADF) /* not a pipe: an eventfd of our own */
+		sh_eventfd_signal(fd);
+}
+
+void sh_bell_drain(int fd)
+{
+	char buf[256];
+	ssize_t n;
+	do
+		n = read(fd, buf, sizeof(buf));
+	while (n == (ssize_t)sizeof(buf) || (n < 0 && errno == EINTR));
 }

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -156,7 +155,7 @@ void sh_link_init(sh_link *l, int sock)
 {
 	memset(l, 0, sizeof(*l));
 	l->sock = sock;
-	l->efd = l->efd_down = -1;
+	l->efd = l->efd_down = l->efd_w = l->efd_down_w = -1;
 }
 
 int sh_link_hello(sh_link *l, uint32_t *proto, uint32_t *version)
@@ -206,25 +205,34 @@ int sh_link_accept(sh_link *l, size_t cap, const uint64_t *info, size_t ninfo, c
 		close(rfd);
 		return rc;
 	}
-	if ((l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
-	    (l->efd_down = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+	/* Doorbells the connector rings and only we read: on an eventfd, a
+	 * descriptor both hold, the connector could clear O_NONBLOCK and
+	 * empty or fill it so that our next read or write blocks this whole
+	 * thread. */
+	if ((rc = sh_bell_pair(&l->efd, &l->efd_w)) != 0 ||
+	    (rc = sh_bell_pair(&l->efd_down, &l->efd_down_w)) != 0) {
 		close(rfd);
-		return shoal_errno();
+		/* nothing is attached to the rings yet: a shut must not touch them */
+		sh_shm_unmap(l->mem, l->bytes);
+		l->mem = NULL;
+		return rc;
 	}
 	unsigned char *base = l->mem;
 	sh_ring_format(base, one);
 	sh_ring_format(base + one, one);
 	sh_ring_attach(&l->up, base, one, false);
 	sh_ring_attach(&l->down, base + one, one, true);
-	/* We sleep on our eventfd (blocking only this fiber) and wake the
+	/* We sleep on our doorbells (blocking only this fiber) and wake the
 	 * connector, a thread, on the futex. */
 	l->up.wait_efd = l->efd;
 	l->down.wait_efd = l->efd_down;
+	l->up.wait_wfd = l->efd_w;
+	l->down.wait_wfd = l->efd_down_w;
 	uint64_t words[1 + SH_LINK_INFO_MAX];
 	words[0] = one;
 	if (ninfo)
 		memcpy(words + 1, info, ninfo * 8);
-	int fds[3 + SH_LINK_FDS_MAX] = {rfd, l->efd, l->efd_down};
+	int fds[3 + SH_LINK_FDS_MAX] = {rfd, l->efd_w, l->efd_down_w};
 	for (int i = 0; i < nextra; i++)
 		fds[3 + i] = extra[i];
 	while ((rc = sh_fd_send(l->sock, words, (1 + ninfo) * 8, fds, 3 + nextra)) == SHOAL_EAGAIN)
@@ -357,7 +365,7 @@ int sh_link_connect_to(sh_link *l, const char *path, uint32_t proto, uint32_t ve
 	}
 	l->efd = fds[1];
 	l->efd_down = fds[2];
-	/* The acceptor sleeps on its eventfds; we sleep on the futexes. */
+	/* The acceptor sleeps on its doorbells; we sleep on the futexes. */
 	l->up.wake_efd = l->efd;
 	l->down.wake_efd = l->efd_down;
 	close(fds[0]);
@@ -383,11 +391,14 @@ void sh_link_shut(sh_link *l)
 	} else if (l->sock >= 0) {
 		shutdown(l->sock, SHUT_RDWR); /* still in set-up */
 	}
-	/* an acceptor's fibers asleep on the doorbells see the close */
-	if (l->efd >= 0)
-		sh_eventfd_signal(l->efd);
-	if (l->efd_down >= 0)
-		sh_eventfd_signal(l->efd_down);
+	/* an acceptor's fibers asleep on the doorbells see the close (the
+	 * connector holds write ends in efd, efd_down; the acceptor in the _w) */
+	int up = l->efd_w >= 0 ? l->efd_w : l->efd;
+	int down = l->efd_down_w >= 0 ? l->efd_down_w : l->efd_down;
+	if (up >= 0)
+		sh_bell_ring(up);
+	if (down >= 0)
+		sh_bell_ring(down);
 }
 
 void sh_link_fini(sh_link *l)
@@ -395,13 +406,13 @@ void sh_link_fini(sh_link *l)
 	bool fiber = shoal_sched_current() != NULL; /* our poller may know them */
 	if (l->mem)
 		sh_shm_unmap(l->mem, l->bytes);
-	for (int i = 0; i < 2; i++) {
-		int fd = i ? l->efd_down : l->efd;
-		if (fd < 0)
+	int fds[4] = {l->efd, l->efd_down, l->efd_w, l->efd_down_w};
+	for (int i = 0; i < 4; i++) {
+		if (fds[i] < 0)
 			continue;
 		if (fiber)
-			shoal_fd_forget(fd);
-		close(fd);
+			shoal_fd_forget(fds[i]);
+		close(fds[i]);
 	}
 	if (l->sock >= 0) {
 		if (fiber)

@@ -24,8 +24,10 @@
 typedef struct sh_link {
 	/* efd, efd_down: the acceptor's doorbells (-1: none yet), one per
 	 * ring, so that one fiber may wait for the up ring's data while
-	 * another waits for room in the down ring */
-	int sock, efd, efd_down;
+	 * another waits for room in the down ring. The acceptor holds their
+	 * read ends here and their write ends in efd_w, efd_down_w (to wake
+	 * its own fibers); the connector holds the write ends here. */
+	int sock, efd, efd_down, efd_w, efd_down_w;
 	void *mem; /* the two rings */
 	size_t bytes;
 	sh_ring up, down; /* connector -> acceptor, acceptor -> connector */

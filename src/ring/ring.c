@@ -92,6 +92,7 @@ int sh_ring_attach(sh_ring *r, void *mem, size_t bytes, bool producer)
 		       .spin_ns = DEFAULT_SPIN_NS,
 		       .producer = producer,
 		       .wait_efd = -1,
+		       .wait_wfd = -1,
 		       .wake_efd = -1,
 		       .peer_fd = -1};
 	return 0;
@@ -111,7 +112,7 @@ static bool wake_sleeper(_Atomic uint32_t *flag, int efd)
 	if (!atomic_exchange_explicit(flag, 0, memory_order_seq_cst))
 		return false; /* not asleep, or someone else rang */
 	if (efd >= 0)
-		sh_eventfd_signal(efd);
+		sh_bell_ring(efd);
 	else
 		sh_futex_wake(flag, true);
 	return true;
@@ -189,7 +190,7 @@ static int wait_for(sh_ring *r, uint64_t need, int64_t deadline)
 			}
 			int rc = shoal_fd_wait(r->wait_efd, SHOAL_FD_IN, until, NULL);
 			if (rc == 0)
-				sh_eventfd_drain(r->wait_efd);
+				sh_bell_drain(r->wait_efd);
 			else if (rc != SHOAL_ETIMEDOUT) {
 				atomic_store_explicit(flag, 0, memory_order_relaxed);
 				return rc; /* cancelled */
@@ -213,7 +214,7 @@ static int wait_for(sh_ring *r, uint64_t need, int64_t deadline)
 			int ms = left < 0 ? -1 : (int)((left + 999999) / 1000000);
 			int n = poll(p, r->peer_fd >= 0 ? 2 : 1, ms);
 			if (n > 0 && (p[0].revents & POLLIN))
-				sh_eventfd_drain(r->wait_efd);
+				sh_bell_drain(r->wait_efd);
 			if (n > 0 && r->peer_fd >= 0 && p[1].revents) {
 				atomic_store_explicit(flag, 0, memory_order_relaxed);
 				if (ready(r, need))
@@ -397,5 +398,5 @@ void sh_ring_close(sh_ring *r)
 	_Atomic uint32_t *mine = r->producer ? &r->sh->space_wait : &r->sh->data_wait;
 	_Atomic uint32_t *theirs = r->producer ? &r->sh->data_wait : &r->sh->space_wait;
 	ring_bell(r, theirs);
-	wake_sleeper(mine, r->wait_efd);
+	wake_sleeper(mine, r->wait_wfd >= 0 ? r->wait_wfd : r->wait_efd);
 }

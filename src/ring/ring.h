@@ -35,9 +35,13 @@ typedef struct sh_ring {
 	uint64_t cur;	  /* consumer: bytes of the record being read (0: none) */
 	uint32_t spin_ns; /* how long to spin before sleeping */
 	bool producer;
-	int wait_efd; /* -1: sleep on the futex; else sleep on this eventfd
-		       * (a fiber blocks in the poller, a thread polls) */
-	int wake_efd; /* -1: wake the peer with the futex; else write this */
+	int wait_efd; /* -1: sleep on the futex; else sleep on this doorbell's
+		       * read end (sh_bell_pair: a fiber blocks in the poller, a
+		       * thread polls) */
+	int wait_wfd; /* the write end of wait_efd's doorbell, for waking our own
+		       * sleeper (a close); -1: wait_efd is an eventfd of ours */
+	int wake_efd; /* -1: wake the peer with the futex; else ring this
+		       * doorbell's write end (sh_bell_ring) */
 	int peer_fd;  /* a thread sleeping on wait_efd also polls this (a fiber:
 		       * every 10 ms); when it is readable (a pidfd: the peer
 		       * exited) the wait fails with SHOAL_ECONNRESET. -1: none */
