@@ -8,6 +8,10 @@
  *   controller -> client   RESULTS [[id, status, [result, [made id...]] | message] ...]
  *   controller -> engine   RUN     [[tid, fn, args] ...]
  *   engine -> controller   DONE    [[tid, status, [result, [made id...]] | message] ...]
+ *   engine -> controller   STARTED [seq]   (over TCP, before it starts its seq-th entry)
+ *
+ * Over TCP every frame travels in the secure channel (net.h). An engine
+ * holds at most the controller's window of tasks; the rest wait there.
  *
  * A result is sent with the ids of the store objects its engine made for
  * it (its large tensors and blobs, by reference, when the engine has a
