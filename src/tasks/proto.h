@@ -61,7 +61,7 @@ static inline size_t sh_tk_page_bytes(uint32_t window)
 	return (n + 4095) & ~(size_t)4095;
 }
 /* Tasks an engine holds at most, by default (shoal_controller_opts.window). */
-#define SH_TASKS_WINDOW 256
+#define SH_TASKS_WINDOW 1024
 /* A client's timeout at first (shoal_farm_set_timeout). */
 #define SH_TASKS_TIMEOUT_NS (60 * 1000000000LL)
 /* The largest frame a side accepts. */
