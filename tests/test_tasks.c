@@ -13,6 +13,7 @@
 #include <shoal/tasks.h>
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -24,6 +25,7 @@
 #include <grp.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -697,6 +699,41 @@ SH_TEST(tcp_peers_prove_the_secret)
 	shoal_controller_opts_init(&o);
 	o.tcp = "127.0.0.1:0";
 	CHECK_RC(shoal_controller_open(&c, &o), SHOAL_ENOENT);
+}
+
+/* The page the controller shares with an engine on this host (which
+ * task it starts; slots to drop tasks) has its size sealed: an engine that
+ * truncates it (to make the controller's reads fault) is refused by the
+ * kernel, and the controller serves on. */
+SH_TEST(an_engines_page_cannot_be_truncated)
+{
+	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
+	sh_link l;
+	uint64_t info[1];
+	int page = -1;
+	char why[256];
+	CHECK_OK(sh_link_connect(&l, shoal_controller_socket(c), SH_TASKS_ENGINE, SH_TASKS_VERSION,
+				 SH_TASKS_RING_CAP, info, 1, &page, 1, why, sizeof(why)));
+	WAIT_FOR(stat_of(c).engines == 1, 5000);
+	CHECK_EQ(stat_of(c).engines, 1);
+	struct stat st;
+	CHECK_OK(fstat(page, &st));
+	CHECK(st.st_size >= 4096);
+	CHECK(ftruncate(page, 0) == -1 && errno == EPERM);
+	CHECK(ftruncate(page, st.st_size * 2) == -1 && errno == EPERM);
+	CHECK_OK(fstat(page, &st));
+	CHECK(st.st_size >= 4096); /* really unchanged */
+	close(page);
+	sh_link_fini(&l);
+	/* it goes; a real engine and a client are served */
+	WAIT_FOR(stat_of(c).engines == 0, 5000);
+	pid_t pid;
+	engines(c, 1, &pid);
+	shoal_farm *f = client(c);
+	flood(f, 100);
+	shoal_farm_close(f);
+	shoal_controller_close(c);
+	waitpid(pid, NULL, 0);
 }
 
 /* ---- a relay between a client and the controller ---- */

@@ -349,7 +349,8 @@ int sh_engine_main(int argc, char **argv)
 		fprintf(stderr, "usage: shoal-engine (--socket PATH | --connect HOST:PORT) --so "
 				"LIBRARY.so [--store PATH] [--name NAME] [--die-with-parent]\n"
 				"over TCP the shared secret comes from $SHOAL_SECRET_FILE or "
-				"$SHOAL_SECRET\n");
+				"$SHOAL_SECRET; HOST:PORT?encrypt=false asks for records in clear "
+				"(still authenticated), if the controller allows it\n");
 		return 2;
 	}
 	if (with_parent) {
