@@ -71,7 +71,8 @@ typedef struct shoal_controller_opts {
 	bool no_encrypt;
 	/* Tasks an engine holds at most, sent or on their way and not
 	 * answered (ipyparallel's high-water mark); the rest wait in the
-	 * controller, where a client that leaves drops them. 0: 256. */
+	 * controller, where a client that leaves drops them. 0: 1024 (enough
+	 * for a flood of no-op tasks to keep engines busy). */
 	uint32_t window;
 } shoal_controller_opts;
 

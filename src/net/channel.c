@@ -10,6 +10,7 @@
 #include <shoal/fiber.h>
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
 #include <openssl/core_names.h>
@@ -43,8 +44,8 @@ struct sh_channel {
 	 * current record: rbuf[ppos, pend) */
 	unsigned char *rbuf;
 	size_t rpos, rend, ppos, pend;
-	int broken;	  /* a record failed its check: the channel is over */
-	int64_t stall_ns; /* the longest wait without progress once bytes move; 0: none */
+	_Atomic int broken; /* a record failed its check: the channel is over */
+	int64_t stall_ns;   /* the longest wait without progress once bytes move; 0: none */
 	char why[160];
 };
 
@@ -415,11 +416,6 @@ int sh_channel_peek(sh_channel *ch, const unsigned char **p, size_t *n, bool fib
 void sh_channel_consume(sh_channel *ch, size_t n)
 {
 	ch->ppos += n;
-}
-
-bool sh_channel_pending(const sh_channel *ch)
-{
-	return ch->ppos < ch->pend;
 }
 
 /* Exactly n bytes; *any: whether some came. deadline bounds the wait for

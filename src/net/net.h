@@ -69,31 +69,13 @@ int sh_tcp_connect(const char *hostport, int *fd, int64_t deadline, char *why, s
  * deadline: in the poller (fiber) or in poll (a thread). */
 int sh_net_wait(int fd, unsigned ev, bool fiber, int64_t deadline);
 
-/* All n bytes of p to fd. fiber: fd is non-blocking and the caller a
- * fiber (waits in the poller); else fd blocks. */
+/* All n bytes of p to fd, in clear: the handshake's own messages only
+ * (everything after goes through a channel). fiber: fd is non-blocking
+ * and the caller a fiber (waits in the poller); else fd blocks. */
 int sh_stream_write(int fd, const void *p, size_t n, bool fiber);
 /* The same in steps: from *done on, which it advances; without wait,
  * SHOAL_EAGAIN once the socket takes no more (the caller comes back). */
 int sh_stream_write_part(int fd, const void *p, size_t n, size_t *done, bool wait);
-/* The parts, in order, with as few system calls as the kernel allows. */
-int sh_stream_writev(int fd, const sh_msg_part *parts, size_t n, bool fiber);
-/* Exactly n bytes from fd into p; SHOAL_ECLOSED when the stream ends
- * first. */
-int sh_stream_read(int fd, void *p, size_t n, bool fiber);
-/* Writes head, then n bytes from the stream from, then tail, to the
- * stream to, through a pipe (pipefd, empty): the n bytes never enter this
- * process (the kernel hands their pages on). Both sockets non-blocking,
- * the caller a fiber; *taken counts the bytes read from from. On an error
- * *failed says whose: 1 from (then head and the *taken bytes are through,
- * and the tail is not), 2 to (the pipe may then hold bytes: close it). */
-int sh_stream_splice(int from, int to, const int pipefd[2], const void *head, size_t hlen,
-		     uint64_t n, const void *tail, size_t tlen, uint64_t *taken, int *failed);
-/* One frame (header and body) from fd into *buf (grown as needed), at
- * most max bytes, until deadline (SHOAL_ETIMEDOUT; a thread: polled).
- * SHOAL_ECLOSED at a clean end between frames. */
-int sh_stream_read_frame(int fd, unsigned char **buf, size_t *cap, size_t *len, size_t max,
-			 bool fiber, int64_t deadline);
-
 /* A frame's header on a stream (wire.h): its length, and where the
  * body's length lies in it. */
 #define SH_STREAM_FRAME_HDR 24
@@ -120,7 +102,7 @@ bool sh_channel_encrypted(const sh_channel *ch);
 /* Why the channel failed (a record that failed its check), or "". */
 const char *sh_channel_error(const sh_channel *ch);
 
-/* The channel's writes and reads mirror sh_stream_*: fiber, the caller is
+/* fiber: the caller is
  * a fiber (waits in the poller), else a thread (waits in poll). A write
  * waits until deadline at most, and returns once the socket has every
  * record; its SHOAL_ETIMEDOUT leaves the channel in step (call again with
@@ -140,8 +122,8 @@ int sh_channel_writev_part(sh_channel *ch, const sh_msg_part *parts, size_t n, s
 /* Exactly n bytes; SHOAL_ECLOSED when the stream ends first (between
  * records), SHOAL_EBADMSG when a record fails its check. */
 int sh_channel_read(sh_channel *ch, void *p, size_t n, bool fiber, int64_t deadline);
-/* One frame, as sh_stream_read_frame; deadline bounds the wait for its
- * first byte. */
+/* One frame (header and body) into *buf (grown as needed), at most max
+ * bytes (SHOAL_EMSGSIZE); SHOAL_ECLOSED at a clean end between frames. */
 int sh_channel_read_frame(sh_channel *ch, unsigned char **buf, size_t *cap, size_t *len, size_t max,
 			  bool fiber, int64_t deadline);
 /* The opened plaintext at hand (waiting for a record if none): *n bytes
@@ -149,10 +131,7 @@ int sh_channel_read_frame(sh_channel *ch, unsigned char **buf, size_t *cap, size
 int sh_channel_peek(sh_channel *ch, const unsigned char **p, size_t *n, bool fiber,
 		    int64_t deadline);
 void sh_channel_consume(sh_channel *ch, size_t k);
-/* Whether opened plaintext waits to be read (the socket may then have
- * nothing to poll for). */
-bool sh_channel_pending(const sh_channel *ch);
-/* sh_stream_splice over channels: head, n bytes from from, tail, to to.
+/* Relays: head, n bytes read from from, tail, written to to.
  * Each record is opened and sealed again for to (the two links have their
  * own keys); a fiber. */
 int sh_channel_relay(sh_channel *from, sh_channel *to, const void *head, size_t hlen, uint64_t n,

@@ -23,8 +23,6 @@
 #define AUTH_MAGIC 0x31414853u /* "SHA1" */
 #define AUTH_VERSION 2
 #define AUTH_PLAIN 1u /* flag: this side may go without encryption */
-#define FRAME_HDR SH_STREAM_FRAME_HDR
-#define FRAME_LEN_AT SH_STREAM_FRAME_LEN_AT
 
 int sh_secret_load(unsigned char *buf, size_t *len, char *why, size_t whylen)
 {
@@ -226,45 +224,6 @@ int sh_stream_write(int fd, const void *p, size_t n, bool fiber)
 	}
 }
 
-int sh_stream_writev(int fd, const sh_msg_part *parts, size_t n, bool fiber)
-{
-	struct iovec iov[64];
-	size_t i = 0, at = 0; /* at: bytes of parts[i] already sent */
-	while (i < n) {
-		int k = 0;
-		for (size_t j = i; j < n && k < 64; j++, k++)
-			iov[k] = (struct iovec){(char *)parts[j].p + (j == i ? at : 0),
-						parts[j].n - (j == i ? at : 0)};
-		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
-		ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && fiber && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			int rc = shoal_fd_wait(fd, SHOAL_FD_OUT, SHOAL_FOREVER, NULL);
-			if (rc)
-				return rc;
-			continue;
-		}
-		if (w < 0)
-			return errno == EPIPE || errno == ECONNRESET ? SHOAL_ECLOSED
-								     : shoal_errno();
-		for (size_t left = (size_t)w; left;) {
-			size_t rest = parts[i].n - at;
-			if (left < rest) {
-				at += left;
-				left = 0;
-			} else {
-				left -= rest;
-				i++;
-				at = 0;
-			}
-		}
-		while (i < n && parts[i].n == 0)
-			i++;
-	}
-	return 0;
-}
-
 /* Exactly n bytes into p; SHOAL_ECLOSED when the stream ends first (at
  * once: *any stays false). */
 static int read_full(int fd, unsigned char *p, size_t n, bool fiber, int64_t deadline, bool *any)
@@ -286,129 +245,6 @@ static int read_full(int fd, unsigned char *p, size_t n, bool fiber, int64_t dea
 		if (rc)
 			return rc;
 	}
-	return 0;
-}
-
-int sh_stream_read(int fd, void *p, size_t n, bool fiber)
-{
-	bool any = false;
-	return read_full(fd, p, n, fiber, SHOAL_FOREVER, &any);
-}
-
-/* One splice step: k bytes moved, or 0 at the end of the stream; waits in
- * the poller for fd when it cannot go on. */
-static int splice_some(int in, int out, int wait_fd, unsigned ev, size_t max, unsigned flags,
-		       size_t *k)
-{
-	for (;;) {
-		ssize_t r =
-			splice(in, NULL, out, NULL, max, SPLICE_F_MOVE | SPLICE_F_NONBLOCK | flags);
-		if (r > 0 || (r == 0 && max)) {
-			*k = (size_t)r;
-			return 0;
-		}
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 && errno != EAGAIN)
-			return errno == ECONNRESET || errno == EPIPE ? SHOAL_ECLOSED
-								     : shoal_errno();
-		int rc = shoal_fd_wait(wait_fd, ev, SHOAL_FOREVER, NULL);
-		if (rc)
-			return rc;
-	}
-}
-
-/* Bytes of our own into the (empty) pipe. */
-static int pipe_put(int fd, const void *p, size_t n)
-{
-	ssize_t w = n ? write(fd, p, n) : 0;
-	return w == (ssize_t)n ? 0 : w < 0 ? shoal_errno() : SHOAL_EIO;
-}
-
-int sh_stream_splice(int from, int to, const int pipefd[2], const void *head, size_t hlen,
-		     uint64_t n, const void *tail, size_t tlen, uint64_t *taken, int *failed)
-{
-	*taken = 0;
-	*failed = 0;
-	size_t inpipe = hlen;
-	bool tail_in = false;
-	int rc = pipe_put(pipefd[1], head, hlen), from_rc = 0;
-	while (rc == 0) {
-		if (*taken < n) {
-			/* the pipe holds at most the head: it is drained each round */
-			size_t in = 0,
-			       want = n - *taken < (1u << 20) ? (size_t)(n - *taken) : 1u << 20;
-			from_rc = splice_some(from, pipefd[1], from, SHOAL_FD_IN, want, 0, &in);
-			if (from_rc == 0 && in == 0)
-				from_rc = SHOAL_ECLOSED;
-			*taken += in;
-			inpipe += in;
-		}
-		if (from_rc == 0 && *taken == n && !tail_in) {
-			tail_in = true;
-			if ((rc = pipe_put(pipefd[1], tail, tlen)) != 0)
-				break;
-			inpipe += tlen;
-		}
-		bool last = from_rc || tail_in;
-		while (inpipe && rc == 0) {
-			size_t out = 0;
-			rc = splice_some(pipefd[0], to, to, SHOAL_FD_OUT, inpipe,
-					 last ? 0 : SPLICE_F_MORE, &out);
-			if (rc == 0 && out == 0)
-				rc = SHOAL_ECLOSED;
-			inpipe -= out;
-		}
-		if (rc || from_rc || tail_in)
-			break;
-	}
-	if (rc) {
-		*failed = 2;
-		return rc;
-	}
-	if (from_rc)
-		*failed = 1;
-	return from_rc;
-}
-
-int sh_stream_read_frame(int fd, unsigned char **buf, size_t *cap, size_t *len, size_t max,
-			 bool fiber, int64_t deadline)
-{
-	if (!fiber && deadline != SHOAL_FOREVER) {
-		/* a thread on a blocking fd: wait for the first byte here */
-		for (;;) {
-			int64_t left = deadline - shoal_now_ns();
-			if (left <= 0)
-				return SHOAL_ETIMEDOUT;
-			struct pollfd p = {.fd = fd, .events = POLLIN};
-			int r = poll(&p, 1, (int)(left / 1000000 + 1));
-			if (r > 0)
-				break;
-			if (r < 0 && errno != EINTR)
-				return shoal_errno();
-		}
-	}
-	unsigned char hdr[FRAME_HDR];
-	bool any = false;
-	int rc = read_full(fd, hdr, FRAME_HDR, fiber, SHOAL_FOREVER, &any);
-	if (rc)
-		return rc == SHOAL_ECLOSED && any ? SHOAL_EPROTO : rc;
-	uint32_t body;
-	memcpy(&body, hdr + FRAME_LEN_AT, 4);
-	size_t total = FRAME_HDR + (size_t)body;
-	if (total > max)
-		return SHOAL_EMSGSIZE;
-	if (total > *cap) {
-		unsigned char *p = shoal_realloc(*buf, *cap, total);
-		if (!p)
-			return SHOAL_ENOMEM;
-		*buf = p;
-		*cap = total;
-	}
-	memcpy(*buf, hdr, FRAME_HDR);
-	if ((rc = read_full(fd, *buf + FRAME_HDR, body, fiber, SHOAL_FOREVER, &any)) != 0)
-		return rc == SHOAL_ECLOSED ? SHOAL_EPROTO : rc;
-	*len = total;
 	return 0;
 }
 

@@ -285,6 +285,14 @@ static int serve(engine *g)
 				rc = run_call(g, &r, &m);
 			else
 				rc = run_oob(g, &r, &f, &big, &big_cap);
+			/* Half way through a batch the results so far go: the
+			 * controller then refills our window while we run the
+			 * rest, and we do not wait for the next batch. */
+			if (rc == 0 && n >= 8 && i + 1 == n / 2) {
+				pthread_mutex_lock(&g->lock);
+				rc = g->flusher_rc ? g->flusher_rc : flush(g);
+				pthread_mutex_unlock(&g->lock);
+			}
 		}
 		if (rc == 0) {
 			pthread_mutex_lock(&g->lock);
@@ -341,7 +349,8 @@ int sh_engine_main(int argc, char **argv)
 		fprintf(stderr, "usage: shoal-engine (--socket PATH | --connect HOST:PORT) --so "
 				"LIBRARY.so [--store PATH] [--name NAME] [--die-with-parent]\n"
 				"over TCP the shared secret comes from $SHOAL_SECRET_FILE or "
-				"$SHOAL_SECRET\n");
+				"$SHOAL_SECRET; HOST:PORT?encrypt=false asks for records in clear "
+				"(still authenticated), if the controller allows it\n");
 		return 2;
 	}
 	if (with_parent) {

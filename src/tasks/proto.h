@@ -8,6 +8,10 @@
  *   controller -> client   RESULTS [[id, status, [result, [made id...]] | message] ...]
  *   controller -> engine   RUN     [[tid, fn, args] ...]
  *   engine -> controller   DONE    [[tid, status, [result, [made id...]] | message] ...]
+ *   engine -> controller   STARTED [seq]   (over TCP, before it starts its seq-th entry)
+ *
+ * Over TCP every frame travels in the secure channel (net.h). An engine
+ * holds at most the controller's window of tasks; the rest wait there.
  *
  * A result is sent with the ids of the store objects its engine made for
  * it (its large tensors and blobs, by reference, when the engine has a
@@ -57,7 +61,7 @@ static inline size_t sh_tk_page_bytes(uint32_t window)
 	return (n + 4095) & ~(size_t)4095;
 }
 /* Tasks an engine holds at most, by default (shoal_controller_opts.window). */
-#define SH_TASKS_WINDOW 256
+#define SH_TASKS_WINDOW 1024
 /* A client's timeout at first (shoal_farm_set_timeout). */
 #define SH_TASKS_TIMEOUT_NS (60 * 1000000000LL)
 /* The largest frame a side accepts. */
