@@ -305,6 +305,19 @@ static int break_doorbell(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value 
 	return 0;
 }
 
+/* say(text): text on stdout, then on stderr with an escape sequence and
+ * no newline at the end; returns nil. */
+static int say(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)ctx, (void)out;
+	const char *t = a && a->type == SHOAL_V_STR ? a->v.s : "";
+	printf("%s out\n", t);
+	fflush(stdout);
+	fprintf(stderr, "%s err\n\x1b[31mred\x1b[0m tail", t);
+	fflush(stderr);
+	return 0;
+}
+
 /* nap(ms): sleeps, deaf to the host's asking it to give up. */
 static int nap(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 {
@@ -345,6 +358,7 @@ int shoal_ext_init(shoal_ext_registry *r)
 	int rc = 0;
 	rc |= shoal_ext_register(r, "fork_tree", fork_tree);
 	rc |= shoal_ext_register(r, "nap", nap);
+	rc |= shoal_ext_register(r, "say", say);
 	rc |= shoal_ext_register(r, "break_doorbell", break_doorbell);
 	rc |= shoal_ext_register(r, "poke_mem", poke_mem);
 	rc |= shoal_ext_register(r, "host_fds", host_fds);

@@ -14,6 +14,7 @@
 #include <linux/capability.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -1308,4 +1309,72 @@ SH_TEST(deaf_doorbell_does_not_hang_calls)
 {
 	deaf_doorbell();
 	as_nobody(deaf_doorbell);
+}
+
+static pthread_mutex_t logged_lock = PTHREAD_MUTEX_INITIALIZER;
+static char logged[16384];
+
+static void capture(shoal_log_level level, const char *component, const char *line, void *ctx)
+{
+	(void)ctx;
+	pthread_mutex_lock(&logged_lock);
+	size_t n = strlen(logged);
+	snprintf(logged + n, sizeof(logged) - n, "%d [%s] %s\n", (int)level, component, line);
+	pthread_mutex_unlock(&logged_lock);
+}
+
+static bool was_logged(const char *needle)
+{
+	pthread_mutex_lock(&logged_lock);
+	bool yes = strstr(logged, needle) != NULL;
+	pthread_mutex_unlock(&logged_lock);
+	return yes;
+}
+
+/* issue 16.13: log_output routes an extension's stdout and stderr into
+ * the host's log, a line at a time with its name; its control bytes do
+ * not reach our terminal. Without it nothing of it is in our log. */
+static void output_into_the_log(void)
+{
+	shoal_log_set_level(SHOAL_LOG_INFO);
+	shoal_log_set_sink(capture, NULL);
+	for (int sb = SHOAL_SANDBOX_NONE; sb <= SHOAL_SANDBOX_STRICT; sb++) {
+		logged[0] = 0;
+		shoal_ext_config c = config();
+		c.path = attack;
+		c.name = "talker";
+		c.sandbox = (shoal_sandbox)sb;
+		c.log_output = true;
+		shoal_ext *e = start(&c);
+		shoal_vbuf *vb;
+		CHECK_OK(shoal_vbuf_create(&vb));
+		const shoal_value *r;
+		CHECK_OK(call(e, "say", shoal_v_cstr(vb, "hello"), vb, &r));
+		CHECK_OK(shoal_ext_stop(e));
+		if (!was_logged("2 [ext] talker: hello out\n") ||
+		    !was_logged("1 [ext] talker (stderr): hello err\n") ||
+		    !was_logged("1 [ext] talker (stderr): ?[31mred?[0m tail\n"))
+			sh_test_fail(__FILE__, __LINE__, "sandbox %d, the log:\n%s", sb, logged);
+		shoal_vbuf_free(vb);
+	}
+	/* without the option it is not in our log */
+	logged[0] = 0;
+	shoal_ext_config c = config();
+	c.path = attack;
+	c.name = "talker";
+	shoal_ext *e = start(&c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	CHECK_OK(call(e, "say", shoal_v_cstr(vb, "quiet"), vb, &r));
+	CHECK_OK(shoal_ext_stop(e));
+	CHECK(!was_logged("quiet"));
+	shoal_vbuf_free(vb);
+	shoal_log_set_sink(NULL, NULL);
+}
+
+SH_TEST(output_into_the_host_log)
+{
+	output_into_the_log();
+	as_nobody(output_into_the_log);
 }

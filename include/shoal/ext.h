@@ -121,6 +121,11 @@ typedef struct shoal_ext_config {
 	shoal_restart restart;
 	shoal_payload payload;	  /* the default of its calls */
 	const char *store_socket; /* the store shared payloads go through */
+	bool log_output;	  /* its stdout and stderr go into our log (shoal_log,
+				     component "ext"), a line at a time prefixed with its
+				     name: stdout at SHOAL_LOG_INFO, stderr at
+				     SHOAL_LOG_WARN; control bytes show as '?'. false: they
+				     are our own stdout and stderr */
 } shoal_ext_config;
 
 SHOAL_API void shoal_ext_config_init(shoal_ext_config *c);

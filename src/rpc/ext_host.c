@@ -36,8 +36,23 @@ extern char **environ;
 #define SHOAL_EXT_RUNNER_DEFAULT "/usr/local/bin/shoal-ext"
 #endif
 
+/* Carries an extension's stdout and stderr into our log (log_output): a
+ * thread reads the two pipes and logs each line with the extension's
+ * name. Its output is the extension's, so hostile: lines are cut at
+ * PUMP_LINE bytes and control bytes are replaced. */
+#define PUMP_LINE 2048
+typedef struct pump {
+	int fd[2]; /* read ends: stdout, stderr */
+	char name[128];
+	char buf[2][PUMP_LINE];
+	size_t len[2];
+	_Atomic bool stop; /* the child is gone: drain what is there and end */
+	pthread_t thread;
+} pump;
+
 struct shoal_ext {
 	shoal_ext_config cfg;
+	pump *pump; /* log_output: the thread that logs its output */
 	char *path, *name, *runner, *cwd, *libpath, *store_path; /* owned copies */
 	shoal_client *store;					 /* shared payloads go through it */
 	char **env;
@@ -355,6 +370,99 @@ static void cg_done(shoal_ext *e)
 	e->cg[0] = 0;
 }
 
+static void pump_line(pump *p, int i)
+{
+	char *b = p->buf[i];
+	for (size_t k = 0; k < p->len[i]; k++)
+		if (((unsigned char)b[k] < 0x20 && b[k] != '\t') || b[k] == 0x7f)
+			b[k] = '?';
+	shoal_log(i ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "ext", "%s%s: %.*s", p->name,
+		  i ? " (stderr)" : "", (int)p->len[i], b);
+	p->len[i] = 0;
+}
+
+static void *pump_main(void *arg)
+{
+	pump *p = arg;
+	struct pollfd pf[2] = {{.fd = p->fd[0], .events = POLLIN},
+			       {.fd = p->fd[1], .events = POLLIN}};
+	/* Once stopped, a bounded drain: a process that escaped the tree and
+	 * keeps writing does not hold the host's stop. */
+	for (int open = 2, after = 0; open > 0 && after < 20;) {
+		int n = poll(pf, 2, 50);
+		if (atomic_load(&p->stop))
+			after++;
+		if (n <= 0) {
+			if (after)
+				break;
+			continue;
+		}
+		for (int i = 0; i < 2; i++) {
+			if (pf[i].fd < 0 || !pf[i].revents)
+				continue;
+			ssize_t got = read(pf[i].fd, p->buf[i] + p->len[i], PUMP_LINE - p->len[i]);
+			if (got < 0 && (errno == EINTR || errno == EAGAIN))
+				continue;
+			if (got <= 0) {
+				pf[i].fd = -1;
+				open--;
+				continue;
+			}
+			size_t end = p->len[i] + (size_t)got, from = 0;
+			for (size_t k = p->len[i]; k < end; k++)
+				if (p->buf[i][k] == '\n') {
+					memmove(p->buf[i], p->buf[i] + from, k - from);
+					p->len[i] = k - from;
+					pump_line(p, i);
+					from = k + 1;
+				}
+			memmove(p->buf[i], p->buf[i] + from, end - from);
+			p->len[i] = end - from;
+			if (p->len[i] == PUMP_LINE)
+				pump_line(p, i); /* a line that long goes in pieces */
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		if (p->len[i])
+			pump_line(p, i);
+		close(p->fd[i]);
+	}
+	return NULL;
+}
+
+/* Starts the pump on the read ends of two pipes (it owns them then). */
+static int pump_start(shoal_ext *e, int out_fd, int err_fd)
+{
+	pump *p = SH_NEW(pump);
+	if (!p) {
+		close(out_fd);
+		close(err_fd);
+		return SHOAL_ENOMEM;
+	}
+	p->fd[0] = out_fd;
+	p->fd[1] = err_fd;
+	snprintf(p->name, sizeof(p->name), "%s", e->name);
+	int rc = -pthread_create(&p->thread, NULL, pump_main, p);
+	if (rc) {
+		close(out_fd);
+		close(err_fd);
+		SH_DELETE(p);
+		return rc;
+	}
+	e->pump = p;
+	return 0;
+}
+
+static void pump_stop(shoal_ext *e)
+{
+	if (!e->pump)
+		return;
+	atomic_store(&e->pump->stop, true);
+	pthread_join(e->pump->thread, NULL);
+	SH_DELETE(e->pump);
+	e->pump = NULL;
+}
+
 /* Tears the current child down: kill, reap, close everything of it. */
 static void child_reap(shoal_ext *e, bool kill_it, int *status)
 {
@@ -380,6 +488,7 @@ static void child_reap(shoal_ext *e, bool kill_it, int *status)
 		*status = st;
 	cg_kill(e); /* what it left behind */
 	cg_done(e);
+	pump_stop(e); /* after its tree: the last lines of all of it are in */
 	if (e->rings)
 		sh_shm_unmap(e->rings, e->ring_bytes);
 	if (e->pidfd >= 0)
@@ -472,8 +581,21 @@ static int spawn_child(shoal_ext *e)
 		tail[0] = "--store";
 		tail[1] = e->store_path;
 	}
+	int outp[2] = {-1, -1}, errp[2] = {-1, -1};
+	if (e->cfg.log_output && (pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0)) {
+		rc = shoal_errno();
+		fail(e, rc, "%s: pipes for its output: %s", e->name, strerror(errno));
+		for (int i = 0; i < 2; i++)
+			if (outp[i] >= 0)
+				close(outp[i]);
+		goto out;
+	}
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
+	if (e->cfg.log_output) {
+		posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
+		posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+	}
 	posix_spawn_file_actions_adddup2(&fa, sv[1], SH_EXT_FD_SOCK);
 	posix_spawn_file_actions_adddup2(&fa, rfd, SH_EXT_FD_RINGS);
 	posix_spawn_file_actions_adddup2(&fa, e->efd, SH_EXT_FD_EFD);
@@ -481,9 +603,21 @@ static int spawn_child(shoal_ext *e)
 		posix_spawn_file_actions_addchdir_np(&fa, e->cwd);
 	rc = -posix_spawn(&e->pid, e->runner, &fa, NULL, argv, e->env);
 	posix_spawn_file_actions_destroy(&fa);
+	if (e->cfg.log_output) {
+		close(outp[1]);
+		close(errp[1]);
+	}
 	if (rc) {
 		e->pid = 0;
+		if (e->cfg.log_output) {
+			close(outp[0]);
+			close(errp[0]);
+		}
 		fail(e, rc, "%s: cannot run %s: %s", e->name, e->runner, shoal_strerror(rc));
+		goto out;
+	}
+	if (e->cfg.log_output && (rc = pump_start(e, outp[0], errp[0])) != 0) {
+		fail(e, rc, "%s: a thread for its output: %s", e->name, shoal_strerror(rc));
 		goto out;
 	}
 	e->pidfd = (int)syscall(SYS_pidfd_open, e->pid, 0);
