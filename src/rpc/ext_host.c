@@ -233,17 +233,39 @@ int sh_ext_write_file(const char *path, const char *text)
 	return rc;
 }
 
+/* Reads the small file at path into buf (NUL-terminated, cut at len - 1
+ * bytes): 0 or the error. No stdio: this runs at every start and end of
+ * a child, which should cost no heap. */
+static int read_text(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return shoal_errno();
+	size_t got = 0;
+	for (ssize_t n; got + 1 < len; got += (size_t)n) {
+		n = read(fd, buf + got, len - 1 - got);
+		if (n < 0 && errno == EINTR) {
+			n = 0;
+			continue;
+		}
+		if (n <= 0)
+			break;
+	}
+	buf[got] = 0;
+	close(fd);
+	return 0;
+}
+
 /* The directory of our own cgroup in a hierarchy with the memory
  * controller: v1's memory hierarchy, else the unified one. */
 static int cg_base(char *dir, size_t len, bool *v2)
 {
-	FILE *f = fopen("/proc/self/cgroup", "re");
-	if (!f)
-		return shoal_errno();
-	char line[512], v1path[256] = "", v2path[256] = "";
+	char text[4096], v1path[256] = "", v2path[256] = "", *save = NULL;
+	int rc = read_text("/proc/self/cgroup", text, sizeof(text));
+	if (rc)
+		return rc;
 	bool have_v1 = false, have_v2 = false;
-	while (fgets(line, sizeof(line), f)) {
-		line[strcspn(line, "\n")] = 0;
+	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
 		if (!c2)
 			continue;
@@ -257,7 +279,6 @@ static int cg_base(char *dir, size_t len, bool *v2)
 		else if (!*ctl)
 			have_v2 = true, snprintf(v2path, sizeof(v2path), "%s", path);
 	}
-	fclose(f);
 	if (have_v1) {
 		*v2 = false;
 		snprintf(dir, len, "/sys/fs/cgroup/memory%s", v1path);
@@ -326,21 +347,28 @@ static void cg_kill(shoal_ext *e)
 {
 	if (!e->cg[0])
 		return;
-	char path[300], line[32];
+	char path[300], text[8192];
 	snprintf(path, sizeof(path), "%s/cgroup.kill", e->cg);
 	bool killed = e->cg_v2 && sh_ext_write_file(path, "1") == 0;
 	snprintf(path, sizeof(path), "%s/cgroup.procs", e->cg);
 	for (int round = 0; round < 1000; round++) {
-		FILE *f = fopen(path, "re");
+		/* (more than fit the buffer: the rest is read the next round) */
 		int n = 0;
-		while (f && fgets(line, sizeof(line), f)) {
-			pid_t pid = (pid_t)atoi(line);
+		if (read_text(path, text, sizeof(text)) != 0)
+			return;
+		char *last = strrchr(text, '\n'); /* a pid cut at the end is not one */
+		if (!last)
+			return;
+		last[1] = 0;
+		for (char *p = text, *end; *p; p = end) {
+			long v = strtol(p, &end, 10);
+			if (end == p)
+				break;
+			pid_t pid = (pid_t)v;
 			/* (the child itself, a zombie till we reap it, may stay listed) */
 			if (pid > 0 && (killed || kill(pid, SIGKILL) == 0) && pid != e->pid)
 				n++;
 		}
-		if (f)
-			fclose(f);
 		if (n == 0)
 			return;
 		usleep(1000);
@@ -354,16 +382,14 @@ static void cg_done(shoal_ext *e)
 {
 	if (!e->cg[0])
 		return;
-	char path[300], line[128];
+	char path[300], text[1024];
 	snprintf(path, sizeof(path), "%s/%s", e->cg,
 		 e->cg_v2 ? "memory.events" : "memory.oom_control");
-	FILE *f = fopen(path, "re");
 	unsigned long long n = 0;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "oom_kill %llu", &n) == 1)
-			break;
-	if (f)
-		fclose(f);
+	const char *at =
+		read_text(path, text, sizeof(text)) == 0 ? strstr(text, "oom_kill ") : NULL;
+	if (at)
+		sscanf(at, "oom_kill %llu", &n);
 	e->oom_killed = n > 0;
 	for (int i = 0; i < 200 && rmdir(e->cg) != 0 && errno == EBUSY; i++)
 		usleep(1000);
