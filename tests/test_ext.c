@@ -4,7 +4,11 @@
  * with their code and message, crashes of every kind failing a call at
  * once with the signal or status and the function, deadlines, restarts,
  * start failures reported fast, limits and the basic sandbox, and 1000
- * crash/restart cycles that leak no descriptor or mapping. */
+ * crash/restart cycles that leak no descriptor or mapping. And the attacks
+ * of issue 16 by a hostile extension (tests/ext_attack.c), each as root
+ * and as uid 65534: truncating its rings, io_uring and IP sockets, a host
+ * without namespaces, reaching into the host, orphans, a deaf doorbell;
+ * and its output routed into the host's log. */
 #include "test.h"
 
 #include <dirent.h>
