@@ -989,7 +989,13 @@ static void strict_denies_io_uring_and_ip(void)
 			 * then it has ours, by choice of the config */
 		}
 		CHECK_EQ(r->v.items[3].v.i, EPERM); /* AF_PACKET, allowed or not */
-		CHECK_EQ(r->v.items[5].v.i, 0);	    /* AF_UNIX it may have */
+		/* and an ordinary extension's work goes on under the allow-list */
+		CHECK_OK(call(e, "usable", NULL, vb, &r));
+		for (int i = 0; i < 6; i++)
+			if (r->v.items[i].v.i != 0)
+				sh_test_fail(__FILE__, __LINE__, "usable: step %d failed: %lld", i,
+					     (long long)r->v.items[i].v.i);
+		CHECK_EQ(r->v.items[5].v.i, 0); /* AF_UNIX it may have */
 		if (!allow && connected(lfd, 300))
 			sh_test_fail(__FILE__, __LINE__, "the strict extension reached 127.0.0.1");
 		CHECK_OK(call(e, "add", NULL, vb, &r) == SHOAL_ENOENT ? 0 : -1);
