@@ -1026,9 +1026,15 @@ static void write_text(const char *path, const char *text)
 /* A host where the kernel really refuses a network namespace: inside a
  * user namespace of its own that may make no further user namespaces
  * (its max_user_namespaces is 0) and whose capabilities are gone. */
-static void host_without_namespaces(void)
+static bool host_without_namespaces(void)
 {
-	CHECK(unshare(CLONE_NEWUSER) == 0);
+	/* ThreadSanitizer's runtime keeps a thread of its own, and a process
+	 * with threads may not enter a new user namespace */
+	if (unshare(CLONE_NEWUSER) != 0) {
+		if (errno == EINVAL && sh_test_sanitized())
+			return false;
+		sh_test_fail(__FILE__, __LINE__, "unshare(CLONE_NEWUSER): %s", strerror(errno));
+	}
 	write_text("/proc/self/setgroups", "deny");
 	write_text("/proc/self/uid_map", "0 0 1");
 	write_text("/proc/self/gid_map", "0 0 1");
@@ -1042,6 +1048,7 @@ static void host_without_namespaces(void)
 	/* the precondition, really in force */
 	CHECK(unshare(CLONE_NEWNET) != 0);
 	CHECK(unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0);
+	return true;
 }
 
 /* issue 16.5: where strict cannot have a network namespace (and
@@ -1052,7 +1059,11 @@ SH_TEST(strict_fails_closed_without_namespaces)
 	pid_t pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
-		host_without_namespaces();
+		if (!host_without_namespaces()) {
+			fprintf(stderr, "skipped: a sanitizer's thread keeps us out of a user "
+					"namespace\n");
+			_exit(0);
+		}
 		shoal_ext_config c = config();
 		c.path = attack;
 		c.sandbox = SHOAL_SANDBOX_STRICT;
