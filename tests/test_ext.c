@@ -1448,3 +1448,49 @@ SH_TEST(strict_shares_payloads)
 	free(f);
 	CHECK_OK(shoal_store_close(s));
 }
+
+struct killer {
+	pid_t pid;
+	int ms;
+};
+
+static void *kill_later(void *arg)
+{
+	struct killer *k = arg;
+	usleep((useconds_t)k->ms * 1000);
+	kill(k->pid, SIGKILL);
+	return NULL;
+}
+
+/* An extension that dies while the host is still writing a large call
+ * into its full ring (no deadline) fails the call, not hangs it: the
+ * host watches the child while it waits for room too. */
+SH_TEST(death_while_sending_fails_the_call)
+{
+	shoal_ext_config c = config();
+	shoal_ext *e = start(&c);
+	shoal_vbuf *vb, *out;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	CHECK_OK(shoal_vbuf_create(&out));
+	size_t big = 1u << 30;
+	unsigned char *mem = malloc(big);
+	CHECK(mem != NULL);
+	memset(mem, 5, big);
+	shoal_value *v = shoal_v_blob(vb, mem, big);
+	/* killed while it reads the call: the host waits for room then */
+	struct killer k = {shoal_ext_pid(e), 100};
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, kill_later, &k) == 0);
+	alarm(60);
+	const shoal_value *r;
+	int64_t t0 = shoal_now_ns();
+	int rc = shoal_ext_call(e, "echo", v, out, &r, SHOAL_FOREVER);
+	alarm(0);
+	CHECK_RC(rc, SHOAL_ECRASHED);
+	CHECK((shoal_now_ns() - t0) / MS < 10000);
+	pthread_join(t, NULL);
+	CHECK_OK(shoal_ext_stop(e));
+	free(mem);
+	shoal_vbuf_free(vb);
+	shoal_vbuf_free(out);
+}

@@ -556,7 +556,10 @@ static int spawn_child(shoal_ext *e)
 	sh_ring_attach(&e->req, e->rings, one, true);
 	sh_ring_attach(&e->rep, (char *)e->rings + one, one, false);
 	e->cancel = (_Atomic uint32_t *)((char *)e->rings + 2 * one);
-	e->rep.wait_efd = e->efd;
+	/* Both rings sleep on the eventfd and watch the child (its pidfd, set
+	 * below): a call waiting for room in a full request ring notices the
+	 * child's death as a reply does. */
+	e->rep.wait_efd = e->req.wait_efd = e->efd;
 	e->rep.spin_ns = 50000; /* a call round trip is a few us when both spin */
 
 	char mem[32], cpu[32], files[32];
@@ -651,7 +654,7 @@ static int spawn_child(shoal_ext *e)
 		rc = shoal_errno();
 		goto out;
 	}
-	e->rep.peer_fd = e->pidfd;
+	e->rep.peer_fd = e->req.peer_fd = e->pidfd;
 	e->sock = sv[0];
 	sv[0] = -1;
 	e->starts++;
