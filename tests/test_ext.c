@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1493,4 +1494,33 @@ SH_TEST(death_while_sending_fails_the_call)
 	free(mem);
 	shoal_vbuf_free(vb);
 	shoal_vbuf_free(out);
+}
+
+/* A host that died without stopping its extension left its cgroup; the
+ * next host's first extension removes it (empty, its pid gone), and
+ * leaves a live host's alone. */
+SH_TEST(stale_cgroups_are_swept)
+{
+	if (geteuid() != 0)
+		return;
+	char self[512], base[700], stale[800], live[800];
+	cgroup_of(getpid(), self, sizeof(self));
+	snprintf(base, sizeof(base), "/sys/fs/cgroup/memory%s", self);
+	if (access(base, W_OK) != 0)
+		return; /* no v1 memory hierarchy of ours here */
+	pid_t dead = fork();
+	CHECK(dead >= 0);
+	if (dead == 0)
+		_exit(0);
+	CHECK_EQ(waitpid(dead, NULL, 0), dead);
+	snprintf(stale, sizeof(stale), "%s/shoal-ext-%d-7", base, (int)dead);
+	snprintf(live, sizeof(live), "%s/shoal-ext-%d-7", base, (int)getppid());
+	CHECK(mkdir(stale, 0700) == 0);
+	CHECK(mkdir(live, 0700) == 0);
+	shoal_ext_config c = config();
+	shoal_ext *e = start(&c);
+	CHECK(access(stale, F_OK) != 0);
+	CHECK(access(live, F_OK) == 0);
+	CHECK_OK(shoal_ext_stop(e));
+	CHECK(rmdir(live) == 0);
 }

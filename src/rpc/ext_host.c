@@ -11,6 +11,7 @@
 
 #include <shoal/ext.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -294,6 +295,30 @@ static int cg_base(char *dir, size_t len, bool *v2)
 	return 0;
 }
 
+/* Removes the cgroups that hosts which died without stopping their
+ * extensions left under base (named for their pid, which no longer
+ * runs): once a process, at its first extension. Only empty ones go
+ * (rmdir refuses the rest), so a live tree is never touched. */
+static void cg_sweep(const char *base)
+{
+	static atomic_flag swept = ATOMIC_FLAG_INIT;
+	if (atomic_flag_test_and_set(&swept))
+		return;
+	DIR *d = opendir(base);
+	for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+		int pid;
+		unsigned n;
+		if (sscanf(de->d_name, "shoal-ext-%d-%u", &pid, &n) != 2 || pid <= 0 ||
+		    pid == (int)getpid() || kill(pid, 0) == 0 || errno != ESRCH)
+			continue;
+		char path[600];
+		snprintf(path, sizeof(path), "%s/%s", base, de->d_name);
+		rmdir(path);
+	}
+	if (d)
+		closedir(d);
+}
+
 /* Makes e's cgroup (every extension gets one where we may make it: its
  * whole tree ends with it), with memory limited to cfg.mem_max if set. */
 static int cg_make(shoal_ext *e, char *why, size_t whylen)
@@ -305,6 +330,7 @@ static int cg_make(shoal_ext *e, char *why, size_t whylen)
 		snprintf(why, whylen, "no memory cgroup hierarchy");
 		return rc;
 	}
+	cg_sweep(base);
 	snprintf(e->cg, sizeof(e->cg), "%s/shoal-ext-%d-%u", strcmp(base, "/") ? base : "",
 		 (int)getpid(), atomic_fetch_add(&counter, 1));
 	if (mkdir(e->cg, 0700) != 0) {
