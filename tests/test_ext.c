@@ -1297,7 +1297,7 @@ static void stop_ends_the_tree(void)
 	}
 }
 
-SH_TEST(stop_ends_the_whole_tree)
+SH_TEST_T(stop_ends_the_whole_tree, 180)
 {
 	stop_ends_the_tree();
 	as_nobody(stop_ends_the_tree);
