@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,6 +306,69 @@ static int break_doorbell(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value 
 	return 0;
 }
 
+/* say(text): text on stdout, then on stderr with an escape sequence and
+ * no newline at the end; returns nil. */
+static int say(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)ctx, (void)out;
+	const char *t = a && a->type == SHOAL_V_STR ? a->v.s : "";
+	printf("%s out\n", t);
+	fflush(stdout);
+	fprintf(stderr, "%s err\n\x1b[31mred\x1b[0m tail", t);
+	fflush(stderr);
+	return 0;
+}
+
+static void *thread_main(void *arg)
+{
+	return arg;
+}
+
+/* usable(): what an ordinary extension does must still work under the
+ * allow-list: [a thread (clone3 says ENOSYS, glibc falls back to clone),
+ * fork and exec of /bin/true, 64 MiB of memory, a file, a socketpair,
+ * getrandom] as 0 or the errno. */
+static int usable(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	int64_t e[6];
+	pthread_t t;
+	void *got = NULL;
+	int rc = pthread_create(&t, NULL, thread_main, &e);
+	e[0] = rc ? rc : pthread_join(t, &got) ? -1 : got == &e ? 0 : -2;
+	pid_t pid = fork();
+	if (pid == 0) {
+		char *argv[] = {"true", NULL}, *envp[] = {NULL};
+		execve("/bin/true", argv, envp);
+		_exit(100 + errno);
+	}
+	int st = 0;
+	e[1] = pid < 0			     ? errno
+	       : waitpid(pid, &st, 0) != pid ? errno
+	       : WIFEXITED(st)		     ? WEXITSTATUS(st)
+					     : -3;
+	char *m = malloc(64u << 20);
+	if (m)
+		memset(m, 1, 64u << 20);
+	e[2] = m ? 0 : ENOMEM;
+	free(m);
+	int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	e[3] = fd >= 0 ? 0 : errno;
+	if (fd >= 0)
+		close(fd);
+	int sv[2];
+	e[4] = socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0 ? 0 : errno;
+	if (e[4] == 0)
+		close(sv[0]), close(sv[1]);
+	char r[16];
+	e[5] = syscall(SYS_getrandom, r, sizeof(r), 0) == (long)sizeof(r) ? 0 : errno;
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 6);
+	for (int i = 0; i < 6; i++)
+		shoal_v_set(*out, (uint32_t)i, shoal_v_int(vb, e[i]));
+	return 0;
+}
+
 /* nap(ms): sleeps, deaf to the host's asking it to give up. */
 static int nap(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 {
@@ -345,6 +409,8 @@ int shoal_ext_init(shoal_ext_registry *r)
 	int rc = 0;
 	rc |= shoal_ext_register(r, "fork_tree", fork_tree);
 	rc |= shoal_ext_register(r, "nap", nap);
+	rc |= shoal_ext_register(r, "usable", usable);
+	rc |= shoal_ext_register(r, "say", say);
 	rc |= shoal_ext_register(r, "break_doorbell", break_doorbell);
 	rc |= shoal_ext_register(r, "poke_mem", poke_mem);
 	rc |= shoal_ext_register(r, "host_fds", host_fds);

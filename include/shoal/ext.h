@@ -73,15 +73,19 @@ SHOAL_API int shoal_service_register(const char *method, shoal_service_fn fn, vo
 SHOAL_API int shoal_service_unregister(const char *method);
 
 typedef enum shoal_sandbox {
+	/* its own process tree (ended whole when it stops), nothing else */
 	SHOAL_SANDBOX_NONE = 0,
 	/* no inherited descriptors, cleared environment (plus config env and an
-	 * allow-list), new session, dies with the host, no new privileges */
+	 * allow-list), new session, dies with the host, no new privileges.
+	 * Hygiene, not isolation: it keeps our uid, capabilities and /proc */
 	SHOAL_SANDBOX_BASIC,
-	/* basic, plus a seccomp filter that denies ptrace and reading or
-	 * writing other processes' memory, mount, kexec, module loading,
-	 * reboot, bpf, namespaces, and new network sockets (unless
-	 * allow_network), and a network namespace of its own where the kernel
-	 * lets us make one (else a warning in the log; the filter still holds) */
+	/* basic, plus: namespaces of its own (mounts, with a /proc of its own
+	 * pid namespace; cgroups; IPC; the network unless allow_network), no
+	 * capabilities, uid 65534 when we are root (so the .so must be readable
+	 * by it) or a user namespace of our own uid, and a seccomp allow-list
+	 * (EPERM for the rest: ptrace, io_uring, mount, bpf, namespaces, sockets
+	 * other than AF_UNIX unless allow_network...). Where the kernel refuses
+	 * any of it, the start fails (SHOAL_EPERM) */
 	SHOAL_SANDBOX_STRICT,
 } shoal_sandbox;
 
@@ -108,9 +112,9 @@ typedef struct shoal_ext_config {
 	const char *cwd;	  /* its working directory; NULL: ours */
 	const char *library_path; /* its LD_LIBRARY_PATH */
 	uint64_t mem_limit;	  /* bytes of address space (RLIMIT_AS); 0: none */
-	uint64_t mem_max;	  /* bytes of memory it may use: a memory cgroup of its own
+	uint64_t mem_max;	  /* bytes of memory it may use, the limit of its cgroup
 				     (past it the kernel's OOM killer ends it: SHOAL_ECRASHED
-				     says so); where none can be made, a warning and an
+				     says so); where no cgroup can be made, a warning and an
 				     address-space limit instead. 0: none */
 	uint32_t cpu_limit_s;	  /* seconds of CPU (RLIMIT_CPU); 0: none */
 	uint32_t max_files;	  /* open descriptors (RLIMIT_NOFILE); 0: inherited */
@@ -121,6 +125,11 @@ typedef struct shoal_ext_config {
 	shoal_restart restart;
 	shoal_payload payload;	  /* the default of its calls */
 	const char *store_socket; /* the store shared payloads go through */
+	bool log_output;	  /* its stdout and stderr go into our log (shoal_log,
+				     component "ext"), a line at a time prefixed with its
+				     name: stdout at SHOAL_LOG_INFO, stderr at
+				     SHOAL_LOG_WARN; control bytes show as '?'. false: they
+				     are our own stdout and stderr */
 } shoal_ext_config;
 
 SHOAL_API void shoal_ext_config_init(shoal_ext_config *c);
@@ -178,7 +187,8 @@ SHOAL_API pid_t shoal_ext_pid(const shoal_ext *e);
 SHOAL_API uint32_t shoal_ext_starts(const shoal_ext *e);
 
 /* Stops it (a polite request, then SIGTERM, then SIGKILL, each after a
- * short deadline) and frees e. */
+ * short deadline), ends every process it started (its cgroup, else a
+ * subreaper in the runner, or at strict its pid namespace) and frees e. */
 SHOAL_API int shoal_ext_stop(shoal_ext *e);
 
 #ifdef __cplusplus

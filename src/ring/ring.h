@@ -44,7 +44,9 @@ typedef struct sh_ring {
 		       * doorbell's write end (sh_bell_ring) */
 	int peer_fd;  /* a thread sleeping on wait_efd also polls this (a fiber:
 		       * every 10 ms); when it is readable (a pidfd: the peer
-		       * exited) the wait fails with SHOAL_ECONNRESET. -1: none */
+		       * exited) the wait fails with SHOAL_ECONNRESET. With one,
+		       * a sleeper also re-checks the ring every 10 ms: it does
+		       * not rely on the peer's doorbell alone. -1: none */
 	/* counters for benchmarks and tests */
 	uint64_t sleeps, wakes;
 } sh_ring;

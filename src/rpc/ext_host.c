@@ -11,6 +11,7 @@
 
 #include <shoal/ext.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -36,8 +37,23 @@ extern char **environ;
 #define SHOAL_EXT_RUNNER_DEFAULT "/usr/local/bin/shoal-ext"
 #endif
 
+/* Carries an extension's stdout and stderr into our log (log_output): a
+ * thread reads the two pipes and logs each line with the extension's
+ * name. Its output is the extension's, so hostile: lines are cut at
+ * PUMP_LINE bytes and control bytes are replaced. */
+#define PUMP_LINE 2048
+typedef struct pump {
+	int fd[2]; /* read ends: stdout, stderr */
+	char name[128];
+	char buf[2][PUMP_LINE];
+	size_t len[2];
+	_Atomic bool stop; /* the child is gone: drain what is there and end */
+	pthread_t thread;
+} pump;
+
 struct shoal_ext {
 	shoal_ext_config cfg;
+	pump *pump; /* log_output: the thread that logs its output */
 	char *path, *name, *runner, *cwd, *libpath, *store_path; /* owned copies */
 	shoal_client *store;					 /* shared payloads go through it */
 	char **env;
@@ -218,17 +234,39 @@ int sh_ext_write_file(const char *path, const char *text)
 	return rc;
 }
 
+/* Reads the small file at path into buf (NUL-terminated, cut at len - 1
+ * bytes): 0 or the error. No stdio: this runs at every start and end of
+ * a child, which should cost no heap. */
+static int read_text(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return shoal_errno();
+	size_t got = 0;
+	for (ssize_t n; got + 1 < len; got += (size_t)n) {
+		n = read(fd, buf + got, len - 1 - got);
+		if (n < 0 && errno == EINTR) {
+			n = 0;
+			continue;
+		}
+		if (n <= 0)
+			break;
+	}
+	buf[got] = 0;
+	close(fd);
+	return 0;
+}
+
 /* The directory of our own cgroup in a hierarchy with the memory
  * controller: v1's memory hierarchy, else the unified one. */
 static int cg_base(char *dir, size_t len, bool *v2)
 {
-	FILE *f = fopen("/proc/self/cgroup", "re");
-	if (!f)
-		return shoal_errno();
-	char line[512], v1path[256] = "", v2path[256] = "";
+	char text[4096], v1path[256] = "", v2path[256] = "", *save = NULL;
+	int rc = read_text("/proc/self/cgroup", text, sizeof(text));
+	if (rc)
+		return rc;
 	bool have_v1 = false, have_v2 = false;
-	while (fgets(line, sizeof(line), f)) {
-		line[strcspn(line, "\n")] = 0;
+	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
 		if (!c2)
 			continue;
@@ -242,7 +280,6 @@ static int cg_base(char *dir, size_t len, bool *v2)
 		else if (!*ctl)
 			have_v2 = true, snprintf(v2path, sizeof(v2path), "%s", path);
 	}
-	fclose(f);
 	if (have_v1) {
 		*v2 = false;
 		snprintf(dir, len, "/sys/fs/cgroup/memory%s", v1path);
@@ -258,6 +295,30 @@ static int cg_base(char *dir, size_t len, bool *v2)
 	return 0;
 }
 
+/* Removes the cgroups that hosts which died without stopping their
+ * extensions left under base (named for their pid, which no longer
+ * runs): once a process, at its first extension. Only empty ones go
+ * (rmdir refuses the rest), so a live tree is never touched. */
+static void cg_sweep(const char *base)
+{
+	static atomic_flag swept = ATOMIC_FLAG_INIT;
+	if (atomic_flag_test_and_set(&swept))
+		return;
+	DIR *d = opendir(base);
+	for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+		int pid;
+		unsigned n;
+		if (sscanf(de->d_name, "shoal-ext-%d-%u", &pid, &n) != 2 || pid <= 0 ||
+		    pid == (int)getpid() || kill(pid, 0) == 0 || errno != ESRCH)
+			continue;
+		char path[600];
+		snprintf(path, sizeof(path), "%s/%s", base, de->d_name);
+		rmdir(path);
+	}
+	if (d)
+		closedir(d);
+}
+
 /* Makes e's cgroup (every extension gets one where we may make it: its
  * whole tree ends with it), with memory limited to cfg.mem_max if set. */
 static int cg_make(shoal_ext *e, char *why, size_t whylen)
@@ -269,6 +330,7 @@ static int cg_make(shoal_ext *e, char *why, size_t whylen)
 		snprintf(why, whylen, "no memory cgroup hierarchy");
 		return rc;
 	}
+	cg_sweep(base);
 	snprintf(e->cg, sizeof(e->cg), "%s/shoal-ext-%d-%u", strcmp(base, "/") ? base : "",
 		 (int)getpid(), atomic_fetch_add(&counter, 1));
 	if (mkdir(e->cg, 0700) != 0) {
@@ -311,21 +373,28 @@ static void cg_kill(shoal_ext *e)
 {
 	if (!e->cg[0])
 		return;
-	char path[300], line[32];
+	char path[300], text[8192];
 	snprintf(path, sizeof(path), "%s/cgroup.kill", e->cg);
 	bool killed = e->cg_v2 && sh_ext_write_file(path, "1") == 0;
 	snprintf(path, sizeof(path), "%s/cgroup.procs", e->cg);
 	for (int round = 0; round < 1000; round++) {
-		FILE *f = fopen(path, "re");
+		/* (more than fit the buffer: the rest is read the next round) */
 		int n = 0;
-		while (f && fgets(line, sizeof(line), f)) {
-			pid_t pid = (pid_t)atoi(line);
+		if (read_text(path, text, sizeof(text)) != 0)
+			return;
+		char *last = strrchr(text, '\n'); /* a pid cut at the end is not one */
+		if (!last)
+			return;
+		last[1] = 0;
+		for (char *p = text, *end; *p; p = end) {
+			long v = strtol(p, &end, 10);
+			if (end == p)
+				break;
+			pid_t pid = (pid_t)v;
 			/* (the child itself, a zombie till we reap it, may stay listed) */
 			if (pid > 0 && (killed || kill(pid, SIGKILL) == 0) && pid != e->pid)
 				n++;
 		}
-		if (f)
-			fclose(f);
 		if (n == 0)
 			return;
 		usleep(1000);
@@ -339,20 +408,111 @@ static void cg_done(shoal_ext *e)
 {
 	if (!e->cg[0])
 		return;
-	char path[300], line[128];
+	char path[300], text[1024];
 	snprintf(path, sizeof(path), "%s/%s", e->cg,
 		 e->cg_v2 ? "memory.events" : "memory.oom_control");
-	FILE *f = fopen(path, "re");
 	unsigned long long n = 0;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "oom_kill %llu", &n) == 1)
-			break;
-	if (f)
-		fclose(f);
+	const char *at =
+		read_text(path, text, sizeof(text)) == 0 ? strstr(text, "oom_kill ") : NULL;
+	if (at)
+		sscanf(at, "oom_kill %llu", &n);
 	e->oom_killed = n > 0;
 	for (int i = 0; i < 200 && rmdir(e->cg) != 0 && errno == EBUSY; i++)
 		usleep(1000);
 	e->cg[0] = 0;
+}
+
+static void pump_line(pump *p, int i)
+{
+	char *b = p->buf[i];
+	for (size_t k = 0; k < p->len[i]; k++)
+		if (((unsigned char)b[k] < 0x20 && b[k] != '\t') || b[k] == 0x7f)
+			b[k] = '?';
+	shoal_log(i ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "ext", "%s%s: %.*s", p->name,
+		  i ? " (stderr)" : "", (int)p->len[i], b);
+	p->len[i] = 0;
+}
+
+static void *pump_main(void *arg)
+{
+	pump *p = arg;
+	struct pollfd pf[2] = {{.fd = p->fd[0], .events = POLLIN},
+			       {.fd = p->fd[1], .events = POLLIN}};
+	/* Once stopped, a bounded drain: a process that escaped the tree and
+	 * keeps writing does not hold the host's stop. */
+	for (int open = 2, after = 0; open > 0 && after < 20;) {
+		int n = poll(pf, 2, 50);
+		if (atomic_load(&p->stop))
+			after++;
+		if (n <= 0) {
+			if (after)
+				break;
+			continue;
+		}
+		for (int i = 0; i < 2; i++) {
+			if (pf[i].fd < 0 || !pf[i].revents)
+				continue;
+			ssize_t got = read(pf[i].fd, p->buf[i] + p->len[i], PUMP_LINE - p->len[i]);
+			if (got < 0 && (errno == EINTR || errno == EAGAIN))
+				continue;
+			if (got <= 0) {
+				pf[i].fd = -1;
+				open--;
+				continue;
+			}
+			size_t end = p->len[i] + (size_t)got, from = 0;
+			for (size_t k = p->len[i]; k < end; k++)
+				if (p->buf[i][k] == '\n') {
+					memmove(p->buf[i], p->buf[i] + from, k - from);
+					p->len[i] = k - from;
+					pump_line(p, i);
+					from = k + 1;
+				}
+			memmove(p->buf[i], p->buf[i] + from, end - from);
+			p->len[i] = end - from;
+			if (p->len[i] == PUMP_LINE)
+				pump_line(p, i); /* a line that long goes in pieces */
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		if (p->len[i])
+			pump_line(p, i);
+		close(p->fd[i]);
+	}
+	return NULL;
+}
+
+/* Starts the pump on the read ends of two pipes (it owns them then). */
+static int pump_start(shoal_ext *e, int out_fd, int err_fd)
+{
+	pump *p = SH_NEW(pump);
+	if (!p) {
+		close(out_fd);
+		close(err_fd);
+		return SHOAL_ENOMEM;
+	}
+	p->fd[0] = out_fd;
+	p->fd[1] = err_fd;
+	snprintf(p->name, sizeof(p->name), "%s", e->name);
+	int rc = -pthread_create(&p->thread, NULL, pump_main, p);
+	if (rc) {
+		close(out_fd);
+		close(err_fd);
+		SH_DELETE(p);
+		return rc;
+	}
+	e->pump = p;
+	return 0;
+}
+
+static void pump_stop(shoal_ext *e)
+{
+	if (!e->pump)
+		return;
+	atomic_store(&e->pump->stop, true);
+	pthread_join(e->pump->thread, NULL);
+	SH_DELETE(e->pump);
+	e->pump = NULL;
 }
 
 /* Tears the current child down: kill, reap, close everything of it. */
@@ -380,6 +540,7 @@ static void child_reap(shoal_ext *e, bool kill_it, int *status)
 		*status = st;
 	cg_kill(e); /* what it left behind */
 	cg_done(e);
+	pump_stop(e); /* after its tree: the last lines of all of it are in */
 	if (e->rings)
 		sh_shm_unmap(e->rings, e->ring_bytes);
 	if (e->pidfd >= 0)
@@ -421,7 +582,10 @@ static int spawn_child(shoal_ext *e)
 	sh_ring_attach(&e->req, e->rings, one, true);
 	sh_ring_attach(&e->rep, (char *)e->rings + one, one, false);
 	e->cancel = (_Atomic uint32_t *)((char *)e->rings + 2 * one);
-	e->rep.wait_efd = e->efd;
+	/* Both rings sleep on the eventfd and watch the child (its pidfd, set
+	 * below): a call waiting for room in a full request ring notices the
+	 * child's death as a reply does. */
+	e->rep.wait_efd = e->req.wait_efd = e->efd;
 	e->rep.spin_ns = 50000; /* a call round trip is a few us when both spin */
 
 	char mem[32], cpu[32], files[32];
@@ -472,8 +636,21 @@ static int spawn_child(shoal_ext *e)
 		tail[0] = "--store";
 		tail[1] = e->store_path;
 	}
+	int outp[2] = {-1, -1}, errp[2] = {-1, -1};
+	if (e->cfg.log_output && (pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0)) {
+		rc = shoal_errno();
+		fail(e, rc, "%s: pipes for its output: %s", e->name, strerror(errno));
+		for (int i = 0; i < 2; i++)
+			if (outp[i] >= 0)
+				close(outp[i]);
+		goto out;
+	}
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
+	if (e->cfg.log_output) {
+		posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
+		posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+	}
 	posix_spawn_file_actions_adddup2(&fa, sv[1], SH_EXT_FD_SOCK);
 	posix_spawn_file_actions_adddup2(&fa, rfd, SH_EXT_FD_RINGS);
 	posix_spawn_file_actions_adddup2(&fa, e->efd, SH_EXT_FD_EFD);
@@ -481,9 +658,21 @@ static int spawn_child(shoal_ext *e)
 		posix_spawn_file_actions_addchdir_np(&fa, e->cwd);
 	rc = -posix_spawn(&e->pid, e->runner, &fa, NULL, argv, e->env);
 	posix_spawn_file_actions_destroy(&fa);
+	if (e->cfg.log_output) {
+		close(outp[1]);
+		close(errp[1]);
+	}
 	if (rc) {
 		e->pid = 0;
+		if (e->cfg.log_output) {
+			close(outp[0]);
+			close(errp[0]);
+		}
 		fail(e, rc, "%s: cannot run %s: %s", e->name, e->runner, shoal_strerror(rc));
+		goto out;
+	}
+	if (e->cfg.log_output && (rc = pump_start(e, outp[0], errp[0])) != 0) {
+		fail(e, rc, "%s: a thread for its output: %s", e->name, shoal_strerror(rc));
 		goto out;
 	}
 	e->pidfd = (int)syscall(SYS_pidfd_open, e->pid, 0);
@@ -491,7 +680,7 @@ static int spawn_child(shoal_ext *e)
 		rc = shoal_errno();
 		goto out;
 	}
-	e->rep.peer_fd = e->pidfd;
+	e->rep.peer_fd = e->req.peer_fd = e->pidfd;
 	e->sock = sv[0];
 	sv[0] = -1;
 	e->starts++;

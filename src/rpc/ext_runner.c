@@ -983,7 +983,8 @@ int sh_ext_runner_main(int argc, char **argv)
 		return 1;
 	}
 	close(SH_EXT_FD_RINGS);
-	rep.wake_efd = SH_EXT_FD_EFD; /* the host sleeps on its eventfd */
+	/* the host sleeps on its eventfd, for replies and for room for calls */
+	rep.wake_efd = req.wake_efd = SH_EXT_FD_EFD;
 	/* strict, before the extension's code is loaded (its init is confined
 	 * too): namespaces, then, in the extension's process, the store
 	 * connection while it may still connect as us, then no privileges
