@@ -689,6 +689,82 @@ SH_TEST(a_client_cannot_resize_the_controllers_rings)
 	rings_attack_on(true);
 }
 
+/* The doorbells a client rings: it clears O_NONBLOCK on them, fills (or, on
+ * an eventfd, saturates) them, raises every wait flag of its rings so the
+ * daemon rings back, and leaves. A daemon that wrote to or read from a
+ * descriptor the client shares would block its whole thread there. */
+static void attack_doorbells(void *arg)
+{
+	rings_case *k = arg;
+	raw_link r;
+	CHECK_OK(raw_connect(&r, k->path, k->proto, k->version, k->ninfo, k->nextra));
+	unsigned char *mem = mmap(NULL, 2 * r.one, PROT_READ | PROT_WRITE, MAP_SHARED, r.rings, 0);
+	CHECK(mem != MAP_FAILED);
+	for (int i = 0; i < 2; i++) {
+		int fd = r.efd[i];
+		CHECK_EQ(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+		uint64_t most = 0xfffffffffffffffeull, one = 1;
+		/* bounded: the daemon drains a pipe while we fill it */
+		if (write(fd, &most, 8) == 8)
+			for (int n = 0; n < 20000 && write(fd, &one, 8) == 8; n++)
+				;
+		CHECK_EQ(fcntl(fd, F_SETFL, 0), 0); /* the daemon's writes would block */
+		/* data_wait and space_wait of both rings (lines 2 and 3) */
+		for (size_t ring = 0; ring < 2; ring++)
+			for (size_t line = 2; line < 4; line++)
+				mem[ring * r.one + line * 64] = 1;
+	}
+	munmap(mem, 2 * r.one);
+	raw_close(&r);
+}
+
+static void doorbell_attack_on(bool controller)
+{
+	char dir[64], path[96];
+	make_dir(dir, sizeof(dir), "bells", 0711);
+	snprintf(path, sizeof(path), "%s/s.sock", dir);
+	server sv;
+	server_start(&sv, path, 0, NOBODY, controller);
+	rings_case k = {.path = path,
+			.version = controller ? SH_TASKS_VERSION : SH_STORE_VERSION,
+			.ninfo = controller ? 1 : 4,
+			.nextra = controller ? 0 : 1};
+	k.proto = controller ? SH_TASKS_CLIENT : SH_STORE_PROTO;
+	for (int who = 0; who < (controller ? 1 : 2); who++) {
+		CHECK_EQ(run_as(who ? NOBODY : 0, NULL, 0, attack_doorbells, &k), 0);
+		usleep(200000); /* the daemon has seen the client go */
+		server_alive(&sv);
+		/* and serves the next one at once */
+		if (controller) {
+			shoal_farm *f;
+			CHECK_OK(shoal_farm_connect_until(&f, path,
+							  shoal_deadline_in(2000000000LL)));
+			shoal_farm_close(f);
+		} else {
+			shoal_connect_opts o;
+			shoal_connect_opts_init(&o);
+			o.timeout_ns = 2000000000LL;
+			shoal_client *c;
+			CHECK_OK(shoal_connect_with(&c, path, &o));
+			shoal_store_stat st;
+			CHECK_OK(shoal_store_stat_get(c, &st));
+			shoal_disconnect(c);
+		}
+	}
+	server_stop(&sv);
+	rm_rf(dir);
+}
+
+SH_TEST(a_client_cannot_block_the_store_through_its_doorbells)
+{
+	doorbell_attack_on(false);
+}
+
+SH_TEST(a_client_cannot_block_the_controller_through_its_doorbells)
+{
+	doorbell_attack_on(true);
+}
+
 /* A store segment's creator cannot shrink it before the seal, which
  * would leave readers mapping pages past its end. */
 SH_TEST(a_segment_cannot_be_shrunk_by_its_creator)

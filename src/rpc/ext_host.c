@@ -1,7 +1,7 @@
 /* The host side of extensions: starting shoal-ext with its descriptors,
  * the ready handshake, calls over the rings, and what happens when the
- * child dies or a call passes its deadline. A call sleeps on an eventfd
- * the child rings, polled together with a pidfd of the child, so a crash
+ * child dies or a call passes its deadline. A call sleeps on a doorbell
+ * (a pipe) the child rings, polled together with a pidfd of the child, so a crash
  * fails the call the moment the child is gone, with its signal or exit
  * status in the message. */
 #include "ring/ring.h"
@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -59,7 +58,7 @@ struct shoal_ext {
 	char **env;
 	size_t nenv;
 	pid_t pid;
-	int pidfd, sock, efd;
+	int pidfd, sock, efd, efd_w; /* efd_w: the doorbell's write end */
 	void *rings;
 	size_t ring_bytes;
 	sh_ring req, rep;
@@ -549,9 +548,11 @@ static void child_reap(shoal_ext *e, bool kill_it, int *status)
 		close(e->sock);
 	if (e->efd >= 0)
 		close(e->efd);
+	if (e->efd_w >= 0)
+		close(e->efd_w);
 	e->rings = NULL;
 	e->cancel = NULL;
-	e->pidfd = e->sock = e->efd = -1;
+	e->pidfd = e->sock = e->efd = e->efd_w = -1;
 	e->pid = 0;
 	e->dead = true;
 }
@@ -564,11 +565,16 @@ static int spawn_child(shoal_ext *e)
 	if ((rc = sh_ring_bytes(SH_EXT_RING_CAP, &one)) != 0)
 		return fail(e, rc, "ring size");
 	e->ring_bytes = 2 * one + SH_EXT_CTRL_BYTES;
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0 ||
-	    (e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+	/* The doorbell the extension rings is a pipe whose read end only we
+	 * hold: on an eventfd both hold, the extension could clear O_NONBLOCK
+	 * and empty it between our poll and our read, which would then block
+	 * the calling thread for good. */
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
 		rc = shoal_errno();
 		goto out;
 	}
+	if ((rc = sh_bell_pair(&e->efd, &e->efd_w)) != 0)
+		goto out;
 	/* The size is sealed before the child sees the memfd: an extension
 	 * that truncates it (through fd 4, /proc/self/fd or map_files) would
 	 * make the host's next touch of the rings or the control page after
@@ -582,10 +588,11 @@ static int spawn_child(shoal_ext *e)
 	sh_ring_attach(&e->req, e->rings, one, true);
 	sh_ring_attach(&e->rep, (char *)e->rings + one, one, false);
 	e->cancel = (_Atomic uint32_t *)((char *)e->rings + 2 * one);
-	/* Both rings sleep on the eventfd and watch the child (its pidfd, set
+	/* Both rings sleep on the doorbell and watch the child (its pidfd, set
 	 * below): a call waiting for room in a full request ring notices the
 	 * child's death as a reply does. */
 	e->rep.wait_efd = e->req.wait_efd = e->efd;
+	e->rep.wait_wfd = e->req.wait_wfd = e->efd_w;
 	e->rep.spin_ns = 50000; /* a call round trip is a few us when both spin */
 
 	char mem[32], cpu[32], files[32];
@@ -653,7 +660,7 @@ static int spawn_child(shoal_ext *e)
 	}
 	posix_spawn_file_actions_adddup2(&fa, sv[1], SH_EXT_FD_SOCK);
 	posix_spawn_file_actions_adddup2(&fa, rfd, SH_EXT_FD_RINGS);
-	posix_spawn_file_actions_adddup2(&fa, e->efd, SH_EXT_FD_EFD);
+	posix_spawn_file_actions_adddup2(&fa, e->efd_w, SH_EXT_FD_EFD);
 	if (e->cwd)
 		posix_spawn_file_actions_addchdir_np(&fa, e->cwd);
 	rc = -posix_spawn(&e->pid, e->runner, &fa, NULL, argv, e->env);
@@ -826,7 +833,7 @@ int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg)
 	if (!e)
 		return SHOAL_ENOMEM;
 	e->cfg = *cfg;
-	e->pidfd = e->sock = e->efd = -1;
+	e->pidfd = e->sock = e->efd = e->efd_w = -1;
 	e->dead = true;
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->turn, NULL);

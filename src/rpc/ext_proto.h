@@ -3,8 +3,9 @@
  * The host makes a SOCK_SEQPACKET socketpair, a memfd holding two rings
  * (calls host -> extension first, then replies extension -> host, then the
  * control page; its size sealed, so the extension cannot make the host's
- * mapping fault) and an eventfd the extension rings when the host sleeps
- * (the host does not rely on it: it re-checks the ring); it spawns the runner
+ * mapping fault) and the write end of a pipe the extension rings when the
+ * host sleeps (only the host holds the read end; nor does it rely on the
+ * ring alone: it re-checks the ring); it spawns the runner
  * with them as descriptors 3, 4 and 5 and the config in argv. The runner
  * loads the .so, runs its init and sends one ready message on the socket:
  * SH_EXT_READY_MAGIC, a status (0 or the init's SHOAL_E* code) and a

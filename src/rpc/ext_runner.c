@@ -438,6 +438,7 @@ static int strict_filter(bool network, char *why, size_t whylen)
 		"copy_file_range",
 		"splice",
 		"tee",
+		"vmsplice", /* how the runner rings the host's doorbell */
 		"readahead",
 		"fadvise64",
 		"fadvise64_64",
@@ -983,7 +984,7 @@ int sh_ext_runner_main(int argc, char **argv)
 		return 1;
 	}
 	close(SH_EXT_FD_RINGS);
-	/* the host sleeps on its eventfd, for replies and for room for calls */
+	/* the host sleeps on its doorbell, for replies and for room for calls */
 	rep.wake_efd = req.wake_efd = SH_EXT_FD_EFD;
 	/* strict, before the extension's code is loaded (its init is confined
 	 * too): namespaces, then, in the extension's process, the store
