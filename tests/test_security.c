@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -90,6 +91,7 @@ typedef struct server {
 
 typedef struct server_cfg {
 	const char *path;
+	rlim_t nofile; /* 0: as inherited */
 	gid_t group;
 	bool controller;
 	int ready; /* pipe: the child says it serves */
@@ -99,6 +101,10 @@ static void server_main(void *arg)
 {
 	server_cfg *cfg = arg;
 	int rc;
+	if (cfg->nofile) {
+		struct rlimit l = {cfg->nofile, cfg->nofile};
+		CHECK_EQ(setrlimit(RLIMIT_NOFILE, &l), 0);
+	}
 	if (cfg->controller) {
 		shoal_controller_opts o;
 		shoal_controller_opts_init(&o);
@@ -121,14 +127,19 @@ static void server_main(void *arg)
 		pause();
 }
 
-/* Starts a store (or a controller) at path, served by uid. */
-static void server_start(server *sv, const char *path, uid_t uid, gid_t group, bool controller)
+/* Starts a store (or a controller) at path, served by uid, with at most
+ * nofile descriptors (0: as inherited). */
+static void server_start_n(server *sv, const char *path, uid_t uid, gid_t group, bool controller,
+			   rlim_t nofile)
 {
 	int p[2];
 	CHECK_EQ(pipe(p), 0);
 	snprintf(sv->path, sizeof(sv->path), "%s", path);
-	server_cfg cfg = {
-		.path = sv->path, .group = group, .controller = controller, .ready = p[1]};
+	server_cfg cfg = {.path = sv->path,
+			  .nofile = nofile,
+			  .group = group,
+			  .controller = controller,
+			  .ready = p[1]};
 	fflush(NULL);
 	sv->pid = fork();
 	CHECK(sv->pid >= 0);
@@ -144,6 +155,11 @@ static void server_start(server *sv, const char *path, uid_t uid, gid_t group, b
 	CHECK_EQ(read(p[0], &c, 1), 1);
 	CHECK_EQ(c, 'y');
 	close(p[0]);
+}
+
+static void server_start(server *sv, const char *path, uid_t uid, gid_t group, bool controller)
+{
+	server_start_n(sv, path, uid, group, controller, 0);
 }
 
 /* The server must still be running (no SIGBUS, no SIGSEGV). */
@@ -952,6 +968,76 @@ SH_TEST_T(stalled_requests_stay_within_a_global_bound, 120)
 		kill(kids[i], SIGKILL);
 		waitpid(kids[i], NULL, 0);
 	}
+	server_stop(&sv);
+	rm_rf(dir);
+}
+
+/* ---- descriptors: segments and connections cannot exhaust them ---- */
+
+static void hog_descriptors(void *arg)
+{
+	const char *path = arg;
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, path));
+	/* segments, each a descriptor of the store's, until it says no */
+	int made = 0, rc = 0;
+	for (; made < 10000; made++) {
+		shoal_builder *b;
+		CHECK_OK(shoal_builder_create(c, "bytes", &b));
+		if ((rc = shoal_builder_reserve(b, 4096)) != 0)
+			break; /* the builder stays: its region is held */
+	}
+	CHECK_RC(rc, SHOAL_ENOSPC);
+	CHECK(made > 10);
+	/* connections kept open, until it says no */
+	shoal_connect_opts o;
+	shoal_connect_opts_init(&o);
+	o.timeout_ns = 2000000000LL;
+	shoal_client *more[400];
+	int n = 0;
+	while (n < 400 && shoal_connect_with(&more[n], path, &o) == 0)
+		n++;
+	CHECK(n < 400);
+	/* tell the test, then hold everything until killed */
+	CHECK_EQ(write(3, "y", 1), 1);
+	for (;;)
+		pause();
+}
+
+SH_TEST(descriptors_cannot_be_exhausted)
+{
+	char dir[64], path[96];
+	make_dir(dir, sizeof(dir), "fds", 0711);
+	snprintf(path, sizeof(path), "%s/s.sock", dir);
+	server sv;
+	server_start_n(&sv, path, 0, NOBODY, false, 512);
+	int p[2];
+	CHECK_EQ(pipe(p), 0);
+	fflush(NULL);
+	pid_t k = fork();
+	CHECK(k >= 0);
+	if (k == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(p[1], 3);
+		drop_to(NOBODY, NOBODY, NULL, 0);
+		hog_descriptors(path);
+	}
+	close(p[1]);
+	char y;
+	CHECK_EQ(read(p[0], &y, 1), 1);
+	server_alive(&sv);
+	/* it holds all the store will give; when it goes, all of it comes back */
+	kill(k, SIGKILL);
+	waitpid(k, NULL, 0);
+	close(p[0]);
+	shoal_client *c = NULL;
+	int64_t end = shoal_deadline_in(20000000000LL);
+	while (shoal_connect(&c, path) != 0 && shoal_now_ns() < end)
+		usleep(100000);
+	CHECK(c != NULL);
+	shoal_id id;
+	CHECK_OK(shoal_put_bytes(c, NULL, original, sizeof(original), 0, &id));
+	shoal_disconnect(c);
 	server_stop(&sv);
 	rm_rf(dir);
 }

@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -93,8 +94,9 @@ struct shoal_store {
 	uint64_t next_id, next_seg;
 	uint32_t next_client;
 	sh_map objs, names, segs;
-	sh_map claims;	 /* owner token -> the st_conn that claimed it */
-	size_t req_used; /* bytes of requests over REQ_FREE_MAX being read */
+	sh_map claims;	    /* owner token -> the st_conn that claimed it */
+	size_t req_used;    /* bytes of requests over REQ_FREE_MAX being read */
+	uint64_t fd_budget; /* descriptors connections and segments may hold */
 	int arena_fd, arena_ro_fd;
 	unsigned char *arena;
 	size_t arena_size, arena_bump;
@@ -164,6 +166,19 @@ static int name_bind(shoal_store *s, st_obj *o, const char *name, size_t n)
 	o->name_next = head;
 	s->nnames++;
 	return 0;
+}
+
+/* Every connection holds FDS_PER_CONN descriptors (its socket, two
+ * doorbells' two ends) and every segment one, all within RLIMIT_NOFILE: a
+ * client that made segments or connections until none was left would stop
+ * the store from accepting anyone. Connections may use the whole budget,
+ * segments all but what keeps FD_SPARE_CONNS connections possible. */
+#define FDS_PER_CONN 5
+#define FD_SPARE_CONNS 32
+
+static uint64_t fds_held(const shoal_store *s)
+{
+	return s->nclients * FDS_PER_CONN + s->segs.n;
 }
 
 /* ---- the arena ---- */
@@ -267,11 +282,18 @@ static void obj_unref(shoal_store *s, st_obj *o, uint64_t n)
 
 /* ---- replies ---- */
 
+/* How long a client may leave a reply, or descriptors, unread: one that
+ * does not read holds its request's buffer, and its fiber, until then. */
+#define REPLY_NS (10 * 1000000000LL)
+
 static int send_frame(st_conn *c, sh_frame *f)
 {
 	int rc = sh_wbuf_frame_end(&c->out, f);
 	if (rc == 0)
-		rc = sh_msg_write(&c->l.down, c->out.p, c->out.len, SHOAL_FOREVER);
+		rc = sh_msg_write(&c->l.down, c->out.p, c->out.len, shoal_deadline_in(REPLY_NS));
+	if (rc == SHOAL_ETIMEDOUT)
+		sh_warn("store", "client %u (pid %d): left a reply unread for %lld s; closing",
+			c->id, (int)c->pid, REPLY_NS / 1000000000LL);
 	return rc;
 }
 
@@ -324,9 +346,16 @@ static int send_fds(st_conn *c, st_seg **g, size_t n)
 			fds[j] = g[i + j]->fd;
 		}
 		int rc;
+		int64_t deadline = shoal_deadline_in(REPLY_NS);
 		while ((rc = sh_fd_send(c->l.sock, msg, (1 + k) * 8, fds, (int)k)) == SHOAL_EAGAIN)
-			if ((rc = shoal_fd_wait(c->l.sock, SHOAL_FD_OUT, SHOAL_FOREVER, NULL)) != 0)
+			if ((rc = shoal_fd_wait(c->l.sock, SHOAL_FD_OUT, deadline, NULL)) != 0) {
+				if (rc == SHOAL_ETIMEDOUT)
+					sh_warn("store",
+						"client %u (pid %d): left descriptors unread for "
+						"%lld s; closing",
+						c->id, (int)c->pid, REPLY_NS / 1000000000LL);
 				return rc;
+			}
 		if (rc)
 			return rc;
 		i += k;
@@ -356,6 +385,12 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 		return reply_err(c, req, SHOAL_EINVAL, "CREATE: size 0, expected at least 1");
 	if (charged < size || charged > s->capacity - s->used)
 		return no_space(c, req, size);
+	if (fds_held(s) + 1 + FD_SPARE_CONNS * FDS_PER_CONN > s->fd_budget)
+		return reply_err(c, req, SHOAL_ENOSPC,
+				 "CREATE: the store holds %zu segments and %" PRIu64
+				 " connections, as many descriptors as it may (%" PRIu64
+				 "); pack blobs into fewer regions (shoal_builder_reserve)",
+				 (size_t)s->segs.n, s->nclients, s->fd_budget);
 	st_seg *g = SH_NEW(st_seg);
 	if (!g)
 		return reply_err(c, req, SHOAL_ENOMEM, "CREATE: out of memory");
@@ -679,10 +714,6 @@ static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 	if (sh_map_put(&c->refs, o->id, (void *)(held + 1)) != 0)
 		return reply_err(c, req, SHOAL_ENOMEM, "GET: out of memory");
 	o->refs++;
-	/* Descriptors of the segments the client does not have yet go first,
-	 * on the socket, so they are there when it reads the reply. */
-	st_seg *fresh[64];
-	size_t nfresh = 0;
 	msgpack_packer pk;
 	begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 4);
@@ -691,6 +722,13 @@ static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 	uint32_t nnew = 0;
 	for (uint32_t i = 0; i < o->nsegs; i++)
 		nnew += !sh_map_get(&c->sent, o->segs[i]->id);
+	/* The reply goes first, then the descriptors it lists: the client
+	 * reads them after the reply, so an object of thousands of segments
+	 * cannot fill the socket while the client still waits on the ring. */
+	st_seg **fresh = nnew ? shoal_alloc(nnew * sizeof(*fresh)) : NULL;
+	if (nnew && !fresh)
+		return reply_err(c, req, SHOAL_ENOMEM, "GET: out of memory");
+	size_t nfresh = 0;
 	msgpack_pack_array(&pk, nnew);
 	for (uint32_t i = 0; i < o->nsegs; i++) {
 		st_seg *g = o->segs[i];
@@ -702,17 +740,16 @@ static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 		msgpack_pack_uint64(&pk, g->id);
 		msgpack_pack_uint64(&pk, g->size);
 		fresh[nfresh++] = g;
-		if (nfresh == SH_ARRAY_LEN(fresh) && rc == 0) {
-			rc = send_fds(c, fresh, nfresh);
-			nfresh = 0;
-		}
+	}
+	if (rc == 0) {
+		sh_wbuf_append(&c->out, o->meta, o->meta_len);
+		rc = reply_ok(c, req, &pk);
 	}
 	if (rc == 0 && nfresh)
 		rc = send_fds(c, fresh, nfresh);
-	if (rc != 0)
-		return rc; /* the socket or our memory failed: end the connection */
-	sh_wbuf_append(&c->out, o->meta, o->meta_len);
-	return reply_ok(c, req, &pk);
+	if (fresh)
+		shoal_free(fresh, nnew * sizeof(*fresh));
+	return rc; /* not 0: the socket, the ring or our memory failed: the connection ends */
 }
 
 static int op_release(st_conn *c, const sh_frame *req, sh_mp *m)
@@ -1091,12 +1128,14 @@ static void *conn_main(void *arg)
 		if (rc == 0)
 			rc = handle(c, len);
 		c->srv->req_used -= charged;
+		/* Buffers of big requests and replies are not kept: idle
+		 * connections would hold them outside --size. */
 		if (c->in_cap > REQ_FREE_MAX) {
 			shoal_free(c->in, c->in_cap);
 			c->in = NULL;
 			c->in_cap = 0;
 		}
-		if (c->out.cap > SH_MSG_BUF_KEEP)
+		if (c->out.cap > REQ_FREE_MAX)
 			sh_wbuf_fini(&c->out);
 	}
 	if (rc != SHOAL_ECLOSED && rc != SHOAL_ECANCELED)
@@ -1138,6 +1177,14 @@ static void *accept_main(void *arg)
 		}
 		pid_t pid = 0;
 		st_conn *c = NULL;
+		if (fds_held(s) + FDS_PER_CONN > s->fd_budget) {
+			sh_warn("store",
+				"refused a connection: %" PRIu64 " clients and %zu segments hold "
+				"%" PRIu64 " of the %" PRIu64 " descriptors the store may use",
+				s->nclients, (size_t)s->segs.n, fds_held(s), s->fd_budget);
+			close(fd);
+			continue;
+		}
 		if (!sh_link_peer_allowed(fd, s->opts.group, "store", &pid) ||
 		    !(c = SH_NEW(st_conn))) {
 			close(fd);
@@ -1299,6 +1346,13 @@ int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
 	s->instance = (uint64_t)(r & 0xffffff) << 40;
 	s->next_id = 1;
 	s->next_seg = 1;
+	/* The descriptors this process may open, less a reserve for the rest
+	 * of it (an embedding host's own, the listener, the log). */
+	struct rlimit nofile;
+	uint64_t lim = getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY
+			       ? nofile.rlim_cur
+			       : 1u << 20;
+	s->fd_budget = lim > 256 ? lim - 128 : lim / 2;
 	int rc = make_arena(s);
 	if (rc == 0 && (s->stop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
 		rc = shoal_errno();

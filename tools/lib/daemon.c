@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <shoal/shoal.h>
@@ -237,6 +238,13 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 	sigset_t set;
 	block_stop_signals(&set);
 	shoal_store *s;
+	/* Every connection and every segment is a descriptor: a daemon takes
+	 * all its hard limit allows (the store bounds its use by that). */
+	struct rlimit nofile;
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+		nofile.rlim_cur = nofile.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &nofile);
+	}
 	if (!o.socket_path)
 		o.socket_path = sh_tools_default_socket();
 	int rc = shoal_store_open_embedded(&s, &o);
