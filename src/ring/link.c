@@ -6,6 +6,7 @@
 #include <shoal/fiber.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -103,14 +104,21 @@ int sh_link_listen(const char *path, const char *what, gid_t group, char *out, s
 		}
 	}
 	unlink(out);
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+	/* The mode goes on the socket before bind makes the file (bind applies
+	 * it, less the umask), and the exact mode and group after, on the path
+	 * without following a symlink: in a directory others can write, the
+	 * path may be swapped for a link to another file in between. */
+	mode_t mode = group != (gid_t)-1 ? 0660 : 0600;
+	if (fchmod(fd, mode) != 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
 		rc = shoal_errno();
 		sh_error(what, "bind %s: %s", out, shoal_strerror(rc));
 		close(fd);
 		return rc;
 	}
-	if (chmod(out, group != (gid_t)-1 ? 0660 : 0600) != 0 ||
-	    (group != (gid_t)-1 && chown(out, (uid_t)-1, group) != 0) || listen(fd, 512) != 0) {
+	if (fchmodat(AT_FDCWD, out, mode, AT_SYMLINK_NOFOLLOW) != 0 ||
+	    (group != (gid_t)-1 &&
+	     fchownat(AT_FDCWD, out, (uid_t)-1, group, AT_SYMLINK_NOFOLLOW) != 0) ||
+	    listen(fd, 512) != 0) {
 		rc = shoal_errno();
 		sh_error(what, "chmod/chown/listen %s: %s", out, shoal_strerror(rc));
 		unlink(out);
