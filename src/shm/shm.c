@@ -62,34 +62,29 @@ int sh_memfd_seal(int fd)
 
 #define SIZE_SEALS (F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
 
+/* Seals that a failure of means memory a peer could resize: logged. */
+static int add_seals(int fd, int seals, const char *what)
+{
+	if (fcntl(fd, F_ADD_SEALS, seals) == 0)
+		return 0;
+	int e = -errno;
+	sh_error("shm", "sealing %s: %s", what, strerror(errno));
+	return e;
+}
+
 int sh_memfd_fix_size(int fd)
 {
-	if (fcntl(fd, F_ADD_SEALS, SIZE_SEALS) != 0) {
-		int e = -errno;
-		sh_error("shm", "sealing a shared region's size: %s", strerror(errno));
-		return e;
-	}
-	return 0;
+	return add_seals(fd, SIZE_SEALS, "a shared region's size");
 }
 
 int sh_memfd_fix_size_open(int fd)
 {
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK) != 0) {
-		int e = -errno;
-		sh_error("shm", "sealing a region's size: %s", strerror(errno));
-		return e;
-	}
-	return 0;
+	return add_seals(fd, F_SEAL_GROW | F_SEAL_SHRINK, "a region's size");
 }
 
 int sh_memfd_freeze_others(int fd)
 {
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | SIZE_SEALS) != 0) {
-		int e = -errno;
-		sh_error("shm", "sealing a region against writes by others: %s", strerror(errno));
-		return e;
-	}
-	return 0;
+	return add_seals(fd, F_SEAL_FUTURE_WRITE | SIZE_SEALS, "a region against writes by others");
 }
 
 bool sh_memfd_size_fixed(int fd)
