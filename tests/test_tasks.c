@@ -793,13 +793,20 @@ static void *mitm_main(void *arg)
 			break;
 		memcpy(m->seen[d] + off, buf, (size_t)k);
 		m->nseen[d] += (size_t)k;
-		send_all(fd[1 - d], buf, (size_t)k);
+		/* The first record again, right behind itself: before the rest of
+		 * the request, so the controller meets it before it could answer
+		 * (behind the whole request, the answer could beat the refusal). */
 		const unsigned char *r = m->seen[0] + 76;
+		size_t end1 = 76 + 5 + ((size_t)r[3] << 8 | r[4]);
 		if (m->what == 2 && d == 0 && !replayed && m->nseen[0] >= 76 + 5 &&
-		    m->nseen[0] >= 76 + 5 + ((size_t)r[3] << 8 | r[4])) {
-			send_all(fd[1], r, 5 + ((size_t)r[3] << 8 | r[4]));
+		    m->nseen[0] >= end1 && end1 >= off) {
+			send_all(fd[1], buf, end1 - off);
+			send_all(fd[1], r, end1 - 76);
+			send_all(fd[1], buf + (end1 - off), (size_t)k - (end1 - off));
 			replayed = true;
+			continue;
 		}
+		send_all(fd[1 - d], buf, (size_t)k);
 	}
 	close(fd[0]);
 	close(fd[1]);
@@ -938,7 +945,11 @@ SH_TEST_T(tcp_relay_cannot_tamper, 120)
 			/* a record replayed */
 			rc = echo_through(c, plain, 0, 2, 0, big % 2, nobody, mp, err, sizeof(err));
 			mitm_stop(mp);
-			CHECK(rc != 0);
+			/* A small request is whole in its first record: its answer may
+			 * beat the refusal of the copy behind it (then unchanged, which
+			 * echo_through checks); the copy is refused either way (the
+			 * log). A large one's copy comes before its second record. */
+			CHECK(rc != 0 || !(big % 2));
 			WAIT_FOR(atomic_load(&tampers_logged) == before + 2, 5000);
 			CHECK_EQ(atomic_load(&tampers_logged), before + 2);
 			/* a byte of the result changed on its way back */
