@@ -443,6 +443,51 @@ SH_TEST_T(a_gone_clients_backlog_is_dropped, 120)
 		waitpid(pids[i], NULL, 0);
 }
 
+/* A task of a client that went, running on an engine of this host, is
+ * asked to give up (shoal_ext_cancelled): the engine is free for the next
+ * client at once, not when the task would have ended (10 s). */
+SH_TEST_T(a_gone_clients_running_task_gives_up, 60)
+{
+	setenv("SHOAL_SECRET", secret, 1);
+	char addr[160];
+	shoal_controller *c = tcp_controller(addr, sizeof(addr));
+	pid_t pid;
+	engines(c, 1, &pid);
+	pid_t child = fork();
+	CHECK(child >= 0);
+	if (child == 0) {
+		if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+			_exit(3);
+		shoal_farm *f;
+		shoal_vbuf *vb;
+		if (shoal_farm_connect(&f, addr) || shoal_vbuf_create(&vb))
+			_exit(4);
+		shoal_task t;
+		if (shoal_farm_submit(f, "patient", NULL, NULL, &t) || shoal_farm_flush(f))
+			_exit(5);
+		pause(); /* until killed */
+		_exit(0);
+	}
+	WAIT_FOR(stat_of(c).running == 1, 5000);
+	CHECK_EQ(stat_of(c).running, 1);
+	usleep(100 * 1000); /* it has started */
+	CHECK(kill(child, SIGKILL) == 0);
+	CHECK_EQ(waitpid(child, NULL, 0), child);
+	int64_t t0 = shoal_now_ns();
+	shoal_farm *f = client(c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	shoal_task t;
+	const shoal_value *r;
+	CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 0), NULL, &t));
+	CHECK_OK(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(5000 * MS)));
+	CHECK(shoal_now_ns() - t0 < 5000 * MS);
+	shoal_vbuf_free(vb);
+	shoal_farm_close(f);
+	shoal_controller_close(c);
+	waitpid(pid, NULL, 0);
+}
+
 SH_TEST_T(many_deadlines_pass_at_once, 120)
 {
 	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);

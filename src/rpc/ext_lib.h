@@ -22,9 +22,13 @@ struct shoal_ext_registry {
 };
 
 /* What a function gets as its context. runner: the extension runner's
- * state (NULL in a task engine: no host to call back, nothing to cancel). */
+ * state (NULL in a task engine: no host to call back). In an engine on
+ * the controller's host, the task is asked to give up when *gone holds its
+ * number (the controller writes it there when the task's client went). */
 struct shoal_ext_ctx {
 	void *runner;
+	const _Atomic uint64_t *gone;
+	uint64_t task;
 	int depth;
 	uint32_t seq; /* of the call it runs */
 	shoal_vbuf *vb;

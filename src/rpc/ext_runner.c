@@ -220,6 +220,8 @@ static int handle_call(runner *R, int d, const sh_frame *f)
 
 bool shoal_ext_cancelled(const shoal_ext_ctx *ctx)
 {
+	if (ctx->gone)
+		return atomic_load_explicit(ctx->gone, memory_order_acquire) == ctx->task;
 	const runner *R = ctx->runner;
 	return R && atomic_load_explicit(R->cancel, memory_order_acquire) == ctx->seq;
 }

@@ -757,7 +757,8 @@ static bool droppable_of(const tk_task *t, const void *client)
 
 /* The client went: what it queued is dropped, and what engines on this
  * host hold of it and have not started (an engine over TCP runs what it
- * holds: its window at most); what runs is answered to nobody. */
+ * holds: its window at most); what runs is answered to nobody, and asked
+ * to give up on engines of this host. */
 static void client_gone(shoal_controller *ctl, tk_client *c)
 {
 	tk_sweep w;
@@ -772,13 +773,24 @@ static void client_gone(shoal_controller *ctl, tk_client *c)
 		}
 		forget(ctl, t);
 	}
-	/* what runs is answered to nobody */
+	/* What runs is answered to nobody, and, on an engine of this host,
+	 * asked to give up: its number in its slot, which shoal_ext_cancelled
+	 * reads there. */
 	size_t it = 0;
 	uint64_t key;
 	void *val;
-	while (sh_map_next(&ctl->tasks, &it, &key, &val))
-		if (((tk_task *)val)->client == c)
-			((tk_task *)val)->client = NULL;
+	while (sh_map_next(&ctl->tasks, &it, &key, &val)) {
+		tk_task *t = val;
+		if (t->client != c)
+			continue;
+		t->client = NULL;
+		tk_engine *e = t->sent ? t->on : NULL;
+		if (e && e->page && t->seq) {
+			size_t nslots = e->page_len / 8 - 1;
+			atomic_store_explicit(&e->page[1 + t->seq % nslots], t->seq,
+					      memory_order_release);
+		}
+	}
 	if (dropped)
 		sh_debug("tasks", "client %u gone: %llu tasks dropped", c->c.num,
 			 (unsigned long long)dropped);

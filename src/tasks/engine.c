@@ -164,6 +164,10 @@ static int run_call(engine *g, const sh_tk_run *r, sh_mp *m)
 		return status == 1 ? 0 : status; /* dropped; or the controller is gone */
 	}
 	if (status == 0) {
+		if (g->page) { /* the slot where a gone client's tasks are marked */
+			ctx.gone = &g->page[1 + g->rseq % (g->page_len / 8 - 1)];
+			ctx.task = g->rseq;
+		}
 		status = fn(&ctx, args, &result);
 		if (status > 0)
 			status = SHOAL_EIO;
