@@ -656,16 +656,16 @@ static int strict_filter(bool network, char *why, size_t whylen)
 	/* limits of itself only (pid 0) */
 	int prlimit = seccomp_syscall_resolve_name("prlimit64");
 	if (rc == 0 && prlimit != __NR_SCMP_ERROR)
-		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, prlimit, 1, SCMP_A0(SCMP_CMP_EQ, 0));
+		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, prlimit, 1, SCMP_A0(SCMP_CMP_EQ, 0, 0));
 	/* sockets: local ones; IP ones only when the config allows them */
 	static const int families[] = {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK};
 	size_t nfam = network ? 4 : 1;
 	for (size_t i = 0; rc == 0 && i < nfam; i++) {
 		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
-				      SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i]));
+				      SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i], 0));
 		if (rc == 0)
 			rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(socketpair), 1,
-					      SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i]));
+					      SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i], 0));
 	}
 	if (rc == 0)
 		rc = seccomp_load(f);
