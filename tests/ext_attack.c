@@ -306,6 +306,25 @@ static int break_doorbell(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value 
 	return 0;
 }
 
+/* close_replies(): marks its reply ring closed, as if it had gone, and
+ * lives on without a word: a host that took that for a death and waited
+ * for the process would wait forever. */
+static int close_replies(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	(void)out;
+	unsigned long lo, hi;
+	if (rings_range(&lo, &hi) != 0)
+		return shoal_ext_fail(ctx, SHOAL_ENOENT, "no rings in /proc/self/maps");
+	/* a ring is its 512-byte header and its data (cap at byte 264); the
+	 * reply ring is the second; closed is at byte 272 of a header */
+	uint64_t cap;
+	memcpy(&cap, (const void *)(lo + 264), 8);
+	volatile uint32_t *closed = (volatile uint32_t *)(lo + 512 + cap + 272);
+	*closed = 1;
+	sleep_forever();
+}
+
 /* say(text): text on stdout, then on stderr with an escape sequence and
  * no newline at the end; returns nil. */
 static int say(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
@@ -412,6 +431,7 @@ int shoal_ext_init(shoal_ext_registry *r)
 	rc |= shoal_ext_register(r, "usable", usable);
 	rc |= shoal_ext_register(r, "say", say);
 	rc |= shoal_ext_register(r, "break_doorbell", break_doorbell);
+	rc |= shoal_ext_register(r, "close_replies", close_replies);
 	rc |= shoal_ext_register(r, "poke_mem", poke_mem);
 	rc |= shoal_ext_register(r, "host_fds", host_fds);
 	rc |= shoal_ext_register(r, "caps", caps);

@@ -1340,6 +1340,37 @@ SH_TEST(deaf_doorbell_does_not_hang_calls)
 	as_nobody(deaf_doorbell);
 }
 
+/* An extension that marks its reply ring closed and lives on: the call
+ * fails by its deadline (the child killed), never waits for it to die. */
+static void closed_but_alive(void)
+{
+	for (int sb = SHOAL_SANDBOX_NONE; sb <= SHOAL_SANDBOX_STRICT; sb++) {
+		shoal_ext_config c = config();
+		c.path = attack;
+		c.sandbox = (shoal_sandbox)sb;
+		shoal_ext *e = start(&c);
+		shoal_vbuf *vb;
+		CHECK_OK(shoal_vbuf_create(&vb));
+		const shoal_value *r;
+		alarm(60); /* a hang fails the test instead of waiting for its timeout */
+		int64_t t0 = shoal_now_ns();
+		CHECK(shoal_ext_call(e, "close_replies", NULL, vb, &r,
+				     shoal_deadline_in(2000 * MS)) != 0);
+		int64_t ms = (shoal_now_ns() - t0) / MS;
+		alarm(0);
+		if (ms > 10000)
+			sh_test_fail(__FILE__, __LINE__, "the call took %lld ms", (long long)ms);
+		CHECK_OK(shoal_ext_stop(e));
+		shoal_vbuf_free(vb);
+	}
+}
+
+SH_TEST(closed_rings_of_a_live_extension_do_not_hang_the_host)
+{
+	closed_but_alive();
+	as_nobody(closed_but_alive);
+}
+
 static pthread_mutex_t logged_lock = PTHREAD_MUTEX_INITIALIZER;
 static char logged[16384];
 

@@ -734,7 +734,8 @@ static int await_ready(shoal_ext *e)
 					e->dead = false;
 					return 0;
 				}
-				child_reap(e, false, NULL);
+				/* it may say so and live on: not waited for alive */
+				child_reap(e, true, NULL);
 				return fail(e, m.status, "%s", m.msg);
 			}
 			if (rc == 0 && got == 0)
@@ -877,7 +878,9 @@ static int crashed(shoal_ext *e, const char *fn)
 {
 	int st;
 	char how[96];
-	child_reap(e, false, &st);
+	/* Killed first: "crashed" may also be an extension that closed its
+	 * rings and lives on, which a plain wait would wait for forever. */
+	child_reap(e, true, &st);
 	describe(st, how, sizeof(how));
 	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && e->oom_killed)
 		return fail(e, SHOAL_ECRASHED,
@@ -888,8 +891,10 @@ static int crashed(shoal_ext *e, const char *fn)
 }
 
 /* Runs the service call in e->in and sends its return. Nonzero only when
- * the extension must go (the rings failed, or it broke the protocol). */
-static int serve_service(shoal_ext *e, const sh_frame *f)
+ * the extension must go (the rings failed, it broke the protocol, or the
+ * bytes that follow its call did not come by the waiting call's
+ * deadline). */
+static int serve_service(shoal_ext *e, const sh_frame *f, int64_t deadline)
 {
 	shoal_vbuf *vin = NULL, *vout = NULL;
 	char msg[SH_EXT_MSG_MAX] = "";
@@ -920,8 +925,8 @@ static int serve_service(shoal_ext *e, const sh_frame *f)
 	}
 	/* What follows the frame is read (or dropped) before anything else:
 	 * the method may call the extension back. */
-	int rc = status == 0 ? sh_oob_read(&e->oob, &e->rep, SHOAL_FOREVER, msg, sizeof(msg))
-			     : sh_oob_discard(&e->oob, &e->rep, SHOAL_FOREVER);
+	int rc = status == 0 ? sh_oob_read(&e->oob, &e->rep, deadline, msg, sizeof(msg))
+			     : sh_oob_discard(&e->oob, &e->rep, deadline);
 	if (rc && (rc != SHOAL_EBADMSG || status == 0)) {
 		shoal_vbuf_free(vin);
 		shoal_vbuf_free(vout);
@@ -1335,7 +1340,7 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 		if (sh_frame_decode(e->in, len, &r, why, sizeof(why)) == 0 &&
 		    r.op == SH_EXT_OP_CALL) {
 			/* The extension calls one of our services while we wait. */
-			if ((rc = serve_service(e, &r)) != 0) {
+			if ((rc = serve_service(e, &r, deadline)) != 0) {
 				fail_pending(e, SHOAL_ECRASHED);
 				child_reap(e, true, NULL); /* out of step with us now */
 				return rc;
