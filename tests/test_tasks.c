@@ -792,7 +792,7 @@ SH_TEST(an_engines_page_cannot_be_truncated)
  * (76 bytes) a second time. */
 #define MITM_SEEN (1u << 20)
 typedef struct mitm {
-	int lsock, dir, what; /* what: 0 nothing, 1 flip, 2 replay */
+	int lsock, dir, what; /* what: 0 nothing, 1 flip, 2 replay, 3 freeze at `at` */
 	size_t at;
 	char port[16], to[160];
 	unsigned char seen[2][MITM_SEEN];
@@ -833,6 +833,12 @@ static void *mitm_main(void *arg)
 		if (k <= 0)
 			break;
 		size_t off = m->nseen[d];
+		if (m->what == 3 && d == 0 && off + (size_t)k > m->at) {
+			/* frozen mid-message, the connection kept open: until killed */
+			send_all(fd[1], buf, m->at > off ? m->at - off : 0);
+			for (;;)
+				pause();
+		}
 		if (m->what == 1 && d == m->dir && m->at >= off && m->at < off + (size_t)k)
 			buf[m->at - off] ^= 0x01;
 		if (off + (size_t)k > MITM_SEEN)
@@ -940,6 +946,69 @@ static int echo_through(shoal_controller *c, bool plain, int dir, int what, size
 	shoal_vbuf_free(vb);
 	shoal_farm_close(f);
 	return rc;
+}
+
+/* A client frozen in the middle of a large task's upload (its link half
+ * open) holds the engine the task is relayed to only until the
+ * controller's stall bound: then the link is dropped, and the engine
+ * serves the next client. */
+SH_TEST_T(a_frozen_upload_does_not_hold_an_engine, 60)
+{
+	setenv("SHOAL_SECRET", secret, 1);
+	paths();
+	shoal_controller_opts o;
+	shoal_controller_opts_init(&o);
+	o.tcp = "127.0.0.1:0";
+	o.secret = secret;
+	o.secret_len = sizeof(secret) - 1;
+	o.stall_ns = 1000 * MS;
+	shoal_controller *c;
+	CHECK_OK(shoal_controller_open(&c, &o));
+	char addr[200];
+	snprintf(addr, sizeof(addr), "tcp://%s", shoal_controller_tcp(c));
+	pid_t pid;
+	engines_at(c, addr, NULL, 1, &pid); /* over TCP: large tasks are relayed */
+	mitm *mp =
+		mmap(NULL, sizeof(mitm), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(mp != MAP_FAILED);
+	mitm_start(mp, shoal_controller_tcp(c), 0, 3, 200000, true);
+	pid_t up = fork();
+	CHECK(up >= 0);
+	if (up == 0) { /* the client whose upload freezes */
+		char via[200];
+		snprintf(via, sizeof(via), "tcp://127.0.0.1:%s", mp->port);
+		shoal_farm *f;
+		shoal_vbuf *vb;
+		if (shoal_farm_connect(&f, via) || shoal_vbuf_create(&vb))
+			_exit(4);
+		size_t n = 4 << 20;
+		unsigned char *arg = calloc(1, n);
+		shoal_task t;
+		shoal_farm_submit(f, "echo", shoal_v_bytes(vb, arg, n), NULL, &t);
+		shoal_farm_flush(f);
+		pause();
+		_exit(0);
+	}
+	WAIT_FOR(stat_of(c).running == 1, 5000);
+	usleep(200 * 1000);
+	int64_t t0 = shoal_now_ns();
+	shoal_farm *f = client(c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	shoal_task t;
+	const shoal_value *r;
+	CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 0), NULL, &t));
+	CHECK_OK(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(15000 * MS)));
+	CHECK(shoal_now_ns() - t0 < 15000 * MS);
+	shoal_vbuf_free(vb);
+	shoal_farm_close(f);
+	kill(up, SIGKILL);
+	waitpid(up, NULL, 0);
+	kill(mp->pid, SIGKILL);
+	waitpid(mp->pid, NULL, 0);
+	close(mp->lsock);
+	shoal_controller_close(c);
+	waitpid(pid, NULL, 0);
 }
 
 /* A relay between a client and the controller passes the handshake

@@ -55,7 +55,7 @@ SHOAL_API const char *shoal_scheme_name(shoal_scheme s);
 typedef struct shoal_controller shoal_controller;
 
 typedef struct shoal_controller_opts {
-	const char *socket; /* NULL: a fresh path under $XDG_RUNTIME_DIR or /tmp */
+	const char *socket; /* NULL: a fresh path in shoal_socket_dir() */
 	shoal_scheme scheme;
 	/* Also serve engines and clients of other hosts over TCP here
 	 * ("HOST:PORT"; port 0: any; NULL: not). Each must prove it knows the
@@ -74,6 +74,10 @@ typedef struct shoal_controller_opts {
 	 * controller, where a client that leaves drops them. 0: 1024 (enough
 	 * for a flood of no-op tasks to keep engines busy). */
 	uint32_t window;
+	/* How long a TCP peer may leave a message half sent or half read
+	 * before its link is dropped: a peer frozen mid-upload would otherwise
+	 * hold the engine its task is relayed to, for everyone. 0: 10 s. */
+	int64_t stall_ns;
 } shoal_controller_opts;
 
 SHOAL_API void shoal_controller_opts_init(shoal_controller_opts *o);

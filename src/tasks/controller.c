@@ -1361,6 +1361,9 @@ static void *conn_main(void *arg)
 		if ((rc = sh_auth_server(hello->tcp, ctl->key, ctl->klen, ctl->opts.no_encrypt,
 					 &proto, &hello->ch, why, sizeof(why))) != 0)
 			sh_warn("tasks", "refused %s over TCP: %s", hello->peer, why);
+		else /* a message half moved may not hold its peer (or an engine) */
+			sh_channel_set_stall(hello->ch, ctl->opts.stall_ns ? ctl->opts.stall_ns
+									   : SH_TASKS_STALL_NS);
 	} else {
 		rc = sh_link_hello(&hello->l, &proto, &version);
 	}

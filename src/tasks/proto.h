@@ -62,6 +62,8 @@ static inline size_t sh_tk_page_bytes(uint32_t window)
 }
 /* Tasks an engine holds at most, by default (shoal_controller_opts.window). */
 #define SH_TASKS_WINDOW 1024
+/* How long a TCP peer may stall a message mid-way (controller default). */
+#define SH_TASKS_STALL_NS (10 * 1000000000LL)
 /* A client's timeout at first (shoal_farm_set_timeout). */
 #define SH_TASKS_TIMEOUT_NS (60 * 1000000000LL)
 /* The largest frame a side accepts. */
