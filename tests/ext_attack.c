@@ -325,6 +325,23 @@ static int close_replies(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value *
 	sleep_forever();
 }
 
+/* stdio(): what its descriptors 0 and 1 are: [bytes read from stdin (0:
+ * end of file), device and inode of stdout]. */
+static int stdio(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	char c;
+	ssize_t n = read(0, &c, 1);
+	struct stat st = {0};
+	fstat(1, &st);
+	shoal_vbuf *vb = shoal_ext_vbuf(ctx);
+	*out = shoal_v_array(vb, 3);
+	shoal_v_set(*out, 0, shoal_v_int(vb, n < 0 ? -errno : n));
+	shoal_v_set(*out, 1, shoal_v_int(vb, (int64_t)st.st_dev));
+	shoal_v_set(*out, 2, shoal_v_int(vb, (int64_t)st.st_ino));
+	return 0;
+}
+
 /* say(text): text on stdout, then on stderr with an escape sequence and
  * no newline at the end; returns nil. */
 static int say(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
@@ -432,6 +449,7 @@ int shoal_ext_init(shoal_ext_registry *r)
 	rc |= shoal_ext_register(r, "say", say);
 	rc |= shoal_ext_register(r, "break_doorbell", break_doorbell);
 	rc |= shoal_ext_register(r, "close_replies", close_replies);
+	rc |= shoal_ext_register(r, "stdio", stdio);
 	rc |= shoal_ext_register(r, "poke_mem", poke_mem);
 	rc |= shoal_ext_register(r, "host_fds", host_fds);
 	rc |= shoal_ext_register(r, "caps", caps);

@@ -1371,6 +1371,53 @@ SH_TEST(closed_rings_of_a_live_extension_do_not_hang_the_host)
 	as_nobody(closed_but_alive);
 }
 
+/* From basic on an extension cannot read our stdin (it is /dev/null);
+ * at strict its stdout is not ours either (a pipe into our log), so it
+ * cannot change our terminal or our descriptors' flags. */
+static void no_host_stdio(void)
+{
+	int p[2];
+	CHECK_EQ(pipe(p), 0); /* our stdin: a pipe with bytes waiting in it */
+	CHECK_EQ(write(p[1], "typed", 5), 5);
+	int saved = dup(0);
+	CHECK_EQ(dup2(p[0], 0), 0);
+	struct stat ours;
+	CHECK_EQ(fstat(1, &ours), 0);
+	for (int sb = SHOAL_SANDBOX_NONE; sb <= SHOAL_SANDBOX_STRICT; sb++) {
+		shoal_ext_config c = config();
+		c.path = attack;
+		c.sandbox = (shoal_sandbox)sb;
+		shoal_ext *e = start(&c);
+		shoal_vbuf *vb;
+		CHECK_OK(shoal_vbuf_create(&vb));
+		const shoal_value *r;
+		if (sb == SHOAL_SANDBOX_NONE) { /* the control: none shares them */
+			CHECK_OK(shoal_ext_stop(e));
+			shoal_vbuf_free(vb);
+			continue;
+		}
+		CHECK_OK(call(e, "stdio", NULL, vb, &r));
+		CHECK_EQ(r->v.items[0].v.i, 0); /* end of file, not our bytes */
+		bool same = (dev_t)r->v.items[1].v.i == ours.st_dev &&
+			    (ino_t)r->v.items[2].v.i == ours.st_ino;
+		CHECK_EQ(same, sb != SHOAL_SANDBOX_STRICT);
+		CHECK_OK(shoal_ext_stop(e));
+		shoal_vbuf_free(vb);
+	}
+	char left[8];
+	CHECK_EQ(read(0, left, sizeof(left)), 5); /* nobody took them */
+	dup2(saved, 0);
+	close(saved);
+	close(p[0]);
+	close(p[1]);
+}
+
+SH_TEST(extensions_do_not_share_the_hosts_stdio)
+{
+	no_host_stdio();
+	as_nobody(no_host_stdio);
+}
+
 static pthread_mutex_t logged_lock = PTHREAD_MUTEX_INITIALIZER;
 static char logged[16384];
 

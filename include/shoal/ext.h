@@ -131,7 +131,9 @@ typedef struct shoal_ext_config {
 				     component "ext"), a line at a time prefixed with its
 				     name: stdout at SHOAL_LOG_INFO, stderr at
 				     SHOAL_LOG_WARN; control bytes show as '?'. false: they
-				     are our own stdout and stderr */
+				     are our own stdout and stderr, except at strict,
+				     where they always go into our log. From basic on,
+				     its stdin is /dev/null */
 } shoal_ext_config;
 
 SHOAL_API void shoal_ext_config_init(shoal_ext_config *c);

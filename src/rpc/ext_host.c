@@ -644,7 +644,11 @@ static int spawn_child(shoal_ext *e)
 		tail[1] = e->store_path;
 	}
 	int outp[2] = {-1, -1}, errp[2] = {-1, -1};
-	if (e->cfg.log_output && (pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0)) {
+	/* A strict extension never gets our stdout and stderr (a terminal's
+	 * settings, O_NONBLOCK on a description we write): its output comes
+	 * through the log pump, whatever log_output says. */
+	bool pumped = e->cfg.log_output || e->cfg.sandbox == SHOAL_SANDBOX_STRICT;
+	if (pumped && (pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0)) {
 		rc = shoal_errno();
 		fail(e, rc, "%s: pipes for its output: %s", e->name, strerror(errno));
 		for (int i = 0; i < 2; i++)
@@ -654,10 +658,13 @@ static int spawn_child(shoal_ext *e)
 	}
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
-	if (e->cfg.log_output) {
+	if (pumped) {
 		posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
 		posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
 	}
+	/* nor our stdin, from basic on: it could read what is typed to us */
+	if (e->cfg.sandbox != SHOAL_SANDBOX_NONE)
+		posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	posix_spawn_file_actions_adddup2(&fa, sv[1], SH_EXT_FD_SOCK);
 	posix_spawn_file_actions_adddup2(&fa, rfd, SH_EXT_FD_RINGS);
 	posix_spawn_file_actions_adddup2(&fa, e->efd_w, SH_EXT_FD_EFD);
@@ -665,20 +672,20 @@ static int spawn_child(shoal_ext *e)
 		posix_spawn_file_actions_addchdir_np(&fa, e->cwd);
 	rc = -posix_spawn(&e->pid, e->runner, &fa, NULL, argv, e->env);
 	posix_spawn_file_actions_destroy(&fa);
-	if (e->cfg.log_output) {
+	if (pumped) {
 		close(outp[1]);
 		close(errp[1]);
 	}
 	if (rc) {
 		e->pid = 0;
-		if (e->cfg.log_output) {
+		if (pumped) {
 			close(outp[0]);
 			close(errp[0]);
 		}
 		fail(e, rc, "%s: cannot run %s: %s", e->name, e->runner, shoal_strerror(rc));
 		goto out;
 	}
-	if (e->cfg.log_output && (rc = pump_start(e, outp[0], errp[0])) != 0) {
+	if (pumped && (rc = pump_start(e, outp[0], errp[0])) != 0) {
 		fail(e, rc, "%s: a thread for its output: %s", e->name, shoal_strerror(rc));
 		goto out;
 	}
