@@ -1418,6 +1418,30 @@ SH_TEST(extensions_do_not_share_the_hosts_stdio)
 	as_nobody(no_host_stdio);
 }
 
+/* A strict extension of a root host cannot take every pid: uid 65534's
+ * processes are bounded (4096), so a fork bomb stops there. */
+SH_TEST_T(strict_fork_bomb_is_bounded, 120)
+{
+	if (sh_test_sanitized()) {
+		fprintf(stderr, "skipped: 4096 forks of a sanitized runner are too heavy here\n");
+		return;
+	}
+	shoal_ext_config c = config();
+	c.path = attack;
+	c.sandbox = SHOAL_SANDBOX_STRICT;
+	shoal_ext *e = start(&c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	int rc = call(e, "fork_tree", shoal_v_int(vb, 20000), vb, &r);
+	CHECK_RC(rc, SHOAL_EAGAIN);
+	long long forked = -1;
+	CHECK(sscanf(strstr(shoal_ext_last_error(e), "fork ") + 5, "%lld", &forked) == 1);
+	CHECK(forked > 0 && forked <= 4096);
+	CHECK_OK(shoal_ext_stop(e)); /* and all of them go with it */
+	shoal_vbuf_free(vb);
+}
+
 static pthread_mutex_t logged_lock = PTHREAD_MUTEX_INITIALIZER;
 static char logged[16384];
 

@@ -729,6 +729,7 @@ static int own_namespaces(bool network, bool *userns, char *why, size_t wl)
  * mapping of our own (whose capabilities go). Checked after: any left
  * is a failed start. */
 #define STRICT_UID 65534
+#define STRICT_NPROC 4096
 static int confine(bool userns, char *why, size_t wl)
 {
 	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
@@ -744,6 +745,14 @@ static int confine(bool userns, char *why, size_t wl)
 		}
 	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
 	if (!userns && geteuid() == 0) {
+		/* Processes (and threads) of uid 65534 are bounded: a fork bomb
+		 * would otherwise take every pid of the host. The count is the
+		 * uid's, across all strict extensions of every host. */
+		struct rlimit np;
+		if (getrlimit(RLIMIT_NPROC, &np) == 0 && np.rlim_cur > STRICT_NPROC) {
+			np.rlim_cur = np.rlim_max = STRICT_NPROC;
+			setrlimit(RLIMIT_NPROC, &np);
+		}
 		if (setgroups(0, NULL) != 0 || setresgid(STRICT_UID, STRICT_UID, STRICT_UID) != 0 ||
 		    setresuid(STRICT_UID, STRICT_UID, STRICT_UID) != 0) {
 			int rc = shoal_errno();
