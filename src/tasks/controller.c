@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <netdb.h>
@@ -148,7 +149,11 @@ struct shoal_controller {
 	tk_engine *engines;
 	tk_client *clients;
 	uint32_t nconns, next_engine, next_client;
-	sh_map tasks; /* tid -> tk_task */
+	uint32_t tcp_hellos;  /* TCP peers still in their handshake */
+	uint64_t conn_budget; /* connections the descriptor limit allows */
+	int64_t last_refusal; /* when the current second of refusals began */
+	uint64_t refusals;    /* in it */
+	sh_map tasks;	      /* tid -> tk_task */
 	uint64_t next_tid, clock, rng;
 	uint32_t rr;
 	uint64_t with_deadline;	  /* tasks that have one */
@@ -1350,6 +1355,23 @@ static int hold_back(tk_client *c)
 	return 0;
 }
 
+/* A refused peer, logged; past 10 refusals in a second the rest of that
+ * second's are counted, and said in one line (a flood of strangers must
+ * not flood the log). */
+static void refused(shoal_controller *ctl, const char *peer, const char *why)
+{
+	int64_t now = shoal_now_ns();
+	if (now - ctl->last_refusal >= 1000000000LL) {
+		if (ctl->refusals > 10)
+			sh_warn("tasks", "refused %llu more TCP peers in the second before",
+				(unsigned long long)(ctl->refusals - 10));
+		ctl->last_refusal = now;
+		ctl->refusals = 0;
+	}
+	if (++ctl->refusals <= 10)
+		sh_warn("tasks", "refused %s over TCP: %s", peer, why);
+}
+
 static void *conn_main(void *arg)
 {
 	tk_conn *hello = arg; /* a stand-in until we know what it is */
@@ -1358,9 +1380,11 @@ static void *conn_main(void *arg)
 	int rc;
 	if (hello->tcp >= 0) {
 		char why[128];
-		if ((rc = sh_auth_server(hello->tcp, ctl->key, ctl->klen, ctl->opts.no_encrypt,
-					 &proto, &hello->ch, why, sizeof(why))) != 0)
-			sh_warn("tasks", "refused %s over TCP: %s", hello->peer, why);
+		rc = sh_auth_server(hello->tcp, ctl->key, ctl->klen, ctl->opts.no_encrypt, &proto,
+				    &hello->ch, why, sizeof(why));
+		ctl->tcp_hellos--;
+		if (rc != 0)
+			refused(ctl, hello->peer, why);
 		else /* a message half moved may not hold its peer (or an engine) */
 			sh_channel_set_stall(hello->ch, ctl->opts.stall_ns ? ctl->opts.stall_ns
 									   : SH_TASKS_STALL_NS);
@@ -1553,7 +1577,14 @@ static void *accept_main(void *arg)
 	}
 }
 
-/* Peers on other hosts: each proves it knows the secret first. */
+/* Peers on other hosts: each proves it knows the secret first. Strangers
+ * may not crowd out anyone: at most TCP_HELLOS of them at once in their
+ * handshake (5 s each at most), and TCP takes no connection that would
+ * leave fewer than LOCAL_SPARE descriptors' worth of local ones. */
+#define TCP_HELLOS 64
+#define FDS_PER_CONN 6
+#define LOCAL_SPARE 32
+
 static void *tcp_accept_main(void *arg)
 {
 	shoal_controller *ctl = arg;
@@ -1574,6 +1605,16 @@ static void *tcp_accept_main(void *arg)
 				return NULL;
 			continue;
 		}
+		uint64_t spare =
+			ctl->conn_budget / 4 < LOCAL_SPARE ? ctl->conn_budget / 4 : LOCAL_SPARE;
+		if (ctl->tcp_hellos >= TCP_HELLOS ||
+		    (uint64_t)ctl->nconns + spare >= ctl->conn_budget) {
+			close(fd);
+			refused(ctl, "a TCP peer",
+				ctl->tcp_hellos >= TCP_HELLOS ? "too many handshakes at once"
+							      : "out of descriptors");
+			continue;
+		}
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		tk_conn *h = SH_NEW(tk_conn);
@@ -1581,6 +1622,7 @@ static void *tcp_accept_main(void *arg)
 			close(fd);
 			continue;
 		}
+		ctl->tcp_hellos++;
 		h->ctl = ctl;
 		h->tcp = fd;
 		sh_link_init(&h->l, -1);
@@ -1592,6 +1634,7 @@ static void *tcp_accept_main(void *arg)
 		if (shoal_spawn(NULL, conn_main, h,
 				&(shoal_fiber_opts){.name = "tasks-tcp", .detached = 1}) != 0) {
 			ctl->nconns--;
+			ctl->tcp_hellos--;
 			close(fd);
 			SH_DELETE(h);
 		}
@@ -1764,6 +1807,11 @@ int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o
 	ctl->lsock = ctl->stop_efd = ctl->tcp_lsock = -1;
 	ctl->rng = (uint64_t)shoal_now_ns() | 1;
 	ctl->window = ctl->opts.window ? ctl->opts.window : SH_TASKS_WINDOW;
+	struct rlimit nofile;
+	uint64_t lim = getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY
+			       ? nofile.rlim_cur
+			       : 1u << 20;
+	ctl->conn_budget = (lim > 256 ? lim - 128 : lim / 2) / FDS_PER_CONN;
 	int rc = 0;
 	if (ctl->opts.tcp) {
 		/* No TCP without a secret: nobody unauthenticated runs anything. */
