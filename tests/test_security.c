@@ -656,40 +656,42 @@ static void attack_rings(void *arg)
 	      (seals & F_SEAL_SEAL));
 }
 
-static void rings_attack_on(bool controller)
+/* Starts a store (or a controller), lets attack run as a client of root
+ * and, on the store (the controller admits its own uid and root only), of
+ * nobody; after each the daemon must be alive and serve the next client at
+ * once. */
+static void client_attack_on(bool controller, void (*attack)(void *))
 {
 	char dir[64], path[96];
-	make_dir(dir, sizeof(dir), "rings", 0711);
+	make_dir(dir, sizeof(dir), "client", 0711);
 	snprintf(path, sizeof(path), "%s/s.sock", dir);
 	server sv;
-	/* The controller admits its own uid and root only: nobody attacks the
-	 * store, root both. */
 	server_start(&sv, path, 0, NOBODY, controller);
 	rings_case k = {.path = path,
 			.proto = controller ? SH_TASKS_CLIENT : SH_STORE_PROTO,
 			.version = controller ? SH_TASKS_VERSION : SH_STORE_VERSION,
 			.ninfo = controller ? 1 : 4,
 			.nextra = controller ? 0 : 1};
-	int root = run_as(0, NULL, 0, attack_rings, &k);
-	usleep(100000);
-	server_alive(&sv);
-	CHECK_EQ(root, 0);
-	if (!controller) {
-		CHECK_EQ(run_as(NOBODY, NULL, 0, attack_rings, &k), 0);
-		usleep(100000);
+	for (int who = 0; who < (controller ? 1 : 2); who++) {
+		int rc = run_as(who ? NOBODY : 0, NULL, 0, attack, &k);
+		usleep(200000); /* the daemon has seen the client go */
 		server_alive(&sv);
-	}
-	/* and it still serves */
-	if (controller) {
-		shoal_farm *f;
-		CHECK_OK(shoal_farm_connect(&f, path));
-		shoal_farm_close(f);
-	} else {
-		shoal_client *c;
-		CHECK_OK(shoal_connect(&c, path));
-		shoal_id id;
-		CHECK_OK(shoal_put_bytes(c, NULL, "x", 1, 0, &id));
-		shoal_disconnect(c);
+		CHECK_EQ(rc, 0);
+		if (controller) {
+			shoal_farm *f;
+			CHECK_OK(shoal_farm_connect_until(&f, path,
+							  shoal_deadline_in(2000000000LL)));
+			shoal_farm_close(f);
+		} else {
+			shoal_connect_opts o;
+			shoal_connect_opts_init(&o);
+			o.timeout_ns = 2000000000LL;
+			shoal_client *c;
+			CHECK_OK(shoal_connect_with(&c, path, &o));
+			shoal_id id;
+			CHECK_OK(shoal_put_bytes(c, NULL, "x", 1, 0, &id));
+			shoal_disconnect(c);
+		}
 	}
 	server_stop(&sv);
 	rm_rf(dir);
@@ -697,12 +699,12 @@ static void rings_attack_on(bool controller)
 
 SH_TEST(a_client_cannot_resize_the_stores_rings)
 {
-	rings_attack_on(false);
+	client_attack_on(false, attack_rings);
 }
 
 SH_TEST(a_client_cannot_resize_the_controllers_rings)
 {
-	rings_attack_on(true);
+	client_attack_on(true, attack_rings);
 }
 
 /* The doorbells a client rings: it clears O_NONBLOCK on them, fills (or, on
@@ -734,51 +736,14 @@ static void attack_doorbells(void *arg)
 	raw_close(&r);
 }
 
-static void doorbell_attack_on(bool controller)
-{
-	char dir[64], path[96];
-	make_dir(dir, sizeof(dir), "bells", 0711);
-	snprintf(path, sizeof(path), "%s/s.sock", dir);
-	server sv;
-	server_start(&sv, path, 0, NOBODY, controller);
-	rings_case k = {.path = path,
-			.version = controller ? SH_TASKS_VERSION : SH_STORE_VERSION,
-			.ninfo = controller ? 1 : 4,
-			.nextra = controller ? 0 : 1};
-	k.proto = controller ? SH_TASKS_CLIENT : SH_STORE_PROTO;
-	for (int who = 0; who < (controller ? 1 : 2); who++) {
-		CHECK_EQ(run_as(who ? NOBODY : 0, NULL, 0, attack_doorbells, &k), 0);
-		usleep(200000); /* the daemon has seen the client go */
-		server_alive(&sv);
-		/* and serves the next one at once */
-		if (controller) {
-			shoal_farm *f;
-			CHECK_OK(shoal_farm_connect_until(&f, path,
-							  shoal_deadline_in(2000000000LL)));
-			shoal_farm_close(f);
-		} else {
-			shoal_connect_opts o;
-			shoal_connect_opts_init(&o);
-			o.timeout_ns = 2000000000LL;
-			shoal_client *c;
-			CHECK_OK(shoal_connect_with(&c, path, &o));
-			shoal_store_stat st;
-			CHECK_OK(shoal_store_stat_get(c, &st));
-			shoal_disconnect(c);
-		}
-	}
-	server_stop(&sv);
-	rm_rf(dir);
-}
-
 SH_TEST(a_client_cannot_block_the_store_through_its_doorbells)
 {
-	doorbell_attack_on(false);
+	client_attack_on(false, attack_doorbells);
 }
 
 SH_TEST(a_client_cannot_block_the_controller_through_its_doorbells)
 {
-	doorbell_attack_on(true);
+	client_attack_on(true, attack_doorbells);
 }
 
 /* A store segment's creator cannot shrink it before the seal, which
