@@ -9,7 +9,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/evp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,13 +282,13 @@ static bool same(const unsigned char *a, const unsigned char *b, size_t n)
 static int transcript(const unsigned char *hello, size_t hl, const unsigned char *answer, size_t al,
 		      const unsigned char *verdict, size_t vl, unsigned char out[32])
 {
-	EVP_MD_CTX *m = EVP_MD_CTX_new();
-	unsigned int n = 0;
-	int ok = m && EVP_DigestInit_ex(m, EVP_sha256(), NULL) == 1 &&
-		 EVP_DigestUpdate(m, hello, hl) == 1 && EVP_DigestUpdate(m, answer, al) == 1 &&
-		 EVP_DigestUpdate(m, verdict, vl) == 1 && EVP_DigestFinal_ex(m, out, &n) == 1;
-	EVP_MD_CTX_free(m);
-	return ok && n == 32 ? 0 : SHOAL_EIO;
+	sh_sha256 h;
+	sh_sha256_init(&h);
+	sh_sha256_update(&h, hello, hl);
+	sh_sha256_update(&h, answer, al);
+	sh_sha256_update(&h, verdict, vl);
+	sh_sha256_final(&h, out);
+	return 0;
 }
 
 #define HELLO_LEN 44
@@ -422,6 +421,6 @@ int sh_tcp_connect_auth(const char *hostport, uint32_t proto, int64_t deadline, 
 		close(*fd);
 		*fd = -1;
 	}
-	OPENSSL_cleanse(key, sizeof(key));
+	explicit_bzero(key, sizeof(key));
 	return rc;
 }
