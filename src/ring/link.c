@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -250,8 +251,16 @@ int sh_link_accept(sh_link *l, size_t cap, const uint64_t *info, size_t ninfo, c
 	return rc;
 }
 
-/* Bounds the blocking connect, send and receive of the set-up. */
-static int set_timeouts(int sock, int64_t deadline)
+uint64_t sh_link_fd_budget(void)
+{
+	struct rlimit nofile;
+	uint64_t lim = getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY
+			       ? nofile.rlim_cur
+			       : 1u << 20;
+	return lim > 256 ? lim - 128 : lim / 2;
+}
+
+int sh_link_sock_timeouts(int sock, int64_t deadline)
 {
 	struct timeval tv = {0, 0};
 	if (deadline != SHOAL_FOREVER) {
@@ -293,7 +302,7 @@ int sh_link_connect_to(sh_link *l, const char *path, uint32_t proto, uint32_t ve
 	for (int i = 0; i < 3 + SH_LINK_FDS_MAX; i++)
 		fds[i] = -1;
 	l->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (l->sock < 0 || (rc = set_timeouts(l->sock, deadline)) != 0 ||
+	if (l->sock < 0 || (rc = sh_link_sock_timeouts(l->sock, deadline)) != 0 ||
 	    connect(l->sock, (struct sockaddr *)&a, sizeof(a)) != 0) {
 		if (rc == 0)
 			rc = errno == EAGAIN || errno == EINPROGRESS ? SHOAL_ETIMEDOUT
@@ -356,7 +365,7 @@ int sh_link_connect_to(sh_link *l, const char *path, uint32_t proto, uint32_t ve
 			 path);
 		goto fail;
 	}
-	if ((rc = set_timeouts(l->sock, SHOAL_FOREVER)) != 0) {
+	if ((rc = sh_link_sock_timeouts(l->sock, SHOAL_FOREVER)) != 0) {
 		snprintf(why, whylen, "set-up with %s: %s", path, shoal_strerror(rc));
 		goto fail;
 	}

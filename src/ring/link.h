@@ -47,6 +47,16 @@ int sh_link_private_dir(char *out, size_t outlen, char *why, size_t whylen);
  * by a dead server is replaced; a live server's is not (SHOAL_EADDRINUSE). */
 int sh_link_listen(const char *path, const char *what, gid_t group, char *out, size_t outlen,
 		   int *lsock);
+/* The descriptors a server of this process may hold for its peers:
+ * RLIMIT_NOFILE less a reserve for the rest of the process (an embedding
+ * host's own, the listener, the log). */
+uint64_t sh_link_fd_budget(void);
+
+/* Bounds a blocking socket's sends and receives (and a connect) to the
+ * time left until deadline (SHOAL_FOREVER: unbounded); SHOAL_ETIMEDOUT if
+ * it has passed. A wait past it fails with EAGAIN. */
+int sh_link_sock_timeouts(int sock, int64_t deadline);
+
 /* Whether the peer on sock may talk to us: our uid, root, or a member of
  * the group (when not (gid_t)-1), as its primary group or one of its
  * supplementary groups. A refusal is logged under what. */

@@ -16,7 +16,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -143,14 +142,8 @@ int shoal_connect_with(shoal_client **out, const char *path, const shoal_connect
 	close(arena);
 	arena = -1;
 	/* Descriptors come ahead of replies on the socket: bounded as well. */
-	if (c->timeout_ns != SHOAL_FOREVER) {
-		struct timeval tv = {.tv_sec = c->timeout_ns / 1000000000,
-				     .tv_usec = (c->timeout_ns % 1000000000) / 1000 + 1};
-		if (setsockopt(c->l.sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
-			rc = shoal_errno();
-			goto fail;
-		}
-	}
+	if ((rc = sh_link_sock_timeouts(c->l.sock, shoal_deadline_in(c->timeout_ns))) != 0)
+		goto fail;
 	c->l.down.spin_ns = REPLY_SPIN_NS;
 	*out = c;
 	return 0;

@@ -29,7 +29,6 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -1346,13 +1345,7 @@ int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
 	s->instance = (uint64_t)(r & 0xffffff) << 40;
 	s->next_id = 1;
 	s->next_seg = 1;
-	/* The descriptors this process may open, less a reserve for the rest
-	 * of it (an embedding host's own, the listener, the log). */
-	struct rlimit nofile;
-	uint64_t lim = getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY
-			       ? nofile.rlim_cur
-			       : 1u << 20;
-	s->fd_budget = lim > 256 ? lim - 128 : lim / 2;
+	s->fd_budget = sh_link_fd_budget();
 	int rc = make_arena(s);
 	if (rc == 0 && (s->stop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
 		rc = shoal_errno();

@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <netdb.h>
@@ -1807,11 +1806,7 @@ int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o
 	ctl->lsock = ctl->stop_efd = ctl->tcp_lsock = -1;
 	ctl->rng = (uint64_t)shoal_now_ns() | 1;
 	ctl->window = ctl->opts.window ? ctl->opts.window : SH_TASKS_WINDOW;
-	struct rlimit nofile;
-	uint64_t lim = getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY
-			       ? nofile.rlim_cur
-			       : 1u << 20;
-	ctl->conn_budget = (lim > 256 ? lim - 128 : lim / 2) / FDS_PER_CONN;
+	ctl->conn_budget = sh_link_fd_budget() / FDS_PER_CONN;
 	int rc = 0;
 	if (ctl->opts.tcp) {
 		/* No TCP without a secret: nobody unauthenticated runs anything. */
