@@ -70,13 +70,24 @@ static int do_exit(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 	_exit(a && a->type == SHOAL_V_INT ? (int)a->v.i : 7);
 }
 
+/* Calls of sleep this process ran: what a test asks an engine (naps). */
+static _Atomic uint64_t n_naps;
+
 static int nap(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 {
 	(void)ctx;
 	(void)out;
+	n_naps++;
 	int64_t ms = a && a->type == SHOAL_V_INT ? a->v.i : 0;
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
 	nanosleep(&ts, NULL);
+	return 0;
+}
+
+static int naps(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)a;
+	*out = shoal_v_int(shoal_ext_vbuf(ctx), (int64_t)n_naps);
 	return 0;
 }
 
@@ -293,6 +304,7 @@ int shoal_ext_init(shoal_ext_registry *r)
 	rc |= shoal_ext_register(r, "abort", do_abort);
 	rc |= shoal_ext_register(r, "exit", do_exit);
 	rc |= shoal_ext_register(r, "sleep", nap);
+	rc |= shoal_ext_register(r, "naps", naps);
 	rc |= shoal_ext_register(r, "patient", patient);
 	rc |= shoal_ext_register(r, "alloc", alloc);
 	rc |= shoal_ext_register(r, "getenv", env);

@@ -24,6 +24,10 @@
 #include <stdlib.h>
 #include <grp.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -129,6 +133,27 @@ static void flood(shoal_farm *f, int n)
 				     shoal_farm_last_error(f));
 	}
 	shoal_vbuf_free(vb);
+}
+
+/* The calls of sleep engines 0 to n - 1 ran, by their own count. */
+static uint64_t engines_ran(shoal_farm *f, int n)
+{
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	uint64_t sum = 0;
+	for (int i = 0; i < n; i++) {
+		shoal_task_opts o;
+		shoal_task_opts_init(&o);
+		o.engine = i;
+		shoal_task t;
+		const shoal_value *r;
+		CHECK_OK(shoal_farm_submit(f, "naps", NULL, &o, &t));
+		CHECK_OK(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)));
+		CHECK(r->type == SHOAL_V_INT && r->v.i >= 0);
+		sum += (uint64_t)r->v.i;
+	}
+	shoal_vbuf_free(vb);
+	return sum;
 }
 
 /* Takes the results of ids[0..n), last first, each equal to want[i]. */
@@ -385,14 +410,15 @@ SH_TEST_T(an_engine_dies_with_a_backlog, 120)
  * engines and dies: its backlog is dropped with it, and so is what the
  * engines' windows held that they had not started; the next client's
  * 1 000 tasks are done within seconds, not the minute the backlog would
- * take. */
-SH_TEST_T(a_gone_clients_backlog_is_dropped, 120)
+ * take. The engines are on this host (the controller marks the dropped
+ * entries in their pages) or come over TCP (it sends them DROP frames). */
+static void gone_clients_backlog(bool tcp_engines)
 {
 	setenv("SHOAL_SECRET", secret, 1);
 	char addr[160];
 	shoal_controller *c = tcp_controller(addr, sizeof(addr));
 	pid_t pids[2];
-	engines(c, 2, pids);
+	engines_at(c, tcp_engines ? addr : shoal_controller_socket(c), NULL, 2, pids);
 	pid_t child = fork();
 	CHECK(child >= 0);
 	if (child == 0) {
@@ -418,25 +444,32 @@ SH_TEST_T(a_gone_clients_backlog_is_dropped, 120)
 	CHECK(ALL_READ(st));
 	CHECK_EQ(st.running, 2 * SH_TASKS_WINDOW);
 	CHECK(st.queued > 10000);
+	st = stat_of(c);
 	CHECK(kill(child, SIGKILL) == 0);
 	CHECK_EQ(waitpid(child, NULL, 0), child);
 	WAIT_FOR(stat_of(c).clients == 0, 5000);
 	CHECK_EQ(stat_of(c).clients, 0);
 	CHECK(stat_of(c).queued == 0); /* its backlog is gone */
-	uint64_t done = stat_of(c).done;
+	/* the windows' tasks the engines had not started are gone from
+	 * the books too: what runs is all that is left, once the results of
+	 * those they had finished are in */
+	WAIT_FOR(stat_of(c).running <= 2, 2000);
+	CHECK(stat_of(c).running <= 2);
+	/* the engines' own count of tasks ended (the controller's forgets
+	 * the gone client's): what each ran at the time, had finished, or
+	 * started before it heard of the client (5 ms tasks: a few dozen on a
+	 * slow, sanitized run), not the 2 046 more of their windows */
 	shoal_farm *f = client(c);
 	int64_t t0 = shoal_now_ns();
 	flood(f, 1000);
 	double secs = (double)(shoal_now_ns() - t0) / 1e9;
 	CHECK(secs < 10);
-	/* and so are the windows' tasks the engines had not started: what
-	 * each ran at the time, had finished, or started before the controller
-	 * saw the client go (5 ms tasks: a few dozen on a slow, sanitized run)
-	 * is all that ended after it left, not the 2 046 more of its windows */
 	WAIT_FOR(stat_of(c).running == 0, 5000);
-	uint64_t after = stat_of(c).done - done - 1000;
-	fprintf(stderr, "the next client's 1000 tasks took %.2f s; %llu of the gone one's ended\n",
-		secs, (unsigned long long)after);
+	uint64_t after = engines_ran(f, 2) - st.done;
+	fprintf(stderr,
+		"engines %s: the next client's 1000 tasks took %.2f s; %llu of the gone one's "
+		"ran after it left\n",
+		tcp_engines ? "over TCP" : "on this host", secs, (unsigned long long)after);
 	CHECK(after < 2 * SH_TASKS_WINDOW / 4);
 	shoal_farm_close(f);
 	shoal_controller_close(c);
@@ -444,16 +477,26 @@ SH_TEST_T(a_gone_clients_backlog_is_dropped, 120)
 		waitpid(pids[i], NULL, 0);
 }
 
-/* A task of a client that went, running on an engine of this host, is
- * asked to give up (shoal_ext_cancelled): the engine is free for the next
- * client at once, not when the task would have ended (10 s). */
-SH_TEST_T(a_gone_clients_running_task_gives_up, 60)
+SH_TEST_T(a_gone_clients_backlog_is_dropped, 120)
+{
+	gone_clients_backlog(false);
+}
+
+SH_TEST_T(a_gone_clients_backlog_is_dropped_by_tcp_engines, 120)
+{
+	gone_clients_backlog(true);
+}
+
+/* A task of a client that went, running on an engine, is asked to give
+ * up (shoal_ext_cancelled): the engine is free for the next client at
+ * once, not when the task would have ended (10 s). */
+static void gone_clients_running_task(bool tcp_engines)
 {
 	setenv("SHOAL_SECRET", secret, 1);
 	char addr[160];
 	shoal_controller *c = tcp_controller(addr, sizeof(addr));
 	pid_t pid;
-	engines(c, 1, &pid);
+	engines_at(c, tcp_engines ? addr : shoal_controller_socket(c), NULL, 1, &pid);
 	pid_t child = fork();
 	CHECK(child >= 0);
 	if (child == 0) {
@@ -485,6 +528,131 @@ SH_TEST_T(a_gone_clients_running_task_gives_up, 60)
 	CHECK(shoal_now_ns() - t0 < 5000 * MS);
 	shoal_vbuf_free(vb);
 	shoal_farm_close(f);
+	shoal_controller_close(c);
+	waitpid(pid, NULL, 0);
+}
+
+SH_TEST_T(a_gone_clients_running_task_gives_up, 60)
+{
+	gone_clients_running_task(false);
+}
+
+SH_TEST_T(a_gone_clients_running_task_gives_up_on_tcp_engines, 60)
+{
+	gone_clients_running_task(true);
+}
+
+/* A stranger (uid 65534) floods the controller's TCP port: STRANGERS
+ * connections that never say a word, each one the controller drops
+ * opened again at once, until it is killed. */
+#define STRANGERS 2000
+static void strangers_main(const char *hostport, int ready)
+{
+	struct rlimit l;
+	getrlimit(RLIMIT_NOFILE, &l);
+	l.rlim_cur = STRANGERS + 64; /* the hard limit allows it (checked) */
+	if (setrlimit(RLIMIT_NOFILE, &l) || setgroups(0, NULL) || setgid(65534) || setuid(65534))
+		_exit(3);
+	char host[64];
+	snprintf(host, sizeof(host), "%s", hostport);
+	char *colon = strrchr(host, ':');
+	if (!colon)
+		_exit(4);
+	*colon = 0;
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)atoi(colon + 1))};
+	if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
+		_exit(5);
+	static struct pollfd p[STRANGERS];
+	for (int i = 0;; i++) {
+		for (int k = 0; k < STRANGERS; k++) {
+			if (i > 0 && !p[k].revents)
+				continue;
+			char b[256]; /* the controller's challenge, left unanswered */
+			if (i > 0 && !(p[k].revents & (POLLHUP | POLLERR | POLLRDHUP)) &&
+			    recv(p[k].fd, b, sizeof(b), MSG_DONTWAIT) != 0)
+				continue;
+			if (i > 0)
+				close(p[k].fd);
+			p[k].fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+			p[k].events = POLLIN | POLLRDHUP;
+			p[k].revents = 0;
+			if (p[k].fd < 0)
+				_exit(6);
+			connect(p[k].fd, (struct sockaddr *)&a, sizeof(a)); /* EINPROGRESS */
+		}
+		if (i == 0 && write(ready, "y", 1) != 1)
+			_exit(7);
+		if (poll(p, STRANGERS, 1000) < 0 && errno != EINTR)
+			_exit(8);
+	}
+}
+
+/* Strangers on TCP may not crowd out anyone: with the flood above on its
+ * port, a controller that may open 1 024 descriptors serves an engine and
+ * a client of this host as if it were not there (it holds 64 handshakes at
+ * once, and keeps descriptors for local peers), and after it, a client
+ * over TCP with the secret gets in. Without those bounds it takes
+ * connections until it has no descriptor left, for anyone. */
+SH_TEST_T(strangers_cannot_crowd_out_the_controllers_peers, 120)
+{
+	setenv("SHOAL_SECRET", secret, 1);
+	struct rlimit l;
+	CHECK_EQ(getrlimit(RLIMIT_NOFILE, &l), 0);
+	CHECK(l.rlim_max >= STRANGERS + 64);
+	l.rlim_cur = 1024; /* the soft limit: the strangers raise theirs */
+	CHECK_EQ(setrlimit(RLIMIT_NOFILE, &l), 0);
+	char addr[160];
+	shoal_controller *c = tcp_controller(addr, sizeof(addr));
+	int p[2];
+	CHECK_EQ(pipe(p), 0);
+	fflush(NULL);
+	pid_t k = fork();
+	CHECK(k >= 0);
+	if (k == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(p[0]);
+		strangers_main(shoal_controller_tcp(c), p[1]);
+	}
+	close(p[1]);
+	char y;
+	if (read(p[0], &y, 1) != 1) {
+		int st = 0;
+		waitpid(k, &st, 0);
+		sh_test_fail(__FILE__, __LINE__, "the strangers could not start: exit %d",
+			     WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	}
+	close(p[0]);
+	sleep(1); /* its connections are in, the controller at its bounds */
+	/* served at once: well before the strangers' first handshakes time
+	 * out (5 s), which is when a controller without bounds would have a
+	 * descriptor again */
+	int64_t t0 = shoal_now_ns();
+	pid_t pid;
+	CHECK_OK(shoal_engine_spawn(shoal_controller_socket(c), sample, engine_bin, &pid));
+	WAIT_FOR(stat_of(c).engines == 1, 3000);
+	CHECK_EQ(stat_of(c).engines, 1);
+	shoal_farm *f = client(c);
+	flood(f, 1000);
+	shoal_farm_close(f);
+	double secs = (double)(shoal_now_ns() - t0) / 1e9;
+	fprintf(stderr, "an engine and a client of this host served in %.2f s\n", secs);
+	CHECK(secs < 3);
+	CHECK_EQ(waitpid(k, NULL, WNOHANG), 0); /* the flood went on all along */
+	kill(k, SIGKILL);
+	CHECK_EQ(waitpid(k, NULL, 0), k);
+	/* once the strangers' handshakes are refused or time out (5 s) */
+	int rc = -1;
+	for (int i = 0; i < 100 && rc != 0; i++) {
+		shoal_farm *t;
+		if ((rc = shoal_farm_connect(&t, addr)) == 0) {
+			flood(t, 100);
+			shoal_farm_close(t);
+		} else {
+			usleep(100 * 1000);
+		}
+	}
+	CHECK_OK(rc);
 	shoal_controller_close(c);
 	waitpid(pid, NULL, 0);
 }

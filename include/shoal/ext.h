@@ -47,8 +47,8 @@ SHOAL_API shoal_vbuf *shoal_ext_vbuf(shoal_ext_ctx *ctx);
 SHOAL_API int shoal_ext_fail(shoal_ext_ctx *ctx, int code, const char *fmt, ...) SHOAL_PRINTF(3, 4);
 /* True once the host has asked this call to give up (its deadline has
  * passed): a long function that checks it and returns is not killed. In a
- * task engine on the controller's host, true once the task's client has
- * gone (nobody waits for its result). */
+ * task engine, true once the task's client has gone (nobody waits for its
+ * result): within 10 ms over TCP, at once on the controller's host. */
 SHOAL_API bool shoal_ext_cancelled(const shoal_ext_ctx *ctx);
 /* Calls a method the host exposes (shoal_service_register), from inside a
  * function. The result lives until the function returns. The host may

@@ -72,7 +72,7 @@ typedef struct shoal_controller_opts {
 	/* Tasks an engine holds at most, sent or on their way and not
 	 * answered (ipyparallel's high-water mark); the rest wait in the
 	 * controller, where a client that leaves drops them. 0: 1024 (enough
-	 * for a flood of no-op tasks to keep engines busy). */
+	 * for a flood of no-op tasks to keep engines busy); at most 1 << 20. */
 	uint32_t window;
 	/* How long a TCP peer may leave a message half sent or half read
 	 * before its link is dropped: a peer frozen mid-upload would otherwise

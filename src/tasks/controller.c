@@ -113,6 +113,10 @@ struct tk_engine {
 	uint64_t seq_out, started;
 	_Atomic uint64_t *page;
 	size_t page_len;
+	/* Over TCP: entries of gone clients' tasks it holds, for its next DROP
+	 * frame. */
+	uint64_t *drops;
+	uint32_t ndrops, cap_drops;
 };
 
 /* Tasks waiting for one task of their client. */
@@ -206,6 +210,8 @@ static tk_task *q_pop(tk_queue *q)
  * and given back after a second without large tasks. */
 #define SPARE_MAX ((size_t)64 << 20)
 #define SPARE_IDLE_NS 1000000000
+/* Entries a DROP frame names at most (about 600 KiB). */
+#define DROPS_PER_FRAME 65536u
 
 static void frame_unref(tk_frame *fr)
 {
@@ -743,15 +749,18 @@ static tk_task *sweep_next(tk_sweep *w)
 	return NULL;
 }
 
-/* Whether t may be dropped: not sent yet, or sent to an engine on this
- * host that has not started it (we take it out of its window). */
+/* Whether t may be dropped: not sent yet, or sent to an engine that has
+ * not started it, as far as we know (we take it out of its window). */
 static bool droppable(const tk_task *t)
 {
 	if (!t->sent)
 		return true;
 	tk_engine *e = t->on;
-	return e && e->page && t->seq &&
-	       t->seq > atomic_load_explicit(&e->page[0], memory_order_acquire);
+	if (!e || !t->seq)
+		return false;
+	uint64_t started =
+		e->page ? atomic_load_explicit(&e->page[0], memory_order_acquire) : e->started;
+	return t->seq > started;
 }
 
 static bool droppable_of(const tk_task *t, const void *client)
@@ -759,27 +768,36 @@ static bool droppable_of(const tk_task *t, const void *client)
 	return t->client == client && droppable(t);
 }
 
-/* The client went: what it queued is dropped, and what engines on this
- * host hold of it and have not started (an engine over TCP runs what it
- * holds: its window at most); what runs is answered to nobody, and asked
- * to give up on engines of this host. */
+/* Tells t's engine that its client went: on this host by its number in
+ * its slot of the page, over TCP in the next DROP frame. Either way the
+ * engine skips it if it has not reached it, or asks it to give up
+ * (shoal_ext_cancelled). */
+static void drop_on_engine(tk_task *t)
+{
+	tk_engine *e = t->on;
+	if (e->page) {
+		size_t nslots = e->page_len / 8 - 1;
+		atomic_store_explicit(&e->page[1 + t->seq % nslots], t->seq, memory_order_release);
+	} else if (!e->c.gone && sh_grow_array((void **)&e->drops, &e->cap_drops, e->ndrops,
+					       sizeof(*e->drops)) == 0) {
+		e->drops[e->ndrops++] = t->seq;
+		kick(&e->c);
+	} /* else without memory it runs: its result goes to nobody */
+}
+
+/* The client went: what it queued is dropped, and what engines hold of it
+ * and have not started; what runs is answered to nobody, and asked to
+ * give up. */
 static void client_gone(shoal_controller *ctl, tk_client *c)
 {
 	tk_sweep w;
 	uint64_t dropped = 0;
 	sweep_begin(&w, ctl, droppable_of, c);
 	for (tk_task *t; (t = sweep_next(&w)) != NULL; dropped++) {
-		if (t->sent) { /* the engine skips it: it finds its number in the slot */
-			tk_engine *e = t->on;
-			size_t nslots = e->page_len / 8 - 1;
-			atomic_store_explicit(&e->page[1 + t->seq % nslots], t->seq,
-					      memory_order_release);
-		}
+		if (t->sent)
+			drop_on_engine(t);
 		forget(ctl, t);
 	}
-	/* What runs is answered to nobody, and, on an engine of this host,
-	 * asked to give up: its number in its slot, which shoal_ext_cancelled
-	 * reads there. */
 	size_t it = 0;
 	uint64_t key;
 	void *val;
@@ -788,12 +806,8 @@ static void client_gone(shoal_controller *ctl, tk_client *c)
 		if (t->client != c)
 			continue;
 		t->client = NULL;
-		tk_engine *e = t->sent ? t->on : NULL;
-		if (e && e->page && t->seq) {
-			size_t nslots = e->page_len / 8 - 1;
-			atomic_store_explicit(&e->page[1 + t->seq % nslots], t->seq,
-					      memory_order_release);
-		}
+		if (t->sent && t->on && t->seq)
+			drop_on_engine(t);
 	}
 	if (dropped)
 		sh_debug("tasks", "client %u gone: %llu tasks dropped", c->c.num,
@@ -1006,6 +1020,21 @@ static int engine_flush(tk_engine *e)
 {
 	sh_wbuf *w = &e->c.w;
 	int rc = 0;
+	/* Drops first: they are of entries sent already. Copied into the
+	 * frame before it is written, so that drops made meanwhile wait for
+	 * the next. */
+	while (e->ndrops && rc == 0 && (rc = take_turn(&e->c)) == 0) {
+		uint32_t n = e->ndrops < DROPS_PER_FRAME ? e->ndrops : DROPS_PER_FRAME;
+		sh_tk_batch_begin(w);
+		msgpack_packer pk;
+		sh_wbuf_packer(w, &pk);
+		for (uint32_t i = 0; i < n; i++)
+			msgpack_pack_uint64(&pk, e->drops[e->ndrops - n + i]);
+		e->ndrops -= n;
+		if ((rc = sh_tk_batch_end(w, n, SH_TK_DROP)) == 0)
+			rc = conn_send(&e->c, w->p, w->len);
+		give_turn(&e->c);
+	}
 	while (e->outbox.head && rc == 0 && (rc = take_turn(&e->c)) == 0) {
 		sh_tk_batch_begin(w);
 		msgpack_packer pk;
@@ -1516,6 +1545,8 @@ static void *conn_main(void *arg)
 				shoal_free(e->pinned, e->cap_pinned * sizeof(*e->pinned));
 			if (e->page)
 				sh_shm_unmap((void *)e->page, e->page_len);
+			if (e->drops)
+				shoal_free(e->drops, e->cap_drops * sizeof(*e->drops));
 		}
 		if (cl && joined)
 			sh_wbuf_fini(&cl->res);
@@ -1609,7 +1640,7 @@ static void *tcp_accept_main(void *arg)
 		if (ctl->tcp_hellos >= TCP_HELLOS ||
 		    (uint64_t)ctl->nconns + spare >= ctl->conn_budget) {
 			close(fd);
-			refused(ctl, "a TCP peer",
+			refused(ctl, "a peer",
 				ctl->tcp_hellos >= TCP_HELLOS ? "too many handshakes at once"
 							      : "out of descriptors");
 			continue;
@@ -1806,6 +1837,12 @@ int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o
 	ctl->lsock = ctl->stop_efd = ctl->tcp_lsock = -1;
 	ctl->rng = (uint64_t)shoal_now_ns() | 1;
 	ctl->window = ctl->opts.window ? ctl->opts.window : SH_TASKS_WINDOW;
+	if (ctl->window > SH_TASKS_WINDOW_MAX) {
+		sh_error("tasks", "a window of %u tasks: expected at most %u", ctl->window,
+			 SH_TASKS_WINDOW_MAX);
+		SH_DELETE(ctl);
+		return SHOAL_EINVAL;
+	}
 	ctl->conn_budget = sh_link_fd_budget() / FDS_PER_CONN;
 	int rc = 0;
 	if (ctl->opts.tcp) {

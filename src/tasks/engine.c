@@ -5,7 +5,14 @@
  * last was sent, and when the RUN batch is done. A flusher thread sends
  * them too when one task runs long, so that a result does not wait for the
  * tasks behind it. A thread beside it watches the socket, so that the
- * engine ends when the controller does. */
+ * engine ends when the controller does.
+ *
+ * The controller drops the tasks of a client that went: on this host by
+ * marking their entries in the page it shares with us, over TCP in DROP
+ * frames behind the RUN batches. Over TCP the engine reads ahead of the
+ * batch it runs (between tasks, and the flusher while one runs long), so
+ * that it skips the entries it has not reached, and a running task hears
+ * of it (shoal_ext_cancelled), within WATCH_NS. */
 #include "net/net.h"
 #include "rpc/ext_lib.h"
 #include "rpc/value.h"
@@ -28,6 +35,28 @@
 /* How long results wait, at most, while a task runs: the flusher's tick
  * while the engine is busy (a thousand wake-ups a second at most). */
 #define FLUSHER_NS 1000000
+/* Over TCP: how often the flusher reads ahead while tasks run, and how
+ * often the engine does between tasks (one recv when nothing came). */
+#define WATCH_NS 10000000
+#define LOOK_NS 100000
+/* Bytes of frames read ahead at most: the window of small tasks (those
+ * under SH_TASKS_REF_MIN) fits; DROP frames behind more than that, large
+ * tasks, are seen when the engine reaches them. */
+#define LOOK_BYTES ((size_t)4 << 20)
+/* Frames kept to read into. */
+#define POOL_MAX 16
+/* Dropped entries the engine has not reached, at most: twice the largest
+ * window; a controller that drops more is broken. */
+#define DROPS_MAX (2 * (size_t)SH_TASKS_WINDOW_MAX)
+
+/* A frame from the controller, with its out-of-band bytes (over TCP, read
+ * with it; on this host, read from the ring when its entry runs). */
+typedef struct rx_frame {
+	struct rx_frame *next;
+	unsigned char *p, *oob;
+	size_t cap, len, oob_cap;
+	sh_frame f;
+} rx_frame;
 
 typedef struct engine {
 	sh_link l;
@@ -51,6 +80,20 @@ typedef struct engine {
 	_Atomic uint64_t *page;
 	size_t page_len;
 	sh_wbuf st;
+	/* Over TCP, under rlock: frames read ahead of the one being run,
+	 * frames to read into (warm: a fresh buffer costs page faults), and
+	 * the read's error once one failed. */
+	pthread_mutex_t rlock;
+	rx_frame *qhead, *qtail, *pool;
+	size_t qbytes;
+	uint32_t npool;
+	int read_rc;
+	int64_t last_look;
+	/* Over TCP, under lock: entries not reached yet that the controller
+	 * dropped (seq -> 1); the one being run, once dropped (what
+	 * shoal_ext_cancelled reads). */
+	sh_map drops;
+	_Atomic uint64_t cancel;
 	bool running;	 /* a task runs now */
 	bool idle, stop; /* the flusher waits for work; it is to end */
 	int flusher_rc;	 /* a failed write of the flusher's */
@@ -81,25 +124,42 @@ static int flush(engine *g)
 	return rc;
 }
 
+static void look_ahead(engine *g);
+
 /* Sends what waits in the DONE batch when one task has been running for
- * FLUSHER_NS: results are not held up by a slow task behind them. */
+ * FLUSHER_NS: results are not held up by a slow task behind them. Over
+ * TCP it also reads ahead every WATCH_NS while tasks run, so that a
+ * running task hears that its client went; it sleeps once a tick passes
+ * with none. */
 static void *flusher_main(void *arg)
 {
 	engine *g = arg;
+	bool tcp = g->tcp >= 0;
+	uint64_t seen = 0;
 	pthread_mutex_lock(&g->lock);
 	while (!g->stop) {
-		if (!g->running || !g->nw) {
+		bool watch = tcp && (g->running || g->seq != seen);
+		if (!watch && (!g->running || !g->nw)) {
 			g->idle = true;
 			pthread_cond_wait(&g->wake, &g->lock);
 			g->idle = false;
 			continue;
 		}
 		uint64_t seq = g->seq;
-		int64_t until = shoal_now_ns() + FLUSHER_NS;
+		int64_t until = shoal_now_ns() + (g->running && g->nw ? FLUSHER_NS : WATCH_NS);
 		struct timespec ts = {(time_t)(until / 1000000000), (long)(until % 1000000000)};
 		pthread_cond_timedwait(&g->wake, &g->lock, &ts);
 		if (!g->stop && g->running && g->seq == seq && g->nw && g->flusher_rc == 0)
 			g->flusher_rc = flush(g);
+		if (tcp && !g->stop && shoal_now_ns() >= until) {
+			seen = seq;
+			pthread_mutex_unlock(&g->lock);
+			if (pthread_mutex_trylock(&g->rlock) == 0) { /* else the engine reads */
+				look_ahead(g);
+				pthread_mutex_unlock(&g->rlock);
+			}
+			pthread_mutex_lock(&g->lock);
+		}
 	}
 	pthread_mutex_unlock(&g->lock);
 	return NULL;
@@ -117,6 +177,8 @@ static int task_starts(engine *g)
 		if (atomic_load_explicit(&g->page[1 + g->rseq % nslots], memory_order_acquire) ==
 		    g->rseq)
 			return 1;
+	} else if (atomic_load_explicit(&g->cancel, memory_order_acquire) == g->rseq) {
+		return 1; /* dropped since it was reached */
 	}
 	pthread_mutex_lock(&g->lock);
 	if (g->page) {
@@ -132,7 +194,7 @@ static int task_starts(engine *g)
 	}
 	g->seq++;
 	g->running = true;
-	if (g->nw && g->idle)
+	if (g->idle && (g->nw || g->tcp >= 0))
 		pthread_cond_signal(&g->wake);
 	pthread_mutex_unlock(&g->lock);
 	return rc;
@@ -164,10 +226,9 @@ static int run_call(engine *g, const sh_tk_run *r, sh_mp *m)
 		return status == 1 ? 0 : status; /* dropped; or the controller is gone */
 	}
 	if (status == 0) {
-		if (g->page) { /* the slot where a gone client's tasks are marked */
-			ctx.gone = &g->page[1 + g->rseq % (g->page_len / 8 - 1)];
-			ctx.task = g->rseq;
-		}
+		/* where a gone client's task is marked */
+		ctx.gone = g->page ? &g->page[1 + g->rseq % (g->page_len / 8 - 1)] : &g->cancel;
+		ctx.task = g->rseq;
 		status = fn(&ctx, args, &result);
 		if (status > 0)
 			status = SHOAL_EIO;
@@ -228,88 +289,289 @@ static int run_call(engine *g, const sh_tk_run *r, sh_mp *m)
 }
 
 /* A task alone in its frame, its fn and args (n bytes) and verdict out of
- * band after it: read into big (kept for the next), then run. */
-static int run_oob(engine *g, sh_tk_run *r, const sh_frame *f, unsigned char **big, size_t *big_cap)
+ * band after it (over TCP read with the frame; on this host read from the
+ * ring now), then run. */
+static int run_oob(engine *g, sh_tk_run *r, rx_frame *fr)
 {
 	uint64_t n = r->oob;
-	if (f->oob != n + 8)
+	if (fr->f.oob != n + 8)
 		return SHOAL_EPROTO;
-	if (*big_cap < f->oob) {
-		unsigned char *p = shoal_realloc(*big, *big_cap, f->oob);
-		if (!p)
-			return SHOAL_ENOMEM;
-		*big = p;
-		*big_cap = f->oob;
+	if (g->tcp < 0) {
+		if (fr->oob_cap < fr->f.oob) {
+			unsigned char *p = shoal_realloc(fr->oob, fr->oob_cap, fr->f.oob);
+			if (!p)
+				return SHOAL_ENOMEM;
+			fr->oob = p;
+			fr->oob_cap = fr->f.oob;
+		}
+		sh_msg_part part = {fr->oob, fr->f.oob};
+		int rc = sh_msg_read_parts(&g->l.down, &part, 1, SHOAL_FOREVER);
+		if (rc)
+			return rc;
 	}
-	sh_msg_part part = {*big, f->oob};
-	int rc = g->tcp >= 0 ? sh_channel_read(g->ch, *big, f->oob, false, SHOAL_FOREVER)
-			     : sh_msg_read_parts(&g->l.down, &part, 1, SHOAL_FOREVER);
 	uint64_t verdict;
-	memcpy(&verdict, *big + n, 8);
-	if (rc || verdict != SH_TK_RUN_IT)
-		return rc; /* its client went: nothing to run, nobody to answer */
+	memcpy(&verdict, fr->oob + n, 8);
+	if (verdict != SH_TK_RUN_IT)
+		return 0; /* its client went: nothing to run, nobody to answer */
 	sh_mp m;
-	sh_mp_init(&m, *big, n);
+	sh_mp_init(&m, fr->oob, n);
 	if (sh_mp_str(&m, &r->fn, &r->fn_len) || r->fn_len == 0)
 		return SHOAL_EPROTO;
 	return run_call(g, r, &m);
 }
 
-static int serve(engine *g)
+/* ---- over TCP: reading ahead, and DROP frames ---- */
+
+/* A DROP frame: [seq...], RUN entries whose client went. One not reached
+ * yet is skipped when it is; the one reached (running, or about to) is
+ * asked to give up; those done are past helping. */
+static int on_drop(engine *g, const rx_frame *fr)
 {
-	unsigned char *in = NULL, *big = NULL;
-	size_t in_cap = 0, big_cap = 0;
+	sh_mp m;
+	uint32_t n;
+	sh_mp_init(&m, fr->p + SH_FRAME_HDR, fr->f.body_len);
+	if (fr->f.oob || sh_mp_array(&m, &n))
+		return SHOAL_EPROTO;
 	int rc = 0;
-	while (rc == 0) {
-		size_t len;
-		sh_frame f;
-		char why[160];
-		rc = g->tcp >= 0 ? sh_channel_read_frame(g->ch, &in, &in_cap, &len,
-							 SH_TASKS_MSG_MAX, false, SHOAL_FOREVER)
-				 : sh_msg_read(&g->l.down, &in, &in_cap, &len, SHOAL_FOREVER);
-		if (rc)
-			break;
-		if ((rc = sh_frame_decode(in, len, &f, why, sizeof(why))) != 0 ||
-		    f.op != SH_TK_RUN) {
-			fprintf(stderr, "shoal-engine %s: a frame that is not a RUN batch: %s\n",
-				g->name, why);
+	pthread_mutex_lock(&g->lock);
+	for (uint32_t i = 0; i < n && rc == 0; i++) {
+		uint64_t seq;
+		if (sh_mp_uint(&m, &seq) || (seq > g->rseq && g->drops.n >= DROPS_MAX))
 			rc = SHOAL_EPROTO;
+		else if (seq > g->rseq)
+			rc = sh_map_put(&g->drops, seq, (void *)1);
+		else if (seq == g->rseq)
+			atomic_store_explicit(&g->cancel, seq, memory_order_release);
+	}
+	pthread_mutex_unlock(&g->lock);
+	return rc ? rc : sh_mp_done(&m) ? SHOAL_EPROTO : 0;
+}
+
+/* Reads the next frame into fr, with its out-of-band bytes. 1: it was a
+ * DROP frame, taken in. deadline: for its first byte (0: only if it is
+ * here already). */
+static int read_one(engine *g, rx_frame *fr, int64_t deadline)
+{
+	char why[160];
+	int rc = sh_channel_read_frame(g->ch, &fr->p, &fr->cap, &fr->len, SH_TASKS_MSG_MAX, false,
+				       deadline);
+	if (rc)
+		return rc;
+	if ((rc = sh_frame_decode(fr->p, fr->len, &fr->f, why, sizeof(why))) != 0 ||
+	    (fr->f.op != SH_TK_RUN && fr->f.op != SH_TK_DROP)) {
+		fprintf(stderr,
+			"shoal-engine %s: a frame that is neither a RUN batch nor a DROP: %s\n",
+			g->name, rc ? why : "another operation");
+		return SHOAL_EPROTO;
+	}
+	if (fr->f.op == SH_TK_DROP)
+		return (rc = on_drop(g, fr)) != 0 ? rc : 1;
+	if (!fr->f.oob)
+		return 0;
+	if (fr->oob_cap < fr->f.oob) {
+		unsigned char *p = shoal_realloc(fr->oob, fr->oob_cap, fr->f.oob);
+		if (!p)
+			return SHOAL_ENOMEM;
+		fr->oob = p;
+		fr->oob_cap = fr->f.oob;
+	}
+	return sh_channel_read(g->ch, fr->oob, fr->f.oob, false, SHOAL_FOREVER);
+}
+
+static void rx_free(rx_frame *fr)
+{
+	if (!fr)
+		return;
+	if (fr->p)
+		shoal_free(fr->p, fr->cap);
+	if (fr->oob)
+		shoal_free(fr->oob, fr->oob_cap);
+	SH_DELETE(fr);
+}
+
+/* A frame to read into, and one given back (rlock held). */
+static rx_frame *rx_get(engine *g)
+{
+	rx_frame *fr = g->pool;
+	if (!fr)
+		return SH_NEW(rx_frame);
+	g->pool = fr->next;
+	g->npool--;
+	return fr;
+}
+
+static void rx_put(engine *g, rx_frame *fr)
+{
+	if (g->npool >= POOL_MAX) {
+		rx_free(fr);
+		return;
+	}
+	fr->next = g->pool;
+	g->pool = fr;
+	g->npool++;
+}
+
+/* Reads the frames that are here already, while fewer than LOOK_BYTES
+ * wait: DROP frames among them are taken in at once (rlock held). */
+static void look_ahead(engine *g)
+{
+	while (g->read_rc == 0 && g->qbytes < LOOK_BYTES) {
+		rx_frame *fr = rx_get(g);
+		if (!fr) {
+			g->read_rc = SHOAL_ENOMEM;
 			break;
 		}
+		int rc = read_one(g, fr, 0);
+		if (rc == 0) {
+			fr->next = NULL;
+			if (g->qtail)
+				g->qtail->next = fr;
+			else
+				g->qhead = fr;
+			g->qtail = fr;
+			g->qbytes += fr->len + fr->f.oob;
+			continue;
+		}
+		rx_put(g, fr);
+		if (rc == 1)
+			continue;
+		if (rc != SHOAL_ETIMEDOUT)
+			g->read_rc = rc;
+		break;
+	}
+}
+
+/* The next RUN frame over TCP: read ahead already, or waited for; *cur,
+ * done with, is read into next. */
+static int next_frame(engine *g, rx_frame **cur)
+{
+	pthread_mutex_lock(&g->rlock);
+	if (*cur) {
+		sh_msg_trim(&(*cur)->p, &(*cur)->cap);
+		sh_msg_trim(&(*cur)->oob, &(*cur)->oob_cap);
+		rx_put(g, *cur);
+		*cur = NULL;
+	}
+	int rc = 0;
+	while (!g->qhead && (rc = g->read_rc) == 0) {
+		rx_frame *fr = rx_get(g);
+		if (!fr || (rc = read_one(g, fr, SHOAL_FOREVER)) == 0) {
+			*cur = fr;
+			rc = fr ? 0 : SHOAL_ENOMEM;
+			break;
+		}
+		rx_put(g, fr);
+		if (rc != 1) {
+			g->read_rc = rc;
+			break;
+		}
+	}
+	if (!*cur && g->qhead) {
+		*cur = g->qhead;
+		if (!(g->qhead = g->qhead->next))
+			g->qtail = NULL;
+		g->qbytes -= (*cur)->len + (*cur)->f.oob;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&g->rlock);
+	return rc;
+}
+
+/* Frees what was read ahead, once nobody reads. */
+static void rx_fini(engine *g)
+{
+	for (rx_frame *q; (q = g->pool) != NULL; rx_free(q))
+		g->pool = q->next;
+	for (rx_frame *q; (q = g->qhead) != NULL; rx_free(q))
+		g->qhead = q->next;
+	g->qtail = NULL;
+}
+
+/* The next RUN frame on this host's ring. */
+static int next_frame_local(engine *g, rx_frame *fr)
+{
+	char why[160];
+	sh_msg_trim(&fr->p, &fr->cap);
+	sh_msg_trim(&fr->oob, &fr->oob_cap);
+	int rc = sh_msg_read(&g->l.down, &fr->p, &fr->cap, &fr->len, SHOAL_FOREVER);
+	if (rc)
+		return rc;
+	if ((rc = sh_frame_decode(fr->p, fr->len, &fr->f, why, sizeof(why))) != 0 ||
+	    fr->f.op != SH_TK_RUN) {
+		fprintf(stderr, "shoal-engine %s: a frame that is not a RUN batch: %s\n", g->name,
+			rc ? why : "another operation");
+		return SHOAL_EPROTO;
+	}
+	return 0;
+}
+
+/* The next entry is reached. One the controller dropped is marked as the
+ * running one is when dropped: task_starts skips it. */
+static void reached(engine *g)
+{
+	if (g->tcp < 0) {
+		g->rseq++;
+		return;
+	}
+	pthread_mutex_lock(&g->lock);
+	g->rseq++;
+	if (g->drops.n && sh_map_del(&g->drops, g->rseq))
+		atomic_store_explicit(&g->cancel, g->rseq, memory_order_release);
+	pthread_mutex_unlock(&g->lock);
+}
+
+static int flush_locked(engine *g)
+{
+	pthread_mutex_lock(&g->lock);
+	int rc = g->flusher_rc ? g->flusher_rc : flush(g);
+	pthread_mutex_unlock(&g->lock);
+	return rc;
+}
+
+static int serve(engine *g)
+{
+	rx_frame local = {0}, *fr = g->tcp >= 0 ? NULL : &local;
+	int rc = 0;
+	while (rc == 0) {
+		rc = g->tcp >= 0 ? next_frame(g, &fr) : next_frame_local(g, fr);
+		if (rc)
+			break;
 		sh_mp m;
 		uint32_t n;
-		sh_mp_init(&m, in + SH_FRAME_HDR, f.body_len);
-		if (sh_mp_array(&m, &n) || (f.oob && n != 1))
+		sh_mp_init(&m, fr->p + SH_FRAME_HDR, fr->f.body_len);
+		if (sh_mp_array(&m, &n) || (fr->f.oob && n != 1))
 			rc = SHOAL_EPROTO;
 		for (uint32_t i = 0; rc == 0 && i < n; i++) {
 			sh_tk_run r;
-			if (sh_tk_read_run(&m, &r) || !r.fn != !!f.oob)
+			if (sh_tk_read_run(&m, &r) || !r.fn != !!fr->f.oob)
 				rc = SHOAL_EPROTO;
-			else if (++g->rseq, r.fn)
+			else if (reached(g), r.fn)
 				rc = run_call(g, &r, &m);
 			else
-				rc = run_oob(g, &r, &f, &big, &big_cap);
+				rc = run_oob(g, &r, fr);
 			/* Half way through a batch the results so far go: the
 			 * controller then refills our window while we run the
 			 * rest, and we do not wait for the next batch. */
-			if (rc == 0 && n >= 8 && i + 1 == n / 2) {
-				pthread_mutex_lock(&g->lock);
-				rc = g->flusher_rc ? g->flusher_rc : flush(g);
-				pthread_mutex_unlock(&g->lock);
+			if (rc == 0 && n >= 8 && i + 1 == n / 2)
+				rc = flush_locked(g);
+			if (rc == 0 && g->tcp >= 0 && shoal_now_ns() - g->last_look > LOOK_NS) {
+				pthread_mutex_lock(&g->rlock);
+				look_ahead(g);
+				pthread_mutex_unlock(&g->rlock);
+				g->last_look = shoal_now_ns();
 			}
 		}
-		if (rc == 0) {
-			pthread_mutex_lock(&g->lock);
-			rc = g->flusher_rc ? g->flusher_rc : flush(g);
-			pthread_mutex_unlock(&g->lock);
-		}
-		sh_msg_trim(&in, &in_cap);
-		sh_msg_trim(&big, &big_cap);
+		if (rc == 0)
+			rc = flush_locked(g);
 	}
-	if (in)
-		shoal_free(in, in_cap);
-	if (big)
-		shoal_free(big, big_cap);
+	if (g->tcp >= 0) {
+		rx_free(fr); /* the rest once the flusher is done (rx_fini) */
+	} else {
+		if (local.p)
+			shoal_free(local.p, local.cap);
+		if (local.oob)
+			shoal_free(local.oob, local.oob_cap);
+	}
 	return rc == SHOAL_ECLOSED ? 0 : rc;
 }
 
@@ -413,6 +675,7 @@ int sh_engine_main(int argc, char **argv)
 	sh_tk_batch_begin(&g.w);
 	g.last_flush = shoal_now_ns();
 	pthread_mutex_init(&g.lock, NULL);
+	pthread_mutex_init(&g.rlock, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* shoal_now_ns's */
@@ -431,6 +694,9 @@ int sh_engine_main(int argc, char **argv)
 	}
 	pthread_cond_destroy(&g.wake);
 	pthread_mutex_destroy(&g.lock);
+	pthread_mutex_destroy(&g.rlock);
+	rx_fini(&g);
+	sh_map_fini(&g.drops);
 	if (watching) {
 		shutdown(g.l.sock, SHUT_RDWR); /* wakes the watcher */
 		pthread_join(t, NULL);

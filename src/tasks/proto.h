@@ -9,6 +9,7 @@
  *   controller -> engine   RUN     [[tid, fn, args] ...]
  *   engine -> controller   DONE    [[tid, status, [result, [made id...]] | message] ...]
  *   engine -> controller   STARTED [seq]   (over TCP, before it starts its seq-th entry)
+ *   controller -> engine   DROP    [seq...] (over TCP: entries whose client went)
  *
  * Over TCP every frame travels in the secure channel (net.h). An engine
  * holds at most the controller's window of tasks; the rest wait there.
@@ -60,8 +61,10 @@ static inline size_t sh_tk_page_bytes(uint32_t window)
 	size_t n = 8 * (1 + 2 * (size_t)window);
 	return (n + 4095) & ~(size_t)4095;
 }
-/* Tasks an engine holds at most, by default (shoal_controller_opts.window). */
+/* Tasks an engine holds at most, by default (shoal_controller_opts.window),
+ * and the largest window a controller takes. */
 #define SH_TASKS_WINDOW 1024
+#define SH_TASKS_WINDOW_MAX (1u << 20)
 /* How long a TCP peer may stall a message mid-way (controller default). */
 #define SH_TASKS_STALL_NS (10 * 1000000000LL)
 /* A client's timeout at first (shoal_farm_set_timeout). */
@@ -81,7 +84,19 @@ static inline size_t sh_tk_page_bytes(uint32_t window)
  * which of the tasks it had never started when it dies. An engine on this
  * host writes seq into the page the controller gave it with its link
  * instead (a 64-bit word at offset 0). */
-enum { SH_TK_SUBMIT = 1, SH_TK_RESULTS, SH_TK_RUN, SH_TK_DONE, SH_TK_OWNER, SH_TK_STARTED };
+/* SH_TK_DROP, to an engine over TCP: [seq...], RUN entries (numbered as
+ * in STARTED) whose client went: the engine skips those it has not
+ * reached, and asks the one it runs to give up (shoal_ext_cancelled). An
+ * engine on this host finds them marked in its page instead. */
+enum {
+	SH_TK_SUBMIT = 1,
+	SH_TK_RESULTS,
+	SH_TK_RUN,
+	SH_TK_DONE,
+	SH_TK_OWNER,
+	SH_TK_STARTED,
+	SH_TK_DROP
+};
 
 /* A batch being built in w: a frame whose body opens with an array32
  * header, patched with the count when the batch is closed. */
