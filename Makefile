@@ -117,6 +117,7 @@ install: build
 # a user would: pkg-config and CMake's find_package.
 install-check: build
 	@scripts/install-check.sh $(B)/release
+	@scripts/newcomer.sh $(B)/release
 
 clean:
 	rm -rf $(B)

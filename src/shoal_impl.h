@@ -100,6 +100,12 @@ void sh_panic(const char *file, int line, const char *fmt, ...)
  * writes; async-signal-safe. */
 void sh_write_all(int fd, const void *buf, size_t len);
 
+/* The path of a program installed with the library (shoal-ext,
+ * shoal-engine): in the programs' directory of the prefix the library was
+ * installed under (found from where libshoal.so, or the program linking
+ * libshoal.a, lies), else beside it, else the build's install path. */
+const char *sh_program_path(const char *name, char *out, size_t len);
+
 /* Inside a spin loop: lets the sibling hyperthread run and saves power. */
 static inline void sh_cpu_relax(void)
 {

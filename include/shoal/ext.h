@@ -38,6 +38,10 @@ typedef int (*shoal_ext_fn)(shoal_ext_ctx *ctx, const shoal_value *args, shoal_v
 /* The symbol every extension exports. */
 #define SHOAL_EXT_INIT_SYMBOL "shoal_ext_init"
 typedef int (*shoal_ext_init_fn)(shoal_ext_registry *r);
+/* What the extension defines (declared here so that its definition is
+ * checked against this type, and exported whatever its visibility):
+ * registers its functions, or fails with shoal_ext_init_fail. */
+SHOAL_API int shoal_ext_init(shoal_ext_registry *r);
 
 SHOAL_API int shoal_ext_register(shoal_ext_registry *r, const char *name, shoal_ext_fn fn);
 /* Where a call builds its result; freed once the result is sent. */

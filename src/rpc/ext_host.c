@@ -32,10 +32,6 @@
 
 extern char **environ;
 
-#ifndef SHOAL_EXT_RUNNER_DEFAULT
-#define SHOAL_EXT_RUNNER_DEFAULT "/usr/local/bin/shoal-ext"
-#endif
-
 /* Carries an extension's stdout and stderr into our log (log_output): a
  * thread reads the two pipes and logs each line with the extension's
  * name. Its output is the extension's, so hostile: lines are cut at
@@ -849,8 +845,9 @@ int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg)
 	const char *base = strrchr(cfg->path, '/');
 	const char *runner = cfg->runner ? cfg->runner : getenv("SHOAL_EXT_RUNNER");
 	/* Absolute paths: the child may start in another directory (cwd). */
-	char abs_so[PATH_MAX], abs_run[PATH_MAX];
-	runner = runner && *runner ? runner : SHOAL_EXT_RUNNER_DEFAULT;
+	char abs_so[PATH_MAX], abs_run[PATH_MAX], installed[PATH_MAX];
+	runner = runner && *runner ? runner
+				   : sh_program_path("shoal-ext", installed, sizeof(installed));
 	e->path = dup_str(realpath(cfg->path, abs_so) ? abs_so : cfg->path);
 	e->name = dup_str(cfg->name ? cfg->name : base ? base + 1 : cfg->path);
 	e->runner = dup_str(realpath(runner, abs_run) ? abs_run : runner);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -1910,10 +1911,6 @@ void shoal_controller_close(shoal_controller *ctl)
 	controller_free(ctl);
 }
 
-#ifndef SHOAL_ENGINE_DEFAULT
-#define SHOAL_ENGINE_DEFAULT "/usr/local/bin/shoal-engine"
-#endif
-
 int shoal_engine_spawn(const char *socket, const char *so, const char *runner, pid_t *pid)
 {
 	return shoal_engine_spawn_store(socket, so, runner, NULL, pid);
@@ -1924,10 +1921,11 @@ int shoal_engine_spawn_store(const char *socket, const char *so, const char *run
 {
 	if (!socket || !so || !pid)
 		return SHOAL_EINVAL;
+	char installed[PATH_MAX];
 	if (!runner)
 		runner = getenv("SHOAL_ENGINE");
 	if (!runner)
-		runner = SHOAL_ENGINE_DEFAULT;
+		runner = sh_program_path("shoal-engine", installed, sizeof(installed));
 	char *argv[] = {(char *)runner,
 			"--socket",
 			(char *)socket,
