@@ -183,7 +183,8 @@ SHOAL_API int shoal_node_set_tensor(shoal_node *n, shoal_dtype dt, int ndim, con
 				    void **data);
 
 enum {
-	SHOAL_PERSIST = 1, /* outlive the creating connection */
+	SHOAL_PERSIST = 1, /* outlive the creating connection (and, with a state
+			    * directory, the store process: state_dir) */
 	SHOAL_REPLACE = 2, /* rebind name if it is taken (else SHOAL_EEXIST) */
 };
 /* Seals the object and all its blobs in one request: from now on no one,
