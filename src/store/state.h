@@ -11,7 +11,7 @@
  *   meta     msgpack [name | nil, node]; the node's small blobs inline
  *            (bin), its large ones [segment index (1..nsegs), offset, size]
  *   segments each at the next 4096-byte boundary, nsegs of them
- * It is written to .ID.tmp, synced, and renamed: a file is whole or absent.
+ * It is written to .ID.obj.tmp, synced, and renamed: whole or absent.
  * The directory is as hostile as a client: every file is checked (owner,
  * kind, size, hashes), and its metadata goes through the decoder of seal
  * requests; what fails is moved into aside/ with a log line. */
