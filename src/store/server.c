@@ -1370,6 +1370,30 @@ static void blobs_from_state(shoal_node *n, st_seg **segs)
 		blobs_from_state(n->members[i], segs);
 }
 
+/* Whether segments of these sizes fit --size and the descriptor budget:
+ * asked before a state file's segments are read (sh_state_load). */
+static int restore_fits(void *arg, uint32_t nsegs, const uint64_t *sizes, char *why, size_t whylen)
+{
+	shoal_store *s = arg;
+	uint64_t charged = 0;
+	for (uint32_t i = 0; i < nsegs; i++)
+		charged += (sizes[i] + PAGE - 1) & ~(uint64_t)(PAGE - 1); /* each < 2^62 */
+	if (charged > s->capacity - s->used) {
+		snprintf(why, whylen,
+			 "%" PRIu64 " bytes of segments do not fit the store's size (%" PRIu64
+			 " of %" PRIu64 " free)",
+			 charged, s->capacity - s->used, s->capacity);
+		return SHOAL_ENOSPC;
+	}
+	if (fds_held(s) + nsegs + FD_SPARE_CONNS * FDS_PER_CONN > s->fd_budget) {
+		snprintf(why, whylen,
+			 "%u segments: the store may hold no more descriptors (%" PRIu64 ")", nsegs,
+			 s->fd_budget);
+		return SHOAL_ENOSPC;
+	}
+	return 0;
+}
+
 /* One object read back from the state directory (sh_state_load): checked
  * as a seal request is, placed within --size and the descriptor budget,
  * and served under its id, signature and name. */
@@ -1386,7 +1410,6 @@ static int restore_obj(void *arg, sh_state_rec *r, char *why, size_t whylen)
 	sh_map regions = {0};
 	st_seg **segs = r->nsegs ? shoal_alloc(r->nsegs * sizeof(*segs)) : NULL;
 	seal_ctx x = {.s = s, .regions = &regions};
-	uint64_t charged = 0;
 	int rc = 0;
 	if (r->nsegs && !segs)
 		rc = SHOAL_ENOMEM;
@@ -1413,21 +1436,6 @@ static int restore_obj(void *arg, sh_state_rec *r, char *why, size_t whylen)
 		snprintf(why, whylen, "replaced by %016" PRIx64 ", a newer object named %.*s",
 			 old->id, (int)(name_len > 200 ? 200 : name_len), name);
 		rc = SH_STATE_SUPERSEDED;
-	}
-	for (uint32_t i = 0; i < r->nsegs; i++)
-		charged += (r->seg_sizes[i] + PAGE - 1) & ~(uint64_t)(PAGE - 1);
-	if (rc == 0 && charged > s->capacity - s->used) {
-		snprintf(why, whylen,
-			 "%" PRIu64 " bytes of segments do not fit the store's size (%" PRIu64
-			 " of %" PRIu64 " free)",
-			 charged, s->capacity - s->used, s->capacity);
-		rc = SHOAL_ENOSPC;
-	}
-	if (rc == 0 && fds_held(s) + r->nsegs + FD_SPARE_CONNS * FDS_PER_CONN > s->fd_budget) {
-		snprintf(why, whylen,
-			 "%u segments: the store may hold no more descriptors (%" PRIu64 ")",
-			 r->nsegs, s->fd_budget);
-		rc = SHOAL_ENOSPC;
 	}
 	uint32_t made = 0;
 	for (; rc == 0 && made < r->nsegs; made++) {
@@ -1529,7 +1537,7 @@ static int open_state(shoal_store *s)
 		sh_error("store", "%s", why);
 		return rc;
 	}
-	int kept = sh_state_load(s->state, restore_obj, s);
+	int kept = sh_state_load(s->state, restore_fits, restore_obj, s);
 	sh_info("store", "state %s: %d persistent objects back, %" PRIu64 " bytes of %" PRIu64,
 		s->opts.state_dir, kept, s->used, s->capacity);
 	return 0;

@@ -336,9 +336,18 @@ static int pread_all(int fd, void *p, size_t n, uint64_t off)
 /* Reads and checks the file name (open as fd) into r: the metadata into
  * *meta (meta_cap bytes), each segment into a memfd of ours, sealed before
  * it is hashed, so what was checked is what will be served. */
-static int read_file(int fd, const char *name, const unsigned char h[HDR], sh_state_rec *r,
-		     unsigned char **meta, size_t *meta_cap, char *why, size_t whylen)
+typedef struct load_ctx {
+	sh_state_fit_fn fit;
+	void *arg;
+	unsigned char *meta;
+	size_t meta_cap;
+} load_ctx;
+
+static int read_file(load_ctx *x, int fd, const char *name, const unsigned char h[HDR],
+		     sh_state_rec *r, char *why, size_t whylen)
 {
+	unsigned char **meta = &x->meta;
+	size_t *meta_cap = &x->meta_cap;
 	struct stat sb;
 	if (fstat(fd, &sb) != 0) {
 		snprintf(why, whylen, "fstat: %s", strerror(errno));
@@ -418,13 +427,16 @@ static int read_file(int fd, const char *name, const unsigned char h[HDR], sh_st
 			 (long long)sb.st_size, expect);
 		return SHOAL_EBADMSG;
 	}
+	int rc = x->fit(x->arg, nsegs, r->seg_sizes, why, whylen);
+	if (rc)
+		return rc;
 	uint64_t hh = hash64(*meta, tlen, 0);
 	hh = hash64(*meta + tlen, r->meta_len, hh);
 	r->meta = *meta + tlen;
 	uint64_t off = page_up(HDR + need);
 	for (uint32_t i = 0; i < nsegs; i++) {
 		int sfd = -1;
-		int rc = sh_memfd_create("shoal-segment", r->seg_sizes[i], true, &sfd);
+		rc = sh_memfd_create("shoal-segment", r->seg_sizes[i], true, &sfd);
 		if (rc == 0)
 			rc = sh_fd_copy(sfd, 0, fd, off, r->seg_sizes[i]);
 		if (rc == 0)
@@ -459,8 +471,9 @@ static bool obj_file_name(const char *n)
 	return true;
 }
 
-int sh_state_load(sh_state *st, sh_state_fn fn, void *arg)
+int sh_state_load(sh_state *st, sh_state_fit_fn fit, sh_state_fn fn, void *arg)
 {
+	load_ctx x = {.fit = fit, .arg = arg};
 	int dfd = openat(st->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
 	if (!d) {
@@ -490,8 +503,6 @@ int sh_state_load(sh_state *st, sh_state_fn fn, void *arg)
 	}
 	closedir(d);
 	int kept = 0;
-	unsigned char *meta = NULL;
-	size_t meta_cap = 0;
 	char why[512];
 	for (uint32_t i = 0; i < n; i++) {
 		const char *nm = names[i];
@@ -526,7 +537,7 @@ int sh_state_load(sh_state *st, sh_state_fn fn, void *arg)
 		sh_state_rec r = {.seg_fds = fds, .seg_sizes = sizes};
 		snprintf(r.file, sizeof(r.file), "%s", nm);
 		why[0] = 0;
-		int rc = sizes && fds ? read_file(fd, nm, h, &r, &meta, &meta_cap, why, sizeof(why))
+		int rc = sizes && fds ? read_file(&x, fd, nm, h, &r, why, sizeof(why))
 				      : SHOAL_ENOMEM;
 		close(fd);
 		if (rc == 0) {
@@ -555,7 +566,7 @@ int sh_state_load(sh_state *st, sh_state_fn fn, void *arg)
 	}
 	if (names)
 		shoal_free(names, cap * sizeof(char *));
-	if (meta)
-		shoal_free(meta, meta_cap);
+	if (x.meta)
+		shoal_free(x.meta, x.meta_cap);
 	return kept;
 }

@@ -57,7 +57,12 @@ void sh_state_remove(sh_state *st, uint64_t id);
  * aside/ with a warning; fn may also return SH_STATE_SUPERSEDED. Returns
  * how many files were kept. */
 typedef int (*sh_state_fn)(void *arg, sh_state_rec *r, char *why, size_t whylen);
-int sh_state_load(sh_state *st, sh_state_fn fn, void *arg);
+/* fit, called once a file's segment sizes are known and before a byte of
+ * them is copied, refuses (a negative code, and why) what the store has no
+ * room for: a file cannot make the store allocate what it would refuse. */
+typedef int (*sh_state_fit_fn)(void *arg, uint32_t nsegs, const uint64_t *sizes, char *why,
+			       size_t whylen);
+int sh_state_load(sh_state *st, sh_state_fit_fn fit, sh_state_fn fn, void *arg);
 /* Moves the file named file into aside/, logging why. */
 void sh_state_set_aside(sh_state *st, const char *file, const char *why);
 
