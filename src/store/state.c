@@ -562,8 +562,9 @@ int sh_state_load(sh_state *st, sh_state_fit_fn fit, sh_state_fn fn, void *arg)
 			shoal_free(sizes, room * sizeof(uint64_t));
 		if (fds)
 			shoal_free(fds, room * sizeof(int));
-		shoal_free(names[i], l + 1);
 	}
+	for (uint32_t i = 0; i < n; i++)
+		shoal_free(names[i], strlen(names[i]) + 1);
 	if (names)
 		shoal_free(names, cap * sizeof(char *));
 	if (x.meta)
