@@ -377,7 +377,10 @@ SH_TEST(persistent_objects_survive_restarts)
 	check_dict(c, "sd", o.dict, 40);
 	CHECK_EQ(stat_of(c).objects, 4);
 	CHECK_OK(shoal_disconnect(c));
-	CHECK(strstr(read_log(&d), "refused") == NULL);
+	const char *log = read_log(&d);
+	CHECK(strstr(log, "refused") == NULL);
+	CHECK_HAS(log, ", state in ");
+	CHECK_HAS(log, "4 persistent objects back");
 	daemon_fini(&d);
 }
 

@@ -267,8 +267,9 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 		return SH_EXIT_FAIL;
 	}
 	char b[32];
-	fprintf(stderr, "%s: serving %s, size %s (pid %d)\n", prog, shoal_store_socket(s),
-		sh_tools_fmt_bytes(size, b, sizeof(b)), (int)getpid());
+	fprintf(stderr, "%s: serving %s, size %s%s%s (pid %d)\n", prog, shoal_store_socket(s),
+		sh_tools_fmt_bytes(size, b, sizeof(b)), o.state_dir ? ", state in " : "",
+		o.state_dir ? o.state_dir : "", (int)getpid());
 	if (ctl)
 		say_tasks(prog, ctl, co.scheme);
 	wait_stop(prog, &set);
