@@ -162,7 +162,7 @@ static void daemon_usage(const char *prog, FILE *f)
 		"  --socket PATH  where clients connect (default %s)\n"
 		"  --size BYTES   hard limit on stored bytes, e.g. 512M, 16G (default 1G)\n"
 		"  --reserve      fault in the small-object arena at start\n"
-		"  --state-dir DIR  keep persistent objects in DIR (made 0700; tmpfs,\n"
+		"  --state-dir DIR keep persistent objects in DIR (made 0700; on tmpfs,\n"
 		"                 e.g. /dev/shm/NAME) and serve them again after a restart\n"
 		"  --group GROUP  also admit processes of this group (name or gid); the\n"
 		"                 socket is then 0660, else 0600\n"
@@ -229,7 +229,7 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 		} else {
 			fprintf(stderr, "%s: unexpected argument '%s'%s\n", prog, a,
 				(!strcmp(a, "--socket") || !strcmp(a, "--size") ||
-				 !strcmp(a, "--group"))
+				 !strcmp(a, "--group") || !strcmp(a, "--state-dir"))
 					? " (it needs a value)"
 					: "");
 			daemon_usage(prog, stderr);
