@@ -249,7 +249,9 @@ int sh_state_write(sh_state *st, sh_state_rec *r, char *why, size_t whylen)
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	r->gen = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	int fd = openat(st->dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	/* A fresh file: one left by a write cut short goes first. */
+	unlinkat(st->dfd, tmp, 0);
+	int fd = openat(st->dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		int rc = shoal_errno();
 		snprintf(why, whylen, "state %s: creating %s: %s", st->dir, tmp,
@@ -333,15 +335,16 @@ static int pread_all(int fd, void *p, size_t n, uint64_t off)
 	return 0;
 }
 
-/* Reads and checks the file name (open as fd) into r: the metadata into
- * *meta (meta_cap bytes), each segment into a memfd of ours, sealed before
- * it is hashed, so what was checked is what will be served. */
 typedef struct load_ctx {
 	sh_state_fit_fn fit;
 	void *arg;
-	unsigned char *meta;
+	unsigned char *meta; /* the buffer each file's table and metadata are read into */
 	size_t meta_cap;
 } load_ctx;
+
+/* Reads and checks the file name (open as fd, its header h) into r: the
+ * table and metadata into x->meta, each segment into a memfd of ours,
+ * sealed before it is hashed, so what was checked is what will be served. */
 
 static int read_file(load_ctx *x, int fd, const char *name, const unsigned char h[HDR],
 		     sh_state_rec *r, char *why, size_t whylen)
@@ -350,8 +353,9 @@ static int read_file(load_ctx *x, int fd, const char *name, const unsigned char 
 	size_t *meta_cap = &x->meta_cap;
 	struct stat sb;
 	if (fstat(fd, &sb) != 0) {
-		snprintf(why, whylen, "fstat: %s", strerror(errno));
-		return shoal_errno();
+		int rc = shoal_errno();
+		snprintf(why, whylen, "fstat: %s", shoal_strerror(rc));
+		return rc;
 	}
 	if (!S_ISREG(sb.st_mode) || sb.st_uid != geteuid() || (sb.st_mode & 077) ||
 	    sb.st_nlink != 1) {
