@@ -72,9 +72,23 @@ typedef struct shoal_store_opts {
 	size_t size;		 /* hard limit on the bytes of all blobs; 0: 1 GiB */
 	bool reserve;		 /* pre-fault the small-object arena at start */
 	gid_t group;		 /* also admit peers of this group ((gid_t)-1: none) */
+	/* NULL: objects live as long as the store. Else persistent objects
+	 * (SHOAL_PERSIST, shoal_persist) are also written to files in this
+	 * directory when they become persistent, removed when deleted, and
+	 * served again, under the same ids and names, by the next store
+	 * opened on it. It is made (0700) if missing and refused (SHOAL_EACCES)
+	 * unless it is a directory, not a symlink, of this uid that no one else
+	 * may enter; one store at a time (SHOAL_EBUSY). Put it on tmpfs
+	 * (/dev/shm, /run) to keep a store's objects across restarts of its
+	 * process, at the cost of a second copy of their bytes there; on a disk
+	 * to keep them across reboots. At start every file is checked (size,
+	 * checksums, the metadata as strictly as a client's); a bad one is
+	 * logged and moved into aside/, and what does not fit size is too. */
+	const char *state_dir;
 } shoal_store_opts;
 
-/* Default options: fresh socket path, 1 GiB, no reserve, no extra group. */
+/* Default options: fresh socket path, 1 GiB, no reserve, no extra group,
+ * no state directory. */
 SHOAL_API void shoal_store_opts_init(shoal_store_opts *o);
 
 /* Starts a store served by a thread of this process on a unix socket
@@ -169,7 +183,8 @@ SHOAL_API int shoal_node_set_tensor(shoal_node *n, shoal_dtype dt, int ndim, con
 				    void **data);
 
 enum {
-	SHOAL_PERSIST = 1, /* outlive the creating connection */
+	SHOAL_PERSIST = 1, /* outlive the creating connection (and, with a state
+			    * directory, the store process: state_dir) */
 	SHOAL_REPLACE = 2, /* rebind name if it is taken (else SHOAL_EEXIST) */
 };
 /* Seals the object and all its blobs in one request: from now on no one,

@@ -52,16 +52,22 @@ int sh_link_private_dir(char *out, size_t outlen, char *why, size_t whylen)
 		snprintf(why, whylen, "socket directory %s: %s", out, shoal_strerror(rc));
 		return rc;
 	}
-	if (!S_ISDIR(st.st_mode) || st.st_uid != me || (st.st_mode & 077) != 0) {
+	return sh_link_dir_check(&st, out, "socket directory", why, whylen);
+}
+
+int sh_link_dir_check(const struct stat *st, const char *dir, const char *what, char *why,
+		      size_t whylen)
+{
+	uid_t me = geteuid();
+	if (!S_ISDIR(st->st_mode) || st->st_uid != me || (st->st_mode & 077) != 0) {
 		snprintf(why, whylen,
-			 "socket directory %s is %s owned by uid %u with mode %03o; expected a "
-			 "directory of uid %u with mode 0700 (remove it, or name a socket "
-			 "elsewhere)",
-			 out,
-			 S_ISLNK(st.st_mode)   ? "a symlink"
-			 : S_ISDIR(st.st_mode) ? "a directory"
-					       : "not a directory",
-			 (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), (unsigned)me);
+			 "%s %s is %s owned by uid %u with mode %03o; expected a directory of "
+			 "uid %u with mode 0700 (remove it, or name another)",
+			 what, dir,
+			 S_ISLNK(st->st_mode)	? "a symlink"
+			 : S_ISDIR(st->st_mode) ? "a directory"
+						: "not a directory",
+			 (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777), (unsigned)me);
 		return SHOAL_EACCES;
 	}
 	return 0;

@@ -40,6 +40,11 @@ typedef struct sh_link {
  * to everyone else: another user who made it first must not be able to
  * serve, or squat, our sockets. */
 int sh_link_private_dir(char *out, size_t outlen, char *why, size_t whylen);
+/* The check of sh_link_private_dir on st, the lstat (or O_PATH|O_NOFOLLOW
+ * fstat) of the directory dir, which why calls what: 0, or SHOAL_EACCES. */
+struct stat;
+int sh_link_dir_check(const struct stat *st, const char *dir, const char *what, char *why,
+		      size_t whylen);
 
 /* The server's listening socket at path (NULL: a fresh one in
  * sh_link_private_dir, named after what), written to out: mode 0600,

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -97,6 +98,42 @@ bool sh_memfd_is_sealed(int fd)
 {
 	int s = fcntl(fd, F_GET_SEALS);
 	return s >= 0 && (s & SEALS) == SEALS;
+}
+
+int sh_fd_copy(int out, uint64_t out_off, int in, uint64_t in_off, uint64_t len)
+{
+	loff_t ioff = (loff_t)in_off, ooff = (loff_t)out_off;
+	bool cfr = true;
+	while (len > 0) {
+		size_t chunk = len > (1u << 30) ? (1u << 30) : (size_t)len;
+		ssize_t n = -1;
+		if (cfr) {
+			n = copy_file_range(in, &ioff, out, &ooff, chunk, 0);
+			if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+				      errno == EOPNOTSUPP)) {
+				cfr = false; /* across file systems: try sendfile */
+				continue;
+			}
+		} else {
+			if (lseek(out, ooff, SEEK_SET) < 0)
+				return shoal_errno();
+			off_t o = (off_t)ioff;
+			n = sendfile(out, in, &o, chunk);
+			if (n > 0) {
+				ioff = o;
+				ooff += n;
+			}
+		}
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return shoal_errno();
+		}
+		if (n == 0)
+			return SHOAL_EIO; /* the file shrank under us */
+		len -= (uint64_t)n;
+	}
+	return 0;
 }
 
 int sh_fd_send(int sock, const void *buf, size_t len, const int *fds, int nfds)

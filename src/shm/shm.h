@@ -40,6 +40,11 @@ int sh_memfd_freeze_others(int fd);
  * its peer shares read-write). */
 bool sh_memfd_size_fixed(int fd);
 
+/* Copies len bytes of in at in_off to out at out_off, by the kernel
+ * (copy_file_range, else sendfile: no page passes through this process).
+ * SHOAL_EIO when in ends early. */
+int sh_fd_copy(int out, uint64_t out_off, int in, uint64_t in_off, uint64_t len);
+
 /* The most descriptors one message carries. */
 #define SH_FD_MAX 16
 

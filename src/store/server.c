@@ -14,6 +14,7 @@
  * the creator included, can change a byte. */
 #include "store/node.h"
 #include "store/proto.h"
+#include "store/state.h"
 #include "shm/shm.h"
 #include "ring/link.h"
 #include "ring/msg.h"
@@ -36,6 +37,7 @@
 #define ARENA_MIN_CLASS 6 /* 64 bytes */
 #define ARENA_CLASSES 9	  /* 64 B .. 16 KiB */
 #define PAGE 4096u
+#define ID_COUNTER ((1ull << 40) - 1) /* the low bits of an id; the rest: the instance */
 
 typedef struct st_conn st_conn;
 typedef struct st_obj st_obj;
@@ -61,6 +63,7 @@ struct st_obj {
 	uint64_t *arena; /* offset << 8 | size class, per arena blob */
 	uint64_t refs;
 	bool deleted, persistent;
+	uint64_t gen;	   /* with a state directory: when its file was written */
 	st_conn *creator;  /* NULL once persistent or the creator is gone */
 	st_obj *name_next; /* objects whose names share a hash */
 };
@@ -102,6 +105,7 @@ struct shoal_store {
 	sh_ptrstack arena_free[ARENA_CLASSES];
 	uint64_t capacity, used, nobjs, nnames, nclients, pending;
 	st_conn *conns;
+	sh_state *state; /* the state directory, or NULL */
 	bool stopping;
 	int start_rc;
 };
@@ -263,6 +267,8 @@ static void obj_delete(shoal_store *s, st_obj *o)
 	if (o->deleted)
 		return;
 	o->deleted = true;
+	if (o->persistent && s->state)
+		sh_state_remove(s->state, o->id);
 	if (o->refs == 0) {
 		obj_free(s, o);
 		return;
@@ -444,7 +450,8 @@ static int op_abort(st_conn *c, const sh_frame *req, sh_mp *m)
 
 /* Seal: where the blobs of the tree are, collected while checking them. */
 typedef struct seal_ctx {
-	st_conn *c;
+	shoal_store *s;
+	sh_map *regions; /* the unsealed segments blobs may lie in */
 	st_seg **segs;
 	uint32_t nsegs, cap_segs;
 	uint64_t *arena;
@@ -454,7 +461,7 @@ typedef struct seal_ctx {
 
 static int place_blobs(seal_ctx *x, shoal_node *n, char *why, size_t whylen)
 {
-	shoal_store *s = x->c->srv;
+	shoal_store *s = x->s;
 	for (uint32_t i = 0; i < n->nblobs; i++) {
 		sh_blobref *b = &n->blobs[i];
 		if (b->inline_data) {
@@ -490,7 +497,7 @@ static int place_blobs(seal_ctx *x, shoal_node *n, char *why, size_t whylen)
 			b->off = off;
 			continue;
 		}
-		st_seg *g = b->seg ? sh_map_get(&x->c->regions, b->seg) : NULL;
+		st_seg *g = b->seg ? sh_map_get(x->regions, b->seg) : NULL;
 		if (!g) {
 			snprintf(why, whylen,
 				 "blob in segment %" PRIu64
@@ -523,6 +530,114 @@ static int place_blobs(seal_ctx *x, shoal_node *n, char *why, size_t whylen)
 	return 0;
 }
 
+/* o's stored encoding and type, from its tree (blobs placed). */
+static int obj_set_tree(st_obj *o, const shoal_node *root, char *why, size_t whylen)
+{
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	msgpack_packer pk;
+	sh_wbuf_packer(&w, &pk);
+	sh_node_pack(&pk, root);
+	size_t tl = strlen(root->type) + 1;
+	o->meta = w.p;
+	o->meta_cap = w.cap;
+	o->meta_len = w.len;
+	if (w.err || !(o->type = shoal_alloc(tl)))
+		return SHOAL_ENOMEM;
+	memcpy(o->type, root->type, tl);
+	/* A get sends the metadata in one reply: it must fit one. */
+	if (w.len > SH_STORE_REPLY_MAX - 4096) {
+		snprintf(why, whylen,
+			 "metadata of %zu bytes: a get could not return it (at most %u)", w.len,
+			 SH_STORE_REPLY_MAX - 4096);
+		return SHOAL_EMSGSIZE;
+	}
+	return 0;
+}
+
+/* The blobs of a stored tree (of object o), rewritten for a state file:
+ * the arena's inline, a segment's [its index in o->segs + 1, ...]. */
+static int blobs_for_state(shoal_store *s, const st_obj *o, shoal_node *n)
+{
+	for (uint32_t i = 0; i < n->nblobs; i++) {
+		sh_blobref *b = &n->blobs[i];
+		if (b->seg == 0) {
+			b->inline_data = s->arena + b->off;
+			continue;
+		}
+		uint32_t j = 0;
+		while (j < o->nsegs && o->segs[j]->id != b->seg)
+			j++;
+		SH_ASSERT(j < o->nsegs); /* the store wrote this tree */
+		b->seg = j + 1;
+	}
+	for (uint32_t i = 0; i < n->nmembers; i++) {
+		int rc = blobs_for_state(s, o, n->members[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Writes persistent object o, named name (or not), into the state
+ * directory: its tree with the arena's blobs inline and its segments
+ * numbered in the order of o->segs (state.h). */
+static int persist_obj(shoal_store *s, st_obj *o, const char *name, size_t name_len, char *why,
+		       size_t whylen)
+{
+	sh_bump a = {0};
+	shoal_node *root;
+	sh_mp m;
+	sh_mp_init(&m, o->meta, o->meta_len);
+	int rc = sh_node_decode(&m, &a, &root, why, whylen);
+	int *fds = o->nsegs ? shoal_alloc(o->nsegs * sizeof(int)) : NULL;
+	uint64_t *sizes = o->nsegs ? shoal_alloc(o->nsegs * sizeof(uint64_t)) : NULL;
+	if (rc == 0 && o->nsegs && (!fds || !sizes))
+		rc = SHOAL_ENOMEM;
+	if (rc == 0)
+		rc = blobs_for_state(s, o, root);
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	if (rc == 0) {
+		msgpack_packer pk;
+		sh_wbuf_packer(&w, &pk);
+		msgpack_pack_array(&pk, 2);
+		if (name) {
+			msgpack_pack_str(&pk, name_len);
+			msgpack_pack_str_body(&pk, name, name_len);
+		} else
+			msgpack_pack_nil(&pk);
+		sh_node_pack(&pk, root);
+		if (w.err)
+			rc = SHOAL_ENOMEM;
+	}
+	if (rc == 0) {
+		for (uint32_t i = 0; i < o->nsegs; i++) {
+			fds[i] = o->segs[i]->fd;
+			sizes[i] = o->segs[i]->size;
+		}
+		sh_state_rec r = {.id = o->id,
+				  .sig = o->sig,
+				  .meta = w.p,
+				  .meta_len = w.len,
+				  .nsegs = o->nsegs,
+				  .seg_fds = fds,
+				  .seg_sizes = sizes};
+		rc = sh_state_write(s->state, &r, why, whylen);
+		o->gen = r.gen;
+	} else if (rc == SHOAL_ENOMEM) {
+		snprintf(why, whylen, "out of memory writing object %016" PRIx64 " to the state",
+			 o->id);
+	}
+	sh_wbuf_fini(&w);
+	sh_bump_fini(&a);
+	if (fds)
+		shoal_free(fds, o->nsegs * sizeof(int));
+	if (sizes)
+		shoal_free(sizes, o->nsegs * sizeof(uint64_t));
+	return rc;
+}
+
 static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 {
 	shoal_store *s = c->srv;
@@ -545,7 +660,7 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 		return reply_err(c, req, SHOAL_EBADMSG, "SEAL: flags must be PERSIST|REPLACE");
 	sh_bump a = {0};
 	shoal_node *root;
-	seal_ctx x = {.c = c};
+	seal_ctx x = {.s = s, .regions = &c->regions};
 	st_obj *o = NULL;
 	char *why = c->why;
 	why[0] = 0;
@@ -592,28 +707,8 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	}
 	if (rc == 0 && !(o = SH_NEW(st_obj)))
 		rc = SHOAL_ENOMEM;
-	if (rc == 0) {
-		sh_wbuf w;
-		sh_wbuf_init(&w);
-		msgpack_packer pk;
-		sh_wbuf_packer(&w, &pk);
-		sh_node_pack(&pk, root);
-		size_t tl = strlen(root->type) + 1;
-		o->meta = w.p;
-		o->meta_cap = w.cap;
-		o->meta_len = w.len;
-		if (w.err || !(o->type = shoal_alloc(tl)))
-			rc = SHOAL_ENOMEM;
-		else
-			memcpy(o->type, root->type, tl);
-		/* A get sends the metadata in one reply: it must fit one. */
-		if (rc == 0 && w.len > SH_STORE_REPLY_MAX - 4096) {
-			snprintf(why, sizeof(c->why),
-				 "metadata of %zu bytes: a get could not return it (at most %u)",
-				 w.len, SH_STORE_REPLY_MAX - 4096);
-			rc = SHOAL_EMSGSIZE;
-		}
-	}
+	if (rc == 0)
+		rc = obj_set_tree(o, root, why, sizeof(c->why));
 	if (rc != 0) {
 		for (uint32_t i = 0; i < x.narena; i++)
 			arena_free(s, x.arena[i] >> 8, (int)(x.arena[i] & 0xff));
@@ -658,6 +753,13 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	s->nobjs++;
 	o->persistent = flags & SHOAL_PERSIST;
 	o->creator = o->persistent ? NULL : owner;
+	/* Written before the old object of the name goes: a stop between the
+	 * two leaves both files, and the newer wins at the next start. */
+	if (o->persistent && s->state &&
+	    (rc = persist_obj(s, o, name, name_len, why, sizeof(c->why))) != 0) {
+		obj_free(s, o);
+		return reply_err(c, req, rc, "SEAL: %s", why);
+	}
 	if (name) {
 		if (old)
 			obj_delete(s, old);
@@ -810,6 +912,11 @@ static int op_persist(st_conn *c, const sh_frame *req, sh_mp *m)
 	int rc = lookup(c, req, m, "PERSIST", &o);
 	if (!o)
 		return rc;
+	shoal_store *s = c->srv;
+	if (!o->persistent && s->state &&
+	    (rc = persist_obj(s, o, o->name, o->name ? strlen(o->name) : 0, c->why,
+			      sizeof(c->why))) != 0)
+		return reply_err(c, req, rc, "PERSIST: %s", c->why);
 	o->persistent = true;
 	if (o->creator) {
 		sh_map_del(&o->creator->created, o->id);
@@ -1250,6 +1357,192 @@ void shoal_store_opts_init(shoal_store_opts *o)
 	o->group = (gid_t)-1;
 }
 
+/* ---- the state directory ---- */
+
+/* The segment references of a tree read back, from indices into the
+ * file's segments to the ids they now have. */
+static void blobs_from_state(shoal_node *n, st_seg **segs)
+{
+	for (uint32_t i = 0; i < n->nblobs; i++)
+		if (n->blobs[i].seg) /* 0: placed in the arena */
+			n->blobs[i].seg = segs[n->blobs[i].seg - 1]->id;
+	for (uint32_t i = 0; i < n->nmembers; i++)
+		blobs_from_state(n->members[i], segs);
+}
+
+/* Whether segments of these sizes fit --size and the descriptor budget:
+ * asked before a state file's segments are read (sh_state_load). */
+static int restore_fits(void *arg, uint32_t nsegs, const uint64_t *sizes, char *why, size_t whylen)
+{
+	shoal_store *s = arg;
+	uint64_t charged = 0;
+	for (uint32_t i = 0; i < nsegs; i++)
+		charged += (sizes[i] + PAGE - 1) & ~(uint64_t)(PAGE - 1); /* each < 2^62 */
+	if (charged > s->capacity - s->used) {
+		snprintf(why, whylen,
+			 "%" PRIu64 " bytes of segments do not fit the store's size (%" PRIu64
+			 " of %" PRIu64 " free)",
+			 charged, s->capacity - s->used, s->capacity);
+		return SHOAL_ENOSPC;
+	}
+	if (fds_held(s) + nsegs + FD_SPARE_CONNS * FDS_PER_CONN > s->fd_budget) {
+		snprintf(why, whylen,
+			 "%u segments: the store may hold no more descriptors (%" PRIu64 ")", nsegs,
+			 s->fd_budget);
+		return SHOAL_ENOSPC;
+	}
+	return 0;
+}
+
+/* One object read back from the state directory (sh_state_load): checked
+ * as a seal request is, placed within --size and the descriptor budget,
+ * and served under its id, signature and name. */
+static int restore_obj(void *arg, sh_state_rec *r, char *why, size_t whylen)
+{
+	shoal_store *s = arg;
+	sh_mp m;
+	sh_mp_init(&m, r->meta, r->meta_len);
+	uint32_t n, name_len = 0;
+	const char *name = NULL;
+	sh_bump a = {0};
+	shoal_node *root = NULL;
+	st_obj *o = NULL, *old = NULL;
+	sh_map regions = {0};
+	st_seg **segs = r->nsegs ? shoal_alloc(r->nsegs * sizeof(*segs)) : NULL;
+	seal_ctx x = {.s = s, .regions = &regions};
+	int rc = 0;
+	if (r->nsegs && !segs)
+		rc = SHOAL_ENOMEM;
+	else if (sh_mp_array(&m, &n) || n != 2 ||
+		 (!sh_mp_take_nil(&m) &&
+		  (sh_mp_str(&m, &name, &name_len) || name_len == 0 ||
+		   name_len > SH_NODE_MAX_NAME || memchr(name, 0, name_len)))) {
+		snprintf(why, whylen, "metadata: expected [name or nil, node]");
+		rc = SHOAL_EBADMSG;
+	}
+	if (rc == 0)
+		rc = sh_node_decode(&m, &a, &root, why, whylen);
+	if (rc == 0 && sh_mp_done(&m) != 0) {
+		snprintf(why, whylen, "metadata: trailing bytes after the node");
+		rc = SHOAL_EBADMSG;
+	}
+	if (rc == 0)
+		rc = sh_node_check_types(root, why, whylen);
+	if (rc == 0 && sh_map_get(&s->objs, r->id)) {
+		snprintf(why, whylen, "object %016" PRIx64 " is loaded already", r->id);
+		rc = SHOAL_EEXIST;
+	}
+	if (rc == 0 && name && (old = name_find(s, name, name_len)) && old->gen >= r->gen) {
+		snprintf(why, whylen, "replaced by %016" PRIx64 ", a newer object named %.*s",
+			 old->id, (int)(name_len > 200 ? 200 : name_len), name);
+		rc = SH_STATE_SUPERSEDED;
+	}
+	uint32_t made = 0;
+	for (; rc == 0 && made < r->nsegs; made++) {
+		st_seg *g = SH_NEW(st_seg);
+		if (!g || sh_map_put(&s->segs, s->next_seg, g) != 0 ||
+		    sh_map_put(&regions, made + 1, g) != 0) {
+			if (g) {
+				sh_map_del(&s->segs, s->next_seg);
+				SH_DELETE(g);
+			}
+			rc = SHOAL_ENOMEM;
+			break;
+		}
+		g->id = s->next_seg++;
+		g->fd = r->seg_fds[made];
+		g->size = r->seg_sizes[made];
+		g->charged = (g->size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+		s->used += g->charged;
+		segs[made] = g;
+	}
+	if (rc == 0)
+		rc = place_blobs(&x, root, why, whylen);
+	if (rc == 0 && x.nsegs != r->nsegs) {
+		snprintf(why, whylen, "%u segments, of which blobs use %u", r->nsegs, x.nsegs);
+		rc = SHOAL_EBADMSG;
+	}
+	if (rc == 0 && !(o = SH_NEW(st_obj)))
+		rc = SHOAL_ENOMEM;
+	if (rc == 0) {
+		blobs_from_state(root, segs);
+		rc = obj_set_tree(o, root, why, whylen);
+	}
+	if (rc == 0 && sh_map_put(&s->objs, r->id, o) != 0)
+		rc = SHOAL_ENOMEM;
+	if (rc != 0) {
+		/* The descriptors stay the caller's: it closes them. */
+		for (uint32_t i = 0; i < x.narena; i++)
+			arena_free(s, x.arena[i] >> 8, (int)(x.arena[i] & 0xff));
+		for (uint32_t i = 0; i < made; i++) {
+			sh_map_del(&s->segs, segs[i]->id);
+			s->used -= segs[i]->charged;
+			SH_DELETE(segs[i]);
+		}
+		if (x.arena)
+			shoal_free(x.arena, x.cap_arena * 8);
+		if (x.segs)
+			shoal_free(x.segs, x.cap_segs * sizeof(st_seg *));
+		if (o) {
+			if (o->type)
+				shoal_free(o->type, strlen(o->type) + 1);
+			if (o->meta)
+				shoal_free(o->meta, o->meta_cap);
+			SH_DELETE(o);
+		}
+	} else {
+		o->id = r->id;
+		o->sig = r->sig;
+		o->gen = r->gen;
+		o->bytes = sh_node_bytes(root);
+		o->persistent = true;
+		o->segs = x.segs;
+		o->nsegs = x.nsegs;
+		o->cap_segs = x.cap_segs;
+		o->arena = x.arena;
+		o->narena = x.narena;
+		o->cap_arena = x.cap_arena;
+		for (uint32_t i = 0; i < x.nsegs; i++)
+			x.segs[i]->owner = o;
+		s->nobjs++;
+		/* New ids of this start must not meet it. */
+		if ((r->id & ~ID_COUNTER) == s->instance && (r->id & ID_COUNTER) >= s->next_id)
+			s->next_id = (r->id & ID_COUNTER) + 1;
+		if (old) { /* an older object of the name, which this one replaced */
+			sh_info("store",
+				"state %s: removing %016" PRIx64 ".obj: replaced by %016" PRIx64,
+				sh_state_dir(s->state), old->id, o->id);
+			sh_state_remove(s->state, old->id);
+			old->persistent = false;
+			obj_delete(s, old);
+		}
+		if (name && name_bind(s, o, name, name_len) != 0) {
+			/* kept by id: its file stays for the next start */
+			sh_error("store", "state %s: out of memory naming %016" PRIx64 " %.*s",
+				 sh_state_dir(s->state), o->id, (int)name_len, name);
+		}
+	}
+	sh_map_fini(&regions);
+	if (segs)
+		shoal_free(segs, r->nsegs * sizeof(*segs));
+	sh_bump_fini(&a);
+	return rc;
+}
+
+static int open_state(shoal_store *s)
+{
+	char why[512];
+	int rc = sh_state_open(s->opts.state_dir, &s->state, why, sizeof(why));
+	if (rc) {
+		sh_error("store", "%s", why);
+		return rc;
+	}
+	int kept = sh_state_load(s->state, restore_fits, restore_obj, s);
+	sh_info("store", "state %s: %d persistent objects back, %" PRIu64 " bytes of %" PRIu64,
+		s->opts.state_dir, kept, s->used, s->capacity);
+	return 0;
+}
+
 static int make_socket(shoal_store *s)
 {
 	return sh_link_listen(s->opts.socket_path, "store", s->opts.group, s->path, sizeof(s->path),
@@ -1308,6 +1601,7 @@ static void store_free(shoal_store *s)
 			break;
 		seg_free(s, val);
 	}
+	sh_state_close(s->state);
 	sh_map_fini(&s->objs);
 	sh_map_fini(&s->names);
 	sh_map_fini(&s->segs);
@@ -1347,6 +1641,8 @@ int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
 	s->next_seg = 1;
 	s->fd_budget = sh_link_fd_budget();
 	int rc = make_arena(s);
+	if (rc == 0 && s->opts.state_dir)
+		rc = open_state(s);
 	if (rc == 0 && (s->stop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
 		rc = shoal_errno();
 	if (rc == 0)

@@ -6,52 +6,15 @@
  * writer would write from the tensor_dict and writes the blobs after it. */
 #include "store/client.h"
 #include "store/safetensors.h"
+#include "shm/shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* Copies len bytes of in at in_off to out at 0, by the kernel. */
-static int copy_data(int out, int in, uint64_t in_off, uint64_t len)
-{
-	loff_t ioff = (loff_t)in_off, ooff = 0;
-	bool cfr = true;
-	while (len > 0) {
-		size_t chunk = len > (1u << 30) ? (1u << 30) : (size_t)len;
-		ssize_t n = -1;
-		if (cfr) {
-			n = copy_file_range(in, &ioff, out, &ooff, chunk, 0);
-			if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
-				      errno == EOPNOTSUPP)) {
-				cfr = false; /* across file systems: try sendfile */
-				continue;
-			}
-		} else {
-			if (lseek(out, ooff, SEEK_SET) < 0)
-				return shoal_errno();
-			off_t o = (off_t)ioff;
-			n = sendfile(out, in, &o, chunk);
-			if (n > 0) {
-				ioff = o;
-				ooff += n;
-			}
-		}
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return shoal_errno();
-		}
-		if (n == 0)
-			return SHOAL_EIO; /* the file shrank under us */
-		len -= (uint64_t)n;
-	}
-	return 0;
-}
 
 static const char *file_kind(mode_t m)
 {
@@ -185,7 +148,7 @@ int shoal_import_safetensors(shoal_client *c, const char *path, const char *name
 		}
 	}
 	if (rc == 0 && f->data_len > 0 &&
-	    (rc = copy_data(rfd, fd, f->data_start, f->data_len)) != 0)
+	    (rc = sh_fd_copy(rfd, 0, fd, f->data_start, f->data_len)) != 0)
 		snprintf(err, sizeof(err), "copying the data: %s", shoal_strerror(rc));
 	if (b && rc == 0) {
 		rc = shoal_builder_seal(b, name, flags, id);

@@ -156,11 +156,14 @@ static void daemon_usage(const char *prog, FILE *f)
 {
 	fprintf(f,
 		"usage: %s [--socket PATH] [--size BYTES] [--reserve] [--group GROUP]\n"
+		"          [--state-dir DIR]\n"
 		"          [--tasks PATH [--scheme S] [--tcp HOST:PORT]]\n"
 		"Serves a shared-memory object store on a unix socket until SIGTERM.\n"
 		"  --socket PATH  where clients connect (default %s)\n"
 		"  --size BYTES   hard limit on stored bytes, e.g. 512M, 16G (default 1G)\n"
 		"  --reserve      fault in the small-object arena at start\n"
+		"  --state-dir DIR keep persistent objects in DIR (made 0700; on tmpfs,\n"
+		"                 e.g. /dev/shm/NAME) and serve them again after a restart\n"
 		"  --group GROUP  also admit processes of this group (name or gid); the\n"
 		"                 socket is then 0660, else 0600\n"
 		"  --tasks PATH   also serve a task controller on this socket\n"
@@ -191,6 +194,9 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			daemon_usage(prog, stdout);
 			return SH_EXIT_OK;
+		} else if (!strcmp(a, "--state-dir") && v) {
+			o.state_dir = v;
+			i++;
 		} else if (!strcmp(a, "--reserve")) {
 			o.reserve = true;
 		} else if (!strcmp(a, "--socket") && v) {
@@ -223,7 +229,7 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 		} else {
 			fprintf(stderr, "%s: unexpected argument '%s'%s\n", prog, a,
 				(!strcmp(a, "--socket") || !strcmp(a, "--size") ||
-				 !strcmp(a, "--group"))
+				 !strcmp(a, "--group") || !strcmp(a, "--state-dir"))
 					? " (it needs a value)"
 					: "");
 			daemon_usage(prog, stderr);
@@ -261,8 +267,9 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 		return SH_EXIT_FAIL;
 	}
 	char b[32];
-	fprintf(stderr, "%s: serving %s, size %s (pid %d)\n", prog, shoal_store_socket(s),
-		sh_tools_fmt_bytes(size, b, sizeof(b)), (int)getpid());
+	fprintf(stderr, "%s: serving %s, size %s%s%s (pid %d)\n", prog, shoal_store_socket(s),
+		sh_tools_fmt_bytes(size, b, sizeof(b)), o.state_dir ? ", state in " : "",
+		o.state_dir ? o.state_dir : "", (int)getpid());
 	if (ctl)
 		say_tasks(prog, ctl, co.scheme);
 	wait_stop(prog, &set);
