@@ -766,7 +766,7 @@ static int cmd_rm(int argc, char **argv)
 	sh_cli cli = cli_of(find_command("rm"), opts);
 	store_args a;
 	store_only(&cli, argc, argv, &a);
-	sh_cli_operands(&cli, argc, argv, 1, argc);
+	sh_cli_operands(&cli, argc, argv, 1, 1 << 20);
 	int code;
 	shoal_client *c = connect_or_die("rm", &a, &code);
 	if (!c)
