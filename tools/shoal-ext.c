@@ -49,7 +49,7 @@ static uint64_t number(const sh_cli *cli, const char *opt, const char *v)
 }
 
 /* The host's descriptors: a unix socket on 3, the rings' memfd on 4, the
- * doorbell (an eventfd) on 5. */
+ * doorbell's write end on 5. */
 static bool from_host(void)
 {
 	struct stat s3, s4, s5;
