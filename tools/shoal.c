@@ -296,12 +296,13 @@ static int cmd_daemon(int argc, char **argv)
 	return sh_daemon_main("shoal daemon", argc, argv);
 }
 
-/* The options every store command takes. */
-#define STORE_OPTS                                         \
-	{"socket", required_argument, NULL, 'S'},          \
-	{                                                  \
-		"server-uid", required_argument, NULL, 'U' \
-	}
+/* The options every store command takes (kept one a line: clang-format
+ * would brace them). */
+// clang-format off
+#define STORE_OPTS \
+	{"socket", required_argument, NULL, 'S'}, \
+	{"server-uid", required_argument, NULL, 'U'}
+// clang-format on
 
 typedef struct store_args {
 	const char *socket;

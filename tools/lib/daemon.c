@@ -97,12 +97,13 @@ const char *sh_tools_fmt_bytes(uint64_t v, char *buf, size_t len)
 
 /* The task controller's options, shared by the daemon (which may serve
  * one beside the store) and `shoal controller`: true when o (from
- * sh_cli_next) was one of them. */
-#define TASKS_OPTS                                  \
-	{"scheme", required_argument, NULL, 'C'},   \
-	{                                           \
-		"tcp", required_argument, NULL, 'T' \
-	}
+ * sh_cli_next) was one of them. TASKS_OPTS is for their tables (kept one a
+ * line: clang-format would brace them). */
+// clang-format off
+#define TASKS_OPTS \
+	{"scheme", required_argument, NULL, 'C'}, \
+	{"tcp", required_argument, NULL, 'T'}
+// clang-format on
 
 static bool tasks_opt(const sh_cli *cli, int o, shoal_controller_opts *co)
 {

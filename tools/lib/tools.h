@@ -34,11 +34,13 @@ typedef struct sh_cli {
 	const struct option *opts;
 	bool stop_at_operand; /* options only before the first operand (shoal COMMAND) */
 } sh_cli;
-#define SH_CLI_STD                                \
-	{"help", no_argument, NULL, 'h'},         \
-	{                                         \
-		"version", no_argument, NULL, 'V' \
-	}
+/* --help and --version, for every table (one a line: clang-format would
+ * brace them) */
+// clang-format off
+#define SH_CLI_STD \
+	{"help", no_argument, NULL, 'h'}, \
+	{"version", no_argument, NULL, 'V'}
+// clang-format on
 
 /* The next option of argv (its val, optarg its value), or -1 when only
  * operands are left (argv[optind] ..., options and operands may mix).
