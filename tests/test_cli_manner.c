@@ -192,6 +192,9 @@ SH_TEST(missing_values_and_operands)
 	char *a7[] = {shoald, "stray", NULL};
 	CHECK_EQ(run3(a7, NULL), 2);
 	CHECK_ERR_HAS("takes no arguments, got 'stray'");
+	char *a9[] = {engine, "--s", "x", NULL};
+	CHECK_EQ(run3(a9, NULL), 2);
+	CHECK_ERR_HAS("ambiguous option '--s' (--socket, --so, --store)");
 	char *a8[] = {shoal, NULL};
 	CHECK_EQ(run3(a8, NULL), 2);
 	CHECK_ERR_HAS("usage: shoal");

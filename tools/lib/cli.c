@@ -64,6 +64,18 @@ int sh_cli_next(const sh_cli *c, int argc, char **argv)
 		int n = (int)strcspn(a, "=");
 		if (a[0] == '-' && a[1] == '-' && a[n] == '=' && optopt)
 			sh_cli_fail(c, "%.*s takes no value", n, a);
+		if (a[0] == '-' && a[1] == '-' && n > 2) {
+			/* getopt takes a prefix of one option: of several, say which */
+			char which[256];
+			size_t w = 0;
+			int k = 0;
+			for (const struct option *l = c->opts; l->name && w < sizeof(which); l++)
+				if (!strncmp(l->name, a + 2, (size_t)n - 2))
+					w += (size_t)snprintf(which + w, sizeof(which) - w,
+							      "%s--%s", k++ ? ", " : "", l->name);
+			if (k > 1)
+				sh_cli_fail(c, "ambiguous option '%.*s' (%s)", n, a, which);
+		}
 		if (a[0] == '-' && a[1] == '-')
 			sh_cli_fail(c, "unknown option '%.*s'", n, a);
 		sh_cli_fail(c, "unknown option '-%c'", optopt ? optopt : '?');
