@@ -8,6 +8,8 @@
  * on its socket and over TCP, and an engine's default name. */
 #include "test.h"
 
+#include "rpc/ext_proto.h"
+
 #include <shoal/tasks.h>
 
 #include <ctype.h>
@@ -17,7 +19,9 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -254,6 +258,46 @@ SH_TEST(shoal_ext_by_hand_says_a_host_starts_it)
 	char *a2[] = {ext, NULL};
 	CHECK_EQ(run3(a2, NULL), 2);
 	CHECK_ERR_HAS("shoal_ext_load");
+}
+
+/* Started by a host with a value it does not know (a host of another
+ * version, say), shoal-ext refuses it and tells the host why in its ready
+ * message, so that the host's start fails with that message. */
+SH_TEST(shoal_ext_tells_its_host_a_bad_value)
+{
+	char ext[4096], sample[4096];
+	sh_test_bin(ext, sizeof(ext), "tools/shoal-ext");
+	snprintf(sample, sizeof(sample), "%s/tests/ext_sample.so", getenv("SHOAL_TEST_BINDIR"));
+	int sv[2], bell[2];
+	CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) == 0);
+	CHECK(pipe(bell) == 0);
+	int rings = memfd_create("rings", 0);
+	CHECK(rings >= 0 && ftruncate(rings, 1 << 20) == 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		int a = dup(sv[1]), b = dup(rings), c = dup(bell[1]);
+		dup2(a, SH_EXT_FD_SOCK);
+		dup2(b, SH_EXT_FD_RINGS);
+		dup2(c, SH_EXT_FD_EFD);
+		close_range(SH_EXT_FD_EFD + 1, ~0u, 0);
+		execl(ext, ext, "--so", sample, "--sandbox", "weak", (char *)NULL);
+		_exit(127);
+	}
+	close(sv[1]);
+	sh_ext_ready m;
+	memset(&m, 0, sizeof(m));
+	CHECK_EQ(recv(sv[0], &m, sizeof(m), 0), (long long)sizeof(m));
+	CHECK_EQ(m.magic, SH_EXT_READY_MAGIC);
+	CHECK_EQ(m.status, SHOAL_EINVAL);
+	m.msg[sizeof(m.msg) - 1] = 0;
+	CHECK_HAS(m.msg, "--sandbox 'weak': expected none, basic or strict");
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 2);
+	close(sv[0]);
+	close(rings);
+	close(bell[0]);
+	close(bell[1]);
 }
 
 /* ---- the store: exit codes and words ---- */

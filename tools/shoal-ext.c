@@ -5,6 +5,7 @@
  * does the work). */
 #include "lib/tools.h"
 #include "rpc/ext_proto.h"
+#include "shm/shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -58,6 +59,17 @@ static bool from_host(void)
 	       fstat(SH_EXT_FD_EFD, &s5) == 0;
 }
 
+/* A usage error under a host is the host's to report: its start fails
+ * with this message, not with "exited with status 2". */
+static void tell_host(const char *msg)
+{
+	if (!from_host())
+		return;
+	sh_ext_ready m = {.magic = SH_EXT_READY_MAGIC, .status = SHOAL_EINVAL};
+	snprintf(m.msg, sizeof(m.msg), "shoal-ext: %s", msg);
+	sh_fd_send(SH_EXT_FD_SOCK, &m, sizeof(m), NULL, 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {SH_CLI_STD,
@@ -73,7 +85,7 @@ int main(int argc, char **argv)
 					     {0}};
 	static const char *const sandboxes[] = {"none", "basic", "strict", NULL};
 	static const char *const bits[] = {"0", "1", NULL};
-	const sh_cli cli = {.prog = "shoal-ext", .usage = usage, .opts = opts};
+	const sh_cli cli = {.prog = "shoal-ext", .usage = usage, .opts = opts, .failed = tell_host};
 	sh_ext_runner_cfg cfg = {0};
 	const char *sandbox = NULL;
 	int o;

@@ -29,6 +29,8 @@ void sh_cli_fail(const sh_cli *c, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "%s: %s (see %s --help)\n", c->prog, msg, c->prog);
+	if (c->failed)
+		c->failed(msg);
 	exit(SH_EXIT_USAGE);
 }
 

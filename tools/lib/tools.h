@@ -33,6 +33,9 @@ typedef struct sh_cli {
 	void (*usage)(FILE *f);
 	const struct option *opts;
 	bool stop_at_operand; /* options only before the first operand (shoal COMMAND) */
+	/* Told a usage error's message before the exit (or NULL): shoal-ext
+	 * passes it on to the host that started it. */
+	void (*failed)(const char *msg);
 } sh_cli;
 /* --help and --version, for every table (one a line: clang-format would
  * brace them) */
