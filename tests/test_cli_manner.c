@@ -106,67 +106,82 @@ static bool has_op_name(const char *s)
 				     err);                                                     \
 	} while (0)
 
-/* The programs and commands, as argv prefixes. */
-static const char *const programs[][2] = {
-	{"tools/shoal", NULL},	       {"tools/shoal", "bench"},  {"tools/shoal", "daemon"},
-	{"tools/shoal", "controller"}, {"tools/shoal", "put"},	  {"tools/shoal", "get"},
-	{"tools/shoal", "ls"},	       {"tools/shoal", "info"},	  {"tools/shoal", "rm"},
-	{"tools/shoal", "stat"},       {"tools/shoal", "help"},	  {"tools/shoal", "version"},
-	{"tools/shoald", NULL},	       {"tools/shoal-ext", NULL}, {"tools/shoal-engine", NULL},
-};
-
-static int run_with(const char *const prog[2], const char *arg)
+static int run_with(const char *bin, const char *cmd, const char *arg)
 {
 	char exe[4096];
-	sh_test_bin(exe, sizeof(exe), prog[0]);
+	sh_test_bin(exe, sizeof(exe), bin);
 	char *argv[4] = {exe};
 	int n = 1;
-	if (prog[1])
-		argv[n++] = (char *)prog[1];
+	if (cmd)
+		argv[n++] = (char *)cmd;
 	argv[n++] = (char *)arg;
 	argv[n] = NULL;
 	return run3(argv, NULL);
 }
 
-SH_TEST(every_program_answers_help_version_and_bad_options)
+/* bin (and its command cmd, or NULL) answers --help, --version and an
+ * unknown option in the one manner. */
+static void one_manner(const char *bin, const char *cmd)
 {
-	for (size_t i = 0; i < sizeof(programs) / sizeof(programs[0]); i++) {
-		const char *const *p = programs[i];
-		const char *name = strrchr(p[0], '/') + 1;
-		char who[64];
-		snprintf(who, sizeof(who), "%s%s%s", name, p[1] ? " " : "", p[1] ? p[1] : "");
-		/* --help: a usage and a paragraph on what it does, on stdout */
-		int rc = run_with(p, "--help");
-		if (rc != 0 || strncmp(out, "usage: ", 7) != 0 || err[0] || lines(out) < 4)
-			sh_test_fail(__FILE__, __LINE__,
-				     "%s --help: status %d\nstdout:\n%s\nstderr:\n%s", who, rc, out,
-				     err);
-		/* a description: a line of words after the usage's */
-		const char *para = strstr(out, "\n\n");
-		if (!para || !isalpha((unsigned char)para[2]) || strlen(para) < 60)
-			sh_test_fail(__FILE__, __LINE__, "%s --help: no description:\n%s", who,
-				     out);
-		/* --version: "NAME VERSION", shoal's for its commands */
-		rc = run_with(p, "--version");
-		char want[64];
-		snprintf(want, sizeof(want), "%s %s\n", name, SHOAL_VERSION_STRING);
-		if (rc != 0 || strcmp(out, want) != 0 || err[0])
-			sh_test_fail(__FILE__, __LINE__,
-				     "%s --version: status %d, stdout '%s', stderr '%s'", who, rc,
-				     out, err);
-		/* an unknown option: 2, one line naming it, a pointer to --help */
-		rc = run_with(p, "--no-such-option");
-		if (rc != 2 || out[0] || lines(err) != 1 || !strstr(err, "--no-such-option") ||
-		    !strstr(err, "--help"))
-			sh_test_fail(__FILE__, __LINE__,
-				     "%s --no-such-option: status %d\nstdout:\n%s\nstderr:\n%s",
-				     who, rc, out, err);
-	}
+	const char *name = strrchr(bin, '/') + 1;
+	char who[64];
+	snprintf(who, sizeof(who), "%s%s%s", name, cmd ? " " : "", cmd ? cmd : "");
+	/* --help: a usage and a paragraph on what it does, on stdout */
+	int rc = run_with(bin, cmd, "--help");
+	if (rc != 0 || strncmp(out, "usage: ", 7) != 0 || err[0] || lines(out) < 4)
+		sh_test_fail(__FILE__, __LINE__, "%s --help: status %d\nstdout:\n%s\nstderr:\n%s",
+			     who, rc, out, err);
+	/* a description: a paragraph of words after the usage's lines */
+	const char *para = strstr(out, "\n\n");
+	if (!para || !isalpha((unsigned char)para[2]) || strlen(para) < 60)
+		sh_test_fail(__FILE__, __LINE__, "%s --help: no description:\n%s", who, out);
+	/* --version: "NAME VERSION", shoal's for its commands */
+	rc = run_with(bin, cmd, "--version");
+	char want[64];
+	snprintf(want, sizeof(want), "%s %s\n", name, SHOAL_VERSION_STRING);
+	if (rc != 0 || strcmp(out, want) != 0 || err[0])
+		sh_test_fail(__FILE__, __LINE__,
+			     "%s --version: status %d, stdout '%s', stderr '%s'", who, rc, out,
+			     err);
+	/* an unknown option: 2, one line naming it, a pointer to --help */
+	rc = run_with(bin, cmd, "--no-such-option");
+	if (rc != 2 || out[0] || lines(err) != 1 || !strstr(err, "--no-such-option") ||
+	    !strstr(err, "--help"))
+		sh_test_fail(__FILE__, __LINE__,
+			     "%s --no-such-option: status %d\nstdout:\n%s\nstderr:\n%s", who, rc,
+			     out, err);
+}
+
+SH_TEST(shoal_has_the_manner)
+{
+	one_manner("tools/shoal", NULL);
+}
+
+SH_TEST(every_shoal_command_has_the_manner)
+{
+	static const char *const cmds[] = {"bench", "daemon", "controller", "put",  "get",    "ls",
+					   "info",  "rm",     "stat",	    "help", "version"};
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		one_manner("tools/shoal", cmds[i]);
 	/* shoal help COMMAND is COMMAND --help */
-	const char *const help_get[2] = {"tools/shoal", "help"};
-	CHECK_EQ(run_with(help_get, "get"), 0);
+	CHECK_EQ(run_with("tools/shoal", "help", "get"), 0);
 	CHECK_HAS(out, "usage: shoal get NAME --out FILE");
 	CHECK_HAS(out, "--force");
+}
+
+SH_TEST(shoald_has_the_manner)
+{
+	one_manner("tools/shoald", NULL);
+}
+
+SH_TEST(shoal_ext_has_the_manner)
+{
+	one_manner("tools/shoal-ext", NULL);
+}
+
+SH_TEST(shoal_engine_has_the_manner)
+{
+	one_manner("tools/shoal-engine", NULL);
 }
 
 SH_TEST(missing_values_and_operands)
