@@ -1,6 +1,7 @@
 /* End-to-end tests of shoald and the store commands of `shoal`, as real
  * processes on a real socket: put, get, ls, info, rm and stat with the exit
- * codes of tools/lib/tools.h; a byte-identical round trip of safetensors
+ * codes of tools/lib/tools.h (7 for a file of the user's: get --out
+ * refuses an existing file without --force); a byte-identical round trip of safetensors
  * files laid out as the reference writer does (tests/st_write.py); hostile
  * and truncated files rejected with a clear message while the daemon
  * serves on; capacity errors with the sizes; SIGTERM stops it cleanly. */
@@ -10,6 +11,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -64,22 +66,22 @@ static int stop_daemon(pid_t pid)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* shoal ARGS... --socket SOCK */
-static int shoal_cmd(const char *a1, const char *a2, const char *a3, const char *a4)
+/* shoal ARGS... --socket SOCK: the arguments up to the first NULL. */
+static int shoal_cmdv(const char *a1, ...)
 {
-	char *argv[8] = {shoal, (char *)a1};
-	int n = 2;
-	if (a2)
-		argv[n++] = (char *)a2;
-	if (a3)
-		argv[n++] = (char *)a3;
-	if (a4)
-		argv[n++] = (char *)a4;
+	char *argv[16] = {shoal};
+	int n = 1;
+	va_list ap;
+	va_start(ap, a1);
+	for (const char *x = a1; x && n < 13; x = va_arg(ap, const char *))
+		argv[n++] = (char *)x;
+	va_end(ap);
 	argv[n++] = "--socket";
 	argv[n++] = sock;
 	argv[n] = NULL;
 	return sh_test_run(argv, NULL, out, sizeof(out));
 }
+#define shoal_cmd(...) shoal_cmdv(__VA_ARGS__, (const char *)NULL)
 
 static void st_write(const char *path, const char *tensors, const char *bytes, const char *extra,
 		     const char *extra2)
@@ -141,12 +143,16 @@ SH_TEST_T(put_get_round_trip, 120)
 	st_write(c, "3", "1000", NULL, NULL);
 	char *argv[] = {shoal, "put", c, "--name", "model", "--replace", "--socket", sock, NULL};
 	CHECK_EQ(sh_test_run(argv, NULL, out, sizeof(out)), 0);
-	CHECK_EQ(shoal_cmd("get", "model", "--out", b), 0);
+	/* b exists: kept without --force (7, a file's), replaced with it */
+	CHECK_EQ(shoal_cmd("get", "model", "--out", b), 7);
+	CHECK_HAS(out, "--force");
+	CHECK(same_file(a, b));
+	CHECK_EQ(shoal_cmd("get", "model", "--out", b, "--force"), 0);
 	CHECK(same_file(c, b));
 	/* zero tensors; odd names */
 	st_write(c, "0", "0", NULL, NULL);
 	CHECK_EQ(shoal_cmd("put", c, "--name", "empty/one"), 0);
-	CHECK_EQ(shoal_cmd("get", "empty/one", "--out", b), 0);
+	CHECK_EQ(shoal_cmd("get", "empty/one", "--out", b, "--force"), 0);
 	CHECK(same_file(c, b));
 	CHECK_EQ(shoal_cmd("ls", NULL, NULL, NULL), 0);
 	CHECK_HAS(out, "model");
@@ -214,7 +220,7 @@ SH_TEST_T(hostile_files_rejected, 120)
 			sh_test_fail(__FILE__, __LINE__, "cut at %lld: status %d:\n%s",
 				     (long long)cuts[i], rc, out);
 	}
-	CHECK_EQ(shoal_cmd("put", "/nonexistent.safetensors", "--name", "h"), 1);
+	CHECK_EQ(shoal_cmd("put", "/nonexistent.safetensors", "--name", "h"), 7);
 	CHECK_HAS(out, "No such file");
 	/* too big for the store: the sizes are in the message; it serves on */
 	st_write(f, "4", "100000000", NULL, NULL);
@@ -318,7 +324,7 @@ static void refuse_non_files(void)
 	char *get[] = {"/usr/bin/timeout", "30", shoal, "get", "a", "--out", fifo,
 		       "--socket",	   sock, NULL};
 	int rc = sh_test_run(get, NULL, out, sizeof(out));
-	if (rc != 1 || !strstr(out, "is a FIFO that no one reads"))
+	if (rc != 7 || !strstr(out, "is a FIFO that no one reads"))
 		sh_test_fail(__FILE__, __LINE__, "get --out FIFO: status %d (124: hung):\n%s", rc,
 			     out);
 	pid_t reader = fork();
@@ -339,7 +345,7 @@ static void refuse_non_files(void)
 	/* the reader may not have opened yet: the writer retries as a user would */
 	for (int i = 0; i < 300; i++) {
 		rc = sh_test_run(get, NULL, out, sizeof(out));
-		if (rc != 1 || !strstr(out, "no one reads"))
+		if (rc != 7 || !strstr(out, "no one reads"))
 			break;
 		usleep(10000);
 	}

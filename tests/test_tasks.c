@@ -1807,3 +1807,188 @@ SH_TEST(no_controller_no_client)
 	shoal_controller *c;
 	CHECK_RC(shoal_controller_open(&c, &o), SHOAL_EINVAL);
 }
+
+/* ---- issue 17: a farm that says what it is doing ---- */
+
+/* The controller's log lines, kept (it logs from its own thread). */
+static pthread_mutex_t heard_lock = PTHREAD_MUTEX_INITIALIZER;
+static char heard[1 << 14];
+
+static void hear(shoal_log_level l, const char *component, const char *line, void *ctx)
+{
+	(void)l;
+	(void)ctx;
+	pthread_mutex_lock(&heard_lock);
+	size_t n = strlen(heard);
+	snprintf(heard + n, sizeof(heard) - n, "[%s] %s\n", component, line);
+	pthread_mutex_unlock(&heard_lock);
+}
+
+static bool heard_it(const char *needle)
+{
+	pthread_mutex_lock(&heard_lock);
+	bool yes = strstr(heard, needle) != NULL;
+	pthread_mutex_unlock(&heard_lock);
+	return yes;
+}
+
+/* shoal_farm_stat, on this host and over TCP: the controller's figures as
+ * its own stat has them, a row per engine (its number, pid or address,
+ * tasks in flight), answered after the results the controller has for
+ * the client (which the waits then find); engines coming and going are
+ * logged at info with their number and pid. */
+SH_TEST_T(farm_stat_shows_engines_and_tasks, 120)
+{
+	setenv("SHOAL_SECRET", secret, 1);
+	shoal_log_set_level(SHOAL_LOG_INFO);
+	shoal_log_set_sink(hear, NULL);
+	for (int tcp = 0; tcp < 2; tcp++) {
+		char addr[160];
+		heard[0] = 0;
+		shoal_controller *c = tcp_controller(addr, sizeof(addr));
+		const char *at = tcp ? addr : shoal_controller_socket(c);
+		pid_t pids[2];
+		engines_at(c, at, NULL, 2, pids);
+		char line[96];
+		for (int i = 0; i < 2 && !tcp; i++) {
+			snprintf(line, sizeof(line), "(pid %d) joined", (int)pids[i]);
+			CHECK(heard_it(line));
+		}
+		CHECK(heard_it("joined; 2 engines now"));
+		shoal_farm *f;
+		CHECK_OK(shoal_farm_connect(&f, at));
+		shoal_vbuf *vb;
+		CHECK_OK(shoal_vbuf_create(&vb));
+		shoal_task slow[2], t;
+		for (int i = 0; i < 2; i++)
+			CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 1500), NULL,
+						   &slow[i]));
+		shoal_controller_stat st;
+		shoal_farm_engine rows[4];
+		uint32_t n = 0;
+		/* the sleeps are on their engines (one each: leastload) for 1.5 s:
+		 * seen well before */
+		int64_t until = shoal_deadline_in(5000 * MS);
+		do {
+			CHECK_OK(
+				shoal_farm_stat(f, &st, rows, 4, &n, shoal_deadline_in(5000 * MS)));
+		} while (st.running < 2 && shoal_now_ns() < until);
+		CHECK_EQ(st.engines, 2);
+		CHECK_EQ(n, 2);
+		CHECK_EQ(st.clients, 1);
+		CHECK_EQ(st.running, 2);
+		CHECK_EQ(st.done, 0);
+		CHECK_EQ(st.queued, 0);
+		CHECK_EQ(st.failed, 0);
+		CHECK(rows[0].num != rows[1].num && rows[0].num < 2 && rows[1].num < 2);
+		CHECK_EQ(rows[0].inflight, 1);
+		CHECK_EQ(rows[1].inflight, 1);
+		for (int i = 0; i < 2; i++) {
+			if (tcp) {
+				CHECK_EQ(rows[i].pid, 0);
+				CHECK_HAS(rows[i].peer, "127.0.0.1");
+			} else {
+				CHECK(rows[i].pid == pids[0] || rows[i].pid == pids[1]);
+				snprintf(line, sizeof(line), "pid %d", (int)rows[i].pid);
+				CHECK_STR(rows[i].peer, line);
+			}
+		}
+		CHECK(rows[0].pid != rows[1].pid || tcp);
+		CHECK_OK(shoal_farm_wait_all(f, shoal_deadline_in(10000 * MS)));
+		/* results that come before an answer are kept for the waits */
+		for (int i = 0; i < 5; i++)
+			CHECK_OK(shoal_farm_submit(f, "add", int_pair(vb, i, 1), NULL, &t));
+		until = shoal_deadline_in(5000 * MS);
+		do {
+			CHECK_OK(
+				shoal_farm_stat(f, &st, rows, 4, &n, shoal_deadline_in(5000 * MS)));
+		} while (st.done < 7 && shoal_now_ns() < until);
+		CHECK_EQ(st.done, 7);
+		CHECK_EQ(st.running, 0);
+		CHECK_EQ(rows[0].inflight + rows[1].inflight, 0);
+		/* the controller's own figures are the same */
+		shoal_controller_stat own = stat_of(c);
+		CHECK_EQ(own.engines, 2);
+		CHECK_EQ(own.done, 7);
+		for (shoal_task id = slow[1] + 1; id <= t; id++) {
+			const shoal_value *r;
+			CHECK_OK(shoal_farm_wait(f, id, vb, &r, SHOAL_NOWAIT));
+			CHECK_EQ(r->v.i, (int64_t)(id - slow[1]));
+		}
+		/* fewer rows than engines: the count says how many there are */
+		CHECK_OK(shoal_farm_stat(f, &st, rows, 1, &n, shoal_deadline_in(5000 * MS)));
+		CHECK_EQ(n, 2);
+		CHECK_OK(shoal_farm_stat(f, &st, NULL, 0, NULL, shoal_deadline_in(5000 * MS)));
+		CHECK_RC(shoal_farm_stat(f, NULL, NULL, 0, NULL, SHOAL_FOREVER), SHOAL_EINVAL);
+		CHECK_RC(shoal_farm_stat(f, &st, NULL, 3, &n, SHOAL_FOREVER), SHOAL_EINVAL);
+		/* a departure, with what is left */
+		CHECK_EQ(kill(pids[0], SIGKILL), 0);
+		WAIT_FOR(stat_of(c).engines == 1, 10000);
+		WAIT_FOR(heard_it("1 engine left"), 5000);
+		if (!tcp) {
+			snprintf(line, sizeof(line), "(pid %d) was killed by signal 9",
+				 (int)pids[0]);
+			CHECK(heard_it(line));
+		}
+		CHECK(heard_it("1 engine left"));
+		CHECK_OK(shoal_farm_stat(f, &st, rows, 4, &n, shoal_deadline_in(5000 * MS)));
+		CHECK_EQ(st.engines, 1);
+		CHECK_EQ(n, 1);
+		shoal_vbuf_free(vb);
+		shoal_farm_close(f);
+		shoal_controller_close(c);
+		for (int i = 0; i < 2; i++)
+			waitpid(pids[i], NULL, 0);
+	}
+	shoal_log_set_sink(NULL, NULL);
+}
+
+/* A wait on a controller without engines says so when its deadline
+ * passes (and costs a bounded round trip then, nothing before); with an
+ * engine busy, the timeout is a plain one. The task waited for runs once
+ * an engine comes. */
+SH_TEST_T(a_wait_without_engines_says_so, 120)
+{
+	setenv("SHOAL_SECRET", secret, 1);
+	for (int tcp = 0; tcp < 2; tcp++) {
+		char addr[160];
+		shoal_controller *c = tcp_controller(addr, sizeof(addr));
+		const char *at = tcp ? addr : shoal_controller_socket(c);
+		shoal_farm *f;
+		CHECK_OK(shoal_farm_connect(&f, at));
+		shoal_vbuf *vb;
+		CHECK_OK(shoal_vbuf_create(&vb));
+		shoal_task t, any;
+		const shoal_value *r;
+		CHECK_OK(shoal_farm_submit(f, "add", int_pair(vb, 2, 3), NULL, &t));
+		int64_t t0 = shoal_now_ns();
+		CHECK_RC(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(300 * MS)),
+			 SHOAL_ETIMEDOUT);
+		int64_t took = shoal_now_ns() - t0;
+		char want[256];
+		snprintf(want, sizeof(want), "no engine is connected to the controller at %s", at);
+		CHECK_FARM_MSG(f, want);
+		/* the deadline, then at most the 250 ms question (slack for a
+		 * loaded or sanitized run) */
+		CHECK(took >= 300 * MS && took < 300 * MS + 250 * MS + 1500 * MS);
+		CHECK_RC(shoal_farm_wait_any(f, &any, shoal_deadline_in(50 * MS)), SHOAL_ETIMEDOUT);
+		CHECK_FARM_MSG(f, "no engine is connected");
+		CHECK_RC(shoal_farm_wait_all(f, shoal_deadline_in(50 * MS)), SHOAL_ETIMEDOUT);
+		CHECK_FARM_MSG(f, "no engine is connected");
+		pid_t pid;
+		engines_at(c, at, NULL, 1, &pid);
+		CHECK_OK(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)));
+		CHECK_EQ(r->v.i, 5);
+		/* an engine is there, busy: a plain timeout */
+		CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 2000), NULL, &t));
+		CHECK_RC(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(200 * MS)),
+			 SHOAL_ETIMEDOUT);
+		CHECK_FARM_MSG(f, "no result before the deadline");
+		CHECK(strstr(shoal_farm_last_error(f), "no engine") == NULL);
+		CHECK_OK(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)));
+		shoal_vbuf_free(vb);
+		shoal_farm_close(f);
+		shoal_controller_close(c);
+		waitpid(pid, NULL, 0);
+	}
+}

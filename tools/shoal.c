@@ -1,13 +1,19 @@
-/* shoal: the command line. Each subcommand is one row of the command table
- * below (name, arguments, one line of help, handler). Exit codes are those
- * of tools/lib/tools.h, the same for every command: 0 ok, 1 failed, 2 bad
- * arguments, 3 no such name, 4 no store, 5 store full, 6 invalid file.
- * Usage errors say what was expected and what came. */
+/* shoal: the command line. Each command is one row of the command table
+ * below (name, arguments, one line, a paragraph, its options, handler);
+ * every command parses its options with getopt_long through tools/lib
+ * (sh_cli_next), so each answers --help, --version and a bad option the
+ * same way. Exit codes are those of tools/lib/tools.h, the same for every
+ * command: 0 ok, 1 failed, 2 bad arguments, 3 no such name, 4 no store, 5
+ * store full, 6 invalid file, 7 a file could not be read or written.
+ * Messages are in a user's words: the store's protocol stays out of them. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <shoal/shoal.h>
 
@@ -17,7 +23,9 @@
 typedef struct command {
 	const char *name;
 	const char *args;
-	const char *help;
+	const char *help;		   /* one line, for the list of commands */
+	const char *about;		   /* a paragraph, for its --help */
+	const char *options;		   /* its options' lines, for its --help */
 	int (*run)(int argc, char **argv); /* argv[0] is the command's name */
 } command;
 
@@ -33,27 +41,59 @@ static int cmd_info(int argc, char **argv);
 static int cmd_rm(int argc, char **argv);
 static int cmd_stat(int argc, char **argv);
 
+#define STORE_OPTIONS                                                                        \
+	"  --socket PATH     the store's socket (default: $SHOAL_SOCKET, else shoald.sock\n" \
+	"                    in $XDG_RUNTIME_DIR/shoal, /run/shoal or /tmp/shoal-UID)\n"     \
+	"  --server-uid UID  also trust a store served by this uid (by default only\n"       \
+	"                    yours or root's)\n"
+
 static const command commands[] = {
 	{"bench", "[SUITE|all] [--quick] [--json] [--csv FILE] [--plot FILE.svg] [--large]",
-	 "run benchmarks; no SUITE runs every suite, quick", cmd_bench},
-	{"daemon", "[--socket PATH] [--size BYTES] [--reserve] [--group GROUP]",
-	 "serve an object store until SIGTERM (the same as shoald)", cmd_daemon},
+	 "run benchmarks; no SUITE runs every suite, quick", NULL, NULL, cmd_bench},
+	{"daemon", "[--socket PATH] [--size BYTES] [--reserve] [--group GROUP] [--tasks PATH]",
+	 "serve an object store until SIGTERM (the same as shoald)", NULL, NULL, cmd_daemon},
 	{"controller", "[--socket PATH] [--scheme S] [--tcp HOST:PORT]",
-	 "serve a task controller until SIGTERM", cmd_controller},
+	 "serve a task controller until SIGTERM", NULL, NULL, cmd_controller},
 	{"put", "FILE.safetensors --name NAME [--replace] [--socket PATH] [--server-uid UID]",
-	 "import a safetensors file as a persistent tensor_dict", cmd_put},
-	{"get", "NAME --out FILE.safetensors [--socket PATH] [--server-uid UID]",
-	 "export a tensor_dict as a safetensors file", cmd_get},
+	 "import a safetensors file as a persistent tensor_dict",
+	 "Checks FILE.safetensors (header, dtypes, shapes, offsets) and imports its tensors "
+	 "into the store as one tensor_dict object bound to NAME, which outlives this "
+	 "command. Prints the name and the object's id.",
+	 "  --name NAME       the name to bind (required)\n"
+	 "  --replace         bind NAME even if it is taken (the old object goes once its\n"
+	 "                    readers release it)\n" STORE_OPTIONS,
+	 cmd_put},
+	{"get", "NAME --out FILE.safetensors [--force] [--socket PATH] [--server-uid UID]",
+	 "export a tensor_dict as a safetensors file",
+	 "Writes the tensor_dict bound to NAME as a safetensors file, laid out as the "
+	 "reference writer does. An existing file is kept unless --force is given.",
+	 "  --out FILE        the file to write (required)\n"
+	 "  --force           overwrite FILE if it exists\n" STORE_OPTIONS,
+	 cmd_get},
 	{"ls", "[PREFIX] [--socket PATH] [--server-uid UID]", "list names: name, type, bytes, id",
-	 cmd_ls},
+	 "Lists the names bound in the store (those starting with PREFIX), one a line: name, "
+	 "type, size and object id.",
+	 STORE_OPTIONS, cmd_ls},
 	{"info", "NAME [--socket PATH] [--server-uid UID]",
-	 "describe an object: type, id, size, fields, members", cmd_info},
+	 "describe an object: type, id, size, fields, members",
+	 "Describes the object bound to NAME: its type, id, signature, size, fields and "
+	 "members (the first 20; tensors with their dtype and shape).",
+	 STORE_OPTIONS, cmd_info},
 	{"rm", "NAME... [--socket PATH] [--server-uid UID]",
-	 "delete objects (readers keep theirs until released)", cmd_rm},
-	{"stat", "[--socket PATH] [--server-uid UID]",
-	 "the store: capacity, used, objects, names, clients", cmd_stat},
-	{"help", "[COMMAND]", "show this help, or a command's", cmd_help},
-	{"version", "", "print the version", cmd_version},
+	 "delete objects (readers keep theirs until released)",
+	 "Unbinds each NAME and deletes its object; processes that hold it keep reading it "
+	 "until they release it.",
+	 STORE_OPTIONS, cmd_rm},
+	{"stat", "[--socket PATH|tcp://HOST:PORT] [--server-uid UID]",
+	 "a store (capacity, used, objects) or a task controller (engines, tasks)",
+	 "Shows what serves the socket. A store: capacity, bytes used, objects, names and "
+	 "clients. A task controller (a unix socket or tcp://HOST:PORT, with the secret in "
+	 "$SHOAL_SECRET_FILE or $SHOAL_SECRET): its engines (number, where, tasks in flight), "
+	 "clients, and tasks queued, running, done, retried and failed.",
+	 STORE_OPTIONS, cmd_stat},
+	{"help", "[COMMAND]", "show this help, or a command's",
+	 "Lists the commands, or shows one command's usage, as COMMAND --help does.", "", cmd_help},
+	{"version", "", "print the version", "Prints \"shoal VERSION\".", "", cmd_version},
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -72,23 +112,73 @@ static void list_commands(FILE *f)
 		fprintf(f, "%s%s", i ? (i + 1 == NCOMMANDS ? " or " : ", ") : "", commands[i].name);
 }
 
+/* text, wrapped at 79 columns */
+static void print_wrapped(FILE *f, const char *text)
+{
+	size_t col = 0;
+	while (*text) {
+		size_t w = strcspn(text, " ");
+		if (col && col + 1 + w > 79) {
+			fputc('\n', f);
+			col = 0;
+		} else if (col) {
+			fputc(' ', f);
+			col++;
+		}
+		fprintf(f, "%.*s", (int)w, text);
+		col += w;
+		text += w;
+		text += strspn(text, " ");
+	}
+	fputc('\n', f);
+}
+
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: shoal COMMAND [ARGS]\n\ncommands:\n");
+	fprintf(f, "usage: shoal [--help|--version] COMMAND [ARGS]\n\n");
+	print_wrapped(f, "shoal runs the benchmarks, serves and uses a shared-memory object "
+			 "store, and serves or inspects a task controller. Each command "
+			 "answers --help.");
+	fprintf(f, "\ncommands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
-		fprintf(f, "  %-8s %s\n           %s\n", commands[i].name, commands[i].args,
+		fprintf(f, "  %-10s %s\n             %s\n", commands[i].name, commands[i].args,
 			commands[i].help);
-	fprintf(f, "\nshoal --version prints the version; shoal help COMMAND shows a command.\n");
+	fprintf(f, "\nExit codes: 0 ok, 1 failed, 2 bad arguments, 3 no such name, 4 no store "
+		   "at the socket,\n5 store full, 6 invalid input file, 7 a file could not be "
+		   "read or written.\n");
+}
+
+/* The command being run, whose usage --help prints. */
+static const command *current;
+static char current_prog[32];
+
+static void command_usage(FILE *f)
+{
+	const command *c = current;
+	fprintf(f, "usage: shoal %s %s\n\n", c->name, c->args);
+	print_wrapped(f, c->about);
+	fprintf(f, "\noptions:\n%s", c->options);
+	fprintf(f, "  -h, --help        show this help\n"
+		   "  -V, --version     print the version\n");
+}
+
+static sh_cli cli_of(const command *c, const struct option *opts)
+{
+	current = c;
+	snprintf(current_prog, sizeof(current_prog), "shoal %s", c->name);
+	return (sh_cli){.prog = current_prog, .usage = command_usage, .opts = opts};
 }
 
 static void bench_usage(FILE *f)
 {
-	fprintf(f, "usage: shoal bench [SUITE|all] [options]\n\nsuites:\n");
+	fprintf(f, "usage: shoal bench [SUITE|all] [options]\n\n"
+		   "Runs benchmark suites and prints their tables (or JSON); with no SUITE, "
+		   "every suite at its quick size.\n\nsuites:\n");
 	for (size_t i = 0; i < sh_bench_nsuites; i++)
 		fprintf(f, "  %-8s %s\n", sh_bench_suites[i].name, sh_bench_suites[i].about);
 	fprintf(f,
 		"  all      every suite, at full size (with no SUITE: every suite, --quick)\n"
-		"\noptions:\n%s",
+		"\noptions:\n%s  -V, --version   print the version\n",
 		sh_bench_opts_usage);
 }
 
@@ -101,17 +191,21 @@ static void list_suites(FILE *f)
 
 static int cmd_bench(int argc, char **argv)
 {
+	/* bench/ parses its own options (bench.h); --help and --version are
+	 * answered here, as every command does */
 	if (sh_bench_wants_help(argc, argv)) {
 		bench_usage(stdout);
 		return 0;
 	}
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--version") || !strcmp(argv[i], "-V"))
+			return cmd_version(1, argv);
 	sh_bench_opts o;
 	memset(&o, 0, sizeof(o));
 	char *pos[1], err[256];
 	int npos;
 	if (sh_bench_parse_opts(argc, argv, 1, &o, pos, 1, &npos, err, sizeof(err)) != 0) {
-		fprintf(stderr, "shoal bench: %s\n", err);
-		fprintf(stderr, "(shoal bench --help lists suites and options)\n");
+		fprintf(stderr, "shoal bench: %s (see shoal bench --help)\n", err);
 		return 2;
 	}
 	const sh_bench_suite *run[16];
@@ -137,55 +231,57 @@ static int cmd_bench(int argc, char **argv)
 
 static int cmd_help(int argc, char **argv)
 {
-	if (argc < 2) {
+	static const struct option opts[] = {SH_CLI_STD, {0}};
+	sh_cli cli = cli_of(find_command("help"), opts);
+	while (sh_cli_next(&cli, argc, argv) != -1)
+		;
+	sh_cli_operands(&cli, argc, argv, 0, 1);
+	if (optind == argc) {
 		usage(stdout);
 		return 0;
 	}
-	const command *c = find_command(argv[1]);
+	const command *c = find_command(argv[optind]);
 	if (!c) {
-		fprintf(stderr, "shoal help: unknown command '%s' (expected ", argv[1]);
+		fprintf(stderr, "shoal help: unknown command '%s' (expected ", argv[optind]);
 		list_commands(stderr);
 		fprintf(stderr, ")\n");
 		return 2;
 	}
-	if (c->run == cmd_bench) {
-		bench_usage(stdout);
-		return 0;
-	}
-	printf("usage: shoal %s %s\n%s\n", c->name, c->args, c->help);
-	return 0;
+	/* as COMMAND --help */
+	char *a[] = {(char *)c->name, "--help", NULL};
+	return c->run(2, a);
 }
 
 static int cmd_version(int argc, char **argv)
 {
-	if (argc > 1) {
-		fprintf(stderr, "shoal version: takes no arguments, got '%s'\n", argv[1]);
-		return 2;
-	}
+	static const struct option opts[] = {SH_CLI_STD, {0}};
+	sh_cli cli = cli_of(find_command("version"), opts);
+	while (sh_cli_next(&cli, argc, argv) != -1)
+		;
+	sh_cli_operands(&cli, argc, argv, 0, 0);
 	printf("shoal %s\n", SHOAL_VERSION_STRING);
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	if (argc < 2) {
+	static const struct option opts[] = {SH_CLI_STD, {0}};
+	const sh_cli cli = {.prog = "shoal", .usage = usage, .opts = opts, .stop_at_operand = true};
+	while (sh_cli_next(&cli, argc, argv) != -1)
+		;
+	if (optind >= argc) {
 		usage(stderr);
-		return 2;
+		return SH_EXIT_USAGE;
 	}
-	const char *name = argv[1];
-	if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0)
-		return cmd_version(1, argv + 1);
-	if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0)
-		return cmd_help(1, argv + 1);
+	const char *name = argv[optind];
 	const command *c = find_command(name);
 	if (!c) {
-		fprintf(stderr, "shoal: unknown %s '%s' (expected a command: ",
-			name[0] == '-' ? "option" : "command", name);
+		fprintf(stderr, "shoal: unknown command '%s' (expected a command: ", name);
 		list_commands(stderr);
 		fprintf(stderr, ")\nrun 'shoal help' for usage\n");
-		return 2;
+		return SH_EXIT_USAGE;
 	}
-	return c->run(argc - 1, argv + 1);
+	return c->run(argc - optind, argv + optind);
 }
 
 /* ---- store commands ---- */
@@ -200,93 +296,60 @@ static int cmd_daemon(int argc, char **argv)
 	return sh_daemon_main("shoal daemon", argc, argv);
 }
 
-/* The arguments every store command shares: positionals, --socket, and
- * the named options a command accepts (NULL-terminated; flags have no
- * value when their name ends in '!'). */
+/* The options every store command takes (kept one a line: clang-format
+ * would brace them). */
+// clang-format off
+#define STORE_OPTS \
+	{"socket", required_argument, NULL, 'S'}, \
+	{"server-uid", required_argument, NULL, 'U'}
+// clang-format on
+
 typedef struct store_args {
 	const char *socket;
 	uid_t server_uid; /* a store of this uid is trusted too */
-	const char *pos[16];
-	int npos;
-	const char *val[4];
-	int flag[4];
 } store_args;
 
-static int parse_store_args(const char *cmd, int argc, char **argv, const char *const *names,
-			    int minpos, int maxpos, store_args *a)
+static void store_args_init(store_args *a)
 {
-	memset(a, 0, sizeof(*a));
+	a->socket = NULL;
 	a->server_uid = (uid_t)-1;
-	for (int i = 1; i < argc; i++) {
-		const char *s = argv[i];
-		if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
-			cmd_help(2, (char *[]){"help", (char *)cmd, NULL});
-			exit(SH_EXIT_OK);
-		}
-		if (!strcmp(s, "--socket")) {
-			if (i + 1 >= argc)
-				goto needs_value;
-			a->socket = argv[++i];
-			continue;
-		}
-		if (!strcmp(s, "--server-uid")) {
-			if (i + 1 >= argc)
-				goto needs_value;
-			char *end;
-			errno = 0;
-			unsigned long u = strtoul(argv[++i], &end, 10);
-			if (errno || *end || end == argv[i] || u >= (uid_t)-1) {
-				fprintf(stderr,
-					"shoal %s: --server-uid expects a numeric uid, got '%s'\n",
-					cmd, argv[i]);
-				return -1;
-			}
-			a->server_uid = (uid_t)u;
-			continue;
-		}
-		if (s[0] == '-' && s[1] == '-') {
-			int k = 0;
-			for (; names && names[k]; k++) {
-				size_t l = strlen(names[k]);
-				bool flag = names[k][l - 1] == '!';
-				if (strncmp(s + 2, names[k], flag ? l - 1 : l) != 0 ||
-				    s[2 + (flag ? l - 1 : l)] != 0)
-					continue;
-				if (flag) {
-					a->flag[k] = 1;
-				} else {
-					if (i + 1 >= argc)
-						goto needs_value;
-					a->val[k] = argv[++i];
-				}
-				break;
-			}
-			if (names && names[k])
-				continue;
-			fprintf(stderr, "shoal %s: unknown option '%s' (see shoal %s --help)\n",
-				cmd, s, cmd);
-			return -1;
-		}
-		if (a->npos >= maxpos || a->npos >= 16) {
-			fprintf(stderr,
-				"shoal %s: unexpected argument '%s' (see shoal %s --help)\n", cmd,
-				s, cmd);
-			return -1;
-		}
-		a->pos[a->npos++] = s;
-		continue;
-	needs_value:
-		fprintf(stderr, "shoal %s: %s needs a value\n", cmd, s);
-		return -1;
+}
+
+/* o, an option sh_cli_next returned: true when it was one of STORE_OPTS. */
+static bool store_opt(const sh_cli *cli, int o, store_args *a)
+{
+	if (o == 'S') {
+		a->socket = optarg;
+		return true;
 	}
-	if (!a->socket) /* the default only when none is named: its directory is checked */
+	if (o != 'U')
+		return false;
+	char *end;
+	errno = 0;
+	unsigned long u = strtoul(optarg, &end, 10);
+	if (errno || *end || end == optarg || optarg[0] == '-' || u >= (uid_t)-1)
+		sh_cli_fail(cli, "--server-uid expects a numeric uid, got '%s'", optarg);
+	a->server_uid = (uid_t)u;
+	return true;
+}
+
+/* After the options: the default socket only when none is named (its
+ * directory is checked then). */
+static void store_args_done(store_args *a)
+{
+	if (!a->socket)
 		a->socket = sh_tools_default_socket();
-	if (a->npos < minpos) {
-		fprintf(stderr, "shoal %s: expected %d argument%s, got %d (see shoal %s --help)\n",
-			cmd, minpos, minpos > 1 ? "s" : "", a->npos, cmd);
-		return -1;
-	}
-	return 0;
+}
+
+/* A command's options beyond STORE_OPTS: none. */
+static void store_only(const sh_cli *cli, int argc, char **argv, store_args *a)
+{
+	int o;
+	store_args_init(a);
+	while ((o = sh_cli_next(cli, argc, argv)) != -1)
+		if (!store_opt(cli, o, a))
+			sh_cli_fail(cli, "option '%c' is not handled", o);
+	store_args_done(a);
 }
 
 /* Text that came from the store or a file (names, types, fields, the
@@ -365,33 +428,95 @@ static int exit_code(int rc)
 	}
 }
 
+/* A failure of a file of the user's (opening, reading, writing it), not
+ * of the store: its code is 7 whatever errno says (a missing directory
+ * is not a missing name). ENOSPC is not here: for put it is the store's
+ * (5); get counts it as the file's. */
+static bool file_error(int rc)
+{
+	switch (rc) {
+	case SHOAL_ENOENT:
+	case SHOAL_EACCES:
+	case SHOAL_EPERM:
+	case SHOAL_EIO:
+	case SHOAL_ENAMETOOLONG:
+	case -ENOTDIR:
+	case -EISDIR:
+	case -EROFS:
+	case -ENXIO:
+	case -EDQUOT:
+	case -EFBIG:
+	case -ELOOP:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* The store's message in a user's words: its replies open with the
+ * request's name ("SEAL: ...", "GET reply: ..."), which is the protocol's,
+ * not the user's. */
+static const char *user_words(const char *msg)
+{
+	size_t n = 0;
+	while (msg[n] >= 'A' && msg[n] <= 'Z')
+		n++;
+	if (n >= 2 && msg[n] == ':' && msg[n + 1] == ' ')
+		return msg + n + 2;
+	if (n >= 2 && !strncmp(msg + n, " reply: ", 8))
+		return msg + n + 8;
+	return msg;
+}
+
 static int fail(const char *cmd, shoal_client *c, int rc)
 {
 	const char *msg = c ? shoal_client_error(c) : "";
-	fprintf(stderr, "shoal %s: %s\n", cmd, show(msg && *msg ? msg : shoal_strerror(rc)));
+	fprintf(stderr, "shoal %s: %s\n", cmd,
+		show(msg && *msg ? user_words(msg) : shoal_strerror(rc)));
 	return exit_code(rc);
+}
+
+/* The object bound to name: its id, or the store's error. */
+static int lookup(shoal_client *c, const char *name, shoal_id *id)
+{
+	shoal_object *o;
+	int rc = shoal_get_by_name(c, name, &o);
+	if (rc == 0) {
+		*id = shoal_object_id(o);
+		shoal_object_release(o);
+	}
+	return rc;
+}
+
+/* Why there is no store to talk to at a's socket (rc, from connecting),
+ * said; its exit code. */
+static int no_store(const char *cmd, const store_args *a, int rc)
+{
+	if (rc == SHOAL_EACCES)
+		fprintf(stderr,
+			"shoal %s: %s is not served by you or root (see above); not connecting. "
+			"Name its uid with --server-uid if you trust it\n",
+			cmd, a->socket);
+	else
+		fprintf(stderr, "shoal %s: no store at %s (%s); start one with `shoal daemon`\n",
+			cmd, a->socket, shoal_strerror(rc));
+	return SH_EXIT_NOSTORE;
+}
+
+static int store_connect(shoal_client **c, const store_args *a)
+{
+	shoal_connect_opts o;
+	shoal_connect_opts_init(&o);
+	o.server_uid = a->server_uid;
+	return shoal_connect_with(c, a->socket, &o);
 }
 
 static shoal_client *connect_or_die(const char *cmd, const store_args *a, int *code)
 {
 	shoal_client *c;
-	shoal_connect_opts o;
-	shoal_connect_opts_init(&o);
-	o.server_uid = a->server_uid;
-	const char *sock = a->socket;
-	int rc = shoal_connect_with(&c, sock, &o);
-	if (rc == SHOAL_EACCES) {
-		fprintf(stderr,
-			"shoal %s: %s is not served by you or root (see above); not connecting. "
-			"Name its uid with --server-uid if you trust it\n",
-			cmd, sock);
-		*code = SH_EXIT_NOSTORE;
-		return NULL;
-	}
+	int rc = store_connect(&c, a);
 	if (rc) {
-		fprintf(stderr, "shoal %s: no store at %s (%s); start one with `shoal daemon`\n",
-			cmd, sock, shoal_strerror(rc));
-		*code = SH_EXIT_NOSTORE;
+		*code = no_store(cmd, a, rc);
 		return NULL;
 	}
 	return c;
@@ -399,48 +524,132 @@ static shoal_client *connect_or_die(const char *cmd, const store_args *a, int *c
 
 static int cmd_put(int argc, char **argv)
 {
+	static const struct option opts[] = {SH_CLI_STD,
+					     STORE_OPTS,
+					     {"name", required_argument, NULL, 'n'},
+					     {"replace", no_argument, NULL, 'r'},
+					     {0}};
+	sh_cli cli = cli_of(find_command("put"), opts);
 	store_args a;
-	static const char *const names[] = {"name", "replace!", NULL};
-	if (parse_store_args("put", argc, argv, names, 1, 1, &a) != 0)
-		return SH_EXIT_USAGE;
-	if (!a.val[0] || !*a.val[0]) {
-		fprintf(stderr, "shoal put: --name NAME is required\n");
-		return SH_EXIT_USAGE;
+	store_args_init(&a);
+	const char *name = NULL;
+	bool replace = false;
+	int o;
+	while ((o = sh_cli_next(&cli, argc, argv)) != -1) {
+		if (store_opt(&cli, o, &a))
+			continue;
+		if (o == 'n')
+			name = optarg;
+		else
+			replace = true;
 	}
+	sh_cli_operands(&cli, argc, argv, 1, 1);
+	const char *file = argv[optind];
+	if (!name || !*name)
+		sh_cli_fail(&cli, "--name NAME is required");
+	store_args_done(&a);
 	int code;
 	shoal_client *c = connect_or_die("put", &a, &code);
 	if (!c)
 		return code;
 	shoal_id id;
-	int rc = shoal_import_safetensors(c, a.pos[0], a.val[0],
-					  SHOAL_PERSIST | (a.flag[1] ? SHOAL_REPLACE : 0), &id);
-	if (rc) {
+	int rc = shoal_import_safetensors(c, file, name,
+					  SHOAL_PERSIST | (replace ? SHOAL_REPLACE : 0), &id);
+	if (rc == SHOAL_EEXIST) {
+		fprintf(stderr,
+			"shoal put: the name %s is taken (by object %016" PRIx64 "); `shoal put %s "
+			"--name %s --replace` binds it to this file instead, `shoal rm %s` frees "
+			"it\n",
+			show(name), lookup(c, name, &id) == 0 ? id : 0, show(file), show(name),
+			show(name));
+		code = SH_EXIT_FAIL;
+	} else if (rc) {
 		code = fail("put", c, rc);
-		shoal_disconnect(c);
-		/* 3 is for names in the store; a missing file is a plain failure */
-		return rc == SHOAL_ENOENT ? SH_EXIT_FAIL : code;
+		/* a name need not exist to be bound: a failure of the file's */
+		if (file_error(rc))
+			code = SH_EXIT_IO;
 	}
-	printf("%s %016" PRIx64 "\n", show(a.val[0]), id);
+	if (rc) {
+		shoal_disconnect(c);
+		return code;
+	}
+	printf("%s %016" PRIx64 "\n", show(name), id);
 	shoal_disconnect(c);
 	return SH_EXIT_OK;
 }
 
+/* get's file: a new one, unless force; an existing file that is not a
+ * regular one (a FIFO, /dev/stdout) is written as it is. *made: we
+ * created it (and remove it if the export fails). 0 or an exit code. */
+static int claim_out(const char *path, bool force, bool *made)
+{
+	*made = false;
+	if (force)
+		return 0;
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0644);
+	if (fd >= 0) {
+		close(fd);
+		*made = true;
+		return 0;
+	}
+	struct stat st;
+	if (errno == EEXIST && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+		return 0;
+	if (errno == EEXIST) {
+		fprintf(stderr, "shoal get: %s exists; --force overwrites it\n", show(path));
+		return SH_EXIT_IO;
+	}
+	fprintf(stderr, "shoal get: cannot write %s: %s\n", show(path), strerror(errno));
+	return SH_EXIT_IO;
+}
+
 static int cmd_get(int argc, char **argv)
 {
+	static const struct option opts[] = {SH_CLI_STD,
+					     STORE_OPTS,
+					     {"out", required_argument, NULL, 'o'},
+					     {"force", no_argument, NULL, 'f'},
+					     {0}};
+	sh_cli cli = cli_of(find_command("get"), opts);
 	store_args a;
-	static const char *const names[] = {"out", NULL};
-	if (parse_store_args("get", argc, argv, names, 1, 1, &a) != 0)
-		return SH_EXIT_USAGE;
-	if (!a.val[0]) {
-		fprintf(stderr, "shoal get: --out FILE is required\n");
-		return SH_EXIT_USAGE;
+	store_args_init(&a);
+	const char *out = NULL;
+	bool force = false;
+	int o;
+	while ((o = sh_cli_next(&cli, argc, argv)) != -1) {
+		if (store_opt(&cli, o, &a))
+			continue;
+		if (o == 'o')
+			out = optarg;
+		else
+			force = true;
 	}
+	sh_cli_operands(&cli, argc, argv, 1, 1);
+	const char *name = argv[optind];
+	if (!out || !*out)
+		sh_cli_fail(&cli, "--out FILE is required");
+	store_args_done(&a);
 	int code;
 	shoal_client *c = connect_or_die("get", &a, &code);
 	if (!c)
 		return code;
-	int rc = shoal_export_safetensors(c, a.pos[0], a.val[0]);
-	code = rc ? fail("get", c, rc) : SH_EXIT_OK;
+	/* The name first: a missing one is 3, a file we cannot write 7. */
+	shoal_id id;
+	int rc = lookup(c, name, &id);
+	bool made = false;
+	if (rc) {
+		code = fail("get", c, rc);
+	} else if ((code = claim_out(out, force, &made)) == 0 &&
+		   (rc = shoal_export_safetensors(c, name, out)) != 0) {
+		code = fail("get", c, rc);
+		if ((file_error(rc) || rc == SHOAL_ENOSPC) && rc != SHOAL_ENOENT)
+			code = SH_EXIT_IO;
+		/* ENOENT now: the file's directory, or the name gone meanwhile */
+		if (rc == SHOAL_ENOENT)
+			code = lookup(c, name, &id) == 0 ? SH_EXIT_IO : SH_EXIT_NOTFOUND;
+	}
+	if (code && made)
+		unlink(out);
 	shoal_disconnect(c);
 	return code;
 }
@@ -456,14 +665,17 @@ static int print_entry(const shoal_entry *e, void *ctx)
 
 static int cmd_ls(int argc, char **argv)
 {
+	static const struct option opts[] = {SH_CLI_STD, STORE_OPTS, {0}};
+	sh_cli cli = cli_of(find_command("ls"), opts);
 	store_args a;
-	if (parse_store_args("ls", argc, argv, NULL, 0, 1, &a) != 0)
-		return SH_EXIT_USAGE;
+	store_only(&cli, argc, argv, &a);
+	sh_cli_operands(&cli, argc, argv, 0, 1);
+	const char *prefix = optind < argc ? argv[optind] : "";
 	int code;
 	shoal_client *c = connect_or_die("ls", &a, &code);
 	if (!c)
 		return code;
-	int rc = shoal_list(c, a.npos ? a.pos[0] : "", print_entry, NULL);
+	int rc = shoal_list(c, prefix, print_entry, NULL);
 	code = rc ? fail("ls", c, rc) : SH_EXIT_OK;
 	shoal_disconnect(c);
 	return code;
@@ -500,15 +712,18 @@ static void print_fields(const shoal_node *n)
 
 static int cmd_info(int argc, char **argv)
 {
+	static const struct option opts[] = {SH_CLI_STD, STORE_OPTS, {0}};
+	sh_cli cli = cli_of(find_command("info"), opts);
 	store_args a;
-	if (parse_store_args("info", argc, argv, NULL, 1, 1, &a) != 0)
-		return SH_EXIT_USAGE;
+	store_only(&cli, argc, argv, &a);
+	sh_cli_operands(&cli, argc, argv, 1, 1);
+	const char *name = argv[optind];
 	int code;
 	shoal_client *c = connect_or_die("info", &a, &code);
 	if (!c)
 		return code;
 	shoal_object *o;
-	int rc = shoal_get_by_name(c, a.pos[0], &o);
+	int rc = shoal_get_by_name(c, name, &o);
 	if (rc) {
 		code = fail("info", c, rc);
 		shoal_disconnect(c);
@@ -518,9 +733,8 @@ static int cmd_info(int argc, char **argv)
 	char b[32];
 	printf("name:      %s\ntype:      %s\nid:        %016" PRIx64 "\nsignature: %016" PRIx64
 	       "\nbytes:     %" PRIu64 " (%s)\n",
-	       show(a.pos[0]), show(shoal_node_type(r)), shoal_object_id(o),
-	       shoal_object_signature(o), shoal_object_bytes(o),
-	       sh_tools_fmt_bytes(shoal_object_bytes(o), b, sizeof(b)));
+	       show(name), show(shoal_node_type(r)), shoal_object_id(o), shoal_object_signature(o),
+	       shoal_object_bytes(o), sh_tools_fmt_bytes(shoal_object_bytes(o), b, sizeof(b)));
 	if (shoal_node_nfields(r)) {
 		printf("fields:\n");
 		print_fields(r);
@@ -528,16 +742,16 @@ static int cmd_info(int argc, char **argv)
 	size_t nm = shoal_node_nmembers(r);
 	printf("members:   %zu\n", nm);
 	for (size_t i = 0; i < nm && i < 20; i++) {
-		const char *name;
-		const shoal_node *m = shoal_node_member(r, i, &name);
+		const char *mname;
+		const shoal_node *m = shoal_node_member(r, i, &mname);
 		shoal_tensor t;
 		if (shoal_node_tensor(m, &t) == 0) {
-			printf("  %-50s %-5s [", show(name), shoal_dtype_name(t.dtype));
+			printf("  %-50s %-5s [", show(mname), shoal_dtype_name(t.dtype));
 			for (int d = 0; d < t.ndim; d++)
 				printf("%s%" PRId64, d ? ", " : "", t.shape[d]);
 			printf("]\n");
 		} else {
-			printf("  %-50s %s\n", show(name), show(shoal_node_type(m)));
+			printf("  %-50s %s\n", show(mname), show(shoal_node_type(m)));
 		}
 	}
 	if (nm > 20)
@@ -549,16 +763,18 @@ static int cmd_info(int argc, char **argv)
 
 static int cmd_rm(int argc, char **argv)
 {
+	static const struct option opts[] = {SH_CLI_STD, STORE_OPTS, {0}};
+	sh_cli cli = cli_of(find_command("rm"), opts);
 	store_args a;
-	if (parse_store_args("rm", argc, argv, NULL, 1, 16, &a) != 0)
-		return SH_EXIT_USAGE;
+	store_only(&cli, argc, argv, &a);
+	sh_cli_operands(&cli, argc, argv, 1, 1 << 20);
 	int code;
 	shoal_client *c = connect_or_die("rm", &a, &code);
 	if (!c)
 		return code;
 	code = SH_EXIT_OK;
-	for (int i = 0; i < a.npos; i++) {
-		int rc = shoal_delete(c, a.pos[i]);
+	for (int i = optind; i < argc; i++) {
+		int rc = shoal_delete(c, argv[i]);
 		if (rc)
 			code = fail("rm", c, rc);
 	}
@@ -566,17 +782,70 @@ static int cmd_rm(int argc, char **argv)
 	return code;
 }
 
+/* shoal stat on a task controller: its figures and its engines. */
+static int controller_stat(const char *where)
+{
+	shoal_farm *f;
+	int rc = shoal_farm_connect_until(&f, where, shoal_deadline_in(5 * 1000000000LL));
+	if (rc) {
+		fprintf(stderr, "shoal stat: no store or task controller at %s (%s)\n", show(where),
+			shoal_strerror(rc));
+		return SH_EXIT_NOSTORE;
+	}
+	shoal_controller_stat st;
+	shoal_farm_engine eng[256];
+	uint32_t n = 0;
+	rc = shoal_farm_stat(f, &st, eng, 256, &n, shoal_deadline_in(5 * 1000000000LL));
+	if (rc) {
+		fprintf(stderr, "shoal stat: the task controller at %s: %s\n", show(where),
+			show(shoal_farm_last_error(f)));
+		shoal_farm_close(f);
+		return SH_EXIT_FAIL;
+	}
+	char b1[32], b2[32];
+	printf("task controller at %s\nengines:   %" PRIu32 "\nclients:   %" PRIu32
+	       " (besides this one)\nqueued:    %" PRIu64
+	       " (waiting for an engine)\nrunning:   %" PRIu64 "\ndone:      %" PRIu64
+	       "\nretried:   %" PRIu64 "\nfailed:    %" PRIu64
+	       "\nheld:      %s (large tasks' bytes; at most %s)\n",
+	       show(where), st.engines, st.clients ? st.clients - 1 : 0, st.queued, st.running,
+	       st.done, st.retried, st.failed, sh_tools_fmt_bytes(st.held_bytes, b1, sizeof(b1)),
+	       sh_tools_fmt_bytes(st.held_peak, b2, sizeof(b2)));
+	if (n)
+		printf("\n  engine  where                          in flight\n");
+	for (uint32_t i = 0; i < n && i < 256; i++)
+		printf("  %6" PRIu32 "  %-30s %9" PRIu32 "\n", eng[i].num, show(eng[i].peer),
+		       eng[i].inflight);
+	if (n > 256)
+		printf("  ... %" PRIu32 " more\n", n - 256);
+	if (st.engines == 0)
+		printf("\nno engine is connected: tasks wait until one is (shoal-engine --socket "
+		       "%s --so LIBRARY.so)\n",
+		       show(where));
+	shoal_farm_close(f);
+	return SH_EXIT_OK;
+}
+
 static int cmd_stat(int argc, char **argv)
 {
+	static const struct option opts[] = {SH_CLI_STD, STORE_OPTS, {0}};
+	sh_cli cli = cli_of(find_command("stat"), opts);
 	store_args a;
-	if (parse_store_args("stat", argc, argv, NULL, 0, 0, &a) != 0)
-		return SH_EXIT_USAGE;
+	store_only(&cli, argc, argv, &a);
+	sh_cli_operands(&cli, argc, argv, 0, 0);
+	if (!strncmp(a.socket, "tcp://", 6))
+		return controller_stat(a.socket);
+	/* A socket whose server answers the store's hello as something else
+	 * may be a task controller's. */
+	shoal_client *c;
+	int rc = store_connect(&c, &a);
+	if (rc == SHOAL_EPROTO)
+		return controller_stat(a.socket);
+	if (rc)
+		return no_store("stat", &a, rc);
 	int code;
-	shoal_client *c = connect_or_die("stat", &a, &code);
-	if (!c)
-		return code;
 	shoal_store_stat st;
-	int rc = shoal_store_stat_get(c, &st);
+	rc = shoal_store_stat_get(c, &st);
 	if (rc) {
 		code = fail("stat", c, rc);
 		shoal_disconnect(c);

@@ -12,6 +12,10 @@
  * and sent when the batch is full, on shoal_farm_flush, or when the client
  * waits. Results come back in batches too, and are kept until waited for.
  *
+ * A client sees how the controller is doing with shoal_farm_stat (what
+ * `shoal stat --socket CTL` shows), and a wait that times out while the
+ * controller has no engine says so in its message.
+ *
  * Blocking: each prototype says whether it blocks. A call that blocks
  * without a deadline of its own waits at most the client's timeout
  * (shoal_farm_set_timeout, 60 s by default) for the controller to take or
@@ -192,7 +196,11 @@ SHOAL_API int shoal_farm_flush(shoal_farm *f);
  * into out, or the task's error: the code its function returned with its
  * message, SHOAL_EENGINE (its engine died, retries spent), SHOAL_ETIMEDOUT,
  * SHOAL_ENOENT (no such function on the engine). Blocks until deadline
- * (SHOAL_FOREVER: until the result), sending what is queued first. */
+ * (SHOAL_FOREVER: until the result), sending what is queued first. When
+ * the deadline passes, the wait asks the controller whether it has an
+ * engine (up to 250 ms more): if not, shoal_farm_last_error says "no
+ * engine is connected to the controller at ..." (and a warning is logged,
+ * once per client). The same holds for wait_any and wait_all. */
 SHOAL_API int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out,
 			      const shoal_value **result, int64_t deadline);
 /* Waits until some task not yet waited for has its result: *id. Blocks
@@ -201,6 +209,23 @@ SHOAL_API int shoal_farm_wait_any(shoal_farm *f, shoal_task *id, int64_t deadlin
 /* Waits until every task submitted so far has its result (they stay to
  * be taken with shoal_farm_wait). Blocks until deadline. */
 SHOAL_API int shoal_farm_wait_all(shoal_farm *f, int64_t deadline);
+
+/* One engine of a controller, as shoal_farm_stat reports it. */
+typedef struct shoal_farm_engine {
+	uint32_t num;	   /* its number (shoal_task_opts.engine) */
+	uint32_t inflight; /* tasks sent to it and not answered */
+	int32_t pid;	   /* its process, on the controller's host; 0 over TCP */
+	char peer[96];	   /* where it is: "pid 1234", or its TCP address */
+} shoal_farm_engine;
+
+/* The controller's figures, as shoal_controller_stat_get gives them in its
+ * own process (clients counts this one), and its engines: the first cap of
+ * them into engines (NULL when cap is 0), how many there are into
+ * *nengines (NULL: not wanted). The controller answers after the results
+ * it has for this client, which are kept for the waits. Sends what is
+ * queued first. Blocks until deadline (SHOAL_ETIMEDOUT). */
+SHOAL_API int shoal_farm_stat(shoal_farm *f, shoal_controller_stat *st, shoal_farm_engine *engines,
+			      uint32_t cap, uint32_t *nengines, int64_t deadline);
 
 #ifdef __cplusplus
 }

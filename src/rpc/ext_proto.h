@@ -48,7 +48,16 @@ int sh_ext_write_file(const char *path, const char *text);
  * sides call: the host its extension, the runner a host service. */
 void sh_ext_pack_call(sh_wbuf *w, const char *fn, const shoal_value *args, shoal_client *shared);
 
-/* The runner's main (tools/shoal-ext.c calls it). */
-int sh_ext_runner_main(int argc, char **argv);
+/* What the host tells its runner (tools/shoal-ext.c parses the command
+ * line the host gives it into this): the extension, its name in messages,
+ * its limits (0: none), its sandbox, and a store for shared payloads (or
+ * NULL) and a memory cgroup to join (or NULL). */
+typedef struct sh_ext_runner_cfg {
+	const char *so, *name, *store, *cgroup;
+	uint64_t mem, cpu, files;
+	bool basic, strict, network;
+} sh_ext_runner_cfg;
+/* The runner's main; the process's exit code. */
+int sh_ext_runner_main(const sh_ext_runner_cfg *cfg);
 
 #endif

@@ -931,32 +931,12 @@ static int join_cgroup(const char *dir)
 	return sh_ext_write_file(path, pid);
 }
 
-int sh_ext_runner_main(int argc, char **argv)
+int sh_ext_runner_main(const sh_ext_runner_cfg *cfg)
 {
-	const char *so = NULL, *name = "extension", *store = NULL, *cgroup = NULL;
-	uint64_t mem = 0, cpu = 0, files = 0;
-	bool basic = false, strict = false, network = false;
-	for (int i = 1; i + 1 < argc; i += 2) {
-		const char *k = argv[i], *v = argv[i + 1];
-		if (!strcmp(k, "--so"))
-			so = v;
-		else if (!strcmp(k, "--name"))
-			name = v;
-		else if (!strcmp(k, "--mem"))
-			mem = strtoull(v, NULL, 10);
-		else if (!strcmp(k, "--cpu"))
-			cpu = strtoull(v, NULL, 10);
-		else if (!strcmp(k, "--files"))
-			files = strtoull(v, NULL, 10);
-		else if (!strcmp(k, "--sandbox"))
-			strict = !strcmp(v, "strict"), basic = strict || !strcmp(v, "basic");
-		else if (!strcmp(k, "--network"))
-			network = !strcmp(v, "1");
-		else if (!strcmp(k, "--store"))
-			store = v;
-		else if (!strcmp(k, "--cgroup"))
-			cgroup = v;
-	}
+	const char *so = cfg->so, *name = cfg->name ? cfg->name : "extension", *store = cfg->store,
+		   *cgroup = cfg->cgroup;
+	uint64_t mem = cfg->mem, cpu = cfg->cpu, files = cfg->files;
+	bool basic = cfg->basic || cfg->strict, strict = cfg->strict, network = cfg->network;
 	/* Die with the host; a basic sandbox also takes a session of its own
 	 * and no new privileges, and keeps no descriptor but ours. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -9,6 +9,7 @@
  * the controller reads only ids, options and statuses (proto.h). */
 #include "net/net.h"
 #include "shm/shm.h"
+#include "store/proto.h"
 #include "tasks/proto.h"
 
 #include <shoal/fiber.h>
@@ -138,6 +139,7 @@ struct tk_client {
 	uint64_t cap_fate, max_id;
 	uint64_t owner; /* its store owner token (SH_TK_OWNER), or 0 */
 	sh_map waiters; /* id -> tk_waiters */
+	uint32_t asks;	/* STATUS questions not answered yet */
 };
 
 struct shoal_controller {
@@ -960,8 +962,12 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 			     e->c.peer, how);
 		}
 	}
-	sh_info("tasks", "engine %u (%s) %s; %llu tasks it had not started go elsewhere", e->c.num,
-		e->c.peer, how, (unsigned long long)again);
+	uint32_t left = 0;
+	for (tk_engine *o = ctl->engines; o; o = o->next)
+		left++;
+	sh_info("tasks",
+		"engine %u (%s) %s; %llu tasks it had not started go elsewhere; %u engine%s left",
+		e->c.num, e->c.peer, how, (unsigned long long)again, left, left == 1 ? "" : "s");
 	for (tk_engine *o = ctl->engines; o; o = o->next)
 		kick(&o->c);
 }
@@ -1087,8 +1093,41 @@ static int engine_flush(tk_engine *e)
 	return rc;
 }
 
+/* The answer to a STATUS question, into w: the figures, then a row per
+ * engine. */
+static int status_frame(shoal_controller *ctl, sh_wbuf *w)
+{
+	shoal_controller_stat st;
+	shoal_controller_stat_get(ctl, &st);
+	uint32_t n = 0;
+	for (tk_engine *e = ctl->engines; e; e = e->next)
+		n++;
+	msgpack_packer pk;
+	sh_tk_batch_begin(w);
+	sh_wbuf_packer(w, &pk);
+	msgpack_pack_uint32(&pk, st.engines);
+	msgpack_pack_uint32(&pk, st.clients);
+	msgpack_pack_uint64(&pk, st.queued);
+	msgpack_pack_uint64(&pk, st.running);
+	msgpack_pack_uint64(&pk, st.done);
+	msgpack_pack_uint64(&pk, st.retried);
+	msgpack_pack_uint64(&pk, st.failed);
+	msgpack_pack_uint64(&pk, st.held_bytes);
+	msgpack_pack_uint64(&pk, st.held_peak);
+	msgpack_pack_array(&pk, n);
+	for (tk_engine *e = ctl->engines; e; e = e->next) {
+		msgpack_pack_array(&pk, 4);
+		msgpack_pack_uint32(&pk, e->c.num);
+		sh_mp_pack_cstr(&pk, e->c.peer);
+		msgpack_pack_int32(&pk, (int32_t)e->c.pid);
+		msgpack_pack_uint32(&pk, e->inflight);
+	}
+	return sh_tk_batch_end(w, 10, SH_TK_STATUS);
+}
+
 /* Sends the client's results, swapping batches so that results arriving
- * while this one is written go into the next. */
+ * while this one is written go into the next; then the answers to its
+ * STATUS questions, which see those results done. */
 static int client_flush(tk_client *c)
 {
 	while (c->nres) {
@@ -1103,6 +1142,14 @@ static int client_flush(tk_client *c)
 			rc = conn_send(&c->c, c->c.w.p, c->c.w.len);
 		if (c->c.w.cap > SH_MSG_BUF_KEEP)
 			sh_wbuf_fini(&c->c.w);
+		if (rc)
+			return rc;
+	}
+	for (; c->asks && !c->nres; c->asks--) {
+		sh_wbuf_reset(&c->c.w);
+		int rc = status_frame(c->c.ctl, &c->c.w);
+		if (rc == 0)
+			rc = conn_send(&c->c, c->c.w.p, c->c.w.len);
 		if (rc)
 			return rc;
 	}
@@ -1357,10 +1404,26 @@ static int on_owner(tk_client *c, const sh_frame *f)
 	return 0;
 }
 
+/* SH_TK_STATUS: a question, answered by the client's writer after the
+ * results it has (at most a few pending: each is one small frame). */
+static int on_status(tk_client *c, const sh_frame *f)
+{
+	sh_mp m;
+	uint32_t n;
+	sh_mp_init(&m, c->c.in + SH_FRAME_HDR, f->body_len);
+	if (f->oob || sh_mp_array(&m, &n) || n != 0 || sh_mp_done(&m) || c->asks >= 16)
+		return SHOAL_EPROTO;
+	c->asks++;
+	kick(&c->c);
+	return 0;
+}
+
 static int submit_frame(tk_client *c, const sh_frame *f)
 {
 	if (f->op == SH_TK_OWNER)
 		return on_owner(c, f);
+	if (f->op == SH_TK_STATUS)
+		return on_status(c, f);
 	if (f->op != SH_TK_SUBMIT)
 		return SHOAL_EPROTO;
 	return f->oob ? on_large(c, f) : on_submit(c, f);
@@ -1420,8 +1483,12 @@ static void *conn_main(void *arg)
 	} else {
 		rc = sh_link_hello(&hello->l, &proto, &version);
 	}
-	if (rc == 0 && (version != SH_TASKS_VERSION ||
-			(proto != SH_TASKS_CLIENT && proto != SH_TASKS_ENGINE))) {
+	if (rc == 0 && proto == SH_STORE_PROTO) {
+		/* `shoal stat` asks a socket whether it is a store's first */
+		sh_debug("tasks", "pid %d: a store's client; not ours", (int)hello->pid);
+		rc = SHOAL_EPROTO;
+	} else if (rc == 0 && (version != SH_TASKS_VERSION ||
+			       (proto != SH_TASKS_CLIENT && proto != SH_TASKS_ENGINE))) {
 		sh_warn("tasks",
 			"pid %d: hello (%08x, %u), expected a client or an engine of "
 			"version %d",
@@ -1489,7 +1556,10 @@ static void *conn_main(void *arg)
 		e->next = ctl->engines;
 		ctl->engines = e;
 		atomic_fetch_add_explicit(&ctl->n_engines, 1, memory_order_relaxed);
-		sh_info("tasks", "engine %u (%s) joined", e->c.num, e->c.peer);
+		sh_info("tasks", "engine %u (%s) joined; %u engine%s now", e->c.num, e->c.peer,
+			atomic_load_explicit(&ctl->n_engines, memory_order_relaxed),
+			atomic_load_explicit(&ctl->n_engines, memory_order_relaxed) == 1 ? ""
+											 : "s");
 		joined = true;
 		assign_pending(ctl);
 		fill(ctl, e);

@@ -586,39 +586,14 @@ static void *watch(void *arg)
 	return NULL;
 }
 
-int sh_engine_main(int argc, char **argv)
+int sh_engine_main(const sh_engine_cfg *cfg)
 {
-	const char *socket = NULL, *so = NULL, *connect_to = NULL, *store = NULL;
-	bool with_parent = false;
-	engine g = {.name = "engine", .tcp = -1};
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--die-with-parent")) {
-			with_parent = true;
-			continue;
-		}
-		if (i + 1 >= argc)
-			break;
-		if (!strcmp(argv[i], "--socket"))
-			socket = argv[++i];
-		else if (!strcmp(argv[i], "--so"))
-			so = argv[++i];
-		else if (!strcmp(argv[i], "--connect"))
-			connect_to = argv[++i];
-		else if (!strcmp(argv[i], "--store"))
-			store = argv[++i];
-		else if (!strcmp(argv[i], "--name"))
-			g.name = argv[++i];
-	}
+	const char *socket = cfg->socket, *so = cfg->so, *connect_to = cfg->connect,
+		   *store = cfg->store;
+	bool with_parent = cfg->with_parent;
+	engine g = {.name = cfg->name, .tcp = -1};
 	if (socket && !strncmp(socket, "tcp://", 6))
-		connect_to = socket + 6;
-	if ((!socket && !connect_to) || !so) {
-		fprintf(stderr, "usage: shoal-engine (--socket PATH | --connect HOST:PORT) --so "
-				"LIBRARY.so [--store PATH] [--name NAME] [--die-with-parent]\n"
-				"over TCP the shared secret comes from $SHOAL_SECRET_FILE or "
-				"$SHOAL_SECRET; HOST:PORT?encrypt=false asks for records in clear "
-				"(still authenticated), if the controller allows it\n");
-		return 2;
-	}
+		connect_to = socket + 6, socket = NULL;
 	if (with_parent) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() == 1)

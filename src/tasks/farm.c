@@ -2,7 +2,12 @@
  * are submitted and sent when the batch is full or the client flushes or
  * waits, so submitting never waits for the controller. Results arrive in
  * batches and are kept, as the bytes the engine encoded, until waited for;
- * a wait decodes its result into the caller's vbuf. */
+ * a wait decodes its result into the caller's vbuf.
+ *
+ * shoal_farm_stat asks the controller for its figures (a STATUS frame,
+ * answered after the results it has for us). A wait that times out asks
+ * the same, briefly, so that its message can say when no engine is there
+ * to run anything: nothing is asked while results come. */
 #include "net/net.h"
 #include "rpc/value.h"
 #include "tasks/proto.h"
@@ -55,6 +60,14 @@ struct shoal_farm {
 	/* shared arguments: the store, and a vbuf to share a submission in */
 	shoal_client *store;
 	shoal_vbuf *share;
+	/* the controller's last STATUS answer, and how many came */
+	shoal_controller_stat st;
+	shoal_farm_engine *eng;
+	uint32_t neng, cap_eng;
+	uint64_t answers;
+	bool asking;	 /* a timed-out wait asks (no asking within) */
+	bool told;	 /* "no engine" has been logged once */
+	char where[128]; /* the controller's socket, for messages */
 	char err[512];
 };
 
@@ -132,6 +145,8 @@ static void farm_free(shoal_farm *f)
 		shoal_free(f->rbuf, f->rcap);
 	if (f->in)
 		shoal_free(f->in, f->in_cap);
+	if (f->eng)
+		shoal_free(f->eng, f->cap_eng * sizeof(*f->eng));
 	SH_DELETE(f);
 }
 
@@ -188,6 +203,7 @@ int shoal_farm_connect_until(shoal_farm **out, const char *socket, int64_t deadl
 	}
 	f->l.down.spin_ns = 50000;
 	f->base = 1;
+	snprintf(f->where, sizeof(f->where), "%s", socket);
 	shoal_farm_set_timeout(f, SH_TASKS_TIMEOUT_NS);
 	sh_tk_batch_begin(&f->sub);
 	*out = f;
@@ -203,6 +219,8 @@ void shoal_farm_close(shoal_farm *f)
 static int queue_frame(shoal_farm *f, sh_wbuf *w);
 static int send_batch(shoal_farm *f, bool block, int64_t deadline);
 static int drain(shoal_farm *f, bool block, int64_t deadline);
+static int pump(shoal_farm *f, int64_t deadline);
+static int timed_out(shoal_farm *f);
 
 int shoal_farm_use_store(shoal_farm *f, const char *store_socket)
 {
@@ -492,6 +510,127 @@ int shoal_farm_map(shoal_farm *f, const char *fn, const shoal_value *args,
 	return 0;
 }
 
+/* A STATUS answer (proto.h), kept in f. */
+static int read_status(shoal_farm *f, const unsigned char *p, size_t len)
+{
+	sh_mp m;
+	uint32_t n, ne;
+	uint64_t v[9];
+	sh_mp_init(&m, p, len);
+	if (sh_mp_array(&m, &n) || n != 10)
+		return ffail(f, SHOAL_EPROTO, "from the controller: a malformed status");
+	for (int i = 0; i < 9; i++)
+		if (sh_mp_uint(&m, &v[i]) || (i < 2 && v[i] > UINT32_MAX))
+			return ffail(f, SHOAL_EPROTO, "from the controller: a malformed status");
+	if (sh_mp_array(&m, &ne) ||
+	    sh_grow_to((void **)&f->eng, &f->cap_eng, ne ? ne : 1, sizeof(*f->eng)) != 0)
+		return ffail(f, SHOAL_EPROTO, "from the controller: a malformed status");
+	for (uint32_t i = 0; i < ne; i++) {
+		uint32_t k, pl;
+		uint64_t num, inflight;
+		int64_t pid;
+		const char *peer;
+		if (sh_mp_array(&m, &k) || k != 4 || sh_mp_uint(&m, &num) || num > UINT32_MAX ||
+		    sh_mp_str(&m, &peer, &pl) || sh_mp_int(&m, &pid) || pid < 0 ||
+		    pid > INT32_MAX || sh_mp_uint(&m, &inflight) || inflight > UINT32_MAX)
+			return ffail(f, SHOAL_EPROTO, "from the controller: a malformed status");
+		shoal_farm_engine *e = &f->eng[i];
+		e->num = (uint32_t)num;
+		e->pid = (int32_t)pid;
+		e->inflight = (uint32_t)inflight;
+		size_t cut = pl < sizeof(e->peer) - 1 ? pl : sizeof(e->peer) - 1;
+		memcpy(e->peer, peer, cut);
+		e->peer[cut] = 0;
+	}
+	if (sh_mp_done(&m))
+		return ffail(f, SHOAL_EPROTO, "from the controller: a malformed status");
+	f->st = (shoal_controller_stat){
+		.engines = (uint32_t)v[0],
+		.clients = (uint32_t)v[1],
+		.queued = v[2],
+		.running = v[3],
+		.done = v[4],
+		.retried = v[5],
+		.failed = v[6],
+		.held_bytes = v[7],
+		.held_peak = v[8],
+	};
+	f->neng = ne;
+	f->answers++;
+	return 0;
+}
+
+/* Asks the controller for its figures and waits for the answer until
+ * deadline (results that come first are kept). */
+static int ask_status(shoal_farm *f, int64_t deadline)
+{
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	sh_tk_batch_begin(&w);
+	int rc = sh_tk_batch_end(&w, 0, SH_TK_STATUS);
+	if (rc) {
+		sh_wbuf_fini(&w);
+		return ffail(f, rc, "asking the controller: %s", shoal_strerror(rc));
+	}
+	/* after the tasks queued so far, as the next frame */
+	if ((rc = send_batch(f, false, SHOAL_NOWAIT)) != 0 || (rc = queue_frame(f, &w)) != 0) {
+		sh_wbuf_fini(&w);
+		return rc;
+	}
+	if ((rc = drain(f, true, deadline)) != 0)
+		return rc;
+	uint64_t had = f->answers;
+	f->asking = true;
+	while (rc == 0 && f->answers == had)
+		rc = pump(f, deadline);
+	f->asking = false;
+	return rc;
+}
+
+/* A wait's deadline passed: when the controller has no engine, the
+ * message says so (and the log, once), since then no deadline would have
+ * been long enough. Asking costs a round trip, bounded by 250 ms. */
+static int timed_out(shoal_farm *f)
+{
+	if (!f->asking) {
+		int64_t soon = shoal_deadline_in(250 * 1000000LL);
+		if (ask_status(f, soon) == 0 && f->st.engines == 0) {
+			if (!f->told)
+				sh_warn("tasks",
+					"no engine is connected to the controller at %s: tasks "
+					"wait until one is (shoal-engine --socket %s --so "
+					"LIBRARY.so)",
+					f->where, f->where);
+			f->told = true;
+			return ffail(f, SHOAL_ETIMEDOUT,
+				     "no result before the deadline: no engine is connected to "
+				     "the controller at %s",
+				     f->where);
+		}
+	}
+	return ffail(f, SHOAL_ETIMEDOUT, "no result before the deadline");
+}
+
+int shoal_farm_stat(shoal_farm *f, shoal_controller_stat *st, shoal_farm_engine *engines,
+		    uint32_t cap, uint32_t *nengines, int64_t deadline)
+{
+	if (!f || !st || (cap && !engines))
+		return SHOAL_EINVAL;
+	f->err[0] = 0;
+	int rc = ask_status(f, deadline);
+	if (rc == SHOAL_ETIMEDOUT)
+		return ffail(f, rc, "the controller at %s did not answer before the deadline",
+			     f->where);
+	if (rc)
+		return rc;
+	*st = f->st;
+	for (uint32_t i = 0; i < f->neng && i < cap; i++)
+		engines[i] = f->eng[i];
+	if (nengines)
+		*nengines = f->neng;
+	return 0;
+}
+
 /* Reads one RESULTS batch, waiting until deadline; looks at the socket
  * between slices, so a controller that died is noticed. */
 static int pump(shoal_farm *f, int64_t deadline)
@@ -515,7 +654,7 @@ static int pump(shoal_farm *f, int64_t deadline)
 		}
 	}
 	if (rc == SHOAL_ETIMEDOUT)
-		return ffail(f, rc, "no result before the deadline");
+		return timed_out(f);
 	if (rc)
 		return ffail(f, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
 			     "the controller's connection: %s%s%s", shoal_strerror(rc),
@@ -525,8 +664,14 @@ static int pump(shoal_farm *f, int64_t deadline)
 	char why[160];
 	sh_mp m;
 	uint32_t n;
-	if (sh_frame_decode(f->in, len, &fr, why, sizeof(why)) != 0 || fr.op != SH_TK_RESULTS ||
-	    fr.oob)
+	why[0] = 0;
+	if (sh_frame_decode(f->in, len, &fr, why, sizeof(why)) == 0 && fr.op == SH_TK_STATUS &&
+	    !fr.oob) {
+		rc = read_status(f, f->in + SH_FRAME_HDR, fr.body_len);
+		sh_msg_trim(&f->in, &f->in_cap);
+		return rc;
+	}
+	if (why[0] || fr.op != SH_TK_RESULTS || fr.oob)
 		return ffail(f, SHOAL_EPROTO, "from the controller: %s",
 			     why[0] ? why : "not a batch of results");
 	sh_mp_init(&m, f->in + SH_FRAME_HDR, fr.body_len);

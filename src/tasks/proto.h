@@ -10,6 +10,9 @@
  *   engine -> controller   DONE    [[tid, status, [result, [made id...]] | message] ...]
  *   engine -> controller   STARTED [seq]   (over TCP, before it starts its seq-th entry)
  *   controller -> engine   DROP    [seq...] (over TCP: entries whose client went)
+ *   client -> controller   STATUS  []
+ *   controller -> client   STATUS  [engines, clients, queued, running, done, retried,
+ *                                   failed, held, held_peak, [[num, peer, pid, in flight] ...]]
  *
  * Over TCP every frame travels in the secure channel (net.h). An engine
  * holds at most the controller's window of tasks; the rest wait there.
@@ -88,6 +91,9 @@ static inline size_t sh_tk_page_bytes(uint32_t window)
  * in STARTED) whose client went: the engine skips those it has not
  * reached, and asks the one it runs to give up (shoal_ext_cancelled). An
  * engine on this host finds them marked in its page instead. */
+/* SH_TK_STATUS, from a client: [], a question (shoal_farm_stat); the
+ * controller answers it after the results it has for that client, with its
+ * figures (shoal_controller_stat) and a row per engine. */
 enum {
 	SH_TK_SUBMIT = 1,
 	SH_TK_RESULTS,
@@ -95,7 +101,8 @@ enum {
 	SH_TK_DONE,
 	SH_TK_OWNER,
 	SH_TK_STARTED,
-	SH_TK_DROP
+	SH_TK_DROP,
+	SH_TK_STATUS
 };
 
 /* A batch being built in w: a frame whose body opens with an array32
@@ -143,7 +150,16 @@ typedef struct sh_tk_run {
 int sh_tk_read_run(sh_mp *m, sh_tk_run *r);
 #define SH_TK_RUN_IT 1
 
-/* The engine's main (tools/shoal-engine.c calls it). */
-int sh_engine_main(int argc, char **argv);
+/* What an engine is told (tools/shoal-engine.c parses its command line
+ * into it): the controller's unix socket (or "tcp://HOST:PORT") or connect
+ * (HOST:PORT), the library, a store for shared arguments (or NULL), its
+ * name in messages, and whether it dies with its parent. */
+typedef struct sh_engine_cfg {
+	const char *socket, *connect, *so, *store, *name;
+	bool with_parent;
+} sh_engine_cfg;
+/* The engine's main: runs the controller's tasks until it goes; the
+ * process's exit code. */
+int sh_engine_main(const sh_engine_cfg *cfg);
 
 #endif

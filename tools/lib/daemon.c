@@ -96,35 +96,37 @@ const char *sh_tools_fmt_bytes(uint64_t v, char *buf, size_t len)
 }
 
 /* The task controller's options, shared by the daemon (which may serve
- * one beside the store) and `shoal controller`: 1 when a was one of them
- * (and *i moved past its value), 0 when not, -1 on a bad value. */
-static int tasks_opt(const char *prog, const char *a, const char *v, int *i,
-		     shoal_controller_opts *co)
+ * one beside the store) and `shoal controller`: true when o (from
+ * sh_cli_next) was one of them. TASKS_OPTS is for their tables (kept one a
+ * line: clang-format would brace them). */
+// clang-format off
+#define TASKS_OPTS \
+	{"scheme", required_argument, NULL, 'C'}, \
+	{"tcp", required_argument, NULL, 'T'}
+// clang-format on
+
+static bool tasks_opt(const sh_cli *cli, int o, shoal_controller_opts *co)
 {
-	if (!strcmp(a, "--scheme") && v) {
-		int sc = shoal_scheme_parse(v);
-		if (sc < 0) {
-			fprintf(stderr,
-				"%s: --scheme '%s': expected pure, lru, leastload, weighted or "
-				"twobin\n",
-				prog, v);
-			return -1;
-		}
-		co->scheme = (shoal_scheme)sc;
-	} else if (!strcmp(a, "--tcp") && v) {
-		co->tcp = v;
-	} else {
-		return 0;
-	}
-	(*i)++;
-	return 1;
+	static const char *const schemes[] = {"pure",	  "lru",    "leastload",
+					      "weighted", "twobin", NULL};
+	if (o == 'C')
+		co->scheme = (shoal_scheme)shoal_scheme_parse(
+			sh_cli_choice(cli, "--scheme", optarg, schemes));
+	else if (o == 'T')
+		co->tcp = optarg;
+	else
+		return false;
+	return true;
 }
 
 static const char tasks_usage[] =
-	"  --scheme S     how tasks are spread: pure, lru, leastload (default),\n"
-	"                 weighted or twobin\n"
-	"  --tcp H:P      also serve engines and clients of other hosts on TCP; they\n"
-	"                 must know the secret in $SHOAL_SECRET_FILE or $SHOAL_SECRET\n";
+	"  --scheme S       how tasks are spread: pure, lru, leastload (default),\n"
+	"                   weighted or twobin\n"
+	"  --tcp H:P        also serve engines and clients of other hosts on TCP; they\n"
+	"                   must know the secret in $SHOAL_SECRET_FILE or $SHOAL_SECRET\n";
+
+static const char std_usage[] = "  -h, --help       show this help\n"
+				"  -V, --version    print the version\n";
 
 /* SIGTERM and SIGINT blocked in every thread (the servers' threads
  * inherit the mask), to be taken by wait_stop; SIGPIPE ignored. */
@@ -152,24 +154,32 @@ static void say_tasks(const char *prog, const shoal_controller *ctl, shoal_schem
 		shoal_scheme_name(scheme), (int)getpid());
 }
 
-static void daemon_usage(const char *prog, FILE *f)
+/* The name the daemon runs under ("shoald" or "shoal daemon"), for its
+ * usage. */
+static const char *daemon_prog;
+
+static void daemon_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: %s [--socket PATH] [--size BYTES] [--reserve] [--group GROUP]\n"
-		"          [--state-dir DIR]\n"
-		"          [--tasks PATH [--scheme S] [--tcp HOST:PORT]]\n"
-		"Serves a shared-memory object store on a unix socket until SIGTERM.\n"
-		"  --socket PATH  where clients connect (default %s)\n"
-		"  --size BYTES   hard limit on stored bytes, e.g. 512M, 16G (default 1G)\n"
-		"  --reserve      fault in the small-object arena at start\n"
-		"  --state-dir DIR keep persistent objects in DIR (made 0700; on tmpfs,\n"
-		"                 e.g. /dev/shm/NAME) and serve them again after a restart\n"
-		"  --group GROUP  also admit processes of this group (name or gid); the\n"
-		"                 socket is then 0660, else 0600\n"
-		"  --tasks PATH   also serve a task controller on this socket\n"
-		"%s"
-		"Exit codes: 0 stopped cleanly, 1 could not serve, 2 bad arguments.\n",
-		prog, sh_tools_default_socket(), tasks_usage);
+		"          [--state-dir DIR] [--tasks PATH [--scheme S] [--tcp HOST:PORT]]\n\n"
+		"Serves a shared-memory object store on a unix socket until SIGTERM or SIGINT:\n"
+		"clients on this host put named objects (tensor dicts, blobs) into it and map\n"
+		"them read-only, without copies. With --tasks it also serves a task controller.\n\n"
+		"options:\n"
+		"  --socket PATH    where clients connect (default: $SHOAL_SOCKET, else\n"
+		"                   shoald.sock in $XDG_RUNTIME_DIR/shoal, /run/shoal or\n"
+		"                   /tmp/shoal-UID)\n"
+		"  --size BYTES     hard limit on stored bytes, e.g. 512M, 16G (default 1G)\n"
+		"  --reserve        fault in the small-object arena at start\n"
+		"  --state-dir DIR  keep persistent objects in DIR (made 0700; on tmpfs,\n"
+		"                   e.g. /dev/shm/NAME) and serve them again after a restart\n"
+		"  --group GROUP    also admit processes of this group (name or gid); the\n"
+		"                   socket is then 0660, else 0600\n"
+		"  --tasks PATH     also serve a task controller on this socket\n"
+		"%s%s"
+		"\nExit codes: 0 stopped cleanly, 1 could not serve, 2 bad arguments.\n",
+		daemon_prog, tasks_usage, std_usage);
 }
 
 int sh_daemon_main(const char *prog, int argc, char **argv)
@@ -180,62 +190,65 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 	shoal_controller_opts co;
 	shoal_controller_opts_init(&co);
 	uint64_t size = 1ull << 30;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int t = tasks_opt(prog, a, v, &i, &co);
-		if (t < 0)
-			return SH_EXIT_USAGE;
-		if (t > 0)
+	/* The daemon's options, all of them. */
+	static const struct option opts[] = {SH_CLI_STD,
+					     TASKS_OPTS,
+					     {"socket", required_argument, NULL, 's'},
+					     {"size", required_argument, NULL, 'z'},
+					     {"reserve", no_argument, NULL, 'r'},
+					     {"group", required_argument, NULL, 'g'},
+					     {"state-dir", required_argument, NULL, 'd'},
+					     {"tasks", required_argument, NULL, 't'},
+					     {0}};
+	daemon_prog = prog;
+	const sh_cli cli = {.prog = prog, .usage = daemon_usage, .opts = opts};
+	int opt;
+	while ((opt = sh_cli_next(&cli, argc, argv)) != -1) {
+		const char *v = optarg;
+		if (tasks_opt(&cli, opt, &co))
 			continue;
-		if (!strcmp(a, "--tasks") && v) {
-			co.socket = v;
-			i++;
-		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			daemon_usage(prog, stdout);
-			return SH_EXIT_OK;
-		} else if (!strcmp(a, "--state-dir") && v) {
-			o.state_dir = v;
-			i++;
-		} else if (!strcmp(a, "--reserve")) {
-			o.reserve = true;
-		} else if (!strcmp(a, "--socket") && v) {
+		switch (opt) {
+		case 's':
 			o.socket_path = v;
-			i++;
-		} else if (!strcmp(a, "--size") && v) {
-			if (sh_tools_parse_size(v, &size) != 0 || size < 4096) {
-				fprintf(stderr,
-					"%s: --size '%s': expected a byte count of at least 4096, "
-					"like 4096, 512M or 16G\n",
-					prog, v);
-				return SH_EXIT_USAGE;
-			}
-			i++;
-		} else if (!strcmp(a, "--group") && v) {
+			break;
+		case 'z':
+			if (sh_tools_parse_size(v, &size) != 0 || size < 4096)
+				sh_cli_fail(&cli,
+					    "--size '%s': expected a byte count of at least 4096, "
+					    "like 4096, 512M or 16G",
+					    v);
+			break;
+		case 'r':
+			o.reserve = true;
+			break;
+		case 'd':
+			o.state_dir = v;
+			break;
+		case 'g': {
 			char *end;
+			errno = 0;
 			unsigned long g = strtoul(v, &end, 10);
-			if (*v && !*end) {
+			if (*v >= '0' && *v <= '9' && !*end && !errno && g < (gid_t)-1) {
 				o.group = (gid_t)g;
 			} else {
 				struct group *gr = getgrnam(v);
-				if (!gr) {
-					fprintf(stderr, "%s: --group '%s': no such group\n", prog,
-						v);
-					return SH_EXIT_USAGE;
-				}
+				if (!gr)
+					sh_cli_fail(&cli,
+						    "--group '%s': no such group (expected a group "
+						    "name or a numeric gid)",
+						    v);
 				o.group = gr->gr_gid;
 			}
-			i++;
-		} else {
-			fprintf(stderr, "%s: unexpected argument '%s'%s\n", prog, a,
-				(!strcmp(a, "--socket") || !strcmp(a, "--size") ||
-				 !strcmp(a, "--group") || !strcmp(a, "--state-dir"))
-					? " (it needs a value)"
-					: "");
-			daemon_usage(prog, stderr);
-			return SH_EXIT_USAGE;
+			break;
+		}
+		case 't':
+			co.socket = v;
+			break;
 		}
 	}
+	sh_cli_operands(&cli, argc, argv, 0, 0);
+	if (co.socket)
+		sh_tools_log_info(); /* engines coming and going are news */
 	o.size = (size_t)size;
 	/* Not dumpable: then other processes of our user cannot open our
 	 * descriptors through /proc/PID/fd, so the arena, writable only here,
@@ -278,34 +291,36 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 	return SH_EXIT_OK;
 }
 
+static void controller_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: %s [--socket PATH] [--scheme S] [--tcp HOST:PORT]\n\n"
+		"Serves a task controller until SIGTERM or SIGINT: clients submit tasks to it,\n"
+		"and it hands them to engines (shoal-engine processes, which connect to it)\n"
+		"and sends the results back. It logs engines as they come and go; `shoal stat\n"
+		"--socket PATH` shows its engines and tasks.\n\n"
+		"options:\n"
+		"  --socket PATH    where they connect on this host (default: a fresh path,\n"
+		"                   printed)\n"
+		"%s%s"
+		"\nExit codes: 0 stopped cleanly, 1 could not serve, 2 bad arguments.\n",
+		daemon_prog, tasks_usage, std_usage);
+}
+
 int sh_controller_main(const char *prog, int argc, char **argv)
 {
 	shoal_controller_opts co;
 	shoal_controller_opts_init(&co);
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int t = tasks_opt(prog, a, v, &i, &co);
-		if (t < 0)
-			return SH_EXIT_USAGE;
-		if (t > 0)
-			continue;
-		if (!strcmp(a, "--socket") && v) {
-			co.socket = v;
-			i++;
-		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			printf("usage: %s [--socket PATH] [--scheme S] [--tcp HOST:PORT]\n"
-			       "Serves a task controller until SIGTERM; engines (shoal-engine) and "
-			       "clients connect to it.\n"
-			       "  --socket PATH  where they connect on this host (default: a fresh "
-			       "path, printed)\n%s",
-			       prog, tasks_usage);
-			return SH_EXIT_OK;
-		} else {
-			fprintf(stderr, "%s: unexpected argument '%s'\n", prog, a);
-			return SH_EXIT_USAGE;
-		}
-	}
+	static const struct option opts[] = {
+		SH_CLI_STD, TASKS_OPTS, {"socket", required_argument, NULL, 's'}, {0}};
+	daemon_prog = prog;
+	const sh_cli cli = {.prog = prog, .usage = controller_usage, .opts = opts};
+	int opt;
+	while ((opt = sh_cli_next(&cli, argc, argv)) != -1)
+		if (!tasks_opt(&cli, opt, &co))
+			co.socket = optarg; /* 's', the only other */
+	sh_cli_operands(&cli, argc, argv, 0, 0);
+	sh_tools_log_info();
 	sigset_t set;
 	block_stop_signals(&set);
 	shoal_controller *ctl;
