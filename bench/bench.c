@@ -1326,31 +1326,26 @@ static void plot_path(char *buf, size_t len, const char *path, const char *suite
 }
 
 /* Whether a file can be written at path, before a run that would end by
- * writing it: its directory exists and is writable, and the file, if it is
- * there, is a writable file. 0, or -1 with the reason in err. */
+ * writing it: opened for writing as the run will (created and removed
+ * again when it was not there; an existing file is left as it is). 0, or
+ * -1 with the reason in err. */
 static int check_out_path(const char *opt, const char *path, char *err, size_t errlen)
 {
-	char dir[4096];
-	const char *slash = strrchr(path, '/');
-	if (!slash)
-		snprintf(dir, sizeof(dir), ".");
-	else
-		snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
-	struct stat st;
-	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "%s %s: the directory %s does not exist", opt, path, dir);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	bool made = fd >= 0;
+	if (fd < 0 && errno == EEXIST)
+		fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0) {
+		struct stat st;
+		snprintf(err, errlen, "%s %s: cannot write it: %s", opt, path,
+			 errno == EISDIR || (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+				 ? "it is a directory"
+				 : strerror(errno));
 		return -1;
 	}
-	if (access(dir, W_OK | X_OK) != 0) {
-		snprintf(err, errlen, "%s %s: cannot write in %s: %s", opt, path, dir,
-			 strerror(errno));
-		return -1;
-	}
-	if (stat(path, &st) == 0 && (S_ISDIR(st.st_mode) || access(path, W_OK) != 0)) {
-		snprintf(err, errlen, "%s %s: %s", opt, path,
-			 S_ISDIR(st.st_mode) ? "is a directory" : strerror(errno));
-		return -1;
-	}
+	close(fd);
+	if (made)
+		unlink(path);
 	return 0;
 }
 
