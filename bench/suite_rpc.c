@@ -6,7 +6,16 @@
  * ("_standard") carries payloads through the rings; what does not fit one
  * ring record goes in pieces (up to 1 GiB a message). Shared mode ("_shared") passes tensors by
  * reference to store objects; the first share's copy is reported apart (first_share_ms). nested_N:
- * two calls of host singletons per level, N levels. */
+ * two calls of host singletons per level, N levels.
+ *
+ * --json: call rows carrying data have params bytes and mode (both rows);
+ * local rows: calls_per_sample; copy-mode rows of 64 KiB and up: mb_s,
+ * memcpy_same_size_mb_s, memcpy_mb_s (256 MiB, beyond the caches),
+ * ratio_vs_memcpy (against memcpy of the same size; it was against
+ * memcpy_mb_s, a figure the payloads that fit in cache were not set
+ * against fairly) and ratio_vs_memcpy_dram (that earlier figure). The
+ * tensor memory test is named after tensor_bytes: tensor_2gb at full size,
+ * tensor_64mb with --quick. */
 #include "bench.h"
 
 #include <shoal/shoal.h>

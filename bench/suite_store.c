@@ -6,7 +6,12 @@
  * tensor's address, dtype and shape are in hand; and what each of N reader
  * processes that map and read one large tensor costs beyond the shared
  * pages (Uss). `shoal put` of a safetensors file against cp is in the
- * import test. */
+ * import test.
+ *
+ * --json: get_small times get, read and release together; get_tensor_dict
+ * rows have param client: warm (metadata walk, segments still mapped),
+ * cold (a fresh process: get and walk; connect_ms apart) and cold+read
+ * (until every tensor's pages have been read). */
 #include "bench.h"
 #include "store/safetensors.h"
 
