@@ -976,7 +976,8 @@ static void first_run_rows(sh_bench_report *r, const struct job *j, const struct
 			sh_bench_add(r, SUITE, "hackysack_first_run", labels[k], k > 0);
 		set_params(x, TEST_HACKYSACK, j);
 		if (sd->procs > 0)
-			snprintf(x->variant, sizeof(x->variant), "GOMAXPROCS=%d", sd->procs);
+			snprintf(x->variant, sizeof(x->variant), "GOMAXPROCS=%d%s", sd->procs,
+				 sd->procs == go.gomaxprocs && sd->procs > 1 ? " default" : "");
 		double mean, sdv, mn, mx;
 		sh_bench_stats(sd->first.t, sd->first.reps, &mean, &sdv, &mn, &mx);
 		sh_bench_metric_set(x, "best_s", mn);

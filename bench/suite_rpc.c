@@ -244,8 +244,11 @@ static void bench_one(const sh_bench_opts *o, sh_bench_report *r, shoal_ext *e, 
 	bool tensor = p->kind == 3 || p->kind == 6 || p->kind == 7 || (shared && p->kind == 2);
 	char test[48];
 	snprintf(test, sizeof(test), "%s_%s", p->name, shared ? "shared" : "standard");
-	sh_bench_result *b = sh_bench_add(r, SUITE, test, "local", 1);
+	/* b by its index: the second add may move the results */
+	size_t bi = r->n;
+	sh_bench_add(r, SUITE, test, "local", 1);
 	sh_bench_result *x = sh_bench_add(r, SUITE, test, "shoal", 0);
+	sh_bench_result *b = &r->res[bi];
 	/* the payload's size (what the plot sweeps) and the mode, on both */
 	size_t nominal = payload_bytes(p);
 	for (sh_bench_result *y = b; nominal && y; y = y == b ? x : NULL) {

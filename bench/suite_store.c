@@ -576,10 +576,13 @@ static void bench_import(const sh_bench_opts *o, sh_bench_report *r, const char 
 	if (sl > 0)
 		self[sl] = 0;
 	bool exec_put = sl > 6 && strcmp(self + sl - 6, "/shoal") == 0;
-	sh_bench_result *cp = sh_bench_add(r, SUITE, "import_safetensors", "cp", 1);
-	sh_bench_param_num(cp, "bytes", (double)bytes);
+	/* cp by its index: the second add may move the results */
+	size_t ci = r->n;
+	sh_bench_param_num(sh_bench_add(r, SUITE, "import_safetensors", "cp", 1), "bytes",
+			   (double)bytes);
 	sh_bench_result *put =
 		sh_bench_add(r, SUITE, "import_safetensors", exec_put ? "shoal put" : "import", 0);
+	sh_bench_result *cp = &r->res[ci];
 	sh_bench_param_num(put, "bytes", (double)bytes);
 	if (write_st_file(src, 1100, bytes, err, sizeof(err)) != 0) {
 		sh_bench_fail(cp, "%s", err);
