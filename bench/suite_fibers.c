@@ -1298,7 +1298,8 @@ void sh_bench_fibers_table(FILE *f, const sh_bench_report *r)
 		for (size_t i = 0; i < r->n && k < sizeof(sum); i++) {
 			const sh_bench_result *x = &r->res[i];
 			char vs[96];
-			if (strcmp(x->suite, SUITE) != 0 || x->baseline || x->status != SH_BENCH_OK)
+			if (strcmp(x->suite, SUITE) != 0 || strcmp(x->label, "shoal") != 0 ||
+			    x->status != SH_BENCH_OK)
 				continue;
 			sh_bench_fmt_vs(vs, sizeof(vs), r, x);
 			if (vs[0])
