@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -832,7 +833,7 @@ static void tick_text(char *buf, size_t len, double v)
 /* The values of the params named in the comma-separated list `series`
  * joined by " / " into name, each value's index among those seen so far
  * per key in vals/nvals (for colour and dash). 0, or -1 if x lacks one. */
-enum { MAXKEY = 2, MAXVAL = 12 };
+enum { MAXKEY = 3, MAXVAL = 12 };
 static int series_of(const sh_bench_result *x, const char *series, char *name, size_t len,
 		     char vals[MAXKEY][MAXVAL][64], int *nvals, int *idx)
 {
@@ -1049,6 +1050,34 @@ int sh_bench_find_tool(const char *tool, char *tool_path, char *lib_path, size_t
 	    sh_bench_find_aux("rpc_ext.so", R_OK, lib_path, len))
 		return -1;
 	return find_either(self, "../tools/", "", tool, X_OK, tool_path, len);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+void sh_bench_rm_tree(const char *path)
+{
+	nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int sh_bench_find_source(const char *rel, char *path, size_t len)
+{
+	const char *src = getenv("SHOAL_SRCDIR");
+	if (src) {
+		snprintf(path, len, "%s/bench/%s", src, rel);
+		if (access(path, R_OK) == 0)
+			return 0;
+	}
+	const char *here = __FILE__; /* .../bench/bench.c */
+	const char *slash = strrchr(here, '/');
+	snprintf(path, len, "%.*s/%s", slash ? (int)(slash - here) : 1, slash ? here : ".", rel);
+	return access(path, R_OK) == 0 ? 0 : -1;
 }
 
 double sh_bench_now(void)

@@ -145,8 +145,9 @@ int sh_bench_svg_bars(FILE *f, const sh_bench_report *r, const char *suite, cons
 /* A panel of lines on log-log axes: metric * scale against the numeric
  * param xparam, for the ok results of `test` (NULL: every test) in
  * `suite` that have xparam and every param of `series`: one line per
- * distinct combination of the series params (a comma-separated list,
- * "scheme,transport"; the first picks the colour, the second the dash),
+ * distinct combination of the series params (a comma-separated list of
+ * up to 3, "scheme,transport"; "impl" is the label): the first picks the
+ * colour, the second the dash,
  * its points in the order of x. The axes end at the data. Returns the
  * height used (legend included), 0 when nothing matched. */
 typedef struct sh_bench_lines {
@@ -210,6 +211,15 @@ int sh_bench_find_tool(const char *tool, char *tool_path, char *lib_path, size_t
  * in a build tree beside this program's directory, else lib/shoal/NAME where
  * `make install` put it. 0, or -1 when it is in neither. */
 int sh_bench_find_aux(const char *name, int mode, char *path, size_t len);
+
+/* A source file of bench/ a suite runs (rel: "go/hackysack.go"), from
+ * $SHOAL_SRCDIR/bench/ (an installed program), else from the source tree
+ * this program was built from. 0, or -1 when it is in neither. */
+int sh_bench_find_source(const char *rel, char *path, size_t len);
+
+/* Removes path and everything under it (a scratch directory a suite made
+ * for a peer), not following symbolic links. */
+void sh_bench_rm_tree(const char *path);
 
 /* Monotonic clock in seconds. */
 double sh_bench_now(void);

@@ -13,7 +13,6 @@
 #include "bench.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -616,23 +615,6 @@ static int on_path(const char *prog)
 	return 0;
 }
 
-/* The Go source sits beside this file in the source tree; SHOAL_SRCDIR
- * points there from elsewhere (an installed binary). */
-static int find_go_source(char *buf, size_t len)
-{
-	const char *src = getenv("SHOAL_SRCDIR");
-	if (src) {
-		snprintf(buf, len, "%s/bench/go/hackysack.go", src);
-		if (access(buf, R_OK) == 0)
-			return 0;
-	}
-	const char *here = __FILE__;
-	const char *slash = strrchr(here, '/');
-	snprintf(buf, len, "%.*s/go/hackysack.go", slash ? (int)(slash - here) : 1,
-		 slash ? here : ".");
-	return access(buf, R_OK) == 0 ? 0 : -1;
-}
-
 static int copy_file(const char *from, const char *to)
 {
 	FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
@@ -648,19 +630,10 @@ static int copy_file(const char *from, const char *to)
 	return rc;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 static void go_cleanup(void)
 {
 	if (go.dir[0])
-		nftw(go.dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		sh_bench_rm_tree(go.dir);
 	go.dir[0] = '\0';
 	go.bin[0] = '\0';
 	go.last_state = go.state;
@@ -689,7 +662,7 @@ static void go_prepare(const sh_bench_opts *o)
 		snprintf(go.why, sizeof(go.why), "go not installed (apt-get install golang-go)");
 		return;
 	}
-	if (find_go_source(src, sizeof(src)) != 0) {
+	if (sh_bench_find_source("go/hackysack.go", src, sizeof(src)) != 0) {
 		go.state = -1;
 		snprintf(go.why, sizeof(go.why),
 			 "bench/go/hackysack.go not found (set SHOAL_SRCDIR to the source tree)");
