@@ -1226,9 +1226,10 @@ void sh_bench_fibers_table(FILE *f, const sh_bench_report *r)
 		if (g)
 			snprintf(vs_go, sizeof(vs_go), ", itself %.1fx faster than go",
 				 g->cmp_value / b->cmp_value);
-		k += (size_t)snprintf(sum + k, sizeof(sum) - k,
-				      " boost.context %.2f ms (shoal %.2fx its speed)%s;",
-				      b->cmp_value * 1e3, b->cmp_value / s->cmp_value, vs_go);
+		k += (size_t)snprintf(
+			sum + k, sizeof(sum) - k,
+			" boost.context best %.2f ms (mean %.2f ms; shoal %.2fx its speed)%s;",
+			b->cmp_value * 1e3, b->mean * 1e3, b->cmp_value / s->cmp_value, vs_go);
 	}
 	const sh_bench_result *fl = find(r, "stacks", "shoal", "n", "10001");
 	if (fl && g && k < sizeof(sum))
@@ -1261,11 +1262,13 @@ void sh_bench_fibers_table(FILE *f, const sh_bench_report *r)
 	}
 	s = find(r, "switch", "shoal", "variant", "yield");
 	if (s && k < sizeof(sum))
-		k += (size_t)snprintf(sum + k, sizeof(sum) - k, " switch %.1f ns (yield)",
-				      s->cmp_value);
+		k += (size_t)snprintf(sum + k, sizeof(sum) - k,
+				      " switch best %.1f ns (mean %.1f) (yield)", s->cmp_value,
+				      s->mean);
 	s = find(r, "switch", "shoal", "variant", "chan");
 	if (s && k < sizeof(sum))
-		k += (size_t)snprintf(sum + k, sizeof(sum) - k, ", %.1f ns (chan)", s->cmp_value);
+		k += (size_t)snprintf(sum + k, sizeof(sum) - k, ", %.1f ns (mean %.1f) (chan)",
+				      s->cmp_value, s->mean);
 	if (k == strlen("summary:")) {
 		/* None of the cases ran (a custom case): plain ratios. */
 		for (size_t i = 0; i < r->n && k < sizeof(sum); i++) {
