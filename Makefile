@@ -20,9 +20,15 @@ build: deps
 	@$(call CMAKE_CFG,release,RelWithDebInfo)
 	@cmake --build $(B)/release -j$(JOBS)
 
-run: build
+# The build's output goes to a log, shown only when it fails, so that a
+# newcomer sees the benchmark tables (every suite, --quick) and nothing else.
+run: deps
 	@scripts/deps.sh bench
-	$(B)/release/tools/shoal bench
+	@$(call CMAKE_CFG,release,RelWithDebInfo)
+	@echo "make run: building ($(B)/release, log in $(B)/run-build.log), then shoal bench: every suite, --quick"
+	@cmake --build $(B)/release -j$(JOBS) >$(B)/run-build.log 2>&1 || \
+		{ tail -40 $(B)/run-build.log; echo "make run: the build failed (whole log: $(B)/run-build.log)"; exit 1; }
+	@$(B)/release/tools/shoal bench
 
 test: deps
 	@$(MAKE) --no-print-directory test-release test-asan test-tsan test-aarch64 test-fuzz \

@@ -1,5 +1,6 @@
-/* The benchmark machinery shared by every suite: records, the table of
- * BENCH.md, JSON Lines, CSV, an SVG bar plot, option parsing and the child
+/* The benchmark machinery shared by every suite: records, the tables for
+ * people (one per kind of figure, each column in one unit), JSON Lines for
+ * machines, CSV, SVG plots, option parsing and the child
  * processes each case runs in (so that the peak RSS reported for a case is
  * that case's own, read from wait4()). Suites and programs use bench.h. */
 #include "bench.h"
@@ -7,6 +8,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -23,11 +26,18 @@
 /* ---- options ------------------------------------------------------------ */
 
 const char sh_bench_opts_usage[] =
-	"  --quick          fewer iterations and smaller sizes (under a minute)\n"
-	"  --json           JSON Lines on stdout instead of the table\n"
-	"  --csv FILE       also write the results as CSV\n"
-	"  --plot FILE.svg  also write a plot of the sweeps\n"
-	"  --large          include the sizes that need many GiB of memory\n";
+	"  --quick          fewer iterations and smaller sizes (each suite under a minute)\n"
+	"  --json           JSON Lines on stdout instead of the tables: one object a\n"
+	"                   result with suite, test, params, status, baseline, impl,\n"
+	"                   variant (when set: \"GOMAXPROCS=1\"), metrics (their unit\n"
+	"                   in the name when they have one: _us, _ms, _s, _kib, _mb_s)\n"
+	"  --csv FILE       also write the results as CSV (one row a metric)\n"
+	"  --plot FILE.svg  also write a plot of what a suite sweeps (a size or a\n"
+	"                   count); FILE-SUITE.svg each when several suites plot.\n"
+	"                   ring sweeps nothing: asking for its plot alone is an error\n"
+	"  --large          include the sizes that need many GiB of memory\n"
+	"Both paths are checked before the run. Tables: times show mean, std dev,\n"
+	"min (best) and max; rates the same with max (best); amounts one value.\n";
 
 static int ends_with(const char *s, const char *suffix)
 {
@@ -260,6 +270,7 @@ void sh_bench_show_samples(sh_bench_result *x, const double *v, int n, const cha
 	sh_bench_stats(v, n, &x->mean, &x->sd, &x->min, &x->max);
 	copy_str(x->show_unit, sizeof(x->show_unit), unit);
 	x->has_stats = n > 0;
+	x->nsamples = n;
 }
 
 static int same_params(const sh_bench_result *a, const sh_bench_result *b)
@@ -299,12 +310,73 @@ void sh_bench_fmt_time(char *buf, size_t len, double s)
 		snprintf(buf, len, "%.1f ns", s * 1e9);
 }
 
+void sh_bench_fmt_num(char *buf, size_t len, double v)
+{
+	double a = fabs(v);
+	if (!isfinite(v) || a < 10000) {
+		snprintf(buf, len,
+			 a >= 100 || v == floor(v) ? "%.0f"
+			 : a >= 10		   ? "%.1f"
+						   : "%.2f",
+			 v);
+		return;
+	}
+	char digits[32];
+	snprintf(digits, sizeof(digits), "%.0f", a);
+	size_t nd = strlen(digits), k = 0;
+	if (v < 0 && k + 1 < len)
+		buf[k++] = '-';
+	for (size_t i = 0; i < nd && k + 2 < len; i++) {
+		if (i && (nd - i) % 3 == 0)
+			buf[k++] = ' ';
+		buf[k++] = digits[i];
+	}
+	buf[k] = '\0';
+}
+
+/* Seconds per show_unit when it is a time ("us", "ns/hop"), else 0; *rest
+ * gets what follows the unit ("/hop"). */
+static double time_unit(const char *unit, const char **rest)
+{
+	static const struct {
+		const char *u;
+		double s;
+	} units[] = {{"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}};
+	size_t ulen = strcspn(unit, "/");
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (strlen(units[i].u) == ulen && strncmp(unit, units[i].u, ulen) == 0 &&
+		    strcmp(unit + ulen, "/s") != 0) {
+			*rest = unit + ulen;
+			return units[i].s;
+		}
+	return 0;
+}
+
+/* The kinds of figure, a table each, each column in one kind of unit. */
+enum { K_TIME, K_RATE, K_AMOUNT, K_N };
+
+static int kind_of(const sh_bench_result *x)
+{
+	const char *rest;
+	size_t n = strlen(x->show_unit);
+	if (time_unit(x->show_unit, &rest) > 0)
+		return K_TIME;
+	return n > 2 && strcmp(x->show_unit + n - 2, "/s") == 0 ? K_RATE : K_AMOUNT;
+}
+
 static void fmt_stat(char *buf, size_t len, const sh_bench_result *x, double v)
 {
-	if (strcmp(x->show_unit, "s") == 0)
-		sh_bench_fmt_time(buf, len, v);
-	else
-		snprintf(buf, len, "%.1f %s", v, x->show_unit);
+	const char *rest = "";
+	double s = time_unit(x->show_unit, &rest);
+	if (s > 0) {
+		sh_bench_fmt_time(buf, len, v * s);
+		size_t k = strlen(buf);
+		snprintf(buf + k, len - k, "%s", rest);
+		return;
+	}
+	char num[48];
+	sh_bench_fmt_num(num, sizeof(num), v);
+	snprintf(buf, len, "%s %s", num, x->show_unit);
 }
 
 static void fmt_params(char *buf, size_t len, const sh_bench_result *x, char sep)
@@ -320,7 +392,7 @@ static void fmt_params(char *buf, size_t len, const sh_bench_result *x, char sep
 	}
 }
 
-void sh_bench_fmt_vs(char *buf, size_t len, const sh_bench_report *r, const sh_bench_result *x)
+static void fmt_vs_only(char *buf, size_t len, const sh_bench_report *r, const sh_bench_result *x)
 {
 	buf[0] = '\0';
 	if (x->baseline) {
@@ -330,25 +402,44 @@ void sh_bench_fmt_vs(char *buf, size_t len, const sh_bench_report *r, const sh_b
 	const sh_bench_result *b = sh_bench_baseline_of(r, x);
 	if (!b || b->status != SH_BENCH_OK || x->cmp_value <= 0 || b->cmp_value <= 0)
 		return;
-	double ratio = b->cmp_value / x->cmp_value;
+	char who[64];
+	snprintf(who, sizeof(who), "%s%s%s%s", b->label, b->variant[0] ? " (" : "", b->variant,
+		 b->variant[0] ? ")" : "");
+	double ratio = b->cmp_value / x->cmp_value, q = ratio >= 1 ? ratio : 1 / ratio;
+	char num[48];
+	if (q >= 100)
+		sh_bench_fmt_num(num, sizeof(num), q);
+	else
+		snprintf(num, sizeof(num), "%.*f", q >= 10 ? 0 : 1, q);
 	int k;
 	if (ratio >= 1)
-		k = snprintf(buf, len, "%.1fx %s than %s", ratio, x->cmp_word, b->label);
+		k = snprintf(buf, len, "%sx %s than %s", num, x->cmp_word, who);
 	else
-		k = snprintf(buf, len, "%.1fx %s than %s", 1 / ratio,
-			     strcmp(x->cmp_word, "faster") == 0 ? "slower" : "dearer", b->label);
+		k = snprintf(buf, len, "%sx %s than %s", num,
+			     strcmp(x->cmp_word, "faster") == 0 ? "slower" : "dearer", who);
 	if (k > 0 && (size_t)k < len && x->peak_rss_kib > 0 && b->peak_rss_kib > 0)
 		snprintf(buf + k, len - (size_t)k, ", RSS %.2fx",
 			 x->peak_rss_kib / b->peak_rss_kib);
 }
 
-enum { NCOLS = 9, CELL = 64 };
+void sh_bench_fmt_vs(char *buf, size_t len, const sh_bench_report *r, const sh_bench_result *x)
+{
+	fmt_vs_only(buf, len, r, x);
+	size_t k = strlen(buf);
+	if (x->aside[0] && k + 1 < len)
+		snprintf(buf + k, len - k, "%s%s", k ? ", " : "", x->aside);
+}
+
+/* test, impl, params, mean, std dev, min, max, value, peak RSS, vs */
+enum { NCOLS = 10, CELL = 96 };
 
 static void print_row(FILE *f, char cells[][CELL], const int *width)
 {
 	char line[NCOLS * (CELL + 2) + 4];
 	size_t k = 0;
 	for (int c = 0; c < NCOLS; c++) {
+		if (width[c] < 0) /* a column empty in this table */
+			continue;
 		/* Names left-aligned, figures right-aligned, so columns of
 		 * numbers line up on their units. */
 		int left = c < 3 || c == NCOLS - 1;
@@ -364,50 +455,78 @@ static void print_row(FILE *f, char cells[][CELL], const int *width)
 	fprintf(f, "%s\n", line);
 }
 
-void sh_bench_print_table(FILE *f, const sh_bench_report *r, const char *suite, const char *title)
+/* The ok rows of suite of one kind as a table: each kind has its own
+ * header, so that a column holds one kind of unit (a memory figure never
+ * stands in a column of times) and "best" names the right end. Columns
+ * empty in every row are left out. */
+static void print_kind(FILE *f, const sh_bench_report *r, const char *suite, int kind, int *first)
 {
-	static const char *const head[NCOLS] = {"test", "impl",	    "params",
-						"mean", "std dev",  "min (best)",
-						"max",	"peak RSS", "vs baseline"};
+	static const char *const heads[K_N][NCOLS] = {
+		{"test", "impl", "params", "mean", "std dev", "min (best)", "max", "value",
+		 "peak RSS", "vs baseline"},
+		{"test", "impl", "params", "mean rate", "std dev", "min", "max (best)", "value",
+		 "peak RSS", "vs baseline"},
+		{"test", "impl", "params", "mean", "std dev", "min", "max", "value", "peak RSS",
+		 "vs baseline"},
+	};
 	size_t nok = 0;
 	for (size_t i = 0; i < r->n; i++)
 		nok += strcmp(r->res[i].suite, suite) == 0 && r->res[i].status == SH_BENCH_OK;
 	char(*rows)[NCOLS][CELL] = calloc(nok + 1, sizeof(*rows));
 	if (!rows)
 		return;
-	int width[NCOLS];
+	int width[NCOLS], used[NCOLS] = {1, 1, 0};
 	for (int c = 0; c < NCOLS; c++) {
-		copy_str(rows[0][c], CELL, head[c]);
-		width[c] = (int)strlen(head[c]);
+		copy_str(rows[0][c], CELL, heads[kind][c]);
+		width[c] = (int)strlen(heads[kind][c]);
 	}
 	size_t n = 1;
 	for (size_t i = 0; i < r->n; i++) {
 		const sh_bench_result *x = &r->res[i];
-		if (strcmp(x->suite, suite) != 0 || x->status != SH_BENCH_OK)
+		if (strcmp(x->suite, suite) != 0 || x->status != SH_BENCH_OK ||
+		    (x->has_stats ? kind_of(x) : K_TIME) != kind)
 			continue;
 		char(*row)[CELL] = rows[n++];
 		copy_str(row[0], CELL, x->test);
-		copy_str(row[1], CELL, x->label);
+		snprintf(row[1], CELL, "%s%s%s%s", x->label, x->variant[0] ? " (" : "", x->variant,
+			 x->variant[0] ? ")" : "");
 		fmt_params(row[2], CELL, x, ' ');
-		if (x->has_stats) {
+		if (x->has_stats && x->nsamples > 1) {
 			fmt_stat(row[3], CELL, x, x->mean);
 			fmt_stat(row[4], CELL, x, x->sd);
 			fmt_stat(row[5], CELL, x, x->min);
 			fmt_stat(row[6], CELL, x, x->max);
+		} else if (x->has_stats) {
+			fmt_stat(row[7], CELL, x, x->mean);
 		}
 		if (x->peak_rss_kib >= 0)
-			snprintf(row[7], CELL, "%.1f MB", x->peak_rss_kib * 1024 / 1e6);
-		sh_bench_fmt_vs(row[8], CELL, r, x);
+			snprintf(row[8], CELL, "%.1f MB", x->peak_rss_kib * 1024 / 1e6);
+		sh_bench_fmt_vs(row[9], CELL, r, x);
 		for (int c = 0; c < NCOLS; c++) {
 			int w = (int)strlen(row[c]);
 			width[c] = w > width[c] ? w : width[c];
+			used[c] |= w > 0;
 		}
 	}
+	if (n > 1) {
+		for (int c = 0; c < NCOLS; c++)
+			width[c] = used[c] ? width[c] : -1;
+		if (!*first)
+			fputc('\n', f);
+		*first = 0;
+		for (size_t i = 0; i < n; i++)
+			print_row(f, rows[i], width);
+	}
+	free(rows);
+}
+
+void sh_bench_print_table(FILE *f, const sh_bench_report *r, const char *suite, const char *title)
+{
 	if (title)
 		fprintf(f, "%s\n\n", title);
-	for (size_t i = 0; i < n; i++)
-		print_row(f, rows[i], width);
-	free(rows);
+	int first_table = 1;
+	for (int kind = 0; kind < K_N; kind++)
+		print_kind(f, r, suite, kind, &first_table);
 
 	static const struct {
 		int status;
@@ -486,6 +605,10 @@ void sh_bench_print_json(FILE *f, const sh_bench_report *r)
 		fprintf(f, "}, \"status\": \"%s\", \"baseline\": %s, \"impl\": ",
 			status_name(x->status), x->baseline ? "true" : "false");
 		json_str(f, x->label);
+		if (x->variant[0]) {
+			fputs(", \"variant\": ", f);
+			json_str(f, x->variant);
+		}
 		if (x->status != SH_BENCH_OK) {
 			fputs(x->status == SH_BENCH_FAILED ? ", \"error\": " : ", \"reason\": ", f);
 			json_str(f, x->message);
@@ -522,7 +645,7 @@ int sh_bench_write_csv(const char *path, const sh_bench_report *r)
 	FILE *f = fopen(path, "w");
 	if (!f)
 		return -1;
-	fputs("suite,test,params,status,baseline,impl,metric,value,message\n", f);
+	fputs("suite,test,params,status,baseline,impl,metric,value,message,variant\n", f);
 	for (size_t i = 0; i < r->n; i++) {
 		const sh_bench_result *x = &r->res[i];
 		char p[256];
@@ -547,6 +670,8 @@ int sh_bench_write_csv(const char *path, const sh_bench_report *r)
 			}
 			fputc(',', f);
 			csv_field(f, x->message);
+			fputc(',', f);
+			csv_field(f, x->variant);
 			fputc('\n', f);
 		}
 	}
@@ -590,6 +715,12 @@ void sh_bench_svg_end(FILE *f)
 	fputs("</svg>\n", f);
 }
 
+/* What a bar stands for: the label and its variant ("go GOMAXPROCS=1"). */
+static void bar_key(char *buf, size_t len, const sh_bench_result *t)
+{
+	snprintf(buf, len, "%s%s%s", t->label, t->variant[0] ? " " : "", t->variant);
+}
+
 int sh_bench_svg_bars(FILE *f, const sh_bench_report *r, const char *suite, const char *test,
 		      const char *metric, double scale, const char *y_unit, int x, int y, int w,
 		      int h)
@@ -597,7 +728,7 @@ int sh_bench_svg_bars(FILE *f, const sh_bench_report *r, const char *suite, cons
 	static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"};
 	enum { MAXG = 16, MAXL = 4 };
 	const sh_bench_result *grp[MAXG];
-	const char *labels[MAXL];
+	char labels[MAXL][64], key[64];
 	int ng = 0, nl = 0;
 	double lo = INFINITY, hi = -INFINITY;
 	for (size_t i = 0; i < r->n; i++) {
@@ -611,10 +742,11 @@ int sh_bench_svg_bars(FILE *f, const sh_bench_report *r, const char *suite, cons
 			g++;
 		if (g == ng && ng < MAXG)
 			grp[ng++] = t;
-		while (l < nl && strcmp(labels[l], t->label) != 0)
+		bar_key(key, sizeof(key), t);
+		while (l < nl && strcmp(labels[l], key) != 0)
 			l++;
 		if (l == nl && nl < MAXL)
-			labels[nl++] = t->label;
+			snprintf(labels[nl++], sizeof(labels[0]), "%s", key);
 		lo = v < lo ? v : lo;
 		hi = v > hi ? v : hi;
 	}
@@ -628,10 +760,8 @@ int sh_bench_svg_bars(FILE *f, const sh_bench_report *r, const char *suite, cons
 	fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\">", x + 4, y + 4);
 	svg_text(f, test);
 	fputs(": ", f);
-	svg_text(f, metric);
-	fputs(" (", f);
 	svg_text(f, y_unit);
-	fputs(", log scale)</text>\n", f);
+	fputs(", log scale</text>\n", f);
 	for (double d = d0; d <= d1; d++) {
 		int py = bottom - (int)((d - d0) / (d1 - d0) * (bottom - top));
 		fprintf(f,
@@ -656,7 +786,8 @@ int sh_bench_svg_bars(FILE *f, const sh_bench_report *r, const char *suite, cons
 			    t->status != SH_BENCH_OK || v <= 0 || !same_params(grp[g], t))
 				continue;
 			int l = 0;
-			while (l < nl && strcmp(labels[l], t->label) != 0)
+			bar_key(key, sizeof(key), t);
+			while (l < nl && strcmp(labels[l], key) != 0)
 				l++;
 			if (l == nl)
 				continue;
@@ -674,7 +805,8 @@ int sh_bench_svg_bars(FILE *f, const sh_bench_report *r, const char *suite, cons
 		fprintf(f,
 			"<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>"
 			"<text x=\"%d\" y=\"%d\">",
-			left + 80 * l, bottom + 22, colors[l % 4], left + 80 * l + 14, bottom + 31);
+			left + 160 * l, bottom + 22, colors[l % 4], left + 160 * l + 14,
+			bottom + 31);
 		svg_text(f, labels[l]);
 		fputs("</text>\n", f);
 	}
@@ -689,88 +821,190 @@ const char *sh_bench_param_get(const sh_bench_result *x, const char *name)
 	return NULL;
 }
 
-int sh_bench_svg_lines(FILE *f, const sh_bench_report *r, const char *suite, const char *test,
-		       const char *xparam, const char *series, const char *metric,
-		       const char *y_unit, int x, int y, int w, int h)
+/* A tick label for people: 1 000 000, 0.001, 2.5 */
+static void tick_text(char *buf, size_t len, double v)
+{
+	if (v >= 10000)
+		sh_bench_fmt_num(buf, len, v);
+	else
+		snprintf(buf, len, "%.3g", v);
+}
+
+/* The values of the params named in the comma-separated list `series`
+ * joined by " / " into name, each value's index among those seen so far
+ * per key in vals/nvals (for colour and dash). 0, or -1 if x lacks one. */
+enum { MAXKEY = 3, MAXVAL = 12 };
+static int series_of(const sh_bench_result *x, const char *series, char *name, size_t len,
+		     char vals[MAXKEY][MAXVAL][64], int *nvals, int *idx)
+{
+	size_t k = 0;
+	name[0] = '\0';
+	int key = 0;
+	for (const char *p = series; *p && key < MAXKEY; key++) {
+		char pname[32];
+		size_t pl = strcspn(p, ",");
+		snprintf(pname, sizeof(pname), "%.*s", (int)pl, p);
+		p += pl + (p[pl] == ',');
+		/* "impl": the label (and variant), which is no param */
+		char impl[64];
+		if (!strcmp(pname, "impl"))
+			bar_key(impl, sizeof(impl), x);
+		const char *v = !strcmp(pname, "impl") ? impl : sh_bench_param_get(x, pname);
+		if (!v)
+			return -1;
+		int j = 0;
+		while (j < nvals[key] && strcmp(vals[key][j], v))
+			j++;
+		if (j == nvals[key] && j < MAXVAL)
+			snprintf(vals[key][nvals[key]++], sizeof(vals[0][0]), "%s", v);
+		idx[key] = j < MAXVAL ? j : MAXVAL - 1;
+		int w = snprintf(name + k, len - k, "%s%s", k ? " / " : "", v);
+		if (w > 0 && (size_t)w < len - k)
+			k += (size_t)w;
+	}
+	return 0;
+}
+
+struct svg_pt {
+	int s;
+	double x, y;
+};
+
+static int cmp_pt(const void *a, const void *b)
+{
+	const struct svg_pt *p = a, *q = b;
+	if (p->s != q->s)
+		return p->s - q->s;
+	return p->x < q->x ? -1 : p->x > q->x;
+}
+
+int sh_bench_svg_lines(FILE *f, const sh_bench_report *r, const sh_bench_lines *l, int x, int y,
+		       int w, int h)
 {
 	static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
-					     "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
-	enum { MAXS = 8 };
-	char names[MAXS][40];
-	int ns = 0;
+					     "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+					     "#bcbd22", "#17becf", "#000000", "#aaaaaa"};
+	static const char *const dashes[] = {"", "6,3", "2,2", "8,3,2,3"};
+	enum { MAXS = 24 };
+	char names[MAXS][96], vals[MAXKEY][MAXVAL][64];
+	int nvals[MAXKEY] = {0}, style[MAXS][MAXKEY], ns = 0;
+	size_t npt = 0;
+	struct svg_pt *pt = calloc(r->n + 1, sizeof(*pt));
+	if (!pt)
+		return 0;
 	double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
 	for (size_t i = 0; i < r->n; i++) {
 		const sh_bench_result *t = &r->res[i];
-		const char *xs = sh_bench_param_get(t, xparam), *ss = sh_bench_param_get(t, series);
-		double v = sh_bench_metric_get(t, metric, -1);
-		if (strcmp(t->suite, suite) || strcmp(t->test, test) || t->status != SH_BENCH_OK ||
-		    v <= 0 || !xs || !ss || atof(xs) <= 0)
+		const char *xs = sh_bench_param_get(t, l->xparam);
+		double v = sh_bench_metric_get(t, l->metric, -1) * l->scale;
+		char nm[96];
+		int idx[MAXKEY] = {0};
+		if (strcmp(t->suite, l->suite) || (l->test && strcmp(t->test, l->test)) ||
+		    t->status != SH_BENCH_OK || v <= 0 || !xs || atof(xs) <= 0 ||
+		    series_of(t, l->series, nm, sizeof(nm), vals, nvals, idx) != 0)
 			continue;
 		int k = 0;
-		while (k < ns && strcmp(names[k], ss))
+		while (k < ns && strcmp(names[k], nm))
 			k++;
-		if (k == ns && ns < MAXS)
-			snprintf(names[ns++], sizeof(names[0]), "%s", ss);
+		if (k == ns) {
+			if (ns == MAXS)
+				continue;
+			snprintf(names[ns], sizeof(names[0]), "%s", nm);
+			memcpy(style[ns++], idx, sizeof(idx));
+		}
+		pt[npt++] = (struct svg_pt){k, atof(xs), v};
 		xlo = fmin(xlo, atof(xs)), xhi = fmax(xhi, atof(xs));
 		ylo = fmin(ylo, v), yhi = fmax(yhi, v);
 	}
-	if (ns == 0)
+	if (ns == 0) {
+		free(pt);
 		return 0;
-	double x0 = floor(log10(xlo)), x1 = ceil(log10(xhi)), y0 = floor(log10(ylo)),
-	       y1 = ceil(log10(yhi));
-	x1 = x1 <= x0 ? x0 + 1 : x1;
-	y1 = y1 <= y0 ? y0 + 1 : y1;
-	int left = x + 60, top = y + 20, bottom = y + h - 40, right = x + w - 20;
+	}
+	qsort(pt, npt, sizeof(*pt), cmp_pt);
+	/* The axes end at the data (a little room for the markers): log10
+	 * of the lowest and highest value, decades marked inside. */
+	double x0 = log10(xlo), x1 = log10(xhi), y0 = log10(ylo), y1 = log10(yhi);
+	if (x1 - x0 < 1e-9)
+		x0 -= 0.5, x1 += 0.5;
+	if (y1 - y0 < 1e-9)
+		y0 -= 0.5, y1 += 0.5;
+	double px = (x1 - x0) * 0.03, py = (y1 - y0) * 0.05;
+	x0 -= px, x1 += px, y0 -= py, y1 += py;
+	int per_row = (w - 80) / 180, rows = (ns + per_row - 1) / per_row;
+	int left = x + 80, top = y + 24, bottom = y + h - 50, right = x + w - 20;
 #define PX(v) (left + (int)((log10(v) - x0) / (x1 - x0) * (right - left)))
 #define PY(v) (bottom - (int)((log10(v) - y0) / (y1 - y0) * (bottom - top)))
-	fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\">", x + 4, y + 12);
-	svg_text(f, test);
-	fputs(": ", f);
-	svg_text(f, metric);
-	fputs(" (", f);
-	svg_text(f, y_unit);
-	fputs(") against ", f);
-	svg_text(f, xparam);
-	fputs(", log-log</text>\n", f);
-	for (double d = y0; d <= y1; d++)
+	fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\">", x + 4, y + 14);
+	svg_text(f, l->title);
+	fputs(" (log-log)</text>\n", f);
+	fprintf(f,
+		"<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
+		"stroke=\"#888\"/>\n",
+		left, top, right - left, bottom - top);
+	char tick[48];
+	for (double d = ceil(y0); d <= y1; d++) {
+		tick_text(tick, sizeof(tick), pow(10, d));
 		fprintf(f,
 			"<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#ddd\"/>"
-			"<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%g</text>\n",
+			"<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>\n",
 			left, PY(pow(10, d)), right, PY(pow(10, d)), left - 4, PY(pow(10, d)) + 4,
-			pow(10, d));
-	for (double d = x0; d <= x1; d++)
+			tick);
+	}
+	for (double d = ceil(x0); d <= x1; d++) {
+		tick_text(tick, sizeof(tick), pow(10, d));
 		fprintf(f,
 			"<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#ddd\"/>"
-			"<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%g</text>\n",
+			"<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
 			PX(pow(10, d)), top, PX(pow(10, d)), bottom, PX(pow(10, d)), bottom + 14,
-			pow(10, d));
-	for (int k = 0; k < ns; k++) {
-		fprintf(f, "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"%s\" points=\"",
-			colors[k % MAXS]);
-		/* in the order of x: results come in that order per series */
-		for (size_t i = 0; i < r->n; i++) {
-			const sh_bench_result *t = &r->res[i];
-			const char *xs = sh_bench_param_get(t, xparam),
-				   *ss = sh_bench_param_get(t, series);
-			double v = sh_bench_metric_get(t, metric, -1);
-			if (strcmp(t->suite, suite) || strcmp(t->test, test) ||
-			    t->status != SH_BENCH_OK || v <= 0 || !xs || !ss ||
-			    strcmp(ss, names[k]) || atof(xs) <= 0)
-				continue;
-			fprintf(f, "%d,%d ", PX(atof(xs)), PY(v));
-		}
-		fputs("\"/>\n", f);
+			tick);
+	}
+	/* The ends of the data, labelled on the axis too (a sweep may not
+	 * span a decade), unless a decade's label stands there already. */
+	for (int e = 0; e < 2; e++) {
+		double v = e ? yhi : ylo, d = round(log10(v));
+		if (abs(PY(v) - PY(pow(10, d))) < 12 && d >= y0 && d <= y1)
+			continue;
+		tick_text(tick, sizeof(tick), v);
 		fprintf(f,
-			"<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/>"
-			"<text x=\"%d\" y=\"%d\">",
-			left + 90 * k, bottom + 22, colors[k % MAXS], left + 90 * k + 14,
-			bottom + 31);
+			"<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#888\"/>"
+			"<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#555\">%s</text>\n",
+			left - 3, PY(v), left, PY(v), left - 4, PY(v) + 4, tick);
+	}
+	fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", (left + right) / 2,
+		bottom + 30);
+	svg_text(f, l->x_label);
+	fprintf(f,
+		"</text>\n<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" "
+		"transform=\"rotate(-90 %d %d)\">",
+		x + 14, (top + bottom) / 2, x + 14, (top + bottom) / 2);
+	svg_text(f, l->y_label);
+	fputs("</text>\n", f);
+	for (int k = 0; k < ns; k++) {
+		const char *color = colors[style[k][0] % 12], *dash = dashes[style[k][1] % 4];
+		fprintf(f,
+			"<polyline fill=\"none\" stroke-width=\"2\" stroke=\"%s\"%s%s%s points=\"",
+			color, dash[0] ? " stroke-dasharray=\"" : "", dash, dash[0] ? "\"" : "");
+		for (size_t i = 0; i < npt; i++)
+			if (pt[i].s == k)
+				fprintf(f, "%d,%d ", PX(pt[i].x), PY(pt[i].y));
+		fputs("\"/>\n", f);
+		for (size_t i = 0; i < npt; i++)
+			if (pt[i].s == k)
+				fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"2.5\" fill=\"%s\"/>\n",
+					PX(pt[i].x), PY(pt[i].y), color);
+		int lx = left + 180 * (k % per_row), ly = bottom + 44 + 16 * (k / per_row);
+		fprintf(f,
+			"<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke-width=\"2\" "
+			"stroke=\"%s\"%s%s%s/><text x=\"%d\" y=\"%d\">",
+			lx, ly - 4, lx + 24, ly - 4, color, dash[0] ? " stroke-dasharray=\"" : "",
+			dash, dash[0] ? "\"" : "", lx + 28, ly);
 		svg_text(f, names[k]);
 		fputs("</text>\n", f);
 	}
 #undef PX
 #undef PY
-	return h;
+	free(pt);
+	return h + 16 * rows;
 }
 
 /* ---- child processes ---------------------------------------------------- */
@@ -816,6 +1050,34 @@ int sh_bench_find_tool(const char *tool, char *tool_path, char *lib_path, size_t
 	    sh_bench_find_aux("rpc_ext.so", R_OK, lib_path, len))
 		return -1;
 	return find_either(self, "../tools/", "", tool, X_OK, tool_path, len);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+void sh_bench_rm_tree(const char *path)
+{
+	nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int sh_bench_find_source(const char *rel, char *path, size_t len)
+{
+	const char *src = getenv("SHOAL_SRCDIR");
+	if (src) {
+		snprintf(path, len, "%s/bench/%s", src, rel);
+		if (access(path, R_OK) == 0)
+			return 0;
+	}
+	const char *here = __FILE__; /* .../bench/bench.c */
+	const char *slash = strrchr(here, '/');
+	snprintf(path, len, "%.*s/%s", slash ? (int)(slash - here) : 1, slash ? here : ".", rel);
+	return access(path, R_OK) == 0 ? 0 : -1;
 }
 
 double sh_bench_now(void)
@@ -1065,9 +1327,9 @@ const sh_bench_suite sh_bench_suites[] = {
 	{"ring", "request/reply round trip between processes: shared-memory rings vs a unix socket",
 	 sh_bench_ring, sh_bench_ring_table, NULL},
 	{"store", "object store: small put/get, a 1100-tensor state dict, reader memory",
-	 sh_bench_store, sh_bench_store_table, NULL},
+	 sh_bench_store, sh_bench_store_table, sh_bench_store_plot},
 	{"rpc", "calls into extension processes vs local calls (pyisolate's suite), start, memory",
-	 sh_bench_rpc, sh_bench_rpc_table, NULL},
+	 sh_bench_rpc, sh_bench_rpc_table, sh_bench_rpc_plot},
 	{"tasks", "a flood of no-op tasks through a controller to 2 engines (ipyparallel's test)",
 	 sh_bench_tasks, sh_bench_tasks_table, sh_bench_tasks_plot},
 };
@@ -1092,13 +1354,59 @@ static void plot_path(char *buf, size_t len, const char *path, const char *suite
 	snprintf(buf, len, "%.*s-%s.svg", (int)stem, path, suite);
 }
 
+/* Whether a file can be written at path, before a run that would end by
+ * writing it: opened for writing as the run will (created and removed
+ * again when it was not there; an existing file is left as it is). 0, or
+ * -1 with the reason in err. */
+static int check_out_path(const char *opt, const char *path, char *err, size_t errlen)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	bool made = fd >= 0;
+	if (fd < 0 && errno == EEXIST)
+		fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0) {
+		struct stat st;
+		snprintf(err, errlen, "%s %s: cannot write it: %s", opt, path,
+			 errno == EISDIR || (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+				 ? "it is a directory"
+				 : strerror(errno));
+		return -1;
+	}
+	close(fd);
+	if (made)
+		unlink(path);
+	return 0;
+}
+
 int sh_bench_main(const sh_bench_suite *const *suites, size_t n, const sh_bench_opts *o)
 {
 	sh_bench_report r;
-	sh_bench_report_init(&r);
 	int status = 0, nplots = 0;
+	char err[4200];
 	for (size_t i = 0; i < n; i++)
 		nplots += suites[i]->plot != NULL;
+	if (o->plot && nplots == 0) {
+		fprintf(stderr,
+			"shoal bench: --plot: %s sweeps no size or count, so it has nothing to "
+			"plot (fibers, store, rpc and tasks do)\n",
+			n == 1 ? suites[0]->name : "none of these suites");
+		return 2;
+	}
+	for (size_t i = 0; o->plot && i < n; i++) {
+		char path[4096];
+		if (!suites[i]->plot)
+			continue;
+		plot_path(path, sizeof(path), o->plot, suites[i]->name, nplots > 1);
+		if (check_out_path("--plot", path, err, sizeof(err)) != 0) {
+			fprintf(stderr, "shoal bench: %s\n", err);
+			return 2;
+		}
+	}
+	if (o->csv && check_out_path("--csv", o->csv, err, sizeof(err)) != 0) {
+		fprintf(stderr, "shoal bench: %s\n", err);
+		return 2;
+	}
+	sh_bench_report_init(&r);
 	for (size_t i = 0; i < n; i++) {
 		const sh_bench_suite *s = suites[i];
 		size_t before = r.n;
@@ -1115,6 +1423,9 @@ int sh_bench_main(const sh_bench_suite *const *suites, size_t n, const sh_bench_
 			s->table(stdout, &r);
 			fflush(stdout);
 		}
+		if (o->plot && !s->plot)
+			fprintf(stderr, "shoal bench: no plot for %s: it sweeps no size or count\n",
+				s->name);
 		if (o->plot && s->plot) {
 			char path[4096];
 			plot_path(path, sizeof(path), o->plot, s->name, nplots > 1);

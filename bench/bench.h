@@ -1,5 +1,6 @@
-/* The benchmark machinery every suite shares (see /work/shared/BENCH.md):
- * result records, the table for people, JSON Lines, CSV, a small SVG plot,
+/* The benchmark machinery every suite shares: result records, the tables
+ * for people (one per kind of figure: times, rates, amounts), JSON Lines
+ * for machines, CSV, small SVG plots,
  * option parsing, and running one case in a child process so that its peak
  * RSS is its own. Suites fill an sh_bench_report; the programs print it.
  * Internal to bench/ and tools/: names are sh_bench_*. */
@@ -25,7 +26,7 @@ typedef struct sh_bench_opts {
 /* Nonzero when argv[1..] holds -h or --help. */
 int sh_bench_wants_help(int argc, char **argv);
 
-/* Parses the options of BENCH.md from argv[first..argc). Arguments that are
+/* Parses the options (sh_bench_opts_usage) from argv[first..argc). Arguments that are
  * not options are stored in pos[] (at most maxpos of them, count in *npos).
  * Returns 0, or -1 with a message naming what was expected and what came in
  * err. */
@@ -66,11 +67,20 @@ typedef struct sh_bench_result {
 	int nparams;
 	sh_bench_metric metrics[SH_BENCH_MAX_METRICS];
 	int nmetrics;
-	/* For the table: the repetitions' statistics in show_unit ("s" is
-	 * scaled to s/ms/us/ns as fits; anything else is printed as is). */
-	int has_stats;
+	/* For the table: the repetitions' statistics in show_unit. A time
+	 * unit ("s", "ms", "us", "ns", or one of them with a "/what" after
+	 * it) is scaled to s/ms/us/ns as fits and shown with times (best =
+	 * min); a unit ending in "/s" is a rate (best = max); anything else
+	 * is an amount (KiB, MB). nsamples == 1: one figure, shown as a
+	 * value, not as a mean. */
+	int has_stats, nsamples;
 	double mean, sd, min, max;
 	char show_unit[16];
+	/* Shown after the label in the table's impl column and as "variant"
+	 * in JSON and CSV ("GOMAXPROCS=1"), or empty. */
+	char variant[32];
+	/* Appended to the table's last column ("0.22x memcpy"), or empty. */
+	char aside[48];
 	double peak_rss_kib; /* < 0: not measured */
 	/* The figure compared with the baseline row of the same suite, test
 	 * and params (lower is better), and the word for "lower" ("faster",
@@ -116,8 +126,9 @@ const sh_bench_result *sh_bench_baseline_of(const sh_bench_report *r, const sh_b
 
 /* ---- output ------------------------------------------------------------- */
 
-/* The table of BENCH.md for the results of one suite: ok rows, failed,
- * skipped, the suite's notes and a summary line (written by the caller). */
+/* The tables for the results of one suite: ok rows, one table per kind of
+ * figure (times, rates, amounts), then failed, skipped, the suite's notes;
+ * the caller writes its summary line after. */
 void sh_bench_print_table(FILE *f, const sh_bench_report *r, const char *suite, const char *title);
 void sh_bench_print_json(FILE *f, const sh_bench_report *r);
 /* Writes every result as CSV, one row per metric. Returns 0 or -1 (errno). */
@@ -125,17 +136,29 @@ int sh_bench_write_csv(const char *path, const sh_bench_report *r);
 
 /* Appends to an SVG document one panel of grouped bars (log scale): one
  * group per params of `test` in `suite`, one bar per label, height =
- * metric * scale, in y_unit. Returns the height used. */
+ * metric * scale; y_label says in plain words what the bars are, with the
+ * unit ("best of 3 runs (ms)"). Returns the height used. */
 int sh_bench_svg_begin(FILE *f, int width, int height, const char *title);
 int sh_bench_svg_bars(FILE *f, const sh_bench_report *r, const char *suite, const char *test,
 		      const char *metric, double scale, const char *y_unit, int x, int y, int w,
 		      int h);
-/* A panel of lines on log-log axes: metric against the numeric param
- * xparam, one line per value of the param series (results of `test` in
- * `suite`, in the order they were added). Returns the height used. */
-int sh_bench_svg_lines(FILE *f, const sh_bench_report *r, const char *suite, const char *test,
-		       const char *xparam, const char *series, const char *metric,
-		       const char *y_unit, int x, int y, int w, int h);
+/* A panel of lines on log-log axes: metric * scale against the numeric
+ * param xparam, for the ok results of `test` (NULL: every test) in
+ * `suite` that have xparam and every param of `series`: one line per
+ * distinct combination of the series params (a comma-separated list of
+ * up to 3, "scheme,transport"; "impl" is the label): the first picks the
+ * colour, the second the dash,
+ * its points in the order of x. The axes end at the data. Returns the
+ * height used (legend included), 0 when nothing matched. */
+typedef struct sh_bench_lines {
+	const char *suite, *test, *xparam, *series, *metric;
+	double scale;
+	const char *title;   /* "round trip of the whole flood" */
+	const char *x_label; /* "tasks in the flood" */
+	const char *y_label; /* "time (s)" */
+} sh_bench_lines;
+int sh_bench_svg_lines(FILE *f, const sh_bench_report *r, const sh_bench_lines *l, int x, int y,
+		       int w, int h);
 void sh_bench_svg_end(FILE *f);
 
 /* x against its baseline row: "7.3x faster than go, RSS 0.40x", "(baseline)"
@@ -144,6 +167,9 @@ void sh_bench_fmt_vs(char *buf, size_t len, const sh_bench_report *r, const sh_b
 
 /* Formats seconds with a fitting unit ("2.91 ms"). */
 void sh_bench_fmt_time(char *buf, size_t len, double s);
+/* Formats a number for people: three significant digits below 10 000,
+ * whole numbers in groups of three from there ("1 904 742"). */
+void sh_bench_fmt_num(char *buf, size_t len, double v);
 
 /* ---- child processes ---------------------------------------------------- */
 
@@ -186,6 +212,15 @@ int sh_bench_find_tool(const char *tool, char *tool_path, char *lib_path, size_t
  * `make install` put it. 0, or -1 when it is in neither. */
 int sh_bench_find_aux(const char *name, int mode, char *path, size_t len);
 
+/* A source file of bench/ a suite runs (rel: "go/hackysack.go"), from
+ * $SHOAL_SRCDIR/bench/ (an installed program), else from the source tree
+ * this program was built from. 0, or -1 when it is in neither. */
+int sh_bench_find_source(const char *rel, char *path, size_t len);
+
+/* Removes path and everything under it (a scratch directory a suite made
+ * for a peer), not following symbolic links. */
+void sh_bench_rm_tree(const char *path);
+
 /* Monotonic clock in seconds. */
 double sh_bench_now(void);
 
@@ -199,7 +234,9 @@ typedef struct sh_bench_suite {
 	int (*run)(const sh_bench_opts *o, sh_bench_report *r);
 	/* Prints the suite's table (and summary) of r's results to f. */
 	void (*table)(FILE *f, const sh_bench_report *r);
-	/* Writes an SVG plot of its results to f, or NULL if it has none. */
+	/* Writes an SVG plot of its results to f, or NULL when it sweeps no
+	 * size or count (asking for its plot is then an error, found before
+	 * the run). */
 	void (*plot)(FILE *f, const sh_bench_report *r);
 } sh_bench_suite;
 
@@ -208,8 +245,10 @@ extern const size_t sh_bench_nsuites;
 const sh_bench_suite *sh_bench_find_suite(const char *name);
 
 /* Runs the given suites with o, prints tables or JSON, writes CSV and plot.
- * Returns the exit status for the program: 0, 1 if a result failed or a
- * suite could not run, 2 if an output file could not be written. */
+ * The --csv and --plot paths are checked before anything runs. Returns the
+ * exit status for the program: 0, 1 if a result failed or a suite could
+ * not run, 2 if an output file cannot be written or a plot was asked of a
+ * suite that has none (the only suite run). */
 int sh_bench_main(const sh_bench_suite *const *suites, size_t n, const sh_bench_opts *o);
 
 /* The fibers suite (suite_fibers.c). */
@@ -226,6 +265,7 @@ void sh_bench_ring_table(FILE *f, const sh_bench_report *r);
 /* suite_rpc.c: pyisolate's call benchmarks, extension start and memory. */
 int sh_bench_rpc(const sh_bench_opts *o, sh_bench_report *r);
 void sh_bench_rpc_table(FILE *f, const sh_bench_report *r);
+void sh_bench_rpc_plot(FILE *f, const sh_bench_report *r);
 
 /* suite_tasks.c: the task farm's flood of no-op tasks. */
 int sh_bench_tasks(const sh_bench_opts *o, sh_bench_report *r);
@@ -235,5 +275,6 @@ void sh_bench_tasks_plot(FILE *f, const sh_bench_report *r);
 /* suite_store.c: put/get latency, a state dict's get, reader memory. */
 int sh_bench_store(const sh_bench_opts *o, sh_bench_report *r);
 void sh_bench_store_table(FILE *f, const sh_bench_report *r);
+void sh_bench_store_plot(FILE *f, const sh_bench_report *r);
 
 #endif

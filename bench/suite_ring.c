@@ -214,7 +214,7 @@ void sh_bench_ring_table(FILE *f, const sh_bench_report *r)
 			fut = p50;
 	}
 	fprintf(f,
-		"columns: every timed round trip, in us; p50_us and p99_us are in --json.\n"
+		"columns: every timed round trip; p50_us and p99_us are in --json.\n"
 		"summary: p50 ring %.2f us, ring with every trip asleep %.2f us, unix socket %.2f "
 		"us "
 		"(%.1fx)\n\n",

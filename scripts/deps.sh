@@ -3,14 +3,14 @@
 # fast no-op otherwise (one dpkg-query). `apt-get update` runs at most once,
 # and only when an install is needed.
 #   scripts/deps.sh          build and test dependencies
-#   scripts/deps.sh bench    plus what `make run` compares against (Go)
+#   scripts/deps.sh bench    plus what `make run` compares against (Go, ipyparallel)
 #   scripts/deps.sh cross    plus the aarch64 cross compiler and qemu-user
 set -euo pipefail
 
 pkgs=(gcc make cmake pkg-config libc6-dev clang-format libmsgpack-dev libcjson-dev libssl-dev libdlpack-dev libseccomp-dev python3
 	libboost-context-dev)
 case "${1:-}" in
-bench) pkgs+=(golang-go) ;;
+bench) pkgs+=(golang-go python3-ipyparallel) ;;
 cross) pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user) ;;
 fuzz) pkgs+=(clang libclang-rt-dev) ;;
 "") ;;
