@@ -1,6 +1,6 @@
 /* The test harness: SH_TEST(name) defines a case; the runner in harness.c
  * runs each case in its own child process under a timeout and ends with
- * "N passed, N failed". `test_x NAME...` runs only the named cases;
+ * "N passed, N skipped, N failed". `test_x NAME...` runs only the named cases;
  * SHOAL_TEST_NOFORK=1 runs them in-process (for gdb). Checks print both
  * sides, or the expected and actual error code with their names. */
 #ifndef SHOAL_TEST_H
@@ -26,6 +26,12 @@ void sh_test_fail(const char *file, int line, const char *fmt, ...)
 	}                                                         \
 	static void test_##name(void)
 #define SH_TEST(name) SH_TEST_T(name, 60)
+
+/* Ends the case as skipped: what it checks cannot be checked here (why
+ * says what it needs). Counted and printed apart from the passes, so a
+ * check that did not run shows in the summary line. */
+void sh_test_skip(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+#define SH_SKIP(...) sh_test_skip(__VA_ARGS__)
 
 #define CHECK(e)                                                           \
 	do {                                                               \
