@@ -86,6 +86,34 @@ int sh_test_sanitized(void)
 #endif
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+int64_t sh_test_late_bound(int64_t wait_ns)
+{
+	static int64_t machine; /* per case: each runs in a process of its own */
+	if (!machine) {
+		int64_t late[5];
+		for (int i = 0; i < 5; i++) {
+			struct timespec t0, t1, d = {0, 1000000};
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			while (nanosleep(&d, &d) != 0 && errno == EINTR)
+				;
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			late[i] = (t1.tv_sec - t0.tv_sec) * 1000000000LL + t1.tv_nsec - t0.tv_nsec -
+				  1000000;
+		}
+		qsort(late, 5, sizeof(late[0]), cmp_i64);
+		machine = 4 * late[2] > 3 * MS ? 4 * late[2] : 3 * MS;
+		if (sh_test_sanitized())
+			machine *= 2;
+	}
+	return wait_ns / 2 + machine;
+}
+
 shoal_sched *sh_test_sched_new(void)
 {
 	shoal_sched *s = NULL;

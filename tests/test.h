@@ -71,6 +71,28 @@ int sh_test_sanitized(void);
 
 #define MS 1000000LL /* nanoseconds, for deadlines */
 
+/* How late a wait of wait_ns may end and still count as on time here:
+ * half the wait again, plus what this machine adds to any wait now. That
+ * is measured at the first call in a case: the median lateness of five
+ * 1 ms sleeps of the OS, times 4, at least 3 ms, twice that under a
+ * sanitizer (a loaded machine, qemu-user and sanitizers are allowed for;
+ * a timer twice late on a wait of 20 ms or more, or 10 times late on a
+ * 1 ms wait, is not). A busy machine stalls a thread now and then for
+ * tens of ms: check the median or the best of a few waits against it,
+ * not each one. */
+int64_t sh_test_late_bound(int64_t wait_ns);
+
+/* late (ns past the deadline of a wait of wait_ns) is within the bound. */
+#define CHECK_ON_TIME(late, wait_ns)                                                               \
+	do {                                                                                       \
+		int64_t l_ = (late), w_ = (wait_ns), b_ = sh_test_late_bound(w_);                  \
+		if (l_ < 0 || l_ > b_)                                                             \
+			sh_test_fail(__FILE__, __LINE__,                                           \
+				     "%s: a wait of %.1f ms ended %.2f ms late (on time: "         \
+				     "0 to %.2f ms)",                                              \
+				     #late, (double)w_ / 1e6, (double)l_ / 1e6, (double)b_ / 1e6); \
+	} while (0)
+
 /* A scheduler for the calling thread / a channel, or the case fails. */
 shoal_sched *sh_test_sched_new(void);
 shoal_chan *sh_test_chan_new(size_t elem, size_t cap);
