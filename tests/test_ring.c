@@ -50,15 +50,16 @@ static pid_t my_tid(void)
 }
 
 /* Waits until thread tid of this process is asleep in the kernel (state
- * S): a side of a ring that blocks in nothing else, asleep, has set its
- * wait flag and sleeps on it, so the other side's next step must wake it.
- * Seen from /proc, not from the ring, whose counters are its own. */
+ * S) and stays so for a few ms (not a moment's wait on a lock of a
+ * sanitizer's): a side of a ring that blocks in nothing else, asleep, has
+ * set its wait flag and sleeps on it, so the other side's next step must
+ * wake it. Seen from /proc, not from the ring, whose counters are its own. */
 static void wait_asleep(pid_t tid, const char *who)
 {
 	char path[64], buf[512];
 	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
 	int64_t give_up = shoal_deadline_in(20000 * MS);
-	for (;;) {
+	for (int asleep = 0; asleep < 3;) {
 		FILE *f = fopen(path, "re");
 		CHECK(f != NULL);
 		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
@@ -66,9 +67,8 @@ static void wait_asleep(pid_t tid, const char *who)
 		buf[n] = 0;
 		const char *state = strrchr(buf, ')'); /* "pid (comm) S ..." */
 		CHECK(state != NULL && state[1] == ' ');
-		if (state[2] == 'S')
-			return;
-		if (shoal_now_ns() > give_up)
+		asleep = state[2] == 'S' ? asleep + 1 : 0;
+		if (!asleep && shoal_now_ns() > give_up)
 			sh_test_fail(__FILE__, __LINE__, "the %s never slept (state %c)", who,
 				     state[2]);
 		thread_sleep_ms(1);
