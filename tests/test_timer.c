@@ -18,6 +18,14 @@ static int cmp_i64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static int64_t min_of(const int64_t *late, int n)
+{
+	int64_t m = late[0];
+	for (int i = 1; i < n; i++)
+		m = late[i] < m ? late[i] : m;
+	return m;
+}
+
 /* The median of n lateness figures (reordered). */
 static int64_t median(int64_t *late, int n)
 {
@@ -51,7 +59,7 @@ SH_TEST(timers_fire_in_deadline_order)
 	shoal_sched *s = sh_test_sched_new();
 	/* 50 distinct deadlines, 4 sleepers each, spawned in shuffled order;
 	 * the base leaves time for all of them to start sleeping first */
-	int64_t lead = (sh_test_sanitized() ? 300 : 100) * MS;
+	int64_t lead = (sh_test_sanitized() ? 300 : 200) * MS;
 	int64_t base;
 	int perm[NSLEEP];
 	for (int i = 0; i < NSLEEP; i++)
@@ -121,7 +129,9 @@ SH_TEST(sleep_never_early)
 			CHECK(t1 >= d);
 			late[rep] = t1 - d;
 		}
-		CHECK_ON_TIME(median(late, 5), waits[i]);
+		/* the best: all five late is a late timer, not a busy machine
+		 * (which has made three of five 5 ms waits 14 ms late) */
+		CHECK_ON_TIME(min_of(late, 5), waits[i]);
 	}
 	/* sub-millisecond deadlines are not rounded down to "now" either */
 	for (int rep = 0; rep < 20; rep++) {
@@ -487,8 +497,9 @@ SH_TEST(timer_heap_removals_keep_order)
 	 * down; the children read them when they first run, in the yield.
 	 * They should not pass before we cancel and send (starting the 600
 	 * fibers takes 10-15 ms, but a loaded machine, TSan or qemu-user has
-	 * stalled it past 80 ms); where one did, it is a timer that fired. */
-	int64_t lead = (sh_test_sanitized() ? 300 : 150) * MS;
+	 * stalled it past 80 ms); where one did, it is a timer that fired.
+	 * The lead also leaves the median room for a stall of 100 ms. */
+	int64_t lead = (sh_test_sanitized() ? 300 : 200) * MS;
 	int64_t base = shoal_deadline_in(lead);
 	for (int i = 0; i < NHEAP; i++) {
 		rnd = rnd * 1103515245 + 12345;
