@@ -1,6 +1,6 @@
 /* The test harness: SH_TEST(name) defines a case; the runner in harness.c
  * runs each case in its own child process under a timeout and ends with
- * "N passed, N failed". `test_x NAME...` runs only the named cases;
+ * "N passed, N skipped, N failed". `test_x NAME...` runs only the named cases;
  * SHOAL_TEST_NOFORK=1 runs them in-process (for gdb). Checks print both
  * sides, or the expected and actual error code with their names. */
 #ifndef SHOAL_TEST_H
@@ -26,6 +26,12 @@ void sh_test_fail(const char *file, int line, const char *fmt, ...)
 	}                                                         \
 	static void test_##name(void)
 #define SH_TEST(name) SH_TEST_T(name, 60)
+
+/* Ends the case as skipped: what it checks cannot be checked here (why
+ * says what it needs). Counted and printed apart from the passes, so a
+ * check that did not run shows in the summary line. */
+void sh_test_skip(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+#define SH_SKIP(...) sh_test_skip(__VA_ARGS__)
 
 #define CHECK(e)                                                           \
 	do {                                                               \
@@ -64,6 +70,28 @@ void sh_test_fail(const char *file, int line, const char *fmt, ...)
 int sh_test_sanitized(void);
 
 #define MS 1000000LL /* nanoseconds, for deadlines */
+
+/* How late a wait of wait_ns may end and still count as on time here:
+ * half the wait again, plus what this machine adds to any wait now. That
+ * is measured at the first call in a case: the median lateness of five
+ * 1 ms sleeps of the OS, times 4, at least 3 ms, twice that under a
+ * sanitizer (a loaded machine, qemu-user and sanitizers are allowed for;
+ * a timer twice late on a wait of 20 ms or more, or 10 times late on a
+ * 1 ms wait, is not). A busy machine stalls a thread now and then for
+ * tens of ms: check the median or the best of a few waits against it,
+ * not each one. */
+int64_t sh_test_late_bound(int64_t wait_ns);
+
+/* late (ns past the deadline of a wait of wait_ns) is within the bound. */
+#define CHECK_ON_TIME(late, wait_ns)                                                               \
+	do {                                                                                       \
+		int64_t l_ = (late), w_ = (wait_ns), b_ = sh_test_late_bound(w_);                  \
+		if (l_ < 0 || l_ > b_)                                                             \
+			sh_test_fail(__FILE__, __LINE__,                                           \
+				     "%s: a wait of %.1f ms ended %.2f ms late (on time: "         \
+				     "0 to %.2f ms)",                                              \
+				     #late, (double)w_ / 1e6, (double)l_ / 1e6, (double)b_ / 1e6); \
+	} while (0)
 
 /* A scheduler for the calling thread / a channel, or the case fails. */
 shoal_sched *sh_test_sched_new(void);

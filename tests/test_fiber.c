@@ -954,11 +954,16 @@ SH_TEST(join_until_timeout_leaves_joinable)
 	CHECK_OK(shoal_spawn(&f, recv_plus_one, c, NULL));
 	void *r = (void *)(intptr_t)-5;
 	CHECK_RC(shoal_join_until(f, &r, SHOAL_NOWAIT), SHOAL_ETIMEDOUT);
-	int64_t t0 = shoal_now_ns();
-	CHECK_RC(shoal_join_until(f, &r, shoal_deadline_in(30000000)), SHOAL_ETIMEDOUT);
-	int64_t dt = shoal_now_ns() - t0;
-	CHECK(dt >= 30000000);
-	CHECK(dt < 5000000000LL);
+	/* each time out never early, the best of three on time */
+	int64_t best = INT64_MAX;
+	for (int rep = 0; rep < 3; rep++) {
+		int64_t d = shoal_deadline_in(30 * MS);
+		CHECK_RC(shoal_join_until(f, &r, d), SHOAL_ETIMEDOUT);
+		int64_t late = shoal_now_ns() - d;
+		CHECK(late >= 0);
+		best = late < best ? late : best;
+	}
+	CHECK_ON_TIME(best, 30 * MS);
 	CHECK_EQ((intptr_t)r, -5); /* untouched */
 	CHECK(!shoal_is_cancelled(f));
 	int v = 1;

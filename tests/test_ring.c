@@ -13,8 +13,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,6 +42,37 @@ static int count_fds(void)
 		n++;
 	closedir(d);
 	return n;
+}
+
+static pid_t my_tid(void)
+{
+	return (pid_t)syscall(SYS_gettid);
+}
+
+/* Waits until thread tid of this process is asleep in the kernel (state
+ * S) and stays so for a few ms (not a moment's wait on a lock of a
+ * sanitizer's): a side of a ring that blocks in nothing else, asleep, has
+ * set its wait flag and sleeps on it, so the other side's next step must
+ * wake it. Seen from /proc, not from the ring, whose counters are its own. */
+static void wait_asleep(pid_t tid, const char *who)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	int64_t give_up = shoal_deadline_in(20000 * MS);
+	for (int asleep = 0; asleep < 3;) {
+		FILE *f = fopen(path, "re");
+		CHECK(f != NULL);
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = 0;
+		const char *state = strrchr(buf, ')'); /* "pid (comm) S ..." */
+		CHECK(state != NULL && state[1] == ' ');
+		asleep = state[2] == 'S' ? asleep + 1 : 0;
+		if (!asleep && shoal_now_ns() > give_up)
+			sh_test_fail(__FILE__, __LINE__, "the %s never slept (state %c)", who,
+				     state[2]);
+		thread_sleep_ms(1);
+	}
 }
 
 /* A ring of cap data bytes in a fresh memfd mapping, formatted. */
@@ -93,12 +126,16 @@ struct prod_arg {
 	uint64_t n;
 	uint32_t spin_ns;
 	int rc;
-	uint64_t wakes;
+	uint64_t wakes, sleeps; /* the producer's ring's counters, at the end */
+	uint64_t pause_at;	/* before record pause_at, wait for ... */
+	pid_t consumer;		/* ... this thread to be asleep (0: no pause) */
+	_Atomic pid_t tid;	/* the producer's thread, once it runs */
 };
 
 static void *producer_main(void *a)
 {
 	struct prod_arg *pa = a;
+	atomic_store(&pa->tid, my_tid());
 	sh_ring r;
 	pa->rc = sh_ring_attach(&r, pa->mem, pa->bytes, true);
 	if (pa->rc)
@@ -107,6 +144,8 @@ static void *producer_main(void *a)
 	for (uint64_t i = 0; i < pa->n; i++) {
 		void *p;
 		size_t n = rec_len(i);
+		if (pa->consumer && i == pa->pause_at)
+			wait_asleep(pa->consumer, "consumer");
 		pa->rc = sh_ring_reserve(&r, n, &p, SHOAL_FOREVER);
 		if (pa->rc)
 			return NULL;
@@ -114,13 +153,20 @@ static void *producer_main(void *a)
 		sh_ring_commit(&r, n);
 	}
 	pa->wakes = r.wakes;
+	pa->sleeps = r.sleeps;
 	return NULL;
 }
 
+/* n records from a producer thread to us. Twice the stream stops until
+ * one side is surely asleep, so both sleep paths run whatever the timing:
+ * at n / 4 we wait for the producer to sleep on the full ring; at n / 2
+ * it waits for us to sleep on the empty one. */
 static void stream_between_threads(uint64_t n, uint32_t spin_ns)
 {
 	struct region g = region_new(4096);
-	struct prod_arg pa = {g.mem, g.bytes, n, spin_ns, 0, 0};
+	struct prod_arg pa = {
+		.mem = g.mem, .bytes = g.bytes, .n = n, .spin_ns = spin_ns, .pause_at = n / 2};
+	pa.consumer = my_tid();
 	pthread_t t;
 	CHECK_EQ(pthread_create(&t, NULL, producer_main, &pa), 0);
 	sh_ring c;
@@ -129,6 +175,11 @@ static void stream_between_threads(uint64_t n, uint32_t spin_ns)
 	for (uint64_t i = 0; i < n; i++) {
 		const void *p;
 		size_t len;
+		if (i == n / 4) {
+			while (!atomic_load(&pa.tid))
+				thread_sleep_ms(1);
+			wait_asleep(atomic_load(&pa.tid), "producer");
+		}
 		CHECK_OK(sh_ring_peek(&c, &p, &len, SHOAL_FOREVER));
 		if (!rec_check(p, i, len))
 			sh_test_fail(__FILE__, __LINE__,
@@ -141,6 +192,13 @@ static void stream_between_threads(uint64_t n, uint32_t spin_ns)
 	const void *p;
 	size_t len;
 	CHECK_RC(sh_ring_peek(&c, &p, &len, SHOAL_NOWAIT), SHOAL_EAGAIN);
+	/* each side slept (at least where the other waited for it to), and
+	 * the other woke it: it went on, with no deadline to end its sleep */
+	if (c.sleeps < 1 || pa.wakes < 1 || pa.sleeps < 1 || c.wakes < 1)
+		sh_test_fail(__FILE__, __LINE__,
+			     "consumer slept %" PRIu64 " times, woken %" PRIu64
+			     " times by the producer; producer slept %" PRIu64 ", woken %" PRIu64,
+			     c.sleeps, pa.wakes, pa.sleeps, c.wakes);
 	region_free(&g);
 }
 
@@ -166,25 +224,38 @@ SH_TEST(ring_idle_consumer_sleeps_and_wakes)
 	CHECK_OK(sh_ring_attach(&c, g.mem, g.bytes, false));
 	const void *p;
 	size_t len;
-	int64_t t0 = shoal_now_ns();
-	CHECK_RC(sh_ring_peek(&c, &p, &len, shoal_deadline_in(50 * MS)), SHOAL_ETIMEDOUT);
-	int64_t waited = shoal_now_ns() - t0;
-	CHECK(waited >= 50 * MS && waited < 5000 * MS);
-	CHECK(c.sleeps >= 1);
+	/* three times: never early, the best on time, asleep each time */
+	int64_t best = INT64_MAX;
+	for (int rep = 0; rep < 3; rep++) {
+		uint64_t sleeps0 = c.sleeps;
+		int64_t d = shoal_deadline_in(50 * MS);
+		CHECK_RC(sh_ring_peek(&c, &p, &len, d), SHOAL_ETIMEDOUT);
+		int64_t late = shoal_now_ns() - d;
+		CHECK(late >= 0);
+		best = late < best ? late : best;
+		CHECK(c.sleeps > sleeps0);
+	}
+	CHECK_ON_TIME(best, 50 * MS);
 
-	struct prod_arg pa = {g.mem, g.bytes, 1, 0, 0, 0};
+	/* The producer commits only once the consumer is asleep: it must
+	 * ring, and the consumer wake (long before a deadline 30 s away, and
+	 * past the 20 s the producer gives it to fall asleep). */
+	struct prod_arg pa = {.mem = g.mem, .bytes = g.bytes, .n = 1, .pause_at = 0};
+	pa.consumer = my_tid();
 	pthread_t t;
-	/* The producer starts after the consumer is surely asleep. */
 	c.spin_ns = 0;
 	uint64_t sleeps0 = c.sleeps;
 	CHECK_EQ(pthread_create(&t, NULL, producer_main, &pa), 0);
-	CHECK_OK(sh_ring_peek(&c, &p, &len, shoal_deadline_in(10000 * MS)));
+	int64_t t0 = shoal_now_ns();
+	CHECK_OK(sh_ring_peek(&c, &p, &len, shoal_deadline_in(30000 * MS)));
+	int64_t waited = shoal_now_ns() - t0;
 	CHECK(rec_check(p, 0, len));
 	sh_ring_release(&c);
 	CHECK_EQ(pthread_join(t, NULL), 0);
 	CHECK_OK(pa.rc);
-	/* Either the consumer slept and was rung, or the record beat it. */
-	CHECK(c.sleeps == sleeps0 || pa.wakes == 1);
+	CHECK(c.sleeps > sleeps0);
+	CHECK_EQ(pa.wakes, 1);
+	CHECK(waited < 5000 * MS); /* woken, not timed out near the deadline */
 	region_free(&g);
 }
 
@@ -256,7 +327,7 @@ SH_TEST(ring_record_as_large_as_the_ring)
 	struct region g = region_new(4096);
 	sh_ring pr;
 	CHECK_OK(sh_ring_attach(&pr, g.mem, g.bytes, true));
-	struct prod_arg pa = {g.mem, g.bytes, 3, 0, 0, 0};
+	struct prod_arg pa = {.mem = g.mem, .bytes = g.bytes, .n = 3};
 	pthread_t t;
 	CHECK_EQ(pthread_create(&t, NULL, big_consumer, &pa), 0);
 	unsigned char small[24] = {1};

@@ -14,6 +14,8 @@
 #include <dlpack/dlpack.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/mman.h>
@@ -734,17 +736,50 @@ SH_TEST(capacity_is_a_hard_limit)
 	sh_test_leak_check();
 }
 
+/* Reads want bytes from fd (a client's "done" each), or fails by 60 s. */
+static void await_bytes(int fd, int want, const char *what)
+{
+	int64_t give_up = shoal_deadline_in(60000 * MS);
+	char buf[128];
+	for (int got = 0; got < want;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int left = (int)((give_up - shoal_now_ns()) / MS);
+		if (left <= 0 || poll(&p, 1, left) != 1)
+			sh_test_fail(__FILE__, __LINE__, "%d of %d clients %s in 60 s", got, want,
+				     what);
+		ssize_t n = read(fd, buf,
+				 sizeof(buf) < (size_t)(want - got) ? sizeof(buf)
+								    : (size_t)(want - got));
+		if (n <= 0)
+			sh_test_fail(__FILE__, __LINE__, "%d of %d clients %s (then %s)", got, want,
+				     what, n ? strerror(errno) : "all gone");
+		got += (int)n;
+	}
+}
+
+/* 100 client processes each put an object, then (once all have) read 20
+ * of the others' and check their bytes: every read must succeed, 2000 in
+ * all; they stay connected until all have read (their objects are
+ * transient: they go with them), then go, and nothing is left. */
 SH_TEST_T(hundred_clients, 120)
 {
 	daemon_store d;
 	daemon_open(&d, 256u << 20);
 	shoal_client *c = connect_path(d.path);
 	enum { N = 100, ROUNDS = 20 };
+	/* done: each child writes a byte per phase; go[k]: closed by us to
+	 * start phase k in every child at once */
+	int done[2], go[2][2];
+	CHECK(pipe(done) == 0 && pipe(go[0]) == 0 && pipe(go[1]) == 0);
 	pid_t pid[N];
 	for (int i = 0; i < N; i++) {
 		pid[i] = fork();
 		CHECK(pid[i] >= 0);
 		if (pid[i] == 0) {
+			close(done[0]);
+			close(go[0][1]);
+			close(go[1][1]);
+			char x;
 			shoal_client *k;
 			if (shoal_connect(&k, d.path) != 0)
 				_exit(2);
@@ -752,32 +787,48 @@ SH_TEST_T(hundred_clients, 120)
 			snprintf(name, sizeof(name), "c%d", i);
 			if (shoal_put_bytes(k, name, name, strlen(name), 0, NULL) != 0)
 				_exit(3);
+			if (write(done[1], "p", 1) != 1 || read(go[0][0], &x, 1) != 0)
+				_exit(8);
 			for (int r = 0; r < ROUNDS; r++) {
-				/* someone else's object, if it is there yet */
-				int j = (i * 7 + r * 13) % N;
+				/* someone else's object: there, as all have put theirs */
+				int j = (i + 1 + (i * 7 + r * 13) % (N - 1)) % N;
 				snprintf(want, sizeof(want), "c%d", j);
 				shoal_object *o;
 				int rc = shoal_get_by_name(k, want, &o);
-				if (rc == SHOAL_ENOENT)
-					continue;
-				if (rc != 0)
+				if (rc != 0) {
+					fprintf(stderr, "client %d: get %s: %s\n", i, want,
+						shoal_strerror(rc));
 					_exit(4);
+				}
 				const void *p;
 				size_t n;
-				shoal_node_blob(shoal_object_root(o), 0, &p, &n);
-				if (n != strlen(want) || memcmp(p, want, n) != 0)
+				if (shoal_node_blob(shoal_object_root(o), 0, &p, &n) != 0 ||
+				    n != strlen(want) || memcmp(p, want, n) != 0)
 					_exit(5);
 				shoal_object_release(o);
 			}
 			shoal_store_stat st;
-			if (shoal_store_stat_get(k, &st) != 0 || st.clients < 2)
+			if (shoal_store_stat_get(k, &st) != 0 || st.clients != N + 1 ||
+			    st.objects != N)
 				_exit(6);
+			if (write(done[1], "r", 1) != 1 || read(go[1][0], &x, 1) != 0)
+				_exit(8);
 			_exit(shoal_disconnect(k) == 0 ? 0 : 7);
 		}
 	}
+	close(done[1]);
+	close(go[0][0]);
+	close(go[1][0]);
+	await_bytes(done[0], N, "put their object");
+	shoal_store_stat st = stat_of(c);
+	CHECK_EQ(st.objects, N);
+	CHECK_EQ(st.clients, N + 1);
+	close(go[0][1]);
+	await_bytes(done[0], N, "read the others' objects");
+	close(go[1][1]);
 	for (int i = 0; i < N; i++)
-		wait_ok(pid[i]);
-	shoal_store_stat st;
+		wait_ok(pid[i]); /* each read all ROUNDS objects it asked for */
+	close(done[0]);
 	WAIT_STAT(c, st, st.clients == 1);
 	CHECK_EQ(st.objects, 0); /* all transient: gone with their creators */
 	CHECK_EQ(st.used, 0);
@@ -1025,10 +1076,9 @@ SH_TEST(idle_burns_no_cpu)
  * even when the file mode would let it connect. */
 SH_TEST(other_users_are_refused)
 {
-	if (geteuid() != 0) {
-		printf("skipped: needs root to act as another user\n");
-		return;
-	}
+	/* (a user without root cannot make a process of another user) */
+	if (geteuid() != 0)
+		SH_SKIP("needs root, to connect as uid 65534");
 	daemon_store d;
 	daemon_open(&d, 0);
 	struct stat st;
@@ -1041,13 +1091,29 @@ SH_TEST(other_users_are_refused)
 		pid_t pid = fork();
 		CHECK(pid >= 0);
 		if (pid == 0) {
-			if (setgid(65534) != 0 || setuid(65534) != 0)
-				_exit(2);
+			if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0 ||
+			    geteuid() != 65534)
+				_exit(100);
 			shoal_client *c;
 			int rc = shoal_connect(&c, d.path);
-			_exit(rc == 0 ? 1 : 0);
+			/* refused by the file mode; then by the store itself, which
+			 * hangs up on it (not by failing to reach the socket) */
+			bool hung_up =
+				rc == SHOAL_EPIPE || rc == SHOAL_ECONNRESET || rc == SHOAL_ECLOSED;
+			bool refused = rc == SHOAL_EACCES || (open_mode && hung_up);
+			if (!refused)
+				fprintf(stderr, "uid 65534 at a %o socket: %s\n",
+					open_mode ? 0666 : 0600,
+					rc ? shoal_strerror(rc) : "connected");
+			_exit(refused ? 0 : 1);
 		}
-		wait_ok(pid);
+		int ws;
+		CHECK(waitpid(pid, &ws, 0) == pid);
+		if (WIFEXITED(ws) && WEXITSTATUS(ws) == 100)
+			sh_test_fail(__FILE__, __LINE__, "the child could not become uid 65534");
+		if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+			sh_test_fail(__FILE__, __LINE__, "uid 65534 was not refused (status 0x%x)",
+				     ws);
 	}
 	shoal_client *c = connect_path(d.path); /* we still get in */
 	CHECK_EQ(stat_of(c).clients, 1);
