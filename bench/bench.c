@@ -1332,6 +1332,8 @@ const sh_bench_suite sh_bench_suites[] = {
 	 sh_bench_rpc, sh_bench_rpc_table, sh_bench_rpc_plot},
 	{"tasks", "a flood of no-op tasks through a controller to 2 engines (ipyparallel's test)",
 	 sh_bench_tasks, sh_bench_tasks_table, sh_bench_tasks_plot},
+	{"py-store", "the object store from Python: small put/get, a state dict, arrays, readers",
+	 sh_bench_pystore, sh_bench_pystore_table, NULL},
 };
 const size_t sh_bench_nsuites = sizeof(sh_bench_suites) / sizeof(sh_bench_suites[0]);
 

@@ -271,6 +271,9 @@ void sh_bench_rpc_plot(FILE *f, const sh_bench_report *r);
 int sh_bench_tasks(const sh_bench_opts *o, sh_bench_report *r);
 void sh_bench_tasks_table(FILE *f, const sh_bench_report *r);
 void sh_bench_tasks_plot(FILE *f, const sh_bench_report *r);
+/* py-store: the store from Python (python/shoal/bench.py), read from its JSON. */
+int sh_bench_pystore(const sh_bench_opts *o, sh_bench_report *r);
+void sh_bench_pystore_table(FILE *f, const sh_bench_report *r);
 
 /* suite_store.c: put/get latency, a state dict's get, reader memory. */
 int sh_bench_store(const sh_bench_opts *o, sh_bench_report *r);

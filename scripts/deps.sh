@@ -8,7 +8,7 @@
 set -euo pipefail
 
 pkgs=(gcc make cmake pkg-config libc6-dev clang-format libmsgpack-dev libcjson-dev libssl-dev libdlpack-dev libseccomp-dev python3
-	libboost-context-dev)
+	libboost-context-dev python3-dev python3-pytest python3-numpy python3-torch python3-cloudpickle)
 case "${1:-}" in
 bench) pkgs+=(golang-go python3-ipyparallel) ;;
 cross) pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user) ;;

@@ -1,0 +1,212 @@
+/* The py-store suite: the object store from Python, as a Python user reaches it
+ * (`import shoal`). The measuring is Python's own (python/shoal/bench.py, run as
+ * `python3 -m shoal.bench store --json` with Debian's python3 on this build's
+ * package, or the installed one); this suite reads its JSON Lines into the report,
+ * so the table, --json, --csv and the summary are every suite's. */
+#include "bench.h"
+
+#include <cjson/cJSON.h>
+#include <glob.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SUITE "py-store"
+#define PYTHON "/usr/bin/python3"
+
+/* The directory holding the shoal package: beside this program's build
+ * (build/X/python), or the install's lib/python3.N/dist-packages. */
+static int package_dir(char *out, size_t len)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return -1;
+	exe[n] = 0;
+	char *slash = strrchr(exe, '/');
+	if (!slash)
+		return -1;
+	*slash = 0; /* .../tools or .../bin */
+	char probe[PATH_MAX + 64];
+	snprintf(probe, sizeof(probe), "%s/../python/shoal/__init__.py", exe);
+	if (access(probe, R_OK) == 0) {
+		probe[strlen(probe) - strlen("/shoal/__init__.py")] = 0;
+		if (strlen(probe) >= len)
+			return -1;
+		memcpy(out, probe, strlen(probe) + 1);
+		return 0;
+	}
+	snprintf(probe, sizeof(probe), "%s/../lib/python3*/dist-packages/shoal/__init__.py", exe);
+	glob_t g;
+	int rc = -1;
+	if (glob(probe, 0, NULL, &g) == 0 && g.gl_pathc > 0) {
+		char *p = g.gl_pathv[0];
+		p[strlen(p) - strlen("/shoal/__init__.py")] = 0;
+		if (strlen(p) < len) {
+			memcpy(out, p, strlen(p) + 1);
+			rc = 0;
+		}
+	}
+	globfree(&g);
+	return rc;
+}
+
+/* The unit a metric's name carries, for the table. */
+static const char *unit_of(const char *metric)
+{
+	static const char *const units[][2] = {
+		{"_us", "us"}, {"_ms", "ms"}, {"_mb_s", "MB/s"}, {"_pct", "%"}, {"_kib", "KiB"}};
+	size_t n = strlen(metric);
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		size_t k = strlen(units[i][0]);
+		if (n >= k && strcmp(metric + n - k, units[i][0]) == 0)
+			return units[i][1];
+	}
+	return NULL;
+}
+
+/* One JSON line of shoal.bench as a result of r. */
+static void add_line(sh_bench_report *r, const cJSON *j)
+{
+	const cJSON *test = cJSON_GetObjectItem(j, "test"), *impl = cJSON_GetObjectItem(j, "impl");
+	const cJSON *params = cJSON_GetObjectItem(j, "params");
+	const cJSON *metrics = cJSON_GetObjectItem(j, "metrics");
+	const cJSON *status = cJSON_GetObjectItem(j, "status");
+	if (!cJSON_IsString(test) || !cJSON_IsString(impl) || !cJSON_IsObject(metrics))
+		return;
+	sh_bench_result *x = sh_bench_add(r, SUITE, test->valuestring, impl->valuestring,
+					  cJSON_IsTrue(cJSON_GetObjectItem(j, "baseline")));
+	const cJSON *it;
+	cJSON_ArrayForEach(it, params)
+	{
+		if (cJSON_IsNumber(it))
+			sh_bench_param_num(x, it->string, it->valuedouble);
+		else if (cJSON_IsString(it))
+			sh_bench_param_str(x, it->string, it->valuestring);
+	}
+	if (cJSON_IsString(status) && strcmp(status->valuestring, "ok") != 0) {
+		const cJSON *why = cJSON_GetObjectItem(j, "reason");
+		if (!why)
+			why = cJSON_GetObjectItem(j, "error");
+		const char *w = cJSON_IsString(why) ? why->valuestring : "";
+		if (strcmp(status->valuestring, "skipped") == 0)
+			sh_bench_skip(x, "%s", w);
+		else
+			sh_bench_fail(x, "%s", w);
+		return;
+	}
+	/* The table shows the first figure with a unit; the comparison with the
+	 * baseline row uses the same one (a time, or a rate inverted). */
+	const char *shown = NULL;
+	double v = 0;
+	cJSON_ArrayForEach(it, metrics)
+	{
+		if (!cJSON_IsNumber(it))
+			continue;
+		sh_bench_metric_set(x, it->string, it->valuedouble);
+		if (!shown && unit_of(it->string) &&
+		    (strncmp(it->string, "mean_", 5) == 0 || strcmp(it->string, "mb_s") == 0 ||
+		     strstr(it->string, "_pct")))
+			shown = it->string, v = it->valuedouble;
+	}
+	if (shown) {
+		sh_bench_show_samples(x, &v, 1, unit_of(shown));
+		const char *u = unit_of(shown);
+		if (strcmp(u, "us") == 0 || strcmp(u, "ms") == 0) {
+			x->cmp_value = v;
+			x->cmp_word = "faster";
+		} else if (strcmp(u, "MB/s") == 0 && v > 0) {
+			x->cmp_value = 1 / v;
+			x->cmp_word = "faster";
+		}
+	}
+}
+
+int sh_bench_pystore(const sh_bench_opts *o, sh_bench_report *r)
+{
+	char dir[PATH_MAX], env_path[PATH_MAX + 16], err[256];
+	if (package_dir(dir, sizeof(dir)) != 0 || access(PYTHON, X_OK) != 0) {
+		sh_bench_result *x = sh_bench_add(r, SUITE, "put_small", "shoal", 0);
+		sh_bench_skip(x, "%s",
+			      access(PYTHON, X_OK) != 0
+				      ? PYTHON " is not installed"
+				      : "the shoal Python package is neither in this build "
+					"(build/X/python) nor installed beside this program");
+		return 0;
+	}
+	snprintf(env_path, sizeof(env_path), "PYTHONPATH=%s", dir);
+	char *env[] = {env_path, "PYTHONDONTWRITEBYTECODE=1", NULL};
+	char *argv[] = {PYTHON,	 "-m",	   "shoal.bench",
+			"store", "--json", o->quick ? "--quick" : (o->large ? "--large" : NULL),
+			NULL};
+	size_t cap = 1 << 20;
+	char *out = malloc(cap);
+	if (!out)
+		return -1;
+	int st = sh_bench_exec(argv, NULL, env, out, cap, o->quick ? 300 : 1800, NULL, err,
+			       sizeof(err));
+	int lines = 0;
+	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+		cJSON *j = line[0] == '{' ? cJSON_Parse(line) : NULL;
+		if (j && cJSON_IsString(cJSON_GetObjectItem(j, "suite"))) {
+			add_line(r, j);
+			lines++;
+		}
+		cJSON_Delete(j);
+	}
+	if (st != 0 || lines == 0) {
+		sh_bench_result *x = sh_bench_add(r, SUITE, "run", "python3", 0);
+		sh_bench_fail(x, "python3 -m shoal.bench store: %s",
+			      st < 0 ? err : "exited with an error (run it by hand to see it)");
+	}
+	free(out);
+	return 0;
+}
+
+void sh_bench_pystore_table(FILE *f, const sh_bench_report *r)
+{
+	sh_bench_print_table(f, r, SUITE,
+			     "shoal bench py-store: the object store from Python (import shoal), "
+			     "beside pickle through shared memory, torch.load and memcpy");
+	const sh_bench_result *g = NULL, *sd = NULL, *tl = NULL;
+	double pa_min = 0, rd_max = 0;
+	for (size_t i = 0; i < r->n; i++) {
+		const sh_bench_result *x = &r->res[i];
+		if (strcmp(x->suite, SUITE) != 0 || x->status != 0)
+			continue;
+		if (!strcmp(x->test, "get_small") && !x->baseline)
+			g = x;
+		if (!strcmp(x->test, "get_state_dict") && !strcmp(x->label, "shoal"))
+			sd = x;
+		if (!strcmp(x->test, "get_state_dict") && !strcmp(x->label, "torch.load"))
+			tl = x;
+		double m = sh_bench_metric_get(x, "ratio_vs_memcpy", -1);
+		if (m >= 0 && sh_bench_metric_get(x, "best_us", 0) > 0 &&
+		    atof(sh_bench_param_get(x, "bytes") ? sh_bench_param_get(x, "bytes") : "0") >=
+			    (64 << 20) &&
+		    (pa_min == 0 || m < pa_min))
+			pa_min = m;
+		double u = sh_bench_metric_get(x, "uss_per_reader_pct", -1);
+		if (u > rd_max)
+			rd_max = u;
+	}
+	fprintf(f, "summary:");
+	if (g)
+		fprintf(f, " get_small p50 %.2f us (goal <= 5: %s);",
+			sh_bench_metric_get(g, "p50_us", 0),
+			sh_bench_metric_get(g, "p50_us", 0) <= 5 ? "met" : "NOT met");
+	if (sd && tl) {
+		double a = sh_bench_metric_get(sd, "mean_ms", 0),
+		       b = sh_bench_metric_get(tl, "mean_ms", 0);
+		fprintf(f,
+			" get_state_dict %.2f ms, %.0fx torch.load (goals <= 5 ms, >= 100x: %s);",
+			a, a > 0 ? b / a : 0, a <= 5 && a > 0 && b / a >= 100 ? "met" : "NOT met");
+	}
+	if (pa_min > 0)
+		fprintf(f, " put_array from 64 MiB %.2f of memcpy (goal >= 0.5: %s);", pa_min,
+			pa_min >= 0.5 ? "met" : "NOT met");
+	fprintf(f, " a reader adds %.3f%% of the tensor (goal <= 1%%: %s)\n", rd_max,
+		rd_max <= 1 ? "met" : "NOT met");
+}
