@@ -325,7 +325,7 @@ static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	Py_END_ALLOW_THREADS if (rc != 0)
 	{
 		sh_py_raisef(NULL, rc, "cannot connect to the store at %s: %s", p,
-			     shoal_strerror(rc));
+			     sh_py_strerror(rc));
 		Py_DECREF(path);
 		Py_DECREF(self);
 		return NULL;
@@ -520,7 +520,7 @@ static int do_put_dict(ShClient *c, void *arg)
 	for (size_t i = 0; rc == 0 && i < j->nmeta; i++)
 		if ((rc = shoal_node_set_str(root, j->keys[i], j->vals[i], j->vlens[i])) != 0)
 			snprintf(j->err, j->errlen, "metadata key '%.300s': %s", j->keys[i],
-				 shoal_strerror(rc));
+				 sh_py_strerror(rc));
 	/* one region for all the tensors: one mapping for every reader */
 	if (rc == 0 && j->total > 0)
 		rc = shoal_builder_reserve(b, j->total);
@@ -534,7 +534,7 @@ static int do_put_dict(ShClient *c, void *arg)
 		if (rc)
 			snprintf(j->err, j->errlen, "tensor %zu ('%.300s'): %s", i, it->name,
 				 rc == SHOAL_EEXIST ? "the name is used twice"
-						    : shoal_strerror(rc));
+						    : sh_py_strerror(rc));
 		else if (it->v.len)
 			memcpy(p, it->v.buf, (size_t)it->v.len);
 	}
@@ -970,7 +970,7 @@ static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	Py_END_ALLOW_THREADS Py_XDECREF(path);
 	if (rc != 0) {
 		Py_DECREF(self);
-		return sh_py_raisef(NULL, rc, "cannot start a store: %s", shoal_strerror(rc));
+		return sh_py_raisef(NULL, rc, "cannot start a store: %s", sh_py_strerror(rc));
 	}
 	self->s = s;
 	if (!(self->socket = PyUnicode_DecodeFSDefault(shoal_store_socket(s)))) {

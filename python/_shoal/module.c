@@ -30,6 +30,7 @@ static PyObject *class_for(int rc)
 		return ShInvalidInput;
 	case SHOAL_ECLOSED:
 	case SHOAL_EPIPE:
+	case SHOAL_ECONNRESET: /* the store went away mid-call */
 		return ShClosed;
 	default:
 		return ShError;
@@ -57,9 +58,16 @@ static PyObject *raise_in(PyObject *cls, int rc, const char *msg)
 	return NULL;
 }
 
+const char *sh_py_strerror(int rc)
+{
+	const char *s = shoal_strerror(rc);
+	/* shoal names its own codes; the rest are errnos */
+	return strstr(s, "SHOAL_E?") && rc < 0 && rc > -4096 ? strerror(-rc) : s;
+}
+
 PyObject *sh_py_raise(int rc, const char *msg)
 {
-	return raise_in(class_for(rc), rc, msg && *msg ? msg : shoal_strerror(rc));
+	return raise_in(class_for(rc), rc, msg && *msg ? msg : sh_py_strerror(rc));
 }
 
 PyObject *sh_py_raisef(PyObject *cls, int rc, const char *fmt, ...)

@@ -47,6 +47,8 @@ extern PyObject *ShError, *ShNotFound, *ShNameTaken, *ShStoreFull, *ShTimeout, *
 /* Sets the exception class that matches rc, with msg (or shoal_strerror(rc)
  * when msg is empty). Returns NULL, for `return sh_py_raise(...)`. */
 PyObject *sh_py_raise(int rc, const char *msg);
+/* shoal_strerror, or strerror for an errno shoal has no name for. */
+const char *sh_py_strerror(int rc);
 PyObject *sh_py_raisef(PyObject *cls, int rc, const char *fmt, ...);
 
 /* Locks c's mutex, with the GIL released only when it must wait. Call with

@@ -290,7 +290,7 @@ PyObject *sh_py_tensor_new(ShObject *o, const shoal_node *n)
 	int rc = shoal_node_tensor(n, &t);
 	if (rc)
 		return sh_py_raisef(ShInvalidInput, rc, "object %llu: not a readable tensor (%s)",
-				    (unsigned long long)o->id, shoal_strerror(rc));
+				    (unsigned long long)o->id, sh_py_strerror(rc));
 	size_t isz = shoal_dtype_size(t.dtype);
 	ShTensor *self = PyObject_New(ShTensor, &ShTensor_Type);
 	if (!self)
@@ -438,7 +438,7 @@ static PyObject *tensor_dlpack(ShTensor *self, PyObject *args, PyObject *kw)
 			shoal_dtype_name(self->t.dtype),
 			rc == SHOAL_ENOTSUP ? "0.6 (it has no 8-bit float): use the raw "
 					      "bytes with Object.blob()"
-					    : shoal_strerror(rc));
+					    : sh_py_strerror(rc));
 	}
 	w->m.dl_tensor = w->inner->dl_tensor;
 	if (!w->m.dl_tensor.data)
