@@ -44,7 +44,8 @@ int sh_py_client_check(ShClient *c)
 			     (long)c->pid);
 		return -1;
 	}
-	if (c->closed) {
+	/* a hint without the mutex (run() checks again under it) */
+	if (__atomic_load_n(&c->closed, __ATOMIC_RELAXED)) {
 		sh_py_raisef(ShClosed, SHOAL_ECLOSED, "the connection is closed");
 		return -1;
 	}
@@ -355,11 +356,11 @@ static PyObject *client_close(ShClient *self, PyObject *unused)
 {
 	if (foreign(self)) {
 		/* the parent's connection: only forget it */
-		self->closed = true;
+		__atomic_store_n(&self->closed, true, __ATOMIC_RELAXED);
 		Py_RETURN_NONE;
 	}
 	Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->mu);
-	self->closed = true;
+	__atomic_store_n(&self->closed, true, __ATOMIC_RELAXED);
 	/* Live objects keep the connection (their memory is mapped through
 	 * it); the last one to go disconnects. */
 	if (self->nobjs == 0 && self->c) {
@@ -388,7 +389,7 @@ static PyObject *client_exit(PyObject *self, PyObject *args)
 
 static PyObject *client_closed(ShClient *self, void *unused)
 {
-	return PyBool_FromLong(self->closed || foreign(self));
+	return PyBool_FromLong(__atomic_load_n(&self->closed, __ATOMIC_RELAXED) || foreign(self));
 }
 
 static PyObject *client_socket(ShClient *self, void *unused)
@@ -877,7 +878,8 @@ static PyObject *client_export_safetensors(ShClient *self, PyObject *args, PyObj
 static PyObject *client_repr(ShClient *self)
 {
 	return PyUnicode_FromFormat("<shoal._shoal.Client %R%s>", self->socket,
-				    self->closed ? " closed" : "");
+				    __atomic_load_n(&self->closed, __ATOMIC_RELAXED) ? " closed"
+										     : "");
 }
 
 #define KW (PyCFunction)(void (*)(void))
