@@ -83,8 +83,14 @@ PyObject *sh_py_raisef(PyObject *cls, int rc, const char *fmt, ...)
 int sh_py_fspath(PyObject *in, PyObject **out)
 {
 	*out = NULL;
-	if (!PyUnicode_FSConverter(in, out))
+	if (!PyUnicode_FSConverter(in, out)) {
+		/* a str with a NUL: say it as every other invalid input */
+		if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+			PyErr_Clear();
+			sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "a path with a NUL byte");
+		}
 		return -1;
+	}
 	if (strlen(PyBytes_AS_STRING(*out)) != (size_t)PyBytes_GET_SIZE(*out)) {
 		Py_CLEAR(*out);
 		sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "a path with a NUL byte");

@@ -685,3 +685,60 @@ def test_no_growth(client, tmp_path):
     for k in ("used", "objects", "names", "pending_frees", "clients"):
         assert st1[k] == st0[k], (k, st0, st1)
     assert (sys.getrefcount(a), sys.getrefcount(client)) == refs0
+
+
+def test_dlpack_arrays_dropped_on_other_threads(client):
+    base = baseline(client)
+    i = client.put_tensor(np.arange(256, dtype=np.int32), "I32", (256,), name="thr")
+    t = client.get(i).tensor()
+    arrays = [np.from_dlpack(t) for _ in range(64)]
+    caps = [t.__dlpack__() for _ in range(64)]
+    del t
+    client.delete("thr")
+    errors = []
+
+    def drop(k):
+        try:
+            for n in range(8):
+                a = arrays[k * 8 + n]
+                assert int(a[255]) == 255
+                arrays[k * 8 + n] = None
+                caps[k * 8 + n] = None
+                client.stat()  # the connection is used meanwhile
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=drop, args=(k,)) for k in range(8)]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    assert errors == []
+    assert baseline(client) == base
+
+
+def test_more_misuse(client, tmp_path):
+    with pytest.raises(_shoal.InvalidInput):
+        _shoal.Client("a\0b")
+    with pytest.raises(TypeError):
+        _shoal.Client(5)
+    with pytest.raises(TypeError):
+        _shoal.Client(client.socket, timeout="1")
+    with pytest.raises(_shoal.Error):
+        _shoal.Store(size=1 << 20, socket=str(tmp_path / "no" / "such" / "dir" / "s.sock"))
+    with pytest.raises(TypeError):
+        client.names(prefix=3)
+    with pytest.raises(TypeError):
+        client.import_safetensors(None)
+    with pytest.raises(_shoal.NotFound):
+        client.export_safetensors("nothing", str(tmp_path / "x"))
+    # a view of a released object keeps working; a new one is refused
+    o = client.get(client.put_tensor(np.ones(4, np.float32), "F32", (4,)))
+    t = o.tensor()
+    o.release()
+    assert float(np.asarray(t).sum()) == 4.0
+    cap = t.__dlpack__()  # the Tensor still holds the object
+    del cap
+    with pytest.raises(_shoal.Closed):
+        o.blob()
+    assert "released" in repr(o) or o.released
