@@ -742,3 +742,64 @@ def test_more_misuse(client, tmp_path):
     with pytest.raises(_shoal.Closed):
         o.blob()
     assert "released" in repr(o) or o.released
+
+
+def test_close_while_other_threads_call(store):
+    c = _shoal.Client(store.socket)
+    outcomes = []
+    go = threading.Event()
+
+    def work():
+        go.wait()
+        try:
+            for _ in range(2000):
+                o = c.get(c.put_bytes(b"abc"))
+                assert bytes(memoryview(o.blob())) == b"abc"
+        except _shoal.Closed:
+            outcomes.append("closed")
+        except Exception as e:  # reported below
+            outcomes.append(e)
+        else:
+            outcomes.append("done")
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for th in ts:
+        th.start()
+    go.set()
+    time.sleep(0.01)
+    c.close()
+    for th in ts:
+        th.join()
+    assert all(x in ("closed", "done") for x in outcomes), outcomes
+    del c
+    gc.collect()
+    with _shoal.Client(store.socket) as w:
+        assert w.stat()["clients"] == 1
+
+
+def test_views_outlive_the_store(tmp_path):
+    s = _shoal.Store(size=1 << 20)
+    c = _shoal.Client(s.socket)
+    arr = np.asarray(c.get(c.put_tensor(np.arange(100, dtype=np.int16), "I16", (100,))).tensor())
+    s.close()
+    assert int(arr[99]) == 99  # the client's mapping stays
+    c.close()
+    assert int(arr.sum()) == 4950
+    del arr
+    gc.collect()
+
+
+def test_large_tensor_dict(client):
+    rng = np.random.default_rng(7)
+    items = [("layer.%d.weight" % k, rng.standard_normal((k % 7 + 1, 3)).astype(np.float32))
+             for k in range(1100)]
+    i = client.put_tensor_dict([(n, a, "F32", a.shape) for n, a in items],
+                               {"k%d" % k: "v" * k for k in range(50)})
+    o = client.get(i)
+    got = o.tensors()
+    assert len(got) == 1100 and len(o.fields()) == 50
+    for (n, a), (gn, t) in zip(items, got):
+        assert n == gn
+        np.testing.assert_array_equal(np.asarray(t), a)
+    paths = {mapping_of(t._address)[1] for _, t in got}
+    assert len(paths) == 1  # one region for all of them
