@@ -56,8 +56,9 @@ void sh_py_client_lock(ShClient *c)
 {
 	if (pthread_mutex_trylock(&c->mu) == 0)
 		return;
-	Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&c->mu);
-	Py_END_ALLOW_THREADS
+	PyThreadState *ts_ = PyEval_SaveThread();
+	pthread_mutex_lock(&c->mu);
+	PyEval_RestoreThread(ts_);
 }
 
 typedef int (*job_fn)(ShClient *c, void *arg);
@@ -71,7 +72,8 @@ static int run(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen)
 	err[0] = 0;
 	if (sh_py_client_check(self) != 0)
 		return 1; /* raised */
-	Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->mu);
+	PyThreadState *ts_ = PyEval_SaveThread();
+	pthread_mutex_lock(&self->mu);
 	if (!self->c || self->closed) {
 		rc = SHOAL_ECLOSED;
 		snprintf(err, errlen, "the connection is closed");
@@ -81,7 +83,8 @@ static int run(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen)
 			snprintf(err, errlen, "%s", shoal_client_error(self->c));
 	}
 	pthread_mutex_unlock(&self->mu);
-	Py_END_ALLOW_THREADS return rc;
+	PyEval_RestoreThread(ts_);
+	return rc;
 }
 
 /* run() and, on failure, the exception. */
@@ -107,7 +110,8 @@ void sh_py_object_drop(ShObject *o)
 	o->o = NULL;
 	if (foreign(c))
 		return; /* the parent's: leave it be */
-	Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&c->mu);
+	PyThreadState *ts_ = PyEval_SaveThread();
+	pthread_mutex_lock(&c->mu);
 	shoal_object_release(so);
 	c->nobjs--;
 	/* close() waited for the last object: its memory is unmapped now */
@@ -116,7 +120,7 @@ void sh_py_object_drop(ShObject *o)
 		c->c = NULL;
 	}
 	pthread_mutex_unlock(&c->mu);
-	Py_END_ALLOW_THREADS
+	PyEval_RestoreThread(ts_);
 }
 
 /* ---- arguments ---- */
@@ -322,9 +326,10 @@ static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	int rc;
 	shoal_client *c = NULL;
 	const char *p = PyBytes_AS_STRING(path);
-	Py_BEGIN_ALLOW_THREADS rc = shoal_connect_with(&c, p, &o);
-	Py_END_ALLOW_THREADS if (rc != 0)
-	{
+	PyThreadState *ts_ = PyEval_SaveThread();
+	rc = shoal_connect_with(&c, p, &o);
+	PyEval_RestoreThread(ts_);
+	if (rc != 0) {
 		sh_py_raisef(NULL, rc, "cannot connect to the store at %s: %s", p,
 			     sh_py_strerror(rc));
 		Py_DECREF(path);
@@ -343,8 +348,9 @@ static void client_dealloc(ShClient *self)
 		shoal_client *c = self->c;
 		self->c = NULL;
 		if (c) {
-			Py_BEGIN_ALLOW_THREADS shoal_disconnect(c);
-			Py_END_ALLOW_THREADS
+			PyThreadState *ts_ = PyEval_SaveThread();
+			shoal_disconnect(c);
+			PyEval_RestoreThread(ts_);
 		}
 		pthread_mutex_destroy(&self->mu);
 	}
@@ -359,7 +365,8 @@ static PyObject *client_close(ShClient *self, PyObject *unused)
 		__atomic_store_n(&self->closed, true, __ATOMIC_RELAXED);
 		Py_RETURN_NONE;
 	}
-	Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->mu);
+	PyThreadState *ts_ = PyEval_SaveThread();
+	pthread_mutex_lock(&self->mu);
 	__atomic_store_n(&self->closed, true, __ATOMIC_RELAXED);
 	/* Live objects keep the connection (their memory is mapped through
 	 * it); the last one to go disconnects. */
@@ -368,7 +375,8 @@ static PyObject *client_close(ShClient *self, PyObject *unused)
 		self->c = NULL;
 	}
 	pthread_mutex_unlock(&self->mu);
-	Py_END_ALLOW_THREADS Py_RETURN_NONE;
+	PyEval_RestoreThread(ts_);
+	Py_RETURN_NONE;
 }
 
 static PyObject *client_enter(PyObject *self, PyObject *unused)
@@ -968,8 +976,10 @@ static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	o.socket_path = path ? PyBytes_AS_STRING(path) : NULL;
 	int rc;
 	shoal_store *s = NULL;
-	Py_BEGIN_ALLOW_THREADS rc = shoal_store_open_embedded(&s, &o);
-	Py_END_ALLOW_THREADS Py_XDECREF(path);
+	PyThreadState *ts_ = PyEval_SaveThread();
+	rc = shoal_store_open_embedded(&s, &o);
+	PyEval_RestoreThread(ts_);
+	Py_XDECREF(path);
 	if (rc != 0) {
 		Py_DECREF(self);
 		return sh_py_raisef(NULL, rc, "cannot start a store: %s", sh_py_strerror(rc));
@@ -988,8 +998,9 @@ static void store_stop(ShStore *self)
 	self->s = NULL;
 	if (!s || self->gen != fork_gen)
 		return; /* the parent's store: its thread is not in this process */
-	Py_BEGIN_ALLOW_THREADS shoal_store_close(s);
-	Py_END_ALLOW_THREADS
+	PyThreadState *ts_ = PyEval_SaveThread();
+	shoal_store_close(s);
+	PyEval_RestoreThread(ts_);
 }
 
 static void store_dealloc(ShStore *self)
