@@ -686,13 +686,15 @@ static PyObject *client_get(ShClient *self, PyObject *key)
 	if (parse_key(key, &j.id, &j.name) != 0)
 		return NULL;
 	/* made first: once the store's reference is ours nothing may fail */
-	ShObject *o = PyObject_New(ShObject, &ShObject_Type);
+	ShObject *o = PyObject_GC_New(ShObject, &ShObject_Type);
 	if (!o)
 		return NULL;
 	o->client = (ShClient *)Py_NewRef(self);
 	o->o = NULL;
+	o->id = 0;
 	o->views = 0;
 	o->release_asked = false;
+	PyObject_GC_Track(o);
 	if (call(self, do_get, &j) != 0) {
 		Py_DECREF(o);
 		return NULL;

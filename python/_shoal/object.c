@@ -44,9 +44,19 @@ static void view_gone(ShObject *o)
 
 static void object_dealloc(ShObject *self)
 {
+	PyObject_GC_UnTrack(self);
 	sh_py_object_drop(self);
 	Py_CLEAR(self->client);
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
+}
+
+/* Traversed, never cleared: a cycle through an Object (a Client subclass
+ * whose __dict__ keeps one) is broken at the other end, so an Object always
+ * has its client, and a view its Object, until they go. */
+static int object_traverse(ShObject *self, visitproc visit, void *arg)
+{
+	Py_VISIT(self->client);
+	return 0;
 }
 
 static PyObject *object_release(ShObject *self, PyObject *unused)
@@ -242,9 +252,10 @@ static PyGetSetDef object_getset[] = {
 PyTypeObject ShObject_Type = {
 	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shoal._shoal.Object",
 	.tp_basicsize = sizeof(ShObject),
-	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_HAVE_GC,
 	.tp_doc = "An object got from the store (Client.get); holds a reference on it.",
 	.tp_dealloc = (destructor)object_dealloc,
+	.tp_traverse = (traverseproc)object_traverse,
 	.tp_repr = (reprfunc)object_repr,
 	.tp_methods = object_methods,
 	.tp_getset = object_getset,
@@ -292,10 +303,11 @@ PyObject *sh_py_tensor_new(ShObject *o, const shoal_node *n)
 		return sh_py_raisef(ShInvalidInput, rc, "object %llu: not a readable tensor (%s)",
 				    (unsigned long long)o->id, sh_py_strerror(rc));
 	size_t isz = shoal_dtype_size(t.dtype);
-	ShTensor *self = PyObject_New(ShTensor, &ShTensor_Type);
+	ShTensor *self = PyObject_GC_New(ShTensor, &ShTensor_Type);
 	if (!self)
 		return NULL;
 	self->obj = (ShObject *)Py_NewRef(o);
+	PyObject_GC_Track(self);
 	o->views++;
 	self->node = n;
 	self->t = t;
@@ -316,15 +328,22 @@ PyObject *sh_py_tensor_new(ShObject *o, const shoal_node *n)
 	return (PyObject *)self;
 }
 
+static int tensor_traverse(ShTensor *self, visitproc visit, void *arg)
+{
+	Py_VISIT(self->obj);
+	return 0;
+}
+
 static void tensor_dealloc(ShTensor *self)
 {
+	PyObject_GC_UnTrack(self);
 	ShObject *o = self->obj;
 	self->obj = NULL;
 	if (o) {
 		view_gone(o);
 		Py_DECREF(o);
 	}
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 }
 
 static int tensor_getbuffer(ShTensor *self, Py_buffer *v, int flags)
@@ -540,10 +559,11 @@ static PyGetSetDef tensor_getset[] = {
 PyTypeObject ShTensor_Type = {
 	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shoal._shoal.Tensor",
 	.tp_basicsize = sizeof(ShTensor),
-	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_HAVE_GC,
 	.tp_doc = "A read-only, zero-copy view of a tensor in the store: the buffer protocol "
 		  "(numpy) and DLPack (torch).",
 	.tp_dealloc = (destructor)tensor_dealloc,
+	.tp_traverse = (traverseproc)tensor_traverse,
 	.tp_repr = (reprfunc)tensor_repr,
 	.tp_as_buffer = &tensor_as_buffer,
 	.tp_methods = tensor_methods,
@@ -556,25 +576,33 @@ PyObject *sh_py_blob_new(ShObject *o, const void *data, size_t size)
 {
 	if (size > (size_t)PY_SSIZE_T_MAX)
 		return sh_py_raisef(ShInvalidInput, SHOAL_EOVERFLOW, "a blob of %zu bytes", size);
-	ShBlob *self = PyObject_New(ShBlob, &ShBlob_Type);
+	ShBlob *self = PyObject_GC_New(ShBlob, &ShBlob_Type);
 	if (!self)
 		return NULL;
 	self->obj = (ShObject *)Py_NewRef(o);
+	PyObject_GC_Track(self);
 	o->views++;
 	self->data = data;
 	self->size = size;
 	return (PyObject *)self;
 }
 
+static int blob_traverse(ShBlob *self, visitproc visit, void *arg)
+{
+	Py_VISIT(self->obj);
+	return 0;
+}
+
 static void blob_dealloc(ShBlob *self)
 {
+	PyObject_GC_UnTrack(self);
 	ShObject *o = self->obj;
 	self->obj = NULL;
 	if (o) {
 		view_gone(o);
 		Py_DECREF(o);
 	}
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 }
 
 static int blob_getbuffer(ShBlob *self, Py_buffer *v, int flags)
@@ -621,9 +649,10 @@ static PyGetSetDef blob_getset[] = {
 PyTypeObject ShBlob_Type = {
 	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shoal._shoal.Blob",
 	.tp_basicsize = sizeof(ShBlob),
-	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_HAVE_GC,
 	.tp_doc = "A read-only, zero-copy view of a blob's bytes (the buffer protocol).",
 	.tp_dealloc = (destructor)blob_dealloc,
+	.tp_traverse = (traverseproc)blob_traverse,
 	.tp_as_buffer = &blob_as_buffer,
 	.tp_as_sequence = &blob_as_sequence,
 	.tp_getset = blob_getset,

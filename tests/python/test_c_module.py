@@ -832,3 +832,18 @@ def test_buffers_are_released_on_every_path(client):
         good.extend(b"1234")
         del ba[-4:]
         del good[-4:]
+
+
+def test_cycle_through_a_client_subclass(store):
+    class Keeper(_shoal.Client):
+        pass
+
+    with _shoal.Client(store.socket) as w:
+        k = Keeper(store.socket)
+        k.kept = k.get(k.put_bytes(b"cycle"))
+        k.view = k.kept.blob()
+        k.me = k
+        assert w.stat()["clients"] == 2
+        del k
+        gc.collect()
+        assert w.stat()["clients"] == 1  # the cycle was collected, the connection went
