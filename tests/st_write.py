@@ -25,7 +25,7 @@ bytes-overflow (its count fits, its byte count does not), space-padded
 (50 MiB of spaces after the JSON object), space-led (the same before it).
 
 usage: st_write.py OUT --tensors N --bytes TOTAL [--seed S]
-                   [--metadata K=V ...] [--hostile KIND]
+                   [--metadata K=V ...] [--hostile KIND] [--dtypes D,D...]
 """
 import argparse
 import math
@@ -151,7 +151,13 @@ def main():
     ap.add_argument("--metadata", action="append", default=None,
                     metavar="K=V")
     ap.add_argument("--hostile", choices=HOSTILE)
+    ap.add_argument("--dtypes", help="draw only from these dtypes (comma-separated)")
     a = ap.parse_args()
+    if a.dtypes:
+        global MIX
+        MIX = [d for d in MIX if d in a.dtypes.split(",")]
+        if not MIX:
+            sys.exit("st_write.py: --dtypes names none of " + ", ".join(DTYPES))
     if a.tensors < 0 or a.bytes < 0 or (a.tensors == 0 and a.bytes):
         sys.exit("st_write.py: need --tensors >= 0, --bytes >= 0 "
                  "(and no bytes without tensors)")

@@ -77,6 +77,11 @@ _TORCH_TO_STORE = {
 }
 
 
+# Store dtypes that older torch lacks, and the name torch gives them.
+_TORCH_LACKS = {"U16": "uint16", "U32": "uint32", "U64": "uint64",
+                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
+
 class ObjectID(int):
     """The id of an object in a store: an int, shown in hex as the CLI shows it."""
 
@@ -97,7 +102,7 @@ def _need(module: str, why: str) -> Any:
 
 def _is_numpy(value: Any) -> bool:
     np = sys.modules.get("numpy")
-    return np is not None and isinstance(value, np.ndarray)
+    return np is not None and isinstance(value, (np.ndarray, np.generic))
 
 
 def _is_torch(value: Any) -> bool:
@@ -126,7 +131,9 @@ def _as_tensor(value: Any, what: str) -> Tuple[Any, str, Tuple[int, ...]]:
             raise InvalidInput(
                 "%s has numpy dtype %s, which the store does not keep" % (what, value.dtype)
             )
-        arr = np.ascontiguousarray(value)
+        arr = np.asarray(value)  # a scalar (np.float32(1)) is a 0-d tensor
+        if not arr.flags.c_contiguous:
+            arr = arr.copy(order="C")
         return arr, dtype, tuple(arr.shape)
     raise InvalidInput(
         "%s is a %s: expected a numpy array or a torch tensor" % (what, type(value).__name__)
@@ -142,7 +149,10 @@ class Client:
 
     def __init__(self, socket: Optional[str] = None, *, timeout: Optional[float] = 30.0) -> None:
         self.socket = socket or default_socket()
-        self._c = _shoal.Client(self.socket, timeout)
+        try:
+            self._c = _shoal.Client(self.socket, timeout)
+        except NotFound as e:  # no socket there: no store, not a missing object
+            raise Closed(str(e)) from None
 
     # -- putting ---------------------------------------------------------------
     def put(
@@ -211,7 +221,13 @@ class Client:
             return t
         if framework == "torch":
             torch = _need("torch", "framework='torch'")
+            if t.dtype in _TORCH_LACKS and not hasattr(torch, _TORCH_LACKS[t.dtype]):
+                raise InvalidInput(
+                    "torch %s has no %s (the store's %s): get it with framework='numpy'"
+                    % (torch.__version__, _TORCH_LACKS[t.dtype], t.dtype))
             out = torch.from_dlpack(t)
+            if t.dtype == "BOOL":  # DLPack 0.6 carries bools as uint8
+                out = out.view(torch.bool)
             return out.clone() if copy else out
         np = _need("numpy", "framework='numpy'")
         if t.dtype == "BF16":

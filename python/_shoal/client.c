@@ -1,0 +1,1066 @@
+/* shoal._shoal: Client (a store connection) and Store (an embedded store).
+ * Every call that talks to the store runs with the GIL released and the
+ * connection's mutex held (run()); arguments are converted to C first,
+ * results to Python after, so no Python object is touched without the
+ * GIL. A connection is its process's: after a fork the child gets Closed
+ * and the parent's connection is never touched (not even freed). */
+#include "module.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Bumped in the child of every fork: a client or store made under another
+ * generation belongs to the parent. Cheaper than getpid() on each call. */
+static unsigned long fork_gen;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void)
+{
+	fork_gen++;
+}
+
+static void register_atfork(void)
+{
+	pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+static bool foreign(const ShClient *c)
+{
+	return c->gen != fork_gen;
+}
+
+bool sh_py_client_foreign(const ShClient *c)
+{
+	return foreign(c);
+}
+
+int sh_py_client_check(ShClient *c)
+{
+	if (foreign(c)) {
+		sh_py_raisef(ShClosed, SHOAL_ECLOSED,
+			     "this connection was made by process %ld before a fork: connect "
+			     "again in the child",
+			     (long)c->pid);
+		return -1;
+	}
+	/* a hint without the mutex (run() checks again under it) */
+	if (__atomic_load_n(&c->closed, __ATOMIC_RELAXED)) {
+		sh_py_raisef(ShClosed, SHOAL_ECLOSED, "the connection is closed");
+		return -1;
+	}
+	return 0;
+}
+
+void sh_py_client_lock(ShClient *c)
+{
+	if (pthread_mutex_trylock(&c->mu) == 0)
+		return;
+	PyThreadState *ts_ = PyEval_SaveThread();
+	pthread_mutex_lock(&c->mu);
+	PyEval_RestoreThread(ts_);
+}
+
+typedef int (*job_fn)(ShClient *c, void *arg);
+
+/* Runs fn under the connection's mutex with the GIL released. On failure
+ * err holds the message (copied under the mutex: the next call on the
+ * connection overwrites the client's). */
+static int run(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen)
+{
+	int rc;
+	err[0] = 0;
+	if (sh_py_client_check(self) != 0)
+		return 1; /* raised */
+	PyThreadState *ts_ = PyEval_SaveThread();
+	pthread_mutex_lock(&self->mu);
+	if (!self->c || self->closed) {
+		rc = SHOAL_ECLOSED;
+		snprintf(err, errlen, "the connection is closed");
+	} else {
+		rc = fn(self, arg);
+		if (rc && !err[0])
+			snprintf(err, errlen, "%s", shoal_client_error(self->c));
+	}
+	pthread_mutex_unlock(&self->mu);
+	PyEval_RestoreThread(ts_);
+	return rc;
+}
+
+/* run() and, on failure, the exception. */
+static int call(ShClient *self, job_fn fn, void *arg)
+{
+	char err[600];
+	int rc = run(self, fn, arg, err, sizeof(err));
+	if (rc == 1)
+		return -1;
+	if (rc) {
+		sh_py_raise(rc, err);
+		return -1;
+	}
+	return 0;
+}
+
+void sh_py_object_drop(ShObject *o)
+{
+	shoal_object *so = o->o;
+	ShClient *c = o->client;
+	if (!so)
+		return;
+	o->o = NULL;
+	if (foreign(c))
+		return; /* the parent's: leave it be */
+	PyThreadState *ts_ = PyEval_SaveThread();
+	pthread_mutex_lock(&c->mu);
+	shoal_object_release(so);
+	c->nobjs--;
+	/* close() waited for the last object: its memory is unmapped now */
+	if (c->closed && c->nobjs == 0 && c->c) {
+		shoal_disconnect(c->c);
+		c->c = NULL;
+	}
+	pthread_mutex_unlock(&c->mu);
+	PyEval_RestoreThread(ts_);
+}
+
+/* ---- arguments ---- */
+
+static const char *opt_name(PyObject *name)
+{
+	if (name == Py_None)
+		return NULL;
+	const char *s = sh_py_cstr(name, "name");
+	if (s && !*s) {
+		sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "name is empty: pass None for no name");
+		return NULL;
+	}
+	return s;
+}
+
+/* An id (a positive int) or a name (a non-empty str). */
+static int parse_key(PyObject *k, shoal_id *id, const char **name)
+{
+	*id = 0;
+	*name = NULL;
+	if (PyLong_Check(k) && !PyBool_Check(k)) {
+		unsigned long long v = PyLong_AsUnsignedLongLong(k);
+		if (PyErr_Occurred() || v == 0) {
+			PyErr_Clear();
+			sh_py_raisef(ShInvalidInput, SHOAL_EINVAL,
+				     "an object id is an int from 1 to 2**64-1");
+			return -1;
+		}
+		*id = v;
+		return 0;
+	}
+	if (PyUnicode_Check(k)) {
+		*name = sh_py_cstr(k, "name");
+		if (*name && !**name) {
+			sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "name is empty");
+			return -1;
+		}
+		return *name ? 0 : -1;
+	}
+	PyErr_Format(PyExc_TypeError, "expected an object id (int) or a name (str), not %.100s",
+		     Py_TYPE(k)->tp_name);
+	return -1;
+}
+
+/* A read-only, C-contiguous view of any buffer. */
+static int get_buffer(PyObject *data, Py_buffer *v, const char *what)
+{
+	if (PyObject_GetBuffer(data, v, PyBUF_C_CONTIGUOUS) == 0)
+		return 0;
+	if (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError)) {
+		PyObject *t, *val, *tb;
+		PyErr_Fetch(&t, &val, &tb);
+		PyObject *s = val ? PyObject_Str(val) : NULL;
+		const char *m = s ? PyUnicode_AsUTF8(s) : NULL;
+		PyErr_Clear();
+		sh_py_raisef(ShInvalidInput, SHOAL_EINVAL,
+			     "%s must be a C-contiguous buffer (make it contiguous first): %s",
+			     what, m ? m : "");
+		Py_XDECREF(s);
+		Py_XDECREF(t);
+		Py_XDECREF(val);
+		Py_XDECREF(tb);
+	}
+	return -1;
+}
+
+static int parse_dtype(PyObject *o, shoal_dtype *dt)
+{
+	const char *s = sh_py_cstr(o, "dtype");
+	if (!s)
+		return -1;
+	*dt = shoal_dtype_from_name(s, strlen(s));
+	if (*dt == SHOAL_DT_INVALID) {
+		char all[256] = "";
+		for (int i = 1; i < SHOAL_DT_COUNT; i++) {
+			strcat(all, i > 1 ? ", " : "");
+			strcat(all, shoal_dtype_name((shoal_dtype)i));
+		}
+		sh_py_raisef(ShInvalidInput, SHOAL_EINVAL,
+			     "unknown dtype '%.64s': expected one of %s", s, all);
+		return -1;
+	}
+	return 0;
+}
+
+/* shape: a tuple or list of ints >= 0, at most SHOAL_TENSOR_MAX_DIMS;
+ * *bytes: their product times the element size, checked. */
+static int parse_shape(PyObject *o, shoal_dtype dt, int64_t *shape, int *ndim, size_t *bytes)
+{
+	if (!PyTuple_Check(o) && !PyList_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "shape must be a tuple of ints, not %.100s",
+			     Py_TYPE(o)->tp_name);
+		return -1;
+	}
+	PyObject *f = PySequence_Fast(o, "shape");
+	if (!f)
+		return -1;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(f);
+	if (n > SHOAL_TENSOR_MAX_DIMS) {
+		Py_DECREF(f);
+		sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "a shape of %zd dimensions: at most %d",
+			     n, SHOAL_TENSOR_MAX_DIMS);
+		return -1;
+	}
+	size_t b = shoal_dtype_size(dt), nz = b; /* nz: the product of the non-zero dims */
+	bool over = false;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *d = PySequence_Fast_GET_ITEM(f, i);
+		if (!PyLong_Check(d) || PyBool_Check(d)) {
+			PyErr_Format(PyExc_TypeError, "shape[%zd] must be an int, not %.100s", i,
+				     Py_TYPE(d)->tp_name);
+			Py_DECREF(f);
+			return -1;
+		}
+		long long v = PyLong_AsLongLong(d);
+		if (v == -1 && PyErr_Occurred()) {
+			PyErr_Clear();
+			over = true;
+			v = INT64_MAX;
+		}
+		if (v < 0) {
+			Py_DECREF(f);
+			sh_py_raisef(ShInvalidInput, SHOAL_EINVAL,
+				     "shape[%zd] is %lld: expected >= 0", i, v);
+			return -1;
+		}
+		shape[i] = v;
+		if (!over && shoal_mul_size(b, (size_t)v, &b) != 0)
+			over = true;
+		if (!over && v && shoal_mul_size(nz, (size_t)v, &nz) != 0)
+			over = true;
+	}
+	Py_DECREF(f);
+	/* an empty dimension makes the product 0 whatever the others are, but
+	 * the store would still have to carry the huge ones: refuse them all */
+	if (over || nz > (size_t)PY_SSIZE_T_MAX) {
+		sh_py_raisef(ShInvalidInput, SHOAL_EINVAL,
+			     "the shape's product times %zu bytes overflows 63 bits",
+			     shoal_dtype_size(dt));
+		return -1;
+	}
+	*ndim = (int)n;
+	*bytes = b;
+	return 0;
+}
+
+static unsigned flags_of(int persist, int replace)
+{
+	return (persist ? SHOAL_PERSIST : 0) | (replace ? SHOAL_REPLACE : 0);
+}
+
+/* ---- Client ---- */
+
+typedef struct {
+	const char *path;
+	shoal_connect_opts o;
+	shoal_client *c;
+	char err[600];
+} connect_job;
+
+static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"socket", "timeout", NULL};
+	PyObject *sock, *timeout = NULL, *path = NULL;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:Client", kwlist, &sock, &timeout))
+		return NULL;
+	shoal_connect_opts o;
+	shoal_connect_opts_init(&o);
+	if (timeout == Py_None) {
+		o.timeout_ns = SHOAL_FOREVER;
+	} else if (timeout) {
+		double t = PyFloat_AsDouble(timeout);
+		if (t == -1.0 && PyErr_Occurred())
+			return NULL;
+		if (!(t > 0) || t > 1e9) {
+			return sh_py_raisef(
+				ShInvalidInput, SHOAL_EINVAL,
+				"timeout is %g: expected seconds > 0, or None for no bound", t);
+		}
+		o.timeout_ns = (int64_t)(t * 1e9);
+		if (o.timeout_ns == 0)
+			o.timeout_ns = 1;
+	}
+	if (sh_py_fspath(sock, &path) != 0)
+		return NULL;
+	pthread_once(&atfork_once, register_atfork);
+	ShClient *self = (ShClient *)type->tp_alloc(type, 0);
+	if (!self) {
+		Py_DECREF(path);
+		return NULL;
+	}
+	pthread_mutex_init(&self->mu, NULL);
+	self->pid = getpid();
+	self->gen = fork_gen;
+	self->socket =
+		PyUnicode_DecodeFSDefaultAndSize(PyBytes_AS_STRING(path), PyBytes_GET_SIZE(path));
+	if (!self->socket) {
+		Py_DECREF(path);
+		Py_DECREF(self);
+		return NULL;
+	}
+	int rc;
+	shoal_client *c = NULL;
+	const char *p = PyBytes_AS_STRING(path);
+	PyThreadState *ts_ = PyEval_SaveThread();
+	rc = shoal_connect_with(&c, p, &o);
+	PyEval_RestoreThread(ts_);
+	if (rc != 0) {
+		sh_py_raisef(NULL, rc, "cannot connect to the store at %s: %s", p,
+			     sh_py_strerror(rc));
+		Py_DECREF(path);
+		Py_DECREF(self);
+		return NULL;
+	}
+	Py_DECREF(path);
+	self->c = c;
+	return (PyObject *)self;
+}
+
+static void client_dealloc(ShClient *self)
+{
+	/* Objects hold their client: none is left here. */
+	if (!foreign(self)) {
+		shoal_client *c = self->c;
+		self->c = NULL;
+		if (c) {
+			PyThreadState *ts_ = PyEval_SaveThread();
+			shoal_disconnect(c);
+			PyEval_RestoreThread(ts_);
+		}
+		pthread_mutex_destroy(&self->mu);
+	}
+	Py_CLEAR(self->socket);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *client_close(ShClient *self, PyObject *unused)
+{
+	if (foreign(self)) {
+		/* the parent's connection: only forget it */
+		__atomic_store_n(&self->closed, true, __ATOMIC_RELAXED);
+		Py_RETURN_NONE;
+	}
+	PyThreadState *ts_ = PyEval_SaveThread();
+	pthread_mutex_lock(&self->mu);
+	__atomic_store_n(&self->closed, true, __ATOMIC_RELAXED);
+	/* Live objects keep the connection (their memory is mapped through
+	 * it); the last one to go disconnects. */
+	if (self->nobjs == 0 && self->c) {
+		shoal_disconnect(self->c);
+		self->c = NULL;
+	}
+	pthread_mutex_unlock(&self->mu);
+	PyEval_RestoreThread(ts_);
+	Py_RETURN_NONE;
+}
+
+static PyObject *client_enter(PyObject *self, PyObject *unused)
+{
+	if (sh_py_client_check((ShClient *)self) != 0)
+		return NULL;
+	return Py_NewRef(self);
+}
+
+static PyObject *client_exit(PyObject *self, PyObject *args)
+{
+	PyObject *r = client_close((ShClient *)self, NULL);
+	Py_XDECREF(r);
+	if (!r)
+		return NULL;
+	Py_RETURN_FALSE;
+}
+
+static PyObject *client_closed(ShClient *self, void *unused)
+{
+	return PyBool_FromLong(__atomic_load_n(&self->closed, __ATOMIC_RELAXED) || foreign(self));
+}
+
+static PyObject *client_socket(ShClient *self, void *unused)
+{
+	return Py_NewRef(self->socket);
+}
+
+typedef struct {
+	const char *name;
+	const void *data;
+	size_t size;
+	unsigned flags;
+	shoal_id id;
+} put_bytes_job;
+
+static int do_put_bytes(ShClient *c, void *arg)
+{
+	put_bytes_job *j = arg;
+	return shoal_put_bytes(c->c, j->name, j->data, j->size, j->flags, &j->id);
+}
+
+static PyObject *client_put_bytes(ShClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"data", "name", "persist", "replace", NULL};
+	PyObject *data, *name = Py_None;
+	int persist = 0, replace = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp:put_bytes", kwlist, &data, &name,
+					 &persist, &replace))
+		return NULL;
+	put_bytes_job j = {.flags = flags_of(persist, replace)};
+	if (name != Py_None && !(j.name = opt_name(name)))
+		return NULL;
+	Py_buffer v;
+	if (get_buffer(data, &v, "data") != 0)
+		return NULL;
+	j.data = v.buf;
+	j.size = (size_t)v.len;
+	int rc = call(self, do_put_bytes, &j);
+	PyBuffer_Release(&v);
+	return rc ? NULL : PyLong_FromUnsignedLongLong(j.id);
+}
+
+typedef struct {
+	const char *name;
+	const void *data;
+	size_t size;
+	shoal_dtype dt;
+	int ndim;
+	unsigned flags;
+	int64_t shape[SHOAL_TENSOR_MAX_DIMS];
+	shoal_id id;
+} put_tensor_job;
+
+static int do_put_tensor(ShClient *c, void *arg)
+{
+	put_tensor_job *j = arg;
+	shoal_builder *b;
+	void *p;
+	int rc = shoal_builder_create(c->c, "tensor", &b);
+	if (rc)
+		return rc;
+	rc = shoal_node_set_tensor(shoal_builder_root(b), j->dt, j->ndim, j->shape, &p);
+	if (rc) {
+		shoal_builder_abort(b);
+		return rc;
+	}
+	if (j->size)
+		memcpy(p, j->data, j->size);
+	return shoal_builder_seal(b, j->name, j->flags, &j->id);
+}
+
+static PyObject *client_put_tensor(ShClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"data", "dtype", "shape", "name", "persist", "replace", NULL};
+	PyObject *data, *dtype, *shape, *name = Py_None;
+	int persist = 0, replace = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|Opp:put_tensor", kwlist, &data, &dtype,
+					 &shape, &name, &persist, &replace))
+		return NULL;
+	put_tensor_job j = {.flags = flags_of(persist, replace)};
+	size_t need;
+	if ((name != Py_None && !(j.name = opt_name(name))) || parse_dtype(dtype, &j.dt) != 0 ||
+	    parse_shape(shape, j.dt, j.shape, &j.ndim, &need) != 0)
+		return NULL;
+	Py_buffer v;
+	if (get_buffer(data, &v, "data") != 0)
+		return NULL;
+	if ((size_t)v.len != need) {
+		PyBuffer_Release(&v);
+		return sh_py_raisef(ShInvalidInput, SHOAL_EINVAL,
+				    "data has %zd bytes; a %s tensor of this shape needs %zu",
+				    v.len, shoal_dtype_name(j.dt), need);
+	}
+	j.data = v.buf;
+	j.size = need;
+	int rc = call(self, do_put_tensor, &j);
+	PyBuffer_Release(&v);
+	return rc ? NULL : PyLong_FromUnsignedLongLong(j.id);
+}
+
+typedef struct {
+	const char *name;
+	Py_buffer v;
+	shoal_dtype dt;
+	int ndim;
+	int64_t shape[SHOAL_TENSOR_MAX_DIMS];
+} dict_item;
+
+typedef struct {
+	dict_item *items;
+	size_t n, nmeta, total;
+	const char **keys, **vals;
+	size_t *vlens;
+	const char *name;
+	unsigned flags;
+	shoal_id id;
+	char *err;
+	size_t errlen;
+} put_dict_job;
+
+static int do_put_dict(ShClient *c, void *arg)
+{
+	put_dict_job *j = arg;
+	shoal_builder *b;
+	int rc = shoal_builder_create(c->c, "tensor_dict", &b);
+	if (rc)
+		return rc;
+	shoal_node *root = shoal_builder_root(b);
+	for (size_t i = 0; rc == 0 && i < j->nmeta; i++)
+		if ((rc = shoal_node_set_str(root, j->keys[i], j->vals[i], j->vlens[i])) != 0)
+			snprintf(j->err, j->errlen, "metadata key '%.300s': %s", j->keys[i],
+				 sh_py_strerror(rc));
+	/* one region for all the tensors: one mapping for every reader */
+	if (rc == 0 && j->total > 0)
+		rc = shoal_builder_reserve(b, j->total);
+	for (size_t i = 0; rc == 0 && i < j->n; i++) {
+		dict_item *it = &j->items[i];
+		shoal_node *m;
+		void *p;
+		rc = shoal_node_add_member(root, it->name, "tensor", &m);
+		if (rc == 0)
+			rc = shoal_node_set_tensor(m, it->dt, it->ndim, it->shape, &p);
+		if (rc)
+			snprintf(j->err, j->errlen, "tensor %zu ('%.300s'): %s", i, it->name,
+				 rc == SHOAL_EEXIST ? "the name is used twice"
+						    : sh_py_strerror(rc));
+		else if (it->v.len)
+			memcpy(p, it->v.buf, (size_t)it->v.len);
+	}
+	if (rc) {
+		shoal_builder_abort(b);
+		return rc;
+	}
+	return shoal_builder_seal(b, j->name, j->flags, &j->id);
+}
+
+static PyObject *client_put_tensor_dict(ShClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"items", "metadata", "name", "persist", "replace", NULL};
+	PyObject *items, *metadata = Py_None, *name = Py_None;
+	int persist = 0, replace = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOpp:put_tensor_dict", kwlist, &items,
+					 &metadata, &name, &persist, &replace))
+		return NULL;
+	if (metadata != Py_None && !PyDict_Check(metadata))
+		return PyErr_Format(PyExc_TypeError,
+				    "metadata must be a dict[str, str], not %.100s",
+				    Py_TYPE(metadata)->tp_name);
+	char err[600] = "";
+	put_dict_job j = {.flags = flags_of(persist, replace), .err = err, .errlen = sizeof(err)};
+	if (name != Py_None && !(j.name = opt_name(name)))
+		return NULL;
+	/* Everything the job reads is kept alive here: another thread may
+	 * change the caller's list or dict while the GIL is released. */
+	PyObject *keep = PyList_New(0), *seq = NULL, *mitems = NULL;
+	size_t got = 0;
+	PyObject *res = NULL;
+	if (!keep || !(seq = PySequence_Fast(items, "items must be a list of tuples")) ||
+	    PyList_Append(keep, seq) != 0)
+		goto out;
+	j.n = (size_t)PySequence_Fast_GET_SIZE(seq);
+	if (j.n && !(j.items = PyMem_Calloc(j.n, sizeof(dict_item)))) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (size_t i = 0; i < j.n; i++) {
+		PyObject *t = PySequence_Tuple(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i));
+		if (!t || PyList_Append(keep, t) != 0) {
+			Py_XDECREF(t);
+			goto out;
+		}
+		Py_DECREF(t);
+		if (PyTuple_GET_SIZE(t) != 4) {
+			PyErr_Format(
+				PyExc_TypeError,
+				"items[%zu] must be (name, data, dtype, shape), not %zd values", i,
+				PyTuple_GET_SIZE(t));
+			goto out;
+		}
+		dict_item *it = &j.items[i];
+		size_t need;
+		if (!(it->name = sh_py_cstr(PyTuple_GET_ITEM(t, 0), "a tensor's name")) ||
+		    parse_dtype(PyTuple_GET_ITEM(t, 2), &it->dt) != 0 ||
+		    parse_shape(PyTuple_GET_ITEM(t, 3), it->dt, it->shape, &it->ndim, &need) != 0 ||
+		    get_buffer(PyTuple_GET_ITEM(t, 1), &it->v, "a tensor's data") != 0)
+			goto out;
+		got++;
+		if ((size_t)it->v.len != need) {
+			sh_py_raisef(
+				ShInvalidInput, SHOAL_EINVAL,
+				"tensor '%.300s' has %zd bytes; a %s tensor of its shape needs "
+				"%zu",
+				it->name, it->v.len, shoal_dtype_name(it->dt), need);
+			goto out;
+		}
+		size_t a;
+		/* blobs start 64-byte aligned in the region */
+		if (shoal_align_size(need, 64, &a) != 0 ||
+		    shoal_add_size(j.total, a, &j.total) != 0) {
+			sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "the tensors' sizes overflow");
+			goto out;
+		}
+	}
+	if (metadata != Py_None) {
+		if (!(mitems = PyDict_Items(metadata)) || PyList_Append(keep, mitems) != 0)
+			goto out;
+		j.nmeta = (size_t)PyList_GET_SIZE(mitems);
+		if (j.nmeta && (!(j.keys = PyMem_Calloc(j.nmeta, sizeof(char *))) ||
+				!(j.vals = PyMem_Calloc(j.nmeta, sizeof(char *))) ||
+				!(j.vlens = PyMem_Calloc(j.nmeta, sizeof(size_t))))) {
+			PyErr_NoMemory();
+			goto out;
+		}
+		for (size_t i = 0; i < j.nmeta; i++) {
+			PyObject *kv = PyList_GET_ITEM(mitems, (Py_ssize_t)i);
+			Py_ssize_t vl;
+			if (!(j.keys[i] = sh_py_cstr(PyTuple_GET_ITEM(kv, 0), "a metadata key")))
+				goto out;
+			if (!PyUnicode_Check(PyTuple_GET_ITEM(kv, 1))) {
+				PyErr_Format(PyExc_TypeError, "metadata['%.200s'] must be a str",
+					     j.keys[i]);
+				goto out;
+			}
+			if (!(j.vals[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(kv, 1), &vl)))
+				goto out;
+			j.vlens[i] = (size_t)vl;
+		}
+	}
+	char e2[600];
+	int rc = run(self, do_put_dict, &j, e2, sizeof(e2));
+	if (rc == 0)
+		res = PyLong_FromUnsignedLongLong(j.id);
+	else if (rc != 1)
+		sh_py_raise(rc, err[0] ? err : e2);
+out:
+	for (size_t i = 0; i < got; i++)
+		PyBuffer_Release(&j.items[i].v);
+	PyMem_Free(j.items);
+	PyMem_Free(j.keys);
+	PyMem_Free(j.vals);
+	PyMem_Free(j.vlens);
+	Py_XDECREF(mitems);
+	Py_XDECREF(seq);
+	Py_XDECREF(keep);
+	return res;
+}
+
+typedef struct {
+	shoal_id id;
+	const char *name;
+	shoal_object *o;
+} get_job;
+
+static int do_get(ShClient *c, void *arg)
+{
+	get_job *j = arg;
+	int rc = j->name ? shoal_get_by_name(c->c, j->name, &j->o) : shoal_get(c->c, j->id, &j->o);
+	if (rc == 0)
+		c->nobjs++;
+	return rc;
+}
+
+static PyObject *client_get(ShClient *self, PyObject *key)
+{
+	get_job j = {0};
+	if (parse_key(key, &j.id, &j.name) != 0)
+		return NULL;
+	/* made first: once the store's reference is ours nothing may fail */
+	ShObject *o = PyObject_GC_New(ShObject, &ShObject_Type);
+	if (!o)
+		return NULL;
+	o->client = (ShClient *)Py_NewRef(self);
+	o->o = NULL;
+	o->id = 0;
+	o->views = 0;
+	o->release_asked = false;
+	PyObject_GC_Track(o);
+	if (call(self, do_get, &j) != 0) {
+		Py_DECREF(o);
+		return NULL;
+	}
+	o->o = j.o;
+	o->id = shoal_object_id(j.o);
+	o->nbytes = shoal_object_bytes(j.o);
+	return (PyObject *)o;
+}
+
+static int do_delete(ShClient *c, void *arg)
+{
+	get_job *j = arg;
+	return j->name ? shoal_delete(c->c, j->name) : shoal_delete_id(c->c, j->id);
+}
+
+static PyObject *client_delete(ShClient *self, PyObject *key)
+{
+	get_job j = {0};
+	if (parse_key(key, &j.id, &j.name) != 0 || call(self, do_delete, &j) != 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static int do_persist(ShClient *c, void *arg)
+{
+	return shoal_persist(c->c, *(shoal_id *)arg);
+}
+
+static PyObject *client_persist(ShClient *self, PyObject *key)
+{
+	get_job j = {0};
+	if (!PyLong_Check(key))
+		return PyErr_Format(PyExc_TypeError, "persist takes an object id (int), not %.100s",
+				    Py_TYPE(key)->tp_name);
+	if (parse_key(key, &j.id, &j.name) != 0 || call(self, do_persist, &j.id) != 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+typedef struct {
+	char *name, *type;
+	shoal_id id;
+	uint64_t bytes;
+} entry_copy;
+
+typedef struct {
+	const char *prefix;
+	entry_copy *e;
+	size_t n, cap;
+	bool nomem;
+} names_job;
+
+static int on_entry(const shoal_entry *e, void *ctx)
+{
+	names_job *j = ctx;
+	if (j->n == j->cap) {
+		size_t cap = j->cap ? j->cap * 2 : 64;
+		entry_copy *ne = realloc(j->e, cap * sizeof(*ne));
+		if (!ne)
+			goto nomem;
+		j->e = ne;
+		j->cap = cap;
+	}
+	entry_copy *c = &j->e[j->n];
+	c->name = strdup(e->name);
+	c->type = strdup(e->type);
+	c->id = e->id;
+	c->bytes = e->bytes;
+	if (!c->name || !c->type) {
+		free(c->name);
+		free(c->type);
+		goto nomem;
+	}
+	j->n++;
+	return 0;
+nomem:
+	j->nomem = true;
+	return 1; /* stops the walk */
+}
+
+static int do_names(ShClient *c, void *arg)
+{
+	names_job *j = arg;
+	int rc = shoal_list(c->c, j->prefix, on_entry, j);
+	return rc == 1 ? 0 : rc;
+}
+
+static PyObject *client_names(ShClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"prefix", NULL};
+	PyObject *prefix = NULL;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:names", kwlist, &prefix))
+		return NULL;
+	names_job j = {.prefix = ""};
+	if (prefix && !(j.prefix = sh_py_cstr(prefix, "prefix")))
+		return NULL;
+	PyObject *res = NULL;
+	if (call(self, do_names, &j) == 0) {
+		if (j.nomem)
+			PyErr_NoMemory();
+		else if ((res = PyList_New((Py_ssize_t)j.n)))
+			for (size_t i = 0; i < j.n; i++) {
+				PyObject *t = Py_BuildValue(
+					"(sKsK)", j.e[i].name, (unsigned long long)j.e[i].id,
+					j.e[i].type, (unsigned long long)j.e[i].bytes);
+				if (!t) {
+					Py_CLEAR(res);
+					break;
+				}
+				PyList_SET_ITEM(res, (Py_ssize_t)i, t);
+			}
+	}
+	for (size_t i = 0; i < j.n; i++) {
+		free(j.e[i].name);
+		free(j.e[i].type);
+	}
+	free(j.e);
+	return res;
+}
+
+static int do_stat(ShClient *c, void *arg)
+{
+	return shoal_store_stat_get(c->c, arg);
+}
+
+static PyObject *client_stat(ShClient *self, PyObject *unused)
+{
+	shoal_store_stat st;
+	if (call(self, do_stat, &st) != 0)
+		return NULL;
+	return Py_BuildValue("{sKsKsKsKsKsK}", "capacity", (unsigned long long)st.capacity, "used",
+			     (unsigned long long)st.used, "objects", (unsigned long long)st.objects,
+			     "names", (unsigned long long)st.names, "clients",
+			     (unsigned long long)st.clients, "pending_frees",
+			     (unsigned long long)st.pending_frees);
+}
+
+typedef struct {
+	const char *path, *name;
+	unsigned flags;
+	shoal_id id;
+} st_job;
+
+static int do_import(ShClient *c, void *arg)
+{
+	st_job *j = arg;
+	return shoal_import_safetensors(c->c, j->path, j->name, j->flags, &j->id);
+}
+
+static PyObject *client_import_safetensors(ShClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"path", "name", "persist", "replace", NULL};
+	PyObject *path, *name = Py_None, *p = NULL;
+	int persist = 1, replace = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp:import_safetensors", kwlist, &path, &name,
+					 &persist, &replace))
+		return NULL;
+	st_job j = {.flags = flags_of(persist, replace)};
+	if ((name != Py_None && !(j.name = opt_name(name))) || sh_py_fspath(path, &p) != 0)
+		return NULL;
+	j.path = PyBytes_AS_STRING(p);
+	int rc = call(self, do_import, &j);
+	Py_DECREF(p);
+	return rc ? NULL : PyLong_FromUnsignedLongLong(j.id);
+}
+
+static int do_export(ShClient *c, void *arg)
+{
+	st_job *j = arg;
+	return shoal_export_safetensors(c->c, j->name, j->path);
+}
+
+static PyObject *client_export_safetensors(ShClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"name", "path", NULL};
+	PyObject *name, *path, *p = NULL;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:export_safetensors", kwlist, &name, &path))
+		return NULL;
+	st_job j = {0};
+	if (!(j.name = sh_py_cstr(name, "name")) || sh_py_fspath(path, &p) != 0)
+		return NULL;
+	j.path = PyBytes_AS_STRING(p);
+	int rc = call(self, do_export, &j);
+	Py_DECREF(p);
+	if (rc)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static PyObject *client_repr(ShClient *self)
+{
+	return PyUnicode_FromFormat("<shoal._shoal.Client %R%s>", self->socket,
+				    __atomic_load_n(&self->closed, __ATOMIC_RELAXED) ? " closed"
+										     : "");
+}
+
+#define KW (PyCFunction)(void (*)(void))
+
+static PyMethodDef client_methods[] = {
+	{"put_bytes", KW client_put_bytes, METH_VARARGS | METH_KEYWORDS,
+	 "put_bytes(data, name=None, persist=False, replace=False) -> int\n\n"
+	 "Stores the bytes of a C-contiguous buffer as a 'bytes' object; returns its id."},
+	{"put_tensor", KW client_put_tensor, METH_VARARGS | METH_KEYWORDS,
+	 "put_tensor(data, dtype, shape, name=None, persist=False, replace=False) -> int\n\n"
+	 "Stores a tensor: data holds exactly prod(shape) * itemsize bytes, copied once."},
+	{"put_tensor_dict", KW client_put_tensor_dict, METH_VARARGS | METH_KEYWORDS,
+	 "put_tensor_dict(items, metadata=None, name=None, persist=False, replace=False) -> int\n\n"
+	 "Stores a tensor_dict from [(name, data, dtype, shape), ...] and a dict[str, str]."},
+	{"get", (PyCFunction)client_get, METH_O,
+	 "get(key) -> Object\n\nMaps the object with this id (int) or name (str)."},
+	{"delete", (PyCFunction)client_delete, METH_O,
+	 "delete(key)\n\nDeletes the object with this id or name; readers keep reading."},
+	{"persist", (PyCFunction)client_persist, METH_O,
+	 "persist(id)\n\nMakes the object outlive this connection."},
+	{"names", KW client_names, METH_VARARGS | METH_KEYWORDS,
+	 "names(prefix='') -> list[tuple[str, int, str, int]]\n\n(name, id, type, bytes) of each "
+	 "bound name starting with prefix, in name order."},
+	{"stat", (PyCFunction)client_stat, METH_NOARGS,
+	 "stat() -> dict[str, int]\n\nThe store's counters."},
+	{"import_safetensors", KW client_import_safetensors, METH_VARARGS | METH_KEYWORDS,
+	 "import_safetensors(path, name=None, persist=True, replace=False) -> int"},
+	{"export_safetensors", KW client_export_safetensors, METH_VARARGS | METH_KEYWORDS,
+	 "export_safetensors(name, path)"},
+	{"close", (PyCFunction)client_close, METH_NOARGS,
+	 "close()\n\nNo more calls; the connection goes when its last Object does."},
+	{"__enter__", client_enter, METH_NOARGS, NULL},
+	{"__exit__", client_exit, METH_VARARGS, NULL},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef client_getset[] = {
+	{"closed", (getter)client_closed, NULL, "True after close() (or in a forked child).", NULL},
+	{"socket", (getter)client_socket, NULL, "The store's socket path.", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject ShClient_Type = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shoal._shoal.Client",
+	.tp_basicsize = sizeof(ShClient),
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+	.tp_doc = "Client(socket, timeout=30.0)\n\nA connection to a shoal store (blocks: the "
+		  "connect, at most timeout seconds; None: no bound).",
+	.tp_new = client_new,
+	.tp_dealloc = (destructor)client_dealloc,
+	.tp_repr = (reprfunc)client_repr,
+	.tp_methods = client_methods,
+	.tp_getset = client_getset,
+};
+
+/* ---- Store ---- */
+
+typedef struct {
+	PyObject_HEAD shoal_store *s;
+	unsigned long gen;
+	PyObject *socket;
+} ShStore;
+
+static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"size", "socket", NULL};
+	unsigned long long size;
+	PyObject *sock = Py_None, *path = NULL;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "K|O:Store", kwlist, &size, &sock))
+		return NULL;
+	if (size == 0 || size > SIZE_MAX / 2)
+		return sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "size is %llu: expected > 0",
+				    size);
+	if (sock != Py_None && sh_py_fspath(sock, &path) != 0)
+		return NULL;
+	pthread_once(&atfork_once, register_atfork);
+	ShStore *self = (ShStore *)type->tp_alloc(type, 0);
+	if (!self) {
+		Py_XDECREF(path);
+		return NULL;
+	}
+	self->gen = fork_gen;
+	shoal_store_opts o;
+	shoal_store_opts_init(&o);
+	o.size = (size_t)size;
+	o.socket_path = path ? PyBytes_AS_STRING(path) : NULL;
+	int rc;
+	shoal_store *s = NULL;
+	PyThreadState *ts_ = PyEval_SaveThread();
+	rc = shoal_store_open_embedded(&s, &o);
+	PyEval_RestoreThread(ts_);
+	Py_XDECREF(path);
+	if (rc != 0) {
+		Py_DECREF(self);
+		return sh_py_raisef(NULL, rc, "cannot start a store: %s", sh_py_strerror(rc));
+	}
+	self->s = s;
+	if (!(self->socket = PyUnicode_DecodeFSDefault(shoal_store_socket(s)))) {
+		Py_DECREF(self);
+		return NULL;
+	}
+	return (PyObject *)self;
+}
+
+static void store_stop(ShStore *self)
+{
+	shoal_store *s = self->s;
+	self->s = NULL;
+	if (!s || self->gen != fork_gen)
+		return; /* the parent's store: its thread is not in this process */
+	PyThreadState *ts_ = PyEval_SaveThread();
+	shoal_store_close(s);
+	PyEval_RestoreThread(ts_);
+}
+
+static void store_dealloc(ShStore *self)
+{
+	store_stop(self);
+	Py_CLEAR(self->socket);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *store_close(ShStore *self, PyObject *unused)
+{
+	store_stop(self);
+	Py_RETURN_NONE;
+}
+
+static PyObject *store_enter(PyObject *self, PyObject *unused)
+{
+	return Py_NewRef(self);
+}
+
+static PyObject *store_exit(ShStore *self, PyObject *args)
+{
+	store_stop(self);
+	Py_RETURN_FALSE;
+}
+
+static PyObject *store_socket(ShStore *self, void *unused)
+{
+	return Py_NewRef(self->socket);
+}
+
+static PyObject *store_closed(ShStore *self, void *unused)
+{
+	return PyBool_FromLong(self->s == NULL);
+}
+
+static PyMethodDef store_methods[] = {
+	{"close", (PyCFunction)store_close, METH_NOARGS,
+	 "close()\n\nStops serving: clients see Closed, objects are freed, the socket goes."},
+	{"__enter__", store_enter, METH_NOARGS, NULL},
+	{"__exit__", (PyCFunction)store_exit, METH_VARARGS, NULL},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef store_getset[] = {
+	{"socket", (getter)store_socket, NULL, "The socket clients connect to.", NULL},
+	{"closed", (getter)store_closed, NULL, "True after close().", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject ShStore_Type = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shoal._shoal.Store",
+	.tp_basicsize = sizeof(ShStore),
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+	.tp_doc = "Store(size, socket=None)\n\nA store served by a thread of this process "
+		  "(size: bytes of all blobs; socket: None for a fresh path).",
+	.tp_new = store_new,
+	.tp_dealloc = (destructor)store_dealloc,
+	.tp_methods = store_methods,
+	.tp_getset = store_getset,
+};

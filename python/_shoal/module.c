@@ -1,0 +1,245 @@
+/* shoal._shoal: module init, the exception classes and the module-level
+ * functions. The exceptions derive both from shoal's Error and from the
+ * builtin a Python user already catches (KeyError, MemoryError,
+ * TimeoutError, ValueError, ConnectionError). */
+#include "module.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+PyObject *ShError, *ShNotFound, *ShNameTaken, *ShStoreFull, *ShTimeout, *ShInvalidInput, *ShClosed;
+
+static PyObject *class_for(int rc)
+{
+	switch (rc) {
+	case SHOAL_ENOENT:
+		return ShNotFound;
+	case SHOAL_EEXIST:
+		return ShNameTaken;
+	case SHOAL_ENOSPC:
+	case SHOAL_ENOMEM:
+		return ShStoreFull;
+	case SHOAL_ETIMEDOUT:
+		return ShTimeout;
+	case SHOAL_EINVAL:
+	case SHOAL_EBADMSG:
+	case SHOAL_EMSGSIZE:
+	case SHOAL_ENOTSUP:
+		return ShInvalidInput;
+	case SHOAL_ECLOSED:
+	case SHOAL_EPIPE:
+	case SHOAL_ECONNRESET: /* the store went away mid-call */
+		return ShClosed;
+	default:
+		return ShError;
+	}
+}
+
+static PyObject *raise_in(PyObject *cls, int rc, const char *msg)
+{
+	PyObject *m = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+	if (!m)
+		return NULL;
+	PyObject *e = PyObject_CallOneArg(cls, m);
+	if (e) {
+		PyObject *code = PyLong_FromLong(rc);
+		if (!code || PyObject_SetAttrString(e, "code", code) != 0 ||
+		    PyObject_SetAttrString(e, "message", m) != 0)
+			Py_CLEAR(e);
+		Py_XDECREF(code);
+	}
+	Py_DECREF(m);
+	if (e) {
+		PyErr_SetObject(cls, e);
+		Py_DECREF(e);
+	}
+	return NULL;
+}
+
+const char *sh_py_strerror(int rc)
+{
+	const char *s = shoal_strerror(rc);
+	/* shoal names its own codes; the rest are errnos */
+	return strstr(s, "SHOAL_E?") && rc < 0 && rc > -4096 ? strerror(-rc) : s;
+}
+
+PyObject *sh_py_raise(int rc, const char *msg)
+{
+	return raise_in(class_for(rc), rc, msg && *msg ? msg : sh_py_strerror(rc));
+}
+
+PyObject *sh_py_raisef(PyObject *cls, int rc, const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	return raise_in(cls ? cls : class_for(rc), rc, buf);
+}
+
+int sh_py_fspath(PyObject *in, PyObject **out)
+{
+	*out = NULL;
+	if (!PyUnicode_FSConverter(in, out)) {
+		/* a str with a NUL: say it as every other invalid input */
+		if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+			PyErr_Clear();
+			sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "a path with a NUL byte");
+		}
+		return -1;
+	}
+	if (strlen(PyBytes_AS_STRING(*out)) != (size_t)PyBytes_GET_SIZE(*out)) {
+		Py_CLEAR(*out);
+		sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "a path with a NUL byte");
+		return -1;
+	}
+	return 0;
+}
+
+const char *sh_py_cstr(PyObject *s, const char *what)
+{
+	if (!PyUnicode_Check(s)) {
+		PyErr_Format(PyExc_TypeError, "%s must be a str, not %.100s", what,
+			     Py_TYPE(s)->tp_name);
+		return NULL;
+	}
+	Py_ssize_t n;
+	const char *p = PyUnicode_AsUTF8AndSize(s, &n);
+	if (p && strlen(p) != (size_t)n) {
+		sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "%s contains a NUL byte", what);
+		return NULL;
+	}
+	return p;
+}
+
+/* str(e) is the C message alone: KeyError's would quote it. */
+static PyObject *error_str(PyObject *self, PyObject *unused)
+{
+	PyObject *m = PyObject_GetAttrString(self, "message");
+	if (m && PyUnicode_Check(m))
+		return m;
+	Py_XDECREF(m);
+	PyErr_Clear();
+	return ((PyTypeObject *)PyExc_BaseException)->tp_str(self);
+}
+
+static PyMethodDef error_str_def = {"__str__", error_str, METH_NOARGS, NULL};
+
+static PyObject *new_error(PyObject *mod, const char *name, PyObject *builtin, const char *doc)
+{
+	char full[64];
+	snprintf(full, sizeof(full), "shoal._shoal.%s", name);
+	PyObject *bases = builtin ? PyTuple_Pack(2, ShError, builtin) : NULL;
+	if (builtin && !bases)
+		return NULL;
+	PyObject *cls =
+		PyErr_NewExceptionWithDoc(full, doc, builtin ? bases : PyExc_Exception, NULL);
+	Py_XDECREF(bases);
+	if (!cls)
+		return NULL;
+	if (PyModule_AddObjectRef(mod, name, cls) != 0) {
+		Py_DECREF(cls);
+		return NULL;
+	}
+	return cls; /* the module keeps a reference as well: this one is ours */
+}
+
+static int add_errors(PyObject *mod)
+{
+	if (!(ShError = new_error(mod, "Error", NULL,
+				  "A shoal call failed: code is the negative SHOAL_E* code, "
+				  "message the C library's message.")))
+		return -1;
+	PyObject *descr = PyDescr_NewMethod((PyTypeObject *)ShError, &error_str_def);
+	if (!descr)
+		return -1;
+	int rc = PyObject_SetAttrString(ShError, "__str__", descr);
+	Py_DECREF(descr);
+	if (rc != 0 || PyObject_SetAttrString(ShError, "code", Py_None) != 0 ||
+	    PyObject_SetAttrString(ShError, "message", Py_None) != 0)
+		return -1;
+	if (!(ShNotFound = new_error(mod, "NotFound", PyExc_KeyError,
+				     "No object has this id or name (SHOAL_ENOENT).")) ||
+	    !(ShNameTaken = new_error(mod, "NameTaken", PyExc_ValueError,
+				      "The name is bound already (SHOAL_EEXIST).")) ||
+	    !(ShStoreFull = new_error(mod, "StoreFull", PyExc_MemoryError,
+				      "The store has no room (SHOAL_ENOSPC, SHOAL_ENOMEM).")) ||
+	    !(ShTimeout = new_error(mod, "Timeout", PyExc_TimeoutError,
+				    "The store did not answer in time (SHOAL_ETIMEDOUT).")) ||
+	    !(ShInvalidInput = new_error(mod, "InvalidInput", PyExc_ValueError,
+					 "An argument or a file failed validation.")) ||
+	    !(ShClosed = new_error(mod, "Closed", PyExc_ConnectionError,
+				   "The connection or the object is closed, or was made by "
+				   "another process before a fork.")))
+		return -1;
+	return 0;
+}
+
+static PyObject *default_socket(PyObject *mod, PyObject *unused)
+{
+	const char *env = getenv("SHOAL_SOCKET");
+	if (env && *env)
+		return PyUnicode_DecodeFSDefault(env);
+	char dir[256], path[300];
+	int rc = shoal_socket_dir(dir, sizeof(dir));
+	if (rc != 0)
+		return sh_py_raisef(ShError, rc,
+				    "the default socket's directory is not safe to use (%s): set "
+				    "$SHOAL_SOCKET or pass a socket",
+				    shoal_strerror(rc));
+	snprintf(path, sizeof(path), "%s/shoald.sock", dir);
+	return PyUnicode_DecodeFSDefault(path);
+}
+
+static PyMethodDef module_methods[] = {
+	{"default_socket", default_socket, METH_NOARGS,
+	 "default_socket() -> str\n\nThe socket the shoal CLI uses: $SHOAL_SOCKET, else "
+	 "shoald.sock in this user's socket directory."},
+	{NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "shoal._shoal",
+	.m_doc = "The C layer of the shoal package: the object store client, zero-copy views.",
+	.m_size = -1,
+	.m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__shoal(void);
+PyMODINIT_FUNC PyInit__shoal(void)
+{
+	PyObject *m = PyModule_Create(&module_def);
+	if (!m)
+		return NULL;
+	PyTypeObject *types[] = {&ShClient_Type, &ShStore_Type, &ShObject_Type, &ShTensor_Type,
+				 &ShBlob_Type};
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+		if (PyModule_AddType(m, types[i]) != 0)
+			goto fail;
+	if (add_errors(m) != 0 ||
+	    PyModule_AddStringConstant(m, "__version__", SHOAL_VERSION_STRING) != 0)
+		goto fail;
+	PyObject *dt = PyTuple_New(SHOAL_DT_COUNT - 1);
+	if (!dt)
+		goto fail;
+	for (int i = 1; i < SHOAL_DT_COUNT; i++) {
+		PyObject *s = PyUnicode_FromString(shoal_dtype_name((shoal_dtype)i));
+		if (!s) {
+			Py_DECREF(dt);
+			goto fail;
+		}
+		PyTuple_SET_ITEM(dt, i - 1, s);
+	}
+	if (PyModule_AddObject(m, "DTYPES", dt) != 0) {
+		Py_DECREF(dt);
+		goto fail;
+	}
+	return m;
+fail:
+	Py_DECREF(m);
+	return NULL;
+}

@@ -1,0 +1,75 @@
+/* shoal._shoal: declarations shared by the C extension module's files
+ * (module.c: init, exceptions; client.c: Client, Store; object.c: Object,
+ * Tensor, Blob). The module is the thin C layer the pure-Python package
+ * `shoal` builds on: every store call goes through here, with the GIL
+ * released around it. */
+#ifndef SHOAL_PY_MODULE_H
+#define SHOAL_PY_MODULE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include <shoal/shoal.h>
+#include <shoal/store.h>
+
+/* A connection. Its mutex makes it one thread's at a time, as the C
+ * client requires; it is taken with the GIL released so that a thread
+ * blocked on the store never holds up the interpreter. */
+typedef struct {
+	PyObject_HEAD shoal_client *c; /* NULL once disconnected */
+	pthread_mutex_t mu;	       /* guards c, closed, nobjs and every call on c */
+	pid_t pid;		       /* the process that connected */
+	unsigned long gen;	       /* fork generation at the connect */
+	bool closed;		       /* close() was called: no new calls */
+	size_t nobjs;		       /* Objects still holding a shoal_object */
+	PyObject *socket;	       /* str */
+} ShClient;
+
+/* A got object: one reference on the store's object until released. */
+typedef struct {
+	PyObject_HEAD ShClient *client; /* strong */
+	shoal_object *o;		/* NULL once let go */
+	shoal_id id;
+	uint64_t nbytes;
+	size_t views; /* live Tensors and Blobs of it */
+	bool release_asked;
+} ShObject;
+
+extern PyTypeObject ShClient_Type, ShStore_Type, ShObject_Type, ShTensor_Type, ShBlob_Type;
+
+extern PyObject *ShError, *ShNotFound, *ShNameTaken, *ShStoreFull, *ShTimeout, *ShInvalidInput,
+	*ShClosed;
+
+/* Sets the exception class that matches rc, with msg (or shoal_strerror(rc)
+ * when msg is empty). Returns NULL, for `return sh_py_raise(...)`. */
+PyObject *sh_py_raise(int rc, const char *msg);
+/* shoal_strerror, or strerror for an errno shoal has no name for. */
+const char *sh_py_strerror(int rc);
+PyObject *sh_py_raisef(PyObject *cls, int rc, const char *fmt, ...);
+
+/* Locks c's mutex, with the GIL released only when it must wait. Call with
+ * the GIL held. */
+void sh_py_client_lock(ShClient *c);
+/* c was connected by another process (before a fork). */
+bool sh_py_client_foreign(const ShClient *c);
+/* NULL and Closed set when c may not be used from here (closed, or
+ * connected by another process before a fork). */
+int sh_py_client_check(ShClient *c);
+/* Lets go of o's store reference (takes the client's mutex). GIL held. */
+void sh_py_object_drop(ShObject *o);
+
+/* Object.tensor()/tensors()/blob() build these. */
+PyObject *sh_py_tensor_new(ShObject *o, const shoal_node *n);
+PyObject *sh_py_blob_new(ShObject *o, const void *data, size_t size);
+
+/* A str or an os.PathLike as a filesystem path (a bytes object, new ref). */
+int sh_py_fspath(PyObject *in, PyObject **out);
+/* A str without NUL bytes, as UTF-8 valid while s lives; what names it
+ * in errors. */
+const char *sh_py_cstr(PyObject *s, const char *what);
+
+#endif
