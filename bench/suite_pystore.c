@@ -59,6 +59,8 @@ static const char *unit_of(const char *metric)
 	static const char *const units[][2] = {
 		{"_us", "us"}, {"_ms", "ms"}, {"_mb_s", "MB/s"}, {"_pct", "%"}, {"_kib", "KiB"}};
 	size_t n = strlen(metric);
+	if (strcmp(metric, "mb_s") == 0)
+		return "MB/s";
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
 		size_t k = strlen(units[i][0]);
 		if (n >= k && strcmp(metric + n - k, units[i][0]) == 0)

@@ -12,7 +12,7 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(HERE)
-MODULE_TARGET = "shoal_python_module"
+MODULE_TARGET = "shoal_pymod"
 
 
 def version():

@@ -119,7 +119,7 @@ def state_dict(client: shoal.Client, tensors: int, total: int, rounds: int) -> N
     params = {"tensors": tensors, "bytes": nbytes}
     client.put(sd, name="bench-sd", replace=True)
     times = [float(run_py("""
-        import sys, time, shoal
+        import sys, time, shoal, torch  # torch's import (about 1 s) is not the get's
         c = shoal.connect(sys.argv[1])
         t0 = time.perf_counter_ns()
         sd = c.get("bench-sd", framework="torch")
@@ -185,6 +185,11 @@ def put_array(client: shoal.Client, sizes: List[int], rounds: int) -> None:
 def readers(client: shoal.Client, counts: List[int], size: int) -> None:
     import numpy as np
     client.put(np.ones(size, dtype=np.uint8), name="bench-readers", replace=True)
+    # This process reads it too, as the process that made a tensor usually
+    # does: its pages are then shared, and a reader's private memory (Uss) is
+    # what mapping them costs it, not the tensor itself.
+    mine = client.get("bench-readers")
+    int(mine[::4096].sum())
     code = """
         import sys, shoal, numpy as np
         def uss():
@@ -209,6 +214,7 @@ def readers(client: shoal.Client, counts: List[int], size: int) -> None:
         result("readers", {"readers": n, "bytes": size},
                {"uss_per_reader_pct": 100 * statistics.fmean(grown) / size,
                 "uss_per_reader_kib": statistics.fmean(grown) / 1024})
+    del mine
     client.delete("bench-readers")
 
 
