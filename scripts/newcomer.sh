@@ -66,6 +66,26 @@ for c in "$tmp"/blocks/*.c; do
 	fi
 done
 
+# ---- the docs' Python blocks, against the installed package -----------------
+pydir=$(ls -d "$prefix"/lib/python3*/dist-packages 2>/dev/null | head -1)
+if [ -n "$pydir" ] && /usr/bin/python3 -c "import numpy" 2>/dev/null; then
+	python3 - "$tmp/blocks" "$src/README.md" "$src"/docs/*.md <<'PY'
+import re, sys, os
+out = sys.argv[1]
+for path in sys.argv[2:]:
+    text = open(path).read()
+    for i, m in enumerate(re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M)):
+        name = "%s-%d.py" % (os.path.basename(path).replace(".md", ""), i + 1)
+        open(os.path.join(out, name), "w").write(m.group(1))
+PY
+	echo "newcomer: $(ls "$tmp"/blocks/*.py 2>/dev/null | wc -l) Python blocks in the docs"
+	for p in "$tmp"/blocks/*.py; do
+		[ -e "$p" ] || continue
+		(cd "$tmp" && PYTHONPATH=$pydir /usr/bin/python3 "$p" >"${p%.py}.out" 2>&1) ||
+			fail "a Python block of the docs fails: $(basename "$p"): $(tail -3 "${p%.py}.out")"
+	done
+fi
+
 # ---- the examples, built as README.md says ---------------------------------
 ex=$tmp/examples
 mkdir "$ex"

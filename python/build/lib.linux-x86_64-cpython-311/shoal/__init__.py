@@ -1,0 +1,345 @@
+"""shoal from Python: a shared-memory object store that many processes read without
+copying, over the C library libshoal (the ``_shoal`` extension module).
+
+    import shoal
+    with shoal.connect() as client:              # shoald's default socket
+        client.put(model.state_dict(), name="sd15", persist=True)
+        weights = client.get("sd15", framework="torch")   # tensors mapping the store
+
+Objects are immutable once put: a get maps the store's pages read-only, in one round
+trip, and the object stays referenced in the store while any array, tensor or view of
+it lives. numpy and torch are optional: a call that needs one says which is missing.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+from . import _shoal
+from ._shoal import (
+    Closed,
+    Error,
+    InvalidInput,
+    NameTaken,
+    NotFound,
+    StoreFull,
+    Timeout,
+    __version__,
+    default_socket,
+)
+
+__all__ = [
+    "Client",
+    "Closed",
+    "Error",
+    "InvalidInput",
+    "NameTaken",
+    "NotFound",
+    "ObjectID",
+    "Store",
+    "StoreFull",
+    "Timeout",
+    "__version__",
+    "connect",
+    "default_socket",
+    "load_file",
+]
+
+Key = Union[int, str]
+
+# numpy's dtype names and the store's; bfloat16 goes through torch.
+_NUMPY_TO_STORE = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint64": "U64",
+    "uint32": "U32",
+    "uint16": "U16",
+    "uint8": "U8",
+    "bool": "BOOL",
+}
+_TORCH_TO_STORE = {
+    "torch.float64": "F64",
+    "torch.float32": "F32",
+    "torch.float16": "F16",
+    "torch.bfloat16": "BF16",
+    "torch.int64": "I64",
+    "torch.int32": "I32",
+    "torch.int16": "I16",
+    "torch.int8": "I8",
+    "torch.uint8": "U8",
+    "torch.bool": "BOOL",
+}
+
+
+# Store dtypes that older torch lacks, and the name torch gives them.
+_TORCH_LACKS = {"U16": "uint16", "U32": "uint32", "U64": "uint64",
+                "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
+
+class ObjectID(int):
+    """The id of an object in a store: an int, shown in hex as the CLI shows it."""
+
+    def __repr__(self) -> str:
+        return "ObjectID(%016x)" % int(self)
+
+    __str__ = __repr__
+
+
+def _need(module: str, why: str) -> Any:
+    """Imports numpy or torch, or says which package is missing and what for."""
+    try:
+        return __import__(module)
+    except ImportError:
+        pkg = {"numpy": "python3-numpy", "torch": "python3-torch"}.get(module, module)
+        raise ImportError("%s needs %s (Debian: apt-get install %s)" % (why, module, pkg)) from None
+
+
+def _is_numpy(value: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, (np.ndarray, np.generic))
+
+
+def _is_torch(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _as_tensor(value: Any, what: str) -> Tuple[Any, str, Tuple[int, ...]]:
+    """A numpy array or a torch tensor as (C-contiguous buffer, store dtype, shape)."""
+    if _is_torch(value):
+        torch = sys.modules["torch"]
+        t = value.detach()
+        if t.device.type != "cpu":
+            raise InvalidInput("%s is on %s: only CPU tensors go into the store" % (what, t.device))
+        dtype = _TORCH_TO_STORE.get(str(t.dtype))
+        if dtype is None:
+            raise InvalidInput("%s has dtype %s, which the store does not keep" % (what, t.dtype))
+        t = t.contiguous()  # one copy when it is not
+        # numpy has no bfloat16: the same bits as int16, named BF16 in the store
+        arr = (t.view(torch.int16) if dtype == "BF16" else t).numpy()
+        return arr, dtype, tuple(t.shape)
+    if _is_numpy(value):
+        np = sys.modules["numpy"]
+        dtype = _NUMPY_TO_STORE.get(value.dtype.name)
+        if dtype is None:
+            raise InvalidInput(
+                "%s has numpy dtype %s, which the store does not keep" % (what, value.dtype)
+            )
+        arr = np.asarray(value)  # a scalar (np.float32(1)) is a 0-d tensor
+        if not arr.flags.c_contiguous:
+            arr = arr.copy(order="C")
+        return arr, dtype, tuple(arr.shape)
+    raise InvalidInput(
+        "%s is a %s: expected a numpy array or a torch tensor" % (what, type(value).__name__)
+    )
+
+
+class Client:
+    """A connection to a store. One connection serves one thread at a time (calls from
+    several threads take turns); after ``os.fork()`` connect again in the child.
+
+    Every call that talks to the store blocks, at most ``timeout`` seconds, with the
+    GIL released."""
+
+    def __init__(self, socket: Optional[str] = None, *, timeout: Optional[float] = 30.0) -> None:
+        self.socket = socket or default_socket()
+        try:
+            self._c = _shoal.Client(self.socket, timeout)
+        except NotFound as e:  # no socket there: no store, not a missing object
+            raise Closed(str(e)) from None
+
+    # -- putting ---------------------------------------------------------------
+    def put(
+        self,
+        value: Any,
+        name: Optional[str] = None,
+        *,
+        persist: bool = False,
+        replace: bool = False,
+        metadata: Optional[Mapping[str, str]] = None,
+    ) -> ObjectID:
+        """Puts value into the store, sealed: bytes-like objects as a blob, a numpy
+        array or a CPU torch tensor as a tensor, a dict of them (a torch
+        ``state_dict()``) as a tensor_dict with optional string ``metadata``. The data
+        is written once, straight into shared memory. ``name`` binds it (``replace``
+        rebinds a taken name); ``persist`` makes it outlive this connection."""
+        if isinstance(value, dict):
+            items = []
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise InvalidInput("tensor dict keys are names: got a %s" % type(key).__name__)
+                buf, dtype, shape = _as_tensor(item, "the tensor %r" % key)
+                items.append((key, buf, dtype, shape))
+            meta = dict(metadata) if metadata else None
+            return ObjectID(self._c.put_tensor_dict(items, meta, name, persist, replace))
+        if metadata:
+            raise InvalidInput("metadata goes with a dict of tensors, not a %s" % type(value).__name__)
+        if _is_numpy(value) or _is_torch(value):
+            buf, dtype, shape = _as_tensor(value, "the value")
+            return ObjectID(self._c.put_tensor(buf, dtype, shape, name, persist, replace))
+        try:
+            memoryview(value)
+        except TypeError:
+            raise InvalidInput(
+                "cannot put a %s: expected bytes-like data, a numpy array, a torch tensor or "
+                "a dict of arrays or tensors" % type(value).__name__
+            ) from None
+        return ObjectID(self._c.put_bytes(value, name, persist, replace))
+
+    # -- getting ---------------------------------------------------------------
+    def get(self, key: Key, *, framework: Optional[str] = "numpy", copy: bool = False) -> Any:
+        """Gets an object by id or name, mapped read-only without a copy: a tensor as a
+        numpy array (``framework="numpy"``, not writable), a torch tensor
+        (``framework="torch"``) or shoal's own tensor (``None``, which numpy and torch
+        read through the buffer protocol and DLPack); a tensor_dict as a dict of those;
+        a blob as a read-only memoryview. The object stays referenced in the store while
+        any of them lives. torch has no read-only tensors: one got from the store must
+        not be written (the pages are read-only: a write kills the process with
+        SIGSEGV); ``copy=True`` gives private, writable copies."""
+        if framework not in ("numpy", "torch", None):
+            raise InvalidInput("framework %r: expected 'numpy', 'torch' or None" % (framework,))
+        obj = self._c.get(key)
+        try:
+            if obj.type == "tensor":
+                return self._convert(obj.tensor(), framework, copy)
+            if obj.type == "tensor_dict":
+                return {name: self._convert(t, framework, copy) for name, t in obj.tensors()}
+            view = memoryview(obj.blob(0))
+            return bytes(view) if copy else view
+        finally:
+            obj.release()  # the views hold it until they go
+
+    @staticmethod
+    def _convert(t: Any, framework: Optional[str], copy: bool) -> Any:
+        if framework is None:
+            return t
+        if framework == "torch":
+            torch = _need("torch", "framework='torch'")
+            if t.dtype in _TORCH_LACKS and not hasattr(torch, _TORCH_LACKS[t.dtype]):
+                raise InvalidInput(
+                    "torch %s has no %s (the store's %s): get it with framework='numpy'"
+                    % (torch.__version__, _TORCH_LACKS[t.dtype], t.dtype))
+            out = torch.from_dlpack(t)
+            if t.dtype == "BOOL":  # DLPack 0.6 carries bools as uint8
+                out = out.view(torch.bool)
+            return out.clone() if copy else out
+        np = _need("numpy", "framework='numpy'")
+        if t.dtype == "BF16":
+            raise InvalidInput(
+                "numpy has no bfloat16: get this tensor with framework='torch'"
+            )
+        return np.array(t) if copy else np.asarray(t)
+
+    # -- names and the rest ----------------------------------------------------
+    def delete(self, key: Key) -> None:
+        """Deletes an object (by name, unbinding it, or by id): readers that hold it keep
+        reading; its memory is freed when the last lets go."""
+        self._c.delete(key)
+
+    def persist(self, key: Key) -> None:
+        """Makes an object outlive the connection that made it."""
+        if isinstance(key, str):
+            obj = self._c.get(key)
+            try:
+                key = obj.id
+            finally:
+                obj.release()
+        self._c.persist(int(key))
+
+    def names(self, prefix: str = "") -> List[Tuple[str, ObjectID, str, int]]:
+        """The bound names starting with prefix: (name, id, type, bytes)."""
+        return [(n, ObjectID(i), t, b) for n, i, t, b in self._c.names(prefix)]
+
+    def stat(self) -> Dict[str, int]:
+        """The store's figures: capacity, bytes used, objects, names, clients..."""
+        return self._c.stat()
+
+    def import_safetensors(
+        self, path: Union[str, "os.PathLike[str]"], name: Optional[str] = None, *,
+        persist: bool = True, replace: bool = False,
+    ) -> ObjectID:
+        """Imports a .safetensors file as a tensor_dict (the header checked first, then
+        the data read by the kernel straight into shared memory)."""
+        return ObjectID(self._c.import_safetensors(os.fspath(path), name, persist, replace))
+
+    def export_safetensors(self, name: str, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Writes the tensor_dict bound to name as a .safetensors file."""
+        self._c.export_safetensors(name, os.fspath(path))
+
+    def close(self) -> None:
+        """Closes the connection; objects got through it must be let go of first."""
+        self._c.close()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._c.closed)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "<shoal.Client %s%s>" % (self.socket, " closed" if self.closed else "")
+
+
+def connect(socket: Optional[str] = None, *, timeout: Optional[float] = 30.0) -> Client:
+    """Connects to the store at socket: by default ``$SHOAL_SOCKET``, else shoald.sock
+    in your private socket directory, as the ``shoal`` command does."""
+    return Client(socket, timeout=timeout)
+
+
+class Store:
+    """A store in this process, for a script that needs no daemon::
+
+        with shoal.Store(size=1 << 30) as store:
+            client = store.connect()
+
+    Other processes connect to ``store.socket``; the store ends with ``close()``."""
+
+    def __init__(self, size: int = 1 << 30, socket: Optional[str] = None) -> None:
+        self._s = _shoal.Store(size, socket)
+
+    @property
+    def socket(self) -> str:
+        return str(self._s.socket)
+
+    def connect(self, *, timeout: Optional[float] = 30.0) -> Client:
+        return Client(self.socket, timeout=timeout)
+
+    def close(self) -> None:
+        self._s.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def load_file(
+    path: Union[str, "os.PathLike[str]"], client: Optional[Client] = None, *,
+    framework: str = "torch",
+) -> Dict[str, Any]:
+    """safetensors' ``load_file``, through the store: the file is imported once (under a
+    name made of its absolute path, size and modification time) and found by name the
+    next time, by this process or any other; the tensors map the store's memory."""
+    c = client or connect()
+    st = os.stat(path)
+    name = "file:%s@%d:%d" % (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    try:
+        return c.get(name, framework=framework)
+    except NotFound:
+        pass
+    try:
+        c.import_safetensors(path, name, persist=True)
+    except NameTaken:
+        pass  # another process imported it meanwhile
+    return c.get(name, framework=framework)

@@ -1,0 +1,287 @@
+"""``python3 -m shoal.bench store`` (or ``shoal bench py-store``): the object store from
+Python, each figure beside a baseline measured in the same run.
+
+- put_small / get_small: a 64-byte bytes object; baseline: pickle through
+  ``multiprocessing.shared_memory`` (the same object, the same round trip).
+- get_state_dict: a state dict of 1 100 tensors into a dict of torch tensors, in a fresh
+  process; baselines: ``torch.load`` of the same state dict from a file on tmpfs, and
+  pickle through ``multiprocessing.shared_memory``.
+- put_array: numpy arrays, MB/s and the ratio to memcpy (``numpy.copyto``) of the same
+  size.
+- readers: N processes holding the same tensor: what each adds (Uss) as a share of it.
+
+Output as every shoal benchmark: a table for people, ``--json`` for machines (one object
+a result: suite, test, params, status, baseline, metrics with their unit in their name).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import pickle
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from multiprocessing import shared_memory
+from typing import Any, Dict, List, Optional
+
+import shoal
+
+SUITE = "py-store"
+RESULTS: List[Dict[str, Any]] = []
+
+
+def result(test: str, params: Dict[str, Any], metrics: Dict[str, float], *,
+           baseline: bool = False, impl: str = "shoal", status: str = "ok",
+           why: str = "") -> None:
+    r: Dict[str, Any] = {"suite": SUITE, "test": test, "params": params, "status": status,
+                         "baseline": baseline, "impl": impl, "metrics": metrics}
+    if status == "skipped":
+        r["reason"] = why
+    elif status == "failed":
+        r["error"] = why
+    RESULTS.append(r)
+
+
+def timed(fn, n: int) -> List[float]:
+    """n calls of fn, each timed, in microseconds."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append((time.perf_counter_ns() - t0) / 1000)
+    return out
+
+
+def stats_us(samples: List[float]) -> Dict[str, float]:
+    s = sorted(samples)
+    return {"mean_us": statistics.fmean(s), "p50_us": s[len(s) // 2],
+            "p99_us": s[min(len(s) - 1, len(s) * 99 // 100)], "min_us": s[0], "max_us": s[-1]}
+
+
+def small(client: shoal.Client, n: int) -> None:
+    obj = os.urandom(64)
+    client.put(obj, name="bench-small", replace=True)
+    timed(lambda: client.put(obj), 100)
+    result("put_small", {"bytes": 64}, stats_us(timed(lambda: client.put(obj), n)))
+
+    def get() -> None:
+        v = client.get("bench-small")
+        bytes(v)
+        v.release()
+
+    timed(get, 100)
+    result("get_small", {"bytes": 64}, stats_us(timed(get, n)))
+    # The baseline: pickle into and out of a shared memory segment.
+    shm = shared_memory.SharedMemory(create=True, size=4096)
+    try:
+        def put_pickle() -> None:
+            b = pickle.dumps(obj, protocol=5)
+            shm.buf[:8] = len(b).to_bytes(8, "little")
+            shm.buf[8:8 + len(b)] = b
+
+        def get_pickle() -> None:
+            k = int.from_bytes(shm.buf[:8], "little")
+            pickle.loads(shm.buf[8:8 + k])
+
+        put_pickle()
+        result("put_small", {"bytes": 64}, stats_us(timed(put_pickle, n)), baseline=True,
+               impl="pickle+shm")
+        result("get_small", {"bytes": 64}, stats_us(timed(get_pickle, n)), baseline=True,
+               impl="pickle+shm")
+    finally:
+        shm.close()
+        shm.unlink()
+
+
+def run_py(code: str, *args: str) -> str:
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(shoal.__file__)))
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=env,
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode:
+        raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr else "failed")
+    return r.stdout
+
+
+def state_dict(client: shoal.Client, tensors: int, total: int, rounds: int) -> None:
+    try:
+        import torch
+    except ImportError:
+        result("get_state_dict", {}, {}, status="skipped", why="needs python3-torch")
+        return
+    per = max(1, total // tensors // 4)
+    sd = {"layer%d.weight" % i: torch.rand(per) for i in range(tensors)}
+    nbytes = sum(t.numel() * 4 for t in sd.values())
+    params = {"tensors": tensors, "bytes": nbytes}
+    client.put(sd, name="bench-sd", replace=True)
+    times = [float(run_py("""
+        import sys, time, shoal, torch  # torch's import (about 1 s) is not the get's
+        c = shoal.connect(sys.argv[1])
+        t0 = time.perf_counter_ns()
+        sd = c.get("bench-sd", framework="torch")
+        print((time.perf_counter_ns() - t0) / 1e6)
+    """, client.socket)) for _ in range(rounds)]
+    result("get_state_dict", params, {"mean_ms": statistics.fmean(times), "min_ms": min(times)})
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
+        path = os.path.join(d, "sd.pt")
+        torch.save(sd, path)
+        times = [float(run_py("""
+            import sys, time, torch
+            t0 = time.perf_counter_ns()
+            sd = torch.load(sys.argv[1])
+            print((time.perf_counter_ns() - t0) / 1e6)
+        """, path)) for _ in range(rounds)]
+        result("get_state_dict", params, {"mean_ms": statistics.fmean(times),
+                                          "min_ms": min(times)},
+               baseline=True, impl="torch.load")
+    b = pickle.dumps(sd, protocol=5)
+    shm = shared_memory.SharedMemory(create=True, size=len(b))
+    try:
+        shm.buf[:len(b)] = b
+        times = [float(run_py("""
+            import sys, time, pickle, torch
+            from multiprocessing import shared_memory, resource_tracker
+            t0 = time.perf_counter_ns()
+            shm = shared_memory.SharedMemory(name=sys.argv[1])
+            sd = pickle.loads(shm.buf[:int(sys.argv[2])])
+            print((time.perf_counter_ns() - t0) / 1e6)
+            resource_tracker.unregister(shm._name, "shared_memory")
+        """, shm.name, str(len(b)))) for _ in range(rounds)]
+        result("get_state_dict", params, {"mean_ms": statistics.fmean(times),
+                                          "min_ms": min(times)},
+               baseline=True, impl="pickle+shm")
+    finally:
+        shm.close()
+        shm.unlink()
+    client.delete("bench-sd")
+
+
+def put_array(client: shoal.Client, sizes: List[int], rounds: int) -> None:
+    import numpy as np
+    for size in sizes:
+        a = np.ones(size, dtype=np.uint8)
+        dst = np.empty_like(a)
+        np.copyto(dst, a)  # its pages faulted in, as the store's are after the first put
+        memcpy = min(timed(lambda: np.copyto(dst, a), rounds))
+        best = []
+        for _ in range(rounds):
+            t0 = time.perf_counter_ns()
+            oid = client.put(a)
+            best.append((time.perf_counter_ns() - t0) / 1000)
+            client.delete(oid)
+        t = min(best)
+        result("put_array", {"bytes": size}, {"mb_s": size / t, "best_us": t,
+                                              "ratio_vs_memcpy": memcpy / t})
+        result("put_array", {"bytes": size}, {"mb_s": size / memcpy, "best_us": memcpy},
+               baseline=True, impl="memcpy")
+        del a, dst
+        gc.collect()
+
+
+def readers(client: shoal.Client, counts: List[int], size: int) -> None:
+    import numpy as np
+    client.put(np.ones(size, dtype=np.uint8), name="bench-readers", replace=True)
+    # This process reads it too, as the process that made a tensor usually
+    # does: its pages are then shared, and a reader's private memory (Uss) is
+    # what mapping them costs it, not the tensor itself.
+    mine = client.get("bench-readers")
+    int(mine[::4096].sum())
+    code = """
+        import sys, shoal, numpy as np
+        def uss():
+            return sum(int(l.split()[1]) * 1024 for l in open("/proc/self/smaps_rollup")
+                       if l.startswith(("Private_Clean", "Private_Dirty")))
+        before = uss()
+        c = shoal.connect(sys.argv[1])
+        a = c.get("bench-readers")
+        int(a[::4096].sum())  # every page touched
+        print(uss() - before, flush=True)
+        sys.stdin.read()  # held until the benchmark lets go
+    """
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(shoal.__file__)))
+    for n in counts:
+        procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), client.socket],
+                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True) for _ in range(n)]
+        grown = [int(p.stdout.readline()) for p in procs]
+        for p in procs:
+            p.stdin.close()
+            p.wait()
+        result("readers", {"readers": n, "bytes": size},
+               {"uss_per_reader_pct": 100 * statistics.fmean(grown) / size,
+                "uss_per_reader_kib": statistics.fmean(grown) / 1024})
+    del mine
+    client.delete("bench-readers")
+
+
+def fmt(v: float) -> str:
+    return "%.3g" % v if abs(v) < 1000 else "{:,.0f}".format(v).replace(",", " ")
+
+
+def table(out) -> None:
+    print("shoal bench py-store: the object store from Python (%s)" % sys.executable, file=out)
+    for r in RESULTS:
+        p = " ".join("%s=%s" % kv for kv in r["params"].items())
+        if r["status"] != "ok":
+            print("%-15s %-24s %-30s %s: %s" % (r["test"], r["impl"], p, r["status"],
+                                                r.get("reason", r.get("error"))), file=out)
+            continue
+        m = "  ".join("%s %s" % (k, fmt(v)) for k, v in r["metrics"].items())
+        print("%-15s %-24s %-30s %s%s" % (r["test"], r["impl"], p, m,
+                                          "  (baseline)" if r["baseline"] else ""), file=out)
+    ok = {(r["test"], r["impl"]): r["metrics"] for r in RESULTS if r["status"] == "ok"}
+    g = ok.get(("get_small", "shoal"), {})
+    sd, tl = ok.get(("get_state_dict", "shoal")), ok.get(("get_state_dict", "torch.load"))
+    parts = []
+    if g:
+        parts.append("get_small p50 %.2f us (goal <= 5)" % g["p50_us"])
+    if sd and tl:
+        parts.append("get_state_dict %.2f ms, %.0fx faster than torch.load (goals <= 5 ms, "
+                     ">= 100x)" % (sd["mean_ms"], tl["mean_ms"] / sd["mean_ms"]))
+    pa = [m["ratio_vs_memcpy"] for (t, i), m in ok.items() if t == "put_array" and i == "shoal"]
+    if pa:
+        parts.append("put_array %.2f-%.2f of memcpy (goal >= 0.5 from 64 MiB)" % (min(pa), max(pa)))
+    rd = [m["uss_per_reader_pct"] for (t, i), m in ok.items() if t == "readers"]
+    if rd:
+        parts.append("a reader adds %.3f%% of the tensor at most (goal <= 1%%)" % max(rd))
+    print("summary: " + "; ".join(parts), file=out)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m shoal.bench",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("suite", choices=["store"], help="the suite (store)")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and smaller sizes")
+    ap.add_argument("--json", action="store_true", help="JSON Lines instead of the table")
+    ap.add_argument("--large", action="store_true", help="also the 1 GiB array")
+    ap.add_argument("--socket", help="a running store (default: one in this process)")
+    a = ap.parse_args(argv)
+    n = 2000 if a.quick else 20000
+    with tempfile.TemporaryDirectory() as d:
+        store = None if a.socket else shoal.Store(size=(3 << 30) if not a.quick else (1 << 30),
+                                                  socket=os.path.join(d, "s.sock"))
+        try:
+            client = shoal.connect(a.socket or store.socket)
+            small(client, n)
+            state_dict(client, 1100, (128 << 20) if a.quick else (2 << 30), 3 if a.quick else 5)
+            sizes = [1 << 20, 64 << 20] + ([1 << 30] if a.large else [])
+            put_array(client, sizes, 3 if a.quick else 10)
+            readers(client, [1, 5] if a.quick else [1, 5, 20, 50], (64 << 20) if a.quick else (256 << 20))
+            client.close()
+        finally:
+            if store:
+                store.close()
+    if a.json:
+        for r in RESULTS:
+            print(json.dumps(r))
+    else:
+        table(sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,2 @@
+# Empty dependencies file for example_ext_greet.
+# This may be replaced when dependencies are built.

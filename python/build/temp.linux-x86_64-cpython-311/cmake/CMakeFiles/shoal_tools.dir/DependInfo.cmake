@@ -1,0 +1,21 @@
+
+# Consider dependencies only in project.
+set(CMAKE_DEPENDS_IN_PROJECT_ONLY OFF)
+
+# The set of languages for which implicit dependencies are needed:
+set(CMAKE_DEPENDS_LANGUAGES
+  )
+
+# The set of dependency files which are needed:
+set(CMAKE_DEPENDS_DEPENDENCY_FILES
+  "/work/main/tools/lib/cli.c" "CMakeFiles/shoal_tools.dir/tools/lib/cli.c.o" "gcc" "CMakeFiles/shoal_tools.dir/tools/lib/cli.c.o.d"
+  "/work/main/tools/lib/daemon.c" "CMakeFiles/shoal_tools.dir/tools/lib/daemon.c.o" "gcc" "CMakeFiles/shoal_tools.dir/tools/lib/daemon.c.o.d"
+  )
+
+# Targets to which this target links.
+set(CMAKE_TARGET_LINKED_INFO_FILES
+  "/work/main/python/build/temp.linux-x86_64-cpython-311/cmake/CMakeFiles/shoal_static.dir/DependInfo.cmake"
+  )
+
+# Fortran module output directory.
+set(CMAKE_Fortran_TARGET_MODULE_DIR "")
