@@ -1850,10 +1850,14 @@ SH_TEST_T(farm_stat_shows_engines_and_tasks, 120)
 		pid_t pids[2];
 		engines_at(c, at, NULL, 2, pids);
 		char line[96];
+		/* logged by the controller's thread once it counted them: soon
+		 * after the count is seen, not before */
 		for (int i = 0; i < 2 && !tcp; i++) {
 			snprintf(line, sizeof(line), "(pid %d) joined", (int)pids[i]);
+			WAIT_FOR(heard_it(line), 5000);
 			CHECK(heard_it(line));
 		}
+		WAIT_FOR(heard_it("joined; 2 engines now"), 5000);
 		CHECK(heard_it("joined; 2 engines now"));
 		shoal_farm *f;
 		CHECK_OK(shoal_farm_connect(&f, at));
