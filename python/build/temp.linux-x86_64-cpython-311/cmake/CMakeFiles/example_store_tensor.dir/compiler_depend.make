@@ -1,2 +1,0 @@
-# Empty compiler generated dependencies file for example_store_tensor.
-# This may be replaced when dependencies are built.
