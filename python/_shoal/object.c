@@ -328,6 +328,18 @@ PyObject *sh_py_tensor_new(ShObject *o, const shoal_node *n)
 	return (PyObject *)self;
 }
 
+/* A view (Tensor, Blob) lets go of its object: the object's release waits
+ * for its last view. */
+static void view_drop(ShObject **slot)
+{
+	ShObject *o = *slot;
+	*slot = NULL;
+	if (o) {
+		view_gone(o);
+		Py_DECREF(o);
+	}
+}
+
 static int tensor_traverse(ShTensor *self, visitproc visit, void *arg)
 {
 	Py_VISIT(self->obj);
@@ -337,12 +349,7 @@ static int tensor_traverse(ShTensor *self, visitproc visit, void *arg)
 static void tensor_dealloc(ShTensor *self)
 {
 	PyObject_GC_UnTrack(self);
-	ShObject *o = self->obj;
-	self->obj = NULL;
-	if (o) {
-		view_gone(o);
-		Py_DECREF(o);
-	}
+	view_drop(&self->obj);
 	PyObject_GC_Del(self);
 }
 
@@ -596,12 +603,7 @@ static int blob_traverse(ShBlob *self, visitproc visit, void *arg)
 static void blob_dealloc(ShBlob *self)
 {
 	PyObject_GC_UnTrack(self);
-	ShObject *o = self->obj;
-	self->obj = NULL;
-	if (o) {
-		view_gone(o);
-		Py_DECREF(o);
-	}
+	view_drop(&self->obj);
 	PyObject_GC_Del(self);
 }
 

@@ -232,6 +232,17 @@ static void seg_free(shoal_store *s, st_seg *g)
 	SH_DELETE(g);
 }
 
+/* What an object owns besides its blobs and their lists: freed with it, or
+ * when one never published is dropped. */
+static void obj_shell_free(st_obj *o)
+{
+	if (o->meta)
+		shoal_free(o->meta, o->meta_cap);
+	if (o->type)
+		shoal_free(o->type, strlen(o->type) + 1);
+	SH_DELETE(o);
+}
+
 static void obj_free(shoal_store *s, st_obj *o)
 {
 	name_unbind(s, o);
@@ -249,11 +260,7 @@ static void obj_free(shoal_store *s, st_obj *o)
 		shoal_free(o->segs, o->cap_segs * sizeof(*o->segs));
 	if (o->arena)
 		shoal_free(o->arena, o->cap_arena * sizeof(*o->arena));
-	if (o->meta)
-		shoal_free(o->meta, o->meta_cap);
-	if (o->type)
-		shoal_free(o->type, strlen(o->type) + 1);
-	SH_DELETE(o);
+	obj_shell_free(o);
 }
 
 /* Deletes o: unbinds its name now, frees it when its last reader lets go. */
@@ -716,13 +723,8 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 			shoal_free(x.arena, x.cap_arena * 8);
 		if (x.segs)
 			shoal_free(x.segs, x.cap_segs * sizeof(st_seg *));
-		if (o) {
-			if (o->type)
-				shoal_free(o->type, strlen(o->type) + 1);
-			if (o->meta)
-				shoal_free(o->meta, o->meta_cap);
-			SH_DELETE(o);
-		}
+		if (o)
+			obj_shell_free(o);
 		sh_bump_fini(&a);
 		if (rc == SHOAL_ENOSPC)
 			return reply_err(c, req, rc, "%s", why);
@@ -1483,13 +1485,8 @@ static int restore_obj(void *arg, sh_state_rec *r, char *why, size_t whylen)
 			shoal_free(x.arena, x.cap_arena * 8);
 		if (x.segs)
 			shoal_free(x.segs, x.cap_segs * sizeof(st_seg *));
-		if (o) {
-			if (o->type)
-				shoal_free(o->type, strlen(o->type) + 1);
-			if (o->meta)
-				shoal_free(o->meta, o->meta_cap);
-			SH_DELETE(o);
-		}
+		if (o)
+			obj_shell_free(o);
 	} else {
 		o->id = r->id;
 		o->sig = r->sig;
