@@ -188,6 +188,8 @@ typedef struct sh_bump {
 void *sh_bump_alloc(sh_bump *b, size_t size);	  /* 8-aligned, zeroed */
 void *sh_bump_alloc_raw(sh_bump *b, size_t size); /* 8-aligned, not zeroed */
 char *sh_bump_str(sh_bump *b, const char *s, size_t len);
+/* Whether [p, p+n) lies inside one of b's chunks. */
+bool sh_bump_holds(const sh_bump *b, const void *p, size_t n);
 /* Frees all but the newest small chunk and the largest one, which the
  * next allocations reuse. */
 void sh_bump_reset(sh_bump *b);

@@ -12,6 +12,8 @@
 #include "wire/wire.h"
 
 #include <dlpack/dlpack.h>
+#include <dirent.h>
+#include <inttypes.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -1156,5 +1158,129 @@ SH_TEST(metadata_beyond_one_record)
 	CHECK_OK(shoal_object_release(o));
 	CHECK_OK(shoal_disconnect(c));
 	CHECK_OK(shoal_store_close(s));
+	sh_test_leak_check();
+}
+
+/* The store's segment memfds in this process (an embedded store's and its
+ * clients': each file counted once): how many of exactly size bytes with
+ * all their pages there, and the sizes of all of them. */
+static int segments_of(uint64_t size, uint64_t *all_bytes)
+{
+	DIR *d = opendir("/proc/self/fd");
+	CHECK(d != NULL);
+	int n = 0, nseen = 0;
+	ino_t seen[256];
+	uint64_t all = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		char p[300], t[128];
+		snprintf(p, sizeof(p), "/proc/self/fd/%s", e->d_name);
+		ssize_t k = readlink(p, t, sizeof(t) - 1);
+		if (k <= 0)
+			continue;
+		t[k] = 0;
+		struct stat st;
+		if (!strstr(t, "memfd:shoal-segment") || stat(p, &st) != 0)
+			continue;
+		bool dup = false;
+		for (int i = 0; i < nseen && !dup; i++)
+			dup = seen[i] == st.st_ino;
+		if (dup)
+			continue;
+		CHECK(nseen < 256);
+		seen[nseen++] = st.st_ino;
+		all += (uint64_t)st.st_size;
+		n += (uint64_t)st.st_size == size && (uint64_t)st.st_blocks * 512 == size;
+	}
+	closedir(d);
+	if (all_bytes)
+		*all_bytes = all;
+	return n;
+}
+
+/* Waits up to 10 s for segments_of(size) to be want. */
+static void await_segments(uint64_t size, int want)
+{
+	int got = 0;
+	for (int i = 0; i < 1000 && (got = segments_of(size, NULL)) != want; i++)
+		usleep(10000);
+	if (got != want)
+		sh_test_fail(__FILE__, __LINE__, "%d segments of %" PRIu64 " bytes, expected %d",
+			     got, size, want);
+}
+
+/* After a put of 4 MiB the store allocates a spare of that size ahead;
+ * the next create of that size gets it with its pages already there,
+ * holding only zeros; spares give way to creates that need the capacity
+ * they hold; with spares = 0 there are none. */
+SH_TEST(spare_segments)
+{
+	const uint64_t MB4 = 4u << 20;
+	shoal_store_opts so;
+	shoal_store_opts_init(&so);
+	so.size = 64u << 20; /* spares: a quarter, 16 MiB */
+	shoal_store *s;
+	CHECK_OK(shoal_store_open_embedded(&s, &so));
+	shoal_client *c = connect_to(s);
+	unsigned char *data = malloc(MB4);
+	CHECK(data != NULL);
+	memset(data, 0xab, MB4);
+	CHECK_OK(shoal_put_bytes(c, "a", data, MB4, 0, NULL));
+	await_segments(MB4, 2); /* a's and the spare */
+
+	shoal_builder *b;
+	uint32_t idx;
+	int fd;
+	void *p;
+	CHECK_OK(shoal_builder_create(c, "bytes", &b));
+	CHECK_OK(sh_builder_region(b, MB4, &idx, &fd, &p));
+	struct stat st;
+	CHECK_EQ(fstat(fd, &st), 0);
+	/* the spare: every page is there before anyone wrote one */
+	CHECK_EQ((uint64_t)st.st_blocks * 512, MB4);
+	for (uint64_t off = 0; off < MB4; off += 4096)
+		CHECK_EQ(((unsigned char *)p)[off], 0);
+	CHECK_OK(sh_builder_blob_at(shoal_builder_root(b), idx, 0, MB4));
+	CHECK_OK(shoal_builder_write(b, p, data, MB4));
+	shoal_id id;
+	CHECK_OK(shoal_builder_seal(b, "b", 0, &id));
+	shoal_object *o;
+	CHECK_OK(shoal_get(c, id, &o));
+	const void *q;
+	size_t n;
+	CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &q, &n));
+	CHECK(n == MB4 && memcmp(q, data, MB4) == 0);
+	CHECK_OK(shoal_object_release(o));
+	await_segments(MB4, 3); /* a, b and a new spare */
+
+	/* 54 MiB: with a and b, 62 of 64; the spare's 4 must go first */
+	CHECK_OK(shoal_builder_create(c, "bytes", &b));
+	CHECK_OK(shoal_node_add_blob(shoal_builder_root(b), 54u << 20, &p));
+	uint64_t all = 0;
+	for (int i = 0; i < 1000 && (segments_of(0, &all), all > so.size); i++)
+		usleep(10000);
+	if (all > so.size)
+		sh_test_fail(__FILE__, __LINE__,
+			     "segments of %" PRIu64 " bytes in a %zu-byte store", all, so.size);
+	CHECK_OK(shoal_builder_seal(b, "c", 0, NULL));
+	/* deleted objects' memory goes (closed by the store's worker) */
+	CHECK_OK(shoal_delete(c, "a"));
+	CHECK_OK(shoal_delete(c, "b"));
+	CHECK_OK(shoal_delete(c, "c"));
+	for (int i = 0; i < 1000 && (segments_of(0, &all), all > 16u << 20); i++)
+		usleep(10000);
+	CHECK(all <= 16u << 20); /* at most the budget, in spares */
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
+
+	so.spares = 0;
+	CHECK_OK(shoal_store_open_embedded(&s, &so));
+	c = connect_to(s);
+	CHECK_OK(shoal_put_bytes(c, "a", data, MB4, 0, NULL));
+	usleep(100000);
+	CHECK_EQ(segments_of(MB4, NULL), 1);
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
+	free(data);
 	sh_test_leak_check();
 }

@@ -85,10 +85,19 @@ typedef struct shoal_store_opts {
 	 * checksums, the metadata as strictly as a client's); a bad one is
 	 * logged and moved into aside/, and what does not fit size is too. */
 	const char *state_dir;
+	/* The most bytes of free capacity kept allocated ahead of creates, in
+	 * spare segments the size of recent ones (1 MiB and up) that a thread
+	 * of the store fills with zeroed pages: a put into one skips the
+	 * allocation of its pages, about half its time. Never more than the
+	 * free capacity. 0: none; SHOAL_STORE_SPARES_AUTO (the default): a
+	 * quarter of the capacity, at most 1 GiB. */
+	size_t spares;
 } shoal_store_opts;
 
+#define SHOAL_STORE_SPARES_AUTO ((size_t)-1)
+
 /* Default options: fresh socket path, 1 GiB, no reserve, no extra group,
- * no state directory. */
+ * no state directory, automatic spares. */
 SHOAL_API void shoal_store_opts_init(shoal_store_opts *o);
 
 /* Starts a store served by a thread of this process on a unix socket
@@ -181,6 +190,15 @@ SHOAL_API int shoal_node_add_blob(shoal_node *n, size_t size, void **data);
  * round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_node_set_tensor(shoal_node *n, shoal_dtype dt, int ndim, const int64_t *shape,
 				    void **data);
+
+/* Copies n bytes from src into this builder's blobs at dst (an address
+ * that shoal_node_add_blob or shoal_node_set_tensor gave, or inside one).
+ * For data that already exists elsewhere: large copies go through the
+ * region's file, so the kernel writes the shared pages without faulting
+ * them into this process one by one (on a VM that costs 7-14 us a page,
+ * more than the copy). SHOAL_EINVAL when [dst, dst+n) is not inside one
+ * blob region or inline blob of b. */
+SHOAL_API int shoal_builder_write(shoal_builder *b, void *dst, const void *src, size_t n);
 
 enum {
 	SHOAL_PERSIST = 1, /* outlive the creating connection (and, with a state

@@ -464,8 +464,10 @@ static int do_put_tensor(ShClient *c, void *arg)
 		shoal_builder_abort(b);
 		return rc;
 	}
-	if (j->size)
-		memcpy(p, j->data, j->size);
+	if ((rc = shoal_builder_write(b, p, j->data, j->size)) != 0) {
+		shoal_builder_abort(b);
+		return rc;
+	}
 	return shoal_builder_seal(b, j->name, j->flags, &j->id);
 }
 
@@ -544,8 +546,8 @@ static int do_put_dict(ShClient *c, void *arg)
 			snprintf(j->err, j->errlen, "tensor %zu ('%.300s'): %s", i, it->name,
 				 rc == SHOAL_EEXIST ? "the name is used twice"
 						    : sh_py_strerror(rc));
-		else if (it->v.len)
-			memcpy(p, it->v.buf, (size_t)it->v.len);
+		else
+			rc = shoal_builder_write(b, p, it->v.buf, (size_t)it->v.len);
 	}
 	if (rc) {
 		shoal_builder_abort(b);

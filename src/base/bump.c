@@ -89,6 +89,17 @@ void sh_bump_fini(sh_bump *b)
 	b->used = b->total = 0;
 }
 
+bool sh_bump_holds(const sh_bump *b, const void *p, size_t n)
+{
+	uintptr_t a = (uintptr_t)p;
+	for (const sh_bump_chunk *c = b->head; c; c = c->next) {
+		uintptr_t s = (uintptr_t)c->data, e = (uintptr_t)c + c->size;
+		if (a >= s && a <= e && n <= e - a)
+			return true;
+	}
+	return false;
+}
+
 void sh_bump_reset(sh_bump *b)
 {
 	/* Kept: the newest small chunk, for the tree of the next value, and

@@ -224,9 +224,9 @@ int sh_value_share_min(shoal_vbuf *b, shoal_value *v, size_t min, char *why, siz
 	if (rc == 0 && (rc = shoal_node_set_tensor(shoal_builder_root(bl), v->v.t.dtype,
 						   v->v.t.ndim, v->v.t.shape, &dst)) != 0)
 		shoal_builder_abort(bl);
+	if (rc == 0 && (rc = shoal_builder_write(bl, dst, v->v.t.data, v->v.t.nbytes)) != 0)
+		shoal_builder_abort(bl);
 	if (rc == 0) {
-		if (v->v.t.nbytes)
-			memcpy(dst, v->v.t.data, v->v.t.nbytes);
 		rc = b->owner ? shoal_builder_seal_for(bl, b->owner, &id)
 			      : shoal_builder_seal(bl, NULL, 0, &id);
 	}

@@ -100,6 +100,25 @@ bool sh_memfd_is_sealed(int fd)
 	return s >= 0 && (s & SEALS) == SEALS;
 }
 
+int sh_fd_pwrite_all(int fd, const void *p, size_t n, uint64_t off)
+{
+	const unsigned char *b = p;
+	while (n) {
+		ssize_t k = pwrite(fd, b, n, (off_t)off);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return shoal_errno();
+		}
+		if (k == 0)
+			return SHOAL_EIO;
+		b += k;
+		n -= (size_t)k;
+		off += (uint64_t)k;
+	}
+	return 0;
+}
+
 int sh_fd_copy(int out, uint64_t out_off, int in, uint64_t in_off, uint64_t len)
 {
 	loff_t ioff = (loff_t)in_off, ooff = (loff_t)out_off;

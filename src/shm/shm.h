@@ -40,6 +40,11 @@ int sh_memfd_freeze_others(int fd);
  * its peer shares read-write). */
 bool sh_memfd_size_fixed(int fd);
 
+/* Writes all n bytes at off (pwrite until done). Into a memfd this is the
+ * kernel's copy: no page of the file is mapped or faulted in this process,
+ * which on VMs costs more than the copy itself. */
+int sh_fd_pwrite_all(int fd, const void *p, size_t n, uint64_t off);
+
 /* Copies len bytes of in at in_off to out at out_off, by the kernel
  * (copy_file_range, else sendfile: no page passes through this process).
  * SHOAL_EIO when in ends early. */

@@ -332,6 +332,39 @@ int shoal_node_set_tensor(shoal_node *n, shoal_dtype dt, int ndim, const int64_t
 	return rc;
 }
 
+/* Below this, memcpy into the mapping: a syscall costs about a page fault. */
+#define WRITE_THROUGH_FD (64u << 10)
+
+int shoal_builder_write(shoal_builder *b, void *dst, const void *src, size_t n)
+{
+	if (!b || (n && (!dst || !src)))
+		return SHOAL_EINVAL;
+	if (n == 0)
+		return 0;
+	uintptr_t d = (uintptr_t)dst;
+	for (uint32_t i = 0; i < b->nregions; i++) {
+		region *r = &b->regions[i];
+		uintptr_t a = (uintptr_t)r->addr;
+		if (!r->addr || d < a || d - a > r->size || n > r->size - (d - a))
+			continue;
+		if (n < WRITE_THROUGH_FD || r->fd < 0) {
+			memcpy(dst, src, n);
+			return 0;
+		}
+		int rc = sh_fd_pwrite_all(r->fd, src, n, d - a);
+		if (rc)
+			sh_client_fail(b->c, rc, "writing %zu bytes into a region: %s", n,
+				       shoal_strerror(rc));
+		return rc;
+	}
+	/* an inline blob: it lives in the builder's own memory */
+	if (sh_bump_holds(&b->a, dst, n)) {
+		memcpy(dst, src, n);
+		return 0;
+	}
+	return SHOAL_EINVAL;
+}
+
 /* ---- sealing ---- */
 
 static void builder_free(shoal_builder *b, bool abort_regions)
@@ -439,7 +472,9 @@ int shoal_put_bytes(shoal_client *c, const char *name, const void *data, size_t 
 		shoal_builder_abort(b);
 		return rc;
 	}
-	if (size)
-		memcpy(p, data, size);
+	if ((rc = shoal_builder_write(b, p, data, size)) != 0) {
+		shoal_builder_abort(b);
+		return rc;
+	}
 	return shoal_builder_seal(b, name, flags, id);
 }

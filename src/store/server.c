@@ -14,6 +14,7 @@
  * the creator included, can change a byte. */
 #include "store/node.h"
 #include "store/proto.h"
+#include "store/spare.h"
 #include "store/state.h"
 #include "shm/shm.h"
 #include "ring/link.h"
@@ -105,7 +106,8 @@ struct shoal_store {
 	sh_ptrstack arena_free[ARENA_CLASSES];
 	uint64_t capacity, used, nobjs, nnames, nclients, pending;
 	st_conn *conns;
-	sh_state *state; /* the state directory, or NULL */
+	sh_state *state;   /* the state directory, or NULL */
+	sh_spares *spares; /* NULL: none */
 	bool stopping;
 	int start_rc;
 };
@@ -181,7 +183,7 @@ static int name_bind(shoal_store *s, st_obj *o, const char *name, size_t n)
 
 static uint64_t fds_held(const shoal_store *s)
 {
-	return s->nclients * FDS_PER_CONN + s->segs.n;
+	return s->nclients * FDS_PER_CONN + s->segs.n + (s->spares ? sh_spares_fds(s->spares) : 0);
 }
 
 /* ---- the arena ---- */
@@ -227,7 +229,10 @@ static void arena_free(shoal_store *s, uint64_t off, int c)
 static void seg_free(shoal_store *s, st_seg *g)
 {
 	sh_map_del(&s->segs, g->id);
-	close(g->fd);
+	if (s->spares && g->size >= SH_SPARE_MIN)
+		sh_spares_dispose(s->spares, g->fd); /* freeing a GiB takes ms */
+	else
+		close(g->fd);
 	s->used -= g->charged;
 	SH_DELETE(g);
 }
@@ -406,7 +411,14 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 	st_seg *g = SH_NEW(st_seg);
 	if (!g)
 		return reply_err(c, req, SHOAL_ENOMEM, "CREATE: out of memory");
-	int rc = sh_memfd_create("shoal-segment", size, true, &g->fd);
+	int rc = 0;
+	g->fd = s->spares ? sh_spares_take(s->spares, size) : -1;
+	if (g->fd < 0) {
+		/* the capacity spares hold is this create's first */
+		if (s->spares)
+			sh_spares_fit(s->spares, s->capacity - s->used - charged);
+		rc = sh_memfd_create("shoal-segment", size, true, &g->fd);
+	}
 	/* Its size is fixed from the start: a creator that shrank it before
 	 * the seal would leave readers mapping pages past its end (SIGBUS). */
 	if (rc == 0 && (rc = sh_memfd_fix_size_open(g->fd)) != 0)
@@ -770,6 +782,10 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 			return reply_err(c, req, SHOAL_ENOMEM, "SEAL: out of memory");
 		}
 	}
+	/* The next put is likely of this size: its spare is made now that
+	 * this one's copy is done (not during it, which it would slow). */
+	for (uint32_t i = 0; s->spares && i < o->nsegs; i++)
+		sh_spares_want(s->spares, o->segs[i]->size, s->capacity - s->used);
 	msgpack_packer pk;
 	begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 2);
@@ -1357,6 +1373,7 @@ void shoal_store_opts_init(shoal_store_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->group = (gid_t)-1;
+	o->spares = SHOAL_STORE_SPARES_AUTO;
 }
 
 /* ---- the state directory ---- */
@@ -1599,6 +1616,7 @@ static void store_free(shoal_store *s)
 		seg_free(s, val);
 	}
 	sh_state_close(s->state);
+	sh_spares_stop(s->spares);
 	sh_map_fini(&s->objs);
 	sh_map_fini(&s->names);
 	sh_map_fini(&s->segs);
@@ -1638,6 +1656,11 @@ int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
 	s->next_seg = 1;
 	s->fd_budget = sh_link_fd_budget();
 	int rc = make_arena(s);
+	uint64_t spares = s->opts.spares;
+	if (spares == SHOAL_STORE_SPARES_AUTO)
+		spares = s->capacity / 4 < (1ull << 30) ? s->capacity / 4 : (1ull << 30);
+	if (rc == 0 && spares >= SH_SPARE_MIN)
+		rc = sh_spares_start(&s->spares, spares);
 	if (rc == 0 && s->opts.state_dir)
 		rc = open_state(s);
 	if (rc == 0 && (s->stop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)

@@ -204,23 +204,6 @@ void sh_state_set_aside(sh_state *st, const char *file, const char *why)
 
 /* ---- writing ---- */
 
-static int pwrite_all(int fd, const void *p, size_t n, uint64_t off)
-{
-	const unsigned char *b = p;
-	while (n) {
-		ssize_t k = pwrite(fd, b, n, (off_t)off);
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return shoal_errno();
-		}
-		b += k;
-		n -= (size_t)k;
-		off += (uint64_t)k;
-	}
-	return 0;
-}
-
 static void put64(unsigned char *p, uint64_t v)
 {
 	memcpy(p, &v, 8); /* the format is little-endian, as every host we build for */
@@ -268,10 +251,10 @@ int sh_state_write(sh_state *st, sh_state_rec *r, char *why, size_t whylen)
 	if (rc == 0) {
 		h = hash64(table, tlen, 0);
 		h = hash64(r->meta, r->meta_len, h);
-		rc = pwrite_all(fd, table, tlen, HDR);
+		rc = sh_fd_pwrite_all(fd, table, tlen, HDR);
 	}
 	if (rc == 0)
-		rc = pwrite_all(fd, r->meta, r->meta_len, HDR + tlen);
+		rc = sh_fd_pwrite_all(fd, r->meta, r->meta_len, HDR + tlen);
 	for (uint32_t i = 0; rc == 0 && i < r->nsegs; i++) {
 		if ((rc = sh_fd_copy(fd, off, r->seg_fds[i], 0, r->seg_sizes[i])) == 0)
 			rc = hash_fd(r->seg_fds[i], r->seg_sizes[i], &h);
@@ -283,7 +266,7 @@ int sh_state_write(sh_state *st, sh_state_rec *r, char *why, size_t whylen)
 	unsigned char hdr[HDR];
 	header_pack(hdr, r, h);
 	if (rc == 0)
-		rc = pwrite_all(fd, hdr, HDR, 0);
+		rc = sh_fd_pwrite_all(fd, hdr, HDR, 0);
 	if (rc == 0 && fsync(fd) != 0) {
 		step = "syncing";
 		rc = shoal_errno();
