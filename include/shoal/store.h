@@ -285,6 +285,13 @@ SHOAL_API int shoal_node_tensor(const shoal_node *n, shoal_tensor *t);
  * with SHOAL_ENOTSUP. */
 struct DLManagedTensor;
 SHOAL_API int shoal_node_dlpack(shoal_object *o, const shoal_node *n, struct DLManagedTensor **out);
+/* The same without an allocation or a reference, for a caller that makes
+ * many (a dict of a thousand tensors) and manages their lifetime itself:
+ * fills m->dl_tensor, with shape and strides (in elements) in the caller's
+ * arrays of at least the tensor's ndim elements (shoal_node_tensor). It
+ * borrows the object's memory; the caller sets manager_ctx and deleter. */
+SHOAL_API int shoal_node_dlpack_fill(const shoal_node *n, struct DLManagedTensor *m, int64_t *shape,
+				     int64_t *strides);
 
 /* ---- safetensors files --------------------------------------------------- */
 

@@ -5,14 +5,21 @@
 #include "module.h"
 
 #include <dlpack/dlpack.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <string.h>
 
+/* Sized to its dimensions: a dict of a thousand tensors makes a thousand
+ * of these, and every fresh page of them is a fault (7-14 us on a VM). */
 typedef struct {
-	PyObject_HEAD ShObject *obj;
+	PyObject_VAR_HEAD ShObject *obj;
 	const shoal_node *node;
-	shoal_tensor t;
-	char fmt[2]; /* "" when the dtype has no struct format */
-	Py_ssize_t shape[SHOAL_TENSOR_MAX_DIMS], strides[SHOAL_TENSOR_MAX_DIMS]; /* bytes */
+	const void *data;
+	size_t nbytes;
+	shoal_dtype dtype;
+	int ndim;
+	char fmt[2];	   /* "" when the dtype has no struct format */
+	Py_ssize_t dims[]; /* shape, then strides in bytes (the buffer protocol's) */
 } ShTensor;
 
 typedef struct {
@@ -225,6 +232,8 @@ static PyObject *object_repr(ShObject *self)
 
 #define KW (PyCFunction)(void (*)(void))
 
+static PyObject *object_dlpack_dict(ShObject *self, PyObject *args, PyObject *kw);
+
 static PyMethodDef object_methods[] = {
 	{"fields", (PyCFunction)object_fields, METH_NOARGS,
 	 "fields() -> dict\n\nThe root's fields: int, float, bool, str or list[int]."},
@@ -232,6 +241,13 @@ static PyMethodDef object_methods[] = {
 	 "tensor() -> Tensor\n\nThe object, a tensor, as a zero-copy read-only view."},
 	{"tensors", (PyCFunction)object_tensors, METH_NOARGS,
 	 "tensors() -> list[tuple[str, Tensor]]\n\nThe members of a tensor_dict, in order."},
+	{"dlpack_dict", KW object_dlpack_dict, METH_VARARGS | METH_KEYWORDS,
+	 "dlpack_dict(convert, convert_bool=None, refuse=None) -> dict\n\nThe members of a "
+	 "tensor_dict as {name: convert(capsule)}, each capsule a zero-copy DLPack 0.6 view "
+	 "(convert_bool for bool members, which DLPack 0.6 carries as uint8): "
+	 "torch.utils.dlpack.from_dlpack makes a dict of torch tensors. refuse maps dtype "
+	 "names the consumer cannot take to why (InvalidInput, before any is converted). The "
+	 "views share one allocation and hold the object until the last goes."},
 	{"blob", KW object_blob, METH_VARARGS | METH_KEYWORDS,
 	 "blob(i=0) -> Blob\n\nThe root's i-th blob as read-only bytes."},
 	{"release", (PyCFunction)object_release, METH_NOARGS,
@@ -303,28 +319,33 @@ PyObject *sh_py_tensor_new(ShObject *o, const shoal_node *n)
 		return sh_py_raisef(ShInvalidInput, rc, "object %llu: not a readable tensor (%s)",
 				    (unsigned long long)o->id, sh_py_strerror(rc));
 	size_t isz = shoal_dtype_size(t.dtype);
-	ShTensor *self = PyObject_GC_New(ShTensor, &ShTensor_Type);
-	if (!self)
-		return NULL;
-	self->obj = (ShObject *)Py_NewRef(o);
-	PyObject_GC_Track(self);
-	o->views++;
-	self->node = n;
-	self->t = t;
-	self->fmt[0] = struct_format(t.dtype);
-	self->fmt[1] = 0;
+	Py_ssize_t strides[SHOAL_TENSOR_MAX_DIMS];
 	for (int i = 0; i < t.ndim; i++) {
-		int64_t s;
+		int64_t b;
 		/* a shape with a zero dimension can have huge others */
-		if (__builtin_mul_overflow(t.strides[i], (int64_t)isz, &s) || t.shape[i] < 0) {
-			Py_DECREF(self);
+		if (__builtin_mul_overflow(t.strides[i], (int64_t)isz, &b) || t.shape[i] < 0)
 			return sh_py_raisef(ShInvalidInput, SHOAL_EOVERFLOW,
 					    "object %llu: a tensor whose strides overflow",
 					    (unsigned long long)o->id);
-		}
-		self->shape[i] = (Py_ssize_t)t.shape[i];
-		self->strides[i] = (Py_ssize_t)s;
+		strides[i] = (Py_ssize_t)b;
 	}
+	ShTensor *self = PyObject_GC_NewVar(ShTensor, &ShTensor_Type, 2 * t.ndim);
+	if (!self)
+		return NULL;
+	self->obj = (ShObject *)Py_NewRef(o);
+	o->views++;
+	self->node = n;
+	self->data = t.data;
+	self->nbytes = t.nbytes;
+	self->dtype = t.dtype;
+	self->ndim = t.ndim;
+	self->fmt[0] = struct_format(t.dtype);
+	self->fmt[1] = 0;
+	for (int i = 0; i < t.ndim; i++) {
+		self->dims[i] = (Py_ssize_t)t.shape[i];
+		self->dims[t.ndim + i] = strides[i];
+	}
+	PyObject_GC_Track(self);
 	return (PyObject *)self;
 }
 
@@ -359,7 +380,7 @@ static int tensor_getbuffer(ShTensor *self, Py_buffer *v, int flags)
 		sh_py_raisef(ShInvalidInput, SHOAL_ENOTSUP,
 			     "a %s tensor has no buffer format (numpy has no such dtype): read it "
 			     "through torch (DLPack), or its raw bytes with Object.blob()",
-			     shoal_dtype_name(self->t.dtype));
+			     shoal_dtype_name(self->dtype));
 		v->obj = NULL;
 		return -1;
 	}
@@ -368,15 +389,15 @@ static int tensor_getbuffer(ShTensor *self, Py_buffer *v, int flags)
 		v->obj = NULL;
 		return -1;
 	}
-	v->buf = self->t.data ? (void *)self->t.data : empty_buf;
+	v->buf = self->data ? (void *)self->data : empty_buf;
 	v->obj = Py_NewRef(self);
-	v->len = (Py_ssize_t)self->t.nbytes;
+	v->len = (Py_ssize_t)self->nbytes;
 	v->readonly = 1;
-	v->itemsize = (Py_ssize_t)shoal_dtype_size(self->t.dtype);
+	v->itemsize = (Py_ssize_t)shoal_dtype_size(self->dtype);
 	v->format = (flags & PyBUF_FORMAT) ? self->fmt : NULL;
-	v->ndim = self->t.ndim;
-	v->shape = (flags & PyBUF_ND) ? self->shape : NULL;
-	v->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->strides : NULL;
+	v->ndim = self->ndim;
+	v->shape = (flags & PyBUF_ND) ? self->dims : NULL;
+	v->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->dims + self->ndim : NULL;
 	v->suboffsets = NULL;
 	v->internal = NULL;
 	return 0;
@@ -386,34 +407,27 @@ static PyBufferProcs tensor_as_buffer = {
 	.bf_getbuffer = (getbufferproc)tensor_getbuffer,
 };
 
-/* DLPack: the consumer's DLManagedTensor wraps shoal_node_dlpack's (which
- * holds its own reference on the C object) and keeps the Tensor alive, so
- * the Python Object, its client and the mapping outlive the consumer's
- * array. The deleter may run on any thread: it takes the GIL, and the
- * client's mutex for the C release. */
+/* ---- DLPack ----
+ * A capsule's DLManagedTensor borrows the store's memory and holds a
+ * Python reference that keeps the Object (hence its store reference and
+ * mapping) alive until the consumer's deleter runs, on any thread: the
+ * deleter takes the GIL for that reference and nothing else. */
+
+/* One tensor's (Tensor.__dlpack__): holds the Tensor. */
 typedef struct {
 	DLManagedTensor m;
-	DLManagedTensor *inner;
 	ShTensor *tensor;
-} dl_wrap;
+	int64_t dims[]; /* shape, strides */
+} dl_one;
 
-static void dl_wrap_delete(DLManagedTensor *m)
+static void dl_one_delete(DLManagedTensor *m)
 {
-	dl_wrap *w = m->manager_ctx;
+	dl_one *w = m->manager_ctx;
 	if (_Py_IsFinalizing())
 		return; /* the interpreter is going: so is the process */
 	PyGILState_STATE g = PyGILState_Ensure();
-	PyObject *t, *v, *tb;
-	PyErr_Fetch(&t, &v, &tb);
-	ShClient *c = w->tensor->obj->client;
-	if (!sh_py_client_foreign(c)) {
-		sh_py_client_lock(c);
-		w->inner->deleter(w->inner);
-		pthread_mutex_unlock(&c->mu);
-	}
 	Py_DECREF(w->tensor);
 	PyMem_RawFree(w);
-	PyErr_Restore(t, v, tb);
 	PyGILState_Release(g);
 }
 
@@ -424,6 +438,27 @@ static void capsule_gone(PyObject *cap)
 		DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
 		m->deleter(m);
 	}
+}
+
+/* A DLPack refusal in the user's words. */
+static PyObject *dl_refused(shoal_dtype dt, int rc)
+{
+	return sh_py_raisef(ShInvalidInput, rc, "a %s tensor cannot be exported by DLPack %s",
+			    shoal_dtype_name(dt),
+			    rc == SHOAL_ENOTSUP ? "0.6 (it has no 8-bit float): use the raw "
+						  "bytes with Object.blob()"
+						: sh_py_strerror(rc));
+}
+
+/* The capsule of m, whose deleter runs if no consumer takes it. */
+static PyObject *dl_capsule(DLManagedTensor *m)
+{
+	if (!m->dl_tensor.data)
+		m->dl_tensor.data = empty_buf; /* consumers want a pointer */
+	PyObject *cap = PyCapsule_New(m, "dltensor", capsule_gone);
+	if (!cap)
+		m->deleter(m);
+	return cap;
 }
 
 static PyObject *tensor_dlpack(ShTensor *self, PyObject *args, PyObject *kw)
@@ -440,42 +475,129 @@ static PyObject *tensor_dlpack(ShTensor *self, PyObject *args, PyObject *kw)
 		return sh_py_raisef(ShInvalidInput, SHOAL_ENOTSUP,
 				    "a shoal tensor is exported without a copy (copy=True asked)");
 	ShObject *o = self->obj;
-	ShClient *c = o->client;
-	if (sh_py_client_foreign(c))
+	if (sh_py_client_foreign(o->client))
 		return sh_py_raisef(
 			ShClosed, SHOAL_ECLOSED,
 			"this tensor's connection was made by process %ld before a fork: "
 			"connect again in the child",
-			(long)c->pid);
+			(long)o->client->pid);
 	if (!o->o)
 		return sh_py_raisef(ShClosed, SHOAL_ECLOSED, "object %llu was released",
 				    (unsigned long long)o->id);
-	dl_wrap *w = PyMem_RawMalloc(sizeof(*w));
+	dl_one *w = PyMem_RawMalloc(sizeof(*w) + 2 * (size_t)self->ndim * sizeof(int64_t));
 	if (!w)
 		return PyErr_NoMemory();
-	/* the C reference count is the connection's: change it under its mutex */
-	sh_py_client_lock(c);
-	int rc = shoal_node_dlpack(o->o, self->node, &w->inner);
-	pthread_mutex_unlock(&c->mu);
+	int rc = shoal_node_dlpack_fill(self->node, &w->m, w->dims, w->dims + self->ndim);
 	if (rc) {
 		PyMem_RawFree(w);
-		return sh_py_raisef(
-			ShInvalidInput, rc, "a %s tensor cannot be exported by DLPack %s",
-			shoal_dtype_name(self->t.dtype),
-			rc == SHOAL_ENOTSUP ? "0.6 (it has no 8-bit float): use the raw "
-					      "bytes with Object.blob()"
-					    : sh_py_strerror(rc));
+		return dl_refused(self->dtype, rc);
 	}
-	w->m.dl_tensor = w->inner->dl_tensor;
-	if (!w->m.dl_tensor.data)
-		w->m.dl_tensor.data = empty_buf;
 	w->m.manager_ctx = w;
-	w->m.deleter = dl_wrap_delete;
+	w->m.deleter = dl_one_delete;
 	w->tensor = (ShTensor *)Py_NewRef(self);
-	PyObject *cap = PyCapsule_New(&w->m, "dltensor", capsule_gone);
-	if (!cap)
-		dl_wrap_delete(&w->m);
-	return cap;
+	return dl_capsule(&w->m);
+}
+
+/* A tensor_dict's (Object.dlpack_dict): one allocation for all its
+ * members, which holds the Object as one of its views until the last
+ * member's deleter runs. */
+typedef struct {
+	ShObject *obj;
+	atomic_size_t live; /* members not yet deleted, +1 while being made */
+} dl_slab;
+
+static void dl_slab_unref(dl_slab *s, size_t k)
+{
+	if (atomic_fetch_sub(&s->live, k) != k)
+		return;
+	if (_Py_IsFinalizing())
+		return;
+	PyGILState_STATE g = PyGILState_Ensure();
+	view_drop(&s->obj);
+	PyMem_RawFree(s);
+	PyGILState_Release(g);
+}
+
+static void dl_slab_delete(DLManagedTensor *m)
+{
+	dl_slab_unref(m->manager_ctx, 1);
+}
+
+static PyObject *object_dlpack_dict(ShObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"convert", "convert_bool", "refuse", NULL};
+	PyObject *convert, *convert_bool = Py_None, *refuse = Py_None;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO:dlpack_dict", kwlist, &convert,
+					 &convert_bool, &refuse) ||
+	    live(self) != 0 || is_type(self, "tensor_dict") != 0)
+		return NULL;
+	if (convert_bool == Py_None)
+		convert_bool = convert;
+	if (refuse != Py_None && !PyDict_Check(refuse))
+		return PyErr_Format(PyExc_TypeError, "refuse: expected a dict, got %.100s",
+				    Py_TYPE(refuse)->tp_name);
+	const shoal_node *r = shoal_object_root(self->o);
+	size_t n = shoal_node_nmembers(r), dims = 0;
+	shoal_tensor t;
+	for (size_t i = 0; i < n; i++) {
+		const char *name;
+		int rc = shoal_node_tensor(shoal_node_member(r, i, &name), &t);
+		if (rc)
+			return sh_py_raisef(ShInvalidInput, rc,
+					    "object %llu: member '%.300s' is not a readable tensor",
+					    (unsigned long long)self->id, name);
+		PyObject *why = refuse != Py_None
+					? PyDict_GetItemString(refuse, shoal_dtype_name(t.dtype))
+					: NULL;
+		const char *w = why && PyUnicode_Check(why) ? PyUnicode_AsUTF8(why) : NULL;
+		if (why)
+			return sh_py_raisef(ShInvalidInput, SHOAL_ENOTSUP,
+					    "tensor '%.300s' (%s): %.300s", name,
+					    shoal_dtype_name(t.dtype), w ? w : "refused");
+		dims += (size_t)t.ndim;
+	}
+	size_t each = sizeof(DLManagedTensor);
+	dl_slab *slab = PyMem_RawMalloc(sizeof(dl_slab) + n * each + 2 * dims * sizeof(int64_t));
+	if (!slab)
+		return PyErr_NoMemory();
+	DLManagedTensor *ms = (DLManagedTensor *)(slab + 1);
+	int64_t *d = (int64_t *)(ms + n);
+	slab->obj = (ShObject *)Py_NewRef(self);
+	self->views++;
+	atomic_init(&slab->live, n + 1);
+	/* at its final size at once: no table rebuilt (and faulted in) 11 times */
+	PyObject *out = _PyDict_NewPresized((Py_ssize_t)n);
+	size_t made = 0;
+	for (; out && made < n; made++) {
+		const char *name;
+		const shoal_node *m = shoal_node_member(r, made, &name);
+		shoal_node_tensor(m, &t);
+		DLManagedTensor *x = &ms[made];
+		int rc = shoal_node_dlpack_fill(m, x, d, d + t.ndim);
+		if (rc) {
+			dl_refused(t.dtype, rc);
+			Py_CLEAR(out);
+			break;
+		}
+		d += 2 * t.ndim;
+		x->manager_ctx = slab;
+		x->deleter = dl_slab_delete;
+		PyObject *cap = dl_capsule(x);
+		PyObject *v = cap ? PyObject_CallOneArg(
+					    t.dtype == SHOAL_DT_BOOL ? convert_bool : convert, cap)
+				  : NULL;
+		Py_XDECREF(cap);
+		if (!v || PyDict_SetItemString(out, name, v) != 0) {
+			Py_XDECREF(v);
+			Py_CLEAR(out);
+			made++; /* its capsule ran or will run its deleter */
+			break;
+		}
+		Py_DECREF(v);
+	}
+	/* the members never made, and the one held while making */
+	dl_slab_unref(slab, n - made + 1);
+	return out;
 }
 
 static PyObject *tensor_dlpack_device(ShTensor *self, PyObject *unused)
@@ -483,11 +605,11 @@ static PyObject *tensor_dlpack_device(ShTensor *self, PyObject *unused)
 	return Py_BuildValue("(ii)", (int)kDLCPU, 0);
 }
 
-static PyObject *int_tuple(const int64_t *v, int n)
+static PyObject *int_tuple(const Py_ssize_t *v, int n)
 {
 	PyObject *t = PyTuple_New(n);
 	for (int i = 0; t && i < n; i++) {
-		PyObject *x = PyLong_FromLongLong(v[i]);
+		PyObject *x = PyLong_FromSsize_t(v[i]);
 		if (!x) {
 			Py_CLEAR(t);
 			break;
@@ -499,27 +621,30 @@ static PyObject *int_tuple(const int64_t *v, int n)
 
 static PyObject *tensor_get_dtype(ShTensor *self, void *unused)
 {
-	return PyUnicode_FromString(shoal_dtype_name(self->t.dtype));
+	return PyUnicode_FromString(shoal_dtype_name(self->dtype));
 }
 
 static PyObject *tensor_get_shape(ShTensor *self, void *unused)
 {
-	return int_tuple(self->t.shape, self->t.ndim);
+	return int_tuple(self->dims, self->ndim);
 }
 
 static PyObject *tensor_get_strides(ShTensor *self, void *unused)
 {
-	return int_tuple(self->t.strides, self->t.ndim);
+	Py_ssize_t isz = (Py_ssize_t)shoal_dtype_size(self->dtype), el[SHOAL_TENSOR_MAX_DIMS];
+	for (int i = 0; i < self->ndim; i++)
+		el[i] = self->dims[self->ndim + i] / isz;
+	return int_tuple(el, self->ndim);
 }
 
 static PyObject *tensor_get_ndim(ShTensor *self, void *unused)
 {
-	return PyLong_FromLong(self->t.ndim);
+	return PyLong_FromLong(self->ndim);
 }
 
 static PyObject *tensor_get_nbytes(ShTensor *self, void *unused)
 {
-	return PyLong_FromSize_t(self->t.nbytes);
+	return PyLong_FromSize_t(self->nbytes);
 }
 
 static PyObject *tensor_get_object(ShTensor *self, void *unused)
@@ -529,7 +654,7 @@ static PyObject *tensor_get_object(ShTensor *self, void *unused)
 
 static PyObject *tensor_get_address(ShTensor *self, void *unused)
 {
-	return PyLong_FromVoidPtr((void *)self->t.data);
+	return PyLong_FromVoidPtr((void *)self->data);
 }
 
 static PyObject *tensor_repr(ShTensor *self)
@@ -538,7 +663,7 @@ static PyObject *tensor_repr(ShTensor *self)
 	if (!shape)
 		return NULL;
 	PyObject *r = PyUnicode_FromFormat("<shoal._shoal.Tensor %s %R of object %llu>",
-					   shoal_dtype_name(self->t.dtype), shape,
+					   shoal_dtype_name(self->dtype), shape,
 					   (unsigned long long)self->obj->id);
 	Py_DECREF(shape);
 	return r;
@@ -565,7 +690,8 @@ static PyGetSetDef tensor_getset[] = {
 
 PyTypeObject ShTensor_Type = {
 	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shoal._shoal.Tensor",
-	.tp_basicsize = sizeof(ShTensor),
+	.tp_basicsize = offsetof(ShTensor, dims),
+	.tp_itemsize = sizeof(Py_ssize_t),
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_HAVE_GC,
 	.tp_doc = "A read-only, zero-copy view of a tensor in the store: the buffer protocol "
 		  "(numpy) and DLPack (torch).",

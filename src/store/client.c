@@ -776,32 +776,41 @@ int sh_dlpack_dtype(shoal_dtype dt, DLDataType *out)
 	return 0;
 }
 
-int shoal_node_dlpack(shoal_object *o, const shoal_node *n, DLManagedTensor **out)
+int shoal_node_dlpack_fill(const shoal_node *n, DLManagedTensor *m, int64_t *shape,
+			   int64_t *strides)
 {
 	shoal_tensor t;
 	int rc = shoal_node_tensor(n, &t);
 	if (rc)
 		return rc;
+	DLTensor *d = &m->dl_tensor;
+	if ((rc = sh_dlpack_dtype(t.dtype, &d->dtype)) != 0)
+		return rc;
+	memcpy(shape, t.shape, (size_t)t.ndim * sizeof(int64_t));
+	memcpy(strides, t.strides, (size_t)t.ndim * sizeof(int64_t));
+	d->data = (void *)t.data;
+	d->device = (DLDevice){kDLCPU, 0};
+	d->ndim = t.ndim;
+	d->shape = shape;
+	d->strides = strides;
+	d->byte_offset = 0;
+	return 0;
+}
+
+int shoal_node_dlpack(shoal_object *o, const shoal_node *n, DLManagedTensor **out)
+{
 	dl_view *v = SH_NEW(dl_view);
 	if (!v)
 		return SHOAL_ENOMEM;
-	if ((rc = sh_dlpack_dtype(t.dtype, &v->m.dl_tensor.dtype)) != 0) {
+	int rc = shoal_node_dlpack_fill(n, &v->m, v->shape, v->strides);
+	if (rc) {
 		SH_DELETE(v);
 		return rc;
 	}
-	memcpy(v->shape, t.shape, sizeof(v->shape));
-	memcpy(v->strides, t.strides, sizeof(v->strides));
 	v->o = o;
 	o->refs++;
 	v->m.manager_ctx = v;
 	v->m.deleter = dl_delete;
-	DLTensor *d = &v->m.dl_tensor;
-	d->data = (void *)t.data;
-	d->device = (DLDevice){kDLCPU, 0};
-	d->ndim = t.ndim;
-	d->shape = v->shape;
-	d->strides = v->strides;
-	d->byte_offset = 0;
 	*out = &v->m;
 	return 0;
 }

@@ -65,3 +65,42 @@ def test_views_keep_the_object_until_collected(client):
     del v
     gc.collect()
     assert client.stat()["used"] == base
+
+
+def test_a_state_dict_holds_the_object_until_its_last_tensor_goes(client):
+    base = client.stat()["used"]
+    sd = {"w%d" % i: torch.full((256,), float(i)) for i in range(50)}
+    sd["mask"] = torch.tensor([True, False, True])
+    client.put(sd, name="sd")
+    got = client.get("sd", framework="torch")
+    assert got["mask"].dtype == torch.bool and got["mask"].tolist() == [True, False, True]
+    client.delete("sd")
+    keep = got["w7"]
+    del got
+    gc.collect()
+    assert client.stat()["used"] > base  # one tensor still maps it
+    assert float(keep.sum()) == 7.0 * 256
+    del keep
+    gc.collect()
+    assert client.stat()["used"] == base
+
+
+def test_getting_state_dicts_does_not_leak(client):
+    import tracemalloc
+    base = client.stat()["used"]
+    client.put({"w%d" % i: torch.ones(64) for i in range(100)}, name="sd")
+    for _ in range(20):
+        client.get("sd", framework="torch")
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for _ in range(300):
+        d = client.get("sd", framework="torch")
+        assert float(d["w99"].sum()) == 64.0
+        del d
+    gc.collect()
+    grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    tracemalloc.stop()
+    assert grown < 64 << 10, "Python memory grew by %d bytes in 300 gets" % grown
+    client.delete("sd")  # freed only if no get left a reference behind
+    assert client.stat()["used"] == base
