@@ -142,6 +142,17 @@ SHOAL_API int shoal_disconnect(shoal_client *c);
  * asked and what the store had, e.g. "store full: asked 2097152 bytes,
  * 1048576 of 2097152 free". */
 SHOAL_API const char *shoal_client_error(const shoal_client *c);
+/* The timeout of c's requests from now on, as shoal_connect_opts'
+ * timeout_ns (0: 30 s; SHOAL_FOREVER: no bound); returns the one it
+ * replaces, or SHOAL_EINVAL for a negative one. */
+SHOAL_API int64_t shoal_client_set_timeout(shoal_client *c, int64_t timeout_ns);
+/* A function c's requests call at least every 100 ms while they wait for
+ * the store: when it returns nonzero the request ends with SHOAL_EINTR and,
+ * as after a timeout, the connection is broken (its reply may still come).
+ * For a caller that must answer its user's interrupt at once (the Python
+ * module checks for Ctrl-C). NULL: none. */
+typedef int (*shoal_interrupt_fn)(void *arg);
+SHOAL_API void shoal_client_set_interrupt(shoal_client *c, shoal_interrupt_fn fn, void *arg);
 
 typedef struct shoal_store_stat {
 	uint64_t capacity;	/* the store's --size */

@@ -6,6 +6,7 @@
  * and the parent's connection is never touched (not even freed). */
 #include "module.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -63,35 +64,102 @@ void sh_py_client_lock(ShClient *c)
 
 typedef int (*job_fn)(ShClient *c, void *arg);
 
-/* Runs fn under the connection's mutex with the GIL released. On failure
- * err holds the message (copied under the mutex: the next call on the
- * connection overwrites the client's). */
-static int run(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen)
+/* A call's own timeout not given: the connection's applies. */
+#define CONN_TIMEOUT INT64_MIN
+
+/* A timeout argument: absent (NULL) is the connection's, None no bound,
+ * else seconds > 0. */
+static int parse_timeout(PyObject *t, int64_t *ns)
+{
+	if (!t) {
+		*ns = CONN_TIMEOUT;
+		return 0;
+	}
+	if (t == Py_None) {
+		*ns = SHOAL_FOREVER;
+		return 0;
+	}
+	double d = PyFloat_AsDouble(t);
+	if (d == -1.0 && PyErr_Occurred())
+		return -1;
+	if (!(d > 0) || d > 1e9) {
+		sh_py_raisef(ShInvalidInput, SHOAL_EINVAL,
+			     "timeout is %g: expected seconds > 0, or None for no bound", d);
+		return -1;
+	}
+	*ns = (int64_t)(d * 1e9);
+	if (*ns == 0)
+		*ns = 1;
+	return 0;
+}
+
+/* Ctrl-C during a call: the C client asks every 100 ms while it waits.
+ * Only the main thread sees signals, so only its calls ask. No Python code
+ * may run here (a handler could use this connection, whose mutex we hold,
+ * or drop an object of it): the interrupt is taken, the call ends, and the
+ * interrupt is given back to Python to handle once the mutex is free. */
+typedef struct {
+	PyThreadState *ts;
+	bool interrupted;
+} waiter;
+
+static int py_interrupted(void *arg)
+{
+	waiter *w = arg;
+	PyEval_RestoreThread(w->ts);
+	if (PyOS_InterruptOccurred())
+		w->interrupted = true;
+	w->ts = PyEval_SaveThread();
+	return w->interrupted;
+}
+
+/* Runs fn under the connection's mutex with the GIL released, within
+ * timeout_ns (CONN_TIMEOUT: the connection's). On failure err holds the
+ * message (copied under the mutex: the next call on the connection
+ * overwrites the client's). Returns 1 when a Python exception is set. */
+static int run(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen, int64_t timeout_ns)
 {
 	int rc;
 	err[0] = 0;
 	if (sh_py_client_check(self) != 0)
 		return 1; /* raised */
-	PyThreadState *ts_ = PyEval_SaveThread();
+	bool main = _PyOS_IsMainThread();
+	waiter w = {0};
+	w.ts = PyEval_SaveThread();
 	pthread_mutex_lock(&self->mu);
 	if (!self->c || self->closed) {
 		rc = SHOAL_ECLOSED;
 		snprintf(err, errlen, "the connection is closed");
 	} else {
+		int64_t old = 0;
+		if (timeout_ns != CONN_TIMEOUT)
+			old = shoal_client_set_timeout(self->c, timeout_ns);
+		if (main)
+			shoal_client_set_interrupt(self->c, py_interrupted, &w);
 		rc = fn(self, arg);
+		if (main)
+			shoal_client_set_interrupt(self->c, NULL, NULL);
+		if (timeout_ns != CONN_TIMEOUT)
+			shoal_client_set_timeout(self->c, old);
 		if (rc && !err[0])
 			snprintf(err, errlen, "%s", shoal_client_error(self->c));
 	}
 	pthread_mutex_unlock(&self->mu);
-	PyEval_RestoreThread(ts_);
+	PyEval_RestoreThread(w.ts);
+	if (w.interrupted) {
+		/* its handler runs now; KeyboardInterrupt by default */
+		PyErr_SetInterruptEx(SIGINT);
+		if (PyErr_CheckSignals() != 0)
+			return 1;
+	}
 	return rc;
 }
 
 /* run() and, on failure, the exception. */
-static int call(ShClient *self, job_fn fn, void *arg)
+static int call(ShClient *self, job_fn fn, void *arg, int64_t timeout_ns)
 {
 	char err[600];
-	int rc = run(self, fn, arg, err, sizeof(err));
+	int rc = run(self, fn, arg, err, sizeof(err), timeout_ns);
 	if (rc == 1)
 		return -1;
 	if (rc) {
@@ -275,6 +343,31 @@ static unsigned flags_of(int persist, int replace)
 
 /* ---- Client ---- */
 
+/* (key, *, timeout=...) of get, delete and persist, read without a tuple
+ * or a dict: get of a small object is a microsecond or two in all. */
+static int key_and_timeout(const char *fname, PyObject *const *args, Py_ssize_t nargs,
+			   PyObject *kwnames, PyObject **key, int64_t *timeout_ns)
+{
+	PyObject *t = NULL;
+	Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+	if (nargs != 1) {
+		PyErr_Format(PyExc_TypeError, "%s() takes one key (an id or a name), got %zd",
+			     fname, nargs);
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < nkw; i++) {
+		PyObject *k = PyTuple_GET_ITEM(kwnames, i);
+		if (PyUnicode_CompareWithASCIIString(k, "timeout") != 0) {
+			PyErr_Format(PyExc_TypeError,
+				     "%s() got an unexpected keyword argument '%U'", fname, k);
+			return -1;
+		}
+		t = args[nargs + i];
+	}
+	*key = args[0];
+	return parse_timeout(t, timeout_ns);
+}
+
 typedef struct {
 	const char *path;
 	shoal_connect_opts o;
@@ -290,21 +383,11 @@ static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return NULL;
 	shoal_connect_opts o;
 	shoal_connect_opts_init(&o);
-	if (timeout == Py_None) {
-		o.timeout_ns = SHOAL_FOREVER;
-	} else if (timeout) {
-		double t = PyFloat_AsDouble(timeout);
-		if (t == -1.0 && PyErr_Occurred())
-			return NULL;
-		if (!(t > 0) || t > 1e9) {
-			return sh_py_raisef(
-				ShInvalidInput, SHOAL_EINVAL,
-				"timeout is %g: expected seconds > 0, or None for no bound", t);
-		}
-		o.timeout_ns = (int64_t)(t * 1e9);
-		if (o.timeout_ns == 0)
-			o.timeout_ns = 1;
-	}
+	int64_t t;
+	if (parse_timeout(timeout, &t) != 0)
+		return NULL;
+	if (t != CONN_TIMEOUT)
+		o.timeout_ns = t;
 	if (sh_py_fspath(sock, &path) != 0)
 		return NULL;
 	pthread_once(&atfork_once, register_atfork);
@@ -421,11 +504,13 @@ static int do_put_bytes(ShClient *c, void *arg)
 
 static PyObject *client_put_bytes(ShClient *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"data", "name", "persist", "replace", NULL};
-	PyObject *data, *name = Py_None;
+	static char *kwlist[] = {"data", "name", "persist", "replace", "timeout", NULL};
+	PyObject *data, *name = Py_None, *timeout = NULL;
 	int persist = 0, replace = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp:put_bytes", kwlist, &data, &name,
-					 &persist, &replace))
+	int64_t tmo;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp$O:put_bytes", kwlist, &data, &name,
+					 &persist, &replace, &timeout) ||
+	    parse_timeout(timeout, &tmo) != 0)
 		return NULL;
 	put_bytes_job j = {.flags = flags_of(persist, replace)};
 	if (name != Py_None && !(j.name = opt_name(name)))
@@ -435,7 +520,7 @@ static PyObject *client_put_bytes(ShClient *self, PyObject *args, PyObject *kw)
 		return NULL;
 	j.data = v.buf;
 	j.size = (size_t)v.len;
-	int rc = call(self, do_put_bytes, &j);
+	int rc = call(self, do_put_bytes, &j, tmo);
 	PyBuffer_Release(&v);
 	return rc ? NULL : PyLong_FromUnsignedLongLong(j.id);
 }
@@ -473,11 +558,14 @@ static int do_put_tensor(ShClient *c, void *arg)
 
 static PyObject *client_put_tensor(ShClient *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"data", "dtype", "shape", "name", "persist", "replace", NULL};
-	PyObject *data, *dtype, *shape, *name = Py_None;
+	static char *kwlist[] = {"data",    "dtype",   "shape",	  "name",
+				 "persist", "replace", "timeout", NULL};
+	PyObject *data, *dtype, *shape, *name = Py_None, *timeout = NULL;
 	int persist = 0, replace = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|Opp:put_tensor", kwlist, &data, &dtype,
-					 &shape, &name, &persist, &replace))
+	int64_t tmo;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|Opp$O:put_tensor", kwlist, &data, &dtype,
+					 &shape, &name, &persist, &replace, &timeout) ||
+	    parse_timeout(timeout, &tmo) != 0)
 		return NULL;
 	put_tensor_job j = {.flags = flags_of(persist, replace)};
 	size_t need;
@@ -495,7 +583,7 @@ static PyObject *client_put_tensor(ShClient *self, PyObject *args, PyObject *kw)
 	}
 	j.data = v.buf;
 	j.size = need;
-	int rc = call(self, do_put_tensor, &j);
+	int rc = call(self, do_put_tensor, &j, tmo);
 	PyBuffer_Release(&v);
 	return rc ? NULL : PyLong_FromUnsignedLongLong(j.id);
 }
@@ -558,11 +646,14 @@ static int do_put_dict(ShClient *c, void *arg)
 
 static PyObject *client_put_tensor_dict(ShClient *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"items", "metadata", "name", "persist", "replace", NULL};
-	PyObject *items, *metadata = Py_None, *name = Py_None;
+	static char *kwlist[] = {"items",   "metadata", "name", "persist",
+				 "replace", "timeout",	NULL};
+	PyObject *items, *metadata = Py_None, *name = Py_None, *timeout = NULL;
 	int persist = 0, replace = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOpp:put_tensor_dict", kwlist, &items,
-					 &metadata, &name, &persist, &replace))
+	int64_t tmo;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOpp$O:put_tensor_dict", kwlist, &items,
+					 &metadata, &name, &persist, &replace, &timeout) ||
+	    parse_timeout(timeout, &tmo) != 0)
 		return NULL;
 	if (metadata != Py_None && !PyDict_Check(metadata))
 		return PyErr_Format(PyExc_TypeError,
@@ -649,7 +740,7 @@ static PyObject *client_put_tensor_dict(ShClient *self, PyObject *args, PyObject
 		}
 	}
 	char e2[600];
-	int rc = run(self, do_put_dict, &j, e2, sizeof(e2));
+	int rc = run(self, do_put_dict, &j, e2, sizeof(e2), tmo);
 	if (rc == 0)
 		res = PyLong_FromUnsignedLongLong(j.id);
 	else if (rc != 1)
@@ -682,10 +773,14 @@ static int do_get(ShClient *c, void *arg)
 	return rc;
 }
 
-static PyObject *client_get(ShClient *self, PyObject *key)
+static PyObject *client_get(ShClient *self, PyObject *const *args, Py_ssize_t nargs,
+			    PyObject *kwnames)
 {
 	get_job j = {0};
-	if (parse_key(key, &j.id, &j.name) != 0)
+	PyObject *key;
+	int64_t tmo;
+	if (key_and_timeout("get", args, nargs, kwnames, &key, &tmo) != 0 ||
+	    parse_key(key, &j.id, &j.name) != 0)
 		return NULL;
 	/* made first: once the store's reference is ours nothing may fail */
 	ShObject *o = PyObject_GC_New(ShObject, &ShObject_Type);
@@ -697,7 +792,7 @@ static PyObject *client_get(ShClient *self, PyObject *key)
 	o->views = 0;
 	o->release_asked = false;
 	PyObject_GC_Track(o);
-	if (call(self, do_get, &j) != 0) {
+	if (call(self, do_get, &j, tmo) != 0) {
 		Py_DECREF(o);
 		return NULL;
 	}
@@ -713,10 +808,14 @@ static int do_delete(ShClient *c, void *arg)
 	return j->name ? shoal_delete(c->c, j->name) : shoal_delete_id(c->c, j->id);
 }
 
-static PyObject *client_delete(ShClient *self, PyObject *key)
+static PyObject *client_delete(ShClient *self, PyObject *const *args, Py_ssize_t nargs,
+			       PyObject *kwnames)
 {
 	get_job j = {0};
-	if (parse_key(key, &j.id, &j.name) != 0 || call(self, do_delete, &j) != 0)
+	PyObject *key;
+	int64_t tmo;
+	if (key_and_timeout("delete", args, nargs, kwnames, &key, &tmo) != 0 ||
+	    parse_key(key, &j.id, &j.name) != 0 || call(self, do_delete, &j, tmo) != 0)
 		return NULL;
 	Py_RETURN_NONE;
 }
@@ -726,13 +825,18 @@ static int do_persist(ShClient *c, void *arg)
 	return shoal_persist(c->c, *(shoal_id *)arg);
 }
 
-static PyObject *client_persist(ShClient *self, PyObject *key)
+static PyObject *client_persist(ShClient *self, PyObject *const *args, Py_ssize_t nargs,
+				PyObject *kwnames)
 {
 	get_job j = {0};
+	PyObject *key;
+	int64_t tmo;
+	if (key_and_timeout("persist", args, nargs, kwnames, &key, &tmo) != 0)
+		return NULL;
 	if (!PyLong_Check(key))
 		return PyErr_Format(PyExc_TypeError, "persist takes an object id (int), not %.100s",
 				    Py_TYPE(key)->tp_name);
-	if (parse_key(key, &j.id, &j.name) != 0 || call(self, do_persist, &j.id) != 0)
+	if (parse_key(key, &j.id, &j.name) != 0 || call(self, do_persist, &j.id, tmo) != 0)
 		return NULL;
 	Py_RETURN_NONE;
 }
@@ -787,15 +891,17 @@ static int do_names(ShClient *c, void *arg)
 
 static PyObject *client_names(ShClient *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"prefix", NULL};
-	PyObject *prefix = NULL;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:names", kwlist, &prefix))
+	static char *kwlist[] = {"prefix", "timeout", NULL};
+	PyObject *prefix = NULL, *timeout = NULL;
+	int64_t tmo;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$O:names", kwlist, &prefix, &timeout) ||
+	    parse_timeout(timeout, &tmo) != 0)
 		return NULL;
 	names_job j = {.prefix = ""};
 	if (prefix && !(j.prefix = sh_py_cstr(prefix, "prefix")))
 		return NULL;
 	PyObject *res = NULL;
-	if (call(self, do_names, &j) == 0) {
+	if (call(self, do_names, &j, tmo) == 0) {
 		if (j.nomem)
 			PyErr_NoMemory();
 		else if ((res = PyList_New((Py_ssize_t)j.n)))
@@ -823,10 +929,14 @@ static int do_stat(ShClient *c, void *arg)
 	return shoal_store_stat_get(c->c, arg);
 }
 
-static PyObject *client_stat(ShClient *self, PyObject *unused)
+static PyObject *client_stat(ShClient *self, PyObject *args, PyObject *kw)
 {
+	static char *kwlist[] = {"timeout", NULL};
+	PyObject *timeout = NULL;
+	int64_t tmo;
 	shoal_store_stat st;
-	if (call(self, do_stat, &st) != 0)
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$O:stat", kwlist, &timeout) ||
+	    parse_timeout(timeout, &tmo) != 0 || call(self, do_stat, &st, tmo) != 0)
 		return NULL;
 	return Py_BuildValue("{sKsKsKsKsKsK}", "capacity", (unsigned long long)st.capacity, "used",
 			     (unsigned long long)st.used, "objects", (unsigned long long)st.objects,
@@ -849,17 +959,19 @@ static int do_import(ShClient *c, void *arg)
 
 static PyObject *client_import_safetensors(ShClient *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"path", "name", "persist", "replace", NULL};
-	PyObject *path, *name = Py_None, *p = NULL;
+	static char *kwlist[] = {"path", "name", "persist", "replace", "timeout", NULL};
+	PyObject *path, *name = Py_None, *p = NULL, *timeout = NULL;
 	int persist = 1, replace = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp:import_safetensors", kwlist, &path, &name,
-					 &persist, &replace))
+	int64_t tmo;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp$O:import_safetensors", kwlist, &path,
+					 &name, &persist, &replace, &timeout) ||
+	    parse_timeout(timeout, &tmo) != 0)
 		return NULL;
 	st_job j = {.flags = flags_of(persist, replace)};
 	if ((name != Py_None && !(j.name = opt_name(name))) || sh_py_fspath(path, &p) != 0)
 		return NULL;
 	j.path = PyBytes_AS_STRING(p);
-	int rc = call(self, do_import, &j);
+	int rc = call(self, do_import, &j, tmo);
 	Py_DECREF(p);
 	return rc ? NULL : PyLong_FromUnsignedLongLong(j.id);
 }
@@ -872,15 +984,18 @@ static int do_export(ShClient *c, void *arg)
 
 static PyObject *client_export_safetensors(ShClient *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"name", "path", NULL};
-	PyObject *name, *path, *p = NULL;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:export_safetensors", kwlist, &name, &path))
+	static char *kwlist[] = {"name", "path", "timeout", NULL};
+	PyObject *name, *path, *p = NULL, *timeout = NULL;
+	int64_t tmo;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$O:export_safetensors", kwlist, &name, &path,
+					 &timeout) ||
+	    parse_timeout(timeout, &tmo) != 0)
 		return NULL;
 	st_job j = {0};
 	if (!(j.name = sh_py_cstr(name, "name")) || sh_py_fspath(path, &p) != 0)
 		return NULL;
 	j.path = PyBytes_AS_STRING(p);
-	int rc = call(self, do_export, &j);
+	int rc = call(self, do_export, &j, tmo);
 	Py_DECREF(p);
 	if (rc)
 		return NULL;
@@ -898,29 +1013,33 @@ static PyObject *client_repr(ShClient *self)
 
 static PyMethodDef client_methods[] = {
 	{"put_bytes", KW client_put_bytes, METH_VARARGS | METH_KEYWORDS,
-	 "put_bytes(data, name=None, persist=False, replace=False) -> int\n\n"
+	 "put_bytes(data, name=None, persist=False, replace=False, *, timeout=) -> int\n\n"
 	 "Stores the bytes of a C-contiguous buffer as a 'bytes' object; returns its id."},
 	{"put_tensor", KW client_put_tensor, METH_VARARGS | METH_KEYWORDS,
-	 "put_tensor(data, dtype, shape, name=None, persist=False, replace=False) -> int\n\n"
+	 "put_tensor(data, dtype, shape, name=None, persist=False, replace=False, *, timeout=) "
+	 "-> int\n\n"
 	 "Stores a tensor: data holds exactly prod(shape) * itemsize bytes, copied once."},
 	{"put_tensor_dict", KW client_put_tensor_dict, METH_VARARGS | METH_KEYWORDS,
-	 "put_tensor_dict(items, metadata=None, name=None, persist=False, replace=False) -> int\n\n"
+	 "put_tensor_dict(items, metadata=None, name=None, persist=False, replace=False, *, "
+	 "timeout=) -> int\n\n"
 	 "Stores a tensor_dict from [(name, data, dtype, shape), ...] and a dict[str, str]."},
-	{"get", (PyCFunction)client_get, METH_O,
-	 "get(key) -> Object\n\nMaps the object with this id (int) or name (str)."},
-	{"delete", (PyCFunction)client_delete, METH_O,
-	 "delete(key)\n\nDeletes the object with this id or name; readers keep reading."},
-	{"persist", (PyCFunction)client_persist, METH_O,
-	 "persist(id)\n\nMakes the object outlive this connection."},
+	{"get", KW client_get, METH_FASTCALL | METH_KEYWORDS,
+	 "get(key, *, timeout=) -> Object\n\nMaps the object with this id (int) or name (str)."},
+	{"delete", KW client_delete, METH_FASTCALL | METH_KEYWORDS,
+	 "delete(key, *, timeout=)\n\nDeletes the object with this id or name; readers keep "
+	 "reading."},
+	{"persist", KW client_persist, METH_FASTCALL | METH_KEYWORDS,
+	 "persist(id, *, timeout=)\n\nMakes the object outlive this connection."},
 	{"names", KW client_names, METH_VARARGS | METH_KEYWORDS,
-	 "names(prefix='') -> list[tuple[str, int, str, int]]\n\n(name, id, type, bytes) of each "
+	 "names(prefix='', *, timeout=) -> list[tuple[str, int, str, int]]\n\n(name, id, type, "
+	 "bytes) of each "
 	 "bound name starting with prefix, in name order."},
-	{"stat", (PyCFunction)client_stat, METH_NOARGS,
-	 "stat() -> dict[str, int]\n\nThe store's counters."},
+	{"stat", KW client_stat, METH_VARARGS | METH_KEYWORDS,
+	 "stat(*, timeout=) -> dict[str, int]\n\nThe store's counters."},
 	{"import_safetensors", KW client_import_safetensors, METH_VARARGS | METH_KEYWORDS,
-	 "import_safetensors(path, name=None, persist=True, replace=False) -> int"},
+	 "import_safetensors(path, name=None, persist=True, replace=False, *, timeout=) -> int"},
 	{"export_safetensors", KW client_export_safetensors, METH_VARARGS | METH_KEYWORDS,
-	 "export_safetensors(name, path)"},
+	 "export_safetensors(name, path, *, timeout=)"},
 	{"close", (PyCFunction)client_close, METH_NOARGS,
 	 "close()\n\nNo more calls; the connection goes when its last Object does."},
 	{"__enter__", client_enter, METH_NOARGS, NULL},
@@ -938,8 +1057,10 @@ PyTypeObject ShClient_Type = {
 	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shoal._shoal.Client",
 	.tp_basicsize = sizeof(ShClient),
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-	.tp_doc = "Client(socket, timeout=30.0)\n\nA connection to a shoal store (blocks: the "
-		  "connect, at most timeout seconds; None: no bound).",
+	.tp_doc = "Client(socket, timeout=30.0)\n\nA connection to a shoal store. Every call "
+		  "blocks at most timeout seconds (None: no bound), or its own timeout= when "
+		  "given; a call that times out, or that Ctrl-C interrupts, closes the "
+		  "connection (the store's reply may still come): connect again.",
 	.tp_new = client_new,
 	.tp_dealloc = (destructor)client_dealloc,
 	.tp_repr = (reprfunc)client_repr,

@@ -30,6 +30,8 @@ from ._shoal import (
 )
 
 __all__ = [
+    "CONNECTION_TIMEOUT",
+    "CallTimeout",
     "Client",
     "Closed",
     "Error",
@@ -47,6 +49,23 @@ __all__ = [
 ]
 
 Key = Union[int, str]
+
+
+class _ConnectionTimeout:
+    """The default of every call's ``timeout=``: the timeout given to ``connect``."""
+
+    def __repr__(self) -> str:
+        return "CONNECTION_TIMEOUT"
+
+
+#: A call's ``timeout=`` when none is given: the connection's (``connect(timeout=)``).
+CONNECTION_TIMEOUT = _ConnectionTimeout()
+#: Seconds, ``None`` for no bound, or the connection's.
+CallTimeout = Union[float, None, _ConnectionTimeout]
+
+
+def _tmo(timeout: CallTimeout) -> Dict[str, Any]:
+    return {} if timeout is CONNECTION_TIMEOUT else {"timeout": timeout}
 
 # numpy's dtype names and the store's; bfloat16 goes through torch.
 _NUMPY_TO_STORE = {
@@ -163,12 +182,19 @@ class Client:
         persist: bool = False,
         replace: bool = False,
         metadata: Optional[Mapping[str, str]] = None,
+        timeout: CallTimeout = CONNECTION_TIMEOUT,
     ) -> ObjectID:
         """Puts value into the store, sealed: bytes-like objects as a blob, a numpy
         array or a CPU torch tensor as a tensor, a dict of them (a torch
         ``state_dict()``) as a tensor_dict with optional string ``metadata``. The data
         is written once, straight into shared memory. ``name`` binds it (``replace``
-        rebinds a taken name); ``persist`` makes it outlive this connection."""
+        rebinds a taken name); ``persist`` makes it outlive this connection.
+
+        Like every call, it waits for the store at most ``timeout`` seconds (``None``:
+        no bound; by default the connection's) and then raises ``Timeout``; Ctrl-C
+        interrupts it. Either closes the connection (the store's answer may still
+        come): connect again."""
+        t = _tmo(timeout)
         if isinstance(value, dict):
             items = []
             for key, item in value.items():
@@ -177,12 +203,12 @@ class Client:
                 buf, dtype, shape = _as_tensor(item, "the tensor %r" % key)
                 items.append((key, buf, dtype, shape))
             meta = dict(metadata) if metadata else None
-            return ObjectID(self._c.put_tensor_dict(items, meta, name, persist, replace))
+            return ObjectID(self._c.put_tensor_dict(items, meta, name, persist, replace, **t))
         if metadata:
             raise InvalidInput("metadata goes with a dict of tensors, not a %s" % type(value).__name__)
         if _is_numpy(value) or _is_torch(value):
             buf, dtype, shape = _as_tensor(value, "the value")
-            return ObjectID(self._c.put_tensor(buf, dtype, shape, name, persist, replace))
+            return ObjectID(self._c.put_tensor(buf, dtype, shape, name, persist, replace, **t))
         try:
             memoryview(value)
         except TypeError:
@@ -190,10 +216,11 @@ class Client:
                 "cannot put a %s: expected bytes-like data, a numpy array, a torch tensor or "
                 "a dict of arrays or tensors" % type(value).__name__
             ) from None
-        return ObjectID(self._c.put_bytes(value, name, persist, replace))
+        return ObjectID(self._c.put_bytes(value, name, persist, replace, **t))
 
     # -- getting ---------------------------------------------------------------
-    def get(self, key: Key, *, framework: Optional[str] = "numpy", copy: bool = False) -> Any:
+    def get(self, key: Key, *, framework: Optional[str] = "numpy", copy: bool = False,
+            timeout: CallTimeout = CONNECTION_TIMEOUT) -> Any:
         """Gets an object by id or name, mapped read-only without a copy: a tensor as a
         numpy array (``framework="numpy"``, not writable), a torch tensor
         (``framework="torch"``) or shoal's own tensor (``None``, which numpy and torch
@@ -201,10 +228,12 @@ class Client:
         a blob as a read-only memoryview. The object stays referenced in the store while
         any of them lives. torch has no read-only tensors: one got from the store must
         not be written (the pages are read-only: a write kills the process with
-        SIGSEGV); ``copy=True`` gives private, writable copies."""
+        SIGSEGV); ``copy=True`` gives private, writable copies. ``timeout``: as for
+        ``put``."""
         if framework not in ("numpy", "torch", None):
             raise InvalidInput("framework %r: expected 'numpy', 'torch' or None" % (framework,))
-        obj = self._c.get(key)
+        obj = self._c.get(key) if timeout is CONNECTION_TIMEOUT else \
+            self._c.get(key, timeout=timeout)
         try:
             if obj.type == "tensor":
                 return self._convert(obj.tensor(), framework, copy)
@@ -253,40 +282,44 @@ class Client:
         return np.array(t) if copy else np.asarray(t)
 
     # -- names and the rest ----------------------------------------------------
-    def delete(self, key: Key) -> None:
+    def delete(self, key: Key, *, timeout: CallTimeout = CONNECTION_TIMEOUT) -> None:
         """Deletes an object (by name, unbinding it, or by id): readers that hold it keep
         reading; its memory is freed when the last lets go."""
-        self._c.delete(key)
+        self._c.delete(key, **_tmo(timeout))
 
-    def persist(self, key: Key) -> None:
+    def persist(self, key: Key, *, timeout: CallTimeout = CONNECTION_TIMEOUT) -> None:
         """Makes an object outlive the connection that made it."""
         if isinstance(key, str):
-            obj = self._c.get(key)
+            obj = self._c.get(key, **_tmo(timeout))
             try:
                 key = obj.id
             finally:
                 obj.release()
-        self._c.persist(int(key))
+        self._c.persist(int(key), **_tmo(timeout))
 
-    def names(self, prefix: str = "") -> List[Tuple[str, ObjectID, str, int]]:
+    def names(self, prefix: str = "", *,
+              timeout: CallTimeout = CONNECTION_TIMEOUT) -> List[Tuple[str, ObjectID, str, int]]:
         """The bound names starting with prefix: (name, id, type, bytes)."""
-        return [(n, ObjectID(i), t, b) for n, i, t, b in self._c.names(prefix)]
+        return [(n, ObjectID(i), t, b) for n, i, t, b in self._c.names(prefix, **_tmo(timeout))]
 
-    def stat(self) -> Dict[str, int]:
+    def stat(self, *, timeout: CallTimeout = CONNECTION_TIMEOUT) -> Dict[str, int]:
         """The store's figures: capacity, bytes used, objects, names, clients..."""
-        return self._c.stat()
+        return self._c.stat(**_tmo(timeout))
 
     def import_safetensors(
         self, path: Union[str, "os.PathLike[str]"], name: Optional[str] = None, *,
         persist: bool = True, replace: bool = False,
+        timeout: CallTimeout = CONNECTION_TIMEOUT,
     ) -> ObjectID:
         """Imports a .safetensors file as a tensor_dict (the header checked first, then
         the data read by the kernel straight into shared memory)."""
-        return ObjectID(self._c.import_safetensors(os.fspath(path), name, persist, replace))
+        return ObjectID(self._c.import_safetensors(os.fspath(path), name, persist, replace,
+                                                   **_tmo(timeout)))
 
-    def export_safetensors(self, name: str, path: Union[str, "os.PathLike[str]"]) -> None:
+    def export_safetensors(self, name: str, path: Union[str, "os.PathLike[str]"], *,
+                           timeout: CallTimeout = CONNECTION_TIMEOUT) -> None:
         """Writes the tensor_dict bound to name as a .safetensors file."""
-        self._c.export_safetensors(name, os.fspath(path))
+        self._c.export_safetensors(name, os.fspath(path), **_tmo(timeout))
 
     def close(self) -> None:
         """Closes the connection; objects got through it must be let go of first."""

@@ -187,10 +187,16 @@ static int check_live(shoal_client *c)
 	return 0;
 }
 
-/* A request that outlived the connection's timeout: its reply may still
- * come, so the rings are out of step and the connection is done. */
+/* A request that outlived the connection's timeout, or that its caller
+ * interrupted: its reply may still come, so the rings are out of step and
+ * the connection is done. */
 static int check_deadline(shoal_client *c, int64_t deadline, uint16_t op)
 {
+	if (c->interrupt && c->interrupt(c->interrupt_arg)) {
+		c->broken = true;
+		return sh_client_fail(c, SHOAL_EINTR,
+				      "request op %u interrupted; the connection is closed", op);
+	}
 	if (deadline == SHOAL_FOREVER || shoal_now_ns() < deadline)
 		return 0;
 	c->broken = true;
@@ -198,6 +204,23 @@ static int check_deadline(shoal_client *c, int64_t deadline, uint16_t op)
 			      "the store did not answer request op %u within %lld ms (the "
 			      "connection's timeout); the connection is closed",
 			      op, (long long)(c->timeout_ns / 1000000));
+}
+
+int64_t shoal_client_set_timeout(shoal_client *c, int64_t timeout_ns)
+{
+	if (!c || (timeout_ns < 0 && timeout_ns != SHOAL_FOREVER))
+		return SHOAL_EINVAL;
+	int64_t old = c->timeout_ns;
+	c->timeout_ns = timeout_ns ? timeout_ns : DEFAULT_TIMEOUT_NS;
+	return old;
+}
+
+void shoal_client_set_interrupt(shoal_client *c, shoal_interrupt_fn fn, void *arg)
+{
+	if (c) {
+		c->interrupt = fn;
+		c->interrupt_arg = arg;
+	}
 }
 
 int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)

@@ -40,7 +40,9 @@ struct shoal_client {
 	uint32_t nidle;
 	uint64_t idle_bytes;
 	int64_t timeout_ns; /* per request; SHOAL_FOREVER: none */
-	bool broken;	    /* the store is gone, spoke garbage or stopped answering */
+	shoal_interrupt_fn interrupt;
+	void *interrupt_arg;
+	bool broken; /* the store is gone, spoke garbage or stopped answering */
 	char err[512];
 };
 

@@ -34,18 +34,26 @@ def client(store):
 
 
 @pytest.fixture
-def shoald(tmp_path):
-    """A shoald process of this build; yields its socket."""
+def shoald_proc(tmp_path):
+    """A shoald process of this build (its Popen, with .sock)."""
     sock = str(tmp_path / "shoald.sock")
     p = subprocess.Popen([os.path.join(BINDIR, "tools", "shoald"), "--socket", sock,
                           "--size", "1G"], stderr=subprocess.PIPE)
+    p.sock = sock
     for _ in range(200):
         if os.path.exists(sock):
             break
         time.sleep(0.01)
-    yield sock
+    yield p
+    p.send_signal(signal.SIGCONT)
     p.send_signal(signal.SIGTERM)
     p.wait(10)
+
+
+@pytest.fixture
+def shoald(shoald_proc):
+    """A shoald process of this build; yields its socket."""
+    yield shoald_proc.sock
 
 
 def run_python(code, *args):
@@ -305,3 +313,64 @@ def test_load_file(shoald, tmp_path):
         with pytest.raises(shoal.InvalidInput) as e:
             shoal.load_file(g, c)
         assert "torch" in str(e.value) and "U64" in str(e.value)
+
+
+def test_a_call_to_a_stalled_store_times_out(shoald_proc):
+    c = shoal.connect(shoald_proc.sock)
+    c.put(b"x" * 100, name="x")
+    with pytest.raises(shoal.InvalidInput):
+        c.get("x", timeout=0)
+    with pytest.raises(TypeError):
+        c.get("x", timeout="soon")
+    bytes(c.get("x", timeout=5))  # a call's own timeout, then the connection's again
+    shoald_proc.send_signal(signal.SIGSTOP)  # the store stops answering mid-call
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(shoal.Timeout) as e:
+            c.get("x", timeout=0.3)
+        took = time.monotonic() - t0
+        assert 0.3 <= took < 5, took
+        assert "did not answer" in str(e.value) and "closed" in str(e.value)
+        with pytest.raises(shoal.Closed):  # its answer may still come: the connection is done
+            c.stat()
+        with pytest.raises(shoal.Timeout):
+            shoal.connect(shoald_proc.sock, timeout=0.3).stat()
+    finally:
+        shoald_proc.send_signal(signal.SIGCONT)
+    with shoal.connect(shoald_proc.sock) as again:
+        assert bytes(again.get("x")) == b"x" * 100
+
+
+def test_ctrl_c_interrupts_a_call_to_a_stalled_store(shoald_proc):
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(shoal.__file__)))
+    p = subprocess.Popen([PYTHON, "-c", textwrap.dedent("""
+        import sys, shoal
+        c = shoal.connect(sys.argv[1], timeout=None)  # no bound: only Ctrl-C ends it
+        c.put(b"y", name="y")
+        print("ready", flush=True)
+        sys.stdin.readline()
+        try:
+            c.get("y")
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        try:
+            c.stat()
+        except shoal.Closed as e:
+            print("closed:", e, flush=True)
+    """), shoald_proc.sock], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        shoald_proc.send_signal(signal.SIGSTOP)
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        time.sleep(0.5)  # well into the get
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        shoald_proc.send_signal(signal.SIGCONT)
+        p.kill()
+    assert out.startswith("interrupted\nclosed:"), (out, err)
+    assert took < 3, took  # the C client looks every 100 ms
