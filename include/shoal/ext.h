@@ -60,6 +60,9 @@ SHOAL_API bool shoal_ext_cancelled(const shoal_ext_ctx *ctx);
  * thread, to a depth of 128. On failure the message is the context's. */
 SHOAL_API int shoal_ext_call_host(shoal_ext_ctx *ctx, const char *method, const shoal_value *args,
 				  const shoal_value **result);
+/* The message of the last failure within this call (shoal_ext_fail, a
+ * failed shoal_ext_call_host). */
+SHOAL_API const char *shoal_ext_ctx_error(const shoal_ext_ctx *ctx);
 /* In init: the reason it failed, sent to the host's start call. */
 SHOAL_API int shoal_ext_init_fail(shoal_ext_registry *r, int code, const char *fmt, ...)
 	SHOAL_PRINTF(3, 4);

@@ -195,6 +195,21 @@ static PyObject *default_socket(PyObject *mod, PyObject *unused)
 }
 
 static PyMethodDef module_methods[] = {
+	{"_set_value_hooks", sh_py_set_value_hooks, METH_VARARGS,
+	 "_set_value_hooks(encode, decode_tensor, decode_type)\n\nshoal.isolate's hooks for what "
+	 "msgpack lacks (arrays, tensors, registered types)."},
+	{"_roundtrip", sh_py_value_roundtrip, METH_O,
+	 "_roundtrip(obj) -> obj\n\nEncodes obj as a call's value and decodes it (tests)."},
+	{"register_service", sh_py_register_service, METH_VARARGS,
+	 "register_service(method, fn)\n\nExposes fn(payload) -> envelope to extensions as "
+	 "method."},
+	{"unregister_service", sh_py_unregister_service, METH_VARARGS,
+	 "unregister_service(method)"},
+#ifdef SHOAL_PY_CHILD
+	{"_call_host", sh_py_call_host, METH_VARARGS,
+	 "_call_host(method, payload) -> envelope\n\nIn an extension: calls a host service "
+	 "(blocks: until it returns)."},
+#endif
 	{"default_socket", default_socket, METH_NOARGS,
 	 "default_socket() -> str\n\nThe socket the shoal CLI uses: $SHOAL_SOCKET, else "
 	 "shoald.sock in this user's socket directory."},
@@ -216,7 +231,7 @@ PyMODINIT_FUNC PyInit__shoal(void)
 	if (!m)
 		return NULL;
 	PyTypeObject *types[] = {&ShClient_Type, &ShStore_Type, &ShObject_Type, &ShTensor_Type,
-				 &ShBlob_Type};
+				 &ShBlob_Type,	 &ShVal_Type,	&ShExt_Type};
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
 		if (PyModule_AddType(m, types[i]) != 0)
 			goto fail;

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include <shoal/shoal.h>
+#include <shoal/ext.h>
 #include <shoal/store.h>
 
 /* A connection. Its mutex makes it one thread's at a time, as the C
@@ -65,6 +66,24 @@ void sh_py_object_drop(ShObject *o);
 /* Object.tensor()/tensors()/blob() build these. */
 PyObject *sh_py_tensor_new(ShObject *o, const shoal_node *n);
 PyObject *sh_py_blob_new(ShObject *o, const void *data, size_t size);
+
+/* ---- isolated extensions (value.c, ext.c; child.c in shoal-pyext.so) ---- */
+
+extern PyTypeObject ShVal_Type, ShExt_Type;
+/* o as a value built in b; keep collects the objects whose memory the
+ * value borrows until it is sent. NULL with an exception set. */
+shoal_value *sh_py_to_value(shoal_vbuf *b, PyObject *o, PyObject *keep);
+/* v as Python objects; tensors are copied into memory of their own unless
+ * shared (in the store) and keeper (what keeps their mapping) is given. */
+PyObject *sh_py_from_value(const shoal_value *v, PyObject *keeper);
+bool sh_py_value_has_shared(const shoal_value *v);
+PyObject *sh_py_set_value_hooks(PyObject *mod, PyObject *args);
+PyObject *sh_py_value_roundtrip(PyObject *mod, PyObject *o);
+PyObject *sh_py_register_service(PyObject *mod, PyObject *args);
+PyObject *sh_py_unregister_service(PyObject *mod, PyObject *args);
+#ifdef SHOAL_PY_CHILD
+PyObject *sh_py_call_host(PyObject *mod, PyObject *args);
+#endif
 
 /* A str or an os.PathLike as a filesystem path (a bytes object, new ref). */
 int sh_py_fspath(PyObject *in, PyObject **out);

@@ -58,6 +58,11 @@ int shoal_ext_fail(shoal_ext_ctx *ctx, int code, const char *fmt, ...)
 	return code;
 }
 
+const char *shoal_ext_ctx_error(const shoal_ext_ctx *ctx)
+{
+	return ctx ? ctx->msg : "";
+}
+
 int sh_ext_lib_load(sh_ext_lib *lib, const char *so, char *why, size_t whylen)
 {
 	memset(lib, 0, sizeof(*lib));

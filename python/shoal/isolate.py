@@ -1,0 +1,564 @@
+"""shoal.isolate: Python extensions in processes of their own, in pyisolate's shapes.
+
+    class Node(shoal.isolate.ExtensionBase):         # shared by host and extension
+        def run(self, x): ...
+
+    with shoal.isolate.ExtensionManager(Node) as manager:
+        node = manager.load_extension(shoal.isolate.ExtensionConfig(
+            name="upscale", module_path="nodes/upscale", sandbox="basic"))
+        node.run(3)                  # plain code: the result
+        await node.run(3)            # in a coroutine: an awaitable
+
+The extension runs in a process started by shoal's runner (``shoal-ext``) with the
+same limits, sandbox levels, deadlines and restarts as a C extension; the module at
+``module_path`` is imported there, between the hooks ``before_module_loaded`` and
+``on_module_loaded`` of an instance of the manager's class, whose public methods the
+host calls.
+
+Values: None, bool, int, float, str, bytes, list, tuple, set, dict, numpy arrays and
+torch tensors (copied through shared-memory rings), and types registered on both sides
+with :func:`register_type`. Nothing else is ever constructed from what an extension
+sends: the host never unpickles, imports or calls anything an extension names, so an
+extension cannot run code in its host. An exception in the extension is raised in the
+host as the same builtin type when it is one (its remote traceback in a note), else as
+:class:`RemoteError`; a crash raises :class:`ExtensionCrashed` at once in every call in
+flight.
+"""
+from __future__ import annotations
+
+# An extension's process imports this module too, and its start is measured in
+# milliseconds: asyncio, concurrent.futures, dataclasses, inspect and traceback
+# (together 80 ms here) are imported where they are used, not at the top.
+import importlib
+import importlib.util
+import os
+import sys
+from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, Type, TypeVar
+
+from . import _shoal
+from . import Error, _as_tensor, _is_numpy, _is_torch
+
+__all__ = [
+    "ExtensionBase",
+    "ExtensionConfig",
+    "ExtensionCrashed",
+    "ExtensionLoadError",
+    "ExtensionManager",
+    "ProxiedSingleton",
+    "RemoteError",
+    "register_type",
+]
+
+T = TypeVar("T")
+_ECRASHED = -10002
+_SANDBOX = {"none": 0, "basic": 1, "strict": 2}
+
+
+# ---- errors ---------------------------------------------------------------------------
+
+class RemoteError(Exception):
+    """An exception in an extension whose type is not a Python builtin: its type's name,
+    message and traceback text, as the extension gave them (never its class)."""
+
+    def __init__(self, type_name: str, message: str, remote_traceback: str = "") -> None:
+        super().__init__("%s: %s" % (type_name, message))
+        self.type_name = type_name
+        self.message = message
+        self.remote_traceback = remote_traceback
+
+    def __str__(self) -> str:
+        return "%s: %s\n\nremote traceback:\n%s" % (self.type_name, self.message,
+                                                     self.remote_traceback)
+
+
+class ExtensionCrashed(RuntimeError):
+    """The extension's process died with the call in flight (the message names the signal
+    or exit status and the method); with ``restart="on_crash"`` the next call starts it
+    again."""
+
+
+class ExtensionLoadError(ImportError):
+    """The extension did not start: its module failed to import (the child's traceback
+    is in the message), a dependency is missing, or its Python does not fit."""
+
+
+# Exceptions raised in the host as themselves: builtins only, by name, from this table.
+_BUILTIN_ERRORS: Dict[str, Type[BaseException]] = {
+    c.__name__: c for c in (
+        ArithmeticError, AssertionError, AttributeError, BufferError, ConnectionError,
+        EOFError, FileExistsError, FileNotFoundError, FloatingPointError, ImportError,
+        IndexError, InterruptedError, IsADirectoryError, KeyError, LookupError, MemoryError,
+        ModuleNotFoundError, NameError, NotADirectoryError, NotImplementedError, OSError,
+        OverflowError, PermissionError, RecursionError, RuntimeError, StopIteration,
+        TimeoutError, TypeError, UnboundLocalError, UnicodeError, ValueError,
+        ZeroDivisionError, Exception)
+}
+
+
+def _running_loop() -> Any:
+    """The event loop running in this thread, if any (without importing asyncio: when
+    nothing imported it, no loop runs)."""
+    aio = sys.modules.get("asyncio")
+    return aio.events._get_running_loop() if aio is not None else None
+
+
+def _awaitable(r: Any) -> bool:
+    return hasattr(type(r), "__await__")
+
+
+def _envelope_for(e: BaseException) -> List[Any]:
+    """[1, {type, message, traceback}] of an exception in this process."""
+    import traceback
+    t = type(e)
+    name = t.__name__ if t.__module__ == "builtins" else "%s.%s" % (t.__module__, t.__qualname__)
+    return [1, {"type": name, "message": str(e),
+                "traceback": "".join(traceback.format_exception(t, e, e.__traceback__))}]
+
+
+def _unwrap(env: Any, where: str) -> Any:
+    """The result of an envelope, or its exception raised. Everything in it is data the
+    other side chose: checked, and only builtin exception classes are made from it."""
+    if not isinstance(env, list) or len(env) != 2 or env[0] not in (0, 1):
+        raise ValueError("%s: a reply that is not [status, value]" % where)
+    if env[0] == 0:
+        return env[1]
+    err = env[1]
+    if not isinstance(err, dict) or not all(isinstance(err.get(k), str)
+                                            for k in ("type", "message", "traceback")):
+        raise ValueError("%s: an error reply without type, message and traceback" % where)
+    cls = _BUILTIN_ERRORS.get(err["type"])
+    if cls is None:
+        raise RemoteError(err["type"], err["message"], err["traceback"])
+    exc = cls(err["message"])
+    exc.remote_traceback = err["traceback"]  # type: ignore[attr-defined]
+    exc.add_note("remote traceback (%s):\n%s" % (where, err["traceback"].rstrip()))
+    raise exc
+
+
+# ---- values -----------------------------------------------------------------------------
+
+_TYPES_BY_CLASS: Dict[type, Tuple[str, Callable[[Any], Any]]] = {}
+_TYPES_BY_NAME: Dict[str, Callable[[Any], Any]] = {}
+
+
+def register_type(cls: type, to_value: Callable[[Any], Any], from_value: Callable[[Any], Any],
+                  name: Optional[str] = None) -> None:
+    """Lets instances of cls cross calls: ``to_value(obj)`` gives a value of the kinds
+    above, ``from_value(value)`` makes the object again on the other side, which must
+    register the same name (by default cls's qualified name)."""
+    n = name or cls.__qualname__
+    _TYPES_BY_CLASS[cls] = (n, to_value)
+    _TYPES_BY_NAME[n] = from_value
+
+
+def _encode(o: Any) -> Tuple[Any, ...]:
+    if _is_torch(o) or _is_numpy(o):
+        buf, dtype, shape = _as_tensor(o, "a %s argument" % type(o).__name__)
+        return ("tensor", buf, dtype, shape, _is_torch(o))
+    for c in type(o).__mro__:
+        if c in _TYPES_BY_CLASS:
+            name, to_value = _TYPES_BY_CLASS[c]
+            return ("type", name, to_value(o))
+    raise TypeError("cannot send a %s through a call: register it with "
+                    "shoal.isolate.register_type" % type(o).__qualname__)
+
+
+def _decode_tensor(val: Any, torch: bool) -> Any:
+    if torch:
+        import torch as t
+        out = t.utils.dlpack.from_dlpack(val.__dlpack__())
+        return out.view(t.bool) if val.dtype == "BOOL" else out
+    import numpy as np
+    return np.asarray(val)
+
+
+def _decode_type(name: str, payload: Any) -> Any:
+    from_value = _TYPES_BY_NAME.get(name)
+    if from_value is None:
+        raise ValueError("a value of type %r arrived, which is not registered here "
+                         "(shoal.isolate.register_type)" % name)
+    return from_value(payload)
+
+
+_shoal._set_value_hooks(_encode, _decode_tensor, _decode_type)
+
+
+# ---- the extension's side ---------------------------------------------------------------
+
+_IN_CHILD = False
+
+
+class ExtensionBase:
+    """The class whose instance lives in the extension's process: the host calls its
+    public methods through the proxy ``load_extension`` returns. Subclass it in a module
+    both sides import."""
+
+    def before_module_loaded(self) -> None:
+        """Runs in the extension before its module is imported."""
+
+    def on_module_loaded(self, module: Any) -> None:
+        """Runs in the extension with its module once it is imported."""
+
+
+def _public_methods(cls: type) -> List[str]:
+    return sorted(n for n in dir(cls) if not n.startswith("_") and callable(getattr(cls, n))
+                  and n not in ("before_module_loaded", "on_module_loaded"))
+
+
+def _load_module(path: str, name: str) -> Any:
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        init = os.path.join(path, "__init__.py")
+        spec = importlib.util.spec_from_file_location(
+            name, init, submodule_search_locations=[path])
+    else:
+        spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ExtensionLoadError("%s is not a Python module or package" % path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run_awaitable(aw: Any) -> Any:
+    """Runs a coroutine to its end on this thread, in a loop of its own when one runs
+    already (a call nested in an async method)."""
+    import asyncio
+    running = asyncio.events._get_running_loop()
+    loop = asyncio.new_event_loop()
+    asyncio.events._set_running_loop(None)
+    try:
+        return loop.run_until_complete(aw)
+    finally:
+        loop.close()
+        asyncio.events._set_running_loop(running)
+
+
+def _child_start() -> Callable[[Any], Any]:
+    """In the extension's process (called by shoal-pyext.so): loads the extension and
+    returns its dispatcher."""
+    global _IN_CHILD
+    _IN_CHILD = True
+    env = os.environ
+    for p in reversed([p for p in env.get("SHOAL_PY_SYS_PATH", "").split(os.pathsep) if p]):
+        sys.path.insert(0, p)
+    missing = [d for d in env.get("SHOAL_PY_DEPENDENCIES", "").split(",")
+               if d and importlib.util.find_spec(d) is None]
+    if missing:
+        raise ModuleNotFoundError(
+            "missing dependencies: %s (not importable by %s; no package registry is "
+            "reached: install them into that Python or venv)" % (", ".join(missing),
+                                                                 sys.executable))
+    mod_name, _, qual = env["SHOAL_PY_BASE"].partition(":")
+    base: Any = importlib.import_module(mod_name)
+    for part in qual.split("."):
+        base = getattr(base, part)
+    inst = base()
+    inst.before_module_loaded()
+    name = env.get("SHOAL_PY_NAME") or "shoal_extension"
+    module = _load_module(env["SHOAL_PY_MODULE"], "shoal_ext_" + "".join(
+        c if c.isalnum() else "_" for c in name))
+    inst.on_module_loaded(module)
+    allowed = set(_public_methods(base))
+
+    def dispatch(call: Any) -> List[Any]:
+        try:
+            method, args, kwargs = call
+            if method not in allowed:
+                raise AttributeError("%s has no public method %r" % (base.__qualname__, method))
+            r = getattr(inst, method)(*args, **kwargs)
+            if _awaitable(r):
+                r = _run_awaitable(r)
+            return [0, r]
+        except BaseException as e:  # everything goes back to the host
+            return _envelope_for(e)
+    return dispatch
+
+
+# ---- host services ----------------------------------------------------------------------
+
+class _Done:
+    """What a host-service call returns inside a running event loop: already done, and
+    awaitable, so ``await Service().method()`` works as it does with pyisolate."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __await__(self) -> Any:
+        return self.value
+        yield  # a generator: the await finishes at once
+
+
+class _ServiceProxy:
+    def __init__(self, cls: type) -> None:
+        self._cls = cls
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        service = "%s.%s" % (self._cls.__qualname__, method)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            r = _unwrap(_shoal._call_host(service, [list(args), kwargs]), service)
+            return _Done(r) if _running_loop() is not None else r
+        return call
+
+
+class _Singleton(type):
+    """Cls() of a ProxiedSingleton: its one instance in the host, a proxy in an
+    extension."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if _IN_CHILD:
+            return _ServiceProxy(cls)
+        inst = cls.__dict__.get("_shoal_instance")
+        if inst is None:
+            inst = super().__call__(*args, **kwargs)
+            cls._shoal_instance = inst  # type: ignore[attr-defined]
+        return inst
+
+
+class ProxiedSingleton(metaclass=_Singleton):
+    """A service of the host that extensions call: in the host ``Cls()`` is its one
+    instance; in an extension ``Cls()`` is a proxy whose methods run in the host (calls
+    nest both ways: the host's method may call the extension again)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if _IN_CHILD:
+            return
+        for method in _public_methods(cls):
+            _shoal.register_service("%s.%s" % (cls.__qualname__, method), _service(cls, method))
+
+
+def _service(cls: type, method: str) -> Callable[[Any], List[Any]]:
+    def serve(payload: Any) -> List[Any]:
+        try:
+            args, kwargs = payload
+            r = getattr(cls(), method)(*args, **kwargs)
+            if _awaitable(r):
+                r = _run_awaitable(r)
+            return [0, r]
+        except BaseException as e:
+            return _envelope_for(e)
+    return serve
+
+
+# ---- the host's side --------------------------------------------------------------------
+
+class ExtensionConfig:
+    """How to run one extension (pyisolate's ExtensionConfig, and shoal's limits).
+
+    - name, module_path: the extension's name (in messages) and its module, a file or a
+      package directory.
+    - python: a Python executable or a venv's directory (made with ``python3 -m venv
+      --system-site-packages``); it must be CPython 3.11, as shoal's. None: this one.
+    - sys_path, env, cwd: more import paths, environment variables, its directory.
+    - dependencies: modules that must import there; a missing one fails the start.
+    - share_torch: pass tensors through the store rather than copying them.
+    - sandbox: "none", "basic" (hygiene: a cleared environment, no inherited
+      descriptors) or "strict" (namespaces, no privileges, a seccomp allow-list);
+      allow_network keeps IP sockets at strict.
+    - mem_max (bytes), cpu_limit (seconds of CPU), max_files: its limits.
+    - call_timeout, start_timeout: seconds, None for none.
+    - restart: "never", or "on_crash" (started again at the next call after a crash).
+    - log_output: its stdout and stderr into shoal's log, a line at a time.
+    """
+
+    _FIELDS = ("name", "module_path", "python", "sys_path", "env", "cwd", "dependencies",
+               "share_torch", "sandbox", "allow_network", "mem_max", "cpu_limit",
+               "max_files", "call_timeout", "start_timeout", "restart", "log_output")
+
+    def __init__(self, name: str, module_path: str, python: Optional[str] = None,
+                 sys_path: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None,
+                 cwd: Optional[str] = None, dependencies: Optional[List[str]] = None,
+                 share_torch: bool = False, sandbox: str = "basic",
+                 allow_network: bool = False, mem_max: Optional[int] = None,
+                 cpu_limit: Optional[int] = None, max_files: Optional[int] = None,
+                 call_timeout: Optional[float] = None, start_timeout: Optional[float] = 30.0,
+                 restart: str = "never", log_output: bool = False) -> None:
+        self.name = name
+        self.module_path = module_path
+        self.python = python
+        self.sys_path = list(sys_path or [])
+        self.env = dict(env or {})
+        self.cwd = cwd
+        self.dependencies = list(dependencies or [])
+        self.share_torch = share_torch
+        self.sandbox = sandbox
+        self.allow_network = allow_network
+        self.mem_max = mem_max
+        self.cpu_limit = cpu_limit
+        self.max_files = max_files
+        self.call_timeout = call_timeout
+        self.start_timeout = start_timeout
+        self.restart = restart
+        self.log_output = log_output
+
+    def __repr__(self) -> str:
+        return "ExtensionConfig(%s)" % ", ".join("%s=%r" % (f, getattr(self, f))
+                                                 for f in self._FIELDS)
+
+
+def _python_of(config: ExtensionConfig) -> Optional[str]:
+    """The executable to name as the extension's, checked to be our CPython's version."""
+    p = config.python
+    if not p:
+        return None
+    if os.path.isdir(p):
+        cfg = os.path.join(p, "pyvenv.cfg")
+        exe = os.path.join(p, "bin", "python3")
+        if not os.path.exists(cfg) or not os.path.exists(exe):
+            raise ExtensionLoadError("%s: python is neither an executable nor a venv "
+                                     "(no pyvenv.cfg and bin/python3)" % config.name)
+        with open(cfg) as f:
+            kv = dict(line.split("=", 1) for line in f if "=" in line)
+        version = kv.get("version", kv.get("version_info ", "")).strip()
+        want = "%d.%d" % sys.version_info[:2]
+        if version and not (version == want or version.startswith(want + ".")):
+            raise ExtensionLoadError(
+                "%s: the venv %s is Python %s; shoal's extensions run CPython %s, the one "
+                "shoal was built with" % (config.name, p, version, want))
+        return exe
+    if not os.access(p, os.X_OK):
+        raise ExtensionLoadError("%s: python %s is not an executable" % (config.name, p))
+    return p
+
+
+def _base_spec(base: type) -> Tuple[str, str]:
+    """'module:qualname' of the manager's class, and the directory its module imports
+    from, so that the extension's process finds it."""
+    mod = sys.modules[base.__module__]
+    path = os.path.abspath(getattr(mod, "__file__", "") or "")
+    root = os.path.dirname(path)
+    if os.path.basename(path) == "__init__.py":
+        root = os.path.dirname(root)
+    for _ in range(base.__module__.count(".")):
+        root = os.path.dirname(root)
+    return "%s:%s" % (base.__module__, base.__qualname__), root
+
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class _Extension:
+    """One running extension: its C handle and the thread its async calls run on."""
+
+    def __init__(self, manager: "ExtensionManager[Any]", config: ExtensionConfig) -> None:
+        self.config = config
+        if config.sandbox not in _SANDBOX:
+            raise ValueError("sandbox %r: expected none, basic or strict" % config.sandbox)
+        if config.restart not in ("never", "on_crash"):
+            raise ValueError("restart %r: expected never or on_crash" % config.restart)
+        spec, root = _base_spec(manager.base)
+        exe = _python_of(config)
+        env = dict(config.env)
+        env.update({
+            "SHOAL_PY_NAME": config.name,
+            "SHOAL_PY_MODULE": os.path.abspath(config.module_path),
+            "SHOAL_PY_BASE": spec,
+            "SHOAL_PY_PACKAGE_DIR": os.path.dirname(_PKG_DIR),
+            "SHOAL_PY_SYS_PATH": os.pathsep.join([os.path.abspath(p) for p in config.sys_path]
+                                                 + [root]),
+            "SHOAL_PY_DEPENDENCIES": ",".join(config.dependencies),
+        })
+        if exe:
+            env["SHOAL_PY_EXECUTABLE"] = exe
+        c: Dict[str, Any] = {
+            "path": os.path.join(_PKG_DIR, "shoal-pyext.so"), "name": config.name,
+            "env": ["%s=%s" % kv for kv in env.items()], "cwd": config.cwd,
+            "sandbox": _SANDBOX[config.sandbox], "allow_network": config.allow_network,
+            "mem_max": config.mem_max, "cpu_limit": config.cpu_limit,
+            "max_files": config.max_files, "call_timeout": config.call_timeout,
+            "start_timeout": config.start_timeout, "restart": config.restart == "on_crash",
+            "log_output": config.log_output,
+        }
+        try:
+            self.ext = _shoal.Extension(c)
+        except Error as e:
+            raise ExtensionLoadError("%s: %s" % (config.name, e.message)) from None
+        self.methods = _public_methods(manager.base)
+        self._pool: Any = None
+
+    @property
+    def pool(self) -> Any:
+        """The thread this extension's calls from asyncio run on, in order."""
+        if self._pool is None:
+            import concurrent.futures
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="shoal-ext-" + self.config.name)
+        return self._pool
+
+    def call(self, method: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        where = "%s.%s" % (self.config.name, method)
+        try:
+            env = self.ext.call("call", [method, list(args), kwargs])
+        except Error as e:
+            if e.code == _ECRASHED:
+                raise ExtensionCrashed("%s(): %s" % (where, e.message)) from None
+            raise
+        return _unwrap(env, where)
+
+    def stop(self) -> None:
+        self.ext.stop()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+
+
+class _Proxy:
+    """Calls the extension: each public method of the manager's class is one."""
+
+    def __init__(self, ext: _Extension) -> None:
+        self._ext = ext
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        ext = self._ext
+        if method not in ext.methods:
+            raise AttributeError("%s has no public method %r" % (ext.config.name, method))
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            loop = _running_loop()
+            if loop is None:
+                return ext.call(method, args, kwargs)
+            return loop.run_in_executor(ext.pool, ext.call, method, args, kwargs)
+        call.__name__ = method
+        return call
+
+    def __repr__(self) -> str:
+        return "<extension %s (pid %d)>" % (self._ext.config.name, self._ext.ext.pid)
+
+
+class ExtensionManager(Generic[T]):
+    """Starts, calls and stops extensions whose instances are of class base."""
+
+    def __init__(self, base: Type[T], config: Any = None) -> None:
+        if not (isinstance(base, type) and issubclass(base, ExtensionBase)):
+            raise TypeError("ExtensionManager takes a subclass of ExtensionBase")
+        self.base = base
+        self._exts: Dict[str, _Extension] = {}
+
+    def load_extension(self, config: ExtensionConfig) -> T:
+        """Starts the extension (blocks until its module is loaded) and returns a proxy
+        of the manager's class whose methods run there."""
+        if config.name in self._exts:
+            raise ValueError("an extension named %r is loaded already" % config.name)
+        ext = _Extension(self, config)
+        self._exts[config.name] = ext
+        return _Proxy(ext)  # type: ignore[return-value]
+
+    def get_extension(self, name: str) -> T:
+        return _Proxy(self._exts[name])  # type: ignore[return-value]
+
+    def stop_extension(self, name: str) -> None:
+        self._exts.pop(name).stop()
+
+    def stop_all_extensions(self) -> None:
+        for name in list(self._exts):
+            self.stop_extension(name)
+
+    def __enter__(self) -> "ExtensionManager[T]":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop_all_extensions()
