@@ -58,7 +58,8 @@ static int opt_ns(PyObject *d, const char *key, int64_t *out)
 	if (s == -1.0 && PyErr_Occurred())
 		return -1;
 	if (!(s > 0)) {
-		sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "%s is %g: expected seconds > 0", key, s);
+		sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "%s is %g: expected seconds > 0", key,
+			     s);
 		return -1;
 	}
 	*out = (int64_t)(s * 1e9);
@@ -298,8 +299,8 @@ PyTypeObject ShExt_Type = {
  * before this thread runs another service. */
 static _Thread_local PyObject *service_keep;
 
-static int service_tramp(void *self, const shoal_value *args, shoal_vbuf *out,
-			 shoal_value **result, char *msg, size_t msglen)
+static int service_tramp(void *self, const shoal_value *args, shoal_vbuf *out, shoal_value **result,
+			 char *msg, size_t msglen)
 {
 	if (_Py_IsFinalizing()) {
 		snprintf(msg, msglen, "the host is exiting");

@@ -365,8 +365,8 @@ static shoal_value *other_value(shoal_vbuf *b, PyObject *o, PyObject *keep, int 
 static shoal_value *to_value(shoal_vbuf *b, PyObject *o, PyObject *keep, int depth)
 {
 	if (depth > MAX_DEPTH)
-		return (shoal_value *)PyErr_Format(PyExc_ValueError,
-						   "a value nested deeper than %d levels", MAX_DEPTH);
+		return (shoal_value *)PyErr_Format(
+			PyExc_ValueError, "a value nested deeper than %d levels", MAX_DEPTH);
 	shoal_value *r;
 	if (o == Py_None) {
 		r = shoal_v_nil(b);
@@ -460,8 +460,8 @@ static PyObject *tensor_of(const shoal_value *v, PyObject *keeper, bool torch)
 	}
 	if (!val)
 		return NULL;
-	PyObject *r = PyObject_CallFunctionObjArgs(hook_tensor, val, torch ? Py_True : Py_False,
-						   NULL);
+	PyObject *r =
+		PyObject_CallFunctionObjArgs(hook_tensor, val, torch ? Py_True : Py_False, NULL);
 	Py_DECREF(val);
 	return r;
 }
@@ -483,8 +483,8 @@ static PyObject *tagged_of(const shoal_value *v, PyObject *keeper, int depth)
 			return PyErr_Format(PyExc_TypeError, "a registered type arrived: import "
 							     "shoal.isolate");
 		PyObject *payload = from_value(p, keeper, depth + 1);
-		PyObject *r = payload ? PyObject_CallFunction(hook_type, "sO", tag + 5, payload)
-				      : NULL;
+		PyObject *r =
+			payload ? PyObject_CallFunction(hook_type, "sO", tag + 5, payload) : NULL;
 		Py_XDECREF(payload);
 		return r;
 	}
@@ -503,7 +503,8 @@ static PyObject *tagged_of(const shoal_value *v, PyObject *keeper, int depth)
 		for (Py_ssize_t i = 0; r && i < PyList_GET_SIZE(items); i++) {
 			PyObject *kv = PyList_GET_ITEM(items, i);
 			if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2 ||
-			    PyDict_SetItem(r, PyTuple_GET_ITEM(kv, 0), PyTuple_GET_ITEM(kv, 1)) != 0) {
+			    PyDict_SetItem(r, PyTuple_GET_ITEM(kv, 0), PyTuple_GET_ITEM(kv, 1)) !=
+				    0) {
 				if (!PyErr_Occurred())
 					PyErr_SetString(PyExc_ValueError,
 							"a tagged dict whose items are not pairs");
@@ -550,8 +551,8 @@ static PyObject *from_value(const shoal_value *v, PyObject *keeper, int depth)
 		PyObject *d = PyDict_New();
 		for (uint32_t i = 0; d && i < v->n; i++) {
 			PyObject *k = from_value(&v->v.items[2 * i], keeper, depth + 1);
-			PyObject *x = k ? from_value(&v->v.items[2 * i + 1], keeper, depth + 1)
-					: NULL;
+			PyObject *x =
+				k ? from_value(&v->v.items[2 * i + 1], keeper, depth + 1) : NULL;
 			if (!x || PyDict_SetItem(d, k, x) != 0)
 				Py_CLEAR(d);
 			Py_XDECREF(k);

@@ -495,9 +495,13 @@ class _Extension:
         try:
             env = self.ext.call("call", [method, list(args), kwargs])
         except Error as e:
+            # the C layer names the one function every method goes through
+            msg = e.message.replace("call()", method + "()")
             if e.code == _ECRASHED:
-                raise ExtensionCrashed("%s(): %s" % (where, e.message)) from None
-            raise
+                raise ExtensionCrashed(msg) from None
+            again = type(e)(msg)
+            again.code, again.message = e.code, msg
+            raise again from None
         return _unwrap(env, where)
 
     def stop(self) -> None:

@@ -1,0 +1,319 @@
+"""shoal.isolate: Python extensions in real extension processes (shoal-ext running
+shoal-pyext.so), called from this test's process as pyisolate's users call theirs."""
+import asyncio
+import ctypes
+import gc
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+
+import pytest
+
+import shoal
+import shoal.isolate as si
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import iso_app  # noqa: E402  (the application both sides import)
+
+np = pytest.importorskip("numpy")
+
+
+def module(tmp_path, name, code):
+    p = tmp_path / (name + ".py")
+    p.write_text(textwrap.dedent(code))
+    return str(p)
+
+
+@pytest.fixture
+def manager():
+    with si.ExtensionManager(iso_app.Node) as m:
+        yield m
+
+
+@pytest.fixture
+def node(manager, tmp_path):
+    path = module(tmp_path, "plain", """
+        class Custom(Exception):
+            pass
+
+        def div(a, b):
+            return a // b
+
+        def custom():
+            raise Custom("made here")
+
+        def segfault():
+            import ctypes
+            ctypes.string_at(0)
+
+        def leave(code):
+            import os
+            os._exit(code)
+
+        def spin():
+            while True:
+                pass
+
+        def hog(mb):
+            global kept
+            kept = bytearray(mb << 20)
+            for i in range(0, len(kept), 4096):
+                kept[i] = 1
+            return len(kept)
+
+        def forged(kind):
+            import shoal.isolate as si
+            if kind == "type":
+                si.register_type(complex, lambda c: [c.real, c.imag], complex,
+                                 name="os.system")
+                return 1j
+            if kind == "tag":
+                return {b"\\0shoal": ["builtins.eval", "1+1"]}
+            if kind == "error":
+                raise type("system", (Exception,), {"__module__": "os"})("rm -rf /")
+    """)
+    n = manager.load_extension(si.ExtensionConfig(name="plain", module_path=path,
+                                                  call_timeout=20))
+    iso_app.Counter().ext = n
+    return n
+
+
+VALUES = [None, True, False, 0, -1, 2**63 - 1, -2**63, 1.5, float("inf"), "", "héllo",
+          "x" * 5000, b"", b"\x00\xff", b"y" * 10000, bytearray(b"ba"), [], [1, [2, [3]]],
+          (), (1, "two", (3.0,)), {1, 2, 3}, frozenset({"a"}), {}, {"a": 1, "b": [1, 2]},
+          {1: "int key", (1, 2): "tuple key", None: "none key"},
+          {b"\x00shoal": "a dict whose key is shoal's tag"}, iso_app.Point(1, 2),
+          [iso_app.Point(3, 4), {"p": iso_app.Point(5, 6)}]]
+
+
+def test_every_value_kind_both_ways(node):
+    for v in VALUES:
+        got = node.echo(v)
+        want = bytes(v) if isinstance(v, bytearray) else v
+        assert got == want and type(got) is type(want), (v, got)
+    with pytest.raises(OverflowError):
+        node.echo(2**64)
+    with pytest.raises(TypeError) as e:
+        node.echo(object())
+    assert "register_type" in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "int64", "int32", "int16",
+                                   "int8", "uint64", "uint32", "uint16", "uint8", "bool"])
+def test_numpy_arrays_both_ways(node, dtype):
+    for shape in [(), (0,), (7,), (3, 5), (2, 0, 4), (1,) * 32]:
+        a = (np.arange(int(np.prod(shape))) % 3).astype(dtype).reshape(shape)
+        got = node.echo(a)
+        assert isinstance(got, np.ndarray) and got.dtype == a.dtype and got.shape == a.shape
+        assert np.array_equal(got, a)
+        got[...] = 0  # a copy is the receiver's own
+    t = np.arange(12, dtype=np.int32).reshape(3, 4).T  # not contiguous
+    assert np.array_equal(node.echo(t), t)
+
+
+def test_torch_tensors_both_ways(node):
+    torch = pytest.importorskip("torch")
+    for t in [torch.rand(10, 10), torch.arange(6, dtype=torch.int64).reshape(2, 3),
+              torch.tensor([1.5, -2.0], dtype=torch.bfloat16), torch.tensor([True, False]),
+              torch.zeros(0, 3), torch.tensor(3.0), torch.rand(4, 4).t()]:
+        got = node.echo(t)
+        assert isinstance(got, torch.Tensor) and got.dtype == t.dtype and got.shape == t.shape
+        assert torch.equal(got, t)
+    big = torch.rand(1024, 1024)
+    two = node.echo([big, {"again": big}])
+    assert torch.equal(two[0], big) and torch.equal(two[1]["again"], big)
+
+
+def test_hooks_run_in_order_in_another_process(node):
+    assert node.order_of_hooks() == ["before", "loaded:plain"]
+    assert node.pid() != os.getpid()
+    assert node.add(2, b=3) == 5
+
+
+def test_exceptions_keep_type_message_and_traceback(node):
+    with pytest.raises(ZeroDivisionError) as e:
+        node.run("div", 1, 0)
+    assert "integer division or modulo by zero" in str(e.value)
+    assert "Traceback" in e.value.remote_traceback
+    assert any("remote traceback" in n for n in e.value.__notes__)
+    with pytest.raises(si.RemoteError) as r:
+        node.run("custom")
+    assert r.value.type_name.endswith(".Custom") and r.value.message == "made here"
+    assert "raise Custom" in r.value.remote_traceback
+    with pytest.raises(AttributeError):
+        node.no_such_method()
+
+
+def test_host_services_and_nesting(node):
+    c = iso_app.Counter()
+    before = c.n
+    assert node.bump_host(5) == before + 5 and c.n == before + 5
+    assert node.down(3) == ["host0", "ext1", "host2", "ext3"]
+    assert node.down(5) == ["host0", "ext1", "host2", "ext3", "host4", "ext5"]
+    with pytest.raises(KeyError) as e:
+        node.host_error()  # a host service's exception reaches the extension, then us
+    assert "no such key on the host" in str(e.value)
+
+
+def test_async_calls(node):
+    async def main():
+        got = await asyncio.gather(*[node.slow_echo(i) for i in range(100)])
+        assert got == list(range(100))
+        assert await node.await_host(1) >= 1
+        return await node.add(1, 2)
+    assert asyncio.run(main()) == 3
+    assert node.add(1, 2) == 3  # plain code needs no event loop
+
+
+def test_a_crash_raises_at_once_and_restart_brings_it_back(manager, tmp_path):
+    path = module(tmp_path, "crashy", """
+        def segfault():
+            import ctypes
+            ctypes.string_at(0)
+    """)
+    n = manager.load_extension(si.ExtensionConfig(name="crashy", module_path=path,
+                                                  restart="on_crash"))
+    first = n.pid()
+    t0 = time.monotonic()
+    with pytest.raises(si.ExtensionCrashed) as e:
+        n.run("segfault")
+    assert time.monotonic() - t0 < 5
+    assert "SIGSEGV" in str(e.value) and "run()" in str(e.value)
+    assert n.pid() != first  # started again
+
+
+def test_exit_deadline_and_memory_limit(manager, tmp_path, node):
+    with pytest.raises(si.ExtensionCrashed) as e:
+        node.run("leave", 7)
+    assert "status 7" in str(e.value)
+    path = module(tmp_path, "limited", """
+        def spin():
+            while True:
+                pass
+
+        def hog(mb):
+            kept = bytearray(mb << 20)
+            for i in range(0, len(kept), 4096):
+                kept[i] = 1
+            return len(kept)
+    """)
+    n = manager.load_extension(si.ExtensionConfig(name="limited", module_path=path,
+                                                  call_timeout=0.5, mem_max=256 << 20,
+                                                  restart="on_crash"))
+    t0 = time.monotonic()
+    with pytest.raises(shoal.Timeout) as t:
+        n.run("spin")
+    assert time.monotonic() - t0 < 10 and "run()" in str(t.value)
+    assert n.run("hog", 16) == 16 << 20
+    n = manager.load_extension(si.ExtensionConfig(name="hungry", module_path=path,
+                                                  mem_max=256 << 20))
+    with pytest.raises(si.ExtensionCrashed) as e:
+        n.run("hog", 1024)
+    assert "memory" in str(e.value) or "SIGKILL" in str(e.value)
+
+
+def test_an_import_error_fails_the_load_at_once(manager, tmp_path):
+    path = module(tmp_path, "broken", """
+        import no_such_module_anywhere
+    """)
+    t0 = time.monotonic()
+    with pytest.raises(si.ExtensionLoadError) as e:
+        manager.load_extension(si.ExtensionConfig(name="broken", module_path=path))
+    assert time.monotonic() - t0 < 5
+    assert "no_such_module_anywhere" in str(e.value) and "Traceback" in str(e.value)
+    with pytest.raises(si.ExtensionLoadError) as e:
+        manager.load_extension(si.ExtensionConfig(
+            name="deps", module_path=module(tmp_path, "fine", "x = 1"),
+            dependencies=["numpy", "surely_not_installed_pkg"]))
+    assert "surely_not_installed_pkg" in str(e.value) and "numpy" not in str(e.value)
+
+
+def test_a_venv_with_system_site_packages(manager, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages",
+                    "--without-pip", str(venv)], check=True)
+    path = module(tmp_path, "invenv", """
+        import sys
+        def prefix():
+            return sys.prefix
+    """)
+    n = manager.load_extension(si.ExtensionConfig(name="venv", module_path=path,
+                                                  python=str(venv), dependencies=["numpy"]))
+    assert n.run("prefix") == str(venv)
+
+
+def test_a_hostile_reply_is_refused_or_data(node):
+    with pytest.raises(ValueError) as e:
+        node.run("forged", "type")  # a type registered there under a name we lack
+    assert "os.system" in str(e.value) and "not registered" in str(e.value)
+    # shoal's own tag as a dict key is escaped by the sender: it comes back as data
+    assert node.run("forged", "tag") == {b"\0shoal": ["builtins.eval", "1+1"]}
+    with pytest.raises(si.RemoteError) as r:
+        node.run("forged", "error")  # a forged type name is a name, nothing more
+    assert r.value.type_name == "os.system"
+
+
+def _fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_crash_and_restart_cycles_leave_nothing_behind(manager, tmp_path):
+    path = module(tmp_path, "cycles", """
+        import os
+        def leave():
+            os._exit(1)
+    """)
+    n = manager.load_extension(si.ExtensionConfig(name="cycles", module_path=path,
+                                                  restart="on_crash"))
+    for _ in range(10):
+        with pytest.raises(si.ExtensionCrashed):
+            n.run("leave")
+    gc.collect()
+    fds, threads = _fds(), threading.active_count()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    cycles = 50 if shoal_sanitized() else 200
+    for _ in range(cycles):
+        with pytest.raises(si.ExtensionCrashed):
+            n.run("leave")
+    gc.collect()
+    assert _fds() == fds and threading.active_count() == threads
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 32 << 10  # KiB
+    assert n.add(1, 1) == 2
+
+
+def shoal_sanitized():
+    return "asan" in os.environ.get("LD_PRELOAD", "")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="strict needs root or user namespaces here")
+def test_strict_sandbox_refuses_sockets_and_ptrace(manager):
+    d = tempfile.mkdtemp()
+    os.chmod(d, 0o755)  # the extension runs as nobody
+    path = os.path.join(d, "jail.py")
+    with open(path, "w") as f:
+        f.write(textwrap.dedent("""
+            import ctypes, errno, os, socket
+            def net():
+                try:
+                    socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                except OSError as e:
+                    return e.errno
+                return 0
+            def trace():
+                libc = ctypes.CDLL(None, use_errno=True)
+                r = libc.ptrace(16, os.getppid(), 0, 0)  # PTRACE_ATTACH
+                return ctypes.get_errno() if r != 0 else 0
+            def uid():
+                return os.getuid()
+        """))
+    os.chmod(path, 0o644)
+    n = manager.load_extension(si.ExtensionConfig(name="jail", module_path=path,
+                                                  sandbox="strict"))
+    assert n.run("net") == 1  # EPERM
+    assert n.run("trace") in (1, 3)  # EPERM (or ESRCH: no such process in its namespace)
+    assert n.run("uid") != 0
