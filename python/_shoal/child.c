@@ -54,7 +54,7 @@ PyObject *sh_py_call_host(PyObject *mod, PyObject *args)
 		if (rc)
 			sh_py_raise(rc, shoal_ext_ctx_error(ctx));
 		else
-			res = sh_py_from_value(r, NULL);
+			res = sh_py_from_value(r);
 	}
 	Py_XDECREF(keep);
 	shoal_vbuf_free(b);
@@ -88,12 +88,15 @@ static int call(shoal_ext_ctx *ctx, const shoal_value *args, shoal_value **resul
 		rc = shoal_ext_fail(ctx, SHOAL_ERANGE, "calls nested deeper than %d", MAX_NEST);
 		goto out;
 	}
+	/* the last result at this level is let go once the arguments are
+	 * decoded: a tensor passed again is still held, and viewed anew */
+	PyObject *a = sh_py_from_value(args);
 	Py_CLEAR(keeps[d]);
 	if (!(keeps[d] = PyList_New(0))) {
+		Py_XDECREF(a);
 		rc = shoal_ext_fail(ctx, SHOAL_ENOMEM, "out of memory");
 		goto out;
 	}
-	PyObject *a = sh_py_from_value(args, NULL);
 	PyObject *r = a ? PyObject_CallOneArg(dispatch, a) : NULL;
 	Py_XDECREF(a);
 	if (!r)

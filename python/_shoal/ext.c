@@ -100,6 +100,7 @@ static PyObject *ext_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	c.allow_network = opt_flag(d, "allow_network");
 	c.restart = opt_flag(d, "restart") ? SHOAL_RESTART_ON_CRASH : SHOAL_RESTART_NEVER;
 	c.log_output = opt_flag(d, "log_output");
+	c.payload = opt_flag(d, "shared") ? SHOAL_PAYLOAD_SHARED : SHOAL_PAYLOAD_COPY;
 	if ((envl = PyDict_GetItemString(d, "env")) && envl != Py_None) {
 		Py_ssize_t n = PyList_Size(envl);
 		if (n < 0 || !(env = PyMem_Calloc((size_t)n + 1, sizeof(char *))))
@@ -187,11 +188,13 @@ static PyObject *ext_call(ShExt *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"fn", "args", "timeout", "shared", NULL};
 	const char *fn;
-	PyObject *a, *timeout = Py_None;
-	int shared = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|Op:call", kwlist, &fn, &a, &timeout,
+	PyObject *a, *timeout = Py_None, *shared = Py_None;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|OO:call", kwlist, &fn, &a, &timeout,
 					 &shared))
 		return NULL;
+	unsigned flags = shared == Py_None	   ? 0
+			 : PyObject_IsTrue(shared) ? SHOAL_CALL_SHARED
+						   : SHOAL_CALL_COPY;
 	int64_t deadline = 0;
 	if (timeout != Py_None) {
 		double t = PyFloat_AsDouble(timeout);
@@ -222,10 +225,9 @@ static PyObject *ext_call(ShExt *self, PyObject *args, PyObject *kw)
 		const shoal_value *r = NULL;
 		int rc;
 		shoal_ext *e = self->e;
-		Py_BEGIN_ALLOW_THREADS rc = shoal_ext_call_ex(
-			e, fn, v, out, &r, deadline, shared ? SHOAL_CALL_SHARED : SHOAL_CALL_COPY);
+		Py_BEGIN_ALLOW_THREADS rc = shoal_ext_call_ex(e, fn, v, out, &r, deadline, flags);
 		Py_END_ALLOW_THREADS if (rc) sh_py_raise(rc, shoal_ext_last_error(e));
-		else res = sh_py_from_value(r, NULL);
+		else res = sh_py_from_value(r);
 	}
 	Py_XDECREF(keep);
 	shoal_vbuf_reset(in);
@@ -266,9 +268,9 @@ static PyObject *ext_get_running(ShExt *self, void *unused)
 
 static PyMethodDef ext_methods[] = {
 	{"call", (PyCFunction)(void (*)(void))ext_call, METH_VARARGS | METH_KEYWORDS,
-	 "call(fn, args, timeout=None, shared=False) -> object\n\nCalls fn in the extension "
+	 "call(fn, args, timeout=None, shared=None) -> object\n\nCalls fn in the extension "
 	 "(blocks: until it returns, at most timeout seconds, else the config's call "
-	 "timeout)."},
+	 "timeout); shared: this call's payload mode (None: the config's)."},
 	{"stop", (PyCFunction)ext_stop, METH_NOARGS,
 	 "stop()\n\nStops the extension and every process it started."},
 	{NULL, NULL, 0, NULL},
@@ -309,7 +311,7 @@ static int service_tramp(void *self, const shoal_value *args, shoal_vbuf *out, s
 	PyGILState_STATE g = PyGILState_Ensure();
 	int rc = 0;
 	Py_CLEAR(service_keep);
-	PyObject *a = sh_py_from_value(args, NULL), *r = NULL;
+	PyObject *a = sh_py_from_value(args), *r = NULL;
 	if (a)
 		r = PyObject_CallOneArg((PyObject *)self, a);
 	if (r && (service_keep = PyList_New(0)))

@@ -73,9 +73,10 @@ extern PyTypeObject ShVal_Type, ShExt_Type;
 /* o as a value built in b; keep collects the objects whose memory the
  * value borrows until it is sent. NULL with an exception set. */
 shoal_value *sh_py_to_value(shoal_vbuf *b, PyObject *o, PyObject *keep);
-/* v as Python objects; tensors are copied into memory of their own unless
- * shared (in the store) and keeper (what keeps their mapping) is given. */
-PyObject *sh_py_from_value(const shoal_value *v, PyObject *keeper);
+/* v as Python objects; tensors are copied into memory of their own, unless
+ * shared (a store object) and this side has a connection to the store:
+ * then they are views of the object through it. */
+PyObject *sh_py_from_value(const shoal_value *v);
 bool sh_py_value_has_shared(const shoal_value *v);
 PyObject *sh_py_set_value_hooks(PyObject *mod, PyObject *args);
 PyObject *sh_py_value_roundtrip(PyObject *mod, PyObject *o);

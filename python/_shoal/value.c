@@ -22,9 +22,11 @@
 #define MAX_DEPTH 60 /* under the wire's 64, with room for the tags */
 
 /* Set by shoal.isolate (_set_value_hooks). */
-static PyObject *hook_encode; /* obj -> ("tensor", buf, dtype, shape, torch) | ("type", name, v) */
+/* obj -> ("tensor", buf, dtype, shape, torch, store object id or 0) | ("type", name, v) */
+static PyObject *hook_encode;
 static PyObject *hook_tensor; /* (Value, torch: bool) -> numpy array or torch tensor */
 static PyObject *hook_type;   /* (name, payload) -> the registered type's object */
+static PyObject *hook_shared; /* (object id, torch) -> a view of a store object, or None */
 
 /* ---- ShVal: a received tensor's memory, for numpy (buffer) and torch (DLPack) ---- */
 
@@ -289,12 +291,15 @@ static shoal_value *dict_value(shoal_vbuf *b, PyObject *d, PyObject *keep, int d
 	return m;
 }
 
-/* ("tensor", buf, dtype, shape, torch) from the hook: the buffer is
- * borrowed until the call is sent (keep holds it). */
+/* ("tensor", buf, dtype, shape, torch, id) from the hook: the buffer is
+ * borrowed until the call is sent (keep holds it); id, when not 0, is the
+ * store object that holds exactly these bytes: in shared mode it goes by
+ * reference, with no copy. */
 static shoal_value *tensor_value(shoal_vbuf *b, PyObject *t, PyObject *keep)
 {
 	PyObject *kind, *buf, *dtype, *shape, *torch;
-	if (!PyArg_ParseTuple(t, "OOOOO", &kind, &buf, &dtype, &shape, &torch))
+	unsigned long long id;
+	if (!PyArg_ParseTuple(t, "OOOOOK", &kind, &buf, &dtype, &shape, &torch, &id))
 		return NULL;
 	const char *dn = sh_py_cstr(dtype, "dtype");
 	if (!dn)
@@ -332,6 +337,7 @@ static shoal_value *tensor_value(shoal_vbuf *b, PyObject *t, PyObject *keep)
 			     x->v.t.nbytes);
 		return NULL;
 	}
+	x->v.t.obj = (shoal_id)id;
 	return PyObject_IsTrue(torch) ? tagged(b, "torch", x) : x;
 }
 
@@ -423,15 +429,15 @@ shoal_value *sh_py_to_value(shoal_vbuf *b, PyObject *o, PyObject *keep)
 
 /* ---- decoding ---- */
 
-static PyObject *from_value(const shoal_value *v, PyObject *keeper, int depth);
+static PyObject *from_value(const shoal_value *v, int depth);
 
-static PyObject *list_of(const shoal_value *v, PyObject *keeper, int depth)
+static PyObject *list_of(const shoal_value *v, int depth)
 {
 	if (v->type != SHOAL_V_ARRAY)
 		return PyErr_Format(PyExc_ValueError, "a tagged value without its items");
 	PyObject *l = PyList_New((Py_ssize_t)v->n);
 	for (uint32_t i = 0; l && i < v->n; i++) {
-		PyObject *x = from_value(&v->v.items[i], keeper, depth + 1);
+		PyObject *x = from_value(&v->v.items[i], depth + 1);
 		if (!x)
 			Py_CLEAR(l);
 		else
@@ -440,24 +446,29 @@ static PyObject *list_of(const shoal_value *v, PyObject *keeper, int depth)
 	return l;
 }
 
-static PyObject *tensor_of(const shoal_value *v, PyObject *keeper, bool torch)
+static PyObject *tensor_of(const shoal_value *v, bool torch)
 {
 	if (!hook_tensor)
 		return PyErr_Format(PyExc_TypeError, "a tensor arrived: import shoal.isolate");
-	PyObject *val;
-	if (v->v.t.obj && keeper) {
-		/* shared: the store's read-only pages, held by keeper */
-		val = val_new(v, keeper, v->v.t.data, true);
-	} else {
-		/* copied: the bytes are ours, in memory of their own */
-		PyObject *ba = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)v->v.t.nbytes);
-		if (!ba)
-			return NULL;
-		if (v->v.t.nbytes)
-			memcpy(PyByteArray_AS_STRING(ba), v->v.t.data, v->v.t.nbytes);
-		val = val_new(v, ba, PyByteArray_AS_STRING(ba), false);
-		Py_DECREF(ba);
+	if (v->v.t.obj && hook_shared) {
+		/* shared: a view of the store object through this side's own
+		 * connection, which keeps it as long as the view lives (the
+		 * call's reference goes with the call) */
+		PyObject *r =
+			PyObject_CallFunction(hook_shared, "KO", (unsigned long long)v->v.t.obj,
+					      torch ? Py_True : Py_False);
+		if (r != Py_None)
+			return r;
+		Py_DECREF(r); /* no connection here: copied, as in copy mode */
 	}
+	/* copied: the bytes are ours, in memory of their own */
+	PyObject *ba = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)v->v.t.nbytes);
+	if (!ba)
+		return NULL;
+	if (v->v.t.nbytes)
+		memcpy(PyByteArray_AS_STRING(ba), v->v.t.data, v->v.t.nbytes);
+	PyObject *val = val_new(v, ba, PyByteArray_AS_STRING(ba), false);
+	Py_DECREF(ba);
 	if (!val)
 		return NULL;
 	PyObject *r =
@@ -466,7 +477,7 @@ static PyObject *tensor_of(const shoal_value *v, PyObject *keeper, bool torch)
 	return r;
 }
 
-static PyObject *tagged_of(const shoal_value *v, PyObject *keeper, int depth)
+static PyObject *tagged_of(const shoal_value *v, int depth)
 {
 	const shoal_value *pair = &v->v.items[1];
 	if (pair->type != SHOAL_V_ARRAY || pair->n != 2 || pair->v.items[0].type != SHOAL_V_STR)
@@ -476,19 +487,19 @@ static PyObject *tagged_of(const shoal_value *v, PyObject *keeper, int depth)
 	if (strcmp(tag, "torch") == 0) {
 		if (p->type != SHOAL_V_TENSOR)
 			return PyErr_Format(PyExc_ValueError, "a torch value that is not a tensor");
-		return tensor_of(p, keeper, true);
+		return tensor_of(p, true);
 	}
 	if (strncmp(tag, "type:", 5) == 0) {
 		if (!hook_type)
 			return PyErr_Format(PyExc_TypeError, "a registered type arrived: import "
 							     "shoal.isolate");
-		PyObject *payload = from_value(p, keeper, depth + 1);
+		PyObject *payload = from_value(p, depth + 1);
 		PyObject *r =
 			payload ? PyObject_CallFunction(hook_type, "sO", tag + 5, payload) : NULL;
 		Py_XDECREF(payload);
 		return r;
 	}
-	PyObject *items = list_of(p, keeper, depth);
+	PyObject *items = list_of(p, depth);
 	if (!items)
 		return NULL;
 	PyObject *r = NULL;
@@ -520,7 +531,7 @@ static PyObject *tagged_of(const shoal_value *v, PyObject *keeper, int depth)
 	return r;
 }
 
-static PyObject *from_value(const shoal_value *v, PyObject *keeper, int depth)
+static PyObject *from_value(const shoal_value *v, int depth)
 {
 	if (depth > MAX_DEPTH + 4)
 		return PyErr_Format(PyExc_ValueError, "a value nested too deep");
@@ -540,19 +551,18 @@ static PyObject *from_value(const shoal_value *v, PyObject *keeper, int depth)
 	case SHOAL_V_BLOB:
 		return PyBytes_FromStringAndSize(v->v.t.data, (Py_ssize_t)v->v.t.nbytes);
 	case SHOAL_V_TENSOR:
-		return tensor_of(v, keeper, false);
+		return tensor_of(v, false);
 	case SHOAL_V_ARRAY:
-		return list_of(v, keeper, depth);
+		return list_of(v, depth);
 	case SHOAL_V_MAP: {
 		if (v->n == 1 && v->v.items[0].type == SHOAL_V_BYTES &&
 		    v->v.items[0].n == MARKER_LEN &&
 		    memcmp(v->v.items[0].v.bytes, MARKER, MARKER_LEN) == 0)
-			return tagged_of(v, keeper, depth);
+			return tagged_of(v, depth);
 		PyObject *d = PyDict_New();
 		for (uint32_t i = 0; d && i < v->n; i++) {
-			PyObject *k = from_value(&v->v.items[2 * i], keeper, depth + 1);
-			PyObject *x =
-				k ? from_value(&v->v.items[2 * i + 1], keeper, depth + 1) : NULL;
+			PyObject *k = from_value(&v->v.items[2 * i], depth + 1);
+			PyObject *x = k ? from_value(&v->v.items[2 * i + 1], depth + 1) : NULL;
 			if (!x || PyDict_SetItem(d, k, x) != 0)
 				Py_CLEAR(d);
 			Py_XDECREF(k);
@@ -564,9 +574,9 @@ static PyObject *from_value(const shoal_value *v, PyObject *keeper, int depth)
 	return PyErr_Format(PyExc_ValueError, "a value of unknown kind %d", (int)v->type);
 }
 
-PyObject *sh_py_from_value(const shoal_value *v, PyObject *keeper)
+PyObject *sh_py_from_value(const shoal_value *v)
 {
-	return from_value(v, keeper, 0);
+	return from_value(v, 0);
 }
 
 bool sh_py_value_has_shared(const shoal_value *v)
@@ -592,12 +602,13 @@ bool sh_py_value_has_shared(const shoal_value *v)
 
 PyObject *sh_py_set_value_hooks(PyObject *mod, PyObject *args)
 {
-	PyObject *enc, *ten, *typ;
-	if (!PyArg_ParseTuple(args, "OOO:_set_value_hooks", &enc, &ten, &typ))
+	PyObject *enc, *ten, *typ, *shr;
+	if (!PyArg_ParseTuple(args, "OOOO:_set_value_hooks", &enc, &ten, &typ, &shr))
 		return NULL;
 	Py_XSETREF(hook_encode, Py_NewRef(enc));
 	Py_XSETREF(hook_tensor, Py_NewRef(ten));
 	Py_XSETREF(hook_type, Py_NewRef(typ));
+	Py_XSETREF(hook_shared, Py_NewRef(shr));
 	Py_RETURN_NONE;
 }
 
@@ -610,7 +621,7 @@ PyObject *sh_py_value_roundtrip(PyObject *mod, PyObject *o)
 	PyObject *keep = PyList_New(0), *r = NULL;
 	shoal_value *v = keep ? sh_py_to_value(b, o, keep) : NULL;
 	if (v)
-		r = sh_py_from_value(v, NULL);
+		r = sh_py_from_value(v);
 	Py_XDECREF(keep);
 	shoal_vbuf_free(b);
 	return r;

@@ -33,10 +33,12 @@ import importlib
 import importlib.util
 import os
 import sys
+import threading
+import weakref
 from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, Type, TypeVar
 
 from . import _shoal
-from . import Error, _as_tensor, _is_numpy, _is_torch
+from . import Error, NotFound, _as_tensor, _is_numpy, _is_torch
 
 __all__ = [
     "ExtensionBase",
@@ -151,10 +153,84 @@ def register_type(cls: type, to_value: Callable[[Any], Any], from_value: Callabl
     _TYPES_BY_NAME[n] = from_value
 
 
+class _Sharing(threading.local):
+    """What the call this thread makes shares through: the store connection of this
+    side (None: the call copies), and the host's tensors already in the store."""
+
+    client: Any = None
+    cache: Any = None
+
+
+_CTX = _Sharing()
+
+
+class _ByIdentity:
+    """A map from live objects, by identity (arrays and tensors compare elementwise,
+    which a WeakKeyDictionary would call), to what is known of them; an entry goes with
+    its object, and on_gone(value) runs then."""
+
+    def __init__(self, on_gone: Optional[Callable[[Any], None]] = None) -> None:
+        self.d: Dict[int, Tuple[Any, Any]] = {}
+        self.on_gone = on_gone
+
+    def get(self, o: Any) -> Any:
+        e = self.d.get(id(o))
+        return e[1] if e is not None and e[0]() is o else None
+
+    def put(self, o: Any, value: Any) -> None:
+        key = id(o)
+        old = self.d.get(key)
+        self.d[key] = (weakref.ref(o, lambda _r, k=key, v=value: self._gone(k, v)), value)
+        if old is not None and self.on_gone:
+            self.on_gone(old[1])  # replaced: the old store object is not needed
+
+    def _gone(self, key: int, value: Any) -> None:
+        e = self.d.get(key)
+        if e is not None and e[1] is value:
+            del self.d[key]
+        if self.on_gone:
+            self.on_gone(value)
+
+
+# Arrays and tensors that are views of a store object: the object's id, so that
+# passing one on (an extension returning its argument) goes by reference.
+_VIEWS = _ByIdentity()
+# The newest live view of each store object, to make the next from.
+_LATEST: Dict[int, Any] = {}
+
+
+def _store_id(o: Any) -> int:
+    """The store object holding exactly o's bytes, put there now if it is a torch
+    tensor of the host in a shared call (once: again only when it has changed)."""
+    try:
+        vid = _VIEWS.get(o)
+    except TypeError:
+        vid = None
+    if vid is not None:
+        return int(vid)
+    client, cache = _CTX.client, _CTX.cache
+    if client is None or cache is None or not _is_torch(o):
+        return 0
+    entry = cache.get(o)
+    if entry is not None and entry[0] == o._version and entry[1] == o.data_ptr():
+        return int(entry[2])
+    oid = int(client.put(o))
+    cache.put(o, (o._version, o.data_ptr(), oid, client))
+    return oid
+
+
+def _forget(entry: Tuple[int, int, int, Any]) -> None:
+    """A shared tensor of the host is gone (or changed): its store copy goes."""
+    try:
+        entry[3].delete(entry[2])
+    except Exception:  # the store or the connection went first: nothing to free
+        pass
+
+
 def _encode(o: Any) -> Tuple[Any, ...]:
     if _is_torch(o) or _is_numpy(o):
         buf, dtype, shape = _as_tensor(o, "a %s argument" % type(o).__name__)
-        return ("tensor", buf, dtype, shape, _is_torch(o))
+        return ("tensor", buf, dtype, shape, _is_torch(o), _store_id(o))
     for c in type(o).__mro__:
         if c in _TYPES_BY_CLASS:
             name, to_value = _TYPES_BY_CLASS[c]
@@ -172,6 +248,31 @@ def _decode_tensor(val: Any, torch: bool) -> Any:
     return np.asarray(val)
 
 
+def _decode_shared(oid: int, torch: bool) -> Any:
+    """A tensor passed by reference: a read-only view of the store object through this
+    side's own connection (which holds it while the view lives), or None to copy."""
+    client = _CTX.client if _CTX.client is not None else _CHILD_CLIENT
+    if client is None:
+        return None
+    # A view of it that still lives (a tensor passed call after call) makes the new
+    # one with no round trip to the store.
+    ref = _LATEST.get(oid)
+    old = ref() if ref is not None else None
+    if old is not None and _is_torch(old) == torch:
+        v = old.view(old.shape) if torch else old.view()
+    else:
+        try:
+            v = client.get(oid, framework="torch" if torch else "numpy")
+        except NotFound:
+            # deleted already, though the call still maps it (an argument the call
+            # put into the store, returned as it came): a copy, then
+            return None
+    _VIEWS.put(v, oid)
+    _LATEST[oid] = weakref.ref(v, lambda _r, k=oid: _LATEST.pop(k, None)
+                               if _LATEST.get(k) is _r else None)
+    return v
+
+
 def _decode_type(name: str, payload: Any) -> Any:
     from_value = _TYPES_BY_NAME.get(name)
     if from_value is None:
@@ -180,12 +281,13 @@ def _decode_type(name: str, payload: Any) -> Any:
     return from_value(payload)
 
 
-_shoal._set_value_hooks(_encode, _decode_tensor, _decode_type)
+_shoal._set_value_hooks(_encode, _decode_tensor, _decode_type, _decode_shared)
 
 
 # ---- the extension's side ---------------------------------------------------------------
 
 _IN_CHILD = False
+_CHILD_CLIENT: Any = None  # the extension's connection to the store, with share_torch
 
 
 class ExtensionBase:
@@ -261,8 +363,21 @@ def _child_start() -> Callable[[Any], Any]:
         c if c.isalnum() else "_" for c in name))
     inst.on_module_loaded(module)
     allowed = set(_public_methods(base))
+    store = env.get("SHOAL_PY_STORE")
+    if store:
+        # Shared tensors arrive as views of store objects through this connection
+        # (they are decoded before the dispatcher runs). A strict sandbox may not
+        # reach the store: they are copied then.
+        global _CHILD_CLIENT
+        try:
+            from . import connect
+            _CHILD_CLIENT = connect(store)
+        except Error:
+            _CHILD_CLIENT = None
 
     def dispatch(call: Any) -> List[Any]:
+        prev = _CTX.client
+        _CTX.client = _CHILD_CLIENT
         try:
             method, args, kwargs = call
             if method not in allowed:
@@ -273,6 +388,8 @@ def _child_start() -> Callable[[Any], Any]:
             return [0, r]
         except BaseException as e:  # everything goes back to the host
             return _envelope_for(e)
+        finally:
+            _CTX.client = prev
     return dispatch
 
 
@@ -465,6 +582,10 @@ class _Extension:
         })
         if exe:
             env["SHOAL_PY_EXECUTABLE"] = exe
+        self.manager = manager
+        store = manager.store_socket() if config.share_torch else None
+        if store:
+            env["SHOAL_PY_STORE"] = store
         c: Dict[str, Any] = {
             "path": os.path.join(_PKG_DIR, "shoal-pyext.so"), "name": config.name,
             "env": ["%s=%s" % kv for kv in env.items()], "cwd": config.cwd,
@@ -472,7 +593,8 @@ class _Extension:
             "mem_max": config.mem_max, "cpu_limit": config.cpu_limit,
             "max_files": config.max_files, "call_timeout": config.call_timeout,
             "start_timeout": config.start_timeout, "restart": config.restart == "on_crash",
-            "log_output": config.log_output,
+            "log_output": config.log_output, "store_socket": store,
+            "shared": config.share_torch,
         }
         try:
             self.ext = _shoal.Extension(c)
@@ -492,6 +614,11 @@ class _Extension:
 
     def call(self, method: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         where = "%s.%s" % (self.config.name, method)
+        prev = _CTX.client, _CTX.cache
+        if self.config.share_torch:
+            _CTX.client, _CTX.cache = self.manager.client, self.manager.shared
+        else:
+            _CTX.client, _CTX.cache = None, None
         try:
             env = self.ext.call("call", [method, list(args), kwargs])
         except Error as e:
@@ -502,6 +629,8 @@ class _Extension:
             again = type(e)(msg)
             again.code, again.message = e.code, msg
             raise again from None
+        finally:
+            _CTX.client, _CTX.cache = prev
         return _unwrap(env, where)
 
     def stop(self) -> None:
@@ -534,13 +663,44 @@ class _Proxy:
 
 
 class ExtensionManager(Generic[T]):
-    """Starts, calls and stops extensions whose instances are of class base."""
+    """Starts, calls and stops extensions whose instances are of class base.
 
-    def __init__(self, base: Type[T], config: Any = None) -> None:
+    Extensions with ``share_torch`` pass tensors through a store: ``store`` (a socket
+    path, or a :class:`shoal.Store`), else one this manager starts in its process at the
+    first such extension, sized half the machine's memory (a limit, not an allocation).
+    A torch tensor of the host is put there once and passed by reference from then on,
+    until it changes; what arrives is a read-only view, on either side."""
+
+    def __init__(self, base: Type[T], config: Any = None, *, store: Any = None) -> None:
         if not (isinstance(base, type) and issubclass(base, ExtensionBase)):
             raise TypeError("ExtensionManager takes a subclass of ExtensionBase")
         self.base = base
         self._exts: Dict[str, _Extension] = {}
+        self._store_arg = store
+        self._own_store: Any = None
+        self._client: Any = None
+        self.shared = _ByIdentity(_forget)
+
+    def store_socket(self) -> str:
+        """The socket of the store shared tensors go through (started if need be)."""
+        s = self._store_arg
+        if isinstance(s, str):
+            return s
+        if s is not None:
+            return str(s.socket)
+        if self._own_store is None:
+            from . import Store
+            half = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+            self._own_store = Store(size=half)
+        return str(self._own_store.socket)
+
+    @property
+    def client(self) -> Any:
+        """This process's connection to that store."""
+        if self._client is None:
+            from . import connect
+            self._client = connect(self.store_socket())
+        return self._client
 
     def load_extension(self, config: ExtensionConfig) -> T:
         """Starts the extension (blocks until its module is loaded) and returns a proxy
@@ -561,8 +721,17 @@ class ExtensionManager(Generic[T]):
         for name in list(self._exts):
             self.stop_extension(name)
 
+    def close(self) -> None:
+        """Stops every extension, then the store this manager started, if any."""
+        self.stop_all_extensions()
+        self.shared = _ByIdentity(_forget)
+        self._client = None  # it goes when the views got through it do
+        if self._own_store is not None:
+            self._own_store.close()
+            self._own_store = None
+
     def __enter__(self) -> "ExtensionManager[T]":
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.stop_all_extensions()
+        self.close()

@@ -319,3 +319,32 @@ def test_strict_sandbox_refuses_sockets_and_ptrace(manager):
     assert n.run("net") == 1  # EPERM
     assert n.run("trace") in (1, 3)  # EPERM (or ESRCH: no such process in its namespace)
     assert n.run("uid") != 0
+
+
+def test_shared_tensors_go_by_reference(tmp_path):
+    torch = pytest.importorskip("torch")
+    with shoal.Store(size=1 << 30, socket=str(tmp_path / "s.sock")) as store, \
+            si.ExtensionManager(iso_app.Node, store=store) as manager:
+        n = manager.load_extension(si.ExtensionConfig(
+            name="shared", module_path=module(tmp_path, "sh", "x = 1"), share_torch=True))
+        client = manager.client
+        base = client.stat()
+        t = torch.rand(256, 1024)
+        r1 = n.echo(t)
+        assert torch.equal(r1, t) and r1.data_ptr() != t.data_ptr()
+        objects = client.stat()["objects"]
+        for _ in range(20):
+            r2 = n.echo(t)
+            # the same store pages every time: put once, mapped, never copied
+            assert r2.data_ptr() == r1.data_ptr()
+        assert client.stat()["objects"] == objects
+        t += 1  # changed: shared again, the next call sees the new values
+        r3 = n.echo(t)
+        assert torch.equal(r3, t) and not torch.equal(r3, r1)
+        a = np.arange(1000.0)  # numpy has no version counter: shared anew each call
+        got = n.echo([a, {"t": torch.ones(3)}])
+        assert np.array_equal(got[0], a)
+        assert torch.equal(got[1]["t"], torch.ones(3))
+        del t, r1, r2, r3, got
+        gc.collect()
+        assert client.stat()["used"] == base["used"]  # everything shared is freed
