@@ -144,6 +144,15 @@ def payloads() -> List[Payload]:
     ]
 
 
+def mem_available() -> int:
+    """The kernel's estimate of the bytes a new allocation can have (MemAvailable)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def have(module: str) -> bool:
     import importlib.util
     return importlib.util.find_spec(module) is not None
@@ -196,6 +205,10 @@ def calls(mod: Any, d: str, quick: bool, large: bool) -> None:
             skip = "6.4 GB each way: only with --large"
         elif p.name == "image_8k" and quick:
             skip = "805 MB each way: not with --quick"
+        elif p.nbytes >= 256 << 20 and 3 * p.nbytes > mem_available():
+            # the host's tensor, the extension's copy, and room for the rest
+            skip = "needs %.1f GB of memory available, %.1f GB is" % (
+                3 * p.nbytes / 1e9, mem_available() / 1e9)
         if skip:
             B.result(test, params, {}, impl="local", baseline=True, status="skipped", why=skip)
             B.result(test, params, {}, status="skipped", why=skip)
