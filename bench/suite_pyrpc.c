@@ -56,7 +56,8 @@ void sh_bench_pyrpc_table(FILE *f, const sh_bench_report *r)
 	fprintf(f, "summary:");
 	if (si) {
 		double m = sh_bench_metric_get(si, "mean_us", 0);
-		fprintf(f, " small_int mean %.1f us (goal <= 20: %s);", m, met(m <= 20));
+		fprintf(f, " small_int mean %.1f us, p50 %.1f us (goal: mean <= 20: %s);", m,
+			sh_bench_metric_get(si, "p50_us", 0), met(m <= 20));
 	}
 	if (la) {
 		double m = sh_bench_metric_get(la, "mb_s", 0);
