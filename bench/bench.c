@@ -1334,6 +1334,9 @@ const sh_bench_suite sh_bench_suites[] = {
 	 sh_bench_tasks, sh_bench_tasks_table, sh_bench_tasks_plot},
 	{"py-store", "the object store from Python: small put/get, a state dict, arrays, readers",
 	 sh_bench_pystore, sh_bench_pystore_table, NULL},
+	{"py-rpc",
+	 "isolated Python extensions: pyisolate's calls vs local ones, start, idle memory",
+	 sh_bench_pyrpc, sh_bench_pyrpc_table, NULL},
 };
 const size_t sh_bench_nsuites = sizeof(sh_bench_suites) / sizeof(sh_bench_suites[0]);
 

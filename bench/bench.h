@@ -274,6 +274,14 @@ void sh_bench_tasks_plot(FILE *f, const sh_bench_report *r);
 /* py-store: the store from Python (python/shoal/bench.py), read from its JSON. */
 int sh_bench_pystore(const sh_bench_opts *o, sh_bench_report *r);
 void sh_bench_pystore_table(FILE *f, const sh_bench_report *r);
+/* Runs `python3 -m shoal.bench PYSUITE --json` on this build's (or the installed)
+ * shoal package and adds its JSON lines to r as results of suite (suite_pystore.c);
+ * when Python or the package is missing, first_test says so, skipped. */
+int sh_bench_python(const sh_bench_opts *o, sh_bench_report *r, const char *suite,
+		    const char *pysuite, const char *first_test);
+/* py-rpc: isolated Python extensions (python/shoal/bench_rpc.py), from its JSON. */
+int sh_bench_pyrpc(const sh_bench_opts *o, sh_bench_report *r);
+void sh_bench_pyrpc_table(FILE *f, const sh_bench_report *r);
 
 /* suite_store.c: put/get latency, a state dict's get, reader memory. */
 int sh_bench_store(const sh_bench_opts *o, sh_bench_report *r);

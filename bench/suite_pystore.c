@@ -2,7 +2,8 @@
  * (`import shoal`). The measuring is Python's own (python/shoal/bench.py, run as
  * `python3 -m shoal.bench store --json` with Debian's python3 on this build's
  * package, or the installed one); this suite reads its JSON Lines into the report,
- * so the table, --json, --csv and the summary are every suite's. */
+ * so the table, --json, --csv and the summary are every suite's. sh_bench_python,
+ * the running and reading, serves every suite measured from Python (py-rpc too). */
 #include "bench.h"
 
 #include <cjson/cJSON.h>
@@ -69,8 +70,8 @@ static const char *unit_of(const char *metric)
 	return NULL;
 }
 
-/* One JSON line of shoal.bench as a result of r. */
-static void add_line(sh_bench_report *r, const cJSON *j)
+/* One JSON line of shoal.bench as a result of suite in r. */
+static void add_line(sh_bench_report *r, const char *suite, const cJSON *j)
 {
 	const cJSON *test = cJSON_GetObjectItem(j, "test"), *impl = cJSON_GetObjectItem(j, "impl");
 	const cJSON *params = cJSON_GetObjectItem(j, "params");
@@ -78,7 +79,7 @@ static void add_line(sh_bench_report *r, const cJSON *j)
 	const cJSON *status = cJSON_GetObjectItem(j, "status");
 	if (!cJSON_IsString(test) || !cJSON_IsString(impl) || !cJSON_IsObject(metrics))
 		return;
-	sh_bench_result *x = sh_bench_add(r, SUITE, test->valuestring, impl->valuestring,
+	sh_bench_result *x = sh_bench_add(r, suite, test->valuestring, impl->valuestring,
 					  cJSON_IsTrue(cJSON_GetObjectItem(j, "baseline")));
 	const cJSON *it;
 	cJSON_ArrayForEach(it, params)
@@ -99,38 +100,67 @@ static void add_line(sh_bench_report *r, const cJSON *j)
 			sh_bench_fail(x, "%s", w);
 		return;
 	}
-	/* The table shows the first figure with a unit; the comparison with the
-	 * baseline row uses the same one (a time, or a rate inverted). */
-	const char *shown = NULL;
-	double v = 0;
+	/* The table shows a mean, a rate or a share, else the first figure with
+	 * a unit; the comparison with the baseline row uses the same one (a time,
+	 * a rate inverted, or an amount of memory). */
+	const char *shown = NULL, *first = NULL;
+	double v = 0, v_first = 0;
 	cJSON_ArrayForEach(it, metrics)
 	{
 		if (!cJSON_IsNumber(it))
 			continue;
 		sh_bench_metric_set(x, it->string, it->valuedouble);
+		if (!first && unit_of(it->string))
+			first = it->string, v_first = it->valuedouble;
 		if (!shown && unit_of(it->string) &&
 		    (strncmp(it->string, "mean_", 5) == 0 || strcmp(it->string, "mb_s") == 0 ||
 		     strstr(it->string, "_pct")))
 			shown = it->string, v = it->valuedouble;
 	}
-	if (shown) {
-		sh_bench_show_samples(x, &v, 1, unit_of(shown));
-		const char *u = unit_of(shown);
-		if (strcmp(u, "us") == 0 || strcmp(u, "ms") == 0) {
-			x->cmp_value = v;
-			x->cmp_word = "faster";
-		} else if (strcmp(u, "MB/s") == 0 && v > 0) {
-			x->cmp_value = 1 / v;
-			x->cmp_word = "faster";
+	if (!shown)
+		shown = first, v = v_first;
+	if (!shown)
+		return;
+	const char *u = unit_of(shown);
+	sh_bench_show_samples(x, &v, 1, u);
+	if (strncmp(shown, "mean_", 5) == 0) {
+		/* Repetitions with their spread (std_, min_, max_ in the same
+		 * unit, and runs): shown as every suite shows them. */
+		char k[3][32];
+		snprintf(k[0], sizeof(k[0]), "std_%s", shown + 5);
+		snprintf(k[1], sizeof(k[1]), "min_%s", shown + 5);
+		snprintf(k[2], sizeof(k[2]), "max_%s", shown + 5);
+		double runs = sh_bench_metric_get(x, "runs", 0);
+		if (runs > 1 && sh_bench_metric_get(x, k[0], -1) >= 0 &&
+		    sh_bench_metric_get(x, k[1], -1) >= 0 &&
+		    sh_bench_metric_get(x, k[2], -1) >= 0) {
+			x->sd = sh_bench_metric_get(x, k[0], 0);
+			x->min = sh_bench_metric_get(x, k[1], 0);
+			x->max = sh_bench_metric_get(x, k[2], 0);
+			x->nsamples = (int)runs;
 		}
+		double rate = sh_bench_metric_get(x, "mb_s", 0);
+		if (rate > 0)
+			snprintf(x->aside, sizeof(x->aside), "%.0f MB/s", rate);
+	}
+	if (strcmp(u, "us") == 0 || strcmp(u, "ms") == 0) {
+		x->cmp_value = v;
+		x->cmp_word = "faster";
+	} else if (strcmp(u, "MB/s") == 0 && v > 0) {
+		x->cmp_value = 1 / v;
+		x->cmp_word = "faster";
+	} else if (strcmp(u, "KiB") == 0) {
+		x->cmp_value = v;
+		x->cmp_word = "cheaper";
 	}
 }
 
-int sh_bench_pystore(const sh_bench_opts *o, sh_bench_report *r)
+int sh_bench_python(const sh_bench_opts *o, sh_bench_report *r, const char *suite,
+		    const char *pysuite, const char *first_test)
 {
 	char dir[PATH_MAX], env_path[PATH_MAX + 16], err[256];
 	if (package_dir(dir, sizeof(dir)) != 0 || access(PYTHON, X_OK) != 0) {
-		sh_bench_result *x = sh_bench_add(r, SUITE, "put_small", "shoal", 0);
+		sh_bench_result *x = sh_bench_add(r, suite, first_test, "shoal", 0);
 		sh_bench_skip(x, "%s",
 			      access(PYTHON, X_OK) != 0
 				      ? PYTHON " is not installed"
@@ -140,9 +170,16 @@ int sh_bench_pystore(const sh_bench_opts *o, sh_bench_report *r)
 	}
 	snprintf(env_path, sizeof(env_path), "PYTHONPATH=%s", dir);
 	char *env[] = {env_path, "PYTHONDONTWRITEBYTECODE=1", NULL};
-	char *argv[] = {PYTHON,	 "-m",	   "shoal.bench",
-			"store", "--json", o->quick ? "--quick" : (o->large ? "--large" : NULL),
+	char *argv[] = {PYTHON,
+			"-m",
+			"shoal.bench",
+			(char *)pysuite,
+			"--json",
+			o->quick ? "--quick" : NULL,
+			o->large ? "--large" : NULL,
 			NULL};
+	if (!argv[5]) /* --large without --quick */
+		argv[5] = argv[6], argv[6] = NULL;
 	size_t cap = 1 << 20;
 	char *out = malloc(cap);
 	if (!out)
@@ -153,18 +190,23 @@ int sh_bench_pystore(const sh_bench_opts *o, sh_bench_report *r)
 	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
 		cJSON *j = line[0] == '{' ? cJSON_Parse(line) : NULL;
 		if (j && cJSON_IsString(cJSON_GetObjectItem(j, "suite"))) {
-			add_line(r, j);
+			add_line(r, suite, j);
 			lines++;
 		}
 		cJSON_Delete(j);
 	}
 	if (st != 0 || lines == 0) {
-		sh_bench_result *x = sh_bench_add(r, SUITE, "run", "python3", 0);
-		sh_bench_fail(x, "python3 -m shoal.bench store: %s",
+		sh_bench_result *x = sh_bench_add(r, suite, "run", "python3", 0);
+		sh_bench_fail(x, "python3 -m shoal.bench %s: %s", pysuite,
 			      st < 0 ? err : "exited with an error (run it by hand to see it)");
 	}
 	free(out);
 	return 0;
+}
+
+int sh_bench_pystore(const sh_bench_opts *o, sh_bench_report *r)
+{
+	return sh_bench_python(o, r, SUITE, "store", "put_small");
 }
 
 void sh_bench_pystore_table(FILE *f, const sh_bench_report *r)

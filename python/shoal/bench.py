@@ -1,5 +1,6 @@
 """``python3 -m shoal.bench store`` (or ``shoal bench py-store``): the object store from
-Python, each figure beside a baseline measured in the same run.
+Python, each figure beside a baseline measured in the same run. ``python3 -m shoal.bench
+rpc`` (``shoal bench py-rpc``) is in shoal.bench_rpc, with these helpers.
 
 - put_small / get_small: a 64-byte bytes object; baseline: pickle through
   ``multiprocessing.shared_memory`` (the same object, the same round trip).
@@ -237,17 +238,23 @@ def fmt(v: float) -> str:
     return "%.3g" % v if abs(v) < 1000 else "{:,.0f}".format(v).replace(",", " ")
 
 
-def table(out) -> None:
-    print("shoal bench py-store: the object store from Python (%s)" % sys.executable, file=out)
+def rows(out, title: str) -> None:
+    """The results, a line each, under title."""
+    print(title, file=out)
+    w = max([15] + [len(r["test"]) for r in RESULTS])
     for r in RESULTS:
         p = " ".join("%s=%s" % kv for kv in r["params"].items())
         if r["status"] != "ok":
-            print("%-15s %-24s %-30s %s: %s" % (r["test"], r["impl"], p, r["status"],
-                                                r.get("reason", r.get("error"))), file=out)
+            print("%-*s %-12s %-30s %s: %s" % (w, r["test"], r["impl"], p, r["status"],
+                                               r.get("reason", r.get("error"))), file=out)
             continue
         m = "  ".join("%s %s" % (k, fmt(v)) for k, v in r["metrics"].items())
-        print("%-15s %-24s %-30s %s%s" % (r["test"], r["impl"], p, m,
-                                          "  (baseline)" if r["baseline"] else ""), file=out)
+        print("%-*s %-12s %-30s %s%s" % (w, r["test"], r["impl"], p, m,
+                                         "  (baseline)" if r["baseline"] else ""), file=out)
+
+
+def table(out) -> None:
+    rows(out, "shoal bench py-store: the object store from Python (%s)" % sys.executable)
     ok = {(r["test"], r["impl"]): r["metrics"] for r in RESULTS if r["status"] == "ok"}
     g = ok.get(("get_small", "shoal"), {})
     sd, tl = ok.get(("get_state_dict", "shoal")), ok.get(("get_state_dict", "torch.load"))
@@ -272,12 +279,18 @@ def table(out) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m shoal.bench",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("suite", choices=["store"], help="the suite (store)")
+    ap.add_argument("suite", choices=["store", "rpc"], help="the suite (store or rpc)")
     ap.add_argument("--quick", action="store_true", help="fewer rounds and smaller sizes")
     ap.add_argument("--json", action="store_true", help="JSON Lines instead of the table")
-    ap.add_argument("--large", action="store_true", help="the 1 GiB array with --quick too")
+    ap.add_argument("--large", action="store_true",
+                    help="store: the 1 GiB array with --quick too; rpc: the 6 GiB tensor")
     ap.add_argument("--socket", help="a running store (default: one in this process)")
     a = ap.parse_args(argv)
+    if a.suite == "rpc":
+        # As shoal.bench: under -m this module is __main__, a copy of shoal.bench
+        # whose RESULTS the rpc suite does not fill.
+        from . import bench_rpc
+        return bench_rpc.run(a)
     n = 2000 if a.quick else 20000
     with tempfile.TemporaryDirectory() as d:
         store = None if a.socket else shoal.Store(size=(3 << 30) if not a.quick else (1 << 30),
