@@ -315,6 +315,17 @@ def test_load_file(shoald, tmp_path):
         assert "torch" in str(e.value) and "U64" in str(e.value)
 
 
+def stop(proc):
+    """SIGSTOP, and wait until the kernel has stopped it (the signal is asynchronous)."""
+    proc.send_signal(signal.SIGSTOP)
+    for _ in range(1000):
+        with open("/proc/%d/status" % proc.pid) as f:
+            if "\nState:\tT" in f.read():
+                return
+        time.sleep(0.005)
+    raise AssertionError("shoald did not stop")
+
+
 def test_a_call_to_a_stalled_store_times_out(shoald_proc):
     c = shoal.connect(shoald_proc.sock)
     c.put(b"x" * 100, name="x")
@@ -323,7 +334,7 @@ def test_a_call_to_a_stalled_store_times_out(shoald_proc):
     with pytest.raises(TypeError):
         c.get("x", timeout="soon")
     bytes(c.get("x", timeout=5))  # a call's own timeout, then the connection's again
-    shoald_proc.send_signal(signal.SIGSTOP)  # the store stops answering mid-call
+    stop(shoald_proc)  # the store stops answering
     try:
         t0 = time.monotonic()
         with pytest.raises(shoal.Timeout) as e:
@@ -361,7 +372,7 @@ def test_ctrl_c_interrupts_a_call_to_a_stalled_store(shoald_proc):
         stderr=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline() == "ready\n"
-        shoald_proc.send_signal(signal.SIGSTOP)
+        stop(shoald_proc)
         p.stdin.write("go\n")
         p.stdin.flush()
         time.sleep(0.5)  # well into the get
