@@ -35,8 +35,12 @@ import os
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, Type, TypeVar
-
+# typing only for type checkers (isolate.pyi has the generic manager): see above
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
+    T = TypeVar("T")
+    
 from . import _shoal
 from . import Error, NotFound, _as_tensor, _is_numpy, _is_torch
 
@@ -51,7 +55,6 @@ __all__ = [
     "register_type",
 ]
 
-T = TypeVar("T")
 _ECRASHED = -10002
 _SANDBOX = {"none": 0, "basic": 1, "strict": 2}
 
@@ -582,6 +585,13 @@ class _Extension:
         })
         if exe:
             env["SHOAL_PY_EXECUTABLE"] = exe
+        # Arguments of tens of MiB become new Python objects there call after call, in
+        # memory glibc maps afresh each time (32 MiB and up): a page fault per 4 KiB,
+        # 0.2 s for 50 MiB on a VM. In 2 MiB pages (glibc asks for them where the
+        # kernel's transparent huge pages are "madvise", as Debian's are) a fiftieth.
+        tun = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t]
+        if not any(t.startswith("glibc.malloc.hugetlb=") for t in tun):
+            env["GLIBC_TUNABLES"] = ":".join(tun + ["glibc.malloc.hugetlb=1"])
         self.manager = manager
         store = manager.store_socket() if config.share_torch else None
         if store:
@@ -662,7 +672,7 @@ class _Proxy:
         return "<extension %s (pid %d)>" % (self._ext.config.name, self._ext.ext.pid)
 
 
-class ExtensionManager(Generic[T]):
+class ExtensionManager:
     """Starts, calls and stops extensions whose instances are of class base.
 
     Extensions with ``share_torch`` pass tensors through a store: ``store`` (a socket
@@ -670,6 +680,9 @@ class ExtensionManager(Generic[T]):
     first such extension, sized half the machine's memory (a limit, not an allocation).
     A torch tensor of the host is put there once and passed by reference from then on,
     until it changes; what arrives is a read-only view, on either side."""
+
+    def __class_getitem__(cls, item: Any) -> Any:
+        return cls  # ExtensionManager[Node] in annotations; isolate.pyi types it
 
     def __init__(self, base: Type[T], config: Any = None, *, store: Any = None) -> None:
         if not (isinstance(base, type) and issubclass(base, ExtensionBase)):

@@ -1,0 +1,64 @@
+"""Type stubs of shoal.isolate: isolate.py imports no typing at run time (an extension's
+process imports it at its start), so its generic manager is typed here."""
+from typing import Any, Callable, Dict, Generic, List, Optional, Type, TypeVar
+
+T = TypeVar("T")
+
+class RemoteError(Exception):
+    type_name: str
+    message: str
+    remote_traceback: str
+    def __init__(self, type_name: str, message: str, remote_traceback: str = ...) -> None: ...
+
+class ExtensionCrashed(RuntimeError): ...
+class ExtensionLoadError(ImportError): ...
+
+def register_type(cls: type, to_value: Callable[[Any], Any], from_value: Callable[[Any], Any],
+                  name: Optional[str] = ...) -> None: ...
+
+class ExtensionBase:
+    def before_module_loaded(self) -> None: ...
+    def on_module_loaded(self, module: Any) -> None: ...
+
+class ProxiedSingleton: ...
+
+class ExtensionConfig:
+    name: str
+    module_path: str
+    python: Optional[str]
+    sys_path: List[str]
+    env: Dict[str, str]
+    cwd: Optional[str]
+    dependencies: List[str]
+    share_torch: bool
+    sandbox: str
+    allow_network: bool
+    mem_max: Optional[int]
+    cpu_limit: Optional[int]
+    max_files: Optional[int]
+    call_timeout: Optional[float]
+    start_timeout: Optional[float]
+    restart: str
+    log_output: bool
+    def __init__(self, name: str, module_path: str, python: Optional[str] = ...,
+                 sys_path: Optional[List[str]] = ..., env: Optional[Dict[str, str]] = ...,
+                 cwd: Optional[str] = ..., dependencies: Optional[List[str]] = ...,
+                 share_torch: bool = ..., sandbox: str = ..., allow_network: bool = ...,
+                 mem_max: Optional[int] = ..., cpu_limit: Optional[int] = ...,
+                 max_files: Optional[int] = ..., call_timeout: Optional[float] = ...,
+                 start_timeout: Optional[float] = ..., restart: str = ...,
+                 log_output: bool = ...) -> None: ...
+
+class ExtensionManager(Generic[T]):
+    base: Type[T]
+    def __init__(self, base: Type[T], config: Any = ..., *, store: Any = ...) -> None: ...
+    def store_socket(self) -> str: ...
+    @property
+    def client(self) -> Any: ...
+    def load_extension(self, config: ExtensionConfig) -> T: ...
+    def get_extension(self, name: str) -> T: ...
+    def stop_extension(self, name: str) -> None: ...
+    def stop_all_extensions(self) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "ExtensionManager[T]": ...
+    def __exit__(self, *exc: Any) -> None: ...
