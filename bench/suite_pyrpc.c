@@ -94,7 +94,8 @@ void sh_bench_pyrpc_table(FILE *f, const sh_bench_report *r)
 	}
 	if (slow) {
 		double m = sh_bench_metric_get(slow, "mean_us", 0);
-		fprintf(f, " shared tensors %.0f-%.0f us (%s the slowest; goal <= 50 and flat: %s);",
+		fprintf(f,
+			" shared tensors %.0f-%.0f us (%s the slowest; goal <= 50 and flat: %s);",
 			fast, m, slow->test, met(m <= 50));
 	}
 	if (tg >= 0)
