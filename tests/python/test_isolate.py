@@ -35,6 +35,16 @@ def manager():
         yield m
 
 
+@pytest.fixture(params=["copy", "shared"])
+def any_node(request, tmp_path):
+    """An extension in each payload mode (shared: tensors through a store)."""
+    with shoal.Store(size=256 << 20, socket=str(tmp_path / "m.sock")) as store, \
+            si.ExtensionManager(iso_app.Node, store=store) as m:
+        yield m.load_extension(si.ExtensionConfig(
+            name=request.param, module_path=module(tmp_path, "m", "x = 1"),
+            share_torch=request.param == "shared")), request.param == "shared"
+
+
 @pytest.fixture
 def node(manager, tmp_path):
     path = module(tmp_path, "plain", """
@@ -91,7 +101,8 @@ VALUES = [None, True, False, 0, -1, 2**63 - 1, -2**63, 1.5, float("inf"), "", "h
           [iso_app.Point(3, 4), {"p": iso_app.Point(5, 6)}]]
 
 
-def test_every_value_kind_both_ways(node):
+def test_every_value_kind_both_ways(any_node):
+    node, _ = any_node
     for v in VALUES:
         got = node.echo(v)
         want = bytes(v) if isinstance(v, bytearray) else v
@@ -105,18 +116,21 @@ def test_every_value_kind_both_ways(node):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "int64", "int32", "int16",
                                    "int8", "uint64", "uint32", "uint16", "uint8", "bool"])
-def test_numpy_arrays_both_ways(node, dtype):
+def test_numpy_arrays_both_ways(any_node, dtype):
+    node, shared = any_node
     for shape in [(), (0,), (7,), (3, 5), (2, 0, 4), (1,) * 32]:
         a = (np.arange(int(np.prod(shape))) % 3).astype(dtype).reshape(shape)
         got = node.echo(a)
         assert isinstance(got, np.ndarray) and got.dtype == a.dtype and got.shape == a.shape
         assert np.array_equal(got, a)
-        got[...] = 0  # a copy is the receiver's own
+        if not shared:
+            got[...] = 0  # a copy is the receiver's own
     t = np.arange(12, dtype=np.int32).reshape(3, 4).T  # not contiguous
     assert np.array_equal(node.echo(t), t)
 
 
-def test_torch_tensors_both_ways(node):
+def test_torch_tensors_both_ways(any_node):
+    node, shared = any_node
     torch = pytest.importorskip("torch")
     for t in [torch.rand(10, 10), torch.arange(6, dtype=torch.int64).reshape(2, 3),
               torch.tensor([1.5, -2.0], dtype=torch.bfloat16), torch.tensor([True, False]),
@@ -133,6 +147,29 @@ def test_hooks_run_in_order_in_another_process(node):
     assert node.order_of_hooks() == ["before", "loaded:plain"]
     assert node.pid() != os.getpid()
     assert node.add(2, b=3) == 5
+
+
+def test_environment_working_directory_and_sys_path(manager, tmp_path):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "helper_mod.py").write_text("VALUE = 'from sys_path'\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    path = module(tmp_path, "envy", """
+        import os, helper_mod
+        def where():
+            return [os.environ.get("EXT_FLAVOUR"), os.getcwd(), helper_mod.VALUE,
+                    "HOME_SECRET" in os.environ]
+    """)
+    os.environ["HOME_SECRET"] = "not for extensions"
+    try:
+        n = manager.load_extension(si.ExtensionConfig(
+            name="envy", module_path=path, env={"EXT_FLAVOUR": "mint"}, cwd=str(work),
+            sys_path=[str(lib)], sandbox="basic"))
+        # basic: a cleared environment, plus what the config gives
+        assert n.run("where") == ["mint", str(work), "from sys_path", False]
+    finally:
+        del os.environ["HOME_SECRET"]
 
 
 def test_exceptions_keep_type_message_and_traceback(node):
