@@ -356,6 +356,12 @@ def test_strict_sandbox_refuses_sockets_and_ptrace(manager):
     assert n.run("net") == 1  # EPERM
     assert n.run("trace") in (1, 3)  # EPERM (or ESRCH: no such process in its namespace)
     assert n.run("uid") != 0
+    torch = pytest.importorskip("torch")
+    # shared, in a sandbox whose Python cannot reach the store: its side copies
+    s = manager.load_extension(si.ExtensionConfig(name="jail2", module_path=path,
+                                                  sandbox="strict", share_torch=True))
+    t = torch.rand(64, 64)
+    assert torch.equal(s.echo(t), t) and torch.equal(s.echo([t, t])[1], t)
 
 
 def test_shared_tensors_go_by_reference(tmp_path):
@@ -386,3 +392,22 @@ def test_shared_tensors_go_by_reference(tmp_path):
         n.add(1, 1)  # an extension holds the last result it returned until its next call
         gc.collect()
         assert client.stat()["used"] == base["used"]  # everything shared is freed
+
+
+def test_a_crash_fails_every_call_in_flight(manager, tmp_path):
+    path = module(tmp_path, "flight", """
+        import os, time
+        def slow_then_die():
+            time.sleep(0.2)
+            os._exit(9)
+    """)
+    n = manager.load_extension(si.ExtensionConfig(name="flight", module_path=path))
+
+    async def main():
+        calls = [n.run("slow_then_die")] + [n.add(i, 1) for i in range(20)]
+        return await asyncio.gather(*calls, return_exceptions=True)
+    t0 = time.monotonic()
+    got = asyncio.run(main())
+    assert time.monotonic() - t0 < 10
+    assert all(isinstance(g, si.ExtensionCrashed) for g in got), got
+    assert "status 9" in str(got[0])
