@@ -63,6 +63,19 @@ int sh_py_client_check(ShClient *c);
 /* Lets go of o's store reference (takes the client's mutex). GIL held. */
 void sh_py_object_drop(ShObject *o);
 
+/* A tensor's memory as a Py_buffer (owner: what keeps it), with the struct
+ * format fmt (empty: none for this dtype) and dims: shape, then strides in
+ * bytes. Shared by the store's Tensor and a call's Value. */
+int sh_py_tensor_buffer(Py_buffer *v, PyObject *owner, const void *data, size_t nbytes,
+			shoal_dtype dt, int ndim, Py_ssize_t *dims, char *fmt, bool readonly,
+			int flags);
+/* The struct module's format of a dtype, or 0 (bf16, 8-bit floats). */
+char sh_py_struct_format(shoal_dtype dt);
+/* A DLPack capsule's destructor: the deleter runs unless a consumer took it. */
+void sh_py_capsule_gone(PyObject *cap);
+/* What a zero-byte buffer points at: consumers want a non-NULL pointer. */
+extern char sh_py_empty_buf[1];
+
 /* Object.tensor()/tensors()/blob() build these. */
 PyObject *sh_py_tensor_new(ShObject *o, const shoal_node *n);
 PyObject *sh_py_blob_new(ShObject *o, const void *data, size_t size);

@@ -29,7 +29,7 @@ typedef struct {
 } ShBlob;
 
 /* What a zero-byte buffer points at: consumers want a non-NULL pointer. */
-static char empty_buf[1];
+char sh_py_empty_buf[1];
 
 /* ---- Object ---- */
 
@@ -279,7 +279,7 @@ PyTypeObject ShObject_Type = {
 
 /* ---- Tensor ---- */
 
-static char struct_format(shoal_dtype dt)
+char sh_py_struct_format(shoal_dtype dt)
 {
 	switch (dt) {
 	case SHOAL_DT_F64:
@@ -339,7 +339,7 @@ PyObject *sh_py_tensor_new(ShObject *o, const shoal_node *n)
 	self->nbytes = t.nbytes;
 	self->dtype = t.dtype;
 	self->ndim = t.ndim;
-	self->fmt[0] = struct_format(t.dtype);
+	self->fmt[0] = sh_py_struct_format(t.dtype);
 	self->fmt[1] = 0;
 	for (int i = 0; i < t.ndim; i++) {
 		self->dims[i] = (Py_ssize_t)t.shape[i];
@@ -374,33 +374,41 @@ static void tensor_dealloc(ShTensor *self)
 	PyObject_GC_Del(self);
 }
 
-static int tensor_getbuffer(ShTensor *self, Py_buffer *v, int flags)
+int sh_py_tensor_buffer(Py_buffer *v, PyObject *owner, const void *data, size_t nbytes,
+			shoal_dtype dt, int ndim, Py_ssize_t *dims, char *fmt, bool readonly,
+			int flags)
 {
-	if (!self->fmt[0]) {
+	if (!fmt[0]) {
 		sh_py_raisef(ShInvalidInput, SHOAL_ENOTSUP,
 			     "a %s tensor has no buffer format (numpy has no such dtype): read it "
 			     "through torch (DLPack), or its raw bytes with Object.blob()",
-			     shoal_dtype_name(self->dtype));
+			     shoal_dtype_name(dt));
 		v->obj = NULL;
 		return -1;
 	}
-	if (flags & PyBUF_WRITABLE) {
-		PyErr_SetString(PyExc_BufferError, "a shoal tensor is read-only");
+	if ((flags & PyBUF_WRITABLE) && readonly) {
+		PyErr_SetString(PyExc_BufferError, "this tensor is read-only");
 		v->obj = NULL;
 		return -1;
 	}
-	v->buf = self->data ? (void *)self->data : empty_buf;
-	v->obj = Py_NewRef(self);
-	v->len = (Py_ssize_t)self->nbytes;
-	v->readonly = 1;
-	v->itemsize = (Py_ssize_t)shoal_dtype_size(self->dtype);
-	v->format = (flags & PyBUF_FORMAT) ? self->fmt : NULL;
-	v->ndim = self->ndim;
-	v->shape = (flags & PyBUF_ND) ? self->dims : NULL;
-	v->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->dims + self->ndim : NULL;
+	v->buf = data ? (void *)data : sh_py_empty_buf;
+	v->obj = Py_NewRef(owner);
+	v->len = (Py_ssize_t)nbytes;
+	v->readonly = readonly;
+	v->itemsize = (Py_ssize_t)shoal_dtype_size(dt);
+	v->format = (flags & PyBUF_FORMAT) ? fmt : NULL;
+	v->ndim = ndim;
+	v->shape = (flags & PyBUF_ND) ? dims : NULL;
+	v->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? dims + ndim : NULL;
 	v->suboffsets = NULL;
 	v->internal = NULL;
 	return 0;
+}
+
+static int tensor_getbuffer(ShTensor *self, Py_buffer *v, int flags)
+{
+	return sh_py_tensor_buffer(v, (PyObject *)self, self->data, self->nbytes, self->dtype,
+				   self->ndim, self->dims, self->fmt, true, flags);
 }
 
 static PyBufferProcs tensor_as_buffer = {
@@ -431,7 +439,7 @@ static void dl_one_delete(DLManagedTensor *m)
 	PyGILState_Release(g);
 }
 
-static void capsule_gone(PyObject *cap)
+void sh_py_capsule_gone(PyObject *cap)
 {
 	/* renamed "used_dltensor" by a consumer that took it: theirs to free */
 	if (PyCapsule_IsValid(cap, "dltensor")) {
@@ -454,8 +462,8 @@ static PyObject *dl_refused(shoal_dtype dt, int rc)
 static PyObject *dl_capsule(DLManagedTensor *m)
 {
 	if (!m->dl_tensor.data)
-		m->dl_tensor.data = empty_buf; /* consumers want a pointer */
-	PyObject *cap = PyCapsule_New(m, "dltensor", capsule_gone);
+		m->dl_tensor.data = sh_py_empty_buf; /* consumers want a pointer */
+	PyObject *cap = PyCapsule_New(m, "dltensor", sh_py_capsule_gone);
 	if (!cap)
 		m->deleter(m);
 	return cap;
@@ -735,7 +743,8 @@ static void blob_dealloc(ShBlob *self)
 
 static int blob_getbuffer(ShBlob *self, Py_buffer *v, int flags)
 {
-	return PyBuffer_FillInfo(v, (PyObject *)self, self->data ? (void *)self->data : empty_buf,
+	return PyBuffer_FillInfo(v, (PyObject *)self,
+				 self->data ? (void *)self->data : sh_py_empty_buf,
 				 (Py_ssize_t)self->size, 1, flags);
 }
 

@@ -42,19 +42,6 @@ typedef struct {
 	Py_ssize_t dims[]; /* shape, then strides in bytes */
 } ShVal;
 
-static char empty_val[1];
-
-static char val_format(shoal_dtype dt)
-{
-	static const char f[SHOAL_DT_COUNT] = {
-		[SHOAL_DT_F64] = 'd', [SHOAL_DT_F32] = 'f', [SHOAL_DT_F16] = 'e',
-		[SHOAL_DT_I64] = 'q', [SHOAL_DT_I32] = 'i', [SHOAL_DT_I16] = 'h',
-		[SHOAL_DT_I8] = 'b',  [SHOAL_DT_U64] = 'Q', [SHOAL_DT_U32] = 'I',
-		[SHOAL_DT_U16] = 'H', [SHOAL_DT_U8] = 'B',  [SHOAL_DT_BOOL] = '?',
-	};
-	return (unsigned)dt < SHOAL_DT_COUNT ? f[dt] : 0;
-}
-
 static PyObject *val_new(const shoal_value *v, PyObject *keeper, const void *data, bool readonly)
 {
 	ShVal *self = PyObject_GC_NewVar(ShVal, &ShVal_Type, 2 * v->v.t.ndim);
@@ -66,7 +53,7 @@ static PyObject *val_new(const shoal_value *v, PyObject *keeper, const void *dat
 	self->dtype = v->v.t.dtype;
 	self->ndim = v->v.t.ndim;
 	self->readonly = readonly;
-	self->fmt[0] = val_format(v->v.t.dtype);
+	self->fmt[0] = sh_py_struct_format(v->v.t.dtype);
 	self->fmt[1] = 0;
 	self->dl = NULL;
 	Py_ssize_t isz = (Py_ssize_t)shoal_dtype_size(v->v.t.dtype), stride = isz;
@@ -99,29 +86,8 @@ static void val_dealloc(ShVal *self)
 
 static int val_getbuffer(ShVal *self, Py_buffer *v, int flags)
 {
-	if (!self->fmt[0]) {
-		PyErr_Format(PyExc_TypeError, "numpy has no %s: this tensor is torch's to read",
-			     shoal_dtype_name(self->dtype));
-		v->obj = NULL;
-		return -1;
-	}
-	if ((flags & PyBUF_WRITABLE) && self->readonly) {
-		PyErr_SetString(PyExc_BufferError, "a shared tensor is read-only");
-		v->obj = NULL;
-		return -1;
-	}
-	v->buf = self->data ? (void *)self->data : empty_val;
-	v->obj = Py_NewRef(self);
-	v->len = (Py_ssize_t)self->nbytes;
-	v->readonly = self->readonly;
-	v->itemsize = (Py_ssize_t)shoal_dtype_size(self->dtype);
-	v->format = (flags & PyBUF_FORMAT) ? self->fmt : NULL;
-	v->ndim = self->ndim;
-	v->shape = (flags & PyBUF_ND) ? self->dims : NULL;
-	v->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->dims + self->ndim : NULL;
-	v->suboffsets = NULL;
-	v->internal = NULL;
-	return 0;
+	return sh_py_tensor_buffer(v, (PyObject *)self, self->data, self->nbytes, self->dtype,
+				   self->ndim, self->dims, self->fmt, self->readonly, flags);
 }
 
 static PyBufferProcs val_as_buffer = {.bf_getbuffer = (getbufferproc)val_getbuffer};
@@ -144,14 +110,6 @@ static void val_dl_delete(DLManagedTensor *m)
 	PyGILState_Release(g);
 }
 
-static void val_capsule_gone(PyObject *cap)
-{
-	if (PyCapsule_IsValid(cap, "dltensor")) {
-		DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
-		m->deleter(m);
-	}
-}
-
 static PyObject *val_dlpack(ShVal *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"stream", NULL};
@@ -165,11 +123,11 @@ static PyObject *val_dlpack(ShVal *self, PyObject *args, PyObject *kw)
 	if (!w)
 		return PyErr_NoMemory();
 	w->m.dl_tensor = self->dl->dl_tensor;
-	w->m.dl_tensor.data = self->data ? (void *)self->data : empty_val;
+	w->m.dl_tensor.data = self->data ? (void *)self->data : sh_py_empty_buf;
 	w->m.manager_ctx = w;
 	w->m.deleter = val_dl_delete;
 	w->val = (ShVal *)Py_NewRef(self);
-	PyObject *cap = PyCapsule_New(&w->m, "dltensor", val_capsule_gone);
+	PyObject *cap = PyCapsule_New(&w->m, "dltensor", sh_py_capsule_gone);
 	if (!cap)
 		val_dl_delete(&w->m);
 	return cap;

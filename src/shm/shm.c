@@ -100,11 +100,12 @@ bool sh_memfd_is_sealed(int fd)
 	return s >= 0 && (s & SEALS) == SEALS;
 }
 
-int sh_fd_pwrite_all(int fd, const void *p, size_t n, uint64_t off)
+/* pread or pwrite until all n bytes are done (EINTR retried; an early end
+ * of the file is SHOAL_EIO). */
+static int pio_all(int fd, unsigned char *b, size_t n, uint64_t off, bool writing)
 {
-	const unsigned char *b = p;
 	while (n) {
-		ssize_t k = pwrite(fd, b, n, (off_t)off);
+		ssize_t k = writing ? pwrite(fd, b, n, (off_t)off) : pread(fd, b, n, (off_t)off);
 		if (k < 0) {
 			if (errno == EINTR)
 				continue;
@@ -117,6 +118,16 @@ int sh_fd_pwrite_all(int fd, const void *p, size_t n, uint64_t off)
 		off += (uint64_t)k;
 	}
 	return 0;
+}
+
+int sh_fd_pwrite_all(int fd, const void *p, size_t n, uint64_t off)
+{
+	return pio_all(fd, (unsigned char *)p, n, off, true);
+}
+
+int sh_fd_pread_all(int fd, void *p, size_t n, uint64_t off)
+{
+	return pio_all(fd, p, n, off, false);
 }
 
 int sh_fd_copy(int out, uint64_t out_off, int in, uint64_t in_off, uint64_t len)

@@ -44,6 +44,8 @@ bool sh_memfd_size_fixed(int fd);
  * kernel's copy: no page of the file is mapped or faulted in this process,
  * which on VMs costs more than the copy itself. */
 int sh_fd_pwrite_all(int fd, const void *p, size_t n, uint64_t off);
+/* Reads all n bytes at off: SHOAL_EIO when the file ends first. */
+int sh_fd_pread_all(int fd, void *p, size_t n, uint64_t off);
 
 /* Copies len bytes of in at in_off to out at out_off, by the kernel
  * (copy_file_range, else sendfile: no page passes through this process).

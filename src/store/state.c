@@ -300,24 +300,6 @@ void sh_state_remove(sh_state *st, uint64_t id)
 
 /* ---- reading back ---- */
 
-static int pread_all(int fd, void *p, size_t n, uint64_t off)
-{
-	unsigned char *b = p;
-	while (n) {
-		ssize_t k = pread(fd, b, n, (off_t)off);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return shoal_errno();
-		if (k == 0)
-			return SHOAL_EIO;
-		b += k;
-		n -= (size_t)k;
-		off += (uint64_t)k;
-	}
-	return 0;
-}
-
 typedef struct load_ctx {
 	sh_state_fit_fn fit;
 	void *arg;
@@ -395,7 +377,7 @@ static int read_file(load_ctx *x, int fd, const char *name, const unsigned char 
 		*meta_cap = need;
 	}
 	uint64_t expect = page_up(HDR + need);
-	if (need && pread_all(fd, *meta, need, HDR) != 0) {
+	if (need && sh_fd_pread_all(fd, *meta, need, HDR) != 0) {
 		snprintf(why, whylen, "%lld bytes, shorter than its table and metadata",
 			 (long long)sb.st_size);
 		return SHOAL_EBADMSG;
@@ -514,7 +496,7 @@ int sh_state_load(sh_state *st, sh_state_fit_fn fit, sh_state_fn fn, void *arg)
 		/* The header first: it says how many segments to make room for. */
 		unsigned char h[HDR];
 		uint32_t ns = 0;
-		if (pread_all(fd, h, HDR, 0) == 0)
+		if (sh_fd_pread_all(fd, h, HDR, 0) == 0)
 			memcpy(&ns, h + 12, 4);
 		else
 			memset(h, 0, HDR); /* fails the magic below */
