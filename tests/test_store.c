@@ -1284,3 +1284,29 @@ SH_TEST(spare_segments)
 	free(data);
 	sh_test_leak_check();
 }
+
+/* A tensor with a zero dimension has no bytes, whatever its other
+ * dimensions: a writer may seal one whose strides do not fit in 64 bits,
+ * and a reader is told so instead of computing them (the Python module's
+ * fuzzer found the overflow). */
+SH_TEST(tensor_strides_that_overflow_are_refused)
+{
+	shoal_store *s = open_store(0);
+	shoal_client *c = connect_to(s);
+	shoal_builder *b;
+	CHECK_OK(shoal_builder_create(c, "tensor", &b));
+	int64_t shape[3] = {0, INT64_MAX / 2, 4};
+	void *p;
+	CHECK_OK(shoal_node_set_tensor(shoal_builder_root(b), SHOAL_DT_F32, 3, shape, &p));
+	shoal_id id;
+	CHECK_OK(shoal_builder_seal(b, NULL, 0, &id));
+	shoal_object *o;
+	CHECK_OK(shoal_get(c, id, &o));
+	shoal_tensor t;
+	CHECK_RC(shoal_node_tensor(shoal_object_root(o), &t), SHOAL_EOVERFLOW);
+	struct DLManagedTensor *m;
+	CHECK_RC(shoal_node_dlpack(o, shoal_object_root(o), &m), SHOAL_EOVERFLOW);
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
+}

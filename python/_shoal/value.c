@@ -44,6 +44,18 @@ typedef struct {
 
 static PyObject *val_new(const shoal_value *v, PyObject *keeper, const void *data, bool readonly)
 {
+	/* strides in bytes: a shape with a zero dimension can have huge others */
+	Py_ssize_t strides[SHOAL_TENSOR_MAX_DIMS];
+	Py_ssize_t stride = (Py_ssize_t)shoal_dtype_size(v->v.t.dtype);
+	for (int i = v->v.t.ndim - 1; i >= 0; i--) {
+		strides[i] = stride;
+		int64_t d = v->v.t.shape[i] ? v->v.t.shape[i] : 1;
+		if (d > PY_SSIZE_T_MAX || __builtin_mul_overflow(stride, (Py_ssize_t)d, &stride))
+			return sh_py_raisef(
+				ShInvalidInput, SHOAL_EOVERFLOW,
+				"a tensor whose strides overflow (shape %lld in dimension %d)",
+				(long long)v->v.t.shape[i], i);
+	}
 	ShVal *self = PyObject_GC_NewVar(ShVal, &ShVal_Type, 2 * v->v.t.ndim);
 	if (!self)
 		return NULL;
@@ -56,11 +68,9 @@ static PyObject *val_new(const shoal_value *v, PyObject *keeper, const void *dat
 	self->fmt[0] = sh_py_struct_format(v->v.t.dtype);
 	self->fmt[1] = 0;
 	self->dl = NULL;
-	Py_ssize_t isz = (Py_ssize_t)shoal_dtype_size(v->v.t.dtype), stride = isz;
-	for (int i = v->v.t.ndim - 1; i >= 0; i--) {
+	for (int i = 0; i < v->v.t.ndim; i++) {
 		self->dims[i] = (Py_ssize_t)v->v.t.shape[i];
-		self->dims[v->v.t.ndim + i] = stride;
-		stride *= v->v.t.shape[i] ? (Py_ssize_t)v->v.t.shape[i] : 1;
+		self->dims[v->v.t.ndim + i] = strides[i];
 	}
 	/* 8-bit floats have no DLPack code: numpy's bytes are all they get */
 	if (shoal_v_dlpack(v, &self->dl) != 0)

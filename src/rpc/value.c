@@ -396,7 +396,11 @@ int shoal_v_dlpack(const shoal_value *v, DLManagedTensor **out)
 	for (int i = v->v.t.ndim - 1; i >= 0; i--) {
 		d->shape[i] = v->v.t.shape[i];
 		d->strides[i] = stride;
-		stride *= d->shape[i] ? d->shape[i] : 1;
+		/* a shape with a zero dimension can have huge others */
+		if (__builtin_mul_overflow(stride, d->shape[i] ? d->shape[i] : 1, &stride)) {
+			SH_DELETE(d);
+			return SHOAL_EOVERFLOW;
+		}
 	}
 	d->m.manager_ctx = d;
 	d->m.deleter = v_dl_delete;

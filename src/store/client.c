@@ -755,7 +755,10 @@ int shoal_node_tensor(const shoal_node *n, shoal_tensor *t)
 	for (int i = t->ndim - 1; i >= 0; i--) {
 		t->shape[i] = shape->v.ints[i];
 		t->strides[i] = stride;
-		stride *= t->shape[i] ? t->shape[i] : 1;
+		/* a shape with a zero dimension can have huge others: a writer
+		 * may seal one, and readers stride through it */
+		if (__builtin_mul_overflow(stride, t->shape[i] ? t->shape[i] : 1, &stride))
+			return SHOAL_EOVERFLOW;
 	}
 	t->data = n->blobs[0].ptr ? n->blobs[0].ptr : n->blobs[0].inline_data;
 	t->nbytes = n->blobs[0].size;
