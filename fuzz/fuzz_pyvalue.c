@@ -60,10 +60,11 @@ static void start_python(void)
 		die("importing shoal.isolate from SHOAL_SRCDIR/python");
 	Py_DECREF(p);
 	/* a registered type, so that its tag decodes */
-	if (PyRun_SimpleString("import shoal.isolate as si\n"
-			       "class Point:\n"
-			       "    def __init__(self, x, y): self.x, self.y = x, y\n"
-			       "si.register_type(Point, lambda p: [p.x, p.y], lambda v: Point(*v))\n") != 0)
+	if (PyRun_SimpleString(
+		    "import shoal.isolate as si\n"
+		    "class Point:\n"
+		    "    def __init__(self, x, y): self.x, self.y = x, y\n"
+		    "si.register_type(Point, lambda p: [p.x, p.y], lambda v: Point(*v))\n") != 0)
 		die("registering a type");
 }
 
@@ -103,7 +104,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n)
 				pack(&w, v2);
 				shoal_vbuf *b3;
 				shoal_value *v3;
-				if (shoal_vbuf_create(&b3) || w.err || decode(b3, w.p, w.len, &v3) != 0)
+				if (shoal_vbuf_create(&b3) || w.err ||
+				    decode(b3, w.p, w.len, &v3) != 0)
 					abort(); /* our encoder made what our decoder refuses */
 				PyObject *o3 = sh_py_from_value(v3);
 				Py_XDECREF(o3);
@@ -181,7 +183,8 @@ static void pyvalue_seeds(void)
 		const char *name, *expr;
 	} values[] = {
 		{"none", "None"},
-		{"scalars", "[True, False, 0, -1, 2**63 - 1, -2**63, 1.5, float('inf'), float('nan')]"},
+		{"scalars",
+		 "[True, False, 0, -1, 2**63 - 1, -2**63, 1.5, float('inf'), float('nan')]"},
 		{"strings", "['', 'héllo', 'x' * 300]"},
 		{"bytes", "[b'', b'\\x00\\xff', bytearray(b'ab'), b'y' * 5000]"},
 		{"nested", "[1, [2, [3, [4, [5]]]], {'a': [1, {'b': (2,)}]}]"},
@@ -194,7 +197,8 @@ static void pyvalue_seeds(void)
 		{"arrays-dtypes",
 		 "[__import__('numpy').zeros((2, 1), dtype=d) for d in ('float64', 'float16', "
 		 "'int64', 'int8', 'uint64', 'uint16', 'bool')]"},
-		{"array-0d-empty", "[__import__('numpy').float64(3), __import__('numpy').zeros((2, 0))]"},
+		{"array-0d-empty",
+		 "[__import__('numpy').float64(3), __import__('numpy').zeros((2, 0))]"},
 		{"envelope-ok", "[0, {'result': [1, 2]}]"},
 		{"envelope-error",
 		 "[1, {'type': 'ValueError', 'message': 'bad', 'traceback': 'Traceback...'}]"},
@@ -210,7 +214,10 @@ static void pyvalue_seeds(void)
 	forged("forged-dict-odd", "dict", shoal_v_array(b, 3), b);
 	shoal_vbuf_free(b);
 	/* the first crash: a tensor of shape (0, 2^62, 4) whose strides overflowed */
-	static const uint8_t strides[] = {0x92, 0xcb, 0x40, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc7, 0x18, 0x01, 0x05, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x61, 0x6c};
+	static const uint8_t strides[] = {
+		0x92, 0xcb, 0x40, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc7, 0x18, 0x01,
+		0x05, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x61, 0x6c};
 	seed_write("regress-strides-overflow", strides, sizeof(strides));
 }
 
