@@ -576,6 +576,10 @@ SH_TEST(reject_size_overflow)
 	 * the reference multiplies left to right and fails the same way */
 	EXPECT_BAD("{" T1("a", "U8", "[4294967296,4294967296,4294967296,0]", 0, 0) "}", 0,
 		   SHOAL_EBADMSG, "2^64 elements");
+	/* no elements, but a reader's strides would overflow (the fuzzer's find:
+	 * its own check multiplies bytes, not elements, and disagreed) */
+	EXPECT_BAD("{" T1("a", "F64", "[900719920,4854740991,0,4096]", 0, 0) "}", 0, SHOAL_EBADMSG,
+		   "strides that do not fit");
 }
 
 SH_TEST(reject_size_mismatch)

@@ -560,13 +560,25 @@ static int parse_tensor(const cJSON *c, sh_st_tensor *t, char *err, size_t errle
 			    "): begin is after end",
 			    qn, t->begin, t->end);
 
-	/* size_t is 64 bits wherever shoal builds (x86_64, aarch64). */
-	size_t count = 1, bytes;
-	for (int d = 0; d < t->ndim; d++)
+	/* size_t is 64 bits wherever shoal builds (x86_64, aarch64). The
+	 * span (item size times every dimension but zeros) bounds the strides
+	 * a reader computes: a zero-sized tensor may not have dimensions whose
+	 * strides overflow. */
+	size_t count = 1, bytes, span = shoal_dtype_size(t->dtype);
+	bool wide = false;
+	for (int d = 0; d < t->ndim; d++) {
 		if (shoal_mul_size(count, (size_t)t->shape[d], &count) != 0)
 			return fail(err, errlen, SHOAL_EBADMSG,
 				    "tensor %s: %s has more than 2^64 elements", qn,
 				    show_shape(t, sb, sizeof(sb)));
+		if (t->shape[d] &&
+		    (shoal_mul_size(span, (size_t)t->shape[d], &span) != 0 || span > INT64_MAX))
+			wide = true;
+	}
+	if (count == 0 && wide)
+		return fail(err, errlen, SHOAL_EBADMSG,
+			    "tensor %s: %s has no elements, but strides that do not fit in 63 bits",
+			    qn, show_shape(t, sb, sizeof(sb)));
 	if (shoal_mul_size(count, shoal_dtype_size(t->dtype), &bytes) != 0)
 		return fail(err, errlen, SHOAL_EBADMSG, "tensor %s: %s has more than 2^64 bytes",
 			    qn, show_shape(t, sb, sizeof(sb)));
