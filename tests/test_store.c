@@ -6,6 +6,7 @@
  * deferred frees, transient objects, clients killed mid-create, capacity,
  * 100 concurrent clients, and malformed frames of every kind. */
 #include "test.h"
+#include "store_dict.h"
 
 #include "store/client.h"
 #include "store/proto.h"
@@ -143,30 +144,9 @@ SH_TEST(put_get_bytes)
 	sh_test_leak_check();
 }
 
-/* A state-dict-shaped object: n tensors of f32 [rows, 16], row counts
- * varying, every element i of tensor t equal to t * 1000 + i. */
 static shoal_id put_dict(shoal_client *c, const char *name, int n, unsigned flags)
 {
-	shoal_builder *b;
-	CHECK_OK(shoal_builder_create(c, "tensor_dict", &b));
-	size_t total = 0;
-	for (int t = 0; t < n; t++)
-		total += (size_t)(t % 7 + 1) * 16 * 4 + SH_STORE_BLOB_ALIGN;
-	CHECK_OK(shoal_builder_reserve(b, total));
-	for (int t = 0; t < n; t++) {
-		char nm[64];
-		snprintf(nm, sizeof(nm), "layers.%d.weight", t);
-		shoal_node *m;
-		CHECK_OK(shoal_node_add_member(shoal_builder_root(b), nm, "tensor", &m));
-		int64_t shape[2] = {t % 7 + 1, 16};
-		float *p;
-		CHECK_OK(shoal_node_set_tensor(m, SHOAL_DT_F32, 2, shape, (void **)&p));
-		for (int i = 0; i < shape[0] * 16; i++)
-			p[i] = (float)(t * 1000 + i);
-	}
-	shoal_id id;
-	CHECK_OK(shoal_builder_seal(b, name, flags, &id));
-	return id;
+	return put_dict_of(c, name, n, 16, flags);
 }
 
 static void check_dict(const shoal_object *o, int n)

@@ -9,6 +9,7 @@
  * the directory itself is checked; and a client, root or nobody, cannot
  * write what it maps of a restored object. */
 #include "test.h"
+#include "store_dict.h"
 
 #include "store/proto.h"
 #include "store/state.h"
@@ -216,30 +217,9 @@ static void check_pattern(shoal_client *c, const char *name, shoal_id id, int k,
 	CHECK_OK(shoal_object_release(o));
 }
 
-/* A tensor dict of n f32 tensors in one region, element i of tensor t
- * t * 1000 + i. */
 static shoal_id put_dict(shoal_client *c, const char *name, int n, unsigned flags)
 {
-	shoal_builder *b;
-	CHECK_OK(shoal_builder_create(c, "tensor_dict", &b));
-	size_t total = 0;
-	for (int t = 0; t < n; t++)
-		total += (size_t)(t % 7 + 1) * 1024 * 4 + SH_STORE_BLOB_ALIGN;
-	CHECK_OK(shoal_builder_reserve(b, total));
-	for (int t = 0; t < n; t++) {
-		char nm[64];
-		snprintf(nm, sizeof(nm), "layers.%d.weight", t);
-		shoal_node *m;
-		CHECK_OK(shoal_node_add_member(shoal_builder_root(b), nm, "tensor", &m));
-		int64_t shape[2] = {t % 7 + 1, 1024};
-		float *p;
-		CHECK_OK(shoal_node_set_tensor(m, SHOAL_DT_F32, 2, shape, (void **)&p));
-		for (int i = 0; i < shape[0] * 1024; i++)
-			p[i] = (float)(t * 1000 + i);
-	}
-	shoal_id id;
-	CHECK_OK(shoal_builder_seal(b, name, flags, &id));
-	return id;
+	return put_dict_of(c, name, n, 1024, flags);
 }
 
 static void check_dict(shoal_client *c, const char *name, shoal_id id, int n)
