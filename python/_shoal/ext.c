@@ -13,7 +13,6 @@
 typedef struct {
 	PyObject_HEAD shoal_ext *e; /* NULL once stopped */
 	shoal_vbuf *in, *out;	    /* a call's arguments and result, reused */
-	PyObject *name;
 	/* One Python caller at a time (nested calls of the same thread come
 	 * back in): the vbufs are the extension's, not a call's. */
 	pthread_mutex_t mu;
@@ -126,8 +125,6 @@ static PyObject *ext_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
 	pthread_mutex_init(&self->mu, &ma);
 	pthread_mutexattr_destroy(&ma);
-	self->name = Py_NewRef(PyDict_GetItemString(d, "name") ? PyDict_GetItemString(d, "name")
-							       : Py_None);
 	if (shoal_vbuf_create(&self->in) != 0 || shoal_vbuf_create(&self->out) != 0) {
 		PyErr_NoMemory();
 		Py_CLEAR(self);
@@ -168,7 +165,6 @@ static void ext_dealloc(ShExt *self)
 	ext_stop_now(self);
 	shoal_vbuf_free(self->in);
 	shoal_vbuf_free(self->out);
-	Py_CLEAR(self->name);
 	pthread_mutex_destroy(&self->mu);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }

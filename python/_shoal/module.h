@@ -90,7 +90,6 @@ shoal_value *sh_py_to_value(shoal_vbuf *b, PyObject *o, PyObject *keep);
  * shared (a store object) and this side has a connection to the store:
  * then they are views of the object through it. */
 PyObject *sh_py_from_value(const shoal_value *v);
-bool sh_py_value_has_shared(const shoal_value *v);
 PyObject *sh_py_set_value_hooks(PyObject *mod, PyObject *args);
 PyObject *sh_py_value_roundtrip(PyObject *mod, PyObject *o);
 PyObject *sh_py_register_service(PyObject *mod, PyObject *args);

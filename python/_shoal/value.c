@@ -31,18 +31,18 @@ static PyObject *hook_shared; /* (object id, torch) -> a view of a store object,
 /* ---- ShVal: a received tensor's memory, for numpy (buffer) and torch (DLPack) ---- */
 
 typedef struct {
-	PyObject_VAR_HEAD PyObject *keeper; /* owns the bytes: a bytearray, or what maps them */
+	PyObject_VAR_HEAD PyObject *keeper; /* owns the bytes: a bytearray */
 	DLManagedTensor *dl;		    /* shoal_v_dlpack's view: dtype, shape, strides */
 	const void *data;
 	size_t nbytes;
 	shoal_dtype dtype;
 	int ndim;
-	bool readonly;
 	char fmt[2];
 	Py_ssize_t dims[]; /* shape, then strides in bytes */
 } ShVal;
 
-static PyObject *val_new(const shoal_value *v, PyObject *keeper, const void *data, bool readonly)
+/* A copy of tensor v's bytes, in a bytearray of its own: the receiver's, writable. */
+static PyObject *val_new(const shoal_value *v)
 {
 	/* strides in bytes: a shape with a zero dimension can have huge others */
 	Py_ssize_t strides[SHOAL_TENSOR_MAX_DIMS];
@@ -56,15 +56,21 @@ static PyObject *val_new(const shoal_value *v, PyObject *keeper, const void *dat
 				"a tensor whose strides overflow (shape %lld in dimension %d)",
 				(long long)v->v.t.shape[i], i);
 	}
-	ShVal *self = PyObject_GC_NewVar(ShVal, &ShVal_Type, 2 * v->v.t.ndim);
-	if (!self)
+	PyObject *ba = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)v->v.t.nbytes);
+	if (!ba)
 		return NULL;
-	self->keeper = Py_NewRef(keeper);
-	self->data = data;
+	if (v->v.t.nbytes)
+		memcpy(PyByteArray_AS_STRING(ba), v->v.t.data, v->v.t.nbytes);
+	ShVal *self = PyObject_GC_NewVar(ShVal, &ShVal_Type, 2 * v->v.t.ndim);
+	if (!self) {
+		Py_DECREF(ba);
+		return NULL;
+	}
+	self->keeper = ba;
+	self->data = PyByteArray_AS_STRING(ba);
 	self->nbytes = v->v.t.nbytes;
 	self->dtype = v->v.t.dtype;
 	self->ndim = v->v.t.ndim;
-	self->readonly = readonly;
 	self->fmt[0] = sh_py_struct_format(v->v.t.dtype);
 	self->fmt[1] = 0;
 	self->dl = NULL;
@@ -97,7 +103,7 @@ static void val_dealloc(ShVal *self)
 static int val_getbuffer(ShVal *self, Py_buffer *v, int flags)
 {
 	return sh_py_tensor_buffer(v, (PyObject *)self, self->data, self->nbytes, self->dtype,
-				   self->ndim, self->dims, self->fmt, self->readonly, flags);
+				   self->ndim, self->dims, self->fmt, false, flags);
 }
 
 static PyBufferProcs val_as_buffer = {.bf_getbuffer = (getbufferproc)val_getbuffer};
@@ -153,11 +159,6 @@ static PyObject *val_get_dtype(ShVal *self, void *unused)
 	return PyUnicode_FromString(shoal_dtype_name(self->dtype));
 }
 
-static PyObject *val_get_readonly(ShVal *self, void *unused)
-{
-	return PyBool_FromLong(self->readonly);
-}
-
 static PyMethodDef val_methods[] = {
 	{"__dlpack__", (PyCFunction)(void (*)(void))val_dlpack, METH_VARARGS | METH_KEYWORDS,
 	 "__dlpack__(stream=None) -> PyCapsule\n\nA DLPack 0.6 capsule of this memory."},
@@ -167,7 +168,6 @@ static PyMethodDef val_methods[] = {
 
 static PyGetSetDef val_getset[] = {
 	{"dtype", (getter)val_get_dtype, NULL, "The store's dtype name.", NULL},
-	{"readonly", (getter)val_get_readonly, NULL, "True for a shared tensor.", NULL},
 	{NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -429,14 +429,7 @@ static PyObject *tensor_of(const shoal_value *v, bool torch)
 			return r;
 		Py_DECREF(r); /* no connection here: copied, as in copy mode */
 	}
-	/* copied: the bytes are ours, in memory of their own */
-	PyObject *ba = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)v->v.t.nbytes);
-	if (!ba)
-		return NULL;
-	if (v->v.t.nbytes)
-		memcpy(PyByteArray_AS_STRING(ba), v->v.t.data, v->v.t.nbytes);
-	PyObject *val = val_new(v, ba, PyByteArray_AS_STRING(ba), false);
-	Py_DECREF(ba);
+	PyObject *val = val_new(v); /* copied: the bytes are ours */
 	if (!val)
 		return NULL;
 	PyObject *r =
@@ -545,27 +538,6 @@ static PyObject *from_value(const shoal_value *v, int depth)
 PyObject *sh_py_from_value(const shoal_value *v)
 {
 	return from_value(v, 0);
-}
-
-bool sh_py_value_has_shared(const shoal_value *v)
-{
-	switch (v->type) {
-	case SHOAL_V_TENSOR:
-	case SHOAL_V_BLOB:
-		return v->v.t.obj != 0;
-	case SHOAL_V_ARRAY:
-		for (uint32_t i = 0; i < v->n; i++)
-			if (sh_py_value_has_shared(&v->v.items[i]))
-				return true;
-		return false;
-	case SHOAL_V_MAP:
-		for (uint32_t i = 0; i < 2 * v->n; i++)
-			if (sh_py_value_has_shared(&v->v.items[i]))
-				return true;
-		return false;
-	default:
-		return false;
-	}
 }
 
 PyObject *sh_py_set_value_hooks(PyObject *mod, PyObject *args)

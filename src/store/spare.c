@@ -253,14 +253,6 @@ void sh_spares_dispose(sh_spares *sp, int fd)
 	pthread_mutex_unlock(&sp->mu);
 }
 
-uint64_t sh_spares_bytes(sh_spares *sp)
-{
-	pthread_mutex_lock(&sp->mu);
-	uint64_t n = sp->held;
-	pthread_mutex_unlock(&sp->mu);
-	return n;
-}
-
 uint32_t sh_spares_fds(sh_spares *sp)
 {
 	pthread_mutex_lock(&sp->mu);
