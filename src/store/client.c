@@ -490,10 +490,11 @@ static int get(shoal_client *c, const char *name, shoal_id id, shoal_object **ou
 	o->refs = 1;
 	uint32_t n, nnew;
 	if (sh_mp_array(&m, &n) || n != 4 || sh_mp_uint(&m, &o->id) || sh_mp_uint(&m, &o->sig) ||
-	    sh_mp_array(&m, &nnew) || nnew > 1u << 20) {
+	    sh_mp_array(&m, &nnew) || nnew > 1u << 20 || o->id == 0 || (id && o->id != id)) {
 		c->broken = true;
 		rc = sh_client_fail(c, SHOAL_EPROTO,
-				    "GET reply: expected [id, sig, segments, node]");
+				    "GET reply: expected [id, sig, segments, node] with the id "
+				    "asked for (or any id but 0 for a name)");
 		SH_DELETE(o);
 		return rc;
 	}
