@@ -69,8 +69,9 @@ int sh_tk_read_result(sh_mp *m, uint64_t *id, int32_t *status, const unsigned ch
 {
 	uint32_t k;
 	int64_t st;
-	if (sh_mp_array(m, &k) || k != 3 || sh_mp_uint(m, id) || sh_mp_int(m, &st) || st > 0 ||
-	    st < INT32_MIN)
+	/* ids count from 1 on both sides: 0 is no task (and no map key) */
+	if (sh_mp_array(m, &k) || k != 3 || sh_mp_uint(m, id) || *id == 0 || sh_mp_int(m, &st) ||
+	    st > 0 || st < INT32_MIN)
 		return SHOAL_EPROTO;
 	*raw = m->p;
 	if (sh_mp_skip(m))
