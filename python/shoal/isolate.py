@@ -200,6 +200,11 @@ class _ByIdentity:
 _VIEWS = _ByIdentity()
 # The newest live view of each store object, to make the next from.
 _LATEST: Dict[int, Any] = {}
+# In an extension, the views of the last call's shared arguments stay until the next
+# call's are made (as the runner keeps their objects): a tensor passed call after call
+# then becomes a view of a view, with no round trip to the store and no release after.
+_KEPT: List[Any] = []
+_MADE: List[Any] = []
 
 
 def _store_id(o: Any) -> int:
@@ -273,6 +278,8 @@ def _decode_shared(oid: int, torch: bool) -> Any:
     _VIEWS.put(v, oid)
     _LATEST[oid] = weakref.ref(v, lambda _r, k=oid: _LATEST.pop(k, None)
                                if _LATEST.get(k) is _r else None)
+    if _IN_CHILD:
+        _MADE.append(v)
     return v
 
 
@@ -379,6 +386,8 @@ def _child_start() -> Callable[[Any], Any]:
             _CHILD_CLIENT = None
 
     def dispatch(call: Any) -> List[Any]:
+        global _KEPT, _MADE
+        _KEPT, _MADE = _MADE, []  # this call's arguments are made: the last call's go
         prev = _CTX.client
         _CTX.client = _CHILD_CLIENT
         try:

@@ -10,7 +10,6 @@ import gc
 import glob
 import importlib.util
 import os
-import signal
 import socket
 import subprocess
 import sys

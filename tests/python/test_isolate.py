@@ -1,10 +1,10 @@
 """shoal.isolate: Python extensions in real extension processes (shoal-ext running
 shoal-pyext.so), called from this test's process as pyisolate's users call theirs."""
 import asyncio
-import ctypes
 import gc
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -19,6 +19,7 @@ import shoal.isolate as si
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import iso_app  # noqa: E402  (the application both sides import)
+from conftest import stop  # noqa: E402
 
 np = pytest.importorskip("numpy")
 
@@ -392,6 +393,31 @@ def test_shared_tensors_go_by_reference(tmp_path):
         n.add(1, 1)  # an extension holds the last result it returned until its next call
         gc.collect()
         assert client.stat()["used"] == base["used"]  # everything shared is freed
+
+
+def test_a_tensor_passed_again_needs_no_store(tmp_path, shoald_proc):
+    """Both sides keep the last call's shared arguments until the next call: a tensor
+    passed call after call (pyisolate's shared-tensor test) reaches the store once. Shown
+    by stopping the store: the calls go on."""
+    torch = pytest.importorskip("torch")
+    path = module(tmp_path, "again", """
+        def info(t):
+            return (t.numel(), float(t[0, 0]), t.data_ptr())
+        """)
+    with si.ExtensionManager(iso_app.Node, store=shoald_proc.sock) as manager:
+        n = manager.load_extension(si.ExtensionConfig(
+            name="again", module_path=path, share_torch=True, call_timeout=5))
+        t = torch.rand(512, 512)
+        first = n.run("info", t)
+        assert first[:2] == (t.numel(), float(t[0, 0]))
+        stop(shoald_proc)  # from here a round trip to the store would time out
+        try:
+            for _ in range(50):
+                assert n.run("info", t) == first  # the same store pages each call
+        finally:
+            shoald_proc.send_signal(signal.SIGCONT)
+        t2 = torch.rand(8, 8)  # a new tensor goes through the store again
+        assert n.run("info", t2)[:2] == (64, float(t2[0, 0]))
 
 
 def test_a_crash_fails_every_call_in_flight(manager, tmp_path):

@@ -5,7 +5,6 @@ import gc
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -14,7 +13,7 @@ import pytest
 
 import shoal
 
-BINDIR = os.environ.get("SHOAL_TEST_BINDIR", "build/release")
+from conftest import stop  # noqa: E402
 SRCDIR = os.environ.get("SHOAL_SRCDIR", ".")
 PYTHON = "/usr/bin/python3"
 
@@ -31,29 +30,6 @@ def store(tmp_path):
 def client(store):
     with store.connect() as c:
         yield c
-
-
-@pytest.fixture
-def shoald_proc(tmp_path):
-    """A shoald process of this build (its Popen, with .sock)."""
-    sock = str(tmp_path / "shoald.sock")
-    p = subprocess.Popen([os.path.join(BINDIR, "tools", "shoald"), "--socket", sock,
-                          "--size", "1G"], stderr=subprocess.PIPE)
-    p.sock = sock
-    for _ in range(200):
-        if os.path.exists(sock):
-            break
-        time.sleep(0.01)
-    yield p
-    p.send_signal(signal.SIGCONT)
-    p.send_signal(signal.SIGTERM)
-    p.wait(10)
-
-
-@pytest.fixture
-def shoald(shoald_proc):
-    """A shoald process of this build; yields its socket."""
-    yield shoald_proc.sock
 
 
 def run_python(code, *args):
@@ -313,17 +289,6 @@ def test_load_file(shoald, tmp_path):
         with pytest.raises(shoal.InvalidInput) as e:
             shoal.load_file(g, c)
         assert "torch" in str(e.value) and "U64" in str(e.value)
-
-
-def stop(proc):
-    """SIGSTOP, and wait until the kernel has stopped it (the signal is asynchronous)."""
-    proc.send_signal(signal.SIGSTOP)
-    for _ in range(1000):
-        with open("/proc/%d/status" % proc.pid) as f:
-            if "\nState:\tT" in f.read():
-                return
-        time.sleep(0.005)
-    raise AssertionError("shoald did not stop")
 
 
 def test_a_call_to_a_stalled_store_times_out(shoald_proc):
