@@ -32,11 +32,6 @@ class CMakeBuild(build_ext):
         dest = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         shutil.copyfile(built, dest)
-        # shoal.isolate's extension runner and the library it loads live in the package
-        for f in ("shoal-ext", "shoal-pyext.so"):
-            src = os.path.join(build, "python", "shoal", f)
-            if os.path.exists(src):
-                shutil.copy2(src, os.path.join(os.path.dirname(dest), f))
 
 
 setup(

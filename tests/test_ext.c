@@ -346,6 +346,29 @@ SH_TEST(start_failures_are_fast)
 	CHECK_RC(shoal_ext_start(&e, &c), SHOAL_ENOENT);
 	CHECK_MSG(e, "cannot run");
 	CHECK_OK(shoal_ext_stop(e));
+	/* a runner that runs the runner (as python3 runs shoal's module): its
+	 * arguments come before shoal-ext's options */
+	char *via[SHOAL_EXT_RUNNER_ARGS_MAX + 2] = {runner, NULL};
+	c.runner = "/usr/bin/env";
+	c.runner_args = via;
+	e = start(&c);
+	shoal_vbuf *vb, *out;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	CHECK_OK(shoal_vbuf_create(&out));
+	shoal_value *args = shoal_v_array(vb, 2);
+	shoal_v_set(args, 0, shoal_v_int(vb, 2));
+	shoal_v_set(args, 1, shoal_v_int(vb, 3));
+	const shoal_value *r;
+	CHECK_OK(call(e, "add", args, out, &r));
+	CHECK_EQ(r->v.i, 5);
+	shoal_vbuf_free(out);
+	shoal_vbuf_free(vb);
+	CHECK_OK(shoal_ext_stop(e));
+	for (int i = 0; i <= SHOAL_EXT_RUNNER_ARGS_MAX; i++)
+		via[i] = "-u";
+	e = NULL;
+	CHECK_RC(shoal_ext_start(&e, &c), SHOAL_EINVAL); /* too many */
+	CHECK(e == NULL);
 }
 
 SH_TEST(limits_and_basic_sandbox)

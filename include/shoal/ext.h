@@ -112,11 +112,18 @@ typedef enum shoal_restart {
 	SHOAL_RESTART_ON_CRASH, /* start it again at the next call after a crash */
 } shoal_restart;
 
+#define SHOAL_EXT_RUNNER_ARGS_MAX 16
+
 typedef struct shoal_ext_config {
 	const char *path;	  /* the extension's .so */
 	const char *name;	  /* in messages; NULL: the file name */
 	const char *runner;	  /* the shoal-ext program; NULL: $SHOAL_EXT_RUNNER, else the
 				     one installed with this library */
+	char *const *runner_args; /* NULL-terminated arguments put between the runner and
+				     shoal-ext's options (at most SHOAL_EXT_RUNNER_ARGS_MAX),
+				     for a runner that is an interpreter running shoal-ext's
+				     code (shoal's Python module: `python3 -c ...`); NULL:
+				     none */
 	char *const *env;	  /* "NAME=value" entries added to its environment */
 	const char *cwd;	  /* its working directory; NULL: ours */
 	const char *library_path; /* its LD_LIBRARY_PATH */

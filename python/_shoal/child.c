@@ -1,19 +1,22 @@
-/* shoal-pyext.so: an extension (shoal/ext.h) that is a Python module. The
- * runner (shoal-ext) loads it like any extension, after its limits and
- * sandbox are in place; its init embeds CPython (the one shoal was built
- * with; the extension's own executable or venv gives sys.prefix and
- * site-packages), makes this library's copy of the _shoal module the
- * package's, and asks shoal.isolate's child side to load the extension
- * (SHOAL_PY_* in the environment, set by the host). One function, "call",
- * runs a method: [method, args, kwargs] in, an envelope [0, result] or
- * [1, error] out, so that an exception keeps its type name, message and
- * traceback. Built only into this library (SHOAL_PY_CHILD); the host's
- * _shoal module has none of it. */
+/* The extension side of shoal.isolate: an isolated Python extension is a
+ * python3 process that runs shoal's extension runner (shoal-ext's own
+ * code: tools/lib/ext_runner.c) with this file's extension built in.
+ * The host starts it as `python3 -S -P -c BOOT PKGDIR RUNNER-OPTIONS`:
+ * BOOT imports this module and calls _run_extension, which applies the
+ * limits and the sandbox, then runs py_init: site-packages (the venv's,
+ * from pyvenv.cfg) and the extension's module are read only from there
+ * on, confined. Its one function, "call", runs a method: [method, args,
+ * kwargs] in, an envelope [0, result] or [1, error] out, so that an
+ * exception keeps its type name, message and traceback. A python3 of its
+ * own rather than CPython embedded in shoal-ext: the interpreter's pages
+ * are the host's (the same executable), so an idle extension costs its
+ * heap alone, and it starts as fast. */
 #include "module.h"
+#include "lib/tools.h"
 
 #include <shoal/ext.h>
 
-#include <dlfcn.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,56 +151,64 @@ static void failure_text(char *buf, size_t len)
 	Py_XDECREF(tb);
 }
 
-PyMODINIT_FUNC PyInit__shoal(void);
-
-SHOAL_API int shoal_ext_init(shoal_ext_registry *r)
+/* Runs in the runner after its limits and sandbox are in place, on the
+ * thread that called _run_extension (which let go of the GIL). */
+static int py_init(shoal_ext_registry *r)
 {
-	/* numpy's and torch's extension modules find CPython's symbols in the
-	 * global scope, where a library the runner loaded privately is not */
-	if (!dlopen(SHOAL_LIBPYTHON, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD))
-		return shoal_ext_init_fail(r, SHOAL_EBADMSG, "%s is not loaded: %s",
-					   SHOAL_LIBPYTHON, dlerror());
-	if (Py_IsInitialized())
-		return shoal_ext_init_fail(r, SHOAL_EINVAL, "Python is running already");
-	if (PyImport_AppendInittab("_shoal_child", PyInit__shoal) != 0)
-		return shoal_ext_init_fail(r, SHOAL_ENOMEM, "out of memory");
-	PyConfig config;
-	PyConfig_InitPythonConfig(&config);
-	config.install_signal_handlers = 0; /* the runner's own stay */
-	config.parse_argv = 0;
-	const char *exe = getenv("SHOAL_PY_EXECUTABLE");
-	PyStatus st = exe && *exe ? PyConfig_SetBytesString(&config, &config.executable, exe)
-				  : PyStatus_Ok();
-	if (!PyStatus_Exception(st) && exe && *exe)
-		st = PyConfig_SetBytesString(&config, &config.program_name, exe);
-	if (!PyStatus_Exception(st))
-		st = Py_InitializeFromConfig(&config);
-	PyConfig_Clear(&config);
-	if (PyStatus_Exception(st))
-		return shoal_ext_init_fail(r, SHOAL_EINVAL, "starting Python: %s",
-					   st.err_msg ? st.err_msg : "failed");
+	PyGILState_STATE g = PyGILState_Ensure();
 	char why[1000];
 	int rc = 0;
-	/* shoal/ itself: where the host's package is */
-	const char *pkg = getenv("SHOAL_PY_PACKAGE_DIR");
-	PyObject *sys_path = PySys_GetObject("path"); /* borrowed */
-	PyObject *p = pkg ? PyUnicode_DecodeFSDefault(pkg) : NULL;
-	PyObject *mod = NULL, *child = NULL;
-	if ((pkg && (!p || PyList_Insert(sys_path, 0, p) != 0)) ||
-	    !(mod = PyImport_ImportModule("_shoal_child")) ||
-	    PyDict_SetItemString(PyImport_GetModuleDict(), "shoal._shoal", mod) != 0 ||
+	PyObject *site = NULL, *done = NULL, *child = NULL;
+	/* started with -S: site-packages only now, inside the sandbox */
+	if (!(site = PyImport_ImportModule("site")) ||
+	    !(done = PyObject_CallMethod(site, "main", NULL)) ||
 	    !(child = PyImport_ImportModule("shoal.isolate")) ||
 	    !(envelope_for = PyObject_GetAttrString(child, "_envelope_for")) ||
 	    !(dispatch = PyObject_CallMethod(child, "_child_start", NULL))) {
 		failure_text(why, sizeof(why));
 		rc = SHOAL_EINVAL;
 	}
-	Py_XDECREF(p);
-	Py_XDECREF(mod);
+	Py_XDECREF(site);
+	Py_XDECREF(done);
 	Py_XDECREF(child);
+	PyGILState_Release(g);
 	if (rc == 0)
 		rc = shoal_ext_register(r, "call", call);
-	/* calls take the GIL when they run; threads of the module run between */
-	PyEval_SaveThread();
 	return rc ? shoal_ext_init_fail(r, rc, "%s", why) : 0;
+}
+
+PyObject *sh_py_run_extension(PyObject *mod, PyObject *args)
+{
+	(void)mod;
+	PyObject *list;
+	if (!PyArg_ParseTuple(args, "O!:_run_extension", &PyList_Type, &list))
+		return NULL;
+	Py_ssize_t n = PyList_GET_SIZE(list);
+	PyObject *keep = PyList_New(0);
+	char **argv = keep ? PyMem_Calloc((size_t)n + 2, sizeof(char *)) : NULL;
+	if (!argv) {
+		Py_XDECREF(keep);
+		return PyErr_NoMemory();
+	}
+	argv[0] = "shoal-ext";
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *b = NULL;
+		if (sh_py_fspath(PyList_GET_ITEM(list, i), &b) != 0 ||
+		    PyList_Append(keep, b) != 0) {
+			Py_XDECREF(b);
+			PyMem_Free(argv);
+			Py_DECREF(keep);
+			return NULL;
+		}
+		Py_DECREF(b);
+		argv[i + 1] = PyBytes_AS_STRING(b);
+	}
+	/* As shoal-ext: SIGINT ends it (Python's handler would turn a Ctrl-C
+	 * meant for the host into an exception inside some call). */
+	signal(SIGINT, SIG_DFL);
+	int rc;
+	Py_BEGIN_ALLOW_THREADS rc = sh_ext_runner_cli((int)n + 1, argv, py_init);
+	Py_END_ALLOW_THREADS PyMem_Free(argv);
+	Py_DECREF(keep);
+	return PyLong_FromLong(rc);
 }

@@ -1,5 +1,5 @@
 /* shoal._shoal: the host side of isolated extensions (shoal.isolate): an
- * Extension is a shoal_ext running shoal's Python runner library, called
+ * Extension is a shoal_ext whose runner is a python3 process (child.c), called
  * with Python values (value.c) with the GIL released while the call runs;
  * host services are Python callables the extensions call back, on the
  * thread that waits for the call that led to them. */
@@ -65,6 +65,36 @@ static int opt_ns(PyObject *d, const char *key, int64_t *out)
 	return 0;
 }
 
+/* A list of str (or paths) under key: a NULL-terminated array (freed with
+ * PyMem_Free) of strings that keep holds. */
+static int opt_strv(PyObject *d, const char *key, char ***out, PyObject *keep)
+{
+	PyObject *l = PyDict_GetItemString(d, key);
+	*out = NULL;
+	if (!l || l == Py_None)
+		return 0;
+	Py_ssize_t n = PyList_Size(l);
+	if (n < 0)
+		return -1;
+	char **v = PyMem_Calloc((size_t)n + 1, sizeof(char *));
+	if (!v) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *b = NULL;
+		if (sh_py_fspath(PyList_GET_ITEM(l, i), &b) != 0 || PyList_Append(keep, b) != 0) {
+			Py_XDECREF(b);
+			PyMem_Free(v);
+			return -1;
+		}
+		Py_DECREF(b);
+		v[i] = PyBytes_AS_STRING(b);
+	}
+	*out = v;
+	return 0;
+}
+
 static bool opt_flag(PyObject *d, const char *key)
 {
 	PyObject *v = PyDict_GetItemString(d, key);
@@ -79,8 +109,8 @@ static PyObject *ext_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return NULL;
 	shoal_ext_config c;
 	shoal_ext_config_init(&c);
-	PyObject *keep = PyList_New(0), *envl = NULL;
-	char **env = NULL;
+	PyObject *keep = PyList_New(0);
+	char **env = NULL, **rargs = NULL;
 	ShExt *self = NULL;
 	if (!keep || opt_str(d, "path", &c.path, &keep) || opt_str(d, "name", &c.name, &keep) ||
 	    opt_str(d, "runner", &c.runner, &keep) || opt_str(d, "cwd", &c.cwd, &keep) ||
@@ -100,23 +130,10 @@ static PyObject *ext_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	c.restart = opt_flag(d, "restart") ? SHOAL_RESTART_ON_CRASH : SHOAL_RESTART_NEVER;
 	c.log_output = opt_flag(d, "log_output");
 	c.payload = opt_flag(d, "shared") ? SHOAL_PAYLOAD_SHARED : SHOAL_PAYLOAD_COPY;
-	if ((envl = PyDict_GetItemString(d, "env")) && envl != Py_None) {
-		Py_ssize_t n = PyList_Size(envl);
-		if (n < 0 || !(env = PyMem_Calloc((size_t)n + 1, sizeof(char *))))
-			goto out;
-		for (Py_ssize_t i = 0; i < n; i++) {
-			PyObject *b;
-			if (sh_py_fspath(PyList_GET_ITEM(envl, i), &b) != 0)
-				goto out;
-			if (PyList_Append(keep, b) != 0) {
-				Py_DECREF(b);
-				goto out;
-			}
-			Py_DECREF(b);
-			env[i] = PyBytes_AS_STRING(b);
-		}
-		c.env = env;
-	}
+	if (opt_strv(d, "env", &env, keep) || opt_strv(d, "runner_args", &rargs, keep))
+		goto out;
+	c.env = env;
+	c.runner_args = rargs;
 	self = (ShExt *)type->tp_alloc(type, 0);
 	if (!self)
 		goto out;
@@ -146,6 +163,7 @@ static PyObject *ext_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	}
 out:
 	PyMem_Free(env);
+	PyMem_Free(rargs);
 	Py_XDECREF(keep);
 	return (PyObject *)self;
 }

@@ -205,11 +205,13 @@ static PyMethodDef module_methods[] = {
 	 "method."},
 	{"unregister_service", sh_py_unregister_service, METH_VARARGS,
 	 "unregister_service(method)"},
-#ifdef SHOAL_PY_CHILD
 	{"_call_host", sh_py_call_host, METH_VARARGS,
 	 "_call_host(method, payload) -> envelope\n\nIn an extension: calls a host service "
 	 "(blocks: until it returns)."},
-#endif
+	{"_run_extension", sh_py_run_extension, METH_VARARGS,
+	 "_run_extension(argv) -> int\n\nIn the process a host started for an extension: "
+	 "shoal-ext's options; serves the host's calls until it closes (blocks), returns the "
+	 "exit code."},
 	{"default_socket", default_socket, METH_NOARGS,
 	 "default_socket() -> str\n\nThe socket the shoal CLI uses: $SHOAL_SOCKET, else "
 	 "shoald.sock in this user's socket directory."},

@@ -80,7 +80,7 @@ extern char sh_py_empty_buf[1];
 PyObject *sh_py_tensor_new(ShObject *o, const shoal_node *n);
 PyObject *sh_py_blob_new(ShObject *o, const void *data, size_t size);
 
-/* ---- isolated extensions (value.c, ext.c; child.c in shoal-pyext.so) ---- */
+/* ---- isolated extensions (value.c; ext.c the host's side, child.c the extension's) ---- */
 
 extern PyTypeObject ShVal_Type, ShExt_Type;
 /* o as a value built in b; keep collects the objects whose memory the
@@ -94,9 +94,8 @@ PyObject *sh_py_set_value_hooks(PyObject *mod, PyObject *args);
 PyObject *sh_py_value_roundtrip(PyObject *mod, PyObject *o);
 PyObject *sh_py_register_service(PyObject *mod, PyObject *args);
 PyObject *sh_py_unregister_service(PyObject *mod, PyObject *args);
-#ifdef SHOAL_PY_CHILD
 PyObject *sh_py_call_host(PyObject *mod, PyObject *args);
-#endif
+PyObject *sh_py_run_extension(PyObject *mod, PyObject *args);
 
 /* A str or an os.PathLike as a filesystem path (a bytes object, new ref). */
 int sh_py_fspath(PyObject *in, PyObject **out);

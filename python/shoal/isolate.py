@@ -9,8 +9,9 @@
         node.run(3)                  # plain code: the result
         await node.run(3)            # in a coroutine: an awaitable
 
-The extension runs in a process started by shoal's runner (``shoal-ext``) with the
-same limits, sandbox levels, deadlines and restarts as a C extension; the module at
+The extension runs in a python3 process of its own (this one's executable, or the
+configured one or venv's) that runs shoal's extension runner, with the same limits,
+sandbox levels, deadlines and restarts as a C extension; the module at
 ``module_path`` is imported there, between the hooks ``before_module_loaded`` and
 ``on_module_loaded`` of an instance of the manager's class, whose public methods the
 host calls.
@@ -348,8 +349,8 @@ def _run_awaitable(aw: Any) -> Any:
 
 
 def _child_start() -> Callable[[Any], Any]:
-    """In the extension's process (called by shoal-pyext.so): loads the extension and
-    returns its dispatcher."""
+    """In the extension's process (called by child.c once the sandbox is in place): loads
+    the extension and returns its dispatcher."""
     global _IN_CHILD
     _IN_CHILD = True
     env = os.environ
@@ -530,11 +531,23 @@ class ExtensionConfig:
                                                  for f in self._FIELDS)
 
 
-def _python_of(config: ExtensionConfig) -> Optional[str]:
-    """The executable to name as the extension's, checked to be our CPython's version."""
+# What an extension's python3 runs: this package from where the host has it (the first
+# argument), then shoal-ext's code with the rest (the runner's options). -S: site-packages
+# are read only once the runner has applied the sandbox (child.c); -P: neither the working
+# directory nor the script's is put on sys.path.
+_BOOT = ("import sys; sys.path.insert(0, sys.argv.pop(1)); from shoal import _shoal; "
+         "sys.exit(_shoal._run_extension(sys.argv[1:]))")
+
+
+def _python_of(config: ExtensionConfig) -> str:
+    """The extension's python3: ours (the CPython this package is built for), or the one
+    configured, checked to be our CPython's version."""
     p = config.python
     if not p:
-        return None
+        if not sys.executable:
+            raise ExtensionLoadError("%s: this Python does not know its executable: give "
+                                     "ExtensionConfig(python=...)" % config.name)
+        return sys.executable
     if os.path.isdir(p):
         cfg = os.path.join(p, "pyvenv.cfg")
         exe = os.path.join(p, "bin", "python3")
@@ -549,10 +562,10 @@ def _python_of(config: ExtensionConfig) -> Optional[str]:
             raise ExtensionLoadError(
                 "%s: the venv %s is Python %s; shoal's extensions run CPython %s, the one "
                 "shoal was built with" % (config.name, p, version, want))
-        return exe
+        return os.path.abspath(exe)
     if not os.access(p, os.X_OK):
         raise ExtensionLoadError("%s: python %s is not an executable" % (config.name, p))
-    return p
+    return os.path.abspath(p)
 
 
 def _base_spec(base: type) -> Tuple[str, str]:
@@ -587,13 +600,10 @@ class _Extension:
             "SHOAL_PY_NAME": config.name,
             "SHOAL_PY_MODULE": os.path.abspath(config.module_path),
             "SHOAL_PY_BASE": spec,
-            "SHOAL_PY_PACKAGE_DIR": os.path.dirname(_PKG_DIR),
             "SHOAL_PY_SYS_PATH": os.pathsep.join([os.path.abspath(p) for p in config.sys_path]
                                                  + [root]),
             "SHOAL_PY_DEPENDENCIES": ",".join(config.dependencies),
         })
-        if exe:
-            env["SHOAL_PY_EXECUTABLE"] = exe
         # Arguments of tens of MiB become new Python objects there call after call, in
         # memory glibc maps afresh each time (32 MiB and up): a page fault per 4 KiB,
         # 0.2 s for 50 MiB on a VM. In 2 MiB pages (glibc asks for them where the
@@ -606,7 +616,10 @@ class _Extension:
         if store:
             env["SHOAL_PY_STORE"] = store
         c: Dict[str, Any] = {
-            "path": os.path.join(_PKG_DIR, "shoal-pyext.so"), "name": config.name,
+            # shoal-ext's code in a python3 process (see _BOOT); its "extension" is the
+            # module, which the runner only names
+            "runner": exe, "runner_args": ["-S", "-P", "-c", _BOOT, os.path.dirname(_PKG_DIR)],
+            "path": os.path.abspath(config.module_path), "name": config.name,
             "env": ["%s=%s" % kv for kv in env.items()], "cwd": config.cwd,
             "sandbox": _SANDBOX[config.sandbox], "allow_network": config.allow_network,
             "mem_max": config.mem_max, "cpu_limit": config.cpu_limit,

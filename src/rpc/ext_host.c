@@ -50,6 +50,7 @@ struct shoal_ext {
 	shoal_ext_config cfg;
 	pump *pump; /* log_output: the thread that logs its output */
 	char *path, *name, *runner, *cwd, *libpath, *store_path; /* owned copies */
+	char *rargs[SHOAL_EXT_RUNNER_ARGS_MAX + 1];		 /* owned copies, NULL-terminated */
 	shoal_client *store;					 /* shared payloads go through it */
 	char **env;
 	size_t nenv;
@@ -610,8 +611,13 @@ static int spawn_child(shoal_ext *e)
 	snprintf(mem, sizeof(mem), "%" PRIu64, as);
 	snprintf(cpu, sizeof(cpu), "%u", e->cfg.cpu_limit_s);
 	snprintf(files, sizeof(files), "%u", e->cfg.max_files);
-	char *argv[] = {e->runner,
-			"--so",
+	char *argv[SHOAL_EXT_RUNNER_ARGS_MAX + 24] = {e->runner};
+	size_t nr = 0;
+	while (e->rargs[nr]) {
+		argv[1 + nr] = e->rargs[nr];
+		nr++;
+	}
+	char *opts[] = {"--so",
 			e->path,
 			"--name",
 			e->name,
@@ -629,9 +635,8 @@ static int spawn_child(shoal_ext *e)
 			e->cfg.allow_network ? "1" : "0",
 			e->cg[0] ? "--cgroup" : NULL,
 			e->cg,
-			NULL,
-			NULL,
 			NULL};
+	memcpy(argv + 1 + nr, opts, sizeof(opts));
 	if (e->store_path) {
 		char **tail = argv;
 		while (*tail)
@@ -764,6 +769,8 @@ static void ext_free(shoal_ext *e)
 	free_str(e->path);
 	free_str(e->name);
 	free_str(e->runner);
+	for (size_t i = 0; e->rargs[i]; i++)
+		free_str(e->rargs[i]);
 	free_str(e->cwd);
 	free_str(e->libpath);
 	free_str(e->store_path);
@@ -850,7 +857,16 @@ int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg)
 				   : sh_program_path("shoal-ext", installed, sizeof(installed));
 	e->path = dup_str(realpath(cfg->path, abs_so) ? abs_so : cfg->path);
 	e->name = dup_str(cfg->name ? cfg->name : base ? base + 1 : cfg->path);
-	e->runner = dup_str(realpath(runner, abs_run) ? abs_run : runner);
+	/* an absolute path as given: a venv's python is a symlink whose own
+	 * place says which venv it runs */
+	e->runner = dup_str(runner[0] == '/' || !realpath(runner, abs_run) ? runner : abs_run);
+	size_t nr = 0;
+	for (; cfg->runner_args && cfg->runner_args[nr]; nr++)
+		if (nr == SHOAL_EXT_RUNNER_ARGS_MAX ||
+		    !(e->rargs[nr] = dup_str(cfg->runner_args[nr]))) {
+			ext_free(e);
+			return nr == SHOAL_EXT_RUNNER_ARGS_MAX ? SHOAL_EINVAL : SHOAL_ENOMEM;
+		}
 	e->cwd = dup_str(cfg->cwd);
 	e->libpath = dup_str(cfg->library_path);
 	e->store_path = dup_str(cfg->store_socket);

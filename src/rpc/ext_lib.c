@@ -82,6 +82,11 @@ int sh_ext_lib_load(sh_ext_lib *lib, const char *so, char *why, size_t whylen)
 		sh_ext_lib_unload(lib);
 		return SHOAL_EBADMSG;
 	}
+	return sh_ext_lib_init(lib, init, why, whylen);
+}
+
+int sh_ext_lib_init(sh_ext_lib *lib, shoal_ext_init_fn init, char *why, size_t whylen)
+{
 	int rc = init(&lib->reg);
 	if (rc || lib->reg.fail_code) {
 		rc = rc ? rc : lib->reg.fail_code;

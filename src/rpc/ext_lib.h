@@ -44,6 +44,9 @@ typedef struct sh_ext_lib {
  * (not loadable, or no init symbol), or the code its init failed with;
  * why says which. */
 int sh_ext_lib_load(sh_ext_lib *lib, const char *so, char *why, size_t whylen);
+/* Runs init on lib (zeroed, or loaded with no init run yet): an extension
+ * built into the runner's own process rather than loaded from a .so. */
+int sh_ext_lib_init(sh_ext_lib *lib, shoal_ext_init_fn init, char *why, size_t whylen);
 void sh_ext_lib_unload(sh_ext_lib *lib);
 /* The function called name (len bytes), or NULL. */
 shoal_ext_fn sh_ext_lib_find(const sh_ext_lib *lib, const char *name, size_t len);

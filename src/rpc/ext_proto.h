@@ -19,6 +19,8 @@
 
 #include "rpc/value.h"
 
+#include <shoal/ext.h>
+
 #define SH_EXT_READY_MAGIC 0x79646572u /* "redy" */
 #define SH_EXT_RING_CAP (1u << 20)
 #define SH_EXT_FD_SOCK 3
@@ -56,6 +58,10 @@ typedef struct sh_ext_runner_cfg {
 	const char *so, *name, *store, *cgroup;
 	uint64_t mem, cpu, files;
 	bool basic, strict, network;
+	/* An extension built into this process (Python's runner: shoal's
+	 * module in a python3 process), run after the sandbox in place of
+	 * loading so, which then only names it. */
+	shoal_ext_init_fn init;
 } sh_ext_runner_cfg;
 /* The runner's main; the process's exit code. */
 int sh_ext_runner_main(const sh_ext_runner_cfg *cfg);

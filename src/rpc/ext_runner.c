@@ -999,8 +999,9 @@ int sh_ext_runner_main(const sh_ext_runner_cfg *cfg)
 		ready(rc < 0 ? rc : SHOAL_EIO, "%s: %s", name, why);
 		return 1;
 	}
-	sh_ext_lib lib;
-	if ((rc = sh_ext_lib_load(&lib, so, why, sizeof(why))) != 0) {
+	sh_ext_lib lib = {0};
+	if ((rc = cfg->init ? sh_ext_lib_init(&lib, cfg->init, why, sizeof(why))
+			    : sh_ext_lib_load(&lib, so, why, sizeof(why))) != 0) {
 		ready(rc, "%s: %s", name, why);
 		return 1;
 	}

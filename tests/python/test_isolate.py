@@ -1,5 +1,5 @@
-"""shoal.isolate: Python extensions in real extension processes (shoal-ext running
-shoal-pyext.so), called from this test's process as pyisolate's users call theirs."""
+"""shoal.isolate: Python extensions in real extension processes (python3 running shoal's
+extension runner), called from this test's process as pyisolate's users call theirs."""
 import asyncio
 import gc
 import os

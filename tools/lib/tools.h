@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include <shoal/base.h>
+#include <shoal/ext.h>
 
 enum {
 	SH_EXIT_OK = 0,
@@ -78,6 +79,11 @@ const char *sh_tools_fmt_bytes(uint64_t v, char *buf, size_t len);
 /* The store daemon: serves until SIGTERM or SIGINT. prog names it in
  * messages ("shoald" or "shoal daemon"). */
 int sh_daemon_main(const char *prog, int argc, char **argv);
+
+/* The extension runner (shoal-ext): its options, then the runner's main;
+ * the process's exit code. init: an extension built into this process
+ * (the Python module's), else NULL to load --so. */
+int sh_ext_runner_cli(int argc, char **argv, shoal_ext_init_fn init);
 /* `shoal controller`: a task controller alone, until SIGTERM or SIGINT. */
 int sh_controller_main(const char *prog, int argc, char **argv);
 
