@@ -237,7 +237,16 @@ PyMODINIT_FUNC PyInit__shoal(void)
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
 		if (PyModule_AddType(m, types[i]) != 0)
 			goto fail;
-	if (add_errors(m) != 0 ||
+	/* A module built with ASan loads only where the sanitizer's runtime
+	 * came first: an extension's python3 must be started as this one was. */
+#if defined(__SANITIZE_ADDRESS__)
+	PyObject *san = Py_BuildValue("(sss)", "LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS");
+#else
+	PyObject *san = PyTuple_New(0);
+#endif
+	int bad = !san || PyModule_AddObjectRef(m, "_SANITIZER_ENV", san) != 0;
+	Py_XDECREF(san);
+	if (bad || add_errors(m) != 0 ||
 	    PyModule_AddStringConstant(m, "__version__", SHOAL_VERSION_STRING) != 0)
 		goto fail;
 	PyObject *dt = PyTuple_New(SHOAL_DT_COUNT - 1);

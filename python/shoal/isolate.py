@@ -595,7 +595,8 @@ class _Extension:
             raise ValueError("restart %r: expected never or on_crash" % config.restart)
         spec, root = _base_spec(manager.base)
         exe = _python_of(config)
-        env = dict(config.env)
+        env = {k: os.environ[k] for k in _shoal._SANITIZER_ENV if k in os.environ}
+        env.update(config.env)
         env.update({
             "SHOAL_PY_NAME": config.name,
             "SHOAL_PY_MODULE": os.path.abspath(config.module_path),
