@@ -29,13 +29,17 @@ from __future__ import annotations
 
 # An extension's process imports this module too, and its start is measured in
 # milliseconds: asyncio, concurrent.futures, dataclasses, inspect and traceback
-# (together 80 ms here) are imported where they are used, not at the top.
+# (together 80 ms here) are imported where they are used, not at the top; threading and
+# importlib.util (8 ms with what they import: functools, collections, contextlib) are
+# not imported at all. importlib.util's two functions used here are these, which it
+# re-exports; threading.local is _thread._local.
 import importlib
-import importlib.util
 import os
 import sys
-import threading
 import weakref
+from _thread import _local as _ThreadLocal
+from importlib._bootstrap import module_from_spec as _module_from_spec
+from importlib._bootstrap_external import spec_from_file_location as _spec_from_file
 # typing only for type checkers (isolate.pyi has the generic manager): see above
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -157,7 +161,7 @@ def register_type(cls: type, to_value: Callable[[Any], Any], from_value: Callabl
     _TYPES_BY_NAME[n] = from_value
 
 
-class _Sharing(threading.local):
+class _Sharing(_ThreadLocal):
     """What the call this thread makes shares through: the store connection of this
     side (None: the call copies), and the host's tensors already in the store."""
 
@@ -318,17 +322,29 @@ def _public_methods(cls: type) -> List[str]:
                   and n not in ("before_module_loaded", "on_module_loaded"))
 
 
+def _findable(name: str) -> bool:
+    """Whether the module name can be imported here (without importing it)."""
+    if "." in name:  # a parent package would be imported: rare, and importlib.util's job
+        import importlib.util
+        try:
+            return importlib.util.find_spec(name) is not None
+        except ImportError:
+            return False
+    return name in sys.modules or any(
+        f.find_spec(name, None) is not None for f in sys.meta_path
+        if hasattr(f, "find_spec"))
+
+
 def _load_module(path: str, name: str) -> Any:
     path = os.path.abspath(path)
     if os.path.isdir(path):
         init = os.path.join(path, "__init__.py")
-        spec = importlib.util.spec_from_file_location(
-            name, init, submodule_search_locations=[path])
+        spec = _spec_from_file(name, init, submodule_search_locations=[path])
     else:
-        spec = importlib.util.spec_from_file_location(name, path)
+        spec = _spec_from_file(name, path)
     if spec is None or spec.loader is None:
         raise ExtensionLoadError("%s is not a Python module or package" % path)
-    module = importlib.util.module_from_spec(spec)
+    module = _module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
@@ -357,7 +373,7 @@ def _child_start() -> Callable[[Any], Any]:
     for p in reversed([p for p in env.get("SHOAL_PY_SYS_PATH", "").split(os.pathsep) if p]):
         sys.path.insert(0, p)
     missing = [d for d in env.get("SHOAL_PY_DEPENDENCIES", "").split(",")
-               if d and importlib.util.find_spec(d) is None]
+               if d and not _findable(d)]
     if missing:
         raise ModuleNotFoundError(
             "missing dependencies: %s (not importable by %s; no package registry is "

@@ -269,8 +269,10 @@ def test_an_import_error_fails_the_load_at_once(manager, tmp_path):
     with pytest.raises(si.ExtensionLoadError) as e:
         manager.load_extension(si.ExtensionConfig(
             name="deps", module_path=module(tmp_path, "fine", "x = 1"),
-            dependencies=["numpy", "surely_not_installed_pkg"]))
-    assert "surely_not_installed_pkg" in str(e.value) and "numpy" not in str(e.value)
+            dependencies=["numpy", "math", "json.decoder", "surely_not_installed_pkg",
+                          "json.surely_not_a_submodule"]))
+    missing = str(e.value).split("missing dependencies: ")[1].split(" (")[0]
+    assert missing == "surely_not_installed_pkg, json.surely_not_a_submodule"
 
 
 def test_a_venv_with_system_site_packages(manager, tmp_path):
