@@ -1793,6 +1793,54 @@ SH_TEST(results_do_not_wait_for_the_next_task)
 	waitpid(pid, NULL, 0);
 }
 
+/* wait_some gives every result that is here, oldest first, each once;
+ * with nothing left to take it says so at once. */
+SH_TEST(wait_some_takes_what_is_here)
+{
+	shoal_controller *c = controller(SHOAL_SCHEME_LEASTLOAD);
+	pid_t pids[2];
+	engines(c, 2, pids);
+	shoal_farm *f = client(c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	enum { N = 3000 };
+	static bool seen[N + 1];
+	shoal_task slow, first = 0, id;
+	CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 300), NULL, &slow));
+	for (int i = 0; i < N - 1; i++)
+		CHECK_OK(shoal_farm_submit(f, "add", int_pair(vb, i, 1), NULL,
+					   first ? &id : &first));
+	int taken = 0, calls = 0;
+	shoal_task ids[512];
+	while (taken < N) {
+		uint32_t n = 0;
+		CHECK_OK(shoal_farm_wait_some(f, ids, 512, &n, shoal_deadline_in(10000 * MS)));
+		CHECK(n >= 1 && n <= 512);
+		calls++;
+		for (uint32_t i = 0; i < n; i++) {
+			CHECK(ids[i] >= slow && ids[i] <= slow + N - 1 && !seen[ids[i] - slow]);
+			CHECK(i == 0 || ids[i] > ids[i - 1]); /* oldest first */
+			seen[ids[i] - slow] = true;
+			const shoal_value *r;
+			shoal_vbuf_reset(vb);
+			CHECK_OK(shoal_farm_wait(f, ids[i], vb, &r, 0));
+			if (ids[i] != slow)
+				CHECK_EQ(r->v.i, (int64_t)(ids[i] - first) + 1);
+			taken++;
+		}
+	}
+	CHECK(calls < N); /* results came in batches */
+	uint32_t n = 7;
+	CHECK_RC(shoal_farm_wait_some(f, ids, 512, &n, SHOAL_FOREVER), SHOAL_ENOENT);
+	CHECK_EQ(n, 0u);
+	CHECK_RC(shoal_farm_wait_some(f, ids, 0, &n, SHOAL_FOREVER), SHOAL_EINVAL);
+	shoal_vbuf_free(vb);
+	shoal_farm_close(f);
+	shoal_controller_close(c);
+	for (int i = 0; i < 2; i++)
+		waitpid(pids[i], NULL, 0);
+}
+
 SH_TEST(no_controller_no_client)
 {
 	shoal_farm *f = NULL;

@@ -206,6 +206,12 @@ SHOAL_API int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out,
 /* Waits until some task not yet waited for has its result: *id. Blocks
  * until deadline, as shoal_farm_wait. */
 SHOAL_API int shoal_farm_wait_any(shoal_farm *f, shoal_task *id, int64_t deadline);
+/* Waits until some task not yet waited for has its result, then gives
+ * the ids of up to cap of those whose results are here, oldest first, into
+ * ids (*n of them), to take with shoal_farm_wait (which then does not
+ * block). Blocks until deadline, as shoal_farm_wait. */
+SHOAL_API int shoal_farm_wait_some(shoal_farm *f, shoal_task *ids, uint32_t cap, uint32_t *n,
+				   int64_t deadline);
 /* Waits until every task submitted so far has its result (they stay to
  * be taken with shoal_farm_wait). Blocks until deadline. */
 SHOAL_API int shoal_farm_wait_all(shoal_farm *f, int64_t deadline);

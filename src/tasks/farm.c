@@ -55,6 +55,7 @@ struct shoal_farm {
 	unsigned char *rbuf;
 	size_t rlen, rcap;
 	uint64_t here, taken; /* results in, and taken, of base .. next_id */
+	uint64_t scan;	      /* every result before res[scan] is taken */
 	unsigned char *in;
 	size_t in_cap;
 	/* shared arguments: the store, and a vbuf to share a submission in */
@@ -68,7 +69,7 @@ struct shoal_farm {
 	bool asking;	 /* a timed-out wait asks (no asking within) */
 	bool told;	 /* "no engine" has been logged once */
 	char where[128]; /* the controller's socket, for messages */
-	char err[512];
+	char err[1280];	 /* room for a failed task's whole message (1 KiB) */
 };
 
 static int ffail(shoal_farm *f, int rc, const char *fmt, ...) SHOAL_PRINTF(3, 4);
@@ -716,7 +717,7 @@ static void settle(shoal_farm *f)
 		return;
 	memset(f->res, 0, f->cap_res * sizeof(*f->res));
 	f->base = f->next_id + 1;
-	f->here = f->taken = 0;
+	f->here = f->taken = f->scan = 0;
 	f->rlen = 0;
 }
 
@@ -770,23 +771,35 @@ int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out, const shoal_v
 
 int shoal_farm_wait_any(shoal_farm *f, shoal_task *id, int64_t deadline)
 {
-	if (!f || !id)
+	uint32_t n;
+	return shoal_farm_wait_some(f, id, 1, &n, deadline);
+}
+
+int shoal_farm_wait_some(shoal_farm *f, shoal_task *ids, uint32_t cap, uint32_t *n,
+			 int64_t deadline)
+{
+	if (!f || !ids || !cap || !n)
 		return SHOAL_EINVAL;
+	*n = 0;
 	f->err[0] = 0;
 	if (f->taken == f->next_id - f->base + 1)
 		return ffail(f, SHOAL_ENOENT, "no task waiting to be taken");
 	int rc = send_batch(f, true, deadline);
-	while (rc == 0) {
-		/* a result here and not taken */
-		if (f->here > f->taken)
-			for (uint64_t i = 0; i <= f->next_id - f->base; i++)
-				if (f->res[i].state == 1) {
-					*id = f->base + i;
-					return 0;
-				}
+	while (rc == 0 && f->here == f->taken)
 		rc = pump(f, deadline);
-	}
-	return rc;
+	if (rc)
+		return rc;
+	/* Results here and not taken, oldest first: from the first not
+	 * taken on (a flood taken in order never scans a result twice). */
+	uint64_t last = f->next_id - f->base, ready = f->here - f->taken;
+	while (f->scan <= last && f->res[f->scan].state == 2)
+		f->scan++;
+	for (uint64_t i = f->scan; i <= last && *n < cap && ready; i++)
+		if (f->res[i].state == 1) {
+			ids[(*n)++] = f->base + i;
+			ready--;
+		}
+	return 0;
 }
 
 int shoal_farm_wait_all(shoal_farm *f, int64_t deadline)

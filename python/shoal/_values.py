@@ -1,0 +1,174 @@
+"""Python values as shoal's call values (the C module's value.c does the work, with these
+hooks): tensors (numpy arrays and torch tensors, copied, or by reference through a store),
+and the types registered with :func:`register_type`. Shared by shoal.isolate and
+shoal.tasks; nothing is made from what another process sends but msgpack's kinds, tuples,
+sets, tensors and registered types."""
+from __future__ import annotations
+
+import weakref
+from _thread import _local as _ThreadLocal  # threading.local, without importing threading
+
+from . import NotFound, _as_tensor, _is_numpy, _is_torch, _shoal
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Tuple
+
+# In an isolated extension's process (set by shoal.isolate there), and its connection to
+# the store with share_torch (None: shared tensors arrive as copies).
+_IN_CHILD = False
+_CHILD_CLIENT: Any = None
+
+
+_TYPES_BY_CLASS: Dict[type, Tuple[str, Callable[[Any], Any]]] = {}
+_TYPES_BY_NAME: Dict[str, Callable[[Any], Any]] = {}
+
+
+def register_type(cls: type, to_value: Callable[[Any], Any], from_value: Callable[[Any], Any],
+                  name: Optional[str] = None) -> None:
+    """Lets instances of cls cross calls (to isolated extensions and to engines):
+    ``to_value(obj)`` gives a value of the kinds that cross (None, bool, int, float, str,
+    bytes, lists, tuples, sets, dicts, arrays and tensors), ``from_value(value)`` makes
+    the object again on the other side, which must register the same name (by default
+    cls's qualified name)."""
+    n = name or cls.__qualname__
+    _TYPES_BY_CLASS[cls] = (n, to_value)
+    _TYPES_BY_NAME[n] = from_value
+
+
+class _Sharing(_ThreadLocal):
+    """What the call this thread makes shares through: the store connection of this
+    side (None: the call copies), and the host's tensors already in the store."""
+
+    client: Any = None
+    cache: Any = None
+
+
+_CTX = _Sharing()
+
+
+class _ByIdentity:
+    """A map from live objects, by identity (arrays and tensors compare elementwise,
+    which a WeakKeyDictionary would call), to what is known of them; an entry goes with
+    its object, and on_gone(value) runs then."""
+
+    def __init__(self, on_gone: Optional[Callable[[Any], None]] = None) -> None:
+        self.d: Dict[int, Tuple[Any, Any]] = {}
+        self.on_gone = on_gone
+
+    def get(self, o: Any) -> Any:
+        e = self.d.get(id(o))
+        return e[1] if e is not None and e[0]() is o else None
+
+    def put(self, o: Any, value: Any) -> None:
+        key = id(o)
+        old = self.d.get(key)
+        self.d[key] = (weakref.ref(o, lambda _r, k=key, v=value: self._gone(k, v)), value)
+        if old is not None and self.on_gone:
+            self.on_gone(old[1])  # replaced: the old store object is not needed
+
+    def _gone(self, key: int, value: Any) -> None:
+        e = self.d.get(key)
+        if e is not None and e[1] is value:
+            del self.d[key]
+        if self.on_gone:
+            self.on_gone(value)
+
+
+# Arrays and tensors that are views of a store object: the object's id, so that
+# passing one on (an extension returning its argument) goes by reference.
+_VIEWS = _ByIdentity()
+# The newest live view of each store object, to make the next from.
+_LATEST: Dict[int, Any] = {}
+# In an extension, the views of the last call's shared arguments stay until the next
+# call's are made (as the runner keeps their objects): a tensor passed call after call
+# then becomes a view of a view, with no round trip to the store and no release after.
+_KEPT: List[Any] = []
+_MADE: List[Any] = []
+
+
+def _store_id(o: Any) -> int:
+    """The store object holding exactly o's bytes, put there now if it is a torch
+    tensor of the host in a shared call (once: again only when it has changed)."""
+    try:
+        vid = _VIEWS.get(o)
+    except TypeError:
+        vid = None
+    if vid is not None:
+        return int(vid)
+    client, cache = _CTX.client, _CTX.cache
+    if client is None or cache is None or not _is_torch(o):
+        return 0
+    entry = cache.get(o)
+    if entry is not None and entry[0] == o._version and entry[1] == o.data_ptr():
+        return int(entry[2])
+    oid = int(client.put(o))
+    cache.put(o, (o._version, o.data_ptr(), oid, client))
+    return oid
+
+
+def _forget(entry: Tuple[int, int, int, Any]) -> None:
+    """A shared tensor of the host is gone (or changed): its store copy goes."""
+    try:
+        entry[3].delete(entry[2])
+    except Exception:  # the store or the connection went first: nothing to free
+        pass
+
+
+def _encode(o: Any) -> Tuple[Any, ...]:
+    if _is_torch(o) or _is_numpy(o):
+        buf, dtype, shape = _as_tensor(o, "a %s argument" % type(o).__name__)
+        return ("tensor", buf, dtype, shape, _is_torch(o), _store_id(o))
+    for c in type(o).__mro__:
+        if c in _TYPES_BY_CLASS:
+            name, to_value = _TYPES_BY_CLASS[c]
+            return ("type", name, to_value(o))
+    raise TypeError("cannot send a %s through a call: register it with "
+                    "shoal.isolate.register_type" % type(o).__qualname__)
+
+
+def _decode_tensor(val: Any, torch: bool) -> Any:
+    if torch:
+        import torch as t
+        out = t.utils.dlpack.from_dlpack(val.__dlpack__())
+        return out.view(t.bool) if val.dtype == "BOOL" else out
+    import numpy as np
+    return np.asarray(val)
+
+
+def _decode_shared(oid: int, torch: bool) -> Any:
+    """A tensor passed by reference: a read-only view of the store object through this
+    side's own connection (which holds it while the view lives), or None to copy."""
+    client = _CTX.client if _CTX.client is not None else _CHILD_CLIENT
+    if client is None:
+        return None
+    # A view of it that still lives (a tensor passed call after call) makes the new
+    # one with no round trip to the store.
+    ref = _LATEST.get(oid)
+    old = ref() if ref is not None else None
+    if old is not None and _is_torch(old) == torch:
+        v = old.view(old.shape) if torch else old.view()
+    else:
+        try:
+            v = client.get(oid, framework="torch" if torch else "numpy")
+        except NotFound:
+            # deleted already, though the call still maps it (an argument the call
+            # put into the store, returned as it came): a copy, then
+            return None
+    _VIEWS.put(v, oid)
+    _LATEST[oid] = weakref.ref(v, lambda _r, k=oid: _LATEST.pop(k, None)
+                               if _LATEST.get(k) is _r else None)
+    if _IN_CHILD:
+        _MADE.append(v)
+    return v
+
+
+def _decode_type(name: str, payload: Any) -> Any:
+    from_value = _TYPES_BY_NAME.get(name)
+    if from_value is None:
+        raise ValueError("a value of type %r arrived, which is not registered here "
+                         "(shoal.isolate.register_type)" % name)
+    return from_value(payload)
+
+
+_shoal._set_value_hooks(_encode, _decode_tensor, _decode_type, _decode_shared)

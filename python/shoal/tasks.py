@@ -1,0 +1,654 @@
+"""shoal.tasks: the task farm from Python, in ipyparallel's shapes.
+
+    import shoal.tasks as st
+
+    with st.Cluster(n=4) as cluster:           # a controller and 4 Python engines
+        client = cluster.client()
+        view = client.load_balanced_view()
+        ar = view.apply_async(pow, 2, 10)      # an AsyncResult (a concurrent.futures.Future)
+        ar.get(timeout=5)                      # 1024
+        view.map(lambda x: x * x, range(10)).get()
+
+Engines are ``python3 -m shoal.engine`` processes (the user's own, trusted): on this host
+through the controller's unix socket and shared-memory rings, or on others over TCP with
+the cluster's secret (``--connect HOST:PORT``, the secret in ``$SHOAL_SECRET_FILE`` or
+``$SHOAL_SECRET``). A function importable by module and qualified name goes by reference;
+a lambda, closure or a function of ``__main__`` goes by ``cloudpickle`` (Debian's
+``python3-cloudpickle``, needed on both sides then). Arguments and results are the values
+shoal.isolate passes (msgpack's kinds, tuples, sets, numpy arrays and torch tensors,
+registered types); anything else goes by pickle (protocol 5, arrays out of band). Nothing
+is unpickled from a peer that has not passed the controller's handshake: a client and
+engines reach each other only through it.
+
+An exception in a task is raised by ``get()`` as the same builtin type when it is one (the
+remote traceback in a note), else as :class:`RemoteError`; the farm's own failures raise
+:class:`EngineError` (the engine died past the task's retries), :class:`TaskTimeout` (past
+its deadline) and :class:`DependencyError` (a task of ``after``/``follow`` failed).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from . import _shoal, _values
+from ._remote import RemoteError, _envelope_for, _unwrap
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+
+__all__ = [
+    "AsyncMapResult",
+    "AsyncResult",
+    "Client",
+    "Cluster",
+    "DependencyError",
+    "EngineError",
+    "LoadBalancedView",
+    "RemoteError",
+    "TaskError",
+    "TaskTimeout",
+]
+
+# the C layer's codes of the farm's own failures
+_ETIMEDOUT, _EENGINE, _EDEPFAIL = -110, -10003, -10004
+_FN = "py"  # the one function of a Python engine
+
+
+# ---- errors ---------------------------------------------------------------------------
+
+class TaskError(Exception):
+    """A task failed in the farm itself (not in its function): ``code`` is the C layer's
+    (``SHOAL_E*``), ``message`` what it said."""
+
+    def __init__(self, message: str, code: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class EngineError(TaskError):
+    """The engine running the task died, and its retries were spent."""
+
+
+class TaskTimeout(TaskError, TimeoutError):
+    """The task was not done by its deadline (``timeout`` of its flags)."""
+
+
+class DependencyError(TaskError):
+    """A task it depended on (``after``, ``follow``) failed."""
+
+
+def _farm_error(code: int, message: str) -> TaskError:
+    cls = {_EENGINE: EngineError, _ETIMEDOUT: TaskTimeout, _EDEPFAIL: DependencyError}.get(
+        code, TaskError)
+    return cls(message, code)
+
+
+# ---- what a task carries -------------------------------------------------------------
+
+def _need_cloudpickle(what: str) -> Any:
+    try:
+        import cloudpickle
+    except ImportError:
+        raise ImportError("%s goes by cloudpickle, which is not installed (Debian: "
+                          "python3-cloudpickle)" % what) from None
+    return cloudpickle
+
+
+def _fn_ref(f: Callable[..., Any]) -> Any:
+    """"module:qualname" of a function its engine can import, else its cloudpickle."""
+    mod = getattr(f, "__module__", None)
+    qual = getattr(f, "__qualname__", None)
+    if isinstance(mod, str) and isinstance(qual, str) and mod != "__main__" and "<" not in qual:
+        obj: Any = sys.modules.get(mod)
+        for part in qual.split("."):
+            obj = getattr(obj, part, None)
+        if obj is f:
+            return "%s:%s" % (mod, qual)
+    if not callable(f):
+        raise TypeError("a task runs a callable, not a %s" % type(f).__name__)
+    return _need_cloudpickle("%r" % (f,)).dumps(f, protocol=5)
+
+
+def _plain(v: Any, depth: int = 0) -> bool:
+    """Whether v crosses as a call value (else it goes by pickle)."""
+    t = type(v)
+    if v is None or t in (bool, int, float, str, bytes):
+        return True
+    if depth > 64:
+        return False
+    if t in (list, tuple, set, frozenset):
+        return all(_plain(x, depth + 1) for x in v)
+    if t is dict:
+        return all(_plain(k, depth + 1) and _plain(x, depth + 1) for k, x in v.items())
+    if t is bytearray or t is memoryview:
+        return True
+    if _values._is_torch(v) or _values._is_numpy(v):
+        return True
+    return any(c in _values._TYPES_BY_CLASS for c in t.__mro__)
+
+
+def _pickled(obj: Any) -> List[Any]:
+    """obj by pickle protocol 5, its buffers (arrays' memory) out of band."""
+    bufs: List[Any] = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    return [data, [b.raw() for b in bufs]]
+
+
+def _payload(ref: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> List[Any]:
+    if _plain(args) and _plain(kwargs):
+        return [ref, list(args), kwargs]
+    return [ref, None, None] + _pickled((args, kwargs))
+
+
+def _result(env: Any, where: str) -> Any:
+    """A task's value from its engine's envelope: [0, value], [1, error] or [2, pickle,
+    buffers] (the engine is the user's, past the controller's handshake)."""
+    if isinstance(env, list) and len(env) == 3 and env[0] == 2:
+        return pickle.loads(env[1], buffers=env[2])
+    return _unwrap(env, where)
+
+
+# ---- the engine's side ----------------------------------------------------------------
+
+def _engine_start() -> Callable[[Any], Any]:
+    """In a Python engine (python3 -m shoal.engine, called by its C side): the dispatcher
+    of its tasks."""
+    import importlib
+    fns: Dict[Any, Callable[..., Any]] = {}
+
+    def resolve(ref: Any) -> Callable[..., Any]:
+        if isinstance(ref, str):
+            mod, _, qual = ref.partition(":")
+            f: Any = importlib.import_module(mod)
+            for part in qual.split("."):
+                f = getattr(f, part)
+        elif isinstance(ref, (bytes, bytearray)):
+            f = pickle.loads(ref)
+        else:
+            raise TypeError("a task's function: expected module:qualname or a pickle, "
+                            "not a %s" % type(ref).__name__)
+        if len(fns) > 4096:
+            fns.clear()
+        fns[bytes(ref) if isinstance(ref, bytearray) else ref] = f
+        return f
+
+    def dispatch(call: Any) -> List[Any]:
+        try:
+            if not isinstance(call, list) or len(call) not in (3, 5):
+                raise ValueError("a task: expected [function, args, kwargs]")
+            ref = call[0]
+            f = fns.get(ref) if isinstance(ref, (str, bytes)) else None
+            if f is None:
+                f = resolve(ref)
+            if len(call) == 5:
+                args, kwargs = pickle.loads(call[3], buffers=call[4])
+            else:
+                args, kwargs = call[1], call[2]
+            r = f(*args, **kwargs)
+            return [0, r] if _plain(r) else [2] + _pickled(r)
+        except BaseException as e:  # everything goes back to the client
+            return _envelope_for(e)
+    return dispatch
+
+
+def _map_chunk(ref: Any, items: List[Any]) -> List[Any]:
+    """A chunk of a map with chunksize > 1, run on one engine: f over each item's args."""
+    f = pickle.loads(ref) if isinstance(ref, (bytes, bytearray)) else None
+    if f is None:
+        import importlib
+        mod, _, qual = ref.partition(":")
+        f = importlib.import_module(mod)
+        for part in qual.split("."):
+            f = getattr(f, part)
+    return [f(*a) for a in items]
+
+
+# ---- results ---------------------------------------------------------------------------
+
+class AsyncResult(concurrent.futures.Future):  # type: ignore[type-arg]
+    """A task's result to come: a :class:`concurrent.futures.Future` (``result()``,
+    ``add_done_callback``, ``concurrent.futures.wait``), awaitable from asyncio, with
+    ipyparallel's names: ``get(timeout)``, ``ready()``, ``wait(timeout)``,
+    ``successful()``, ``elapsed`` and ``msg_ids``."""
+
+    def __init__(self, client: "Client", ids: List[int], where: str) -> None:
+        super().__init__()
+        self._client = client
+        self.msg_ids = ids
+        self._where = where
+        self._submitted = time.monotonic()
+        self._done_at: Optional[float] = None
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        """The result (blocks: at most timeout seconds, then ``TimeoutError``), or the
+        task's exception raised."""
+        return self.result(timeout)
+
+    def ready(self) -> bool:
+        return self.done()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits until done (blocks: at most timeout seconds); whether it is."""
+        concurrent.futures.wait([self], timeout)
+        return self.done()
+
+    def successful(self) -> bool:
+        """Whether it is done without an exception (``AssertionError`` before it is done,
+        as ipyparallel's)."""
+        if not self.done():
+            raise AssertionError("the task is not done")
+        return self.exception() is None
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since it was submitted, until it was done."""
+        end = self._done_at if self._done_at is not None else time.monotonic()
+        return end - self._submitted
+
+    def __await__(self) -> Any:
+        import asyncio
+        return asyncio.wrap_future(self).__await__()
+
+    def _settle(self, status: int, value: Any) -> None:
+        self._done_at = time.monotonic()
+        try:
+            if status != 0:
+                raise _farm_error(status, value)
+            self.set_result(_result(value, self._where))
+        except BaseException as e:
+            self.set_exception(e)
+
+
+class AsyncMapResult(AsyncResult):
+    """A map's results to come: ``get()`` gives the list (in order, or in the order they
+    came with ``ordered=False``); iterating yields each as it is ready."""
+
+    def __init__(self, client: "Client", parts: List[AsyncResult], ordered: bool,
+                 chunked: bool) -> None:
+        super().__init__(client, [i for p in parts for i in p.msg_ids], "map")
+        self._parts = parts
+        self._ordered = ordered
+        self._chunked = chunked
+        self._left = len(parts)
+        self._came: List[AsyncResult] = []
+        self._lock = threading.Lock()
+        if not parts:
+            self._finish()
+        for p in parts:
+            p.add_done_callback(self._one)
+
+    def _one(self, p: concurrent.futures.Future) -> None:  # type: ignore[type-arg]
+        with self._lock:
+            self._came.append(p)  # type: ignore[arg-type]
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._finish()
+
+    def _finish(self) -> None:
+        self._done_at = time.monotonic()
+        parts = self._parts if self._ordered else self._came
+        try:
+            out = [p.result() for p in parts]
+            if self._chunked:
+                out = [x for chunk in out for x in chunk]
+            self.set_result(out)
+        except BaseException as e:
+            self.set_exception(e)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._ordered:
+            for p in self._parts:
+                yield from (p.result() if self._chunked else [p.result()])
+        else:
+            for p in concurrent.futures.as_completed(self._parts):
+                yield from (p.result() if self._chunked else [p.result()])
+
+
+# ---- the client -------------------------------------------------------------------------
+
+class Client:
+    """A client of a controller: ``Client(url)`` with its unix socket path or
+    ``tcp://HOST:PORT`` (the secret from ``$SHOAL_SECRET_FILE`` or ``$SHOAL_SECRET``).
+    Blocks: the connect (at most ``timeout`` seconds). A context manager; ``close()``
+    drops its tasks not yet run."""
+
+    def __init__(self, url: str, timeout: float = 10.0) -> None:
+        self.url = url
+        self._farm = _shoal.Farm(url, timeout)
+        self._pending: Dict[int, AsyncResult] = {}
+        # results that came before their submit had registered them (the result thread
+        # takes the farm as soon as the submit lets go of it)
+        self._early: Dict[int, Tuple[int, Any]] = {}
+        self._cv = threading.Condition()
+        self._closed = False
+        self._error: Optional[BaseException] = None
+        self._pump = threading.Thread(target=self._pump_main, name="shoal-tasks-results",
+                                      daemon=True)
+        self._pump.start()
+
+    # results come on one thread, which takes them from the farm in batches
+    def _pump_main(self) -> None:
+        farm, pending, cv = self._farm, self._pending, self._cv
+        while True:
+            with cv:
+                while not pending and not self._closed:
+                    cv.wait()
+                if self._closed:
+                    return
+            try:
+                # short, so that a submit waiting for the farm is not held up long
+                batch = farm.results(0.001)
+            except BaseException as e:  # the controller went: every task fails
+                self._fail_all(e)
+                return
+            for tid, status, value in batch:
+                with cv:
+                    ar = pending.pop(tid, None)
+                    if ar is None:
+                        self._early[tid] = (status, value)
+                if ar is not None:
+                    ar._settle(status, value)
+
+    def _fail_all(self, e: BaseException) -> None:
+        with self._cv:
+            self._error = e
+            left = list(self._pending.values())
+            self._pending.clear()
+        for ar in left:
+            if not ar.done():
+                ar.set_exception(TaskError("the controller's connection: %s" % e))
+
+    def _submit(self, payload: List[Any], flags: Dict[str, Any], where: str,
+                ar: Optional[AsyncResult] = None) -> AsyncResult:
+        if self._error is not None:
+            raise TaskError("the controller's connection: %s" % self._error)
+        tid = self._farm.submit(_FN, payload, flags["timeout"], flags["retries"],
+                                flags["engine"], flags["after"], flags["follow"])
+        if ar is None:
+            ar = AsyncResult(self, [tid], where)
+        else:
+            ar.msg_ids = [tid]
+        with self._cv:
+            early = self._early.pop(tid, None)
+            if early is None:
+                self._pending[tid] = ar
+                if len(self._pending) == 1:
+                    self._cv.notify()
+        if early is not None:
+            ar._settle(*early)
+        return ar
+
+    def load_balanced_view(self) -> "LoadBalancedView":
+        """A view that runs each task on whichever engine the controller's scheme picks."""
+        return LoadBalancedView(self)
+
+    def executor(self) -> "_Executor":
+        """A :class:`concurrent.futures.Executor` over a load-balanced view."""
+        return _Executor(self.load_balanced_view())
+
+    def stat(self, timeout: float = 10.0) -> Dict[str, Any]:
+        """The controller's figures (engines, queued, running, done, ...) and its
+        engines (``engine_list``). Blocks: at most timeout seconds."""
+        return self._farm.stat(timeout)
+
+    @property
+    def ids(self) -> List[int]:
+        """The numbers of the engines connected now."""
+        return [e["num"] for e in self.stat()["engine_list"]]
+
+    def wait_for_engines(self, n: int, timeout: Optional[float] = None) -> None:
+        """Blocks until n engines are connected (``TimeoutError`` after timeout
+        seconds)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            have = self.stat()["engines"]
+            if have >= n:
+                return
+            if end is not None and time.monotonic() >= end:
+                raise TimeoutError("%d engines connected to %s, waited for %d" %
+                                   (have, self.url, n))
+            time.sleep(0.005)
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._pump.join()
+        self._farm.close()
+        self._fail_all(TaskError("the client was closed"))
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+_DEFAULT_FLAGS = {"retries": 0, "timeout": None, "after": None, "follow": None,
+                  "engine": -1}
+
+
+def _task_ids(deps: Any, what: str) -> Optional[List[int]]:
+    """AsyncResults (or task ids) as the ids the controller knows."""
+    if deps is None:
+        return None
+    if isinstance(deps, (AsyncResult, int)):
+        deps = [deps]
+    out: List[int] = []
+    for d in deps:
+        if isinstance(d, AsyncResult):
+            out.extend(d.msg_ids)
+        elif isinstance(d, int):
+            out.append(d)
+        else:
+            raise TypeError("%s: expected AsyncResults or task ids, not a %s" %
+                            (what, type(d).__name__))
+    return out
+
+
+class LoadBalancedView:
+    """Tasks to whichever engine the controller's scheme picks (ipyparallel's
+    LoadBalancedView). Flags (``set_flags``, ``temp_flags``) apply to the tasks
+    submitted after: ``retries`` (times a task is sent again when its engine dies),
+    ``timeout`` (seconds from submission), ``after`` (run once these succeeded),
+    ``follow`` (and on the engine that ran them)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._flags = dict(_DEFAULT_FLAGS)
+
+    def set_flags(self, **flags: Any) -> None:
+        for k, v in flags.items():
+            if k not in ("retries", "timeout", "after", "follow"):
+                raise TypeError("no flag %r: expected retries, timeout, after or follow" % k)
+            if k in ("after", "follow"):
+                v = _task_ids(v, k)
+            elif k == "retries":
+                v = int(v)
+                if v < 0:
+                    raise ValueError("retries: expected a count >= 0")
+            elif v is not None and not v > 0:
+                raise ValueError("timeout: expected seconds > 0 or None")
+            self._flags[k] = v
+
+    @contextlib.contextmanager
+    def temp_flags(self, **flags: Any) -> Iterator[None]:
+        """Flags for the tasks submitted inside the block only."""
+        saved = dict(self._flags)
+        self.set_flags(**flags)
+        try:
+            yield
+        finally:
+            self._flags = saved
+
+    def apply_async(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> AsyncResult:
+        """Submits f(*args, **kwargs); does not wait for it."""
+        name = getattr(f, "__qualname__", None) or repr(f)
+        return self.client._submit(_payload(_fn_ref(f), args, kwargs), self._flags, name)
+
+    def apply_sync(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Runs f(*args, **kwargs) on an engine and returns its result (blocks)."""
+        return self.apply_async(f, *args, **kwargs).get()
+
+    apply = apply_sync
+
+    def map_async(self, f: Callable[..., Any], *seqs: Iterable[Any], chunksize: int = 1,
+                  ordered: bool = True) -> AsyncMapResult:
+        """f over the items of seqs (zipped), one task per chunksize items; does not
+        wait. The result's ``get()`` is the list of results."""
+        if chunksize < 1:
+            raise ValueError("chunksize: expected 1 or more")
+        items = list(zip(*seqs))
+        ref = _fn_ref(f)
+        name = getattr(f, "__qualname__", None) or repr(f)
+        submit = self.client._submit
+        if chunksize == 1:
+            parts = [submit(_payload(ref, a, {}), self._flags, name) for a in items]
+        else:
+            chunk_ref = "%s:_map_chunk" % __name__
+            parts = [submit(_payload(chunk_ref, (ref, items[i:i + chunksize]), {}),
+                            self._flags, name)
+                     for i in range(0, len(items), chunksize)]
+        return AsyncMapResult(self.client, parts, ordered, chunksize > 1)
+
+    map = map_async
+
+    def map_sync(self, f: Callable[..., Any], *seqs: Iterable[Any], chunksize: int = 1,
+                 ordered: bool = True) -> List[Any]:
+        """The list of f over seqs' items (blocks)."""
+        return self.map_async(f, *seqs, chunksize=chunksize, ordered=ordered).get()
+
+
+class _Executor(concurrent.futures.Executor):
+    """concurrent.futures' Executor over a view: ``submit`` returns an AsyncResult."""
+
+    def __init__(self, view: LoadBalancedView) -> None:
+        self.view = view
+        self._shut = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> AsyncResult:
+        if self._shut:
+            raise RuntimeError("cannot submit after shutdown")
+        return self.view.apply_async(fn, *args, **kwargs)
+
+    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any],  # type: ignore[override]
+            timeout: Optional[float] = None, chunksize: int = 1) -> Iterator[Any]:
+        ar = self.view.map_async(fn, *iterables, chunksize=chunksize)
+        end = None if timeout is None else time.monotonic() + timeout
+        for p in ar._parts:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            r = p.result(left)
+            yield from (r if ar._chunked else [r])
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._shut = True
+        if wait:
+            with self.view.client._cv:
+                left = list(self.view.client._pending.values())
+            concurrent.futures.wait(left)
+
+
+# ---- a cluster on this host ---------------------------------------------------------
+
+_PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def engine_command(url: str, *, store: Optional[str] = None, name: Optional[str] = None,
+                   python: Optional[str] = None) -> List[str]:
+    """The command line of a Python engine for the controller at url (a unix socket or
+    tcp://HOST:PORT), as Cluster runs it: ``python3 -m shoal.engine --socket URL``."""
+    cmd = [python or sys.executable, "-m", "shoal.engine", "--socket", url]
+    if store:
+        cmd += ["--store", store]
+    if name:
+        cmd += ["--name", name]
+    return cmd
+
+
+class Cluster:
+    """A controller in this process and n Python engines on this host, started on entry
+    (or ``start()``) and all stopped on exit (or ``stop()``), also when the block raises.
+    scheme: pure, lru, leastload, weighted or twobin."""
+
+    def __init__(self, n: int = 4, scheme: str = "leastload", *,
+                 engine_timeout: float = 30.0) -> None:
+        if n < 0:
+            raise ValueError("n: expected a count of engines >= 0")
+        self.n = n
+        self.scheme = scheme
+        self.engine_timeout = engine_timeout
+        self.controller: Any = None
+        self.engines: List[subprocess.Popen] = []  # type: ignore[type-arg]
+        self._clients: List[Client] = []
+
+    @property
+    def url(self) -> str:
+        if self.controller is None:
+            raise RuntimeError("the cluster is not started")
+        return str(self.controller.socket)
+
+    def start(self) -> "Cluster":
+        """Starts the controller and the engines; returns once every engine is connected
+        (blocks: at most engine_timeout seconds, then ``TimeoutError`` and everything
+        stopped)."""
+        self.controller = _shoal.Controller(scheme=self.scheme)
+        try:
+            self.add_engines(self.n)
+            with Client(self.url) as c:
+                c.wait_for_engines(self.n, self.engine_timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def add_engines(self, n: int) -> None:
+        """Starts n more engines (they connect on their own: see wait_for_engines)."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [_PKG_PARENT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        for _ in range(n):
+            self.engines.append(subprocess.Popen(
+                engine_command(self.url) + ["--die-with-parent"], env=env,
+                stdin=subprocess.DEVNULL))
+
+    def client(self) -> Client:
+        """A client of this cluster's controller (closed when the cluster stops)."""
+        c = Client(self.url)
+        self._clients.append(c)
+        return c
+
+    def stop(self) -> None:
+        """Closes its clients, ends its engines (SIGTERM, then SIGKILL after 5 s) and
+        its controller."""
+        for c in self._clients:
+            c.close()
+        self._clients = []
+        for p in self.engines:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.engines:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.engines = []
+        if self.controller is not None:
+            self.controller.close()
+            self.controller = None
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

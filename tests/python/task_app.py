@@ -1,0 +1,56 @@
+"""Functions of tests/python/test_tasks.py that engines import by reference (the test puts
+this directory on their PYTHONPATH)."""
+import os
+import signal
+import time
+
+
+class Custom(Exception):
+    pass
+
+
+class Box:
+    """Not a registered type: crosses by pickle."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        return isinstance(other, Box) and other.v == self.v
+
+
+def add(a, b=0):
+    return a + b
+
+
+def scale(x, k):
+    return x * k
+
+
+def pid():
+    return os.getpid()
+
+
+def nap(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def custom():
+    raise Custom("made on the engine")
+
+
+def stamp(tag):
+    return (tag, time.monotonic(), os.getpid())
+
+
+def die_once(marker):
+    """Kills its engine the first time (marker absent), returns the second."""
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "survived"
+
+
+def unbox(b):
+    return Box(b.v + 1)
