@@ -1,85 +1,10 @@
 /* shoal-engine: a task engine. It loads a library of functions and runs
- * the tasks a controller sends it (src/tasks/engine.c does the work); this
- * file is its command line. */
+ * the tasks a controller sends it; its command line is tools/lib/engine.c,
+ * which the Python module's engine shares (src/tasks/engine.c does the
+ * work). */
 #include "lib/tools.h"
-#include "tasks/proto.h"
-
-#include <unistd.h>
-
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: shoal-engine (--socket PATH | --socket tcp://HOST:PORT | --connect "
-		"HOST:PORT)\n"
-		"                    --so LIBRARY.so [--store PATH] [--name NAME] "
-		"[--die-with-parent]\n\n"
-		"Runs tasks for a task controller (shoal controller, shoald --tasks, or a\n"
-		"program's shoal_controller_open): it loads the functions of LIBRARY.so (written\n"
-		"against shoal/ext.h), connects to the controller, runs the tasks it sends and\n"
-		"sends their results back, until the controller goes. Over TCP the shared\n"
-		"secret comes from $SHOAL_SECRET_FILE or $SHOAL_SECRET; HOST:PORT?encrypt=false\n"
-		"asks for records in clear (still authenticated), if the controller allows it.\n\n"
-		"options:\n"
-		"  --socket PATH      the controller's unix socket, or tcp://HOST:PORT\n"
-		"  --connect H:P      the controller over TCP (the same as --socket tcp://H:P)\n"
-		"  --so LIBRARY.so    the functions to run (required)\n"
-		"  --store PATH       a store socket: tensors and blobs of arguments and\n"
-		"                     results go by reference through it\n"
-		"  --name NAME        its name in messages (default: pid PID)\n"
-		"  --die-with-parent  end when the process that started it ends\n"
-		"  -h, --help         show this help\n"
-		"  -V, --version      print the version\n"
-		"\nExit codes: 0 the controller went, 1 failed (stderr says why), 2 bad "
-		"arguments.\n");
-}
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {SH_CLI_STD,
-					     {"socket", required_argument, NULL, 's'},
-					     {"connect", required_argument, NULL, 'c'},
-					     {"so", required_argument, NULL, 'l'},
-					     {"store", required_argument, NULL, 'S'},
-					     {"name", required_argument, NULL, 'n'},
-					     {"die-with-parent", no_argument, NULL, 'p'},
-					     {0}};
-	const sh_cli cli = {.prog = "shoal-engine", .usage = usage, .opts = opts};
-	sh_engine_cfg cfg = {0};
-	int o;
-	while ((o = sh_cli_next(&cli, argc, argv)) != -1) {
-		switch (o) {
-		case 's':
-			cfg.socket = optarg;
-			break;
-		case 'c':
-			cfg.connect = optarg;
-			break;
-		case 'l':
-			cfg.so = optarg;
-			break;
-		case 'S':
-			cfg.store = optarg;
-			break;
-		case 'n':
-			cfg.name = optarg;
-			break;
-		case 'p':
-			cfg.with_parent = true;
-			break;
-		}
-	}
-	sh_cli_operands(&cli, argc, argv, 0, 0);
-	if (!cfg.socket && !cfg.connect)
-		sh_cli_fail(&cli, "--socket PATH or --connect HOST:PORT is required");
-	if (cfg.socket && cfg.connect)
-		sh_cli_fail(&cli, "--socket and --connect both name a controller: give one");
-	if (!cfg.so)
-		sh_cli_fail(&cli, "--so LIBRARY.so is required");
-	/* "engine pid 1234 has no function f": a name that reads as one */
-	char name[32];
-	if (!cfg.name || !*cfg.name) {
-		snprintf(name, sizeof(name), "pid %d", (int)getpid());
-		cfg.name = name;
-	}
-	return sh_engine_main(&cfg);
+	return sh_engine_cli(argc, argv, NULL);
 }

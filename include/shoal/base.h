@@ -60,6 +60,8 @@ enum {
 	SHOAL_ESEALED = -10004,	 /* the object is sealed and cannot change */
 	SHOAL_EENGINE = -10005,	 /* a task's engine died and its retries are spent */
 	SHOAL_EDEPFAIL = -10006, /* a task that this one depends on failed */
+	SHOAL_ERAISED = -10007,	 /* a task's Python function raised (the message: the
+				    exception as JSON: type, message, traceback) */
 };
 
 /* The name of an error code ("SHOAL_ECLOSED: closed"), never NULL; unknown

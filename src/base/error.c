@@ -44,6 +44,7 @@ static const struct {
 	{SHOAL_ECRASHED, "SHOAL_ECRASHED: peer process crashed"},
 	{SHOAL_EENGINE, "SHOAL_EENGINE: the task's engine died"},
 	{SHOAL_EDEPFAIL, "SHOAL_EDEPFAIL: a dependency failed"},
+	{SHOAL_ERAISED, "SHOAL_ERAISED: the task's function raised an exception"},
 	{SHOAL_EBADMSG, "SHOAL_EBADMSG: input failed validation"},
 	{SHOAL_ESEALED, "SHOAL_ESEALED: object is sealed"},
 };

@@ -36,6 +36,7 @@
 #include "ring/msg.h"
 #include "wire/wire.h"
 
+#include <shoal/ext.h>
 #include <shoal/tasks.h>
 
 #define SH_TASKS_CLIENT 0x544c4346u /* "FCLT": a client's link */
@@ -157,6 +158,9 @@ int sh_tk_read_run(sh_mp *m, sh_tk_run *r);
 typedef struct sh_engine_cfg {
 	const char *socket, *connect, *so, *store, *name;
 	bool with_parent;
+	/* Functions built into this process (the Python module's engine, in
+	 * a python3 process) in place of loading so. */
+	shoal_ext_init_fn init;
 } sh_engine_cfg;
 /* The engine's main: runs the controller's tasks until it goes; the
  * process's exit code. */

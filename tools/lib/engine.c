@@ -47,7 +47,9 @@ int sh_engine_cli(int argc, char **argv, shoal_ext_init_fn init)
 					     {"die-with-parent", no_argument, NULL, 'p'},
 					     {0}};
 	optind = 1; /* a Python process may have parsed options its own way */
-	const sh_cli cli = {.prog = init ? "python3 -m shoal.engine" : "shoal-engine", .usage = usage, .opts = opts};
+	const sh_cli cli = {.prog = init ? "python3 -m shoal.engine" : "shoal-engine",
+			    .usage = usage,
+			    .opts = opts};
 	sh_engine_cfg cfg = {.init = init};
 	int o;
 	while ((o = sh_cli_next(&cli, argc, argv)) != -1) {

@@ -84,6 +84,11 @@ int sh_daemon_main(const char *prog, int argc, char **argv);
  * the process's exit code. init: an extension built into this process
  * (the Python module's), else NULL to load --so. */
 int sh_ext_runner_cli(int argc, char **argv, shoal_ext_init_fn init);
+
+/* The task engine (shoal-engine): its options, then the engine's main;
+ * the process's exit code. init: functions built into this process (the
+ * Python module's engine), else NULL to load --so. */
+int sh_engine_cli(int argc, char **argv, shoal_ext_init_fn init);
 /* `shoal controller`: a task controller alone, until SIGTERM or SIGINT. */
 int sh_controller_main(const char *prog, int argc, char **argv);
 
