@@ -30,6 +30,9 @@ static _Thread_local int depth;
 /* What each level's result borrows until the runner sends it (before the
  * next call at that level begins). */
 static PyObject *keeps[MAX_NEST];
+/* In an engine a task whose function raised fails (so that the tasks
+ * depending on it fail too): its dispatcher answers [1, JSON] then. */
+static bool engine_mode;
 
 PyObject *sh_py_call_host(PyObject *mod, PyObject *args)
 {
@@ -104,6 +107,15 @@ static int call(shoal_ext_ctx *ctx, const shoal_value *args, shoal_value **resul
 	Py_XDECREF(a);
 	if (!r)
 		r = error_envelope();
+	if (engine_mode && r && PyList_Check(r) && PyList_GET_SIZE(r) == 2 &&
+	    PyUnicode_Check(PyList_GET_ITEM(r, 1)) && PyLong_Check(PyList_GET_ITEM(r, 0)) &&
+	    PyLong_AsLong(PyList_GET_ITEM(r, 0)) == 1) {
+		const char *m = PyUnicode_AsUTF8(PyList_GET_ITEM(r, 1));
+		rc = shoal_ext_fail(ctx, SHOAL_ERAISED, "%s", m ? m : "{}");
+		PyErr_Clear();
+		Py_DECREF(r);
+		goto out;
+	}
 	if (r && !(*result = sh_py_to_value(shoal_ext_vbuf(ctx), r, keeps[d]))) {
 		Py_DECREF(r);
 		r = error_envelope();
@@ -177,11 +189,35 @@ static int py_init(shoal_ext_registry *r)
 	return rc ? shoal_ext_init_fail(r, rc, "%s", why) : 0;
 }
 
-PyObject *sh_py_run_extension(PyObject *mod, PyObject *args)
+/* The engine's (python3 -m shoal.engine): its one function "py" runs a
+ * task, [function, args, kwargs] in, an envelope out (shoal.tasks). */
+static int py_engine_init(shoal_ext_registry *r)
 {
-	(void)mod;
+	PyGILState_STATE g = PyGILState_Ensure();
+	char why[1000];
+	int rc = 0;
+	PyObject *tasks = NULL;
+	if (!(tasks = PyImport_ImportModule("shoal.tasks")) ||
+	    !(envelope_for = PyObject_GetAttrString(tasks, "_envelope_for")) ||
+	    !(dispatch = PyObject_CallMethod(tasks, "_engine_start", NULL))) {
+		failure_text(why, sizeof(why));
+		rc = SHOAL_EINVAL;
+	}
+	Py_XDECREF(tasks);
+	PyGILState_Release(g);
+	engine_mode = true;
+	if (rc == 0)
+		rc = shoal_ext_register(r, "py", call);
+	return rc ? shoal_ext_init_fail(r, rc, "%s", why) : 0;
+}
+
+/* argv (a list of str) after argv0, to cli with init, the GIL released:
+ * its exit code. */
+static PyObject *run_cli(PyObject *args, const char *what, const char *argv0,
+			 int (*cli)(int, char **, shoal_ext_init_fn), shoal_ext_init_fn init)
+{
 	PyObject *list;
-	if (!PyArg_ParseTuple(args, "O!:_run_extension", &PyList_Type, &list))
+	if (!PyArg_ParseTuple(args, what, &PyList_Type, &list))
 		return NULL;
 	Py_ssize_t n = PyList_GET_SIZE(list);
 	PyObject *keep = PyList_New(0);
@@ -190,7 +226,7 @@ PyObject *sh_py_run_extension(PyObject *mod, PyObject *args)
 		Py_XDECREF(keep);
 		return PyErr_NoMemory();
 	}
-	argv[0] = "shoal-ext";
+	argv[0] = (char *)argv0;
 	for (Py_ssize_t i = 0; i < n; i++) {
 		PyObject *b = NULL;
 		if (sh_py_fspath(PyList_GET_ITEM(list, i), &b) != 0 ||
@@ -203,12 +239,26 @@ PyObject *sh_py_run_extension(PyObject *mod, PyObject *args)
 		Py_DECREF(b);
 		argv[i + 1] = PyBytes_AS_STRING(b);
 	}
-	/* As shoal-ext: SIGINT ends it (Python's handler would turn a Ctrl-C
-	 * meant for the host into an exception inside some call). */
+	/* As shoal-ext and shoal-engine: SIGINT ends it (Python's handler
+	 * would turn a Ctrl-C meant for the host into an exception inside
+	 * some call). */
 	signal(SIGINT, SIG_DFL);
 	int rc;
-	Py_BEGIN_ALLOW_THREADS rc = sh_ext_runner_cli((int)n + 1, argv, py_init);
+	Py_BEGIN_ALLOW_THREADS rc = cli((int)n + 1, argv, init);
 	Py_END_ALLOW_THREADS PyMem_Free(argv);
 	Py_DECREF(keep);
 	return PyLong_FromLong(rc);
+}
+
+PyObject *sh_py_run_extension(PyObject *mod, PyObject *args)
+{
+	(void)mod;
+	return run_cli(args, "O!:_run_extension", "shoal-ext", sh_ext_runner_cli, py_init);
+}
+
+PyObject *sh_py_run_engine(PyObject *mod, PyObject *args)
+{
+	(void)mod;
+	return run_cli(args, "O!:_run_engine", "python3 -m shoal.engine", sh_engine_cli,
+		       py_engine_init);
 }

@@ -77,13 +77,12 @@ static PyObject *ctl_close(ShController *self, PyObject *unused)
 
 static PyObject *stat_dict(const shoal_controller_stat *st)
 {
-	return Py_BuildValue("{sIsIsKsKsKsKsKsKsK}", "engines", st->engines, "clients",
-			     st->clients, "queued", (unsigned long long)st->queued, "running",
-			     (unsigned long long)st->running, "done", (unsigned long long)st->done,
-			     "retried", (unsigned long long)st->retried, "failed",
-			     (unsigned long long)st->failed, "held_bytes",
-			     (unsigned long long)st->held_bytes, "held_peak",
-			     (unsigned long long)st->held_peak);
+	return Py_BuildValue(
+		"{sIsIsKsKsKsKsKsKsK}", "engines", st->engines, "clients", st->clients, "queued",
+		(unsigned long long)st->queued, "running", (unsigned long long)st->running, "done",
+		(unsigned long long)st->done, "retried", (unsigned long long)st->retried, "failed",
+		(unsigned long long)st->failed, "held_bytes", (unsigned long long)st->held_bytes,
+		"held_peak", (unsigned long long)st->held_peak);
 }
 
 static PyObject *ctl_stat(ShController *self, PyObject *unused)
@@ -122,8 +121,7 @@ static PyMethodDef ctl_methods[] = {
 
 static PyGetSetDef ctl_getset[] = {
 	{"socket", (getter)ctl_get_socket, NULL, "Its unix socket (None once closed).", NULL},
-	{"tcp", (getter)ctl_get_tcp, NULL, "Where it listens on TCP (HOST:PORT), or None.",
-	 NULL},
+	{"tcp", (getter)ctl_get_tcp, NULL, "Where it listens on TCP (HOST:PORT), or None.", NULL},
 	{NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -147,7 +145,7 @@ PyTypeObject ShController_Type = {
 typedef struct {
 	int rc;
 	const shoal_value *v;
-	char msg[160];
+	char *msg; /* a failure's, PyMem_RawMalloc'd */
 } taken;
 
 typedef struct {
@@ -222,7 +220,8 @@ static PyObject *farm_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	Py_END_ALLOW_THREADS if (rc)
 	{
 		Py_DECREF(self);
-		return sh_py_raisef(rc == SHOAL_ENOENT || rc == SHOAL_ECONNREFUSED ? ShClosed : NULL,
+		return sh_py_raisef(rc == SHOAL_ENOENT || rc == SHOAL_ECONNREFUSED ? ShClosed
+										   : NULL,
 				    rc, "no task controller at %s: %s", s, sh_py_strerror(rc));
 	}
 	if (tmo)
@@ -368,8 +367,13 @@ static PyObject *farm_results(ShFarm *self, PyObject *args)
 		got[i].v = NULL;
 		/* here already: no wait (nothing is queued to send either) */
 		got[i].rc = shoal_farm_wait(f, ids[i], out, &got[i].v, SHOAL_FOREVER);
-		snprintf(got[i].msg, sizeof(got[i].msg), "%s",
-			 got[i].rc ? shoal_farm_last_error(f) : "");
+		got[i].msg = NULL;
+		if (got[i].rc) {
+			const char *m = shoal_farm_last_error(f);
+			size_t l = strlen(m) + 1;
+			if ((got[i].msg = PyMem_RawMalloc(l)))
+				memcpy(got[i].msg, m, l);
+		}
 	}
 	Py_END_ALLOW_THREADS PyObject *list = NULL;
 	if (rc == SHOAL_ETIMEDOUT || rc == SHOAL_ENOENT)
@@ -378,19 +382,21 @@ static PyObject *farm_results(ShFarm *self, PyObject *args)
 		sh_py_raise(rc, shoal_farm_last_error(f));
 	else if ((list = PyList_New(n)))
 		for (uint32_t i = 0; i < n; i++) {
-			PyObject *v = got[i].rc == 0 ? sh_py_from_value(got[i].v)
-						     : PyUnicode_DecodeUTF8(got[i].msg,
-									    strlen(got[i].msg),
-									    "replace");
-			PyObject *t = v ? Py_BuildValue("(KiN)", (unsigned long long)ids[i],
-							got[i].rc, v)
-					: NULL;
+			const char *m = got[i].msg ? got[i].msg : "(no memory for its message)";
+			PyObject *v = got[i].rc == 0
+					      ? sh_py_from_value(got[i].v)
+					      : PyUnicode_DecodeUTF8(m, strlen(m), "replace");
+			PyObject *t =
+				v ? Py_BuildValue("(KiN)", (unsigned long long)ids[i], got[i].rc, v)
+				  : NULL;
 			if (!t) {
 				Py_CLEAR(list);
 				break;
 			}
 			PyList_SET_ITEM(list, i, t);
 		}
+	for (uint32_t i = 0; i < n; i++)
+		PyMem_RawFree(got[i].msg);
 	shoal_vbuf_reset(out);
 	pthread_mutex_unlock(&self->mu);
 	return list;
@@ -408,8 +414,8 @@ static PyObject *farm_stat(ShFarm *self, PyObject *args)
 	uint32_t ne = 0;
 	int rc;
 	shoal_farm *f = self->f;
-	Py_BEGIN_ALLOW_THREADS rc = shoal_farm_stat(f, &st, eng, 256, &ne,
-						     shoal_deadline_in((int64_t)(timeout * 1e9)));
+	Py_BEGIN_ALLOW_THREADS rc =
+		shoal_farm_stat(f, &st, eng, 256, &ne, shoal_deadline_in((int64_t)(timeout * 1e9)));
 	Py_END_ALLOW_THREADS PyObject *d = NULL, *l = NULL;
 	if (rc)
 		sh_py_raise(rc, shoal_farm_last_error(f));

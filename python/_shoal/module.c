@@ -212,6 +212,10 @@ static PyMethodDef module_methods[] = {
 	 "_run_extension(argv) -> int\n\nIn the process a host started for an extension: "
 	 "shoal-ext's options; serves the host's calls until it closes (blocks), returns the "
 	 "exit code."},
+	{"_run_engine", sh_py_run_engine, METH_VARARGS,
+	 "_run_engine(argv) -> int\n\npython3 -m shoal.engine: shoal-engine's options "
+	 "(but --so); runs the controller's tasks until it goes (blocks), returns the exit "
+	 "code."},
 	{"default_socket", default_socket, METH_NOARGS,
 	 "default_socket() -> str\n\nThe socket the shoal CLI uses: $SHOAL_SOCKET, else "
 	 "shoald.sock in this user's socket directory."},
@@ -232,13 +236,14 @@ PyMODINIT_FUNC PyInit__shoal(void)
 	PyObject *m = PyModule_Create(&module_def);
 	if (!m)
 		return NULL;
-	PyTypeObject *types[] = {&ShClient_Type, &ShStore_Type, &ShObject_Type, &ShTensor_Type,
-				 &ShBlob_Type,	 &ShVal_Type,	&ShExt_Type};
+	PyTypeObject *types[] = {&ShClient_Type, &ShStore_Type,	     &ShObject_Type,
+				 &ShTensor_Type, &ShBlob_Type,	     &ShVal_Type,
+				 &ShExt_Type,	 &ShController_Type, &ShFarm_Type};
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
 		if (PyModule_AddType(m, types[i]) != 0)
 			goto fail;
-	/* A module built with ASan loads only where the sanitizer's runtime
-	 * came first: an extension's python3 must be started as this one was. */
+			/* A module built with ASan loads only where the sanitizer's runtime
+			 * came first: an extension's python3 must be started as this one was. */
 #if defined(__SANITIZE_ADDRESS__)
 	PyObject *san = Py_BuildValue("(sss)", "LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS");
 #else
@@ -247,7 +252,12 @@ PyMODINIT_FUNC PyInit__shoal(void)
 	int bad = !san || PyModule_AddObjectRef(m, "_SANITIZER_ENV", san) != 0;
 	Py_XDECREF(san);
 	if (bad || add_errors(m) != 0 ||
-	    PyModule_AddStringConstant(m, "__version__", SHOAL_VERSION_STRING) != 0)
+	    PyModule_AddStringConstant(m, "__version__", SHOAL_VERSION_STRING) != 0 ||
+	    PyModule_AddIntConstant(m, "ETIMEDOUT", SHOAL_ETIMEDOUT) != 0 ||
+	    PyModule_AddIntConstant(m, "ECRASHED", SHOAL_ECRASHED) != 0 ||
+	    PyModule_AddIntConstant(m, "EENGINE", SHOAL_EENGINE) != 0 ||
+	    PyModule_AddIntConstant(m, "EDEPFAIL", SHOAL_EDEPFAIL) != 0 ||
+	    PyModule_AddIntConstant(m, "ERAISED", SHOAL_ERAISED) != 0)
 		goto fail;
 	PyObject *dt = PyTuple_New(SHOAL_DT_COUNT - 1);
 	if (!dt)

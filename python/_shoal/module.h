@@ -96,6 +96,11 @@ PyObject *sh_py_register_service(PyObject *mod, PyObject *args);
 PyObject *sh_py_unregister_service(PyObject *mod, PyObject *args);
 PyObject *sh_py_call_host(PyObject *mod, PyObject *args);
 PyObject *sh_py_run_extension(PyObject *mod, PyObject *args);
+PyObject *sh_py_run_engine(PyObject *mod, PyObject *args);
+
+/* ---- the task farm (farm.c) ---- */
+
+extern PyTypeObject ShController_Type, ShFarm_Type;
 
 /* A str or an os.PathLike as a filesystem path (a bytes object, new ref). */
 int sh_py_fspath(PyObject *in, PyObject **out);

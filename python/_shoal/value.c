@@ -363,9 +363,23 @@ static shoal_value *to_value(shoal_vbuf *b, PyObject *o, PyObject *keep, int dep
 		if (!s)
 			return NULL;
 		r = shoal_v_str(b, s, (size_t)n);
-	} else if (PyBytes_Check(o) || PyByteArray_Check(o)) {
-		const char *p = PyBytes_Check(o) ? PyBytes_AS_STRING(o) : PyByteArray_AS_STRING(o);
-		size_t n = (size_t)Py_SIZE(o);
+	} else if (PyBytes_Check(o) || PyByteArray_Check(o) || PyMemoryView_Check(o)) {
+		/* a memoryview (a pickle's out-of-band buffer) arrives as bytes */
+		const char *p;
+		size_t n;
+		if (PyMemoryView_Check(o)) {
+			const Py_buffer *mv = PyMemoryView_GET_BUFFER(o);
+			if (!PyBuffer_IsContiguous(mv, 'C')) {
+				PyErr_SetString(PyExc_TypeError,
+						"cannot send a memoryview that is not contiguous");
+				return NULL;
+			}
+			p = mv->buf;
+			n = (size_t)mv->len;
+		} else {
+			p = PyBytes_Check(o) ? PyBytes_AS_STRING(o) : PyByteArray_AS_STRING(o);
+			n = (size_t)Py_SIZE(o);
+		}
 		if (n >= 4096) {
 			/* borrowed until sent, then copied once: into the ring, or
 			 * into the store in shared mode */

@@ -32,12 +32,10 @@ from __future__ import annotations
 # (together 80 ms here) are imported where they are used, not at the top; threading and
 # importlib.util (8 ms with what they import: functools, collections, contextlib) are
 # not imported at all. importlib.util's two functions used here are these, which it
-# re-exports; threading.local is _thread._local.
+# re-exports.
 import importlib
 import os
 import sys
-import weakref
-from _thread import _local as _ThreadLocal
 from importlib._bootstrap import module_from_spec as _module_from_spec
 from importlib._bootstrap_external import spec_from_file_location as _spec_from_file
 # typing only for type checkers (isolate.pyi has the generic manager): see above
@@ -46,8 +44,10 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
     T = TypeVar("T")
     
-from . import _shoal
-from . import Error, NotFound, _as_tensor, _is_numpy, _is_torch
+from . import _shoal, _values
+from . import Error
+from ._remote import RemoteError, _awaitable, _envelope_for, _running_loop, _unwrap
+from ._values import _CTX, _ByIdentity, _forget, register_type
 
 __all__ = [
     "ExtensionBase",
@@ -60,26 +60,10 @@ __all__ = [
     "register_type",
 ]
 
-_ECRASHED = -10002
+_ECRASHED = _shoal.ECRASHED
 _SANDBOX = {"none": 0, "basic": 1, "strict": 2}
 
-
 # ---- errors ---------------------------------------------------------------------------
-
-class RemoteError(Exception):
-    """An exception in an extension whose type is not a Python builtin: its type's name,
-    message and traceback text, as the extension gave them (never its class)."""
-
-    def __init__(self, type_name: str, message: str, remote_traceback: str = "") -> None:
-        super().__init__("%s: %s" % (type_name, message))
-        self.type_name = type_name
-        self.message = message
-        self.remote_traceback = remote_traceback
-
-    def __str__(self) -> str:
-        return "%s: %s\n\nremote traceback:\n%s" % (self.type_name, self.message,
-                                                     self.remote_traceback)
-
 
 class ExtensionCrashed(RuntimeError):
     """The extension's process died with the call in flight (the message names the signal
@@ -92,217 +76,8 @@ class ExtensionLoadError(ImportError):
     is in the message), a dependency is missing, or its Python does not fit."""
 
 
-# Exceptions raised in the host as themselves: builtins only, by name, from this table.
-_BUILTIN_ERRORS: Dict[str, Type[BaseException]] = {
-    c.__name__: c for c in (
-        ArithmeticError, AssertionError, AttributeError, BufferError, ConnectionError,
-        EOFError, FileExistsError, FileNotFoundError, FloatingPointError, ImportError,
-        IndexError, InterruptedError, IsADirectoryError, KeyError, LookupError, MemoryError,
-        ModuleNotFoundError, NameError, NotADirectoryError, NotImplementedError, OSError,
-        OverflowError, PermissionError, RecursionError, RuntimeError, StopIteration,
-        TimeoutError, TypeError, UnboundLocalError, UnicodeError, ValueError,
-        ZeroDivisionError, Exception)
-}
-
-
-def _running_loop() -> Any:
-    """The event loop running in this thread, if any (without importing asyncio: when
-    nothing imported it, no loop runs)."""
-    aio = sys.modules.get("asyncio")
-    return aio.events._get_running_loop() if aio is not None else None
-
-
-def _awaitable(r: Any) -> bool:
-    return hasattr(type(r), "__await__")
-
-
-def _envelope_for(e: BaseException) -> List[Any]:
-    """[1, {type, message, traceback}] of an exception in this process."""
-    import traceback
-    t = type(e)
-    name = t.__name__ if t.__module__ == "builtins" else "%s.%s" % (t.__module__, t.__qualname__)
-    return [1, {"type": name, "message": str(e),
-                "traceback": "".join(traceback.format_exception(t, e, e.__traceback__))}]
-
-
-def _unwrap(env: Any, where: str) -> Any:
-    """The result of an envelope, or its exception raised. Everything in it is data the
-    other side chose: checked, and only builtin exception classes are made from it."""
-    if not isinstance(env, list) or len(env) != 2 or env[0] not in (0, 1):
-        raise ValueError("%s: a reply that is not [status, value]" % where)
-    if env[0] == 0:
-        return env[1]
-    err = env[1]
-    if not isinstance(err, dict) or not all(isinstance(err.get(k), str)
-                                            for k in ("type", "message", "traceback")):
-        raise ValueError("%s: an error reply without type, message and traceback" % where)
-    cls = _BUILTIN_ERRORS.get(err["type"])
-    if cls is None:
-        raise RemoteError(err["type"], err["message"], err["traceback"])
-    exc = cls(err["message"])
-    exc.remote_traceback = err["traceback"]  # type: ignore[attr-defined]
-    exc.add_note("remote traceback (%s):\n%s" % (where, err["traceback"].rstrip()))
-    raise exc
-
-
-# ---- values -----------------------------------------------------------------------------
-
-_TYPES_BY_CLASS: Dict[type, Tuple[str, Callable[[Any], Any]]] = {}
-_TYPES_BY_NAME: Dict[str, Callable[[Any], Any]] = {}
-
-
-def register_type(cls: type, to_value: Callable[[Any], Any], from_value: Callable[[Any], Any],
-                  name: Optional[str] = None) -> None:
-    """Lets instances of cls cross calls: ``to_value(obj)`` gives a value of the kinds
-    above, ``from_value(value)`` makes the object again on the other side, which must
-    register the same name (by default cls's qualified name)."""
-    n = name or cls.__qualname__
-    _TYPES_BY_CLASS[cls] = (n, to_value)
-    _TYPES_BY_NAME[n] = from_value
-
-
-class _Sharing(_ThreadLocal):
-    """What the call this thread makes shares through: the store connection of this
-    side (None: the call copies), and the host's tensors already in the store."""
-
-    client: Any = None
-    cache: Any = None
-
-
-_CTX = _Sharing()
-
-
-class _ByIdentity:
-    """A map from live objects, by identity (arrays and tensors compare elementwise,
-    which a WeakKeyDictionary would call), to what is known of them; an entry goes with
-    its object, and on_gone(value) runs then."""
-
-    def __init__(self, on_gone: Optional[Callable[[Any], None]] = None) -> None:
-        self.d: Dict[int, Tuple[Any, Any]] = {}
-        self.on_gone = on_gone
-
-    def get(self, o: Any) -> Any:
-        e = self.d.get(id(o))
-        return e[1] if e is not None and e[0]() is o else None
-
-    def put(self, o: Any, value: Any) -> None:
-        key = id(o)
-        old = self.d.get(key)
-        self.d[key] = (weakref.ref(o, lambda _r, k=key, v=value: self._gone(k, v)), value)
-        if old is not None and self.on_gone:
-            self.on_gone(old[1])  # replaced: the old store object is not needed
-
-    def _gone(self, key: int, value: Any) -> None:
-        e = self.d.get(key)
-        if e is not None and e[1] is value:
-            del self.d[key]
-        if self.on_gone:
-            self.on_gone(value)
-
-
-# Arrays and tensors that are views of a store object: the object's id, so that
-# passing one on (an extension returning its argument) goes by reference.
-_VIEWS = _ByIdentity()
-# The newest live view of each store object, to make the next from.
-_LATEST: Dict[int, Any] = {}
-# In an extension, the views of the last call's shared arguments stay until the next
-# call's are made (as the runner keeps their objects): a tensor passed call after call
-# then becomes a view of a view, with no round trip to the store and no release after.
-_KEPT: List[Any] = []
-_MADE: List[Any] = []
-
-
-def _store_id(o: Any) -> int:
-    """The store object holding exactly o's bytes, put there now if it is a torch
-    tensor of the host in a shared call (once: again only when it has changed)."""
-    try:
-        vid = _VIEWS.get(o)
-    except TypeError:
-        vid = None
-    if vid is not None:
-        return int(vid)
-    client, cache = _CTX.client, _CTX.cache
-    if client is None or cache is None or not _is_torch(o):
-        return 0
-    entry = cache.get(o)
-    if entry is not None and entry[0] == o._version and entry[1] == o.data_ptr():
-        return int(entry[2])
-    oid = int(client.put(o))
-    cache.put(o, (o._version, o.data_ptr(), oid, client))
-    return oid
-
-
-def _forget(entry: Tuple[int, int, int, Any]) -> None:
-    """A shared tensor of the host is gone (or changed): its store copy goes."""
-    try:
-        entry[3].delete(entry[2])
-    except Exception:  # the store or the connection went first: nothing to free
-        pass
-
-
-def _encode(o: Any) -> Tuple[Any, ...]:
-    if _is_torch(o) or _is_numpy(o):
-        buf, dtype, shape = _as_tensor(o, "a %s argument" % type(o).__name__)
-        return ("tensor", buf, dtype, shape, _is_torch(o), _store_id(o))
-    for c in type(o).__mro__:
-        if c in _TYPES_BY_CLASS:
-            name, to_value = _TYPES_BY_CLASS[c]
-            return ("type", name, to_value(o))
-    raise TypeError("cannot send a %s through a call: register it with "
-                    "shoal.isolate.register_type" % type(o).__qualname__)
-
-
-def _decode_tensor(val: Any, torch: bool) -> Any:
-    if torch:
-        import torch as t
-        out = t.utils.dlpack.from_dlpack(val.__dlpack__())
-        return out.view(t.bool) if val.dtype == "BOOL" else out
-    import numpy as np
-    return np.asarray(val)
-
-
-def _decode_shared(oid: int, torch: bool) -> Any:
-    """A tensor passed by reference: a read-only view of the store object through this
-    side's own connection (which holds it while the view lives), or None to copy."""
-    client = _CTX.client if _CTX.client is not None else _CHILD_CLIENT
-    if client is None:
-        return None
-    # A view of it that still lives (a tensor passed call after call) makes the new
-    # one with no round trip to the store.
-    ref = _LATEST.get(oid)
-    old = ref() if ref is not None else None
-    if old is not None and _is_torch(old) == torch:
-        v = old.view(old.shape) if torch else old.view()
-    else:
-        try:
-            v = client.get(oid, framework="torch" if torch else "numpy")
-        except NotFound:
-            # deleted already, though the call still maps it (an argument the call
-            # put into the store, returned as it came): a copy, then
-            return None
-    _VIEWS.put(v, oid)
-    _LATEST[oid] = weakref.ref(v, lambda _r, k=oid: _LATEST.pop(k, None)
-                               if _LATEST.get(k) is _r else None)
-    if _IN_CHILD:
-        _MADE.append(v)
-    return v
-
-
-def _decode_type(name: str, payload: Any) -> Any:
-    from_value = _TYPES_BY_NAME.get(name)
-    if from_value is None:
-        raise ValueError("a value of type %r arrived, which is not registered here "
-                         "(shoal.isolate.register_type)" % name)
-    return from_value(payload)
-
-
-_shoal._set_value_hooks(_encode, _decode_tensor, _decode_type, _decode_shared)
-
-
 # ---- the extension's side ---------------------------------------------------------------
 
-_IN_CHILD = False
-_CHILD_CLIENT: Any = None  # the extension's connection to the store, with share_torch
 
 
 class ExtensionBase:
@@ -367,8 +142,7 @@ def _run_awaitable(aw: Any) -> Any:
 def _child_start() -> Callable[[Any], Any]:
     """In the extension's process (called by child.c once the sandbox is in place): loads
     the extension and returns its dispatcher."""
-    global _IN_CHILD
-    _IN_CHILD = True
+    _values._IN_CHILD = True
     env = os.environ
     for p in reversed([p for p in env.get("SHOAL_PY_SYS_PATH", "").split(os.pathsep) if p]):
         sys.path.insert(0, p)
@@ -395,18 +169,17 @@ def _child_start() -> Callable[[Any], Any]:
         # Shared tensors arrive as views of store objects through this connection
         # (they are decoded before the dispatcher runs). A strict sandbox may not
         # reach the store: they are copied then.
-        global _CHILD_CLIENT
         try:
             from . import connect
-            _CHILD_CLIENT = connect(store)
+            _values._CHILD_CLIENT = connect(store)
         except Error:
-            _CHILD_CLIENT = None
+            _values._CHILD_CLIENT = None
 
     def dispatch(call: Any) -> List[Any]:
-        global _KEPT, _MADE
-        _KEPT, _MADE = _MADE, []  # this call's arguments are made: the last call's go
+        # this call's arguments are made: the last call's go
+        _values._KEPT, _values._MADE = _values._MADE, []
         prev = _CTX.client
-        _CTX.client = _CHILD_CLIENT
+        _CTX.client = _values._CHILD_CLIENT
         try:
             method, args, kwargs = call
             if method not in allowed:
@@ -456,7 +229,7 @@ class _Singleton(type):
     extension."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if _IN_CHILD:
+        if _values._IN_CHILD:
             return _ServiceProxy(cls)
         inst = cls.__dict__.get("_shoal_instance")
         if inst is None:
@@ -472,7 +245,7 @@ class ProxiedSingleton(metaclass=_Singleton):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if _IN_CHILD:
+        if _values._IN_CHILD:
             return
         for method in _public_methods(cls):
             _shoal.register_service("%s.%s" % (cls.__qualname__, method), _service(cls, method))

@@ -57,8 +57,9 @@ __all__ = [
     "TaskTimeout",
 ]
 
-# the C layer's codes of the farm's own failures
-_ETIMEDOUT, _EENGINE, _EDEPFAIL = -110, -10003, -10004
+# the C layer's codes of the farm's own failures, and of a function that raised
+_ETIMEDOUT, _EENGINE, _EDEPFAIL = _shoal.ETIMEDOUT, _shoal.EENGINE, _shoal.EDEPFAIL
+_ERAISED = _shoal.ERAISED
 _FN = "py"  # the one function of a Python engine
 
 
@@ -149,6 +150,33 @@ def _payload(ref: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> List[An
     return [ref, None, None] + _pickled((args, kwargs))
 
 
+def _raised_json(e: BaseException) -> str:
+    """An exception as the JSON of a failed task (type, message, traceback): what the
+    engine's C side sends as the failure's message, which holds a kilobyte, so the
+    message is cut and the traceback keeps its end (the frames nearest the raise)."""
+    import json
+    err = _envelope_for(e)[1]
+    err["message"] = err["message"][:300]
+    tb = err["traceback"]
+    while True:
+        text = json.dumps(err)
+        if len(text.encode()) <= 1000 or not tb:
+            return text
+        tb = tb[len(tb) // 8 + 16:]
+        err["traceback"] = "...\n" + tb
+
+
+def _raised(text: str, where: str) -> Any:
+    """The exception of a task that raised, from its JSON (data the engine chose: only
+    builtin classes are made from it)."""
+    import json
+    try:
+        err = json.loads(text)
+    except ValueError:
+        raise TaskError("%s raised, and said: %s" % (where, text), _ERAISED) from None
+    return _unwrap([1, err], where)
+
+
 def _result(env: Any, where: str) -> Any:
     """A task's value from its engine's envelope: [0, value], [1, error] or [2, pickle,
     buffers] (the engine is the user's, past the controller's handshake)."""
@@ -195,8 +223,8 @@ def _engine_start() -> Callable[[Any], Any]:
                 args, kwargs = call[1], call[2]
             r = f(*args, **kwargs)
             return [0, r] if _plain(r) else [2] + _pickled(r)
-        except BaseException as e:  # everything goes back to the client
-            return _envelope_for(e)
+        except BaseException as e:  # everything goes back to the client, as a failure
+            return [1, _raised_json(e)]
     return dispatch
 
 
@@ -261,6 +289,8 @@ class AsyncResult(concurrent.futures.Future):  # type: ignore[type-arg]
     def _settle(self, status: int, value: Any) -> None:
         self._done_at = time.monotonic()
         try:
+            if status == _ERAISED:
+                _raised(value, self._where)
             if status != 0:
                 raise _farm_error(status, value)
             self.set_result(_result(value, self._where))
