@@ -209,7 +209,9 @@ SHOAL_API int shoal_farm_wait_any(shoal_farm *f, shoal_task *id, int64_t deadlin
 /* Waits until some task not yet waited for has its result, then gives
  * the ids of up to cap of those whose results are here, oldest first, into
  * ids (*n of them), to take with shoal_farm_wait (which then does not
- * block). Blocks until deadline, as shoal_farm_wait. */
+ * block). Blocks until deadline; unlike the other waits it does not ask
+ * the controller about its engines when the deadline passes (a deadline
+ * of now is a poll). */
 SHOAL_API int shoal_farm_wait_some(shoal_farm *f, shoal_task *ids, uint32_t cap, uint32_t *n,
 				   int64_t deadline);
 /* Waits until every task submitted so far has its result (they stay to

@@ -58,6 +58,9 @@ struct shoal_farm {
 	uint64_t scan;	      /* every result before res[scan] is taken */
 	unsigned char *in;
 	size_t in_cap;
+	/* A message read in part when a wait's deadline came: the next read
+	 * goes on with it (begun again, it would read its middle as a start). */
+	size_t in_got, in_len;
 	/* shared arguments: the store, and a vbuf to share a submission in */
 	shoal_client *store;
 	shoal_vbuf *share;
@@ -220,7 +223,7 @@ void shoal_farm_close(shoal_farm *f)
 static int queue_frame(shoal_farm *f, sh_wbuf *w);
 static int send_batch(shoal_farm *f, bool block, int64_t deadline);
 static int drain(shoal_farm *f, bool block, int64_t deadline);
-static int pump(shoal_farm *f, int64_t deadline);
+static int pump(shoal_farm *f, int64_t deadline, bool ask);
 static int timed_out(shoal_farm *f);
 
 int shoal_farm_use_store(shoal_farm *f, const char *store_socket)
@@ -583,7 +586,7 @@ static int ask_status(shoal_farm *f, int64_t deadline)
 	uint64_t had = f->answers;
 	f->asking = true;
 	while (rc == 0 && f->answers == had)
-		rc = pump(f, deadline);
+		rc = pump(f, deadline, true);
 	f->asking = false;
 	return rc;
 }
@@ -634,18 +637,24 @@ int shoal_farm_stat(shoal_farm *f, shoal_controller_stat *st, shoal_farm_engine 
 
 /* Reads one RESULTS batch, waiting until deadline; looks at the socket
  * between slices, so a controller that died is noticed. */
-static int pump(shoal_farm *f, int64_t deadline)
+/* Reads one message from the controller by deadline; when none came, ask:
+ * whether to ask the controller if it has an engine (for the message). */
+static int pump(shoal_farm *f, int64_t deadline, bool ask)
 {
-	size_t got = 0, len = 0;
+	size_t len = 0;
 	int rc;
 	if (f->tcp >= 0)
 		rc = sh_channel_read_frame(f->ch, &f->in, &f->in_cap, &len, SH_TASKS_MSG_MAX, false,
 					   deadline);
 	for (; f->tcp < 0;) {
 		int64_t slice = shoal_deadline_in(100000000);
-		rc = sh_msg_read_part(&f->l.down, &f->in, &f->in_cap, &got, &len, SH_TASKS_MSG_MAX,
-				      deadline != SHOAL_FOREVER && deadline < slice ? deadline
-										    : slice);
+		rc = sh_msg_read_part(
+			&f->l.down, &f->in, &f->in_cap, &f->in_got, &f->in_len, SH_TASKS_MSG_MAX,
+			deadline != SHOAL_FOREVER && deadline < slice ? deadline : slice);
+		if (rc == 0) {
+			len = f->in_len;
+			f->in_got = f->in_len = 0;
+		}
 		if (rc != SHOAL_ETIMEDOUT || (deadline != SHOAL_FOREVER && deadline <= slice))
 			break;
 		struct pollfd p = {.fd = f->l.sock, .events = POLLIN};
@@ -655,7 +664,7 @@ static int pump(shoal_farm *f, int64_t deadline)
 		}
 	}
 	if (rc == SHOAL_ETIMEDOUT)
-		return timed_out(f);
+		return ask ? timed_out(f) : ffail(f, rc, "no result before the deadline");
 	if (rc)
 		return ffail(f, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
 			     "the controller's connection: %s%s%s", shoal_strerror(rc),
@@ -732,7 +741,7 @@ int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out, const shoal_v
 			     (unsigned long long)id);
 	int rc = send_batch(f, true, deadline);
 	while (rc == 0 && f->res[id - f->base].state == 0)
-		rc = pump(f, deadline);
+		rc = pump(f, deadline, true);
 	if (rc)
 		return rc;
 	tk_res *r = &f->res[id - f->base];
@@ -769,14 +778,23 @@ int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out, const shoal_v
 	return rc;
 }
 
+static int wait_some(shoal_farm *f, shoal_task *ids, uint32_t cap, uint32_t *n, int64_t deadline,
+		     bool ask);
+
 int shoal_farm_wait_any(shoal_farm *f, shoal_task *id, int64_t deadline)
 {
 	uint32_t n;
-	return shoal_farm_wait_some(f, id, 1, &n, deadline);
+	return wait_some(f, id, 1, &n, deadline, true);
 }
 
 int shoal_farm_wait_some(shoal_farm *f, shoal_task *ids, uint32_t cap, uint32_t *n,
 			 int64_t deadline)
+{
+	return wait_some(f, ids, cap, n, deadline, false);
+}
+
+static int wait_some(shoal_farm *f, shoal_task *ids, uint32_t cap, uint32_t *n, int64_t deadline,
+		     bool ask)
 {
 	if (!f || !ids || !cap || !n)
 		return SHOAL_EINVAL;
@@ -786,7 +804,7 @@ int shoal_farm_wait_some(shoal_farm *f, shoal_task *ids, uint32_t cap, uint32_t 
 		return ffail(f, SHOAL_ENOENT, "no task waiting to be taken");
 	int rc = send_batch(f, true, deadline);
 	while (rc == 0 && f->here == f->taken)
-		rc = pump(f, deadline);
+		rc = pump(f, deadline, ask);
 	if (rc)
 		return rc;
 	/* Results here and not taken, oldest first: from the first not
@@ -809,6 +827,6 @@ int shoal_farm_wait_all(shoal_farm *f, int64_t deadline)
 	f->err[0] = 0;
 	int rc = send_batch(f, true, deadline);
 	while (rc == 0 && f->here < f->next_id - f->base + 1)
-		rc = pump(f, deadline);
+		rc = pump(f, deadline, true);
 	return rc;
 }
