@@ -242,19 +242,70 @@ def _map_chunk(ref: Any, items: List[Any]) -> List[Any]:
 
 # ---- results ---------------------------------------------------------------------------
 
+# A Future's condition, waiters and callbacks are made at their first use: most of a
+# flood's results come before anyone waits on them, and a threading.Condition costs 8 us
+# to make here (more than a task's round trip). One lock makes each once, and lets a
+# result settle without waking anyone when nothing was made.
+_LAZY = threading.Lock()
+_FINISHED = concurrent.futures._base.FINISHED  # type: ignore[attr-defined]
+_DONE_STATES = (concurrent.futures._base.CANCELLED,  # type: ignore[attr-defined]
+                concurrent.futures._base.CANCELLED_AND_NOTIFIED,  # type: ignore[attr-defined]
+                _FINISHED)
+
+
+class _Lazy:
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        if obj is None:
+            return self
+        with _LAZY:
+            d = obj.__dict__
+            v = d.get(self.name)
+            if v is None:
+                v = d[self.name] = self.make()
+            return v
+
+
 class AsyncResult(concurrent.futures.Future):  # type: ignore[type-arg]
     """A task's result to come: a :class:`concurrent.futures.Future` (``result()``,
     ``add_done_callback``, ``concurrent.futures.wait``), awaitable from asyncio, with
     ipyparallel's names: ``get(timeout)``, ``ready()``, ``wait(timeout)``,
-    ``successful()``, ``elapsed`` and ``msg_ids``."""
+    ``successful()``, ``elapsed`` and ``msg_ids``. A thread that waits on it takes the
+    results from the controller itself; otherwise the client's result thread does."""
+
+    _condition = _Lazy(threading.Condition)
+    _waiters = _Lazy(list)
+    _done_callbacks = _Lazy(list)
+    _state = concurrent.futures._base.PENDING  # type: ignore[attr-defined]
+    _result = None
+    _exception = None
+    _map: Optional["AsyncMapResult"] = None
+    _done_at: Optional[float] = None
 
     def __init__(self, client: "Client", ids: List[int], where: str) -> None:
-        super().__init__()
+        # not Future.__init__: what it makes is made when used (_Lazy)
         self._client = client
         self.msg_ids = ids
         self._where = where
         self._submitted = time.monotonic()
-        self._done_at: Optional[float] = None
+
+    def done(self) -> bool:
+        return self._state in _DONE_STATES
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        if self._state != _FINISHED:
+            self._client._drive(self, timeout)
+        return super().result(0 if timeout is not None else None)
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        if self._state != _FINISHED:
+            self._client._drive(self, timeout)
+        return super().exception(0 if timeout is not None else None)
 
     def get(self, timeout: Optional[float] = None) -> Any:
         """The result (blocks: at most timeout seconds, then ``TimeoutError``), or the
@@ -266,7 +317,8 @@ class AsyncResult(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits until done (blocks: at most timeout seconds); whether it is."""
-        concurrent.futures.wait([self], timeout)
+        if self._state != _FINISHED:
+            self._client._drive(self, timeout)
         return self.done()
 
     def successful(self) -> bool:
@@ -288,14 +340,28 @@ class AsyncResult(concurrent.futures.Future):  # type: ignore[type-arg]
 
     def _settle(self, status: int, value: Any) -> None:
         self._done_at = time.monotonic()
+        ok = False
         try:
             if status == _ERAISED:
                 _raised(value, self._where)
             if status != 0:
                 raise _farm_error(status, value)
-            self.set_result(_result(value, self._where))
+            value, ok = _result(value, self._where), True
         except BaseException as e:
-            self.set_exception(e)
+            value = e
+        with _LAZY:
+            d = self.__dict__
+            quiet = "_condition" not in d  # nobody waits, and no callback
+            if quiet:
+                d["_result" if ok else "_exception"] = value
+                d["_state"] = _FINISHED
+        if not quiet:
+            if ok:
+                self.set_result(value)
+            else:
+                self.set_exception(value)
+        if self._map is not None:
+            self._map._one(self)
 
 
 class AsyncMapResult(AsyncResult):
@@ -308,17 +374,22 @@ class AsyncMapResult(AsyncResult):
         self._parts = parts
         self._ordered = ordered
         self._chunked = chunked
-        self._left = len(parts)
-        self._came: List[AsyncResult] = []
         self._lock = threading.Lock()
-        if not parts:
-            self._finish()
-        for p in parts:
-            p.add_done_callback(self._one)
-
-    def _one(self, p: concurrent.futures.Future) -> None:  # type: ignore[type-arg]
         with self._lock:
-            self._came.append(p)  # type: ignore[arg-type]
+            for p in parts:
+                p._map = self
+            self._came = [p for p in parts if p.done()]
+            self._seen = {id(p) for p in self._came}
+            self._left = len(parts) - len(self._came)
+        if self._left == 0:
+            self._finish()
+
+    def _one(self, p: AsyncResult) -> None:
+        with self._lock:
+            if id(p) in self._seen:  # counted as done already when the map was made
+                return
+            self._seen.add(id(p))
+            self._came.append(p)
             self._left -= 1
             last = self._left == 0
         if last:
@@ -334,6 +405,13 @@ class AsyncMapResult(AsyncResult):
             self.set_result(out)
         except BaseException as e:
             self.set_exception(e)
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        end = None if timeout is None else time.monotonic() + timeout
+        for p in self._parts:
+            if not p.done():
+                p.wait(None if end is None else max(0.0, end - time.monotonic()))
+        return concurrent.futures.Future.result(self, 0 if timeout is not None else None)
 
     def __iter__(self) -> Iterator[Any]:
         if self._ordered:
@@ -366,28 +444,58 @@ class Client:
                                       daemon=True)
         self._pump.start()
 
-    # results come on one thread, which takes them from the farm in batches
+    # Results are taken from the farm by a thread that waits for one (_drive), else by
+    # the result thread, which looks without waiting and sleeps between looks (20 us,
+    # doubling to 2 ms while nothing comes): it never holds the farm while a submit
+    # wants it.
     def _pump_main(self) -> None:
         farm, pending, cv = self._farm, self._pending, self._cv
+        nap = 0.00002
         while True:
             with cv:
                 while not pending and not self._closed:
                     cv.wait()
+                    nap = 0.00002
                 if self._closed:
                     return
             try:
-                # short, so that a submit waiting for the farm is not held up long
-                batch = farm.results(0.001)
+                batch = farm.results(0.0)
             except BaseException as e:  # the controller went: every task fails
                 self._fail_all(e)
                 return
+            if batch:
+                self._settle_batch(batch)
+                nap = 0.00002
+            else:
+                time.sleep(nap)
+                nap = min(nap * 2, 0.002)
+
+    def _settle_batch(self, batch: List[Tuple[int, int, Any]]) -> None:
+        pending, early = self._pending, self._early
+        with self._cv:
+            ars = []
             for tid, status, value in batch:
-                with cv:
-                    ar = pending.pop(tid, None)
-                    if ar is None:
-                        self._early[tid] = (status, value)
-                if ar is not None:
-                    ar._settle(status, value)
+                ar = pending.pop(tid, None)
+                if ar is None:
+                    early[tid] = (status, value)
+                else:
+                    ars.append((ar, status, value))
+        for ar, status, value in ars:
+            ar._settle(status, value)
+
+    def _drive(self, ar: AsyncResult, timeout: Optional[float]) -> None:
+        """Takes results until ar's came (or timeout seconds passed): the thread that
+        waits does the work, without handing off to the result thread."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while not ar.done():
+            left = 0.05 if end is None else min(0.05, end - time.monotonic())
+            if left <= 0 or self._error is not None:
+                return
+            try:
+                batch = self._farm.results(left)
+            except _shoal.Closed:
+                return  # closed meanwhile: its futures have failed
+            self._settle_batch(batch)
 
     def _fail_all(self, e: BaseException) -> None:
         with self._cv:
