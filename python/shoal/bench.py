@@ -279,7 +279,8 @@ def table(out) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m shoal.bench",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("suite", choices=["store", "rpc"], help="the suite (store or rpc)")
+    ap.add_argument("suite", choices=["store", "rpc", "tasks"],
+                    help="the suite (store, rpc or tasks)")
     ap.add_argument("--quick", action="store_true", help="fewer rounds and smaller sizes")
     ap.add_argument("--json", action="store_true", help="JSON Lines instead of the table")
     ap.add_argument("--large", action="store_true",
@@ -291,6 +292,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         # whose RESULTS the rpc suite does not fill.
         from . import bench_rpc
         return bench_rpc.run(a)
+    if a.suite == "tasks":
+        from . import bench_tasks
+        return bench_tasks.run(a)
     n = 2000 if a.quick else 20000
     with tempfile.TemporaryDirectory() as d:
         store = None if a.socket else shoal.Store(size=(3 << 30) if not a.quick else (1 << 30),
