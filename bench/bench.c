@@ -1337,6 +1337,9 @@ const sh_bench_suite sh_bench_suites[] = {
 	{"py-rpc",
 	 "isolated Python extensions: pyisolate's calls vs local ones, start, idle memory",
 	 sh_bench_pyrpc, sh_bench_pyrpc_table, NULL},
+	{"py-tasks",
+	 "the task farm from Python: a flood, buffers, a cluster's start, vs ipyparallel",
+	 sh_bench_pytasks, sh_bench_pytasks_table, NULL},
 };
 const size_t sh_bench_nsuites = sizeof(sh_bench_suites) / sizeof(sh_bench_suites[0]);
 
