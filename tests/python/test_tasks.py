@@ -219,3 +219,16 @@ def test_engines_over_tcp_with_the_right_and_a_wrong_secret(monkeypatch):
             p.send_signal(signal.SIGTERM)
             p.wait(10)
         ctl.close()
+
+
+def test_the_stubs_name_every_public_name():
+    import ast
+    import shoal.isolate as si
+    for mod in (st, si):
+        with open(mod.__file__[:-3] + ".pyi") as f:
+            tree = ast.parse(f.read())
+        names = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+        names |= {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom)
+                  for a in n.names}
+        assert set(mod.__all__) <= names, set(mod.__all__) - names
+        assert all(getattr(mod, n).__doc__ for n in mod.__all__)
