@@ -104,8 +104,32 @@ def _need_cloudpickle(what: str) -> Any:
     return cloudpickle
 
 
+# Functions already named: module:qualname strings (a function's pickle is made anew,
+# as a closure's cells may have changed).
+_REFS: Dict[Any, str] = {}
+
+
 def _fn_ref(f: Callable[..., Any]) -> Any:
     """"module:qualname" of a function its engine can import, else its cloudpickle."""
+    try:
+        return _REFS[f]
+    except (KeyError, TypeError):
+        pass
+    ref = _name_of(f)
+    if ref is not None:
+        try:
+            if len(_REFS) > 4096:
+                _REFS.clear()
+            _REFS[f] = ref
+        except TypeError:  # not hashable
+            pass
+        return ref
+    if not callable(f):
+        raise TypeError("a task runs a callable, not a %s" % type(f).__name__)
+    return _need_cloudpickle("%r" % (f,)).dumps(f, protocol=5)
+
+
+def _name_of(f: Callable[..., Any]) -> Optional[str]:
     mod = getattr(f, "__module__", None)
     qual = getattr(f, "__qualname__", None)
     if isinstance(mod, str) and isinstance(qual, str) and mod != "__main__" and "<" not in qual:
@@ -114,9 +138,7 @@ def _fn_ref(f: Callable[..., Any]) -> Any:
             obj = getattr(obj, part, None)
         if obj is f:
             return "%s:%s" % (mod, qual)
-    if not callable(f):
-        raise TypeError("a task runs a callable, not a %s" % type(f).__name__)
-    return _need_cloudpickle("%r" % (f,)).dumps(f, protocol=5)
+    return None
 
 
 def _plain(v: Any, depth: int = 0) -> bool:
@@ -145,7 +167,7 @@ def _pickled(obj: Any) -> List[Any]:
 
 
 def _payload(ref: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> List[Any]:
-    if _plain(args) and _plain(kwargs):
+    if (not args or _plain(args)) and (not kwargs or _plain(kwargs)):
         return [ref, list(args), kwargs]
     return [ref, None, None] + _pickled((args, kwargs))
 
@@ -287,12 +309,22 @@ class AsyncResult(concurrent.futures.Future):  # type: ignore[type-arg]
     _map: Optional["AsyncMapResult"] = None
     _done_at: Optional[float] = None
 
-    def __init__(self, client: "Client", ids: List[int], where: str) -> None:
+    def __init__(self, client: "Client", tid: int, where: Any) -> None:
         # not Future.__init__: what it makes is made when used (_Lazy)
         self._client = client
-        self.msg_ids = ids
-        self._where = where
+        self._tid = tid
+        self._what = where
         self._submitted = time.monotonic()
+
+    @property
+    def msg_ids(self) -> List[int]:
+        """The ids of its tasks at the controller (one; a map's: one per chunk)."""
+        return [self._tid]
+
+    @property
+    def _where(self) -> str:
+        w = self._what
+        return w if isinstance(w, str) else getattr(w, "__qualname__", None) or repr(w)
 
     def done(self) -> bool:
         return self._state in _DONE_STATES
@@ -300,12 +332,16 @@ class AsyncResult(concurrent.futures.Future):  # type: ignore[type-arg]
     def result(self, timeout: Optional[float] = None) -> Any:
         if self._state != _FINISHED:
             self._client._drive(self, timeout)
-        return super().result(0 if timeout is not None else None)
+            return super().result(0 if timeout is not None else None)
+        if self._exception is not None:  # finished: no condition to wait on
+            raise self._exception
+        return self._result
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         if self._state != _FINISHED:
             self._client._drive(self, timeout)
-        return super().exception(0 if timeout is not None else None)
+            return super().exception(0 if timeout is not None else None)
+        return self._exception
 
     def get(self, timeout: Optional[float] = None) -> Any:
         """The result (blocks: at most timeout seconds, then ``TimeoutError``), or the
@@ -370,7 +406,7 @@ class AsyncMapResult(AsyncResult):
 
     def __init__(self, client: "Client", parts: List[AsyncResult], ordered: bool,
                  chunked: bool) -> None:
-        super().__init__(client, [i for p in parts for i in p.msg_ids], "map")
+        super().__init__(client, 0, "map")
         self._parts = parts
         self._ordered = ordered
         self._chunked = chunked
@@ -412,6 +448,10 @@ class AsyncMapResult(AsyncResult):
             if not p.done():
                 p.wait(None if end is None else max(0.0, end - time.monotonic()))
         return concurrent.futures.Future.result(self, 0 if timeout is not None else None)
+
+    @property
+    def msg_ids(self) -> List[int]:
+        return [p._tid for p in self._parts]
 
     def __iter__(self) -> Iterator[Any]:
         if self._ordered:
@@ -506,16 +546,18 @@ class Client:
             if not ar.done():
                 ar.set_exception(TaskError("the controller's connection: %s" % e))
 
-    def _submit(self, payload: List[Any], flags: Dict[str, Any], where: str,
-                ar: Optional[AsyncResult] = None) -> AsyncResult:
+    def _submit(self, payload: List[Any], flags: Optional[Dict[str, Any]],
+                where: Any) -> AsyncResult:
+        """A task of payload; flags None: the defaults. where: the function, or what
+        names the task in its errors."""
         if self._error is not None:
             raise TaskError("the controller's connection: %s" % self._error)
-        tid = self._farm.submit(_FN, payload, flags["timeout"], flags["retries"],
-                                flags["engine"], flags["after"], flags["follow"])
-        if ar is None:
-            ar = AsyncResult(self, [tid], where)
+        if flags is None:
+            tid = self._farm.submit(_FN, payload)
         else:
-            ar.msg_ids = [tid]
+            tid = self._farm.submit(_FN, payload, flags["timeout"], flags["retries"],
+                                    flags["engine"], flags["after"], flags["follow"])
+        ar = AsyncResult(self, tid, where)
         with self._cv:
             early = self._early.pop(tid, None)
             if early is None:
@@ -605,6 +647,9 @@ class LoadBalancedView:
         self.client = client
         self._flags = dict(_DEFAULT_FLAGS)
 
+    def _task_flags(self) -> Optional[Dict[str, Any]]:
+        return None if self._flags == _DEFAULT_FLAGS else self._flags
+
     def set_flags(self, **flags: Any) -> None:
         for k, v in flags.items():
             if k not in ("retries", "timeout", "after", "follow"):
@@ -631,8 +676,7 @@ class LoadBalancedView:
 
     def apply_async(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> AsyncResult:
         """Submits f(*args, **kwargs); does not wait for it."""
-        name = getattr(f, "__qualname__", None) or repr(f)
-        return self.client._submit(_payload(_fn_ref(f), args, kwargs), self._flags, name)
+        return self.client._submit(_payload(_fn_ref(f), args, kwargs), self._task_flags(), f)
 
     def apply_sync(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Runs f(*args, **kwargs) on an engine and returns its result (blocks)."""
@@ -648,14 +692,12 @@ class LoadBalancedView:
             raise ValueError("chunksize: expected 1 or more")
         items = list(zip(*seqs))
         ref = _fn_ref(f)
-        name = getattr(f, "__qualname__", None) or repr(f)
-        submit = self.client._submit
+        submit, flags = self.client._submit, self._task_flags()
         if chunksize == 1:
-            parts = [submit(_payload(ref, a, {}), self._flags, name) for a in items]
+            parts = [submit(_payload(ref, a, {}), flags, f) for a in items]
         else:
             chunk_ref = "%s:_map_chunk" % __name__
-            parts = [submit(_payload(chunk_ref, (ref, items[i:i + chunksize]), {}),
-                            self._flags, name)
+            parts = [submit(_payload(chunk_ref, (ref, items[i:i + chunksize]), {}), flags, f)
                      for i in range(0, len(items), chunksize)]
         return AsyncMapResult(self.client, parts, ordered, chunksize > 1)
 
