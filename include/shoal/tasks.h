@@ -214,6 +214,13 @@ SHOAL_API int shoal_farm_wait_any(shoal_farm *f, shoal_task *id, int64_t deadlin
  * of now is a poll). */
 SHOAL_API int shoal_farm_wait_some(shoal_farm *f, shoal_task *ids, uint32_t cap, uint32_t *n,
 				   int64_t deadline);
+/* on: the store objects made for a task whose result is taken (its shared
+ * arguments, its result) are deleted only by shoal_farm_drop_taken, so
+ * that the caller can take references of its own first (deleted, an
+ * object cannot be got by id); off (the default): when the result is
+ * taken. Neither blocks but drop_taken, for the store's answers. */
+SHOAL_API void shoal_farm_defer_drops(shoal_farm *f, bool on);
+SHOAL_API void shoal_farm_drop_taken(shoal_farm *f);
 /* Waits until every task submitted so far has its result (they stay to
  * be taken with shoal_farm_wait). Blocks until deadline. */
 SHOAL_API int shoal_farm_wait_all(shoal_farm *f, int64_t deadline);

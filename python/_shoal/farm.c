@@ -398,7 +398,9 @@ static PyObject *farm_results(ShFarm *self, PyObject *args)
 	for (uint32_t i = 0; i < n; i++)
 		PyMem_RawFree(got[i].msg);
 	shoal_vbuf_reset(out);
-	pthread_mutex_unlock(&self->mu);
+	/* the views made of shared results hold them now: the farm's objects go */
+	Py_BEGIN_ALLOW_THREADS shoal_farm_drop_taken(f);
+	Py_END_ALLOW_THREADS pthread_mutex_unlock(&self->mu);
 	return list;
 }
 
@@ -452,6 +454,7 @@ static PyObject *farm_use_store(ShFarm *self, PyObject *args)
 	const char *path = PyBytes_AS_STRING(b);
 	Py_BEGIN_ALLOW_THREADS rc = shoal_farm_use_store(f, path);
 	Py_END_ALLOW_THREADS if (rc) sh_py_raise(rc, shoal_farm_last_error(f));
+	else shoal_farm_defer_drops(f, true); /* results() makes views of them first */
 	pthread_mutex_unlock(&self->mu);
 	Py_DECREF(b);
 	if (rc)

@@ -42,6 +42,10 @@ class _Sharing(_ThreadLocal):
 
     client: Any = None
     cache: Any = None
+    # whether a view of a store object goes as that object: not in a task, whose
+    # client deletes the objects made for a task once its result is taken (a view of
+    # one outlives the object's id, which then cannot be got)
+    views = True
 
 
 _CTX = _Sharing()
@@ -91,7 +95,7 @@ def _store_id(o: Any) -> int:
     """The store object holding exactly o's bytes, put there now if it is a torch
     tensor of the host in a shared call (once: again only when it has changed)."""
     try:
-        vid = _VIEWS.get(o)
+        vid = _VIEWS.get(o) if _CTX.views else None
     except TypeError:
         vid = None
     if vid is not None:

@@ -209,11 +209,19 @@ def _result(env: Any, where: str) -> Any:
 
 # ---- the engine's side ----------------------------------------------------------------
 
+_ENGINE_STORE: Optional[str] = None  # the engine's --store (set by shoal.engine)
+
+
 def _engine_start() -> Callable[[Any], Any]:
     """In a Python engine (python3 -m shoal.engine, called by its C side): the dispatcher
     of its tasks."""
     import importlib
     fns: Dict[Any, Callable[..., Any]] = {}
+    if _ENGINE_STORE:
+        # arrays and tensors shared through the store arrive as views through this
+        # connection (else as copies)
+        from . import connect
+        _values._CHILD_CLIENT = connect(_ENGINE_STORE)
 
     def resolve(ref: Any) -> Callable[..., Any]:
         if isinstance(ref, str):
@@ -467,12 +475,20 @@ class AsyncMapResult(AsyncResult):
 class Client:
     """A client of a controller: ``Client(url)`` with its unix socket path or
     ``tcp://HOST:PORT`` (the secret from ``$SHOAL_SECRET_FILE`` or ``$SHOAL_SECRET``).
-    Blocks: the connect (at most ``timeout`` seconds). A context manager; ``close()``
-    drops its tasks not yet run."""
+    ``store``: the socket of a store this host's engines use too (``--store``): arrays
+    and tensors then go by reference through it both ways, arriving as read-only views
+    (an argument that is not in the store yet is put there once, at its submit; one
+    that is a view of a store object goes as it is). Blocks: the connects (at most
+    ``timeout`` seconds). A context manager; ``close()`` drops its tasks not yet run."""
 
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, timeout: float = 10.0, *, store: Optional[str] = None) -> None:
         self.url = url
         self._farm = _shoal.Farm(url, timeout)
+        self._store: Any = None
+        if store is not None:
+            from . import connect
+            self._farm.use_store(store)
+            self._store = connect(store)
         self._pending: Dict[int, AsyncResult] = {}
         # results that came before their submit had registered them (the result thread
         # takes the farm as soon as the submit lets go of it)
@@ -498,11 +514,14 @@ class Client:
                     nap = 0.00002
                 if self._closed:
                     return
+            _values._CTX.client = self._store  # views of shared results, through it
             try:
                 batch = farm.results(0.0)
             except BaseException as e:  # the controller went: every task fails
                 self._fail_all(e)
                 return
+            finally:
+                _values._CTX.client = None
             if batch:
                 self._settle_batch(batch)
                 nap = 0.00002
@@ -531,10 +550,14 @@ class Client:
             left = 0.05 if end is None else min(0.05, end - time.monotonic())
             if left <= 0 or self._error is not None:
                 return
+            ctx = _values._CTX
+            prev, ctx.client = ctx.client, self._store
             try:
                 batch = self._farm.results(left)
             except _shoal.Closed:
                 return  # closed meanwhile: its futures have failed
+            finally:
+                ctx.client = prev
             self._settle_batch(batch)
 
     def _fail_all(self, e: BaseException) -> None:
@@ -552,11 +575,16 @@ class Client:
         names the task in its errors."""
         if self._error is not None:
             raise TaskError("the controller's connection: %s" % self._error)
-        if flags is None:
-            tid = self._farm.submit(_FN, payload)
-        else:
-            tid = self._farm.submit(_FN, payload, flags["timeout"], flags["retries"],
-                                    flags["engine"], flags["after"], flags["follow"])
+        ctx = _values._CTX
+        ctx.views = False  # arrays go as themselves: the farm shares them (see _values)
+        try:
+            if flags is None:
+                tid = self._farm.submit(_FN, payload)
+            else:
+                tid = self._farm.submit(_FN, payload, flags["timeout"], flags["retries"],
+                                        flags["engine"], flags["after"], flags["follow"])
+        finally:
+            ctx.views = True
         ar = AsyncResult(self, tid, where)
         with self._cv:
             early = self._early.pop(tid, None)
@@ -758,15 +786,20 @@ def engine_command(url: str, *, store: Optional[str] = None, name: Optional[str]
 class Cluster:
     """A controller in this process and n Python engines on this host, started on entry
     (or ``start()``) and all stopped on exit (or ``stop()``), also when the block raises.
-    scheme: pure, lru, leastload, weighted or twobin."""
+    scheme: pure, lru, leastload, weighted or twobin. store: True for a store in this
+    process (half the memory at most), or a store's socket (or shoal.Store): engines and
+    the cluster's clients then pass arrays and tensors by reference through it."""
 
     def __init__(self, n: int = 4, scheme: str = "leastload", *,
-                 engine_timeout: float = 30.0) -> None:
+                 engine_timeout: float = 30.0, store: Any = None) -> None:
         if n < 0:
             raise ValueError("n: expected a count of engines >= 0")
         self.n = n
         self.scheme = scheme
         self.engine_timeout = engine_timeout
+        self._store_arg = store
+        self.store_socket: Optional[str] = None
+        self._own_store: Any = None
         self.controller: Any = None
         self.engines: List[subprocess.Popen] = []  # type: ignore[type-arg]
         self._clients: List[Client] = []
@@ -782,6 +815,14 @@ class Cluster:
         (blocks: at most engine_timeout seconds, then ``TimeoutError`` and everything
         stopped)."""
         self.controller = _shoal.Controller(scheme=self.scheme)
+        s = self._store_arg
+        if s is True:
+            from . import Store
+            half = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+            self._own_store = Store(size=half)
+            self.store_socket = str(self._own_store.socket)
+        elif s:
+            self.store_socket = str(getattr(s, "socket", s))
         try:
             self.add_engines(self.n)
             with Client(self.url) as c:
@@ -798,12 +839,12 @@ class Cluster:
             [_PKG_PARENT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         for _ in range(n):
             self.engines.append(subprocess.Popen(
-                engine_command(self.url) + ["--die-with-parent"], env=env,
-                stdin=subprocess.DEVNULL))
+                engine_command(self.url, store=self.store_socket) + ["--die-with-parent"],
+                env=env, stdin=subprocess.DEVNULL))
 
     def client(self) -> Client:
         """A client of this cluster's controller (closed when the cluster stops)."""
-        c = Client(self.url)
+        c = Client(self.url, store=self.store_socket)
         self._clients.append(c)
         return c
 
@@ -826,6 +867,9 @@ class Cluster:
         if self.controller is not None:
             self.controller.close()
             self.controller = None
+        if self._own_store is not None:
+            self._own_store.close()
+            self._own_store = None
 
     def __enter__(self) -> "Cluster":
         return self.start()

@@ -63,6 +63,10 @@ struct shoal_farm {
 	size_t in_got, in_len;
 	/* shared arguments: the store, and a vbuf to share a submission in */
 	shoal_client *store;
+	/* objects of taken results left for shoal_farm_drop_taken */
+	bool defer;
+	shoal_id *later;
+	uint32_t nlater, cap_later;
 	shoal_vbuf *share;
 	/* the controller's last STATUS answer, and how many came */
 	shoal_controller_stat st;
@@ -96,6 +100,28 @@ void shoal_task_opts_init(shoal_task_opts *o)
 	o->engine = -1;
 }
 
+/* A store object made for a task goes: now, or at shoal_farm_drop_taken
+ * when deferred (the id kept, or deleted now when there is no room). */
+static void drop_id(shoal_farm *f, shoal_id id)
+{
+	if (f->defer) {
+		if (f->nlater == f->cap_later) {
+			uint32_t nc = f->cap_later ? 2 * f->cap_later : 64;
+			shoal_id *p =
+				shoal_realloc(f->later, f->cap_later * sizeof(*p), nc * sizeof(*p));
+			if (p) {
+				f->later = p;
+				f->cap_later = nc;
+			}
+		}
+		if (f->nlater < f->cap_later) {
+			f->later[f->nlater++] = id;
+			return;
+		}
+	}
+	shoal_delete_id(f->store, id);
+}
+
 /* The store objects an engine made for a result (the list after the
  * value, at m) are ours to delete. */
 static void drop_result_objects(shoal_farm *f, sh_mp *m)
@@ -106,15 +132,30 @@ static void drop_result_objects(shoal_farm *f, sh_mp *m)
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t id;
 		if (sh_mp_uint(m, &id) == 0)
-			shoal_delete_id(f->store, id);
+			drop_id(f, id);
 	}
+}
+
+void shoal_farm_defer_drops(shoal_farm *f, bool on)
+{
+	if (f)
+		f->defer = on;
+}
+
+void shoal_farm_drop_taken(shoal_farm *f)
+{
+	if (!f)
+		return;
+	for (uint32_t i = 0; i < f->nlater; i++)
+		shoal_delete_id(f->store, f->later[i]);
+	f->nlater = 0;
 }
 
 /* The objects made for a task's arguments go once its result is taken. */
 static void drop_made(shoal_farm *f, tk_res *r)
 {
 	for (uint32_t i = 0; i < r->nmade; i++)
-		shoal_delete_id(f->store, r->made[i]);
+		drop_id(f, r->made[i]);
 	if (r->made)
 		shoal_free(r->made, r->nmade * sizeof(*r->made));
 	r->made = NULL;
@@ -125,8 +166,12 @@ static void farm_free(shoal_farm *f)
 {
 	/* objects of results never taken are ours: they go when the store
 	 * connection does */
+	f->defer = false;
 	for (size_t i = 0; f->res && i < f->cap_res; i++)
 		drop_made(f, &f->res[i]);
+	shoal_farm_drop_taken(f);
+	if (f->later)
+		shoal_free(f->later, f->cap_later * sizeof(*f->later));
 	shoal_vbuf_free(f->share);
 	if (f->store)
 		shoal_disconnect(f->store);

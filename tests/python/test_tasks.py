@@ -79,6 +79,27 @@ def test_values_and_arrays_both_ways(view):
     assert torch.equal(view.apply_sync(task_app.scale, t, 3), t * 3)
 
 
+def test_arrays_by_reference_through_a_shared_store():
+    torch = pytest.importorskip("torch")
+    a = np.arange(1 << 20, dtype=np.float64)  # 8 MiB
+    with st.Cluster(n=1) as copied:
+        v = copied.client().load_balanced_view()
+        assert v.apply_sync(task_app.view_info, a) == (True, float(a.sum()))
+        assert v.apply_sync(task_app.scale, a, 1).flags.writeable  # a copy of its own
+    with st.Cluster(n=1, store=True) as shared:
+        v = shared.client().load_balanced_view()
+        # the engine maps it read-only from the store, and so does the client its result
+        assert v.apply_sync(task_app.view_info, a) == (False, float(a.sum()))
+        r = v.apply_sync(task_app.add, a)  # returned as it came: the same store object
+        assert not r.flags.writeable and np.array_equal(r, a)
+        assert v.apply_sync(task_app.view_info, r) == (False, float(a.sum()))
+        t = torch.arange(1 << 18, dtype=torch.float32)
+        back = v.apply_sync(task_app.add, t)
+        assert isinstance(back, torch.Tensor) and torch.equal(back, t)
+        small = v.apply_sync(task_app.scale, np.ones(4), 2)  # made there: comes back too
+        assert np.array_equal(small, np.full(4, 2.0))
+
+
 def test_other_objects_go_by_pickle(view):
     b = view.apply_sync(task_app.unbox, task_app.Box(41))
     assert b == task_app.Box(42)
