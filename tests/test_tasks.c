@@ -1470,6 +1470,27 @@ SH_TEST(arguments_by_reference_through_the_store)
 	CHECK_OK(shoal_farm_wait(f, small, res, &r, shoal_deadline_in(10000 * MS)));
 	CHECK_EQ(r->v.t.obj, 0);
 	CHECK(((const float *)r->v.t.data)[99] == 99.0f);
+	/* deferred: a taken result's object can still be got by id (another
+	 * connection takes its own reference) until drop_taken deletes it */
+	shoal_farm_defer_drops(f, true);
+	shoal_task kept;
+	CHECK_OK(shoal_farm_submit(f, "make_tensor", shoal_v_int(vb, 1 << 20), NULL, &kept));
+	CHECK_OK(shoal_farm_wait(f, kept, res, &r, shoal_deadline_in(10000 * MS)));
+	shoal_id kept_id = r->v.t.obj;
+	CHECK(kept_id != 0);
+	shoal_client *other;
+	CHECK_OK(shoal_connect(&other, shoal_store_socket(st)));
+	shoal_object *ko;
+	CHECK_OK(shoal_get(other, kept_id, &ko));
+	shoal_farm_drop_taken(f);
+	shoal_client *third; /* (other holds it: its get would need no store) */
+	CHECK_OK(shoal_connect(&third, shoal_store_socket(st)));
+	shoal_object *again;
+	CHECK_RC(shoal_get(third, kept_id, &again), SHOAL_ENOENT); /* deleted now */
+	shoal_disconnect(third);
+	CHECK_OK(shoal_object_release(ko));
+	shoal_disconnect(other);
+	shoal_farm_defer_drops(f, false);
 	/* a client without a store gets large results inline */
 	shoal_farm *g = client(c);
 	shoal_task plain;
