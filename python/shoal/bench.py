@@ -238,6 +238,15 @@ def fmt(v: float) -> str:
     return "%.3g" % v if abs(v) < 1000 else "{:,.0f}".format(v).replace(",", " ")
 
 
+def emit(as_json: bool, title: str) -> None:
+    """The results on stdout: JSON Lines (--json), else rows under title."""
+    if as_json:
+        for r in RESULTS:
+            print(json.dumps(r))
+    else:
+        rows(sys.stdout, title)
+
+
 def rows(out, title: str) -> None:
     """The results, a line each, under title."""
     print(title, file=out)

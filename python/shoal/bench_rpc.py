@@ -466,11 +466,7 @@ def run(a: Any) -> int:
         shared_memory_tests(mod, d, a.quick)
         start(mod, d, a.quick)
         idle(mod, d, a.quick)
-    if a.json:
-        for r in B.RESULTS:
-            print(B.json.dumps(r))
-    else:
-        B.rows(sys.stdout, "shoal bench py-rpc: isolated Python extensions (%s)" %
-               sys.executable)
+    B.emit(a.json, "shoal bench py-rpc: isolated Python extensions (%s)" % sys.executable)
+    if not a.json:
         print(summary())
     return 0

@@ -230,10 +230,5 @@ def run(a: Any) -> int:
     raw_tcp(bufs, budget)
     cluster_start(3 if a.quick else 10)
     ipyparallel(sizes, bufs, a.quick)
-    if a.json:
-        for r in B.RESULTS:
-            print(B.json.dumps(r))
-    else:
-        B.rows(sys.stdout, "shoal bench py-tasks: the task farm from Python (%s)" %
-               sys.executable)
+    B.emit(a.json, "shoal bench py-tasks: the task farm from Python (%s)" % sys.executable)
     return 0
