@@ -1354,8 +1354,10 @@ static void stop_ends_the_tree(void)
 				CHECK_MSG(e, "killed");
 			}
 			CHECK_OK(shoal_ext_stop(e));
+			/* 200 processes being killed take seconds to go on a busy
+			 * 2-core machine under TSan: a generous bound */
 			int left = marked(marker);
-			for (int i = 0; i < 200 && left > 0; i++) {
+			for (int i = 0; i < 1000 && left > 0; i++) {
 				usleep(10 * 1000);
 				left = marked(marker);
 			}
