@@ -1339,7 +1339,7 @@ const sh_bench_suite sh_bench_suites[] = {
 	 sh_bench_pyrpc, sh_bench_pyrpc_table, NULL},
 	{"py-tasks",
 	 "the task farm from Python: a flood, buffers, a cluster's start, vs ipyparallel",
-	 sh_bench_pytasks, sh_bench_pytasks_table, NULL},
+	 sh_bench_pytasks, sh_bench_pytasks_table, sh_bench_pytasks_plot},
 };
 const size_t sh_bench_nsuites = sizeof(sh_bench_suites) / sizeof(sh_bench_suites[0]);
 

@@ -285,6 +285,7 @@ void sh_bench_pyrpc_table(FILE *f, const sh_bench_report *r);
 /* py-tasks: the task farm from Python (python/shoal/bench_tasks.py), from its JSON. */
 int sh_bench_pytasks(const sh_bench_opts *o, sh_bench_report *r);
 void sh_bench_pytasks_table(FILE *f, const sh_bench_report *r);
+void sh_bench_pytasks_plot(FILE *f, const sh_bench_report *r);
 
 /* suite_store.c: put/get latency, a state dict's get, reader memory. */
 int sh_bench_store(const sh_bench_opts *o, sh_bench_report *r);

@@ -88,3 +88,42 @@ void sh_bench_pytasks_table(FILE *f, const sh_bench_report *r)
 			met(start <= 300));
 	fprintf(f, "\n");
 }
+
+void sh_bench_pytasks_plot(FILE *f, const sh_bench_report *r)
+{
+	/* the seed's plot: time against N, log-log, a line per scheme and peer */
+	const sh_bench_lines rt = {SUITE,
+				   "flood",
+				   "n",
+				   "scheme,transport,impl",
+				   "roundtrip_s",
+				   1,
+				   "Roundtrip: first submit to last result, best of 3 (Python)",
+				   "no-op tasks in the flood",
+				   "time (s)"},
+			     sent = {SUITE,
+				     "flood",
+				     "n",
+				     "scheme,transport,impl",
+				     "sent_s",
+				     1,
+				     "Sent: first submit until the last submit returns (Python)",
+				     "no-op tasks in the flood",
+				     "time (s)"},
+			     buf = {SUITE,
+				    "buffers",
+				    "bytes",
+				    "impl",
+				    "mb_s",
+				    1,
+				    "A numpy array echoed by a task: throughput (raw tcp: a socket "
+				    "alone)",
+				    "bytes of the array",
+				    "throughput (MB/s)"};
+	int y = sh_bench_svg_begin(f, 760, 1300,
+				   "shoal bench py-tasks: 2 Python engines, beside ipyparallel");
+	y += sh_bench_svg_lines(f, r, &rt, 0, y, 760, 360) + 10;
+	y += sh_bench_svg_lines(f, r, &sent, 0, y, 760, 360) + 10;
+	sh_bench_svg_lines(f, r, &buf, 0, y, 760, 360);
+	sh_bench_svg_end(f);
+}

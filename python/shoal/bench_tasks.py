@@ -15,6 +15,8 @@ run, with the same number of engines (2) on this host.
   socket, the same bytes) and ipyparallel's echo.
 - ``cluster_start``: ``Cluster(n=2)`` until both engines answer a task, ``mean_ms``;
   ipyparallel's ``Cluster(n=2)`` until ``wait_for_engines(2)``.
+- dask.distributed's flood and start beside them when it is installed (a LocalCluster of
+  2 worker processes), else a skipped row that says so.
 
 The helpers (result, the table) are ``shoal.bench``'s.
 """
@@ -181,6 +183,37 @@ def ipyparallel(sizes: List[int], bufs: List[int], quick: bool) -> None:
         cluster.stop_cluster_sync()
 
 
+class _DaskView:
+    """dask.distributed's client in the shape flood() drives: apply_async, get."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def apply_async(self, f: Callable[..., Any], *args: Any) -> Any:
+        fut = self.client.submit(f, *args, pure=False)
+        fut.get = fut.result
+        return fut
+
+
+def dask(sizes: List[int]) -> None:
+    """The flood on dask.distributed (Debian's python3-distributed) when installed: a
+    LocalCluster of 2 worker processes of one thread each."""
+    try:
+        from distributed import Client as DaskClient, LocalCluster
+    except ImportError:
+        B.result("flood", {}, {}, impl="dask", baseline=True, status="skipped",
+                 why="dask.distributed is not installed (apt-get install python3-distributed)")
+        return
+    t0 = time.perf_counter()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as lc, \
+            DaskClient(lc) as dc:
+        dc.wait_for_workers(2)
+        B.result("cluster_start", {"engines": 2},
+                 {"mean_ms": (time.perf_counter() - t0) * 1e3, "runs": 1},
+                 impl="dask", baseline=True)
+        flood_rows(_DaskView(dc), sizes, {"scheme": "dask", "transport": "tcp"}, "dask", 60.0)
+
+
 def run(a: Any) -> int:
     B.SUITE = "py-tasks"
     import numpy as np
@@ -230,5 +263,6 @@ def run(a: Any) -> int:
     raw_tcp(bufs, budget)
     cluster_start(3 if a.quick else 10)
     ipyparallel(sizes, bufs, a.quick)
+    dask(sizes)
     B.emit(a.json, "shoal bench py-tasks: the task farm from Python (%s)" % sys.executable)
     return 0
