@@ -57,8 +57,9 @@ static int package_dir(char *out, size_t len)
 /* The unit a metric's name carries, for the table. */
 static const char *unit_of(const char *metric)
 {
-	static const char *const units[][2] = {
-		{"_us", "us"}, {"_ms", "ms"}, {"_mb_s", "MB/s"}, {"_pct", "%"}, {"_kib", "KiB"}};
+	static const char *const units[][2] = {{"_us", "us"},	  {"_ms", "ms"},
+					       {"_mb_s", "MB/s"}, {"_pct", "%"},
+					       {"_kib", "KiB"},	  {"_per_s", "tasks/s"}};
 	size_t n = strlen(metric);
 	if (strcmp(metric, "mb_s") == 0)
 		return "MB/s";
@@ -146,7 +147,7 @@ static void add_line(sh_bench_report *r, const char *suite, const cJSON *j)
 	if (strcmp(u, "us") == 0 || strcmp(u, "ms") == 0) {
 		x->cmp_value = v;
 		x->cmp_word = "faster";
-	} else if (strcmp(u, "MB/s") == 0 && v > 0) {
+	} else if ((strcmp(u, "MB/s") == 0 || strcmp(u, "tasks/s") == 0) && v > 0) {
 		x->cmp_value = 1 / v;
 		x->cmp_word = "faster";
 	} else if (strcmp(u, "KiB") == 0) {
