@@ -175,6 +175,9 @@ h = json.dumps(tensors, separators=(",", ":")).encode()
 h += b" " * (-len(h) % 8)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + data)
 PY
+# The installed package where python3 finds it, as the README says for a prefix of
+# one's own (the Python walkthrough's engines and client import it).
+[ -n "$pydir" ] && export PYTHONPATH=$pydir
 for w in "$tmp"/walk-*.sh; do
 	name=$(basename "$w" .sh)
 	mkdir "$tmp/$name"
