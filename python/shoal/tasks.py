@@ -400,10 +400,13 @@ class AsyncResult(concurrent.futures.Future):  # type: ignore[type-arg]
                 d["_result" if ok else "_exception"] = value
                 d["_state"] = _FINISHED
         if not quiet:
-            if ok:
-                self.set_result(value)
-            else:
-                self.set_exception(value)
+            try:
+                if ok:
+                    self.set_result(value)
+                else:
+                    self.set_exception(value)
+            except concurrent.futures.InvalidStateError:
+                return  # cancelled by its owner while it ran: the result is dropped
         if self._map is not None:
             self._map._one(self)
 

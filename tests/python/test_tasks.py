@@ -1,6 +1,7 @@
 """shoal.tasks: the task farm from Python against real controllers and real engine
 processes (python3 -m shoal.engine), used as ipyparallel's users use theirs."""
 import asyncio
+import concurrent.futures
 import os
 import signal
 import subprocess
@@ -130,6 +131,18 @@ def test_a_remote_exception_keeps_type_message_and_traceback(view):
     assert "task_app.py" in e.value.remote_traceback and "in custom" in e.value.remote_traceback
     ar = view.apply_async(task_app.custom)
     assert ar.wait(10) and not ar.successful()
+
+
+def test_a_cancelled_result_is_dropped_and_the_others_come(view):
+    slow = view.apply_async(task_app.nap, 0.3)
+    assert slow.cancel() and slow.cancelled()
+    rest = [view.apply_async(task_app.add, i, 1) for i in range(50)]
+    assert [ar.get(10) for ar in rest] == list(range(1, 51))
+    time.sleep(0.5)  # the cancelled one's result came meanwhile, and went
+    # the result thread lives on: a future nobody drives comes all the same
+    f = view.apply_async(task_app.add, 2, 2)
+    done, _ = concurrent.futures.wait([f], timeout=10)
+    assert f in done and f.result() == 4 and slow.cancelled()
 
 
 def test_deadlines(view):
