@@ -446,12 +446,19 @@ class AsyncMapResult(AsyncResult):
         self._done_at = time.monotonic()
         parts = self._parts if self._ordered else self._came
         try:
-            out = [p.result() for p in parts]
+            out: Any = [p.result() for p in parts]
             if self._chunked:
                 out = [x for chunk in out for x in chunk]
-            self.set_result(out)
+            ok = True
         except BaseException as e:
-            self.set_exception(e)
+            out, ok = e, False
+        try:
+            if ok:
+                self.set_result(out)
+            else:
+                self.set_exception(out)
+        except concurrent.futures.InvalidStateError:
+            pass  # the map was cancelled by its owner
 
     def result(self, timeout: Optional[float] = None) -> Any:
         end = None if timeout is None else time.monotonic() + timeout
