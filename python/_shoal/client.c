@@ -53,13 +53,18 @@ int sh_py_client_check(ShClient *c)
 	return 0;
 }
 
-void sh_py_client_lock(ShClient *c)
+void sh_py_lock(pthread_mutex_t *mu)
 {
-	if (pthread_mutex_trylock(&c->mu) == 0)
+	if (pthread_mutex_trylock(mu) == 0)
 		return;
 	PyThreadState *ts_ = PyEval_SaveThread();
-	pthread_mutex_lock(&c->mu);
+	pthread_mutex_lock(mu);
 	PyEval_RestoreThread(ts_);
+}
+
+void sh_py_client_lock(ShClient *c)
+{
+	sh_py_lock(&c->mu);
 }
 
 typedef int (*job_fn)(ShClient *c, void *arg);

@@ -190,10 +190,7 @@ static void ext_dealloc(ShExt *self)
 /* Takes the extension's turn with the GIL released when it must wait. */
 static void ext_lock(ShExt *self)
 {
-	if (pthread_mutex_trylock(&self->mu) == 0)
-		return;
-	Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->mu);
-	Py_END_ALLOW_THREADS
+	sh_py_lock(&self->mu);
 }
 
 /* call(fn, args, timeout=None, shared=False) -> the decoded result. The

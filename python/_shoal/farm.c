@@ -161,10 +161,7 @@ typedef struct {
  * set once closed (the mutex then not held). */
 static int farm_lock(ShFarm *self)
 {
-	if (pthread_mutex_trylock(&self->mu) != 0) {
-		Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->mu);
-		Py_END_ALLOW_THREADS
-	}
+	sh_py_lock(&self->mu);
 	if (self->f)
 		return 0;
 	pthread_mutex_unlock(&self->mu);
@@ -464,10 +461,7 @@ static PyObject *farm_use_store(ShFarm *self, PyObject *args)
 
 static PyObject *farm_close(ShFarm *self, PyObject *unused)
 {
-	if (pthread_mutex_trylock(&self->mu) != 0) {
-		Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->mu);
-		Py_END_ALLOW_THREADS
-	}
+	sh_py_lock(&self->mu);
 	farm_close_now(self);
 	pthread_mutex_unlock(&self->mu);
 	Py_RETURN_NONE;
