@@ -487,8 +487,8 @@ class Client:
     ``tcp://HOST:PORT`` (the secret from ``$SHOAL_SECRET_FILE`` or ``$SHOAL_SECRET``).
     ``store``: the socket of a store this host's engines use too (``--store``): arrays
     and tensors then go by reference through it both ways, arriving as read-only views
-    (an argument that is not in the store yet is put there once, at its submit; one
-    that is a view of a store object goes as it is). Blocks: the connects (at most
+    (an argument is put there once, at its submit, even a view of another object: the
+    object made for a task goes once its result is taken). Blocks: the connects (at most
     ``timeout`` seconds). A context manager; ``close()`` drops its tasks not yet run."""
 
     def __init__(self, url: str, timeout: float = 10.0, *, store: Optional[str] = None) -> None:
