@@ -212,10 +212,24 @@ def _result(env: Any, where: str) -> Any:
 _ENGINE_STORE: Optional[str] = None  # the engine's --store (set by shoal.engine)
 
 
+def _function_of(ref: Any) -> Callable[..., Any]:
+    """The function a task names: module:qualname (imported), or its pickle."""
+    if isinstance(ref, str):
+        import importlib
+        mod, _, qual = ref.partition(":")
+        f: Any = importlib.import_module(mod)
+        for part in qual.split("."):
+            f = getattr(f, part)
+        return f  # type: ignore[no-any-return]
+    if isinstance(ref, (bytes, bytearray)):
+        return pickle.loads(ref)  # type: ignore[no-any-return]
+    raise TypeError("a task's function: expected module:qualname or a pickle, not a %s"
+                    % type(ref).__name__)
+
+
 def _engine_start() -> Callable[[Any], Any]:
     """In a Python engine (python3 -m shoal.engine, called by its C side): the dispatcher
     of its tasks."""
-    import importlib
     fns: Dict[Any, Callable[..., Any]] = {}
     if _ENGINE_STORE:
         # arrays and tensors shared through the store arrive as views through this
@@ -224,16 +238,7 @@ def _engine_start() -> Callable[[Any], Any]:
         _values._CHILD_CLIENT = connect(_ENGINE_STORE)
 
     def resolve(ref: Any) -> Callable[..., Any]:
-        if isinstance(ref, str):
-            mod, _, qual = ref.partition(":")
-            f: Any = importlib.import_module(mod)
-            for part in qual.split("."):
-                f = getattr(f, part)
-        elif isinstance(ref, (bytes, bytearray)):
-            f = pickle.loads(ref)
-        else:
-            raise TypeError("a task's function: expected module:qualname or a pickle, "
-                            "not a %s" % type(ref).__name__)
+        f = _function_of(ref)
         if len(fns) > 4096:
             fns.clear()
         fns[bytes(ref) if isinstance(ref, bytearray) else ref] = f
@@ -260,13 +265,7 @@ def _engine_start() -> Callable[[Any], Any]:
 
 def _map_chunk(ref: Any, items: List[Any]) -> List[Any]:
     """A chunk of a map with chunksize > 1, run on one engine: f over each item's args."""
-    f = pickle.loads(ref) if isinstance(ref, (bytes, bytearray)) else None
-    if f is None:
-        import importlib
-        mod, _, qual = ref.partition(":")
-        f = importlib.import_module(mod)
-        for part in qual.split("."):
-            f = getattr(f, part)
+    f = _function_of(ref)
     return [f(*a) for a in items]
 
 
