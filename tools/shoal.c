@@ -40,6 +40,7 @@ static int cmd_ls(int argc, char **argv);
 static int cmd_info(int argc, char **argv);
 static int cmd_rm(int argc, char **argv);
 static int cmd_stat(int argc, char **argv);
+static int cmd_migrate(int argc, char **argv);
 
 #define STORE_OPTIONS                                                                        \
 	"  --socket PATH     the store's socket (default: $SHOAL_SOCKET, else shoald.sock\n" \
@@ -91,6 +92,17 @@ static const command commands[] = {
 	 "$SHOAL_SECRET_FILE or $SHOAL_SECRET): its engines (number, where, tasks in flight), "
 	 "clients, and tasks queued, running, done, retried and failed.",
 	 STORE_OPTIONS, cmd_stat},
+	{"migrate", "NAME|ID --from HOST:PORT [--timeout SECONDS] [--socket PATH]",
+	 "copy an object of another host's store into this one",
+	 "Makes the store copy the object bound to NAME (or the object ID, in hex) from the "
+	 "store at HOST:PORT (a shoald started with --peer HOST:PORT, which knows the same "
+	 "secret: $SHOAL_SECRET_FILE or $SHOAL_SECRET in both daemons' environments) into its "
+	 "own shared memory, under the same id, signature and name: later gets here are local. "
+	 "On a terminal a progress bar shows bytes, rate and time left. Prints the id.",
+	 "  --from HOST:PORT  the store that has the object (required)\n"
+	 "  --timeout SECONDS give up waiting after this long (default 600; the copy goes\n"
+	 "                    on in the store)\n" STORE_OPTIONS,
+	 cmd_migrate},
 	{"help", "[COMMAND]", "show this help, or a command's",
 	 "Lists the commands, or shows one command's usage, as COMMAND --help does.", "", cmd_help},
 	{"version", "", "print the version", "Prints \"shoal VERSION\".", "", cmd_version},
@@ -858,6 +870,97 @@ static int cmd_stat(int argc, char **argv)
 	       a.socket, st.capacity, sh_tools_fmt_bytes(st.capacity, b1, sizeof(b1)), st.used,
 	       sh_tools_fmt_bytes(st.used, b2, sizeof(b2)), st.objects, st.names, st.clients - 1,
 	       st.pending_frees);
+	char b3[32], b4[32];
+	printf("sent:      %" PRIu64 " objects (%s) to other hosts' stores\nfetched:   %" PRIu64
+	       " objects (%s) from them, %" PRIu64 " on their way\n",
+	       st.sent, sh_tools_fmt_bytes(st.sent_bytes, b3, sizeof(b3)), st.fetched,
+	       sh_tools_fmt_bytes(st.fetched_bytes, b4, sizeof(b4)), st.migrating);
 	shoal_disconnect(c);
 	return SH_EXIT_OK;
+}
+
+/* The progress bar of shoal migrate, on a terminal only. */
+typedef struct mig_bar {
+	int64_t start;
+	bool shown;
+} mig_bar;
+
+static void mig_progress(void *arg, uint64_t got, uint64_t total)
+{
+	mig_bar *b = arg;
+	double s = (double)(shoal_now_ns() - b->start) / 1e9;
+	double rate = s > 0 ? (double)got / s : 0;
+	char g[32], t[32], r[32], eta[32] = "?";
+	int width = 30, fill = total ? (int)((double)got / (double)total * width) : 0;
+	if (rate > 0 && total >= got)
+		snprintf(eta, sizeof(eta), "%.0f s", (double)(total - got) / rate);
+	char bar[64];
+	for (int i = 0; i < width; i++)
+		bar[i] = i < fill ? '#' : '.';
+	bar[width] = 0;
+	fprintf(stderr, "\r[%s] %s of %s  %s/s  %s left   ", bar,
+		sh_tools_fmt_bytes(got, g, sizeof(g)), sh_tools_fmt_bytes(total, t, sizeof(t)),
+		sh_tools_fmt_bytes((uint64_t)rate, r, sizeof(r)), eta);
+	b->shown = true;
+}
+
+static int cmd_migrate(int argc, char **argv)
+{
+	static const struct option opts[] = {SH_CLI_STD,
+					     STORE_OPTS,
+					     {"from", required_argument, NULL, 'f'},
+					     {"timeout", required_argument, NULL, 't'},
+					     {0}};
+	sh_cli cli = cli_of(find_command("migrate"), opts);
+	store_args a;
+	store_args_init(&a);
+	const char *from = NULL;
+	double timeout = 600;
+	int o;
+	while ((o = sh_cli_next(&cli, argc, argv)) != -1) {
+		if (store_opt(&cli, o, &a))
+			continue;
+		if (o == 'f') {
+			from = optarg;
+		} else if (o == 't') {
+			char *end;
+			timeout = strtod(optarg, &end);
+			if (*end || end == optarg || !(timeout > 0) || timeout > 1e6)
+				sh_cli_fail(
+					&cli,
+					"--timeout '%s': expected seconds, more than 0, like 600",
+					optarg);
+		}
+	}
+	sh_cli_operands(&cli, argc, argv, 1, 1);
+	if (!from)
+		sh_cli_fail(&cli, "--from HOST:PORT is required: the store that has the object");
+	const char *key = argv[optind];
+	/* an id is 16 hex digits; anything else is a name */
+	shoal_id id = 0;
+	if (strlen(key) == 16 && strspn(key, "0123456789abcdefABCDEF") == 16)
+		id = strtoull(key, NULL, 16);
+	int code;
+	shoal_client *c = connect_or_die("migrate", &a, &code);
+	if (!c)
+		return code;
+	shoal_client_set_timeout(c, (int64_t)(timeout * 1e9));
+	mig_bar bar = {.start = shoal_now_ns()};
+	shoal_migrate_opts mo = {.from = from};
+	if (isatty(STDERR_FILENO)) {
+		mo.progress = mig_progress;
+		mo.progress_arg = &bar;
+	}
+	shoal_id out;
+	int rc = shoal_migrate(c, id ? NULL : key, id, &mo, &out);
+	if (bar.shown)
+		fputc('\n', stderr);
+	if (rc) {
+		code = fail("migrate", c, rc);
+	} else {
+		printf("%016" PRIx64 "\n", out);
+		code = SH_EXIT_OK;
+	}
+	shoal_disconnect(c);
+	return code;
 }

@@ -92,6 +92,16 @@ typedef struct shoal_store_opts {
 	 * free capacity. 0: none; SHOAL_STORE_SPARES_AUTO (the default): a
 	 * quarter of the capacity, at most 1 GiB. */
 	size_t spares;
+	/* Also serve other stores on TCP here ("HOST:PORT"; port 0: any; NULL:
+	 * not): they fetch objects from this one (shoal_migrate). Each must
+	 * prove it knows the cluster's shared secret first ($SHOAL_SECRET_FILE,
+	 * else $SHOAL_SECRET, as for the task farm); the store will not listen
+	 * without one. The same secret lets this store fetch from others. */
+	const char *peer;
+	/* Every byte between stores is encrypted and authenticated (AES-256-GCM)
+	 * unless both ends set this: then it goes in clear, still
+	 * authenticated. For a trusted network only. */
+	bool peer_no_encrypt;
 } shoal_store_opts;
 
 #define SHOAL_STORE_SPARES_AUTO ((size_t)-1)
@@ -105,6 +115,9 @@ SHOAL_API void shoal_store_opts_init(shoal_store_opts *o);
 SHOAL_API int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts);
 /* The socket path clients connect to. */
 SHOAL_API const char *shoal_store_socket(const shoal_store *s);
+/* Where other stores reach this one ("HOST:PORT" as bound), or NULL
+ * without opts.peer. */
+SHOAL_API const char *shoal_store_peer(const shoal_store *s);
 /* Stops serving: every client sees SHOAL_ECLOSED, every object is freed
  * and the socket is removed. */
 SHOAL_API int shoal_store_close(shoal_store *s);
@@ -161,6 +174,10 @@ typedef struct shoal_store_stat {
 	uint64_t names;		/* names bound */
 	uint64_t clients;	/* open connections */
 	uint64_t pending_frees; /* deleted objects waiting for their last reader */
+	/* objects copied to other stores (shoal_migrate there) and from them,
+	 * and their blobs' bytes, since the store started */
+	uint64_t sent, sent_bytes, fetched, fetched_bytes;
+	uint64_t migrating; /* copies from other stores on their way here */
 } shoal_store_stat;
 /* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st);
@@ -249,6 +266,31 @@ SHOAL_API int shoal_get(shoal_client *c, shoal_id id, shoal_object **out);
 /* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_get_by_name(shoal_client *c, const char *name, shoal_object **out);
 SHOAL_API int shoal_object_release(shoal_object *o);
+
+/* ---- objects of other hosts --------------------------------------------- */
+
+typedef struct shoal_migrate_opts {
+	/* The store that has the object: "HOST:PORT", where it serves other
+	 * stores (shoald --peer). */
+	const char *from;
+	/* Called about every 100 ms while bytes come: received of total. */
+	void (*progress)(void *arg, uint64_t received, uint64_t total);
+	void *progress_arg;
+} shoal_migrate_opts;
+
+/* Copies the object id, or the one named name when name is not NULL, from
+ * another host's store into this one: the store pulls it into its own
+ * shared memory (one region, every blob written in place as it comes)
+ * and serves it under the same id and signature, persistent, bound to name
+ * when that is free here; *out gets its id. Later gets on this host are
+ * local. Many asks for one object while it travels share one transfer; an
+ * object that is here already costs nothing. The source holds the object
+ * for the whole transfer (a delete there frees nothing until it ends). A
+ * peer that dies or a link that breaks fails the call with a message that
+ * names the peer and the bytes received; nothing of the copy stays. */
+/* Blocks: until the copy is here, at most the connection's timeout. */
+SHOAL_API int shoal_migrate(shoal_client *c, const char *name, shoal_id id,
+			    const shoal_migrate_opts *opts, shoal_id *out);
 
 /* The root of a got object, as a node tree. */
 SHOAL_API const shoal_node *shoal_object_root(const shoal_object *o);

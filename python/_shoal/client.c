@@ -943,11 +943,15 @@ static PyObject *client_stat(ShClient *self, PyObject *args, PyObject *kw)
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$O:stat", kwlist, &timeout) ||
 	    parse_timeout(timeout, &tmo) != 0 || call(self, do_stat, &st, tmo) != 0)
 		return NULL;
-	return Py_BuildValue("{sKsKsKsKsKsK}", "capacity", (unsigned long long)st.capacity, "used",
-			     (unsigned long long)st.used, "objects", (unsigned long long)st.objects,
-			     "names", (unsigned long long)st.names, "clients",
-			     (unsigned long long)st.clients, "pending_frees",
-			     (unsigned long long)st.pending_frees);
+	return Py_BuildValue(
+		"{sKsKsKsKsKsKsKsKsKsKsK}", "capacity", (unsigned long long)st.capacity, "used",
+		(unsigned long long)st.used, "objects", (unsigned long long)st.objects, "names",
+		(unsigned long long)st.names, "clients", (unsigned long long)st.clients,
+		"pending_frees", (unsigned long long)st.pending_frees, "sent",
+		(unsigned long long)st.sent, "sent_bytes", (unsigned long long)st.sent_bytes,
+		"fetched", (unsigned long long)st.fetched, "fetched_bytes",
+		(unsigned long long)st.fetched_bytes, "migrating",
+		(unsigned long long)st.migrating);
 }
 
 typedef struct {

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 /* libcrypto is loaded at the first channel, not linked: every program of
  * the library would otherwise load it at start, the extension runner
@@ -385,6 +386,82 @@ int sh_channel_write(sh_channel *ch, const void *p, size_t n, bool fiber, int64_
 	return sh_channel_write_part(ch, p, n, &done, true, fiber, deadline);
 }
 
+/* Seals, in place, the record at h whose len bytes of plaintext already
+ * sit at h + REC_HDR. */
+static int seal_in_place(sh_channel *ch, unsigned char *h, size_t len)
+{
+	unsigned char *o = h + REC_HDR, iv[12];
+	size_t rlen = len + 1 + REC_TAG;
+	h[0] = REC_TYPE_DATA, h[1] = 3, h[2] = 3, h[3] = (unsigned char)(rlen >> 8);
+	h[4] = (unsigned char)rlen;
+	o[len] = REC_TYPE_DATA;
+	nonce(ch->tx_iv, ch->tx_seq, iv);
+	int l, ok = EVP_EncryptInit_ex(ch->tx, NULL, NULL, NULL, iv) == 1 &&
+		    EVP_EncryptUpdate(ch->tx, NULL, &l, h, REC_HDR) == 1 &&
+		    (ch->encrypt ? EVP_EncryptUpdate(ch->tx, o, &l, o, (int)len + 1)
+				 : EVP_EncryptUpdate(ch->tx, NULL, &l, o, (int)len + 1)) == 1 &&
+		    EVP_EncryptFinal_ex(ch->tx, o + len + 1, &l) == 1 &&
+		    EVP_CIPHER_CTX_ctrl(ch->tx, EVP_CTRL_AEAD_GET_TAG, REC_TAG, o + len + 1) == 1;
+	if (!ok)
+		return fail(ch, SHOAL_EIO, "%s", "sealing a record failed");
+	ch->tx_seq++;
+	ch->wlen += REC_HDR + rlen;
+	return 0;
+}
+
+int sh_channel_send_fd(sh_channel *ch, int fd, uint64_t off, uint64_t n, bool flush,
+		       int64_t deadline)
+{
+	if (ch->broken)
+		return ch->broken;
+	while (n) {
+		size_t room = (WBUF_RECORDS * REC_MAX - ch->wlen) / REC_MAX;
+		if (room == 0) {
+			int rc = push(ch, true, false, deadline);
+			if (rc)
+				return rc;
+			continue;
+		}
+		/* the file's bytes land straight in the records' slots: one
+		 * read for up to 16 records, sealed where they lie */
+		struct iovec iov[WBUF_RECORDS];
+		size_t k = 0;
+		uint64_t want = 0;
+		for (; k < room && want < n; k++) {
+			size_t len = n - want < REC_PLAIN ? (size_t)(n - want) : REC_PLAIN;
+			iov[k].iov_base = ch->wbuf + ch->wlen + k * REC_MAX + REC_HDR;
+			iov[k].iov_len = len;
+			want += len;
+		}
+		ssize_t got = preadv(fd, iov, (int)k, (off_t)off);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return fail(ch, got < 0 ? shoal_errno() : SHOAL_EIO,
+				    "reading the bytes to send failed: %s",
+				    got < 0 ? strerror(errno) : "the file ended first");
+		/* records stay contiguous: only the last one read may be short */
+		for (size_t j = 0, left = (size_t)got; left; j++) {
+			size_t len = left < iov[j].iov_len ? left : iov[j].iov_len;
+			unsigned char *h = (unsigned char *)iov[j].iov_base - REC_HDR;
+			if (h != ch->wbuf + ch->wlen)
+				memmove(ch->wbuf + ch->wlen + REC_HDR, h + REC_HDR, len);
+			int rc = seal_in_place(ch, ch->wbuf + ch->wlen, len);
+			if (rc)
+				return rc;
+			left -= len;
+		}
+		off += (uint64_t)got;
+		n -= (uint64_t)got;
+	}
+	return flush ? push(ch, true, false, deadline) : 0;
+}
+
+int sh_channel_flush(sh_channel *ch, int64_t deadline)
+{
+	return ch->broken ? ch->broken : push(ch, true, false, deadline);
+}
+
 /* ---- receiving ---- */
 
 int sh_channel_open_record(sh_channel *ch, unsigned char *rec, size_t len, size_t *plain)
@@ -552,6 +629,81 @@ int sh_channel_read_frame(sh_channel *ch, unsigned char **buf, size_t *cap, size
 		return rc == SHOAL_ECLOSED ? SHOAL_EPROTO : rc;
 	*len = total;
 	return 0;
+}
+
+/* Whether a whole record waits in rbuf (so opening it reads nothing). */
+static bool record_at_hand(const sh_channel *ch)
+{
+	size_t have = ch->rend - ch->rpos;
+	if (have < REC_HDR)
+		return false;
+	const unsigned char *h = ch->rbuf + ch->rpos;
+	size_t len = (size_t)h[3] << 8 | h[4];
+	/* one without plaintext would make peek read on */
+	return len > 1 + REC_TAG && have >= REC_HDR + len;
+}
+
+int sh_channel_recv_fd(sh_channel *ch, int fd, uint64_t off, uint64_t n, int64_t deadline,
+		       _Atomic uint64_t *got)
+{
+	/* Each record is opened where it was received and its plaintext
+	 * written to the file from there: records at hand go together, one
+	 * write for up to 16 of them, before a read may move rbuf. */
+	struct iovec iov[WBUF_RECORDS + 1];
+	size_t k = 0;
+	int rc = 0;
+	while (n || k) {
+		bool more =
+			n && k < WBUF_RECORDS + 1 && (ch->ppos < ch->pend || record_at_hand(ch));
+		if (more) {
+			const unsigned char *p;
+			size_t m;
+			if ((rc = peek(ch, &p, &m, false, SHOAL_FOREVER, true)) != 0)
+				break;
+			m = m < n ? m : (size_t)n;
+			iov[k].iov_base = (void *)p;
+			iov[k++].iov_len = m;
+			sh_channel_consume(ch, m);
+			n -= m;
+			continue;
+		}
+		if (k) {
+			for (size_t i = 0; i < k;) {
+				ssize_t w = pwritev(fd, iov + i, (int)(k - i), (off_t)off);
+				if (w < 0 && errno == EINTR)
+					continue;
+				if (w <= 0) {
+					rc = fail(ch, w < 0 ? shoal_errno() : SHOAL_EIO,
+						  "writing received bytes failed: %s",
+						  w < 0 ? strerror(errno) : "no progress");
+					return rc;
+				}
+				off += (uint64_t)w;
+				atomic_fetch_add(got, (uint64_t)w);
+				for (size_t left = (size_t)w; left;) {
+					size_t t = left < iov[i].iov_len ? left : iov[i].iov_len;
+					iov[i].iov_base = (unsigned char *)iov[i].iov_base + t;
+					iov[i].iov_len -= t;
+					left -= t;
+					if (!iov[i].iov_len)
+						i++;
+				}
+			}
+			k = 0;
+			continue;
+		}
+		/* nothing at hand: wait for the next record (it may move rbuf,
+		 * which nothing gathered points into now) */
+		const unsigned char *p;
+		size_t m;
+		rc = peek(ch, &p, &m, false, deadline, true);
+		if (rc == SHOAL_ETIMEDOUT)
+			return fail(ch, rc, "%s",
+				    "the peer stopped sending in the middle of the bytes");
+		if (rc)
+			return rc;
+	}
+	return rc;
 }
 
 int sh_channel_relay(sh_channel *from, sh_channel *to, const void *head, size_t hlen, uint64_t n,

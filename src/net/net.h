@@ -131,6 +131,22 @@ int sh_channel_read_frame(sh_channel *ch, unsigned char **buf, size_t *cap, size
 int sh_channel_peek(sh_channel *ch, const unsigned char **p, size_t *n, bool fiber,
 		    int64_t deadline);
 void sh_channel_consume(sh_channel *ch, size_t k);
+/* Bulk bytes from and to files (a store's memfds), for a thread on a
+ * blocking or non-blocking socket. send_fd: n bytes of fd at off, read by
+ * the kernel straight into the records' slots and sealed there; flush:
+ * and push every record into the socket before returning (else the last
+ * ones may wait for the next write). recv_fd: n bytes into fd at off,
+ * each record opened where it was received and written from there
+ * (*got counts the bytes written as they are: another thread may watch).
+ * Neither maps the file: on this kind of VM, user-space copies into or
+ * out of a shared mapping cost several times the kernel's. deadline: the
+ * whole transfer's; the stall bound (sh_channel_set_stall) applies too. */
+int sh_channel_send_fd(sh_channel *ch, int fd, uint64_t off, uint64_t n, bool flush,
+		       int64_t deadline);
+int sh_channel_recv_fd(sh_channel *ch, int fd, uint64_t off, uint64_t n, int64_t deadline,
+		       _Atomic uint64_t *got);
+/* Pushes the records sealed so far into the socket (a thread's). */
+int sh_channel_flush(sh_channel *ch, int64_t deadline);
 /* Relays: head, n bytes read from from, tail, written to to.
  * Each record is opened and sealed again for to (the two links have their
  * own keys); a fiber. */

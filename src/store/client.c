@@ -882,6 +882,69 @@ int shoal_claim(shoal_client *c, uint64_t *token)
 	return rc;
 }
 
+/* One ask at a time, each answered within wait_ms: the whole wait is the
+ * connection's timeout, and a progress callback hears between asks. */
+int shoal_migrate(shoal_client *c, const char *name, shoal_id id, const shoal_migrate_opts *opts,
+		  shoal_id *out)
+{
+	if (!c || !out || (!name && !id) || (name && !*name))
+		return SHOAL_EINVAL;
+	shoal_migrate_opts none = {0};
+	if (!opts)
+		opts = &none;
+	int64_t deadline =
+		c->timeout_ns == SHOAL_FOREVER ? SHOAL_FOREVER : shoal_deadline_in(c->timeout_ns);
+	uint64_t ticket = 0;
+	for (;;) {
+		/* each ask well within the connection's timeout */
+		int64_t left = deadline == SHOAL_FOREVER ? INT64_MAX : deadline - shoal_now_ns();
+		uint64_t wait_ms = opts->progress ? 100 : 1000;
+		if (left / 2000000 < (int64_t)wait_ms)
+			wait_ms = left > 0 ? (uint64_t)(left / 2000000) : 0;
+		msgpack_packer pk;
+		sh_client_begin(c, &pk);
+		if (ticket) {
+			msgpack_pack_array(&pk, 2);
+			msgpack_pack_uint64(&pk, ticket);
+		} else {
+			msgpack_pack_array(&pk, 3);
+			if (name)
+				sh_mp_pack_cstr(&pk, name);
+			else
+				msgpack_pack_uint64(&pk, id);
+			if (opts->from)
+				sh_mp_pack_cstr(&pk, opts->from);
+			else
+				msgpack_pack_nil(&pk);
+		}
+		msgpack_pack_uint64(&pk, wait_ms);
+		sh_mp m;
+		int rc = sh_client_call(c, ticket ? SH_OP_MIGWAIT : SH_OP_MIGRATE, false, &m);
+		if (rc)
+			return rc;
+		uint32_t n;
+		bool done;
+		uint64_t got, total;
+		if (sh_mp_array(&m, &n) || sh_mp_bool(&m, &done) ||
+		    (done ? n != 2 || sh_mp_uint(&m, out) || *out == 0
+			  : n != 4 || sh_mp_uint(&m, &ticket) || ticket == 0 ||
+				     sh_mp_uint(&m, &got) || sh_mp_uint(&m, &total)))
+			return sh_client_fail(c, SHOAL_EPROTO,
+					      "MIGRATE reply: expected [true, id] or [false, "
+					      "ticket, received, total]");
+		if (done)
+			return 0;
+		if (opts->progress)
+			opts->progress(opts->progress_arg, got, total);
+		if (deadline != SHOAL_FOREVER && shoal_now_ns() >= deadline)
+			return sh_client_fail(c, SHOAL_ETIMEDOUT,
+					      "the migration did not finish within %lld ms (the "
+					      "connection's timeout): %" PRIu64 " of %" PRIu64
+					      " bytes came; it goes on in the store",
+					      (long long)(c->timeout_ns / 1000000), got, total);
+	}
+}
+
 int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st)
 {
 	msgpack_packer pk;
@@ -892,11 +955,13 @@ int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st)
 	if (rc)
 		return rc;
 	uint32_t n;
-	if (sh_mp_array(&m, &n) || n != 6 || sh_mp_uint(&m, &st->capacity) ||
+	if (sh_mp_array(&m, &n) || n != 11 || sh_mp_uint(&m, &st->capacity) ||
 	    sh_mp_uint(&m, &st->used) || sh_mp_uint(&m, &st->objects) ||
 	    sh_mp_uint(&m, &st->names) || sh_mp_uint(&m, &st->clients) ||
-	    sh_mp_uint(&m, &st->pending_frees))
-		return sh_client_fail(c, SHOAL_EPROTO, "STAT reply: expected 6 counters");
+	    sh_mp_uint(&m, &st->pending_frees) || sh_mp_uint(&m, &st->sent) ||
+	    sh_mp_uint(&m, &st->sent_bytes) || sh_mp_uint(&m, &st->fetched) ||
+	    sh_mp_uint(&m, &st->fetched_bytes) || sh_mp_uint(&m, &st->migrating))
+		return sh_client_fail(c, SHOAL_EPROTO, "STAT reply: expected 11 counters");
 	return 0;
 }
 

@@ -20,8 +20,25 @@
  *   DELETE  [id | name]                      -> []
  *   PERSIST [id]                             -> []
  *   LIST    [prefix, after|nil, max]         -> [[[name, id, type, bytes]...], more]
- *   STAT    []                               -> [capacity, used, objects, names, clients, pending]
- * A failed request gets a frame with a negative status and body [message]. */
+ *   STAT    []                               -> [capacity, used, objects, names, clients, pending,
+ *                                               sent, sent_bytes, fetched, fetched_bytes,
+ * migrating] MIGRATE [id | name, from | nil, wait_ms]  -> [true, id] | [false, ticket, received,
+ * total] MIGWAIT [ticket, wait_ms]                 -> the same A failed request gets a frame with a
+ * negative status and body [message].
+ *
+ * MIGRATE copies an object of another store (the one whose peer address is
+ * from) into this one; it answers when the copy is here (its id), or after
+ * wait_ms with a ticket to wait on with MIGWAIT and the bytes so far. Asks
+ * for one object while it is on its way wait for the same transfer.
+ *
+ * Stores speak to each other over TCP (SH_PEER_PROTO, after the handshake
+ * of net.h, in its channel), in frames of the same layout:
+ *   FETCH   [id | name]  -> [id, signature, region_bytes, meta: bin]
+ *                           then the blobs' bytes, in the order of the tree
+ * meta is [name | nil, node] with every blob [1, offset, size] in one
+ * region of region_bytes (the copy's layout: one segment, blobs 64-byte
+ * aligned, in order); the bytes follow as the channel's records, whole,
+ * which the fetcher writes at their offsets as they come. */
 #ifndef SHOAL_STORE_PROTO_H
 #define SHOAL_STORE_PROTO_H
 
@@ -41,6 +58,8 @@ enum {
 	SH_OP_LIST,
 	SH_OP_STAT,
 	SH_OP_CLAIM,
+	SH_OP_MIGRATE,
+	SH_OP_MIGWAIT,
 	SH_OP_MAX_
 };
 
@@ -56,5 +75,11 @@ enum {
 /* The largest reply the store builds (a message may span ring records):
  * bounds the metadata of one object and a page of a listing. */
 #define SH_STORE_REPLY_MAX (64u << 20)
+
+#define SH_PEER_PROTO 0x52454550u /* "PEER": a store's link to another */
+#define SH_PEER_VERSION 1
+enum { SH_PEER_FETCH = 1 };
+/* The largest FETCH reply's metadata (one object's tree). */
+#define SH_PEER_META_MAX SH_STORE_REPLY_MAX
 
 #endif

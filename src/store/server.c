@@ -12,6 +12,7 @@
  * creator, then sealed by us (write, grow, shrink, seal), which the kernel
  * refuses while any writable mapping exists, so after the seal nobody,
  * the creator included, can change a byte. */
+#include "store/server.h"
 #include "store/node.h"
 #include "store/proto.h"
 #include "store/spare.h"
@@ -35,83 +36,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define ARENA_MIN_CLASS 6 /* 64 bytes */
-#define ARENA_CLASSES 9	  /* 64 B .. 16 KiB */
-#define PAGE 4096u
-#define ID_COUNTER ((1ull << 40) - 1) /* the low bits of an id; the rest: the instance */
-
-typedef struct st_conn st_conn;
-typedef struct st_obj st_obj;
-
-typedef struct st_seg {
-	uint64_t id;
-	int fd;
-	uint64_t size;
-	uint64_t charged; /* what counts against the capacity: size in pages */
-	st_conn *creator; /* while unsealed */
-	st_obj *owner;
-} st_seg;
-
-struct st_obj {
-	uint64_t id, sig;
-	char *name; /* NULL when unbound */
-	char *type;
-	unsigned char *meta; /* the stored node encoding */
-	size_t meta_len, meta_cap;
-	uint64_t bytes;
-	st_seg **segs;
-	uint32_t nsegs, narena, cap_segs, cap_arena;
-	uint64_t *arena; /* offset << 8 | size class, per arena blob */
-	uint64_t refs;
-	bool deleted, persistent;
-	uint64_t gen;	   /* with a state directory: when its file was written */
-	st_conn *creator;  /* NULL once persistent or the creator is gone */
-	st_obj *name_next; /* objects whose names share a hash */
-};
-
-struct st_conn {
-	struct shoal_store *srv;
-	st_conn *prev, *next;
-	sh_link l; /* up: requests, down: replies */
-	uint32_t id;
-	pid_t pid;
-	sh_map refs;	/* object id -> references held (as a pointer-sized count) */
-	sh_map sent;	/* segment ids whose descriptor the client has */
-	sh_map regions; /* unsealed segments it created: id -> st_seg */
-	sh_map created; /* its transient objects: id -> st_obj */
-	uint64_t claim; /* the owner token it claimed (shoal_claim), or 0 */
-	sh_wbuf out;
-	unsigned char *in;
-	size_t in_cap;
-	bool watcher_done;
-	shoal_fiber *watcher;
-	char why[256];
-};
-
-struct shoal_store {
-	shoal_store_opts opts;
-	char path[108];
-	int lsock, stop_efd;
-	pthread_t thread;
-	uint64_t instance; /* the top 24 bits of every id */
-	uint64_t next_id, next_seg;
-	uint32_t next_client;
-	sh_map objs, names, segs;
-	sh_map claims;	    /* owner token -> the st_conn that claimed it */
-	size_t req_used;    /* bytes of requests over REQ_FREE_MAX being read */
-	uint64_t fd_budget; /* descriptors connections and segments may hold */
-	int arena_fd, arena_ro_fd;
-	unsigned char *arena;
-	size_t arena_size, arena_bump;
-	sh_ptrstack arena_free[ARENA_CLASSES];
-	uint64_t capacity, used, nobjs, nnames, nclients, pending;
-	st_conn *conns;
-	sh_state *state;   /* the state directory, or NULL */
-	sh_spares *spares; /* NULL: none */
-	bool stopping;
-	int start_rc;
-};
-
 /* ---- names ---- */
 
 static uint64_t name_hash(const char *s, size_t n)
@@ -122,7 +46,7 @@ static uint64_t name_hash(const char *s, size_t n)
 	return h ? h : 1;
 }
 
-static st_obj *name_find(shoal_store *s, const char *name, size_t n)
+st_obj *sh_st_name_find(shoal_store *s, const char *name, size_t n)
 {
 	for (st_obj *o = sh_map_get(&s->names, name_hash(name, n)); o; o = o->name_next)
 		if (strlen(o->name) == n && memcmp(o->name, name, n) == 0)
@@ -154,7 +78,7 @@ static void name_unbind(shoal_store *s, st_obj *o)
 	s->nnames--;
 }
 
-static int name_bind(shoal_store *s, st_obj *o, const char *name, size_t n)
+int sh_st_name_bind(shoal_store *s, st_obj *o, const char *name, size_t n)
 {
 	char *copy = shoal_alloc(n + 1);
 	if (!copy)
@@ -269,7 +193,7 @@ static void obj_free(shoal_store *s, st_obj *o)
 }
 
 /* Deletes o: unbinds its name now, frees it when its last reader lets go. */
-static void obj_delete(shoal_store *s, st_obj *o)
+void sh_st_obj_delete(shoal_store *s, st_obj *o)
 {
 	name_unbind(s, o);
 	if (o->creator) {
@@ -288,7 +212,7 @@ static void obj_delete(shoal_store *s, st_obj *o)
 	s->pending++;
 }
 
-static void obj_unref(shoal_store *s, st_obj *o, uint64_t n)
+void sh_st_obj_unref(shoal_store *s, st_obj *o, uint64_t n)
 {
 	SH_ASSERT(o->refs >= n);
 	o->refs -= n;
@@ -314,7 +238,7 @@ static int send_frame(st_conn *c, sh_frame *f)
 	return rc;
 }
 
-static void begin_reply(st_conn *c, msgpack_packer *pk)
+void sh_st_begin_reply(st_conn *c, msgpack_packer *pk)
 {
 	sh_wbuf_frame_begin(&c->out);
 	sh_wbuf_packer(&c->out, pk);
@@ -322,8 +246,7 @@ static void begin_reply(st_conn *c, msgpack_packer *pk)
 
 /* Sends an error reply whose message says what was asked and what we had;
  * the message also goes to the debug log. */
-SHOAL_PRINTF(4, 5)
-static int reply_err(st_conn *c, const sh_frame *req, int code, const char *fmt, ...)
+int sh_st_reply_err(st_conn *c, const sh_frame *req, int code, const char *fmt, ...)
 {
 	char msg[512];
 	va_list ap;
@@ -335,14 +258,14 @@ static int reply_err(st_conn *c, const sh_frame *req, int code, const char *fmt,
 	if (req->flags & SH_FRAME_NOREPLY)
 		return 0;
 	msgpack_packer pk;
-	begin_reply(c, &pk);
+	sh_st_begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 1);
 	sh_mp_pack_cstr(&pk, msg);
 	sh_frame f = {.op = req->op, .seq = req->seq, .status = code};
 	return send_frame(c, &f);
 }
 
-static int reply_ok(st_conn *c, const sh_frame *req, msgpack_packer *pk_unused)
+int sh_st_reply_ok(st_conn *c, const sh_frame *req, msgpack_packer *pk_unused)
 {
 	(void)pk_unused;
 	sh_frame f = {.op = req->op, .seq = req->seq};
@@ -385,9 +308,10 @@ static int send_fds(st_conn *c, st_seg **g, size_t n)
 static int no_space(st_conn *c, const sh_frame *req, uint64_t asked)
 {
 	shoal_store *s = c->srv;
-	return reply_err(c, req, SHOAL_ENOSPC,
-			 "store full: asked %" PRIu64 " bytes, %" PRIu64 " of %" PRIu64 " free",
-			 asked, s->capacity - s->used, s->capacity);
+	return sh_st_reply_err(c, req, SHOAL_ENOSPC,
+			       "store full: asked %" PRIu64 " bytes, %" PRIu64 " of %" PRIu64
+			       " free",
+			       asked, s->capacity - s->used, s->capacity);
 }
 
 static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
@@ -396,21 +320,21 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 	uint32_t n;
 	uint64_t size;
 	if (sh_mp_array(m, &n) || n != 1 || sh_mp_uint(m, &size) || sh_mp_done(m))
-		return reply_err(c, req, SHOAL_EBADMSG, "CREATE: expected [size]");
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "CREATE: expected [size]");
 	uint64_t charged = (size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
 	if (size == 0)
-		return reply_err(c, req, SHOAL_EINVAL, "CREATE: size 0, expected at least 1");
+		return sh_st_reply_err(c, req, SHOAL_EINVAL, "CREATE: size 0, expected at least 1");
 	if (charged < size || charged > s->capacity - s->used)
 		return no_space(c, req, size);
 	if (fds_held(s) + 1 + FD_SPARE_CONNS * FDS_PER_CONN > s->fd_budget)
-		return reply_err(c, req, SHOAL_ENOSPC,
-				 "CREATE: the store holds %zu segments and %" PRIu64
-				 " connections, as many descriptors as it may (%" PRIu64
-				 "); pack blobs into fewer regions (shoal_builder_reserve)",
-				 (size_t)s->segs.n, s->nclients, s->fd_budget);
+		return sh_st_reply_err(c, req, SHOAL_ENOSPC,
+				       "CREATE: the store holds %zu segments and %" PRIu64
+				       " connections, as many descriptors as it may (%" PRIu64
+				       "); pack blobs into fewer regions (shoal_builder_reserve)",
+				       (size_t)s->segs.n, s->nclients, s->fd_budget);
 	st_seg *g = SH_NEW(st_seg);
 	if (!g)
-		return reply_err(c, req, SHOAL_ENOMEM, "CREATE: out of memory");
+		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "CREATE: out of memory");
 	int rc = 0;
 	g->fd = s->spares ? sh_spares_take(s->spares, size) : -1;
 	if (g->fd < 0) {
@@ -425,8 +349,8 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 		close(g->fd);
 	if (rc) {
 		SH_DELETE(g);
-		return reply_err(c, req, rc, "CREATE: memfd of %" PRIu64 " bytes: %s", size,
-				 shoal_strerror(rc));
+		return sh_st_reply_err(c, req, rc, "CREATE: memfd of %" PRIu64 " bytes: %s", size,
+				       shoal_strerror(rc));
 	}
 	g->id = s->next_seg++;
 	g->size = size;
@@ -436,16 +360,16 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 		sh_map_del(&s->segs, g->id);
 		close(g->fd);
 		SH_DELETE(g);
-		return reply_err(c, req, SHOAL_ENOMEM, "CREATE: out of memory");
+		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "CREATE: out of memory");
 	}
 	s->used += charged;
 	if ((rc = send_fds(c, &g, 1)) != 0)
 		return rc; /* the socket is broken: the connection ends */
 	msgpack_packer pk;
-	begin_reply(c, &pk);
+	sh_st_begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 1);
 	msgpack_pack_uint64(&pk, g->id);
-	return reply_ok(c, req, &pk);
+	return sh_st_reply_ok(c, req, &pk);
 }
 
 static void region_drop(st_conn *c, st_seg *g)
@@ -459,10 +383,11 @@ static int op_abort(st_conn *c, const sh_frame *req, sh_mp *m)
 	uint32_t n;
 	uint64_t id;
 	if (sh_mp_array(m, &n) || n != 1 || sh_mp_uint(m, &id) || sh_mp_done(m) || id == 0)
-		return reply_err(c, req, SHOAL_EBADMSG, "ABORT: expected [segment]");
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "ABORT: expected [segment]");
 	st_seg *g = sh_map_get(&c->regions, id);
 	if (!g)
-		return reply_err(c, req, SHOAL_ENOENT, "ABORT: no unsealed segment %" PRIu64, id);
+		return sh_st_reply_err(c, req, SHOAL_ENOENT, "ABORT: no unsealed segment %" PRIu64,
+				       id);
 	region_drop(c, g);
 	return 0;
 }
@@ -665,18 +590,20 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	uint32_t name_len = 0;
 	uint64_t flags;
 	if (sh_mp_array(m, &n) || (n != 3 && n != 4))
-		return reply_err(
+		return sh_st_reply_err(
 			c, req, SHOAL_EBADMSG,
 			"SEAL: expected [name, flags, node] or [name, flags, node, owner]");
 	if (!sh_mp_take_nil(m)) {
 		if (sh_mp_str(m, &name, &name_len) || name_len == 0 ||
 		    name_len > SH_NODE_MAX_NAME || memchr(name, 0, name_len))
-			return reply_err(c, req, SHOAL_EBADMSG,
-					 "SEAL: name must be nil or 1 to %d bytes without NUL",
-					 SH_NODE_MAX_NAME);
+			return sh_st_reply_err(
+				c, req, SHOAL_EBADMSG,
+				"SEAL: name must be nil or 1 to %d bytes without NUL",
+				SH_NODE_MAX_NAME);
 	}
 	if (sh_mp_uint(m, &flags) || (flags & ~(uint64_t)(SHOAL_PERSIST | SHOAL_REPLACE)))
-		return reply_err(c, req, SHOAL_EBADMSG, "SEAL: flags must be PERSIST|REPLACE");
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG,
+				       "SEAL: flags must be PERSIST|REPLACE");
 	sh_bump a = {0};
 	shoal_node *root;
 	seal_ctx x = {.s = s, .regions = &c->regions};
@@ -706,7 +633,7 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	}
 	if (rc == 0)
 		rc = sh_node_check_types(root, why, sizeof(c->why));
-	st_obj *old = name ? name_find(s, name, name_len) : NULL;
+	st_obj *old = name ? sh_st_name_find(s, name, name_len) : NULL;
 	if (rc == 0 && old && !(flags & SHOAL_REPLACE)) {
 		snprintf(why, sizeof(c->why), "name %.*s is taken by object %016" PRIx64,
 			 (int)name_len, name, old->id);
@@ -739,8 +666,8 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 			obj_shell_free(o);
 		sh_bump_fini(&a);
 		if (rc == SHOAL_ENOSPC)
-			return reply_err(c, req, rc, "%s", why);
-		return reply_err(c, req, rc, "SEAL: %s", why[0] ? why : shoal_strerror(rc));
+			return sh_st_reply_err(c, req, rc, "%s", why);
+		return sh_st_reply_err(c, req, rc, "SEAL: %s", why[0] ? why : shoal_strerror(rc));
 	}
 	o->id = s->instance | s->next_id++;
 	o->sig = o->id;
@@ -762,7 +689,7 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 		sh_map_del(&s->objs, o->id);
 		s->nobjs++; /* obj_free counts it down */
 		obj_free(s, o);
-		return reply_err(c, req, SHOAL_ENOMEM, "SEAL: out of memory");
+		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "SEAL: out of memory");
 	}
 	s->nobjs++;
 	o->persistent = flags & SHOAL_PERSIST;
@@ -772,14 +699,14 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	if (o->persistent && s->state &&
 	    (rc = persist_obj(s, o, name, name_len, why, sizeof(c->why))) != 0) {
 		obj_free(s, o);
-		return reply_err(c, req, rc, "SEAL: %s", why);
+		return sh_st_reply_err(c, req, rc, "SEAL: %s", why);
 	}
 	if (name) {
 		if (old)
-			obj_delete(s, old);
-		if (name_bind(s, o, name, name_len) != 0) {
-			obj_delete(s, o);
-			return reply_err(c, req, SHOAL_ENOMEM, "SEAL: out of memory");
+			sh_st_obj_delete(s, old);
+		if (sh_st_name_bind(s, o, name, name_len) != 0) {
+			sh_st_obj_delete(s, o);
+			return sh_st_reply_err(c, req, SHOAL_ENOMEM, "SEAL: out of memory");
 		}
 	}
 	/* The next put is likely of this size: its spare is made now that
@@ -787,38 +714,38 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	for (uint32_t i = 0; s->spares && i < o->nsegs; i++)
 		sh_spares_want(s->spares, o->segs[i]->size, s->capacity - s->used);
 	msgpack_packer pk;
-	begin_reply(c, &pk);
+	sh_st_begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 2);
 	msgpack_pack_uint64(&pk, o->id);
 	msgpack_pack_uint64(&pk, o->sig);
-	return reply_ok(c, req, &pk);
+	return sh_st_reply_ok(c, req, &pk);
 }
 
 /* An object by [id | name]: the key of GET and DELETE. */
-static int lookup(st_conn *c, const sh_frame *req, sh_mp *m, const char *what, st_obj **out)
+int sh_st_lookup(st_conn *c, const sh_frame *req, sh_mp *m, const char *what, st_obj **out)
 {
 	shoal_store *s = c->srv;
 	uint32_t n;
 	if (sh_mp_array(m, &n) || n != 1)
-		return reply_err(c, req, SHOAL_EBADMSG, "%s: expected [id or name]", what);
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "%s: expected [id or name]", what);
 	if (sh_mp_kind(m) == SH_MP_STR) {
 		const char *name;
 		uint32_t len;
 		sh_mp_str(m, &name, &len);
 		if (sh_mp_done(m))
-			return reply_err(c, req, SHOAL_EBADMSG, "%s: trailing bytes", what);
-		if (!(*out = name_find(s, name, len)))
-			return reply_err(c, req, SHOAL_ENOENT, "%s: no object named \"%.*s\"", what,
-					 (int)(len > 200 ? 200 : len), name);
+			return sh_st_reply_err(c, req, SHOAL_EBADMSG, "%s: trailing bytes", what);
+		if (!(*out = sh_st_name_find(s, name, len)))
+			return sh_st_reply_err(c, req, SHOAL_ENOENT, "%s: no object named \"%.*s\"",
+					       what, (int)(len > 200 ? 200 : len), name);
 		return 0;
 	}
 	uint64_t id;
 	if (sh_mp_uint(m, &id) || sh_mp_done(m))
-		return reply_err(c, req, SHOAL_EBADMSG, "%s: expected [id or name]", what);
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "%s: expected [id or name]", what);
 	st_obj *o = id ? sh_map_get(&s->objs, id) : NULL;
 	if (!o || o->deleted)
-		return reply_err(c, req, SHOAL_ENOENT, "%s: no object %016" PRIx64 "%s", what, id,
-				 o ? " (deleted)" : "");
+		return sh_st_reply_err(c, req, SHOAL_ENOENT, "%s: no object %016" PRIx64 "%s", what,
+				       id, o ? " (deleted)" : "");
 	*out = o;
 	return 0;
 }
@@ -826,15 +753,15 @@ static int lookup(st_conn *c, const sh_frame *req, sh_mp *m, const char *what, s
 static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 {
 	st_obj *o = NULL;
-	int rc = lookup(c, req, m, "GET", &o);
+	int rc = sh_st_lookup(c, req, m, "GET", &o);
 	if (!o)
 		return rc;
 	uintptr_t held = (uintptr_t)sh_map_get(&c->refs, o->id);
 	if (sh_map_put(&c->refs, o->id, (void *)(held + 1)) != 0)
-		return reply_err(c, req, SHOAL_ENOMEM, "GET: out of memory");
+		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "GET: out of memory");
 	o->refs++;
 	msgpack_packer pk;
-	begin_reply(c, &pk);
+	sh_st_begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 4);
 	msgpack_pack_uint64(&pk, o->id);
 	msgpack_pack_uint64(&pk, o->sig);
@@ -846,7 +773,7 @@ static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 	 * cannot fill the socket while the client still waits on the ring. */
 	st_seg **fresh = nnew ? shoal_alloc(nnew * sizeof(*fresh)) : NULL;
 	if (nnew && !fresh)
-		return reply_err(c, req, SHOAL_ENOMEM, "GET: out of memory");
+		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "GET: out of memory");
 	size_t nfresh = 0;
 	msgpack_pack_array(&pk, nnew);
 	for (uint32_t i = 0; i < o->nsegs; i++) {
@@ -862,7 +789,7 @@ static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 	}
 	if (rc == 0) {
 		sh_wbuf_append(&c->out, o->meta, o->meta_len);
-		rc = reply_ok(c, req, &pk);
+		rc = sh_st_reply_ok(c, req, &pk);
 	}
 	if (rc == 0 && nfresh)
 		rc = send_fds(c, fresh, nfresh);
@@ -876,74 +803,75 @@ static int op_release(st_conn *c, const sh_frame *req, sh_mp *m)
 	shoal_store *s = c->srv;
 	uint32_t n, k;
 	if (sh_mp_array(m, &n) || n != 2 || sh_mp_array(m, &k))
-		return reply_err(c, req, SHOAL_EBADMSG,
-				 "RELEASE: expected [[id...], [segment...]]");
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG,
+				       "RELEASE: expected [[id...], [segment...]]");
 	for (uint32_t i = 0; i < k; i++) {
 		uint64_t id;
 		if (sh_mp_uint(m, &id) || id == 0)
-			return reply_err(c, req, SHOAL_EBADMSG, "RELEASE: ids must be nonzero");
+			return sh_st_reply_err(c, req, SHOAL_EBADMSG,
+					       "RELEASE: ids must be nonzero");
 		uintptr_t held = (uintptr_t)sh_map_get(&c->refs, id);
 		if (!held)
-			return reply_err(c, req, SHOAL_EINVAL,
-					 "RELEASE: object %016" PRIx64 " is not held", id);
+			return sh_st_reply_err(c, req, SHOAL_EINVAL,
+					       "RELEASE: object %016" PRIx64 " is not held", id);
 		if (held == 1)
 			sh_map_del(&c->refs, id);
 		else
 			sh_map_put(&c->refs, id, (void *)(held - 1)); /* replaces: cannot fail */
-		obj_unref(s, sh_map_get(&s->objs, id), 1);
+		sh_st_obj_unref(s, sh_map_get(&s->objs, id), 1);
 	}
 	if (sh_mp_array(m, &k))
-		return reply_err(c, req, SHOAL_EBADMSG, "RELEASE: segments must be an array");
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "RELEASE: segments must be an array");
 	for (uint32_t i = 0; i < k; i++) {
 		uint64_t id;
 		if (sh_mp_uint(m, &id) || id == 0)
-			return reply_err(c, req, SHOAL_EBADMSG,
-					 "RELEASE: segments must be nonzero");
+			return sh_st_reply_err(c, req, SHOAL_EBADMSG,
+					       "RELEASE: segments must be nonzero");
 		sh_map_del(&c->sent, id);
 	}
 	if (sh_mp_done(m))
-		return reply_err(c, req, SHOAL_EBADMSG, "RELEASE: trailing bytes");
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "RELEASE: trailing bytes");
 	if (req->flags & SH_FRAME_NOREPLY)
 		return 0;
 	msgpack_packer pk;
-	begin_reply(c, &pk);
+	sh_st_begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 0);
-	return reply_ok(c, req, &pk);
+	return sh_st_reply_ok(c, req, &pk);
 }
 
 static int op_delete(st_conn *c, const sh_frame *req, sh_mp *m)
 {
 	st_obj *o = NULL;
-	int rc = lookup(c, req, m, "DELETE", &o);
+	int rc = sh_st_lookup(c, req, m, "DELETE", &o);
 	if (!o)
 		return rc;
-	obj_delete(c->srv, o);
+	sh_st_obj_delete(c->srv, o);
 	msgpack_packer pk;
-	begin_reply(c, &pk);
+	sh_st_begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 0);
-	return reply_ok(c, req, &pk);
+	return sh_st_reply_ok(c, req, &pk);
 }
 
 static int op_persist(st_conn *c, const sh_frame *req, sh_mp *m)
 {
 	st_obj *o = NULL;
-	int rc = lookup(c, req, m, "PERSIST", &o);
+	int rc = sh_st_lookup(c, req, m, "PERSIST", &o);
 	if (!o)
 		return rc;
 	shoal_store *s = c->srv;
 	if (!o->persistent && s->state &&
 	    (rc = persist_obj(s, o, o->name, o->name ? strlen(o->name) : 0, c->why,
 			      sizeof(c->why))) != 0)
-		return reply_err(c, req, rc, "PERSIST: %s", c->why);
+		return sh_st_reply_err(c, req, rc, "PERSIST: %s", c->why);
 	o->persistent = true;
 	if (o->creator) {
 		sh_map_del(&o->creator->created, o->id);
 		o->creator = NULL;
 	}
 	msgpack_packer pk;
-	begin_reply(c, &pk);
+	sh_st_begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 0);
-	return reply_ok(c, req, &pk);
+	return sh_st_reply_ok(c, req, &pk);
 }
 
 /* CLAIM []: a fresh owner token for this connection, which others name
@@ -954,21 +882,21 @@ static int op_claim(st_conn *c, const sh_frame *req, sh_mp *m)
 	shoal_store *s = c->srv;
 	uint32_t n;
 	if (sh_mp_array(m, &n) || n != 0 || sh_mp_done(m))
-		return reply_err(c, req, SHOAL_EBADMSG, "CLAIM: expected []");
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "CLAIM: expected []");
 	if (!c->claim) {
 		uint64_t t = 0;
 		while (t == 0 || sh_map_get(&s->claims, t))
 			if (getrandom(&t, sizeof(t), 0) != sizeof(t))
-				return reply_err(c, req, SHOAL_EIO, "CLAIM: no random bytes");
+				return sh_st_reply_err(c, req, SHOAL_EIO, "CLAIM: no random bytes");
 		if (sh_map_put(&s->claims, t, c) != 0)
-			return reply_err(c, req, SHOAL_ENOMEM, "CLAIM: out of memory");
+			return sh_st_reply_err(c, req, SHOAL_ENOMEM, "CLAIM: out of memory");
 		c->claim = t;
 	}
 	msgpack_packer pk;
-	begin_reply(c, &pk);
+	sh_st_begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 1);
 	msgpack_pack_uint64(&pk, c->claim);
-	return reply_ok(c, req, &pk);
+	return sh_st_reply_ok(c, req, &pk);
 }
 
 static int cmp_obj_name(const void *a, const void *b)
@@ -985,20 +913,21 @@ static int op_list(st_conn *c, const sh_frame *req, sh_mp *m)
 	if (sh_mp_array(m, &n) || n != 3 || sh_mp_str(m, &prefix, &plen) ||
 	    (!sh_mp_take_nil(m) && sh_mp_str(m, &after, &alen)) || sh_mp_uint(m, &max) ||
 	    sh_mp_done(m))
-		return reply_err(c, req, SHOAL_EBADMSG, "LIST: expected [prefix, after, max]");
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG,
+				       "LIST: expected [prefix, after, max]");
 	if (max == 0 || max > SH_STORE_LIST_MAX)
 		max = SH_STORE_LIST_MAX;
 	char aftbuf[SH_NODE_MAX_NAME + 1], *aft = NULL;
 	if (after) {
 		if (alen > SH_NODE_MAX_NAME)
-			return reply_err(c, req, SHOAL_EBADMSG, "LIST: after is too long");
+			return sh_st_reply_err(c, req, SHOAL_EBADMSG, "LIST: after is too long");
 		memcpy(aftbuf, after, alen);
 		aftbuf[alen] = 0;
 		aft = aftbuf;
 	}
 	st_obj **v = s->nnames ? shoal_alloc(s->nnames * sizeof(*v)) : NULL;
 	if (s->nnames && !v)
-		return reply_err(c, req, SHOAL_ENOMEM, "LIST: out of memory");
+		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "LIST: out of memory");
 	size_t k = 0, it = 0;
 	uint64_t key;
 	void *val;
@@ -1014,7 +943,7 @@ static int op_list(st_conn *c, const sh_frame *req, sh_mp *m)
 	       (bytes += strlen(v[out]->name) + strlen(v[out]->type) + 40) < SH_STORE_REPLY_MAX)
 		out++;
 	msgpack_packer pk;
-	begin_reply(c, &pk);
+	sh_st_begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 2);
 	msgpack_pack_array(&pk, out);
 	for (size_t i = 0; i < out; i++) {
@@ -1027,7 +956,7 @@ static int op_list(st_conn *c, const sh_frame *req, sh_mp *m)
 	k > out ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
 	if (v)
 		shoal_free(v, s->nnames * sizeof(*v));
-	return reply_ok(c, req, &pk);
+	return sh_st_reply_ok(c, req, &pk);
 }
 
 static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
@@ -1035,25 +964,38 @@ static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
 	shoal_store *s = c->srv;
 	uint32_t n;
 	if (sh_mp_array(m, &n) || n != 0 || sh_mp_done(m))
-		return reply_err(c, req, SHOAL_EBADMSG, "STAT: expected []");
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "STAT: expected []");
 	msgpack_packer pk;
-	begin_reply(c, &pk);
-	msgpack_pack_array(&pk, 6);
+	sh_st_begin_reply(c, &pk);
+	msgpack_pack_array(&pk, 11);
 	msgpack_pack_uint64(&pk, s->capacity);
 	msgpack_pack_uint64(&pk, s->used);
 	msgpack_pack_uint64(&pk, s->nobjs);
 	msgpack_pack_uint64(&pk, s->nnames);
 	msgpack_pack_uint64(&pk, s->nclients);
 	msgpack_pack_uint64(&pk, s->pending);
-	return reply_ok(c, req, &pk);
+	msgpack_pack_uint64(&pk, s->sent);
+	msgpack_pack_uint64(&pk, s->sent_bytes);
+	msgpack_pack_uint64(&pk, s->fetched);
+	msgpack_pack_uint64(&pk, s->fetched_bytes);
+	msgpack_pack_uint64(&pk, s->migrating);
+	return sh_st_reply_ok(c, req, &pk);
 }
 
 typedef int (*op_fn)(st_conn *c, const sh_frame *req, sh_mp *m);
 static const op_fn ops[SH_OP_MAX_] = {
-	[SH_OP_CREATE] = op_create,   [SH_OP_SEAL] = op_seal,	    [SH_OP_ABORT] = op_abort,
-	[SH_OP_GET] = op_get,	      [SH_OP_RELEASE] = op_release, [SH_OP_DELETE] = op_delete,
-	[SH_OP_PERSIST] = op_persist, [SH_OP_LIST] = op_list,	    [SH_OP_STAT] = op_stat,
+	[SH_OP_CREATE] = op_create,
+	[SH_OP_SEAL] = op_seal,
+	[SH_OP_ABORT] = op_abort,
+	[SH_OP_GET] = op_get,
+	[SH_OP_RELEASE] = op_release,
+	[SH_OP_DELETE] = op_delete,
+	[SH_OP_PERSIST] = op_persist,
+	[SH_OP_LIST] = op_list,
+	[SH_OP_STAT] = op_stat,
 	[SH_OP_CLAIM] = op_claim,
+	[SH_OP_MIGRATE] = sh_st_op_migrate,
+	[SH_OP_MIGWAIT] = sh_st_op_migwait,
 };
 
 /* Handles one request record. A nonzero return ends the connection: only
@@ -1069,21 +1011,21 @@ static int handle(st_conn *c, size_t len)
 		sh_frame g = {0};
 		if (len >= 16)
 			memcpy(&g.seq, c->in + 12, 4);
-		return reply_err(c, &g, SHOAL_EBADMSG, "%s", why);
+		return sh_st_reply_err(c, &g, SHOAL_EBADMSG, "%s", why);
 	}
 	if (f.status != 0)
-		return reply_err(c, &f, SHOAL_EBADMSG, "request with status %d, expected 0",
-				 f.status);
+		return sh_st_reply_err(c, &f, SHOAL_EBADMSG, "request with status %d, expected 0",
+				       f.status);
 	if (f.oob) {
 		/* Bytes would follow that we cannot read as requests: the
 		 * connection is out of step, so it ends. */
-		reply_err(c, &f, SHOAL_EBADMSG,
-			  "out-of-band bytes, which store requests never have");
+		sh_st_reply_err(c, &f, SHOAL_EBADMSG,
+				"out-of-band bytes, which store requests never have");
 		return SHOAL_EPROTO;
 	}
 	if (f.op == 0 || f.op >= SH_OP_MAX_ || !ops[f.op])
-		return reply_err(c, &f, SHOAL_EBADMSG, "unknown op %u, expected 1 to %d", f.op,
-				 SH_OP_MAX_ - 1);
+		return sh_st_reply_err(c, &f, SHOAL_EBADMSG, "unknown op %u, expected 1 to %d",
+				       f.op, SH_OP_MAX_ - 1);
 	sh_mp m;
 	sh_mp_init(&m, c->in + SH_FRAME_HDR, f.body_len);
 	return ops[f.op](c, &f, &m);
@@ -1120,7 +1062,7 @@ static void conn_drop(st_conn *c)
 	uint64_t key;
 	void *val;
 	while (sh_map_next(&c->refs, &it, &key, &val))
-		obj_unref(s, sh_map_get(&s->objs, key), (uintptr_t)val);
+		sh_st_obj_unref(s, sh_map_get(&s->objs, key), (uintptr_t)val);
 	sh_map_fini(&c->refs);
 	if (c->claim)
 		sh_map_del(&s->claims, c->claim);
@@ -1130,7 +1072,7 @@ static void conn_drop(st_conn *c)
 		it = 0;
 		if (!sh_map_next(&c->created, &it, &key, &val))
 			break;
-		obj_delete(s, val);
+		sh_st_obj_delete(s, val);
 	}
 	sh_map_fini(&c->created);
 	while (c->regions.n) {
@@ -1334,6 +1276,43 @@ static void *accept_main(void *arg)
 
 /* ---- the server thread ---- */
 
+void sh_store_post(shoal_store *s, sh_st_mail *m)
+{
+	m->next = NULL;
+	pthread_mutex_lock(&s->mail_mu);
+	if (s->mail_tail)
+		s->mail_tail->next = m;
+	else
+		s->mail_head = m;
+	s->mail_tail = m;
+	pthread_mutex_unlock(&s->mail_mu);
+	sh_eventfd_signal(s->mail_efd);
+}
+
+/* Runs what other threads posted, in the order they posted it. */
+static void *mail_main(void *arg)
+{
+	shoal_store *s = arg;
+	for (;;) {
+		uint64_t v;
+		if (read(s->mail_efd, &v, 8) != 8) {
+			if (shoal_fd_wait(s->mail_efd, SHOAL_FD_IN, SHOAL_FOREVER, NULL) ==
+			    SHOAL_ECANCELED)
+				return NULL;
+			continue;
+		}
+		pthread_mutex_lock(&s->mail_mu);
+		sh_st_mail *m = s->mail_head;
+		s->mail_head = s->mail_tail = NULL;
+		pthread_mutex_unlock(&s->mail_mu);
+		while (m) {
+			sh_st_mail *next = m->next;
+			m->fn(s, m);
+			m = next;
+		}
+	}
+}
+
 static void *server_thread(void *arg)
 {
 	shoal_store *s = arg;
@@ -1343,9 +1322,14 @@ static void *server_thread(void *arg)
 		sh_error("store", "scheduler: %s", shoal_strerror(rc));
 		return NULL;
 	}
-	shoal_fiber *acc = NULL;
+	shoal_fiber *acc = NULL, *mail = NULL;
 	if ((rc = shoal_spawn(&acc, accept_main, s, &(shoal_fiber_opts){.name = "store-accept"})))
 		sh_error("store", "accept fiber: %s", shoal_strerror(rc));
+	if (rc == 0 &&
+	    (rc = shoal_spawn(&mail, mail_main, s, &(shoal_fiber_opts){.name = "store-mail"})))
+		sh_error("store", "mail fiber: %s", shoal_strerror(rc));
+	if (rc == 0 && (rc = sh_peers_serve(s)) != 0)
+		sh_error("store", "peers: %s", shoal_strerror(rc));
 	/* Until shoal_store_close rings stop_efd. */
 	while (rc == 0) {
 		uint64_t v;
@@ -1358,6 +1342,13 @@ static void *server_thread(void *arg)
 		shoal_cancel(acc);
 		shoal_join(acc, NULL);
 	}
+	/* the threads of transfers end first: they post to the mail fiber */
+	sh_peers_stop(s);
+	sh_migs_stop(s);
+	if (mail) {
+		shoal_cancel(mail);
+		shoal_join(mail, NULL);
+	}
 	/* Closing a connection's rings ends its fiber, which frees it. */
 	for (st_conn *c = s->conns; c; c = c->next)
 		sh_link_shut(&c->l);
@@ -1365,6 +1356,7 @@ static void *server_thread(void *arg)
 		shoal_sleep_until(shoal_deadline_in(1000000));
 	shoal_fd_forget(s->lsock);
 	shoal_fd_forget(s->stop_efd);
+	shoal_fd_forget(s->mail_efd);
 	shoal_sched_destroy(sched);
 	return NULL;
 }
@@ -1413,51 +1405,31 @@ static int restore_fits(void *arg, uint32_t nsegs, const uint64_t *sizes, char *
 	return 0;
 }
 
-/* One object read back from the state directory (sh_state_load): checked
- * as a seal request is, placed within --size and the descriptor budget,
- * and served under its id, signature and name. */
-static int restore_obj(void *arg, sh_state_rec *r, char *why, size_t whylen)
+/* Serves a tree whose blobs are inline (copied into the arena) or lie in
+ * nsegs sealed files (fds, sizes), named [index + 1, offset, size], as
+ * the persistent object id with signature sig: checked as a seal request
+ * is, within --size and the descriptor budget. On success *out is the
+ * object and the descriptors are the store's; on failure they stay the
+ * caller's. For objects that come from outside a client's connection: a
+ * state file read back, a copy migrated from another host. */
+int sh_store_adopt(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *root, uint32_t nsegs,
+		   const int *fds, const uint64_t *sizes, st_obj **out, char *why, size_t whylen)
 {
-	shoal_store *s = arg;
-	sh_mp m;
-	sh_mp_init(&m, r->meta, r->meta_len);
-	uint32_t n, name_len = 0;
-	const char *name = NULL;
-	sh_bump a = {0};
-	shoal_node *root = NULL;
-	st_obj *o = NULL, *old = NULL;
 	sh_map regions = {0};
-	st_seg **segs = r->nsegs ? shoal_alloc(r->nsegs * sizeof(*segs)) : NULL;
+	st_seg **segs = nsegs ? shoal_alloc(nsegs * sizeof(*segs)) : NULL;
 	seal_ctx x = {.s = s, .regions = &regions};
+	st_obj *o = NULL;
 	int rc = 0;
-	if (r->nsegs && !segs)
+	if (nsegs && !segs)
 		rc = SHOAL_ENOMEM;
-	else if (sh_mp_array(&m, &n) || n != 2 ||
-		 (!sh_mp_take_nil(&m) &&
-		  (sh_mp_str(&m, &name, &name_len) || name_len == 0 ||
-		   name_len > SH_NODE_MAX_NAME || memchr(name, 0, name_len)))) {
-		snprintf(why, whylen, "metadata: expected [name or nil, node]");
-		rc = SHOAL_EBADMSG;
-	}
-	if (rc == 0)
-		rc = sh_node_decode(&m, &a, &root, why, whylen);
-	if (rc == 0 && sh_mp_done(&m) != 0) {
-		snprintf(why, whylen, "metadata: trailing bytes after the node");
-		rc = SHOAL_EBADMSG;
-	}
-	if (rc == 0)
-		rc = sh_node_check_types(root, why, whylen);
-	if (rc == 0 && sh_map_get(&s->objs, r->id)) {
-		snprintf(why, whylen, "object %016" PRIx64 " is loaded already", r->id);
+	if (rc == 0 && (id == 0 || sh_map_get(&s->objs, id))) {
+		snprintf(why, whylen, "object %016" PRIx64 " is here already", id);
 		rc = SHOAL_EEXIST;
 	}
-	if (rc == 0 && name && (old = name_find(s, name, name_len)) && old->gen >= r->gen) {
-		snprintf(why, whylen, "replaced by %016" PRIx64 ", a newer object named %.*s",
-			 old->id, (int)(name_len > 200 ? 200 : name_len), name);
-		rc = SH_STATE_SUPERSEDED;
-	}
+	if (rc == 0)
+		rc = restore_fits(s, nsegs, sizes, why, whylen);
 	uint32_t made = 0;
-	for (; rc == 0 && made < r->nsegs; made++) {
+	for (; rc == 0 && made < nsegs; made++) {
 		st_seg *g = SH_NEW(st_seg);
 		if (!g || sh_map_put(&s->segs, s->next_seg, g) != 0 ||
 		    sh_map_put(&regions, made + 1, g) != 0) {
@@ -1469,16 +1441,16 @@ static int restore_obj(void *arg, sh_state_rec *r, char *why, size_t whylen)
 			break;
 		}
 		g->id = s->next_seg++;
-		g->fd = r->seg_fds[made];
-		g->size = r->seg_sizes[made];
+		g->fd = fds[made];
+		g->size = sizes[made];
 		g->charged = (g->size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
 		s->used += g->charged;
 		segs[made] = g;
 	}
 	if (rc == 0)
 		rc = place_blobs(&x, root, why, whylen);
-	if (rc == 0 && x.nsegs != r->nsegs) {
-		snprintf(why, whylen, "%u segments, of which blobs use %u", r->nsegs, x.nsegs);
+	if (rc == 0 && x.nsegs != nsegs) {
+		snprintf(why, whylen, "%u segments, of which blobs use %u", nsegs, x.nsegs);
 		rc = SHOAL_EBADMSG;
 	}
 	if (rc == 0 && !(o = SH_NEW(st_obj)))
@@ -1487,10 +1459,9 @@ static int restore_obj(void *arg, sh_state_rec *r, char *why, size_t whylen)
 		blobs_from_state(root, segs);
 		rc = obj_set_tree(o, root, why, whylen);
 	}
-	if (rc == 0 && sh_map_put(&s->objs, r->id, o) != 0)
+	if (rc == 0 && sh_map_put(&s->objs, id, o) != 0)
 		rc = SHOAL_ENOMEM;
 	if (rc != 0) {
-		/* The descriptors stay the caller's: it closes them. */
 		for (uint32_t i = 0; i < x.narena; i++)
 			arena_free(s, x.arena[i] >> 8, (int)(x.arena[i] & 0xff));
 		for (uint32_t i = 0; i < made; i++) {
@@ -1505,9 +1476,8 @@ static int restore_obj(void *arg, sh_state_rec *r, char *why, size_t whylen)
 		if (o)
 			obj_shell_free(o);
 	} else {
-		o->id = r->id;
-		o->sig = r->sig;
-		o->gen = r->gen;
+		o->id = id;
+		o->sig = sig;
 		o->bytes = sh_node_bytes(root);
 		o->persistent = true;
 		o->segs = x.segs;
@@ -1519,6 +1489,52 @@ static int restore_obj(void *arg, sh_state_rec *r, char *why, size_t whylen)
 		for (uint32_t i = 0; i < x.nsegs; i++)
 			x.segs[i]->owner = o;
 		s->nobjs++;
+		*out = o;
+	}
+	sh_map_fini(&regions);
+	if (segs)
+		shoal_free(segs, nsegs * sizeof(*segs));
+	return rc;
+}
+
+/* One object read back from the state directory (sh_state_load): checked
+ * as a seal request is, placed within --size and the descriptor budget,
+ * and served under its id, signature and name. */
+static int restore_obj(void *arg, sh_state_rec *r, char *why, size_t whylen)
+{
+	shoal_store *s = arg;
+	sh_mp m;
+	sh_mp_init(&m, r->meta, r->meta_len);
+	uint32_t n, name_len = 0;
+	const char *name = NULL;
+	sh_bump a = {0};
+	shoal_node *root = NULL;
+	st_obj *o = NULL, *old = NULL;
+	int rc = 0;
+	if (sh_mp_array(&m, &n) || n != 2 ||
+	    (!sh_mp_take_nil(&m) && (sh_mp_str(&m, &name, &name_len) || name_len == 0 ||
+				     name_len > SH_NODE_MAX_NAME || memchr(name, 0, name_len)))) {
+		snprintf(why, whylen, "metadata: expected [name or nil, node]");
+		rc = SHOAL_EBADMSG;
+	}
+	if (rc == 0)
+		rc = sh_node_decode(&m, &a, &root, why, whylen);
+	if (rc == 0 && sh_mp_done(&m) != 0) {
+		snprintf(why, whylen, "metadata: trailing bytes after the node");
+		rc = SHOAL_EBADMSG;
+	}
+	if (rc == 0)
+		rc = sh_node_check_types(root, why, whylen);
+	if (rc == 0 && name && (old = sh_st_name_find(s, name, name_len)) && old->gen >= r->gen) {
+		snprintf(why, whylen, "replaced by %016" PRIx64 ", a newer object named %.*s",
+			 old->id, (int)(name_len > 200 ? 200 : name_len), name);
+		rc = SH_STATE_SUPERSEDED;
+	}
+	if (rc == 0)
+		rc = sh_store_adopt(s, r->id, r->sig, root, r->nsegs, r->seg_fds, r->seg_sizes, &o,
+				    why, whylen);
+	if (rc == 0) {
+		o->gen = r->gen;
 		/* New ids of this start must not meet it. */
 		if ((r->id & ~ID_COUNTER) == s->instance && (r->id & ID_COUNTER) >= s->next_id)
 			s->next_id = (r->id & ID_COUNTER) + 1;
@@ -1528,17 +1544,14 @@ static int restore_obj(void *arg, sh_state_rec *r, char *why, size_t whylen)
 				sh_state_dir(s->state), old->id, o->id);
 			sh_state_remove(s->state, old->id);
 			old->persistent = false;
-			obj_delete(s, old);
+			sh_st_obj_delete(s, old);
 		}
-		if (name && name_bind(s, o, name, name_len) != 0) {
+		if (name && sh_st_name_bind(s, o, name, name_len) != 0) {
 			/* kept by id: its file stays for the next start */
 			sh_error("store", "state %s: out of memory naming %016" PRIx64 " %.*s",
 				 sh_state_dir(s->state), o->id, (int)name_len, name);
 		}
 	}
-	sh_map_fini(&regions);
-	if (segs)
-		shoal_free(segs, r->nsegs * sizeof(*segs));
 	sh_bump_fini(&a);
 	return rc;
 }
@@ -1633,6 +1646,12 @@ static void store_free(shoal_store *s)
 		close(s->lsock);
 	if (s->stop_efd >= 0)
 		close(s->stop_efd);
+	if (s->mail_efd >= 0)
+		close(s->mail_efd);
+	sh_peers_free(s);
+	sh_migs_free(s);
+	pthread_mutex_destroy(&s->mail_mu);
+	explicit_bzero(s->key, sizeof(s->key));
 	SH_DELETE(s);
 }
 
@@ -1645,7 +1664,8 @@ int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
 		s->opts = *opts;
 	else
 		shoal_store_opts_init(&s->opts);
-	s->lsock = s->stop_efd = s->arena_fd = s->arena_ro_fd = -1;
+	s->lsock = s->stop_efd = s->mail_efd = s->arena_fd = s->arena_ro_fd = -1;
+	pthread_mutex_init(&s->mail_mu, NULL);
 	s->capacity = s->opts.size ? s->opts.size : (1ull << 30);
 	uint32_t r = 0;
 	while (r == 0)
@@ -1665,6 +1685,12 @@ int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
 		rc = open_state(s);
 	if (rc == 0 && (s->stop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
 		rc = shoal_errno();
+	if (rc == 0 && (s->mail_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		rc = shoal_errno();
+	if (rc == 0)
+		rc = sh_migs_start(s);
+	if (rc == 0)
+		rc = sh_peers_start(s);
 	if (rc == 0)
 		rc = make_socket(s);
 	if (rc == 0 && (rc = -pthread_create(&s->thread, NULL, server_thread, s)) != 0)

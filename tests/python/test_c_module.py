@@ -177,7 +177,19 @@ def test_names_delete_persist_stat(client, store):
     assert names == [("n/%d" % k, ids[k], "bytes", len(b"%d" % k * 10)) for k in range(3)]
     assert len(client.names()) == 4 and client.names(prefix="zz") == []
     st = client.stat()
-    assert set(st) == {"capacity", "used", "objects", "names", "clients", "pending_frees"}
+    assert set(st) == {
+        "capacity",
+        "used",
+        "objects",
+        "names",
+        "clients",
+        "pending_frees",
+        "sent",
+        "sent_bytes",
+        "fetched",
+        "fetched_bytes",
+        "migrating",
+    }
     assert st["capacity"] == 64 << 20 and st["names"] == 4 and st["clients"] == 1
     client.delete("n/0")
     client.delete(ids[1])

@@ -187,6 +187,7 @@ static void daemon_usage(FILE *f)
 	fprintf(f,
 		"usage: %s [--socket PATH] [--size BYTES] [--reserve] [--spares BYTES]\n"
 		"          [--group GROUP] [--state-dir DIR]\n"
+		"          [--peer HOST:PORT [--peer-no-encrypt]]\n"
 		"          [--tasks PATH [--scheme S] [--tcp HOST:PORT]]\n\n"
 		"Serves a shared-memory object store on a unix socket until SIGTERM or SIGINT:\n"
 		"clients on this host put named objects (tensor dicts, blobs) into it and map\n"
@@ -204,6 +205,12 @@ static void daemon_usage(FILE *f)
 		"                   e.g. /dev/shm/NAME) and serve them again after a restart\n"
 		"  --group GROUP    also admit processes of this group (name or gid); the\n"
 		"                   socket is then 0660, else 0600\n"
+		"  --peer H:P       also serve other hosts' stores on TCP (they copy objects\n"
+		"                   from this one: shoal migrate); they must know the secret\n"
+		"                   in $SHOAL_SECRET_FILE or $SHOAL_SECRET, as this one does\n"
+		"                   to copy from them\n"
+		"  --peer-no-encrypt  send objects to stores that also ask for it in clear\n"
+		"                   (still authenticated): for a trusted network only\n"
 		"  --tasks PATH     also serve a task controller on this socket\n"
 		"%s%s"
 		"\nExit codes: 0 stopped cleanly, 1 could not serve, 2 bad arguments.\n",
@@ -228,6 +235,8 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 					     {"group", required_argument, NULL, 'g'},
 					     {"state-dir", required_argument, NULL, 'd'},
 					     {"tasks", required_argument, NULL, 't'},
+					     {"peer", required_argument, NULL, 'p'},
+					     {"peer-no-encrypt", no_argument, NULL, 'P'},
 					     {0}};
 	daemon_prog = prog;
 	const sh_cli cli = {.prog = prog, .usage = daemon_usage, .opts = opts};
@@ -283,6 +292,12 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 		case 't':
 			co.socket = v;
 			break;
+		case 'p':
+			o.peer = v;
+			break;
+		case 'P':
+			o.peer_no_encrypt = true;
+			break;
 		}
 	}
 	sh_cli_operands(&cli, argc, argv, 0, 0);
@@ -319,9 +334,10 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 		return SH_EXIT_FAIL;
 	}
 	char b[32];
-	fprintf(stderr, "%s: serving %s, size %s%s%s (pid %d)\n", prog, shoal_store_socket(s),
+	fprintf(stderr, "%s: serving %s, size %s%s%s%s%s (pid %d)\n", prog, shoal_store_socket(s),
 		sh_tools_fmt_bytes(size, b, sizeof(b)), o.state_dir ? ", state in " : "",
-		o.state_dir ? o.state_dir : "", (int)getpid());
+		o.state_dir ? o.state_dir : "", shoal_store_peer(s) ? ", peers on " : "",
+		shoal_store_peer(s) ? shoal_store_peer(s) : "", (int)getpid());
 	if (ctl)
 		say_tasks(prog, ctl, co.scheme);
 	say_page_size(prog);

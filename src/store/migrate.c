@@ -1,0 +1,596 @@
+/* The fetching side of migrations: a client's MIGRATE makes this store
+ * copy an object from another store (its peer address, TCP). A thread per
+ * transfer connects, proves the secret, sends FETCH and writes every blob
+ * straight into one new region as its records come; the store's thread
+ * checks the metadata, reserves the room, and at the end serves the copy
+ * under the object's own id and signature, as any object of its own.
+ *
+ * Asks for an object already on its way join its transfer (same peer and
+ * key); a copy already here answers at once (same id, or, once the
+ * source named the object, same signature: a copy is as good as the
+ * original). A transfer that fails fails every ask waiting on it, with the
+ * peer and the bytes received; its region is closed, its room given back. */
+#include "store/server.h"
+#include "store/proto.h"
+#include "shm/shm.h"
+#include "net/net.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MIG_CONNECT_NS (5 * 1000000000LL)
+/* No byte for this long mid-transfer: the peer or the link is gone. */
+#define MIG_STALL_NS (10 * 1000000000LL)
+/* A finished transfer's outcome waits this long at most for the asks that
+ * hold a ticket to collect it. */
+#define MIG_LINGER_NS (60 * 1000000000LL)
+#define MIG_WAIT_MAX_MS 10000
+
+typedef struct mig mig;
+
+struct sh_migs {
+	mig *list;
+	uint64_t next_ticket;
+	uint32_t running; /* threads */
+};
+
+enum { MIG_CONNECTING, MIG_META, MIG_BYTES, MIG_DONE };
+
+struct mig {
+	shoal_store *s;
+	mig *next;
+	uint64_t ticket;
+	/* what was asked: from whom, and an id or a name */
+	char from[256];
+	uint64_t key_id;
+	char *key_name;
+	size_t key_len;
+	/* the outcome: rc, and then id or why */
+	int state, rc;
+	uint64_t id, sig, region;
+	uint64_t total;	       /* the blobs' bytes: the thread's, until on_meta */
+	uint64_t region_total; /* the same, the store's */
+	char why[512];
+	_Atomic uint64_t received;
+	uint64_t tickets;  /* asks told to come back */
+	uint32_t users;	   /* requests waiting on it now */
+	int64_t done_at;   /* when it finished */
+	shoal_chan *done;  /* closed when it finishes: wakes every waiter */
+	uint64_t reserved; /* room taken for the region */
+	/* the thread's */
+	pthread_t thread;
+	int fd; /* the link's socket (under mu: a stop ends it) */
+	int region_fd;
+	sh_channel *ch;
+	sh_bump a;
+	shoal_node *root;
+	char *name; /* the source's name of it (NUL-terminated), or NULL */
+	unsigned char *in;
+	size_t in_cap;
+	/* the hand-over between the thread and the store's: verdict 0 go on,
+	 * else stop (a copy is here already: 1, or a failure) */
+	sh_st_mail mail;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool answered;
+	int verdict;
+};
+
+/* ---- the store's thread ---- */
+
+static void mig_free(shoal_store *s, mig *g)
+{
+	sh_migs *ms = s->migs;
+	for (mig **p = &ms->list; *p; p = &(*p)->next)
+		if (*p == g) {
+			*p = g->next;
+			break;
+		}
+	if (g->done)
+		shoal_chan_destroy(g->done);
+	if (g->key_name)
+		shoal_free(g->key_name, g->key_len + 1);
+	pthread_mutex_destroy(&g->mu);
+	pthread_cond_destroy(&g->cv);
+	SH_DELETE(g);
+}
+
+/* Drops finished transfers no ask will collect. */
+static void migs_reap(shoal_store *s)
+{
+	int64_t now = shoal_now_ns();
+	for (mig *g = s->migs->list, *next; g; g = next) {
+		next = g->next;
+		if (g->state == MIG_DONE && g->users == 0 &&
+		    (g->tickets == 0 || now - g->done_at > MIG_LINGER_NS))
+			mig_free(s, g);
+	}
+}
+
+static void finish(shoal_store *s, mig *g, int rc)
+{
+	g->rc = rc;
+	g->state = MIG_DONE;
+	g->done_at = shoal_now_ns();
+	if (g->reserved) {
+		s->used -= g->reserved;
+		g->reserved = 0;
+	}
+	shoal_chan_close(g->done);
+}
+
+static void answer(mig *g, int verdict)
+{
+	pthread_mutex_lock(&g->mu);
+	g->verdict = verdict;
+	g->answered = true;
+	pthread_cond_signal(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+}
+
+/* The source's reply came (the thread waits for the answer): is a copy
+ * here already, is there room? */
+static void on_meta(shoal_store *s, sh_st_mail *m)
+{
+	mig *g = (mig *)((char *)m - offsetof(mig, mail));
+	st_obj *o = sh_map_get(&s->objs, g->id);
+	if (!o || o->deleted) {
+		o = NULL;
+		size_t it = 0;
+		uint64_t k;
+		void *v;
+		while (!o && sh_map_next(&s->objs, &it, &k, &v))
+			if (((st_obj *)v)->sig == g->sig && !((st_obj *)v)->deleted)
+				o = v;
+	}
+	if (o) {
+		g->id = o->id;
+		answer(g, 1);
+		return;
+	}
+	uint64_t charged = (g->region + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+	if (charged > s->capacity - s->used) {
+		snprintf(g->why, sizeof(g->why),
+			 "store full: object %016" PRIx64 " from %s needs %" PRIu64
+			 " bytes, %" PRIu64 " of %" PRIu64 " free",
+			 g->id, g->from, g->region, s->capacity - s->used, s->capacity);
+		answer(g, SHOAL_ENOSPC);
+		return;
+	}
+	s->used += charged;
+	g->reserved = charged;
+	g->region_total = g->total;
+	g->state = MIG_BYTES;
+	answer(g, 0);
+}
+
+/* The thread is over: serve the copy, or tell every waiter why not. */
+static void on_end(shoal_store *s, sh_st_mail *m)
+{
+	mig *g = (mig *)((char *)m - offsetof(mig, mail));
+	pthread_join(g->thread, NULL);
+	s->migs->running--;
+	s->migrating--;
+	int rc = g->rc;
+	if (rc == 0 && g->region_fd >= 0) {
+		s->used -= g->reserved; /* adopt counts the region itself */
+		g->reserved = 0;
+		st_obj *o = NULL;
+		uint64_t size = g->region ? g->region : 1;
+		rc = sh_store_adopt(s, g->id, g->sig, g->root, 1, &g->region_fd, &size, &o, g->why,
+				    sizeof(g->why));
+		if (rc == SHOAL_EEXIST) { /* another transfer brought it meanwhile */
+			rc = 0;
+		} else if (rc) {
+			char tmp[200];
+			snprintf(tmp, sizeof(tmp), "%.199s", g->why);
+			snprintf(g->why, sizeof(g->why), "object %016" PRIx64 " from %.255s: %s",
+				 g->id, g->from, tmp);
+		} else {
+			g->region_fd = -1; /* the store's now */
+			s->fetched++;
+			s->fetched_bytes += o->bytes;
+			if (g->name && !sh_st_name_find(s, g->name, strlen(g->name)) &&
+			    sh_st_name_bind(s, o, g->name, strlen(g->name)) != 0)
+				sh_warn("store",
+					"object %016" PRIx64 ": out of memory naming it %s", o->id,
+					g->name);
+			sh_debug("store",
+				 "object %016" PRIx64 " migrated from %s: %" PRIu64 " bytes", o->id,
+				 g->from, o->bytes);
+		}
+	}
+	if (g->region_fd >= 0)
+		close(g->region_fd);
+	g->region_fd = -1;
+	sh_bump_fini(&g->a);
+	g->root = NULL;
+	if (g->name)
+		shoal_free(g->name, strlen(g->name) + 1);
+	g->name = NULL;
+	finish(s, g, rc);
+}
+
+/* ---- the thread ---- */
+
+SHOAL_PRINTF(3, 4)
+static int mig_fail(mig *g, int rc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(g->why, sizeof(g->why), fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* The blobs' places in the region, in the tree's order: each inside it. */
+static int check_layout(const shoal_node *n, uint64_t region, uint64_t *total)
+{
+	for (uint32_t i = 0; i < n->nblobs; i++) {
+		const sh_blobref *b = &n->blobs[i];
+		if (b->inline_data || b->seg != 1 || b->off > region || b->size > region - b->off)
+			return SHOAL_EBADMSG;
+		*total += b->size;
+	}
+	for (uint32_t i = 0; i < n->nmembers; i++)
+		if (check_layout(n->members[i], region, total))
+			return SHOAL_EBADMSG;
+	return 0;
+}
+
+static int receive(mig *g, const shoal_node *n)
+{
+	for (uint32_t i = 0; i < n->nblobs; i++) {
+		int rc = sh_channel_recv_fd(g->ch, g->region_fd, n->blobs[i].off, n->blobs[i].size,
+					    SHOAL_FOREVER, &g->received);
+		if (rc)
+			return rc;
+	}
+	for (uint32_t i = 0; i < n->nmembers; i++) {
+		int rc = receive(g, n->members[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int fetch(mig *g)
+{
+	shoal_store *s = g->s;
+	char why[256];
+	int64_t deadline = shoal_deadline_in(MIG_CONNECT_NS);
+	int fd = -1;
+	int rc = sh_tcp_connect(g->from, &fd, deadline, why, sizeof(why));
+	pthread_mutex_lock(&g->mu);
+	g->fd = fd;
+	pthread_mutex_unlock(&g->mu);
+	if (rc == 0)
+		rc = sh_auth_client(fd, s->key, s->klen, SH_PEER_PROTO, s->opts.peer_no_encrypt,
+				    deadline, &g->ch, why, sizeof(why));
+	if (rc)
+		return mig_fail(g, rc, "cannot reach the store at %s: %s", g->from, why);
+	sh_channel_set_stall(g->ch, MIG_STALL_NS);
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	sh_wbuf_frame_begin(&w);
+	msgpack_packer pk;
+	sh_wbuf_packer(&w, &pk);
+	msgpack_pack_array(&pk, 1);
+	if (g->key_name) {
+		msgpack_pack_str(&pk, g->key_len);
+		msgpack_pack_str_body(&pk, g->key_name, g->key_len);
+	} else {
+		msgpack_pack_uint64(&pk, g->key_id);
+	}
+	sh_frame f = {.op = SH_PEER_FETCH, .seq = 1};
+	rc = w.err ? SHOAL_ENOMEM : sh_wbuf_frame_end(&w, &f);
+	if (rc == 0)
+		rc = sh_channel_write(g->ch, w.p, w.len, false, shoal_deadline_in(MIG_STALL_NS));
+	sh_wbuf_fini(&w);
+	size_t len = 0;
+	if (rc == 0)
+		rc = sh_channel_read_frame(g->ch, &g->in, &g->in_cap, &len, SH_PEER_META_MAX + 4096,
+					   false, shoal_deadline_in(MIG_STALL_NS));
+	if (rc)
+		return mig_fail(g, rc, "the store at %s: %s%s%s", g->from, shoal_strerror(rc),
+				sh_channel_error(g->ch)[0] ? ": " : "", sh_channel_error(g->ch));
+	sh_frame r;
+	sh_mp m;
+	if (sh_frame_decode(g->in, len, &r, why, sizeof(why)) != 0 || r.op != SH_PEER_FETCH ||
+	    r.seq != 1 || r.oob)
+		return mig_fail(g, SHOAL_EPROTO, "the store at %s answered out of step: %s",
+				g->from, why[0] ? why : "wrong op, sequence or out-of-band bytes");
+	sh_mp_init(&m, g->in + SH_FRAME_HDR, r.body_len);
+	uint32_t n, ml;
+	if (r.status) {
+		const char *msg;
+		if (r.status > 0 || sh_mp_array(&m, &n) || n != 1 || sh_mp_str(&m, &msg, &ml))
+			return mig_fail(g, SHOAL_EPROTO, "the store at %s failed without a message",
+					g->from);
+		return mig_fail(g, r.status, "%.*s", (int)(ml > 400 ? 400 : ml), msg);
+	}
+	const void *meta;
+	if (sh_mp_array(&m, &n) || n != 4 || sh_mp_uint(&m, &g->id) || sh_mp_uint(&m, &g->sig) ||
+	    sh_mp_uint(&m, &g->region) || sh_mp_bin(&m, &meta, &ml) || sh_mp_done(&m) || g->id == 0)
+		return mig_fail(g, SHOAL_EPROTO,
+				"the store at %s answered FETCH with something else than [id, "
+				"signature, bytes, metadata]",
+				g->from);
+	if (g->key_id && g->id != g->key_id)
+		return mig_fail(g, SHOAL_EPROTO,
+				"the store at %s sent object %016" PRIx64 " for %016" PRIx64,
+				g->from, g->id, g->key_id);
+	/* the metadata is as hostile as a client's seal request: the same
+	 * decoder and checks, and every blob inside the one region */
+	sh_mp mm;
+	sh_mp_init(&mm, meta, ml);
+	const char *name = NULL;
+	uint32_t nl = 0;
+	uint64_t total = 0;
+	if (sh_mp_array(&mm, &n) || n != 2 ||
+	    (!sh_mp_take_nil(&mm) && (sh_mp_str(&mm, &name, &nl) || nl == 0 ||
+				      nl > SH_NODE_MAX_NAME || memchr(name, 0, nl))))
+		rc = SHOAL_EBADMSG, snprintf(why, sizeof(why), "expected [name or nil, node]");
+	if (rc == 0)
+		rc = sh_node_decode(&mm, &g->a, &g->root, why, sizeof(why));
+	if (rc == 0 && sh_mp_done(&mm))
+		rc = SHOAL_EBADMSG, snprintf(why, sizeof(why), "trailing bytes after the node");
+	if (rc == 0)
+		rc = sh_node_check_types(g->root, why, sizeof(why));
+	if (rc == 0 && check_layout(g->root, g->region, &total))
+		rc = SHOAL_EBADMSG,
+		snprintf(why, sizeof(why), "a blob outside the region of %" PRIu64 " bytes",
+			 g->region);
+	if (rc)
+		return mig_fail(g, rc, "object %016" PRIx64 " from %s: bad metadata: %s", g->id,
+				g->from, why);
+	if (name && !(g->name = shoal_alloc(nl + 1)))
+		return mig_fail(g, SHOAL_ENOMEM, "out of memory");
+	if (name) {
+		memcpy(g->name, name, nl);
+		g->name[nl] = 0;
+	}
+	g->total = total;
+	/* is it here already, is there room? */
+	g->answered = false;
+	g->mail.fn = on_meta;
+	sh_store_post(s, &g->mail);
+	pthread_mutex_lock(&g->mu);
+	while (!g->answered)
+		pthread_cond_wait(&g->cv, &g->mu);
+	pthread_mutex_unlock(&g->mu);
+	if (g->verdict == 1)
+		return 0; /* a copy is here: nothing to receive */
+	if (g->verdict)
+		return g->verdict;
+	if ((rc = sh_memfd_create("shoal-migrated", g->region ? g->region : 1, true,
+				  &g->region_fd)) != 0)
+		return mig_fail(g, rc, "object %016" PRIx64 ": a region of %" PRIu64 " bytes: %s",
+				g->id, g->region, shoal_strerror(rc));
+	if ((rc = receive(g, g->root)) != 0)
+		return mig_fail(g, rc,
+				"object %016" PRIx64 " from %s: the transfer broke after %" PRIu64
+				" of %" PRIu64 " bytes: %s%s%s",
+				g->id, g->from, (uint64_t)g->received, total, shoal_strerror(rc),
+				sh_channel_error(g->ch)[0] ? ": " : "", sh_channel_error(g->ch));
+	if ((rc = sh_memfd_seal(g->region_fd)) != 0)
+		return mig_fail(g, rc, "object %016" PRIx64 ": sealing its region: %s", g->id,
+				shoal_strerror(rc));
+	return 0;
+}
+
+static void *mig_main(void *arg)
+{
+	mig *g = arg;
+	g->rc = fetch(g);
+	if (g->rc && g->region_fd >= 0) {
+		close(g->region_fd);
+		g->region_fd = -1;
+	}
+	if (g->verdict == 1 && g->region_fd >= 0) {
+		close(g->region_fd);
+		g->region_fd = -1;
+	}
+	sh_channel_free(g->ch);
+	g->ch = NULL;
+	pthread_mutex_lock(&g->mu); /* a stop may be shutting it down */
+	if (g->fd >= 0)
+		close(g->fd);
+	g->fd = -1;
+	pthread_mutex_unlock(&g->mu);
+	if (g->in)
+		shoal_free(g->in, g->in_cap);
+	g->in = NULL;
+	g->mail.fn = on_end;
+	sh_store_post(g->s, &g->mail);
+	return NULL;
+}
+
+/* ---- requests ---- */
+
+/* Replies with where g stands, waiting up to wait_ms for it to finish. */
+static int reply(st_conn *c, const sh_frame *req, mig *g, uint64_t wait_ms, bool ticketed)
+{
+	shoal_store *s = c->srv;
+	if (g->state != MIG_DONE && wait_ms) {
+		char x;
+		int64_t until = shoal_deadline_in((int64_t)wait_ms * 1000000);
+		g->users++; /* g stays while we wait on it */
+		shoal_chan_recv(g->done, &x, until);
+		g->users--;
+	}
+	msgpack_packer pk;
+	if (g->state != MIG_DONE) {
+		if (!ticketed)
+			g->tickets++;
+		sh_st_begin_reply(c, &pk);
+		msgpack_pack_array(&pk, 4);
+		msgpack_pack_false(&pk);
+		msgpack_pack_uint64(&pk, g->ticket);
+		msgpack_pack_uint64(&pk, atomic_load(&g->received));
+		msgpack_pack_uint64(&pk, g->region_total);
+		return sh_st_reply_ok(c, req, &pk);
+	}
+	if (ticketed && g->tickets)
+		g->tickets--;
+	int rc;
+	if (g->rc) {
+		rc = sh_st_reply_err(c, req, g->rc, "%s",
+				     g->why[0] ? g->why : shoal_strerror(g->rc));
+	} else {
+		sh_st_begin_reply(c, &pk);
+		msgpack_pack_array(&pk, 2);
+		msgpack_pack_true(&pk);
+		msgpack_pack_uint64(&pk, g->id);
+		rc = sh_st_reply_ok(c, req, &pk);
+	}
+	migs_reap(s);
+	return rc;
+}
+
+int sh_st_op_migrate(st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	shoal_store *s = c->srv;
+	uint32_t n, nl = 0, fl = 0;
+	const char *name = NULL, *from = NULL;
+	uint64_t id = 0, wait_ms;
+	if (sh_mp_array(m, &n) || n != 3 ||
+	    (sh_mp_kind(m) == SH_MP_STR ? sh_mp_str(m, &name, &nl) : sh_mp_uint(m, &id)) ||
+	    (!sh_mp_take_nil(m) && sh_mp_str(m, &from, &fl)) || sh_mp_uint(m, &wait_ms) ||
+	    sh_mp_done(m))
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG,
+				       "MIGRATE: expected [id or name, from or nil, wait_ms]");
+	if (name ? (nl == 0 || nl > SH_NODE_MAX_NAME || memchr(name, 0, nl)) : id == 0)
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG,
+				       "MIGRATE: a name of 1 to %d bytes, or a nonzero id",
+				       SH_NODE_MAX_NAME);
+	/* here already? */
+	st_obj *o = name ? sh_st_name_find(s, name, nl) : sh_map_get(&s->objs, id);
+	if (o && !o->deleted) {
+		msgpack_packer pk;
+		sh_st_begin_reply(c, &pk);
+		msgpack_pack_array(&pk, 2);
+		msgpack_pack_true(&pk);
+		msgpack_pack_uint64(&pk, o->id);
+		return sh_st_reply_ok(c, req, &pk);
+	}
+	if (!from)
+		return sh_st_reply_err(c, req, SHOAL_ENOENT,
+				       "%s%.*s%s is not in this store, and no store to fetch it "
+				       "from was named (from: HOST:PORT)",
+				       name ? "object \"" : "object ", name ? (int)nl : 0,
+				       name ? name : "", name ? "\"" : "");
+	if (fl == 0 || fl >= sizeof(((mig *)0)->from) || memchr(from, 0, fl))
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG,
+				       "MIGRATE: from must be HOST:PORT, 1 to 255 bytes");
+	if (!s->klen)
+		return sh_st_reply_err(c, req, SHOAL_EACCES,
+				       "this store has no cluster secret, so it cannot prove "
+				       "itself to %.*s: start it with $SHOAL_SECRET_FILE or "
+				       "$SHOAL_SECRET set",
+				       (int)fl, from);
+	if (wait_ms > MIG_WAIT_MAX_MS)
+		wait_ms = MIG_WAIT_MAX_MS;
+	migs_reap(s);
+	/* on its way already? */
+	for (mig *g = s->migs->list; g; g = g->next)
+		if (g->state != MIG_DONE && strlen(g->from) == fl && !memcmp(g->from, from, fl) &&
+		    (name ? g->key_name && g->key_len == nl && !memcmp(g->key_name, name, nl)
+			  : !g->key_name && g->key_id == id))
+			return reply(c, req, g, wait_ms, false);
+	mig *g = SH_NEW(mig);
+	if (!g)
+		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "MIGRATE: out of memory");
+	g->s = s;
+	g->fd = g->region_fd = -1;
+	memcpy(g->from, from, fl);
+	g->key_id = id;
+	pthread_mutex_init(&g->mu, NULL);
+	pthread_cond_init(&g->cv, NULL);
+	int rc = shoal_chan_create(&g->done, 1, 0);
+	if (rc == 0 && name) {
+		if (!(g->key_name = shoal_alloc(nl + 1)))
+			rc = SHOAL_ENOMEM;
+		else {
+			memcpy(g->key_name, name, nl);
+			g->key_name[nl] = 0;
+			g->key_len = nl;
+		}
+	}
+	if (rc == 0)
+		rc = -pthread_create(&g->thread, NULL, mig_main, g);
+	if (rc) {
+		if (g->done)
+			shoal_chan_destroy(g->done);
+		if (g->key_name)
+			shoal_free(g->key_name, nl + 1);
+		pthread_mutex_destroy(&g->mu);
+		pthread_cond_destroy(&g->cv);
+		SH_DELETE(g);
+		return sh_st_reply_err(c, req, rc, "MIGRATE: %s", shoal_strerror(rc));
+	}
+	g->ticket = ++s->migs->next_ticket;
+	g->next = s->migs->list;
+	s->migs->list = g;
+	s->migs->running++;
+	s->migrating++;
+	return reply(c, req, g, wait_ms, false);
+}
+
+int sh_st_op_migwait(st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	shoal_store *s = c->srv;
+	uint32_t n;
+	uint64_t ticket, wait_ms;
+	if (sh_mp_array(m, &n) || n != 2 || sh_mp_uint(m, &ticket) || sh_mp_uint(m, &wait_ms) ||
+	    sh_mp_done(m))
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG,
+				       "MIGWAIT: expected [ticket, wait_ms]");
+	if (wait_ms > MIG_WAIT_MAX_MS)
+		wait_ms = MIG_WAIT_MAX_MS;
+	for (mig *g = s->migs->list; g; g = g->next)
+		if (g->ticket == ticket)
+			return reply(c, req, g, wait_ms, true);
+	return sh_st_reply_err(c, req, SHOAL_ENOENT,
+			       "MIGWAIT: no migration %" PRIu64 " (it ended over %lld s ago)",
+			       ticket, MIG_LINGER_NS / 1000000000LL);
+}
+
+/* ---- start and stop ---- */
+
+int sh_migs_start(shoal_store *s)
+{
+	return (s->migs = SH_NEW(sh_migs)) ? 0 : SHOAL_ENOMEM;
+}
+
+void sh_migs_stop(shoal_store *s)
+{
+	if (!s->migs)
+		return;
+	/* a transfer's thread ends when its socket does */
+	for (mig *g = s->migs->list; g; g = g->next)
+		if (g->state != MIG_DONE) {
+			pthread_mutex_lock(&g->mu);
+			if (g->fd >= 0)
+				shutdown(g->fd, SHUT_RDWR);
+			pthread_mutex_unlock(&g->mu);
+		}
+	while (s->migs->running)
+		shoal_sleep_until(shoal_deadline_in(1000000));
+}
+
+void sh_migs_free(shoal_store *s)
+{
+	if (!s->migs)
+		return;
+	while (s->migs->list)
+		mig_free(s, s->migs->list);
+	SH_DELETE(s->migs);
+	s->migs = NULL;
+}

@@ -1,0 +1,475 @@
+/* The source side of migrations: other stores connect on opts.peer (TCP),
+ * prove they know the cluster's secret, and FETCH objects. The store's
+ * thread runs the handshake and the requests (fibers); the bytes go from a
+ * thread per transfer, straight from the object's files into the channel's
+ * records, while the store goes on serving its clients. The object is held
+ * (a read reference) until its last byte is in the socket: a delete
+ * meanwhile only unbinds its name. */
+#include "store/server.h"
+#include "store/proto.h"
+#include "net/net.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* Strangers may not crowd out anyone: at most this many handshakes at once
+ * (5 s each at most), and a peer link counts against the descriptors. */
+#define PEER_HELLOS 32
+/* A peer that takes nothing for this long, in the middle of a transfer,
+ * is gone. */
+#define PEER_STALL_NS (10 * 1000000000LL)
+
+typedef struct piece {
+	int fd;
+	uint64_t off, len;
+} piece;
+
+typedef struct peer_conn peer_conn;
+
+struct sh_peers {
+	int lsock;
+	char bound[64];
+	shoal_fiber *acceptor;
+	uint32_t hellos, nconns;
+	peer_conn *conns;
+	int64_t last_refusal;
+	uint32_t refusals;
+};
+
+struct peer_conn {
+	shoal_store *s;
+	peer_conn *prev, *next;
+	int fd;
+	sh_channel *ch;
+	char addr[80];
+	/* a transfer in flight: its thread, what it sends, how it ended */
+	pthread_t thread;
+	bool sending;
+	piece *pieces;
+	size_t npieces;
+	shoal_chan *done;
+	sh_st_mail mail;
+	int rc;
+	unsigned char *in;
+	size_t in_cap;
+	sh_wbuf out;
+};
+
+static void refused(sh_peers *p, const char *who, const char *why)
+{
+	int64_t now = shoal_now_ns();
+	if (now - p->last_refusal > 10 * 1000000000LL) {
+		if (p->refusals > 10)
+			sh_warn("store", "%u more peers refused", p->refusals - 10);
+		p->last_refusal = now;
+		p->refusals = 0;
+	}
+	if (++p->refusals <= 10)
+		sh_warn("store", "refused peer %s: %s", who, why);
+}
+
+/* ---- one FETCH ---- */
+
+/* Rewrites the blobs of o's tree for the copy's one region, in the order
+ * of the tree, noting where each one's bytes are here. */
+static int layout(shoal_store *s, shoal_node *n, piece **v, size_t *nv, size_t *cap, uint64_t *end)
+{
+	for (uint32_t i = 0; i < n->nblobs; i++) {
+		sh_blobref *b = &n->blobs[i];
+		int fd = s->arena_fd;
+		if (b->seg) {
+			st_seg *g = sh_map_get(&s->segs, b->seg);
+			SH_ASSERT(g); /* the store wrote this tree */
+			fd = g->fd;
+		}
+		if (*nv == *cap) {
+			size_t nc = *cap ? *cap * 2 : 16;
+			piece *q = shoal_realloc(*v, *cap * sizeof(piece), nc * sizeof(piece));
+			if (!q)
+				return SHOAL_ENOMEM;
+			*v = q;
+			*cap = nc;
+		}
+		(*v)[(*nv)++] = (piece){fd, b->off, b->size};
+		*end = (*end + SH_STORE_BLOB_ALIGN - 1) & ~(uint64_t)(SH_STORE_BLOB_ALIGN - 1);
+		b->seg = 1;
+		b->off = *end;
+		b->inline_data = NULL;
+		*end += b->size;
+	}
+	for (uint32_t i = 0; i < n->nmembers; i++) {
+		int rc = layout(s, n->members[i], v, nv, cap, end);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int send_error(peer_conn *pc, const sh_frame *req, int code, const char *fmt, ...)
+	SHOAL_PRINTF(4, 5);
+static int send_error(peer_conn *pc, const sh_frame *req, int code, const char *fmt, ...)
+{
+	char msg[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	sh_wbuf_reset(&pc->out);
+	sh_wbuf_frame_begin(&pc->out);
+	msgpack_packer pk;
+	sh_wbuf_packer(&pc->out, &pk);
+	msgpack_pack_array(&pk, 1);
+	sh_mp_pack_cstr(&pk, msg);
+	sh_frame f = {.op = req->op, .seq = req->seq, .status = code};
+	int rc = sh_wbuf_frame_end(&pc->out, &f);
+	return rc ? rc
+		  : sh_channel_write(pc->ch, pc->out.p, pc->out.len, true,
+				     shoal_deadline_in(PEER_STALL_NS));
+}
+
+static void *send_main(void *arg)
+{
+	peer_conn *pc = arg;
+	int64_t deadline = SHOAL_FOREVER; /* bounded by the stall */
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < pc->npieces; i++)
+		rc = sh_channel_send_fd(pc->ch, pc->pieces[i].fd, pc->pieces[i].off,
+					pc->pieces[i].len, false, deadline);
+	if (rc == 0)
+		rc = sh_channel_flush(pc->ch, deadline);
+	pc->rc = rc;
+	sh_store_post(pc->s, &pc->mail);
+	return NULL;
+}
+
+static void send_over(shoal_store *s, sh_st_mail *m)
+{
+	(void)s;
+	peer_conn *pc = (peer_conn *)((char *)m - offsetof(peer_conn, mail));
+	pthread_join(pc->thread, NULL);
+	pc->sending = false;
+	shoal_chan_close(pc->done);
+}
+
+static int fetch(peer_conn *pc, const sh_frame *req, sh_mp *m)
+{
+	shoal_store *s = pc->s;
+	uint32_t n;
+	st_obj *o = NULL;
+	if (sh_mp_array(m, &n) || n != 1)
+		return send_error(pc, req, SHOAL_EBADMSG, "FETCH: expected [id or name]");
+	if (sh_mp_kind(m) == SH_MP_STR) {
+		const char *name;
+		uint32_t len;
+		sh_mp_str(m, &name, &len);
+		if (sh_mp_done(m))
+			return send_error(pc, req, SHOAL_EBADMSG, "FETCH: trailing bytes");
+		if (!(o = sh_st_name_find(s, name, len)))
+			return send_error(pc, req, SHOAL_ENOENT, "no object named \"%.*s\" at %s",
+					  (int)(len > 200 ? 200 : len), name, s->peers->bound);
+	} else {
+		uint64_t id;
+		if (sh_mp_uint(m, &id) || sh_mp_done(m))
+			return send_error(pc, req, SHOAL_EBADMSG, "FETCH: expected [id or name]");
+		o = id ? sh_map_get(&s->objs, id) : NULL;
+		if (!o || o->deleted)
+			return send_error(pc, req, SHOAL_ENOENT, "no object %016" PRIx64 " at %s%s",
+					  id, s->peers->bound, o ? " (deleted)" : "");
+	}
+	sh_bump a = {0};
+	shoal_node *root;
+	sh_mp mm;
+	char why[256];
+	sh_mp_init(&mm, o->meta, o->meta_len);
+	size_t cap = 0;
+	uint64_t end = 0;
+	int rc = sh_node_decode(&mm, &a, &root, why, sizeof(why));
+	SH_ASSERT(rc != SHOAL_EBADMSG); /* the store wrote it */
+	pc->npieces = 0;
+	if (rc == 0)
+		rc = layout(s, root, &pc->pieces, &pc->npieces, &cap, &end);
+	sh_wbuf meta;
+	sh_wbuf_init(&meta);
+	msgpack_packer pk;
+	if (rc == 0) {
+		sh_wbuf_packer(&meta, &pk);
+		msgpack_pack_array(&pk, 2);
+		if (o->name)
+			sh_mp_pack_cstr(&pk, o->name);
+		else
+			msgpack_pack_nil(&pk);
+		sh_node_pack(&pk, root);
+		if (meta.err)
+			rc = SHOAL_ENOMEM;
+	}
+	sh_bump_fini(&a);
+	if (rc == 0) {
+		sh_wbuf_reset(&pc->out);
+		sh_wbuf_frame_begin(&pc->out);
+		sh_wbuf_packer(&pc->out, &pk);
+		msgpack_pack_array(&pk, 4);
+		msgpack_pack_uint64(&pk, o->id);
+		msgpack_pack_uint64(&pk, o->sig);
+		msgpack_pack_uint64(&pk, end);
+		msgpack_pack_bin(&pk, meta.len);
+		msgpack_pack_bin_body(&pk, meta.p, meta.len);
+		sh_frame f = {.op = req->op, .seq = req->seq};
+		rc = pc->out.err ? SHOAL_ENOMEM : sh_wbuf_frame_end(&pc->out, &f);
+	}
+	sh_wbuf_fini(&meta);
+	if (rc) {
+		if (pc->pieces)
+			shoal_free(pc->pieces, cap * sizeof(piece));
+		pc->pieces = NULL;
+		return send_error(pc, req, rc, "FETCH: %s", shoal_strerror(rc));
+	}
+	/* Held from here to the last byte: the pieces name its files. */
+	o->refs++;
+	rc = sh_channel_write(pc->ch, pc->out.p, pc->out.len, true,
+			      shoal_deadline_in(PEER_STALL_NS));
+	if (rc == 0 && pc->npieces) {
+		if ((rc = shoal_chan_create(&pc->done, 1, 0)) == 0) {
+			pc->sending = true;
+			pc->mail.fn = send_over;
+			if ((rc = -pthread_create(&pc->thread, NULL, send_main, pc)) != 0)
+				pc->sending = false;
+		}
+		char x;
+		/* closed when the thread is over; a stop cancels this fiber, which
+		 * then ends the thread through its socket and waits for it */
+		while (pc->sending &&
+		       shoal_chan_recv(pc->done, &x, SHOAL_FOREVER) == SHOAL_ECANCELED)
+			shutdown(pc->fd, SHUT_RDWR);
+		if (pc->done) {
+			shoal_chan_destroy(pc->done);
+			pc->done = NULL;
+		}
+		if (rc == 0)
+			rc = pc->rc;
+		if (rc)
+			sh_warn("store", "peer %s: sending object %016" PRIx64 " failed: %s%s%s",
+				pc->addr, o->id, shoal_strerror(rc),
+				sh_channel_error(pc->ch)[0] ? ": " : "", sh_channel_error(pc->ch));
+		else {
+			s->sent++;
+			s->sent_bytes += o->bytes;
+			sh_debug("store", "peer %s: sent object %016" PRIx64 ", %" PRIu64 " bytes",
+				 pc->addr, o->id, o->bytes);
+		}
+	}
+	if (pc->pieces)
+		shoal_free(pc->pieces, cap * sizeof(piece));
+	pc->pieces = NULL;
+	sh_st_obj_unref(s, o, 1);
+	return rc;
+}
+
+/* ---- a peer's link ---- */
+
+static void *peer_main(void *arg)
+{
+	peer_conn *pc = arg;
+	shoal_store *s = pc->s;
+	sh_peers *p = s->peers;
+	char why[160];
+	uint32_t proto = 0;
+	int rc = sh_auth_server(pc->fd, s->key, s->klen, s->opts.peer_no_encrypt, &proto, &pc->ch,
+				why, sizeof(why));
+	p->hellos--;
+	if (rc)
+		refused(p, pc->addr, why);
+	else if (proto != SH_PEER_PROTO) {
+		refused(p, pc->addr, "not a store (it said it is something else)");
+		rc = SHOAL_EPROTO;
+	} else {
+		sh_channel_set_stall(pc->ch, PEER_STALL_NS);
+		sh_debug("store", "peer %s: in", pc->addr);
+	}
+	while (rc == 0) {
+		size_t len;
+		rc = sh_channel_read_frame(pc->ch, &pc->in, &pc->in_cap, &len, 64u << 10, true,
+					   SHOAL_FOREVER);
+		if (rc)
+			break;
+		sh_frame f;
+		if (sh_frame_decode(pc->in, len, &f, why, sizeof(why)) != 0 || f.status || f.oob ||
+		    f.op != SH_PEER_FETCH) {
+			sh_warn("store", "peer %s: a request that is not a FETCH (%s); closing",
+				pc->addr, why[0] ? why : "wrong op, status or out-of-band bytes");
+			rc = SHOAL_EPROTO;
+			break;
+		}
+		sh_mp m;
+		sh_mp_init(&m, pc->in + SH_FRAME_HDR, f.body_len);
+		rc = fetch(pc, &f, &m);
+	}
+	if (rc && rc != SHOAL_ECLOSED && rc != SHOAL_ECANCELED && rc != SHOAL_EACCES &&
+	    rc != SHOAL_EPROTO)
+		sh_warn("store", "peer %s: link ends: %s%s%s", pc->addr, shoal_strerror(rc),
+			pc->ch && sh_channel_error(pc->ch)[0] ? ": " : "",
+			pc->ch ? sh_channel_error(pc->ch) : "");
+	shoal_fd_forget(pc->fd);
+	close(pc->fd);
+	sh_channel_free(pc->ch);
+	if (pc->in)
+		shoal_free(pc->in, pc->in_cap);
+	sh_wbuf_fini(&pc->out);
+	if (pc->prev)
+		pc->prev->next = pc->next;
+	else
+		p->conns = pc->next;
+	if (pc->next)
+		pc->next->prev = pc->prev;
+	p->nconns--;
+	SH_DELETE(pc);
+	return NULL;
+}
+
+static void *accept_main(void *arg)
+{
+	shoal_store *s = arg;
+	sh_peers *p = s->peers;
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int fd = accept4(p->lsock, (struct sockaddr *)&ss, &sl,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) {
+				if (shoal_fd_wait(p->lsock, SHOAL_FD_IN, SHOAL_FOREVER, NULL) ==
+				    SHOAL_ECANCELED)
+					return NULL;
+				continue;
+			}
+			sh_warn("store", "accept (peers): %s; retrying in 100 ms", strerror(errno));
+			if (shoal_sleep_until(shoal_deadline_in(100000000)) == SHOAL_ECANCELED)
+				return NULL;
+			continue;
+		}
+		char host[64] = "?", port[16] = "?", who[80];
+		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
+			    NI_NUMERICHOST | NI_NUMERICSERV);
+		snprintf(who, sizeof(who), "%s:%s", host, port);
+		/* a link holds its socket; keep room for local clients */
+		if (p->hellos >= PEER_HELLOS ||
+		    s->nclients * 5 + s->segs.n + p->nconns + 64 > s->fd_budget) {
+			close(fd);
+			refused(p, who,
+				p->hellos >= PEER_HELLOS ? "too many handshakes at once"
+							 : "out of descriptors");
+			continue;
+		}
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		peer_conn *pc = SH_NEW(peer_conn);
+		if (!pc) {
+			close(fd);
+			continue;
+		}
+		pc->s = s;
+		pc->fd = fd;
+		snprintf(pc->addr, sizeof(pc->addr), "%s", who);
+		sh_wbuf_init(&pc->out);
+		pc->next = p->conns;
+		if (p->conns)
+			p->conns->prev = pc;
+		p->conns = pc;
+		p->nconns++;
+		p->hellos++;
+		if (shoal_spawn(NULL, peer_main, pc,
+				&(shoal_fiber_opts){.name = "store-peer", .detached = 1}) != 0) {
+			p->hellos--;
+			p->conns = pc->next;
+			if (pc->next)
+				pc->next->prev = NULL;
+			p->nconns--;
+			close(fd);
+			sh_wbuf_fini(&pc->out);
+			SH_DELETE(pc);
+		}
+	}
+}
+
+/* ---- start and stop ---- */
+
+int sh_peers_start(shoal_store *s)
+{
+	char why[256];
+	int rc = sh_secret_load(s->key, &s->klen, why, sizeof(why));
+	if (rc && rc != SHOAL_ENOENT) {
+		sh_error("store", "the cluster's secret: %s", why);
+		return rc;
+	}
+	if (rc) /* no secret: this store neither serves peers nor fetches */
+		s->klen = 0;
+	if (!s->opts.peer)
+		return 0;
+	if (!s->klen) {
+		sh_error(
+			"store",
+			"--peer %s: other stores must prove they know a shared secret, and none "
+			"is set: put one (16 bytes or more) in a file named by $SHOAL_SECRET_FILE, "
+			"or in $SHOAL_SECRET",
+			s->opts.peer);
+		return SHOAL_EACCES;
+	}
+	sh_peers *p = SH_NEW(sh_peers);
+	if (!p)
+		return SHOAL_ENOMEM;
+	p->lsock = -1;
+	s->peers = p;
+	if ((rc = sh_tcp_listen(s->opts.peer, &p->lsock, p->bound, sizeof(p->bound), why,
+				sizeof(why))) != 0)
+		sh_error("store", "--peer %s: %s", s->opts.peer, why);
+	return rc;
+}
+
+int sh_peers_serve(shoal_store *s)
+{
+	if (!s->peers)
+		return 0;
+	return shoal_spawn(&s->peers->acceptor, accept_main, s,
+			   &(shoal_fiber_opts){.name = "store-peers"});
+}
+
+void sh_peers_stop(shoal_store *s)
+{
+	sh_peers *p = s->peers;
+	if (!p)
+		return;
+	if (p->acceptor) {
+		shoal_cancel(p->acceptor);
+		shoal_join(p->acceptor, NULL);
+		p->acceptor = NULL;
+	}
+	/* ending a link's socket ends its fiber (and a transfer's thread) */
+	for (peer_conn *pc = p->conns; pc; pc = pc->next)
+		shutdown(pc->fd, SHUT_RDWR);
+	while (p->conns)
+		shoal_sleep_until(shoal_deadline_in(1000000));
+	shoal_fd_forget(p->lsock);
+}
+
+void sh_peers_free(shoal_store *s)
+{
+	if (!s->peers)
+		return;
+	if (s->peers->lsock >= 0)
+		close(s->peers->lsock);
+	SH_DELETE(s->peers);
+	s->peers = NULL;
+}
+
+const char *shoal_store_peer(const shoal_store *s)
+{
+	return s && s->peers ? s->peers->bound : NULL;
+}

@@ -1,0 +1,144 @@
+/* The store server's state, shared by the files that serve it: server.c
+ * (local clients, objects, memory), peer.c (other stores fetching objects
+ * from this one over TCP) and migrate.c (this store fetching objects from
+ * others). Everything here belongs to the store's thread; other threads
+ * reach it only through sh_store_post. */
+#ifndef SHOAL_STORE_SERVER_H
+#define SHOAL_STORE_SERVER_H
+
+#include "ring/link.h"
+#include "store/node.h"
+#include "wire/wire.h"
+
+#include <pthread.h>
+#include <shoal/fiber.h>
+#include <shoal/store.h>
+
+#define ARENA_MIN_CLASS 6 /* 64 bytes */
+#define ARENA_CLASSES 9	  /* 64 B .. 16 KiB */
+#define PAGE 4096u
+#define ID_COUNTER ((1ull << 40) - 1) /* the low bits of an id; the rest: the instance */
+
+typedef struct st_conn st_conn;
+typedef struct st_obj st_obj;
+
+typedef struct st_seg {
+	uint64_t id;
+	int fd;
+	uint64_t size;
+	uint64_t charged; /* what counts against the capacity: size in pages */
+	st_conn *creator; /* while unsealed */
+	st_obj *owner;
+} st_seg;
+
+struct st_obj {
+	uint64_t id, sig;
+	char *name; /* NULL when unbound */
+	char *type;
+	unsigned char *meta; /* the stored node encoding */
+	size_t meta_len, meta_cap;
+	uint64_t bytes;
+	st_seg **segs;
+	uint32_t nsegs, narena, cap_segs, cap_arena;
+	uint64_t *arena; /* offset << 8 | size class, per arena blob */
+	uint64_t refs;
+	bool deleted, persistent;
+	uint64_t gen;	   /* with a state directory: when its file was written */
+	st_conn *creator;  /* NULL once persistent or the creator is gone */
+	st_obj *name_next; /* objects whose names share a hash */
+};
+
+struct st_conn {
+	struct shoal_store *srv;
+	st_conn *prev, *next;
+	sh_link l; /* up: requests, down: replies */
+	uint32_t id;
+	pid_t pid;
+	sh_map refs;	/* object id -> references held (as a pointer-sized count) */
+	sh_map sent;	/* segment ids whose descriptor the client has */
+	sh_map regions; /* unsealed segments it created: id -> st_seg */
+	sh_map created; /* its transient objects: id -> st_obj */
+	uint64_t claim; /* the owner token it claimed (shoal_claim), or 0 */
+	sh_wbuf out;
+	unsigned char *in;
+	size_t in_cap;
+	bool watcher_done;
+	shoal_fiber *watcher;
+	char why[256];
+};
+
+/* Work another thread hands to the store's thread: fn(s, m) runs there. */
+typedef struct sh_st_mail {
+	struct sh_st_mail *next;
+	void (*fn)(struct shoal_store *s, struct sh_st_mail *m);
+} sh_st_mail;
+
+typedef struct sh_peers sh_peers;
+typedef struct sh_migs sh_migs;
+
+struct shoal_store {
+	shoal_store_opts opts;
+	char path[108];
+	int lsock, stop_efd;
+	pthread_t thread;
+	uint64_t instance; /* the top 24 bits of every id */
+	uint64_t next_id, next_seg;
+	uint32_t next_client;
+	sh_map objs, names, segs;
+	sh_map claims;	    /* owner token -> the st_conn that claimed it */
+	size_t req_used;    /* bytes of requests over REQ_FREE_MAX being read */
+	uint64_t fd_budget; /* descriptors connections and segments may hold */
+	int arena_fd, arena_ro_fd;
+	unsigned char *arena;
+	size_t arena_size, arena_bump;
+	sh_ptrstack arena_free[ARENA_CLASSES];
+	uint64_t capacity, used, nobjs, nnames, nclients, pending;
+	uint64_t sent, sent_bytes, fetched, fetched_bytes, migrating; /* STAT's */
+	st_conn *conns;
+	struct sh_state *state;	  /* the state directory, or NULL */
+	struct sh_spares *spares; /* NULL: none */
+	bool stopping;
+	/* the mailbox of other threads (sh_store_post) */
+	pthread_mutex_t mail_mu;
+	sh_st_mail *mail_head, *mail_tail;
+	int mail_efd;
+	/* the cluster: the secret (klen 0: none), the peer listener, the
+	 * migrations under way */
+	unsigned char key[4096];
+	size_t klen;
+	sh_peers *peers;
+	sh_migs *migs;
+};
+
+/* Any thread: runs m->fn in the store's thread, soon. */
+void sh_store_post(shoal_store *s, sh_st_mail *m);
+
+st_obj *sh_st_name_find(shoal_store *s, const char *name, size_t n);
+int sh_st_name_bind(shoal_store *s, st_obj *o, const char *name, size_t n);
+void sh_st_obj_delete(shoal_store *s, st_obj *o);
+void sh_st_obj_unref(shoal_store *s, st_obj *o, uint64_t n);
+/* Replies (a request's handler): begin, pack the body, then reply_ok. */
+void sh_st_begin_reply(st_conn *c, msgpack_packer *pk);
+int sh_st_reply_ok(st_conn *c, const sh_frame *req, msgpack_packer *pk_unused);
+SHOAL_PRINTF(4, 5)
+int sh_st_reply_err(st_conn *c, const sh_frame *req, int code, const char *fmt, ...);
+/* An object by [id | name] (GET, DELETE, ...): *out, or an error reply. */
+int sh_st_lookup(st_conn *c, const sh_frame *req, sh_mp *m, const char *what, st_obj **out);
+int sh_store_adopt(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *root, uint32_t nsegs,
+		   const int *fds, const uint64_t *sizes, st_obj **out, char *why, size_t whylen);
+
+/* peer.c: serving other stores on opts.peer (when set). start: at open,
+ * the secret and the listening socket; serve: in the store's thread, the
+ * fibers; stop: there, at the end (every transfer ends); free: after. */
+int sh_peers_start(shoal_store *s);
+int sh_peers_serve(shoal_store *s);
+void sh_peers_stop(shoal_store *s);
+void sh_peers_free(shoal_store *s);
+/* migrate.c: this store's fetches from others, in the same steps. */
+int sh_migs_start(shoal_store *s);
+void sh_migs_stop(shoal_store *s);
+void sh_migs_free(shoal_store *s);
+int sh_st_op_migrate(st_conn *c, const sh_frame *req, sh_mp *m);
+int sh_st_op_migwait(st_conn *c, const sh_frame *req, sh_mp *m);
+
+#endif

@@ -1,0 +1,602 @@
+/* shoal-test: threaded. Stores on several hosts, as real shoald processes
+ * on this machine (own sockets, own loopback ports): an object migrated
+ * from one to another (and on to a third) byte for byte, under its id,
+ * signature and name; many asks making one transfer; a delete at the
+ * source during a transfer; the source killed mid-transfer; a wrong
+ * secret, garbage and no secret at all; a destination too small. */
+#include "test.h"
+
+#include "net/net.h"
+#include "store/proto.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define SECRET "SHOAL_SECRET=cluster-test-secret-0123456789"
+
+static char dir[64];
+
+typedef struct node {
+	pid_t pid;
+	char sock[128], log[128], peer[64];
+} node;
+
+static void setup(void)
+{
+	snprintf(dir, sizeof(dir), "/tmp/shoal-cluster-XXXXXX");
+	CHECK(mkdtemp(dir) != NULL);
+}
+
+static void cleanup(void)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CHECK(system(cmd) == 0);
+}
+
+static void read_file(const char *path, char *buf, size_t len)
+{
+	buf[0] = 0;
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return;
+	size_t n = fread(buf, 1, len - 1, f);
+	buf[n] = 0;
+	fclose(f);
+}
+
+/* shoald --socket DIR/NAME.sock --size SIZE --peer 127.0.0.1:0 [x], with
+ * secret (NULL: none) in its environment and its log in DIR/NAME.log;
+ * returns once it serves (n->peer: where its peers connect). */
+static void node_start(node *n, const char *name, const char *size, const char *secret,
+		       const char *x)
+{
+	snprintf(n->sock, sizeof(n->sock), "%s/%s.sock", dir, name);
+	snprintf(n->log, sizeof(n->log), "%s/%s.log", dir, name);
+	char exe[4096];
+	sh_test_bin(exe, sizeof(exe), "tools/shoald");
+	fflush(NULL);
+	n->pid = fork();
+	CHECK(n->pid >= 0);
+	if (n->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* dies with the test case */
+		int fd = open(n->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 2);
+		unsetenv("SHOAL_SECRET");
+		unsetenv("SHOAL_SECRET_FILE");
+		if (secret)
+			putenv((char *)secret);
+		execl(exe, exe, "--socket", n->sock, "--size", size, "--peer", "127.0.0.1:0", x,
+		      (char *)NULL);
+		_exit(127);
+	}
+	char text[4096];
+	for (int i = 0; i < 1000; i++) {
+		read_file(n->log, text, sizeof(text));
+		const char *p = strstr(text, "peers on ");
+		if (p && sscanf(p + 9, "%63[0-9.:]", n->peer) == 1)
+			return;
+		int st;
+		if (waitpid(n->pid, &st, WNOHANG) == n->pid)
+			sh_test_fail(__FILE__, __LINE__, "shoald %s exited at start:\n%s", name,
+				     text);
+		usleep(10000);
+	}
+	sh_test_fail(__FILE__, __LINE__, "shoald %s did not start:\n%s", name, text);
+}
+
+static int node_stop(node *n)
+{
+	CHECK_EQ(kill(n->pid, SIGTERM), 0);
+	int st;
+	CHECK(waitpid(n->pid, &st, 0) == n->pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static shoal_client *client_of(const node *n)
+{
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, n->sock));
+	shoal_client_set_timeout(c, 120 * 1000 * MS);
+	return c;
+}
+
+static shoal_store_stat stat_of(const node *n)
+{
+	shoal_client *c = client_of(n);
+	shoal_store_stat st;
+	CHECK_OK(shoal_store_stat_get(c, &st));
+	shoal_disconnect(c);
+	return st;
+}
+
+/* ---- the objects ---- */
+
+/* Elements of tensor t: 64 B to 64 KiB, so that its blobs lie in the
+ * small-object arena, in segments of their own and in a reserved region. */
+static int64_t elems_of(int t)
+{
+	return t % 5 == 0 ? 16384 : t % 5 == 1 ? 5000 : 16 + t % 48;
+}
+
+static uint32_t value_of(int t, int64_t i)
+{
+	return (uint32_t)t * 100003u + (uint32_t)i;
+}
+
+static shoal_id put_dict(const node *n, const char *name, int count)
+{
+	shoal_client *c = client_of(n);
+	shoal_builder *b;
+	CHECK_OK(shoal_builder_create(c, "tensor_dict", &b));
+	size_t reserved = 0;
+	for (int t = 0; t < count; t++)
+		if (t % 5 == 0)
+			reserved += (size_t)elems_of(t) * 4 + SH_STORE_BLOB_ALIGN;
+	CHECK_OK(shoal_builder_reserve(b, reserved));
+	CHECK_OK(shoal_node_set_str(shoal_builder_root(b), "format", "pt", 2));
+	for (int t = 0; t < count; t++) {
+		char nm[64];
+		snprintf(nm, sizeof(nm), "layers.%d.weight", t);
+		shoal_node *m;
+		CHECK_OK(shoal_node_add_member(shoal_builder_root(b), nm, "tensor", &m));
+		int64_t shape[1] = {elems_of(t)};
+		uint32_t *p;
+		CHECK_OK(shoal_node_set_tensor(m, SHOAL_DT_U32, 1, shape, (void **)&p));
+		for (int64_t i = 0; i < shape[0]; i++)
+			p[i] = value_of(t, i);
+	}
+	shoal_id id;
+	CHECK_OK(shoal_builder_seal(b, name, SHOAL_PERSIST, &id));
+	shoal_disconnect(c);
+	return id;
+}
+
+/* Every tensor of the dict named name at n, element by element. */
+static void check_dict(const node *n, const char *name, int count, shoal_id id, uint64_t sig)
+{
+	shoal_client *c = client_of(n);
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(c, name, &o));
+	CHECK_EQ(shoal_object_id(o), id);
+	CHECK_EQ(shoal_object_signature(o), sig);
+	const shoal_node *r = shoal_object_root(o);
+	CHECK_STR(shoal_node_type(r), "tensor_dict");
+	const char *fmt;
+	size_t fl;
+	CHECK_OK(shoal_node_get_str(r, "format", &fmt, &fl));
+	CHECK(fl == 2 && memcmp(fmt, "pt", 2) == 0);
+	CHECK_EQ(shoal_node_nmembers(r), (size_t)count);
+	for (int t = 0; t < count; t++) {
+		char nm[64];
+		snprintf(nm, sizeof(nm), "layers.%d.weight", t);
+		const shoal_node *m = shoal_node_find(r, nm);
+		CHECK(m != NULL);
+		shoal_tensor ts;
+		CHECK_OK(shoal_node_tensor(m, &ts));
+		CHECK_EQ(ts.dtype, SHOAL_DT_U32);
+		CHECK_EQ(ts.shape[0], elems_of(t));
+		const uint32_t *p = ts.data;
+		for (int64_t i = 0; i < ts.shape[0]; i++)
+			if (p[i] != value_of(t, i))
+				sh_test_fail(__FILE__, __LINE__,
+					     "%s[%" PRId64 "] = %u, expected %u", nm, i, p[i],
+					     value_of(t, i));
+	}
+	CHECK_OK(shoal_object_release(o));
+	shoal_disconnect(c);
+}
+
+/* One blob of size bytes, byte i = (i * 131 + seed) & 0xff. */
+static shoal_id put_blob(const node *n, const char *name, size_t size, int seed)
+{
+	shoal_client *c = client_of(n);
+	shoal_builder *b;
+	CHECK_OK(shoal_builder_create(c, "bytes", &b));
+	unsigned char *p;
+	CHECK_OK(shoal_node_add_blob(shoal_builder_root(b), size, (void **)&p));
+	unsigned char chunk[4096];
+	for (size_t off = 0; off < size; off += sizeof(chunk)) {
+		size_t k = size - off < sizeof(chunk) ? size - off : sizeof(chunk);
+		for (size_t i = 0; i < k; i++)
+			chunk[i] = (unsigned char)(((off + i) * 131 + (size_t)seed) & 0xff);
+		CHECK_OK(shoal_builder_write(b, p + off, chunk, k));
+	}
+	shoal_id id;
+	CHECK_OK(shoal_builder_seal(b, name, SHOAL_PERSIST, &id));
+	shoal_disconnect(c);
+	return id;
+}
+
+static void check_blob(const node *n, const char *name, size_t size, int seed)
+{
+	shoal_client *c = client_of(n);
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(c, name, &o));
+	const void *d;
+	size_t got;
+	CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &d, &got));
+	CHECK_EQ(got, size);
+	const unsigned char *p = d;
+	for (size_t i = 0; i < size; i += 4093)
+		if (p[i] != (unsigned char)((i * 131 + (size_t)seed) & 0xff))
+			sh_test_fail(__FILE__, __LINE__, "byte %zu differs", i);
+	CHECK(p[size - 1] == (unsigned char)(((size - 1) * 131 + (size_t)seed) & 0xff));
+	CHECK_OK(shoal_object_release(o));
+	shoal_disconnect(c);
+}
+
+/* An object whose transfer outlasts the first progress report (100 ms):
+ * 1 GiB moves in about 0.7 s here; under a sanitizer a quarter of it
+ * takes longer still. */
+static size_t big_size(void)
+{
+	return sh_test_sanitized() ? 256u << 20 : 1u << 30;
+}
+
+static int migrate(const node *to, const char *name, shoal_id id, const node *from,
+		   shoal_migrate_opts *o, shoal_id *out, char *err, size_t errlen)
+{
+	shoal_client *c = client_of(to);
+	shoal_migrate_opts none = {0};
+	if (!o)
+		o = &none;
+	o->from = from->peer;
+	int rc = shoal_migrate(c, name, id, o, out);
+	if (err)
+		snprintf(err, errlen, "%s", shoal_client_error(c));
+	shoal_disconnect(c);
+	return rc;
+}
+
+/* ---- cases ---- */
+
+SH_TEST_T(a_dict_of_1000_tensors_migrates_byte_for_byte, 240)
+{
+	setup();
+	node a, b, c3;
+	node_start(&a, "a", "1G", SECRET, NULL);
+	node_start(&b, "b", "1G", SECRET, NULL);
+	node_start(&c3, "c", "1G", SECRET, NULL);
+	shoal_id id = put_dict(&a, "model", 1000);
+	shoal_client *ca = client_of(&a);
+	shoal_object *o;
+	CHECK_OK(shoal_get(ca, id, &o));
+	uint64_t sig = shoal_object_signature(o), bytes = shoal_object_bytes(o);
+	CHECK_OK(shoal_object_release(o));
+	shoal_disconnect(ca);
+
+	shoal_id got = 0;
+	char err[512];
+	CHECK_OK(migrate(&b, "model", 0, &a, NULL, &got, err, sizeof(err)));
+	CHECK_EQ(got, id);
+	check_dict(&b, "model", 1000, id, sig);
+	shoal_store_stat sb = stat_of(&b), sa = stat_of(&a);
+	CHECK_EQ(sb.fetched, 1u);
+	CHECK_EQ(sb.fetched_bytes, bytes);
+	CHECK_EQ(sb.objects, 1u);
+	CHECK_EQ(sa.sent, 1u);
+	CHECK_EQ(sa.sent_bytes, bytes);
+
+	/* here already: nothing travels, by name or by id */
+	CHECK_OK(migrate(&b, "model", 0, &a, NULL, &got, NULL, 0));
+	CHECK_OK(migrate(&b, NULL, id, &a, NULL, &got, NULL, 0));
+	CHECK_EQ(got, id);
+	CHECK_EQ(stat_of(&a).sent, 1u);
+
+	/* on to a third store, from the copy, by id */
+	CHECK_OK(migrate(&c3, NULL, id, &b, NULL, &got, err, sizeof(err)));
+	CHECK_EQ(got, id);
+	check_dict(&c3, "model", 1000, id, sig);
+	CHECK_EQ(stat_of(&b).sent, 1u);
+
+	/* an object that is nowhere: the peer says so */
+	CHECK_RC(migrate(&b, "nothing", 0, &a, NULL, &got, err, sizeof(err)), SHOAL_ENOENT);
+	CHECK_HAS(err, "no object named \"nothing\"");
+	CHECK_HAS(err, a.peer);
+
+	/* the command line: the id printed, the copy a get away */
+	char shoal[4096], out[4096];
+	sh_test_bin(shoal, sizeof(shoal), "tools/shoal");
+	put_blob(&a, "small", 1000, 3);
+	char *argv[] = {shoal, "migrate", "small", "--from", a.peer, "--socket", b.sock, NULL};
+	CHECK_EQ(sh_test_run(argv, NULL, out, sizeof(out)), 0);
+	CHECK(strlen(out) == 17 && out[16] == '\n');
+	check_blob(&b, "small", 1000, 3);
+	CHECK_EQ(node_stop(&c3), 0);
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
+
+typedef struct asker {
+	const node *to, *from;
+	shoal_id got;
+	int rc;
+	char err[512];
+} asker;
+
+static void *ask_main(void *arg)
+{
+	asker *k = arg;
+	k->rc = migrate(k->to, "big", 0, k->from, NULL, &k->got, k->err, sizeof(k->err));
+	return NULL;
+}
+
+SH_TEST_T(eight_asks_for_one_object_make_one_transfer, 240)
+{
+	setup();
+	node a, b;
+	node_start(&a, "a", "1G", SECRET, NULL);
+	node_start(&b, "b", "1G", SECRET, NULL);
+	size_t size = 128u << 20;
+	shoal_id id = put_blob(&a, "big", size, 7);
+	asker k[8];
+	pthread_t th[8];
+	for (int i = 0; i < 8; i++) {
+		k[i] = (asker){.to = &b, .from = &a};
+		CHECK_EQ(pthread_create(&th[i], NULL, ask_main, &k[i]), 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		CHECK_EQ(pthread_join(th[i], NULL), 0);
+		if (k[i].rc)
+			sh_test_fail(__FILE__, __LINE__, "ask %d: %s: %s", i,
+				     shoal_strerror(k[i].rc), k[i].err);
+		CHECK_EQ(k[i].got, id);
+	}
+	shoal_store_stat sa = stat_of(&a), sb = stat_of(&b);
+	CHECK_EQ(sa.sent, 1u);
+	CHECK_EQ(sa.sent_bytes, (uint64_t)size);
+	CHECK_EQ(sb.fetched, 1u);
+	CHECK_EQ(sb.objects, 1u);
+	CHECK_EQ(sb.used, (uint64_t)size);
+	check_blob(&b, "big", size, 7);
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
+
+/* Stops the destination at the first sign of bytes, deletes the object at
+ * the source meanwhile, and looks at the source's figures. */
+typedef struct during {
+	node *a, *b;
+	bool seen;
+	shoal_store_stat mid;
+} during;
+
+static void delete_meanwhile(void *arg, uint64_t got, uint64_t total)
+{
+	during *d = arg;
+	if (d->seen || got == 0 || got >= total)
+		return;
+	d->seen = true;
+	CHECK_EQ(kill(d->b->pid, SIGSTOP), 0);
+	shoal_client *c = client_of(d->a);
+	CHECK_OK(shoal_delete(c, "big"));
+	CHECK_OK(shoal_store_stat_get(c, &d->mid));
+	shoal_disconnect(c);
+	CHECK_EQ(kill(d->b->pid, SIGCONT), 0);
+}
+
+SH_TEST_T(a_delete_at_the_source_waits_for_the_transfer, 240)
+{
+	setup();
+	node a, b;
+	node_start(&a, "a", "2G", SECRET, NULL);
+	node_start(&b, "b", "2G", SECRET, NULL);
+	size_t size = big_size();
+	shoal_id id = put_blob(&a, "big", size, 11);
+	during d = {.a = &a, .b = &b};
+	shoal_migrate_opts o = {.progress = delete_meanwhile, .progress_arg = &d};
+	shoal_id got;
+	char err[512];
+	int rc = migrate(&b, "big", 0, &a, &o, &got, err, sizeof(err));
+	if (rc)
+		sh_test_fail(__FILE__, __LINE__, "%s: %s", shoal_strerror(rc), err);
+	CHECK_EQ(got, id);
+	if (!d.seen)
+		sh_test_fail(__FILE__, __LINE__,
+			     "%zu MiB came in under 100 ms: no moment to delete during the "
+			     "transfer",
+			     size >> 20);
+	/* meanwhile: the name gone, the object held for the transfer */
+	CHECK_EQ(d.mid.names, 0u);
+	CHECK_EQ(d.mid.objects, 1u);
+	CHECK_EQ(d.mid.pending_frees, 1u);
+	check_blob(&b, "big", size, 11);
+	/* and freed once its last byte left */
+	shoal_store_stat sa = stat_of(&a);
+	for (int i = 0; i < 500 && sa.objects; i++) {
+		usleep(10000);
+		sa = stat_of(&a);
+	}
+	CHECK_EQ(sa.objects, 0u);
+	CHECK_EQ(sa.used, 0u);
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
+
+typedef struct killer {
+	node *a;
+	bool killed;
+} killer;
+
+static void kill_source(void *arg, uint64_t got, uint64_t total)
+{
+	killer *k = arg;
+	if (k->killed || got == 0 || got >= total)
+		return;
+	k->killed = true;
+	CHECK_EQ(kill(k->a->pid, SIGKILL), 0);
+}
+
+typedef struct waiter {
+	const node *to, *from;
+	int rc;
+	char err[512];
+} waiter;
+
+static void *wait_main(void *arg)
+{
+	waiter *w = arg;
+	shoal_id got;
+	w->rc = migrate(w->to, "big", 0, w->from, NULL, &got, w->err, sizeof(w->err));
+	return NULL;
+}
+
+SH_TEST_T(the_source_killed_mid_transfer_fails_every_waiter, 240)
+{
+	setup();
+	node a, b;
+	node_start(&a, "a", "2G", SECRET, NULL);
+	node_start(&b, "b", "2G", SECRET, NULL);
+	size_t size = big_size();
+	put_blob(&a, "big", size, 5);
+	shoal_store_stat base = stat_of(&b);
+	killer k = {.a = &a};
+	waiter w[3];
+	pthread_t th[3];
+	for (int i = 0; i < 3; i++) {
+		w[i] = (waiter){.to = &b, .from = &a};
+		CHECK_EQ(pthread_create(&th[i], NULL, wait_main, &w[i]), 0);
+	}
+	shoal_migrate_opts o = {.progress = kill_source, .progress_arg = &k};
+	shoal_id got;
+	char err[512];
+	int rc = migrate(&b, "big", 0, &a, &o, &got, err, sizeof(err));
+	if (!k.killed)
+		sh_test_fail(__FILE__, __LINE__,
+			     "%zu MiB came in under 100 ms: no moment to kill the source",
+			     size >> 20);
+	CHECK(rc != 0);
+	CHECK_HAS(err, a.peer);
+	CHECK_HAS(err, "after");
+	for (int i = 0; i < 3; i++) {
+		CHECK_EQ(pthread_join(th[i], NULL), 0);
+		CHECK(w[i].rc != 0);
+		CHECK_HAS(w[i].err, a.peer);
+	}
+	int st;
+	CHECK(waitpid(a.pid, &st, 0) == a.pid);
+	/* nothing of the copy stays */
+	shoal_store_stat sb = stat_of(&b);
+	CHECK_EQ(sb.used, base.used);
+	CHECK_EQ(sb.objects, base.objects);
+	CHECK_EQ(sb.migrating, 0u);
+	/* and the destination goes on: a new source, a new transfer */
+	node_start(&a, "a2", "2G", SECRET, NULL);
+	put_blob(&a, "big", 1u << 20, 6);
+	CHECK_OK(migrate(&b, "big", 0, &a, NULL, &got, err, sizeof(err)));
+	check_blob(&b, "big", 1u << 20, 6);
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
+
+SH_TEST_T(strangers_are_refused_and_logged, 120)
+{
+	setup();
+	node a, b;
+	node_start(&a, "a", "256M", SECRET, NULL);
+	node_start(&b, "b", "256M", "SHOAL_SECRET=another-secret-entirely-0000", NULL);
+	put_blob(&a, "x", 100000, 1);
+	shoal_id got;
+	char err[512];
+	int rc = migrate(&b, "x", 0, &a, NULL, &got, err, sizeof(err));
+	CHECK_EQ(rc, SHOAL_EACCES);
+	CHECK_HAS(err, a.peer);
+	/* garbage on the port: refused, and the store serves on */
+	int fd;
+	char why[256];
+	CHECK_OK(sh_tcp_connect(a.peer, &fd, shoal_deadline_in(5000 * MS), why, sizeof(why)));
+	char junk[4096];
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (char)(i * 7);
+	CHECK(write(fd, junk, sizeof(junk)) > 0);
+	close(fd);
+	/* a client that knows the secret but says it is something else */
+	setenv("SHOAL_SECRET", SECRET + strlen("SHOAL_SECRET="), 1);
+	sh_channel *ch;
+	CHECK_OK(sh_tcp_connect_auth(a.peer, SH_STORE_PROTO, shoal_deadline_in(5000 * MS), &fd, &ch,
+				     why, sizeof(why)));
+	char x;
+	CHECK(read(fd, &x, 1) <= 0); /* closed on it */
+	sh_channel_free(ch);
+	close(fd);
+	unsetenv("SHOAL_SECRET");
+	node c3;
+	node_start(&c3, "c", "256M", SECRET, NULL);
+	CHECK_OK(migrate(&c3, "x", 0, &a, NULL, &got, err, sizeof(err)));
+	check_blob(&c3, "x", 100000, 1);
+	CHECK_EQ(node_stop(&c3), 0);
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	char log[1 << 14];
+	read_file(a.log, log, sizeof(log));
+	CHECK_HAS(log, "refused peer 127.0.0.1:");
+	CHECK_HAS(log, "secret");
+	CHECK_HAS(log, "not a store");
+	cleanup();
+}
+
+SH_TEST(a_peer_port_needs_a_secret)
+{
+	setup();
+	char exe[4096], out[4096], sock[128];
+	sh_test_bin(exe, sizeof(exe), "tools/shoald");
+	snprintf(sock, sizeof(sock), "%s/n.sock", dir);
+	char *argv[] = {exe, "--socket", sock, "--peer", "127.0.0.1:0", NULL};
+	/* sh_test_run adds to the environment: take the secret out of ours */
+	unsetenv("SHOAL_SECRET");
+	unsetenv("SHOAL_SECRET_FILE");
+	CHECK_EQ(sh_test_run(argv, NULL, out, sizeof(out)), 1);
+	CHECK_HAS(out, "SHOAL_SECRET_FILE");
+	cleanup();
+}
+
+SH_TEST_T(a_copy_that_does_not_fit_is_refused, 120)
+{
+	setup();
+	node a, b;
+	node_start(&a, "a", "256M", SECRET, NULL);
+	node_start(&b, "b", "64M", SECRET, NULL);
+	put_blob(&a, "big", 100u << 20, 2);
+	shoal_store_stat base = stat_of(&b);
+	shoal_id got;
+	char err[512];
+	CHECK_RC(migrate(&b, "big", 0, &a, NULL, &got, err, sizeof(err)), SHOAL_ENOSPC);
+	CHECK_HAS(err, "store full");
+	shoal_store_stat sb = stat_of(&b);
+	CHECK_EQ(sb.used, base.used);
+	CHECK_EQ(sb.objects, base.objects);
+	/* a store without a source named cannot know where to look */
+	shoal_client *c = client_of(&b);
+	shoal_migrate_opts none = {0};
+	CHECK_RC(shoal_migrate(c, "big", 0, &none, &got), SHOAL_ENOENT);
+	CHECK_HAS(shoal_client_error(c), "no store to fetch it from");
+	shoal_disconnect(c);
+	/* and the source released it: a delete frees it at once */
+	c = client_of(&a);
+	CHECK_OK(shoal_delete(c, "big"));
+	shoal_disconnect(c);
+	shoal_store_stat sa = stat_of(&a);
+	for (int i = 0; i < 500 && sa.objects; i++) {
+		usleep(10000);
+		sa = stat_of(&a);
+	}
+	CHECK_EQ(sa.objects, 0u);
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
