@@ -1340,6 +1340,9 @@ const sh_bench_suite sh_bench_suites[] = {
 	{"py-tasks",
 	 "the task farm from Python: a flood, buffers, a cluster's start, vs ipyparallel",
 	 sh_bench_pytasks, sh_bench_pytasks_table, sh_bench_pytasks_plot},
+	{"cluster",
+	 "stores on two hosts: an object migrated between shoalds vs raw TCP, dedup of asks",
+	 sh_bench_cluster, sh_bench_cluster_table, NULL},
 };
 const size_t sh_bench_nsuites = sizeof(sh_bench_suites) / sizeof(sh_bench_suites[0]);
 

@@ -287,6 +287,10 @@ int sh_bench_pytasks(const sh_bench_opts *o, sh_bench_report *r);
 void sh_bench_pytasks_table(FILE *f, const sh_bench_report *r);
 void sh_bench_pytasks_plot(FILE *f, const sh_bench_report *r);
 
+/* suite_cluster.c: migrations between two shoalds, dedup. */
+int sh_bench_cluster(const sh_bench_opts *o, sh_bench_report *r);
+void sh_bench_cluster_table(FILE *f, const sh_bench_report *r);
+
 /* suite_store.c: put/get latency, a state dict's get, reader memory. */
 int sh_bench_store(const sh_bench_opts *o, sh_bench_report *r);
 void sh_bench_store_table(FILE *f, const sh_bench_report *r);

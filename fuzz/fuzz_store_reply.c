@@ -32,9 +32,21 @@
 int LLVMFuzzerTestOneInput(const uint8_t *in, size_t n);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-enum { C_STAT, C_LIST, C_GET_NAME, C_GET_ID, C_DELETE, C_PERSIST, C_CLAIM, C_SEAL, C_COUNT };
-static const uint16_t call_op[C_COUNT] = {SH_OP_STAT,	SH_OP_LIST,    SH_OP_GET,   SH_OP_GET,
-					  SH_OP_DELETE, SH_OP_PERSIST, SH_OP_CLAIM, SH_OP_SEAL};
+enum {
+	C_STAT,
+	C_LIST,
+	C_GET_NAME,
+	C_GET_ID,
+	C_DELETE,
+	C_PERSIST,
+	C_CLAIM,
+	C_SEAL,
+	C_MIGRATE,
+	C_COUNT
+};
+static const uint16_t call_op[C_COUNT] = {SH_OP_STAT,  SH_OP_LIST,   SH_OP_GET,
+					  SH_OP_GET,   SH_OP_DELETE, SH_OP_PERSIST,
+					  SH_OP_CLAIM, SH_OP_SEAL,   SH_OP_MIGRATE};
 
 static const unsigned char *arena;
 
@@ -79,6 +91,7 @@ static shoal_client *client_new(sh_ring *store)
 	c->arena = arena;
 	c->arena_size = ARENA;
 	c->id = 1;
+	c->timeout_ns = 1000000000LL; /* as a connection's; the replies are all there */
 	return c;
 }
 
@@ -165,6 +178,13 @@ static int call(shoal_client *c, int which)
 		rc = shoal_claim(c, &token);
 		break;
 	}
+	case C_MIGRATE: {
+		/* its first ask is MIGRATE, those after it MIGWAIT */
+		shoal_migrate_opts mo = {.from = "127.0.0.1:7000"};
+		shoal_id id;
+		rc = shoal_migrate(c, "model", 0, &mo, &id);
+		break;
+	}
 	case C_SEAL: {
 		shoal_builder *b;
 		shoal_id id;
@@ -198,7 +218,8 @@ static int run(const uint8_t *in, size_t n)
 		size_t len = (size_t)in[at + 1] | (size_t)in[at + 2] << 8;
 		if (len > n - at - 3)
 			len = n - at - 3;
-		sh_frame f = {.op = call_op[which],
+		uint16_t op = which == C_MIGRATE && seq ? SH_OP_MIGWAIT : call_op[which];
+		sh_frame f = {.op = op,
 			      .seq = ++seq,
 			      .status = in[at] ? -(int32_t)in[at] : 0,
 			      .body_len = (uint32_t)len};
@@ -274,9 +295,10 @@ static void pk_message(msgpack_packer *pk, const void *arg)
 static void pk_stat(msgpack_packer *pk, const void *arg)
 {
 	(void)arg;
-	static const uint64_t v[] = {1ull << 34, 1ull << 30, 12, 10, 3, 1};
-	msgpack_pack_array(pk, 6);
-	for (int i = 0; i < 6; i++)
+	static const uint64_t v[] = {1ull << 34, 1ull << 30, 12, 10,   3, 1,
+				     2,		 1ull << 31, 1,	 4096, 1};
+	msgpack_pack_array(pk, 11);
+	for (int i = 0; i < 11; i++)
 		msgpack_pack_uint64(pk, v[i]);
 }
 
@@ -322,6 +344,17 @@ static void pk_get(msgpack_packer *pk, const void *arg)
 	sh_node_pack(pk, arg);
 }
 
+/* The same with object id 0, which no store gives: the reply that once
+ * reached the client's object map, whose keys must be nonzero. */
+static void pk_get_id0(msgpack_packer *pk, const void *arg)
+{
+	msgpack_pack_array(pk, 4);
+	msgpack_pack_uint64(pk, 0);
+	msgpack_pack_uint64(pk, 0x0123456789abcdefull);
+	msgpack_pack_array(pk, 0);
+	sh_node_pack(pk, arg);
+}
+
 /* A tensor of dtype and shape over bytes of the arena from off. */
 typedef struct seed_tensor {
 	shoal_node n;
@@ -348,8 +381,49 @@ static void make_tensor(seed_tensor *t, const char *dtype, int ndim, const int64
 		.type = "tensor", .nfields = 2, .nblobs = 1, .fields = t->f, .blobs = &t->b};
 }
 
+/* MIGRATE's answers: [true, id], or [false, ticket, received, total]. */
+static void pk_migrated(msgpack_packer *pk, const void *arg)
+{
+	msgpack_pack_array(pk, 2);
+	msgpack_pack_true(pk);
+	msgpack_pack_uint64(pk, *(const uint64_t *)arg);
+}
+
+static void pk_migrating(msgpack_packer *pk, const void *arg)
+{
+	const uint64_t *v = arg;
+	msgpack_pack_array(pk, 4);
+	msgpack_pack_false(pk);
+	for (int i = 0; i < 3; i++)
+		msgpack_pack_uint64(pk, v[i]);
+}
+
+static void migrate_seeds(void)
+{
+	static const uint64_t id = 0x40895d0000000001ull, half[3] = {3, 1u << 20, 2u << 20},
+			      most[3] = {3, 2000000, 2u << 20}, zero = 0;
+	seed_begin(C_MIGRATE);
+	seed_reply(0, pk_migrated, &id);
+	seed_end("migrate-here", true);
+	seed_begin(C_MIGRATE);
+	seed_reply(0, pk_migrating, half);
+	seed_reply(0, pk_migrating, most);
+	seed_reply(0, pk_migrated, &id);
+	seed_end("migrate-three-asks", true);
+	seed_begin(C_MIGRATE);
+	seed_reply(0, pk_migrating, half);
+	seed_reply((uint8_t)-SHOAL_ECONNRESET, pk_message,
+		   "object 40895d0000000001 from 10.0.0.1:7000: the transfer broke after 1048576 "
+		   "of 2097152 bytes");
+	seed_end("migrate-broke", false);
+	seed_begin(C_MIGRATE);
+	seed_reply(0, pk_migrated, &zero);
+	seed_end("migrate-id-zero", false);
+}
+
 static void reply_seeds(void)
 {
+	migrate_seeds();
 	static const uint64_t token = 0x1234567890abcdefull;
 	seed_begin(C_STAT);
 	seed_reply(0, pk_stat, NULL);
@@ -414,6 +488,11 @@ static void reply_seeds(void)
 		seed_begin(which);
 		seed_reply(0, pk_get, &thing);
 		seed_end(name, true);
+		if (k) {
+			seed_begin(which);
+			seed_reply(0, pk_get_id0, &t[0].n);
+			seed_end("regress-reply-id-zero", false);
+		}
 		snprintf(name, sizeof(name), "%s-not-found", tag);
 		seed_begin(which);
 		seed_reply((uint8_t)-SHOAL_ENOENT, pk_message, "no object named \"model\"");

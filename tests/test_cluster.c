@@ -305,6 +305,13 @@ SH_TEST_T(a_dict_of_1000_tensors_migrates_byte_for_byte, 240)
 	CHECK_HAS(err, "no object named \"nothing\"");
 	CHECK_HAS(err, a.peer);
 
+	/* over 4 links at once (128 MiB: 4 shares of 32 MiB), byte for byte */
+	shoal_id big = put_blob(&a, "quarter-gig", 128u << 20, 9);
+	shoal_migrate_opts four = {.streams = 4};
+	CHECK_OK(migrate(&c3, "quarter-gig", 0, &a, &four, &got, err, sizeof(err)));
+	CHECK_EQ(got, big);
+	check_blob(&c3, "quarter-gig", 128u << 20, 9);
+
 	/* the command line: the id printed, the copy a get away */
 	char shoal[4096], out[4096];
 	sh_test_bin(shoal, sizeof(shoal), "tools/shoal");

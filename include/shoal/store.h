@@ -276,7 +276,15 @@ typedef struct shoal_migrate_opts {
 	/* Called about every 100 ms while bytes come: received of total. */
 	void (*progress)(void *arg, uint64_t received, uint64_t total);
 	void *progress_arg;
+	/* TCP links the bytes may travel on at once, 1 to 16 (the source uses
+	 * fewer for a small object); 0: SHOAL_MIGRATE_STREAMS. */
+	uint32_t streams;
 } shoal_migrate_opts;
+/* Links per migration by default: shoal bench cluster found no gain from
+ * more on a 2-core host, where a link's four threads (read, send, receive,
+ * write) already keep both cores busy; more links pay off where one TCP
+ * stream cannot fill the network. */
+#define SHOAL_MIGRATE_STREAMS 1
 
 /* Copies the object id, or the one named name when name is not NULL, from
  * another host's store into this one: the store pulls it into its own

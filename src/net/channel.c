@@ -101,7 +101,7 @@ static void crypto_load(void)
 #define REC_MAX (REC_HDR + REC_PLAIN + 1 + REC_TAG)
 /* Records sealed before one send, and bytes received at once: large
  * transfers cost one system call per 16 records each way. */
-#define WBUF_RECORDS 16
+#define WBUF_RECORDS 64
 #define RBUF_BYTES (WBUF_RECORDS * REC_MAX)
 
 struct sh_channel {
@@ -254,13 +254,15 @@ static void nonce(const unsigned char iv[12], uint64_t seq, unsigned char out[12
 
 /* Sends the sealed records; without wait, SHOAL_EAGAIN once the socket
  * takes no more. */
-static int push(sh_channel *ch, bool wait, bool fiber, int64_t deadline)
+/* Sends p[*sent, len); without wait, SHOAL_EAGAIN once the socket takes
+ * no more. */
+static int push_bytes(sh_channel *ch, const unsigned char *p, size_t len, size_t *sent, bool wait,
+		      bool fiber, int64_t deadline)
 {
-	while (ch->wsent < ch->wlen) {
-		ssize_t k = send(ch->fd, ch->wbuf + ch->wsent, ch->wlen - ch->wsent,
-				 MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (*sent < len) {
+		ssize_t k = send(ch->fd, p + *sent, len - *sent, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (k > 0) {
-			ch->wsent += (size_t)k;
+			*sent += (size_t)k;
 			continue;
 		}
 		if (k < 0 && errno == EINTR)
@@ -276,8 +278,15 @@ static int push(sh_channel *ch, bool wait, bool fiber, int64_t deadline)
 		return k < 0 && (errno == EPIPE || errno == ECONNRESET) ? SHOAL_ECLOSED
 									: shoal_errno();
 	}
-	ch->wlen = ch->wsent = 0;
 	return 0;
+}
+
+static int push(sh_channel *ch, bool wait, bool fiber, int64_t deadline)
+{
+	int rc = push_bytes(ch, ch->wbuf, ch->wlen, &ch->wsent, wait, fiber, deadline);
+	if (rc == 0)
+		ch->wlen = ch->wsent = 0;
+	return rc;
 }
 
 /* Seals one record of up to REC_PLAIN bytes gathered from the parts
@@ -387,8 +396,10 @@ int sh_channel_write(sh_channel *ch, const void *p, size_t n, bool fiber, int64_
 }
 
 /* Seals, in place, the record at h whose len bytes of plaintext already
- * sit at h + REC_HDR. */
-static int seal_in_place(sh_channel *ch, unsigned char *h, size_t len)
+ * sit at h + REC_HDR: its whole length is REC_HDR + len + 1 + REC_TAG.
+ * Touches only the sending key and sequence (a reader thread may call it
+ * while the caller sends what it sealed before). */
+static int seal_record(sh_channel *ch, unsigned char *h, size_t len)
 {
 	unsigned char *o = h + REC_HDR, iv[12];
 	size_t rlen = len + 1 + REC_TAG;
@@ -403,9 +414,61 @@ static int seal_in_place(sh_channel *ch, unsigned char *h, size_t len)
 		    EVP_EncryptFinal_ex(ch->tx, o + len + 1, &l) == 1 &&
 		    EVP_CIPHER_CTX_ctrl(ch->tx, EVP_CTRL_AEAD_GET_TAG, REC_TAG, o + len + 1) == 1;
 	if (!ok)
-		return fail(ch, SHOAL_EIO, "%s", "sealing a record failed");
+		return SHOAL_EIO;
 	ch->tx_seq++;
-	ch->wlen += REC_HDR + rlen;
+	return 0;
+}
+
+/* Reads up to a buffer's worth of records of the file's bytes (pieces
+ * from *pi, *left bytes of it at *off, which advance) into buf, each
+ * read by the kernel straight into its record's slot and sealed there:
+ * *used gets the bytes of the records. */
+static int fill_records(sh_channel *ch, unsigned char *buf, size_t maxrec, const sh_fd_piece *p,
+			size_t np, size_t *pi, uint64_t *off, uint64_t *left, size_t *used,
+			char *why, size_t whylen)
+{
+	size_t nrec = 0;
+	*used = 0;
+	while (nrec < maxrec && *pi < np) {
+		if (*left == 0) {
+			if (++*pi < np)
+				*off = p[*pi].off, *left = p[*pi].len;
+			continue;
+		}
+		struct iovec iov[WBUF_RECORDS];
+		size_t k = 0;
+		uint64_t want = 0;
+		for (; nrec + k < maxrec && want < *left; k++) {
+			size_t len = *left - want < REC_PLAIN ? (size_t)(*left - want) : REC_PLAIN;
+			iov[k].iov_base = buf + *used + k * REC_MAX + REC_HDR;
+			iov[k].iov_len = len;
+			want += len;
+		}
+		ssize_t got = preadv(p[*pi].fd, iov, (int)k, (off_t)*off);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0) {
+			snprintf(why, whylen, "reading the bytes to send failed: %s",
+				 got < 0 ? strerror(errno) : "the file ended first");
+			return got < 0 ? shoal_errno() : SHOAL_EIO;
+		}
+		/* records stay contiguous: only the last one read may be short */
+		for (size_t j = 0, rest = (size_t)got; rest; j++) {
+			size_t len = rest < iov[j].iov_len ? rest : iov[j].iov_len;
+			unsigned char *h = (unsigned char *)iov[j].iov_base - REC_HDR;
+			if (h != buf + *used)
+				memmove(buf + *used + REC_HDR, h + REC_HDR, len);
+			if (seal_record(ch, buf + *used, len) != 0) {
+				snprintf(why, whylen, "sealing a record failed");
+				return SHOAL_EIO;
+			}
+			*used += REC_HDR + len + 1 + REC_TAG;
+			nrec++;
+			rest -= len;
+		}
+		*off += (uint64_t)got;
+		*left -= (uint64_t)got;
+	}
 	return 0;
 }
 
@@ -414,6 +477,7 @@ int sh_channel_send_fd(sh_channel *ch, int fd, uint64_t off, uint64_t n, bool fl
 {
 	if (ch->broken)
 		return ch->broken;
+	char why[120];
 	while (n) {
 		size_t room = (WBUF_RECORDS * REC_MAX - ch->wlen) / REC_MAX;
 		if (room == 0) {
@@ -422,39 +486,137 @@ int sh_channel_send_fd(sh_channel *ch, int fd, uint64_t off, uint64_t n, bool fl
 				return rc;
 			continue;
 		}
-		/* the file's bytes land straight in the records' slots: one
-		 * read for up to 16 records, sealed where they lie */
-		struct iovec iov[WBUF_RECORDS];
-		size_t k = 0;
-		uint64_t want = 0;
-		for (; k < room && want < n; k++) {
-			size_t len = n - want < REC_PLAIN ? (size_t)(n - want) : REC_PLAIN;
-			iov[k].iov_base = ch->wbuf + ch->wlen + k * REC_MAX + REC_HDR;
-			iov[k].iov_len = len;
-			want += len;
-		}
-		ssize_t got = preadv(fd, iov, (int)k, (off_t)off);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0)
-			return fail(ch, got < 0 ? shoal_errno() : SHOAL_EIO,
-				    "reading the bytes to send failed: %s",
-				    got < 0 ? strerror(errno) : "the file ended first");
-		/* records stay contiguous: only the last one read may be short */
-		for (size_t j = 0, left = (size_t)got; left; j++) {
-			size_t len = left < iov[j].iov_len ? left : iov[j].iov_len;
-			unsigned char *h = (unsigned char *)iov[j].iov_base - REC_HDR;
-			if (h != ch->wbuf + ch->wlen)
-				memmove(ch->wbuf + ch->wlen + REC_HDR, h + REC_HDR, len);
-			int rc = seal_in_place(ch, ch->wbuf + ch->wlen, len);
-			if (rc)
-				return rc;
-			left -= len;
-		}
-		off += (uint64_t)got;
-		n -= (uint64_t)got;
+		sh_fd_piece part = {fd, off, n};
+		size_t pi = 0, used;
+		uint64_t poff = off, pleft = n;
+		int rc = fill_records(ch, ch->wbuf + ch->wlen, room, &part, 1, &pi, &poff, &pleft,
+				      &used, why, sizeof(why));
+		if (rc)
+			return fail(ch, rc, "%s", why);
+		ch->wlen += used;
+		off = poff;
+		n = pleft;
 	}
 	return flush ? push(ch, true, false, deadline) : 0;
+}
+
+/* ---- sending from files ---- */
+
+/* Reading and sealing overlap the sending: a reader thread fills buffers
+ * of records (kernel copies into their slots, sealed in place) while the
+ * caller sends the ones before. */
+#define SPOOL 3
+
+typedef struct sreader {
+	sh_channel *ch;
+	const sh_fd_piece *p;
+	size_t np;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	unsigned char *bufs[SPOOL];
+	size_t lens[SPOOL];
+	uint64_t produced, consumed;
+	bool stop, done;
+	int rc;
+	char why[120];
+} sreader;
+
+static void *sreader_main(void *arg)
+{
+	sreader *r = arg;
+	size_t pi = 0;
+	uint64_t off = r->np ? r->p[0].off : 0, left = r->np ? r->p[0].len : 0;
+	int rc = 0;
+	while (rc == 0 && pi < r->np) {
+		pthread_mutex_lock(&r->mu);
+		while (r->produced - r->consumed == SPOOL && !r->stop)
+			pthread_cond_wait(&r->cv, &r->mu);
+		bool stop = r->stop;
+		unsigned char *buf = r->bufs[r->produced % SPOOL];
+		pthread_mutex_unlock(&r->mu);
+		if (stop)
+			break;
+		size_t used;
+		rc = fill_records(r->ch, buf, WBUF_RECORDS, r->p, r->np, &pi, &off, &left, &used,
+				  r->why, sizeof(r->why));
+		pthread_mutex_lock(&r->mu);
+		if (rc == 0 && used) {
+			r->lens[r->produced % SPOOL] = used;
+			r->produced++;
+		}
+		pthread_cond_broadcast(&r->cv);
+		pthread_mutex_unlock(&r->mu);
+	}
+	pthread_mutex_lock(&r->mu);
+	r->rc = rc;
+	r->done = true;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	return NULL;
+}
+
+int sh_channel_send_pieces(sh_channel *ch, const sh_fd_piece *p, size_t np, int64_t deadline)
+{
+	if (ch->broken)
+		return ch->broken;
+	uint64_t total = 0;
+	for (size_t i = 0; i < np; i++)
+		total += p[i].len;
+	int rc = 0;
+	if (total < (4u << 20)) { /* a thread only where it pays */
+		for (size_t i = 0; rc == 0 && i < np; i++)
+			rc = sh_channel_send_fd(ch, p[i].fd, p[i].off, p[i].len, false, deadline);
+		return rc ? rc : push(ch, true, false, deadline);
+	}
+	if ((rc = push(ch, true, false, deadline)) != 0) /* what came before, first */
+		return rc;
+	sreader *r = SH_NEW(sreader);
+	if (!r)
+		return SHOAL_ENOMEM;
+	r->ch = ch;
+	r->p = p;
+	r->np = np;
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->cv, NULL);
+	for (int i = 0; i < SPOOL && rc == 0; i++)
+		if (!(r->bufs[i] = shoal_alloc(WBUF_RECORDS * REC_MAX)))
+			rc = SHOAL_ENOMEM;
+	pthread_t th;
+	if (rc == 0 && (rc = -pthread_create(&th, NULL, sreader_main, r)) == 0) {
+		for (;;) {
+			pthread_mutex_lock(&r->mu);
+			while (r->produced == r->consumed && !r->done)
+				pthread_cond_wait(&r->cv, &r->mu);
+			bool have = r->produced > r->consumed;
+			unsigned char *buf = r->bufs[r->consumed % SPOOL];
+			size_t len = r->lens[r->consumed % SPOOL];
+			pthread_mutex_unlock(&r->mu);
+			if (!have)
+				break;
+			size_t sent = 0;
+			rc = push_bytes(ch, buf, len, &sent, true, false, deadline);
+			pthread_mutex_lock(&r->mu);
+			r->consumed++;
+			if (rc)
+				r->stop = true;
+			pthread_cond_broadcast(&r->cv);
+			pthread_mutex_unlock(&r->mu);
+			if (rc)
+				break;
+		}
+		pthread_join(th, NULL);
+		if (rc == 0 && r->rc)
+			rc = fail(ch, r->rc, "%s", r->why);
+		else if (rc)
+			ch->broken = rc; /* records went out of step with the socket */
+	}
+	for (int i = 0; i < SPOOL; i++)
+		if (r->bufs[i])
+			shoal_free(r->bufs[i], WBUF_RECORDS * REC_MAX);
+	pthread_mutex_destroy(&r->mu);
+	pthread_cond_destroy(&r->cv);
+	SH_DELETE(r);
+	return rc;
 }
 
 int sh_channel_flush(sh_channel *ch, int64_t deadline)
@@ -643,67 +805,233 @@ static bool record_at_hand(const sh_channel *ch)
 	return len > 1 + REC_TAG && have >= REC_HDR + len;
 }
 
-int sh_channel_recv_fd(sh_channel *ch, int fd, uint64_t off, uint64_t n, int64_t deadline,
-		       _Atomic uint64_t *got)
+/* ---- receiving into a file ---- */
+
+/* Receiving and writing to the file overlap: the opened records of one
+ * buffer go to a writer thread while the next buffer fills, so on two
+ * cores the copy into the file (the costlier one, into fresh pages) runs
+ * beside the receiving and the checking. A buffer is the channel's rbuf,
+ * swapped for a free one when handed over. */
+#define RUNS_MAX 256
+#define POOL 3
+
+typedef struct wbatch {
+	unsigned char *buf;
+	size_t nruns;
+	struct iovec iov[RUNS_MAX];
+	uint64_t off[RUNS_MAX]; /* where each run goes in the file */
+} wbatch;
+
+typedef struct writer {
+	int fd;
+	_Atomic uint64_t *got;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	wbatch b[POOL];
+	unsigned char *free_bufs[POOL + 1];
+	int nfree;
+	int queue[POOL], qhead, qlen; /* batches to write, in order */
+	bool stop, threaded;
+	int rc;
+	char why[120];
+	pthread_t th;
+} writer;
+
+/* Writes batch b, runs that follow each other in the file together. */
+static int write_batch(writer *w, wbatch *b)
 {
-	/* Each record is opened where it was received and its plaintext
-	 * written to the file from there: records at hand go together, one
-	 * write for up to 16 of them, before a read may move rbuf. */
-	struct iovec iov[WBUF_RECORDS + 1];
-	size_t k = 0;
+	for (size_t i = 0; i < b->nruns;) {
+		size_t j = i + 1;
+		uint64_t end = b->off[i] + b->iov[i].iov_len;
+		while (j < b->nruns && j - i < 64 && b->off[j] == end)
+			end += b->iov[j++].iov_len;
+		uint64_t off = b->off[i];
+		struct iovec *v = b->iov + i;
+		int cnt = (int)(j - i);
+		while (cnt) {
+			ssize_t k = pwritev(w->fd, v, cnt, (off_t)off);
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0) {
+				snprintf(w->why, sizeof(w->why),
+					 "writing received bytes failed: %s",
+					 k < 0 ? strerror(errno) : "no progress");
+				return k < 0 ? shoal_errno() : SHOAL_EIO;
+			}
+			atomic_fetch_add(w->got, (uint64_t)k);
+			off += (uint64_t)k;
+			for (size_t left = (size_t)k; left;) {
+				size_t t = left < v->iov_len ? left : v->iov_len;
+				v->iov_base = (unsigned char *)v->iov_base + t;
+				v->iov_len -= t;
+				left -= t;
+				if (!v->iov_len)
+					v++, cnt--;
+			}
+		}
+		i = j;
+	}
+	return 0;
+}
+
+static void *writer_main(void *arg)
+{
+	writer *w = arg;
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		while (!w->qlen && !w->stop)
+			pthread_cond_wait(&w->cv, &w->mu);
+		if (!w->qlen)
+			break;
+		wbatch *b = &w->b[w->queue[w->qhead]];
+		pthread_mutex_unlock(&w->mu);
+		int rc = w->rc ? 0 : write_batch(w, b);
+		pthread_mutex_lock(&w->mu);
+		if (rc && !w->rc)
+			w->rc = rc;
+		w->free_bufs[w->nfree++] = b->buf;
+		w->qhead = (w->qhead + 1) % POOL;
+		w->qlen--;
+		pthread_cond_broadcast(&w->cv);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+/* Hands batch *cur (its runs in ch->rbuf) to the writer and gives the
+ * channel a free buffer holding what rbuf had not yet given out: the
+ * rest of the opened record, and the bytes after it. */
+static int hand_over(sh_channel *ch, writer *w, int *cur)
+{
+	wbatch *b = &w->b[*cur];
+	if (!b->nruns)
+		return 0;
+	if (!w->threaded) {
+		int rc = write_batch(w, b);
+		b->nruns = 0;
+		return rc;
+	}
+	pthread_mutex_lock(&w->mu);
+	while (!w->nfree && !w->rc)
+		pthread_cond_wait(&w->cv, &w->mu);
+	int rc = w->rc;
+	unsigned char *nb = rc ? NULL : w->free_bufs[--w->nfree];
+	if (!rc) {
+		b->buf = ch->rbuf;
+		w->queue[(w->qhead + w->qlen) % POOL] = *cur;
+		w->qlen++;
+		pthread_cond_broadcast(&w->cv);
+	}
+	pthread_mutex_unlock(&w->mu);
+	if (rc)
+		return rc;
+	size_t plain = ch->pend - ch->ppos, raw = ch->rend - ch->rpos;
+	memcpy(nb, ch->rbuf + ch->ppos, plain);
+	memcpy(nb + plain, ch->rbuf + ch->rpos, raw);
+	ch->rbuf = nb;
+	ch->ppos = 0, ch->pend = plain;
+	ch->rpos = plain, ch->rend = plain + raw;
+	/* the next batch: one the writer is done with */
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		bool busy = false;
+		for (int q = 0; q < w->qlen; q++)
+			busy |= w->queue[(w->qhead + q) % POOL] == (*cur + 1) % POOL;
+		if (!busy || w->rc)
+			break;
+		pthread_cond_wait(&w->cv, &w->mu);
+	}
+	rc = w->rc;
+	pthread_mutex_unlock(&w->mu);
+	*cur = (*cur + 1) % POOL;
+	w->b[*cur].nruns = 0;
+	return rc;
+}
+
+int sh_channel_recv_ranges(sh_channel *ch, int fd, const sh_fd_range *r, size_t nr,
+			   int64_t deadline, _Atomic uint64_t *got)
+{
+	if (ch->broken)
+		return ch->broken;
+	uint64_t total = 0;
+	for (size_t i = 0; i < nr; i++)
+		total += r[i].len;
+	writer *w = SH_NEW(writer);
+	if (!w)
+		return SHOAL_ENOMEM;
+	w->fd = fd;
+	w->got = got;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
 	int rc = 0;
-	while (n || k) {
-		bool more =
-			n && k < WBUF_RECORDS + 1 && (ch->ppos < ch->pend || record_at_hand(ch));
-		if (more) {
+	/* a thread only where it pays: a few MiB at least */
+	if (total >= (4u << 20)) {
+		for (; w->nfree < POOL && rc == 0; w->nfree++)
+			if (!(w->free_bufs[w->nfree] = shoal_alloc(RBUF_BYTES)))
+				rc = SHOAL_ENOMEM;
+		if (rc == 0 && pthread_create(&w->th, NULL, writer_main, w) == 0)
+			w->threaded = true;
+	}
+	int cur = 0;
+	size_t ri = 0;
+	uint64_t roff = 0; /* into r[ri] */
+	while (rc == 0 && ri < nr) {
+		if (roff == r[ri].len) {
+			ri++, roff = 0;
+			continue;
+		}
+		wbatch *b = &w->b[cur];
+		if (b->nruns < RUNS_MAX && (ch->ppos < ch->pend || record_at_hand(ch))) {
 			const unsigned char *p;
 			size_t m;
 			if ((rc = peek(ch, &p, &m, false, SHOAL_FOREVER, true)) != 0)
 				break;
-			m = m < n ? m : (size_t)n;
-			iov[k].iov_base = (void *)p;
-			iov[k++].iov_len = m;
+			m = m < r[ri].len - roff ? m : (size_t)(r[ri].len - roff);
+			b->iov[b->nruns].iov_base = (void *)p;
+			b->iov[b->nruns].iov_len = m;
+			b->off[b->nruns++] = r[ri].off + roff;
 			sh_channel_consume(ch, m);
-			n -= m;
+			roff += m;
 			continue;
 		}
-		if (k) {
-			for (size_t i = 0; i < k;) {
-				ssize_t w = pwritev(fd, iov + i, (int)(k - i), (off_t)off);
-				if (w < 0 && errno == EINTR)
-					continue;
-				if (w <= 0) {
-					rc = fail(ch, w < 0 ? shoal_errno() : SHOAL_EIO,
-						  "writing received bytes failed: %s",
-						  w < 0 ? strerror(errno) : "no progress");
-					return rc;
-				}
-				off += (uint64_t)w;
-				atomic_fetch_add(got, (uint64_t)w);
-				for (size_t left = (size_t)w; left;) {
-					size_t t = left < iov[i].iov_len ? left : iov[i].iov_len;
-					iov[i].iov_base = (unsigned char *)iov[i].iov_base + t;
-					iov[i].iov_len -= t;
-					left -= t;
-					if (!iov[i].iov_len)
-						i++;
-				}
-			}
-			k = 0;
+		/* nothing at hand, or the batch is full: off it goes before a
+		 * read may move rbuf */
+		if ((rc = hand_over(ch, w, &cur)) != 0)
+			break;
+		if (ch->ppos < ch->pend || record_at_hand(ch))
 			continue;
-		}
-		/* nothing at hand: wait for the next record (it may move rbuf,
-		 * which nothing gathered points into now) */
 		const unsigned char *p;
 		size_t m;
 		rc = peek(ch, &p, &m, false, deadline, true);
 		if (rc == SHOAL_ETIMEDOUT)
-			return fail(ch, rc, "%s",
-				    "the peer stopped sending in the middle of the bytes");
-		if (rc)
-			return rc;
+			rc = fail(ch, rc, "%s",
+				  "the peer stopped sending in the middle of the bytes");
 	}
+	if (rc == 0)
+		rc = hand_over(ch, w, &cur);
+	if (w->threaded) {
+		pthread_mutex_lock(&w->mu);
+		w->stop = true;
+		pthread_cond_broadcast(&w->cv);
+		pthread_mutex_unlock(&w->mu);
+		pthread_join(w->th, NULL);
+	}
+	if (rc == 0 && w->rc)
+		rc = fail(ch, w->rc, "%s", w->why);
+	for (int i = 0; i < w->nfree; i++)
+		if (w->free_bufs[i])
+			shoal_free(w->free_bufs[i], RBUF_BYTES);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	SH_DELETE(w);
 	return rc;
+}
+
+int sh_channel_recv_fd(sh_channel *ch, int fd, uint64_t off, uint64_t n, int64_t deadline,
+		       _Atomic uint64_t *got)
+{
+	sh_fd_range r = {off, n};
+	return sh_channel_recv_ranges(ch, fd, &r, 1, deadline, got);
 }
 
 int sh_channel_relay(sh_channel *from, sh_channel *to, const void *head, size_t hlen, uint64_t n,

@@ -145,6 +145,20 @@ int sh_channel_send_fd(sh_channel *ch, int fd, uint64_t off, uint64_t n, bool fl
 		       int64_t deadline);
 int sh_channel_recv_fd(sh_channel *ch, int fd, uint64_t off, uint64_t n, int64_t deadline,
 		       _Atomic uint64_t *got);
+/* send_fd for bytes of several files (or places in one), one after
+ * another, and every record pushed into the socket at the end. */
+typedef struct sh_fd_piece {
+	int fd;
+	uint64_t off, len;
+} sh_fd_piece;
+int sh_channel_send_pieces(sh_channel *ch, const sh_fd_piece *p, size_t np, int64_t deadline);
+/* recv_fd for several places in fd at once, in this order: the bytes of
+ * a stream that fill them one after another. */
+typedef struct sh_fd_range {
+	uint64_t off, len;
+} sh_fd_range;
+int sh_channel_recv_ranges(sh_channel *ch, int fd, const sh_fd_range *r, size_t nr,
+			   int64_t deadline, _Atomic uint64_t *got);
 /* Pushes the records sealed so far into the socket (a thread's). */
 int sh_channel_flush(sh_channel *ch, int64_t deadline);
 /* Relays: head, n bytes read from from, tail, written to to.

@@ -887,7 +887,8 @@ int shoal_claim(shoal_client *c, uint64_t *token)
 int shoal_migrate(shoal_client *c, const char *name, shoal_id id, const shoal_migrate_opts *opts,
 		  shoal_id *out)
 {
-	if (!c || !out || (!name && !id) || (name && !*name))
+	if (!c || !out || (!name && !id) || (name && !*name) ||
+	    (opts && opts->streams > SH_PEER_STREAMS_MAX))
 		return SHOAL_EINVAL;
 	shoal_migrate_opts none = {0};
 	if (!opts)
@@ -907,7 +908,7 @@ int shoal_migrate(shoal_client *c, const char *name, shoal_id id, const shoal_mi
 			msgpack_pack_array(&pk, 2);
 			msgpack_pack_uint64(&pk, ticket);
 		} else {
-			msgpack_pack_array(&pk, 3);
+			msgpack_pack_array(&pk, 4);
 			if (name)
 				sh_mp_pack_cstr(&pk, name);
 			else
@@ -916,6 +917,7 @@ int shoal_migrate(shoal_client *c, const char *name, shoal_id id, const shoal_mi
 				sh_mp_pack_cstr(&pk, opts->from);
 			else
 				msgpack_pack_nil(&pk);
+			msgpack_pack_uint32(&pk, opts->streams);
 		}
 		msgpack_pack_uint64(&pk, wait_ms);
 		sh_mp m;

@@ -63,12 +63,15 @@ struct mig {
 	int64_t done_at;   /* when it finished */
 	shoal_chan *done;  /* closed when it finishes: wakes every waiter */
 	uint64_t reserved; /* room taken for the region */
+	uint32_t streams;  /* the most links asked for; 0: SHOAL_MIGRATE_STREAMS */
 	/* the thread's */
 	pthread_t thread;
-	int fd; /* the link's socket (under mu: a stop ends it) */
+	int fds[SH_PEER_STREAMS_MAX]; /* the links' sockets (under mu: a stop ends them) */
+	bool cut;		      /* (under mu) one failed: no more links */
 	int region_fd;
 	sh_channel *ch;
 	sh_bump a;
+	sh_mig_reply r;
 	shoal_node *root;
 	char *name; /* the source's name of it (NUL-terminated), or NULL */
 	unsigned char *in;
@@ -230,137 +233,289 @@ static int mig_fail(mig *g, int rc, const char *fmt, ...)
 }
 
 /* The blobs' places in the region, in the tree's order: each inside it. */
-static int check_layout(const shoal_node *n, uint64_t region, uint64_t *total)
+static int check_layout(const shoal_node *n, uint64_t region, uint64_t *total, uint64_t *nblobs)
 {
 	for (uint32_t i = 0; i < n->nblobs; i++) {
 		const sh_blobref *b = &n->blobs[i];
 		if (b->inline_data || b->seg != 1 || b->off > region || b->size > region - b->off)
 			return SHOAL_EBADMSG;
 		*total += b->size;
+		++*nblobs;
 	}
 	for (uint32_t i = 0; i < n->nmembers; i++)
-		if (check_layout(n->members[i], region, total))
+		if (check_layout(n->members[i], region, total, nblobs))
 			return SHOAL_EBADMSG;
 	return 0;
 }
 
-static int receive(mig *g, const shoal_node *n)
+static void list_blobs(const shoal_node *n, sh_mig_blob *v, uint64_t *k)
 {
-	for (uint32_t i = 0; i < n->nblobs; i++) {
-		int rc = sh_channel_recv_fd(g->ch, g->region_fd, n->blobs[i].off, n->blobs[i].size,
-					    SHOAL_FOREVER, &g->received);
-		if (rc)
-			return rc;
-	}
-	for (uint32_t i = 0; i < n->nmembers; i++) {
-		int rc = receive(g, n->members[i]);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	for (uint32_t i = 0; i < n->nblobs; i++)
+		v[(*k)++] = (sh_mig_blob){n->blobs[i].off, n->blobs[i].size};
+	for (uint32_t i = 0; i < n->nmembers; i++)
+		list_blobs(n->members[i], v, k);
 }
 
-static int fetch(mig *g)
+int sh_mig_parse_reply(const void *buf, size_t len, sh_mig_reply *out, sh_bump *a, char *why,
+		       size_t whylen)
 {
-	shoal_store *s = g->s;
-	char why[256];
-	int64_t deadline = shoal_deadline_in(MIG_CONNECT_NS);
-	int fd = -1;
-	int rc = sh_tcp_connect(g->from, &fd, deadline, why, sizeof(why));
-	pthread_mutex_lock(&g->mu);
-	g->fd = fd;
-	pthread_mutex_unlock(&g->mu);
-	if (rc == 0)
-		rc = sh_auth_client(fd, s->key, s->klen, SH_PEER_PROTO, s->opts.peer_no_encrypt,
-				    deadline, &g->ch, why, sizeof(why));
-	if (rc)
-		return mig_fail(g, rc, "cannot reach the store at %s: %s", g->from, why);
-	sh_channel_set_stall(g->ch, MIG_STALL_NS);
-	sh_wbuf w;
-	sh_wbuf_init(&w);
-	sh_wbuf_frame_begin(&w);
-	msgpack_packer pk;
-	sh_wbuf_packer(&w, &pk);
-	msgpack_pack_array(&pk, 1);
-	if (g->key_name) {
-		msgpack_pack_str(&pk, g->key_len);
-		msgpack_pack_str_body(&pk, g->key_name, g->key_len);
-	} else {
-		msgpack_pack_uint64(&pk, g->key_id);
-	}
-	sh_frame f = {.op = SH_PEER_FETCH, .seq = 1};
-	rc = w.err ? SHOAL_ENOMEM : sh_wbuf_frame_end(&w, &f);
-	if (rc == 0)
-		rc = sh_channel_write(g->ch, w.p, w.len, false, shoal_deadline_in(MIG_STALL_NS));
-	sh_wbuf_fini(&w);
-	size_t len = 0;
-	if (rc == 0)
-		rc = sh_channel_read_frame(g->ch, &g->in, &g->in_cap, &len, SH_PEER_META_MAX + 4096,
-					   false, shoal_deadline_in(MIG_STALL_NS));
-	if (rc)
-		return mig_fail(g, rc, "the store at %s: %s%s%s", g->from, shoal_strerror(rc),
-				sh_channel_error(g->ch)[0] ? ": " : "", sh_channel_error(g->ch));
+	memset(out, 0, sizeof(*out));
 	sh_frame r;
 	sh_mp m;
-	if (sh_frame_decode(g->in, len, &r, why, sizeof(why)) != 0 || r.op != SH_PEER_FETCH ||
-	    r.seq != 1 || r.oob)
-		return mig_fail(g, SHOAL_EPROTO, "the store at %s answered out of step: %s",
-				g->from, why[0] ? why : "wrong op, sequence or out-of-band bytes");
-	sh_mp_init(&m, g->in + SH_FRAME_HDR, r.body_len);
+	why[0] = 0;
+	if (sh_frame_decode(buf, len, &r, why, whylen) != 0 || r.op != SH_PEER_FETCH ||
+	    r.seq != 1 || r.oob) {
+		if (!why[0])
+			snprintf(why, whylen,
+				 "an answer out of step (op, sequence or out-of-band)");
+		return SHOAL_EPROTO;
+	}
+	sh_mp_init(&m, (const unsigned char *)buf + SH_FRAME_HDR, r.body_len);
 	uint32_t n, ml;
 	if (r.status) {
 		const char *msg;
-		if (r.status > 0 || sh_mp_array(&m, &n) || n != 1 || sh_mp_str(&m, &msg, &ml))
-			return mig_fail(g, SHOAL_EPROTO, "the store at %s failed without a message",
-					g->from);
-		return mig_fail(g, r.status, "%.*s", (int)(ml > 400 ? 400 : ml), msg);
+		if (r.status > 0 || sh_mp_array(&m, &n) || n != 1 || sh_mp_str(&m, &msg, &ml)) {
+			snprintf(why, whylen, "a failure without a message");
+			return SHOAL_EPROTO;
+		}
+		/* its own codes only: a peer's status goes on to our clients */
+		if (!strncmp(shoal_strerror(r.status), "SHOAL_E?", 8))
+			r.status = SHOAL_EPROTO;
+		if (ml == 0 || msg[0] == 0)
+			snprintf(why, whylen, "it failed (%s) without a message",
+				 shoal_strerror(r.status));
+		else
+			snprintf(why, whylen, "%.*s", (int)(ml > 400 ? 400 : ml), msg);
+		return r.status;
 	}
 	const void *meta;
-	if (sh_mp_array(&m, &n) || n != 4 || sh_mp_uint(&m, &g->id) || sh_mp_uint(&m, &g->sig) ||
-	    sh_mp_uint(&m, &g->region) || sh_mp_bin(&m, &meta, &ml) || sh_mp_done(&m) || g->id == 0)
-		return mig_fail(g, SHOAL_EPROTO,
-				"the store at %s answered FETCH with something else than [id, "
-				"signature, bytes, metadata]",
-				g->from);
-	if (g->key_id && g->id != g->key_id)
-		return mig_fail(g, SHOAL_EPROTO,
-				"the store at %s sent object %016" PRIx64 " for %016" PRIx64,
-				g->from, g->id, g->key_id);
+	uint64_t k;
+	if (sh_mp_array(&m, &n) || n != 6 || sh_mp_uint(&m, &out->id) ||
+	    sh_mp_uint(&m, &out->sig) || sh_mp_uint(&m, &out->region) ||
+	    sh_mp_bin(&m, &meta, &ml) || sh_mp_uint(&m, &out->token) || sh_mp_uint(&m, &k) ||
+	    sh_mp_done(&m) || out->id == 0 || k == 0 || k > SH_PEER_STREAMS_MAX ||
+	    (k > 1) != (out->token != 0)) {
+		snprintf(why, whylen,
+			 "FETCH answered with something else than [id, signature, "
+			 "bytes, metadata, token, streams]");
+		return SHOAL_EPROTO;
+	}
+	out->k = (uint32_t)k;
 	/* the metadata is as hostile as a client's seal request: the same
 	 * decoder and checks, and every blob inside the one region */
 	sh_mp mm;
 	sh_mp_init(&mm, meta, ml);
 	const char *name = NULL;
 	uint32_t nl = 0;
-	uint64_t total = 0;
 	if (sh_mp_array(&mm, &n) || n != 2 ||
 	    (!sh_mp_take_nil(&mm) && (sh_mp_str(&mm, &name, &nl) || nl == 0 ||
-				      nl > SH_NODE_MAX_NAME || memchr(name, 0, nl))))
-		rc = SHOAL_EBADMSG, snprintf(why, sizeof(why), "expected [name or nil, node]");
-	if (rc == 0)
-		rc = sh_node_decode(&mm, &g->a, &g->root, why, sizeof(why));
-	if (rc == 0 && sh_mp_done(&mm))
-		rc = SHOAL_EBADMSG, snprintf(why, sizeof(why), "trailing bytes after the node");
-	if (rc == 0)
-		rc = sh_node_check_types(g->root, why, sizeof(why));
-	if (rc == 0 && check_layout(g->root, g->region, &total))
-		rc = SHOAL_EBADMSG,
-		snprintf(why, sizeof(why), "a blob outside the region of %" PRIu64 " bytes",
-			 g->region);
-	if (rc)
-		return mig_fail(g, rc, "object %016" PRIx64 " from %s: bad metadata: %s", g->id,
-				g->from, why);
-	if (name && !(g->name = shoal_alloc(nl + 1)))
-		return mig_fail(g, SHOAL_ENOMEM, "out of memory");
-	if (name) {
-		memcpy(g->name, name, nl);
-		g->name[nl] = 0;
+				      nl > SH_NODE_MAX_NAME || memchr(name, 0, nl)))) {
+		snprintf(why, whylen, "bad metadata: expected [name or nil, node]");
+		return SHOAL_EBADMSG;
 	}
-	g->total = total;
+	int rc = sh_node_decode(&mm, a, &out->root, why, whylen);
+	if (rc == 0 && sh_mp_done(&mm))
+		rc = SHOAL_EBADMSG, snprintf(why, whylen, "trailing bytes after the node");
+	if (rc == 0)
+		rc = sh_node_check_types(out->root, why, whylen);
+	if (rc == 0 && check_layout(out->root, out->region, &out->total, &out->nblobs))
+		rc = SHOAL_EBADMSG,
+		snprintf(why, whylen, "a blob outside the region of %" PRIu64 " bytes",
+			 out->region);
+	if (rc == 0 &&
+	    !(out->blobs = sh_bump_alloc(a, (out->nblobs ? out->nblobs : 1) * sizeof(sh_mig_blob))))
+		rc = SHOAL_ENOMEM, snprintf(why, whylen, "out of memory");
+	if (rc == 0) {
+		uint64_t j = 0;
+		list_blobs(out->root, out->blobs, &j);
+	}
+	if (rc == 0 && name && !(out->name = sh_bump_alloc(a, nl + 1)))
+		rc = SHOAL_ENOMEM, snprintf(why, whylen, "out of memory");
+	if (rc == 0 && name) {
+		memcpy(out->name, name, nl);
+		out->name[nl] = 0;
+	}
+	return rc;
+}
+
+/* A link to the source, the secret proven: its socket is in fds[slot]
+ * (under mu), which a stop or a failed share shuts down. */
+static int link_open(mig *g, uint32_t slot, sh_channel **ch, char *why, size_t whylen)
+{
+	shoal_store *s = g->s;
+	int64_t deadline = shoal_deadline_in(MIG_CONNECT_NS);
+	int fd = -1;
+	int rc = sh_tcp_connect(g->from, &fd, deadline, why, whylen);
+	pthread_mutex_lock(&g->mu);
+	g->fds[slot] = fd;
+	if (g->cut && fd >= 0)
+		shutdown(fd, SHUT_RDWR);
+	pthread_mutex_unlock(&g->mu);
+	if (rc == 0)
+		rc = sh_auth_client(fd, s->key, s->klen, SH_PEER_PROTO, s->opts.peer_no_encrypt,
+				    deadline, ch, why, whylen);
+	if (rc == 0)
+		sh_channel_set_stall(*ch, MIG_STALL_NS);
+	return rc;
+}
+
+static void link_close(mig *g, uint32_t slot, sh_channel *ch)
+{
+	sh_channel_free(ch);
+	pthread_mutex_lock(&g->mu); /* a stop may be shutting it down */
+	if (g->fds[slot] >= 0)
+		close(g->fds[slot]);
+	g->fds[slot] = -1;
+	pthread_mutex_unlock(&g->mu);
+}
+
+/* Ends every link of g: its other shares fail at once. */
+static void cut(mig *g)
+{
+	pthread_mutex_lock(&g->mu);
+	g->cut = true;
+	for (uint32_t i = 0; i < SH_PEER_STREAMS_MAX; i++)
+		if (g->fds[i] >= 0)
+			shutdown(g->fds[i], SHUT_RDWR);
+	pthread_mutex_unlock(&g->mu);
+}
+
+static int send_request(sh_channel *ch, uint16_t op, uint64_t a, const char *name, size_t nl,
+			uint64_t b)
+{
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	sh_wbuf_frame_begin(&w);
+	msgpack_packer pk;
+	sh_wbuf_packer(&w, &pk);
+	msgpack_pack_array(&pk, 2);
+	if (name) {
+		msgpack_pack_str(&pk, nl);
+		msgpack_pack_str_body(&pk, name, nl);
+	} else {
+		msgpack_pack_uint64(&pk, a);
+	}
+	msgpack_pack_uint64(&pk, b);
+	sh_frame f = {.op = op, .seq = 1};
+	int rc = w.err ? SHOAL_ENOMEM : sh_wbuf_frame_end(&w, &f);
+	if (rc == 0)
+		rc = sh_channel_write(ch, w.p, w.len, false, shoal_deadline_in(MIG_STALL_NS));
+	sh_wbuf_fini(&w);
+	return rc;
+}
+
+/* Share i of the blobs' bytes, written at their places in the region. */
+static int recv_share(mig *g, sh_channel *ch, uint32_t i)
+{
+	const sh_mig_reply *r = &g->r;
+	uint64_t lo, hi, at = 0;
+	sh_peer_share(r->total, r->k, i, &lo, &hi);
+	size_t n = 0, cap = 0;
+	sh_fd_range *v = NULL;
+	int rc = 0;
+	for (uint64_t j = 0; rc == 0 && j < r->nblobs && at < hi; j++) {
+		const sh_mig_blob *b = &r->blobs[j];
+		uint64_t x = lo > at ? lo : at, y = at + b->size < hi ? at + b->size : hi;
+		if (x < y) {
+			if (n == cap) {
+				size_t nc = cap ? cap * 2 : 64;
+				sh_fd_range *q =
+					shoal_realloc(v, cap * sizeof(*v), nc * sizeof(*v));
+				if (!q) {
+					rc = SHOAL_ENOMEM;
+					break;
+				}
+				v = q;
+				cap = nc;
+			}
+			v[n++] = (sh_fd_range){b->off + (x - at), y - x};
+		}
+		at += b->size;
+	}
+	if (rc == 0)
+		rc = sh_channel_recv_ranges(ch, g->region_fd, v, n, SHOAL_FOREVER, &g->received);
+	if (v)
+		shoal_free(v, cap * sizeof(*v));
+	return rc;
+}
+
+typedef struct share {
+	mig *g;
+	uint32_t i;
+	pthread_t th;
+	int rc;
+	char why[256];
+} share;
+
+/* Another link: JOIN the transfer, receive share i. */
+static void *share_main(void *arg)
+{
+	share *sh = arg;
+	mig *g = sh->g;
+	sh_channel *ch = NULL;
+	int rc = link_open(g, sh->i, &ch, sh->why, sizeof(sh->why));
+	if (rc == 0)
+		rc = send_request(ch, SH_PEER_JOIN, g->r.token, NULL, 0, sh->i);
+	unsigned char *in = NULL;
+	size_t cap = 0, len;
+	if (rc == 0)
+		rc = sh_channel_read_frame(ch, &in, &cap, &len, 4096, false,
+					   shoal_deadline_in(MIG_STALL_NS));
+	sh_frame f;
+	if (rc == 0 && (sh_frame_decode(in, len, &f, sh->why, sizeof(sh->why)) != 0 ||
+			f.op != SH_PEER_JOIN || f.seq != 1 || f.oob || f.status)) {
+		rc = f.status < 0 ? f.status : SHOAL_EPROTO;
+		snprintf(sh->why, sizeof(sh->why), "JOIN refused");
+	}
+	if (in)
+		shoal_free(in, cap);
+	if (rc == 0 && (rc = recv_share(g, ch, sh->i)) != 0)
+		snprintf(sh->why, sizeof(sh->why), "%s", sh_channel_error(ch));
+	if (rc)
+		cut(g);
+	link_close(g, sh->i, ch);
+	sh->rc = rc;
+	return NULL;
+}
+
+static int fetch(mig *g)
+{
+	char why[256];
+	sh_channel *ch = NULL;
+	int rc = link_open(g, 0, &ch, why, sizeof(why));
+	g->ch = ch;
+	if (rc)
+		return mig_fail(g, rc, "cannot reach the store at %s: %s", g->from, why);
+	rc = send_request(ch, SH_PEER_FETCH, g->key_id, g->key_name, g->key_len,
+			  g->streams ? g->streams : SHOAL_MIGRATE_STREAMS);
+	size_t len = 0;
+	if (rc == 0)
+		rc = sh_channel_read_frame(ch, &g->in, &g->in_cap, &len, SH_PEER_META_MAX + 4096,
+					   false, shoal_deadline_in(MIG_STALL_NS));
+	if (rc)
+		return mig_fail(g, rc, "the store at %s: %s%s%s", g->from, shoal_strerror(rc),
+				sh_channel_error(ch)[0] ? ": " : "", sh_channel_error(ch));
+	if ((rc = sh_mig_parse_reply(g->in, len, &g->r, &g->a, why, sizeof(why))) != 0)
+		return rc < 0 && rc != SHOAL_EPROTO && rc != SHOAL_EBADMSG
+			       ? mig_fail(g, rc, "%s", why)
+			       : mig_fail(g, rc, "the store at %s: %s", g->from, why);
+	if (g->key_id && g->r.id != g->key_id)
+		return mig_fail(g, SHOAL_EPROTO,
+				"the store at %s sent object %016" PRIx64 " for %016" PRIx64,
+				g->from, g->r.id, g->key_id);
+	g->id = g->r.id;
+	g->sig = g->r.sig;
+	g->region = g->r.region;
+	g->root = g->r.root;
+	g->total = g->r.total;
+	if (g->r.name && !(g->name = shoal_alloc(strlen(g->r.name) + 1)))
+		return mig_fail(g, SHOAL_ENOMEM, "out of memory");
+	if (g->r.name)
+		memcpy(g->name, g->r.name, strlen(g->r.name) + 1);
 	/* is it here already, is there room? */
 	g->answered = false;
 	g->mail.fn = on_meta;
-	sh_store_post(s, &g->mail);
+	sh_store_post(g->s, &g->mail);
 	pthread_mutex_lock(&g->mu);
 	while (!g->answered)
 		pthread_cond_wait(&g->cv, &g->mu);
@@ -373,12 +528,32 @@ static int fetch(mig *g)
 				  &g->region_fd)) != 0)
 		return mig_fail(g, rc, "object %016" PRIx64 ": a region of %" PRIu64 " bytes: %s",
 				g->id, g->region, shoal_strerror(rc));
-	if ((rc = receive(g, g->root)) != 0)
+	share sh[SH_PEER_STREAMS_MAX];
+	uint32_t started = 1;
+	for (; started < g->r.k; started++) {
+		sh[started] = (share){.g = g, .i = started};
+		if (pthread_create(&sh[started].th, NULL, share_main, &sh[started]) != 0)
+			break;
+	}
+	if (started < g->r.k)
+		cut(g);
+	rc = started < g->r.k ? SHOAL_ENOMEM : recv_share(g, ch, 0);
+	const char *cause = rc && rc != SHOAL_ENOMEM ? sh_channel_error(ch) : "";
+	if (rc)
+		cut(g);
+	for (uint32_t i = 1; i < started; i++) {
+		pthread_join(sh[i].th, NULL);
+		if (!rc && sh[i].rc) {
+			rc = sh[i].rc;
+			cause = sh[i].why;
+		}
+	}
+	if (rc)
 		return mig_fail(g, rc,
 				"object %016" PRIx64 " from %s: the transfer broke after %" PRIu64
 				" of %" PRIu64 " bytes: %s%s%s",
-				g->id, g->from, (uint64_t)g->received, total, shoal_strerror(rc),
-				sh_channel_error(g->ch)[0] ? ": " : "", sh_channel_error(g->ch));
+				g->id, g->from, (uint64_t)atomic_load(&g->received), g->total,
+				shoal_strerror(rc), cause[0] ? ": " : "", cause);
 	if ((rc = sh_memfd_seal(g->region_fd)) != 0)
 		return mig_fail(g, rc, "object %016" PRIx64 ": sealing its region: %s", g->id,
 				shoal_strerror(rc));
@@ -389,21 +564,12 @@ static void *mig_main(void *arg)
 {
 	mig *g = arg;
 	g->rc = fetch(g);
-	if (g->rc && g->region_fd >= 0) {
+	if ((g->rc || g->verdict == 1) && g->region_fd >= 0) {
 		close(g->region_fd);
 		g->region_fd = -1;
 	}
-	if (g->verdict == 1 && g->region_fd >= 0) {
-		close(g->region_fd);
-		g->region_fd = -1;
-	}
-	sh_channel_free(g->ch);
+	link_close(g, 0, g->ch);
 	g->ch = NULL;
-	pthread_mutex_lock(&g->mu); /* a stop may be shutting it down */
-	if (g->fd >= 0)
-		close(g->fd);
-	g->fd = -1;
-	pthread_mutex_unlock(&g->mu);
 	if (g->in)
 		shoal_free(g->in, g->in_cap);
 	g->in = NULL;
@@ -459,13 +625,15 @@ int sh_st_op_migrate(st_conn *c, const sh_frame *req, sh_mp *m)
 	shoal_store *s = c->srv;
 	uint32_t n, nl = 0, fl = 0;
 	const char *name = NULL, *from = NULL;
-	uint64_t id = 0, wait_ms;
-	if (sh_mp_array(m, &n) || n != 3 ||
+	uint64_t id = 0, wait_ms, streams;
+	if (sh_mp_array(m, &n) || n != 4 ||
 	    (sh_mp_kind(m) == SH_MP_STR ? sh_mp_str(m, &name, &nl) : sh_mp_uint(m, &id)) ||
-	    (!sh_mp_take_nil(m) && sh_mp_str(m, &from, &fl)) || sh_mp_uint(m, &wait_ms) ||
-	    sh_mp_done(m))
+	    (!sh_mp_take_nil(m) && sh_mp_str(m, &from, &fl)) || sh_mp_uint(m, &streams) ||
+	    sh_mp_uint(m, &wait_ms) || sh_mp_done(m) || streams > SH_PEER_STREAMS_MAX)
 		return sh_st_reply_err(c, req, SHOAL_EBADMSG,
-				       "MIGRATE: expected [id or name, from or nil, wait_ms]");
+				       "MIGRATE: expected [id or name, from or nil, streams (0 to "
+				       "%d), wait_ms]",
+				       SH_PEER_STREAMS_MAX);
 	if (name ? (nl == 0 || nl > SH_NODE_MAX_NAME || memchr(name, 0, nl)) : id == 0)
 		return sh_st_reply_err(c, req, SHOAL_EBADMSG,
 				       "MIGRATE: a name of 1 to %d bytes, or a nonzero id",
@@ -508,7 +676,10 @@ int sh_st_op_migrate(st_conn *c, const sh_frame *req, sh_mp *m)
 	if (!g)
 		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "MIGRATE: out of memory");
 	g->s = s;
-	g->fd = g->region_fd = -1;
+	g->region_fd = -1;
+	g->streams = (uint32_t)streams;
+	for (int i = 0; i < SH_PEER_STREAMS_MAX; i++)
+		g->fds[i] = -1;
 	memcpy(g->from, from, fl);
 	g->key_id = id;
 	pthread_mutex_init(&g->mu, NULL);
@@ -573,14 +744,10 @@ void sh_migs_stop(shoal_store *s)
 {
 	if (!s->migs)
 		return;
-	/* a transfer's thread ends when its socket does */
+	/* a transfer's threads end when their sockets do */
 	for (mig *g = s->migs->list; g; g = g->next)
-		if (g->state != MIG_DONE) {
-			pthread_mutex_lock(&g->mu);
-			if (g->fd >= 0)
-				shutdown(g->fd, SHUT_RDWR);
-			pthread_mutex_unlock(&g->mu);
-		}
+		if (g->state != MIG_DONE)
+			cut(g);
 	while (s->migs->running)
 		shoal_sleep_until(shoal_deadline_in(1000000));
 }

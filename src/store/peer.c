@@ -27,11 +27,22 @@
 /* A peer that takes nothing for this long, in the middle of a transfer,
  * is gone. */
 #define PEER_STALL_NS (10 * 1000000000LL)
+/* The least bytes a share is worth another link for. */
+#define SHARE_MIN (32ull << 20)
 
-typedef struct piece {
-	int fd;
-	uint64_t off, len;
-} piece;
+typedef sh_fd_piece piece;
+
+/* One object on its way to a peer, in shares over one link or several. */
+typedef struct xfer {
+	st_obj *o;
+	piece *pieces; /* where its blobs' bytes are here, in the tree's order */
+	size_t npieces, cap;
+	uint64_t total, token;
+	uint32_t k, joined; /* shares; links that joined besides the first */
+	uint32_t holds;	    /* links sending it, and the first while it waits */
+	shoal_chan *all_in; /* closed when every share has its link, or at a stop */
+	bool in_closed;
+} xfer;
 
 typedef struct peer_conn peer_conn;
 
@@ -41,6 +52,8 @@ struct sh_peers {
 	shoal_fiber *acceptor;
 	uint32_t hellos, nconns;
 	peer_conn *conns;
+	sh_map xfers; /* token -> xfer waiting for its other links */
+	uint64_t next_token;
 	int64_t last_refusal;
 	uint32_t refusals;
 };
@@ -51,11 +64,11 @@ struct peer_conn {
 	int fd;
 	sh_channel *ch;
 	char addr[80];
-	/* a transfer in flight: its thread, what it sends, how it ended */
+	/* a share in flight: its thread, its transfer, how it ended */
 	pthread_t thread;
 	bool sending;
-	piece *pieces;
-	size_t npieces;
+	xfer *x;
+	uint32_t share;
 	shoal_chan *done;
 	sh_st_mail mail;
 	int rc;
@@ -77,11 +90,11 @@ static void refused(sh_peers *p, const char *who, const char *why)
 		sh_warn("store", "refused peer %s: %s", who, why);
 }
 
-/* ---- one FETCH ---- */
+/* ---- transfers ---- */
 
 /* Rewrites the blobs of o's tree for the copy's one region, in the order
  * of the tree, noting where each one's bytes are here. */
-static int layout(shoal_store *s, shoal_node *n, piece **v, size_t *nv, size_t *cap, uint64_t *end)
+static int layout(shoal_store *s, shoal_node *n, xfer *x, uint64_t *end)
 {
 	for (uint32_t i = 0; i < n->nblobs; i++) {
 		sh_blobref *b = &n->blobs[i];
@@ -91,15 +104,17 @@ static int layout(shoal_store *s, shoal_node *n, piece **v, size_t *nv, size_t *
 			SH_ASSERT(g); /* the store wrote this tree */
 			fd = g->fd;
 		}
-		if (*nv == *cap) {
-			size_t nc = *cap ? *cap * 2 : 16;
-			piece *q = shoal_realloc(*v, *cap * sizeof(piece), nc * sizeof(piece));
+		if (x->npieces == x->cap) {
+			size_t nc = x->cap ? x->cap * 2 : 16;
+			piece *q = shoal_realloc(x->pieces, x->cap * sizeof(piece),
+						 nc * sizeof(piece));
 			if (!q)
 				return SHOAL_ENOMEM;
-			*v = q;
-			*cap = nc;
+			x->pieces = q;
+			x->cap = nc;
 		}
-		(*v)[(*nv)++] = (piece){fd, b->off, b->size};
+		x->pieces[x->npieces++] = (piece){fd, b->off, b->size};
+		x->total += b->size;
 		*end = (*end + SH_STORE_BLOB_ALIGN - 1) & ~(uint64_t)(SH_STORE_BLOB_ALIGN - 1);
 		b->seg = 1;
 		b->off = *end;
@@ -107,11 +122,54 @@ static int layout(shoal_store *s, shoal_node *n, piece **v, size_t *nv, size_t *
 		*end += b->size;
 	}
 	for (uint32_t i = 0; i < n->nmembers; i++) {
-		int rc = layout(s, n->members[i], v, nv, cap, end);
+		int rc = layout(s, n->members[i], x, end);
 		if (rc)
 			return rc;
 	}
 	return 0;
+}
+
+int sh_peer_pack_reply(sh_wbuf *w, uint32_t seq, const sh_peer_fetch_reply *r)
+{
+	sh_wbuf meta;
+	sh_wbuf_init(&meta);
+	msgpack_packer pk;
+	sh_wbuf_packer(&meta, &pk);
+	msgpack_pack_array(&pk, 2);
+	if (r->name)
+		sh_mp_pack_cstr(&pk, r->name);
+	else
+		msgpack_pack_nil(&pk);
+	sh_node_pack(&pk, r->root);
+	sh_wbuf_frame_begin(w);
+	sh_wbuf_packer(w, &pk);
+	msgpack_pack_array(&pk, 6);
+	msgpack_pack_uint64(&pk, r->id);
+	msgpack_pack_uint64(&pk, r->sig);
+	msgpack_pack_uint64(&pk, r->region);
+	msgpack_pack_bin(&pk, meta.len);
+	msgpack_pack_bin_body(&pk, meta.p, meta.len);
+	msgpack_pack_uint64(&pk, r->token);
+	msgpack_pack_uint32(&pk, r->k);
+	sh_frame f = {.op = SH_PEER_FETCH, .seq = seq};
+	int rc = meta.err || w->err ? SHOAL_ENOMEM : sh_wbuf_frame_end(w, &f);
+	sh_wbuf_fini(&meta);
+	return rc;
+}
+
+/* Lets go of x once no link sends it: the object with it. */
+static void xfer_drop(shoal_store *s, xfer *x)
+{
+	if (--x->holds)
+		return;
+	if (x->token)
+		sh_map_del(&s->peers->xfers, x->token);
+	if (x->all_in)
+		shoal_chan_destroy(x->all_in);
+	if (x->pieces)
+		shoal_free(x->pieces, x->cap * sizeof(piece));
+	sh_st_obj_unref(s, x->o, 1);
+	SH_DELETE(x);
 }
 
 static int send_error(peer_conn *pc, const sh_frame *req, int code, const char *fmt, ...)
@@ -136,17 +194,26 @@ static int send_error(peer_conn *pc, const sh_frame *req, int code, const char *
 				     shoal_deadline_in(PEER_STALL_NS));
 }
 
+/* The share's bytes: [lo, hi) of the blobs' bytes laid end to end. */
 static void *send_main(void *arg)
 {
 	peer_conn *pc = arg;
-	int64_t deadline = SHOAL_FOREVER; /* bounded by the stall */
-	int rc = 0;
-	for (size_t i = 0; rc == 0 && i < pc->npieces; i++)
-		rc = sh_channel_send_fd(pc->ch, pc->pieces[i].fd, pc->pieces[i].off,
-					pc->pieces[i].len, false, deadline);
-	if (rc == 0)
-		rc = sh_channel_flush(pc->ch, deadline);
-	pc->rc = rc;
+	xfer *x = pc->x;
+	uint64_t lo, hi, at = 0;
+	sh_peer_share(x->total, x->k, pc->share, &lo, &hi);
+	sh_fd_piece *v = shoal_alloc((x->npieces ? x->npieces : 1) * sizeof(*v));
+	size_t n = 0;
+	for (size_t i = 0; v && i < x->npieces && at < hi; i++) {
+		const piece *q = &x->pieces[i];
+		uint64_t a = lo > at ? lo : at, b = at + q->len < hi ? at + q->len : hi;
+		if (a < b)
+			v[n++] = (sh_fd_piece){q->fd, q->off + (a - at), b - a};
+		at += q->len;
+	}
+	/* bounded by the stall */
+	pc->rc = v ? sh_channel_send_pieces(pc->ch, v, n, SHOAL_FOREVER) : SHOAL_ENOMEM;
+	if (v)
+		shoal_free(v, (x->npieces ? x->npieces : 1) * sizeof(*v));
 	sh_store_post(pc->s, &pc->mail);
 	return NULL;
 }
@@ -160,116 +227,171 @@ static void send_over(shoal_store *s, sh_st_mail *m)
 	shoal_chan_close(pc->done);
 }
 
+/* Sends share pc->share of pc->x from a thread, waiting for it here. */
+static int send_share(peer_conn *pc)
+{
+	xfer *x = pc->x;
+	uint64_t lo, hi;
+	sh_peer_share(x->total, x->k, pc->share, &lo, &hi);
+	if (lo == hi)
+		return 0;
+	int rc = shoal_chan_create(&pc->done, 1, 0);
+	if (rc == 0) {
+		pc->sending = true;
+		pc->mail.fn = send_over;
+		if ((rc = -pthread_create(&pc->thread, NULL, send_main, pc)) != 0)
+			pc->sending = false;
+	}
+	char c;
+	/* closed when the thread is over (a stop ends it through the socket) */
+	while (pc->sending && shoal_chan_recv(pc->done, &c, SHOAL_FOREVER) == SHOAL_ECANCELED)
+		shutdown(pc->fd, SHUT_RDWR);
+	if (pc->done) {
+		shoal_chan_destroy(pc->done);
+		pc->done = NULL;
+	}
+	if (rc == 0)
+		rc = pc->rc;
+	if (rc)
+		sh_warn("store",
+			"peer %s: sending share %u of %u of object %016" PRIx64 " failed: %s%s%s",
+			pc->addr, pc->share, x->k, x->o->id, shoal_strerror(rc),
+			sh_channel_error(pc->ch)[0] ? ": " : "", sh_channel_error(pc->ch));
+	return rc;
+}
+
 static int fetch(peer_conn *pc, const sh_frame *req, sh_mp *m)
 {
 	shoal_store *s = pc->s;
+	sh_peers *p = s->peers;
 	uint32_t n;
+	uint64_t k;
 	st_obj *o = NULL;
-	if (sh_mp_array(m, &n) || n != 1)
-		return send_error(pc, req, SHOAL_EBADMSG, "FETCH: expected [id or name]");
-	if (sh_mp_kind(m) == SH_MP_STR) {
-		const char *name;
-		uint32_t len;
-		sh_mp_str(m, &name, &len);
-		if (sh_mp_done(m))
-			return send_error(pc, req, SHOAL_EBADMSG, "FETCH: trailing bytes");
+	const char *name = NULL;
+	uint32_t len = 0;
+	uint64_t id = 0;
+	if (sh_mp_array(m, &n) || n != 2 ||
+	    (sh_mp_kind(m) == SH_MP_STR ? sh_mp_str(m, &name, &len) : sh_mp_uint(m, &id)) ||
+	    sh_mp_uint(m, &k) || k == 0 || k > SH_PEER_STREAMS_MAX || sh_mp_done(m))
+		return send_error(pc, req, SHOAL_EBADMSG,
+				  "FETCH: expected [id or name, streams (1 to %d)]",
+				  SH_PEER_STREAMS_MAX);
+	if (name) {
 		if (!(o = sh_st_name_find(s, name, len)))
 			return send_error(pc, req, SHOAL_ENOENT, "no object named \"%.*s\" at %s",
-					  (int)(len > 200 ? 200 : len), name, s->peers->bound);
+					  (int)(len > 200 ? 200 : len), name, p->bound);
 	} else {
-		uint64_t id;
-		if (sh_mp_uint(m, &id) || sh_mp_done(m))
-			return send_error(pc, req, SHOAL_EBADMSG, "FETCH: expected [id or name]");
 		o = id ? sh_map_get(&s->objs, id) : NULL;
 		if (!o || o->deleted)
 			return send_error(pc, req, SHOAL_ENOENT, "no object %016" PRIx64 " at %s%s",
-					  id, s->peers->bound, o ? " (deleted)" : "");
+					  id, p->bound, o ? " (deleted)" : "");
 	}
+	xfer *x = SH_NEW(xfer);
+	if (!x)
+		return send_error(pc, req, SHOAL_ENOMEM, "FETCH: out of memory");
+	x->o = o;
+	x->holds = 1;
+	o->refs++; /* held until its last byte left: the pieces name its files */
 	sh_bump a = {0};
 	shoal_node *root;
 	sh_mp mm;
 	char why[256];
 	sh_mp_init(&mm, o->meta, o->meta_len);
-	size_t cap = 0;
 	uint64_t end = 0;
 	int rc = sh_node_decode(&mm, &a, &root, why, sizeof(why));
 	SH_ASSERT(rc != SHOAL_EBADMSG); /* the store wrote it */
-	pc->npieces = 0;
 	if (rc == 0)
-		rc = layout(s, root, &pc->pieces, &pc->npieces, &cap, &end);
-	sh_wbuf meta;
-	sh_wbuf_init(&meta);
-	msgpack_packer pk;
-	if (rc == 0) {
-		sh_wbuf_packer(&meta, &pk);
-		msgpack_pack_array(&pk, 2);
-		if (o->name)
-			sh_mp_pack_cstr(&pk, o->name);
-		else
-			msgpack_pack_nil(&pk);
-		sh_node_pack(&pk, root);
-		if (meta.err)
+		rc = layout(s, root, x, &end);
+	/* as many links as asked, each with a share worth a link's set-up */
+	x->k = (uint32_t)(x->total / SHARE_MIN < k ? x->total / SHARE_MIN : k);
+	x->k = x->k ? x->k : 1;
+	if (rc == 0 && x->k > 1) {
+		x->token = ++p->next_token;
+		if ((rc = shoal_chan_create(&x->all_in, 1, 0)) == 0 &&
+		    sh_map_put(&p->xfers, x->token, x) != 0)
 			rc = SHOAL_ENOMEM;
 	}
-	sh_bump_fini(&a);
 	if (rc == 0) {
 		sh_wbuf_reset(&pc->out);
-		sh_wbuf_frame_begin(&pc->out);
-		sh_wbuf_packer(&pc->out, &pk);
-		msgpack_pack_array(&pk, 4);
-		msgpack_pack_uint64(&pk, o->id);
-		msgpack_pack_uint64(&pk, o->sig);
-		msgpack_pack_uint64(&pk, end);
-		msgpack_pack_bin(&pk, meta.len);
-		msgpack_pack_bin_body(&pk, meta.p, meta.len);
-		sh_frame f = {.op = req->op, .seq = req->seq};
-		rc = pc->out.err ? SHOAL_ENOMEM : sh_wbuf_frame_end(&pc->out, &f);
+		sh_peer_fetch_reply r = {.id = o->id,
+					 .sig = o->sig,
+					 .region = end,
+					 .name = o->name,
+					 .root = root,
+					 .token = x->token,
+					 .k = x->k};
+		rc = sh_peer_pack_reply(&pc->out, req->seq, &r);
 	}
-	sh_wbuf_fini(&meta);
+	sh_bump_fini(&a);
 	if (rc) {
-		if (pc->pieces)
-			shoal_free(pc->pieces, cap * sizeof(piece));
-		pc->pieces = NULL;
+		xfer_drop(s, x);
 		return send_error(pc, req, rc, "FETCH: %s", shoal_strerror(rc));
 	}
-	/* Held from here to the last byte: the pieces name its files. */
-	o->refs++;
 	rc = sh_channel_write(pc->ch, pc->out.p, pc->out.len, true,
 			      shoal_deadline_in(PEER_STALL_NS));
-	if (rc == 0 && pc->npieces) {
-		if ((rc = shoal_chan_create(&pc->done, 1, 0)) == 0) {
-			pc->sending = true;
-			pc->mail.fn = send_over;
-			if ((rc = -pthread_create(&pc->thread, NULL, send_main, pc)) != 0)
-				pc->sending = false;
-		}
-		char x;
-		/* closed when the thread is over; a stop cancels this fiber, which
-		 * then ends the thread through its socket and waits for it */
-		while (pc->sending &&
-		       shoal_chan_recv(pc->done, &x, SHOAL_FOREVER) == SHOAL_ECANCELED)
-			shutdown(pc->fd, SHUT_RDWR);
-		if (pc->done) {
-			shoal_chan_destroy(pc->done);
-			pc->done = NULL;
-		}
-		if (rc == 0)
-			rc = pc->rc;
-		if (rc)
-			sh_warn("store", "peer %s: sending object %016" PRIx64 " failed: %s%s%s",
-				pc->addr, o->id, shoal_strerror(rc),
-				sh_channel_error(pc->ch)[0] ? ": " : "", sh_channel_error(pc->ch));
-		else {
-			s->sent++;
-			s->sent_bytes += o->bytes;
-			sh_debug("store", "peer %s: sent object %016" PRIx64 ", %" PRIu64 " bytes",
-				 pc->addr, o->id, o->bytes);
-		}
+	if (rc == 0) {
+		pc->x = x;
+		pc->share = 0;
+		rc = send_share(pc);
+		pc->x = NULL;
 	}
-	if (pc->pieces)
-		shoal_free(pc->pieces, cap * sizeof(piece));
-	pc->pieces = NULL;
-	sh_st_obj_unref(s, o, 1);
+	/* the other shares' links may still be on their way: the object
+	 * stays for them a while, then no more may join */
+	if (x->all_in && x->joined + 1 < x->k && rc == 0) {
+		char c;
+		shoal_chan_recv(x->all_in, &c, shoal_deadline_in(PEER_STALL_NS));
+	}
+	if (x->token) {
+		sh_map_del(&p->xfers, x->token);
+		x->token = 0;
+	}
+	if (rc == 0 && x->joined + 1 == x->k) {
+		s->sent++;
+		s->sent_bytes += o->bytes;
+		sh_debug("store",
+			 "peer %s: sent object %016" PRIx64 ", %" PRIu64 " bytes in %u "
+			 "shares",
+			 pc->addr, o->id, o->bytes, x->k);
+	}
+	xfer_drop(s, x);
+	return rc;
+}
+
+static int join(peer_conn *pc, const sh_frame *req, sh_mp *m)
+{
+	shoal_store *s = pc->s;
+	uint32_t n;
+	uint64_t token, i;
+	if (sh_mp_array(m, &n) || n != 2 || sh_mp_uint(m, &token) || sh_mp_uint(m, &i) ||
+	    sh_mp_done(m))
+		return send_error(pc, req, SHOAL_EBADMSG, "JOIN: expected [token, share]");
+	xfer *x = token ? sh_map_get(&s->peers->xfers, token) : NULL;
+	if (!x || i == 0 || i >= x->k || x->joined + 1 >= x->k)
+		return send_error(pc, req, SHOAL_ENOENT,
+				  "JOIN: no transfer %" PRIu64 " waiting for share %" PRIu64, token,
+				  i);
+	x->holds++;
+	if (++x->joined + 1 == x->k && !x->in_closed) {
+		x->in_closed = true;
+		shoal_chan_close(x->all_in);
+	}
+	sh_wbuf_reset(&pc->out);
+	sh_wbuf_frame_begin(&pc->out);
+	msgpack_packer pk;
+	sh_wbuf_packer(&pc->out, &pk);
+	msgpack_pack_array(&pk, 0);
+	sh_frame f = {.op = req->op, .seq = req->seq};
+	int rc = sh_wbuf_frame_end(&pc->out, &f);
+	if (rc == 0)
+		rc = sh_channel_write(pc->ch, pc->out.p, pc->out.len, true,
+				      shoal_deadline_in(PEER_STALL_NS));
+	if (rc == 0) {
+		pc->x = x;
+		pc->share = (uint32_t)i;
+		rc = send_share(pc);
+		pc->x = NULL;
+	}
+	xfer_drop(s, x);
 	return rc;
 }
 
@@ -301,16 +423,19 @@ static void *peer_main(void *arg)
 		if (rc)
 			break;
 		sh_frame f;
+		why[0] = 0;
 		if (sh_frame_decode(pc->in, len, &f, why, sizeof(why)) != 0 || f.status || f.oob ||
-		    f.op != SH_PEER_FETCH) {
-			sh_warn("store", "peer %s: a request that is not a FETCH (%s); closing",
+		    (f.op != SH_PEER_FETCH && f.op != SH_PEER_JOIN)) {
+			sh_warn("store",
+				"peer %s: a request that is not a FETCH or a JOIN (%s); "
+				"closing",
 				pc->addr, why[0] ? why : "wrong op, status or out-of-band bytes");
 			rc = SHOAL_EPROTO;
 			break;
 		}
 		sh_mp m;
 		sh_mp_init(&m, pc->in + SH_FRAME_HDR, f.body_len);
-		rc = fetch(pc, &f, &m);
+		rc = f.op == SH_PEER_FETCH ? fetch(pc, &f, &m) : join(pc, &f, &m);
 	}
 	if (rc && rc != SHOAL_ECLOSED && rc != SHOAL_ECANCELED && rc != SHOAL_EACCES &&
 	    rc != SHOAL_EPROTO)
@@ -454,6 +579,16 @@ void sh_peers_stop(shoal_store *s)
 	/* ending a link's socket ends its fiber (and a transfer's thread) */
 	for (peer_conn *pc = p->conns; pc; pc = pc->next)
 		shutdown(pc->fd, SHUT_RDWR);
+	size_t it = 0;
+	uint64_t key;
+	void *val;
+	while (sh_map_next(&p->xfers, &it, &key, &val)) {
+		xfer *x = val;
+		if (!x->in_closed) {
+			x->in_closed = true;
+			shoal_chan_close(x->all_in);
+		}
+	}
 	while (p->conns)
 		shoal_sleep_until(shoal_deadline_in(1000000));
 	shoal_fd_forget(p->lsock);
@@ -465,6 +600,7 @@ void sh_peers_free(shoal_store *s)
 		return;
 	if (s->peers->lsock >= 0)
 		close(s->peers->lsock);
+	sh_map_fini(&s->peers->xfers);
 	SH_DELETE(s->peers);
 	s->peers = NULL;
 }

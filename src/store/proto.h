@@ -33,12 +33,16 @@
  *
  * Stores speak to each other over TCP (SH_PEER_PROTO, after the handshake
  * of net.h, in its channel), in frames of the same layout:
- *   FETCH   [id | name]  -> [id, signature, region_bytes, meta: bin]
- *                           then the blobs' bytes, in the order of the tree
+ *   FETCH   [id | name, streams]  -> [id, signature, region_bytes, meta: bin, token]
+ *                                    then share 0 of the blobs' bytes
+ *   JOIN    [token, i]            -> []  then share i (1 <= i < streams)
  * meta is [name | nil, node] with every blob [1, offset, size] in one
  * region of region_bytes (the copy's layout: one segment, blobs 64-byte
- * aligned, in order); the bytes follow as the channel's records, whole,
- * which the fetcher writes at their offsets as they come. */
+ * aligned, in order). The blobs' bytes, one after another in the tree's
+ * order, are cut into streams shares (sh_peer_share); the first travels on
+ * the FETCH's link, each other one on a link of its own that JOINs the
+ * transfer by its token (0 for one stream). The bytes go as the channel's
+ * records, which the fetcher writes at their offsets as they come. */
 #ifndef SHOAL_STORE_PROTO_H
 #define SHOAL_STORE_PROTO_H
 
@@ -78,7 +82,14 @@ enum {
 
 #define SH_PEER_PROTO 0x52454550u /* "PEER": a store's link to another */
 #define SH_PEER_VERSION 1
-enum { SH_PEER_FETCH = 1 };
+enum { SH_PEER_FETCH = 1, SH_PEER_JOIN };
+#define SH_PEER_STREAMS_MAX 16
+/* Share i of total bytes cut into k: [*lo, *hi). */
+static inline void sh_peer_share(uint64_t total, uint32_t k, uint32_t i, uint64_t *lo, uint64_t *hi)
+{
+	*lo = total / k * i;
+	*hi = i + 1 == k ? total : total / k * (i + 1);
+}
 /* The largest FETCH reply's metadata (one object's tree). */
 #define SH_PEER_META_MAX SH_STORE_REPLY_MAX
 

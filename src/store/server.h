@@ -134,7 +134,33 @@ int sh_peers_start(shoal_store *s);
 int sh_peers_serve(shoal_store *s);
 void sh_peers_stop(shoal_store *s);
 void sh_peers_free(shoal_store *s);
+/* A FETCH's answer as the source packs it (the tree's blobs laid out in
+ * the copy's region already): a whole frame into w. */
+typedef struct sh_peer_fetch_reply {
+	uint64_t id, sig, region, token;
+	uint32_t k;
+	const char *name;
+	const shoal_node *root;
+} sh_peer_fetch_reply;
+int sh_peer_pack_reply(sh_wbuf *w, uint32_t seq, const sh_peer_fetch_reply *r);
 /* migrate.c: this store's fetches from others, in the same steps. */
+typedef struct sh_mig_blob {
+	uint64_t off, size;
+} sh_mig_blob;
+/* A source's answer to FETCH, checked: the object's tree (its blobs in
+ * the one region), their places in the tree's order, the shares. */
+typedef struct sh_mig_reply {
+	uint64_t id, sig, region, token, total, nblobs;
+	uint32_t k;
+	shoal_node *root;
+	sh_mig_blob *blobs;
+	char *name; /* or NULL */
+} sh_mig_reply;
+/* Decodes the frame at buf (from a peer: hostile) into *out, allocating
+ * from a. A negative code, and why: the source's own failure (its
+ * status), SHOAL_EPROTO or SHOAL_EBADMSG. */
+int sh_mig_parse_reply(const void *buf, size_t len, sh_mig_reply *out, sh_bump *a, char *why,
+		       size_t whylen);
 int sh_migs_start(shoal_store *s);
 void sh_migs_stop(shoal_store *s);
 void sh_migs_free(shoal_store *s);
