@@ -295,10 +295,10 @@ static void pk_message(msgpack_packer *pk, const void *arg)
 static void pk_stat(msgpack_packer *pk, const void *arg)
 {
 	(void)arg;
-	static const uint64_t v[] = {1ull << 34, 1ull << 30, 12, 10,   3, 1,
-				     2,		 1ull << 31, 1,	 4096, 1};
-	msgpack_pack_array(pk, 11);
-	for (int i = 0; i < 11; i++)
+	static const uint64_t v[] = {1ull << 34, 1ull << 30, 12,   10, 3, 1, 2,
+				     1ull << 31, 1,	     4096, 1,  3, 1};
+	msgpack_pack_array(pk, 13);
+	for (int i = 0; i < 13; i++)
 		msgpack_pack_uint64(pk, v[i]);
 }
 

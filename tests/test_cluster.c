@@ -58,8 +58,8 @@ static void read_file(const char *path, char *buf, size_t len)
 /* shoald --socket DIR/NAME.sock --size SIZE --peer 127.0.0.1:0 [x], with
  * secret (NULL: none) in its environment and its log in DIR/NAME.log;
  * returns once it serves (n->peer: where its peers connect). */
-static void node_start(node *n, const char *name, const char *size, const char *secret,
-		       const char *x)
+static void node_start_argv(node *n, const char *name, const char *size, const char *secret,
+			    const char *const *x)
 {
 	snprintf(n->sock, sizeof(n->sock), "%s/%s.sock", dir, name);
 	snprintf(n->log, sizeof(n->log), "%s/%s.log", dir, name);
@@ -76,8 +76,11 @@ static void node_start(node *n, const char *name, const char *size, const char *
 		unsetenv("SHOAL_SECRET_FILE");
 		if (secret)
 			putenv((char *)secret);
-		execl(exe, exe, "--socket", n->sock, "--size", size, "--peer", "127.0.0.1:0", x,
-		      (char *)NULL);
+		const char *argv[32] = {exe,  "--socket", n->sock,	"--size",
+					size, "--peer",	  "127.0.0.1:0"};
+		for (int i = 0; x && x[i] && i < 20; i++)
+			argv[7 + i] = x[i];
+		execv(exe, (char *const *)argv);
 		_exit(127);
 	}
 	char text[4096];
@@ -93,6 +96,13 @@ static void node_start(node *n, const char *name, const char *size, const char *
 		usleep(10000);
 	}
 	sh_test_fail(__FILE__, __LINE__, "shoald %s did not start:\n%s", name, text);
+}
+
+static void node_start(node *n, const char *name, const char *size, const char *secret,
+		       const char *x)
+{
+	const char *v[2] = {x, NULL};
+	node_start_argv(n, name, size, secret, v);
 }
 
 static int node_stop(node *n)
@@ -605,5 +615,223 @@ SH_TEST_T(a_copy_that_does_not_fit_is_refused, 120)
 	CHECK_EQ(sa.objects, 0u);
 	CHECK_EQ(node_stop(&b), 0);
 	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
+
+/* ---- the registry in etcd ---- */
+
+typedef struct etcd_proc {
+	pid_t pid;
+	char data[128], client[64], meta[80];
+	int cport, pport;
+} etcd_proc;
+
+/* Whether something answers TCP on 127.0.0.1:port. */
+static bool port_open(int port)
+{
+	char hp[32], why[128];
+	int fd;
+	snprintf(hp, sizeof(hp), "127.0.0.1:%d", port);
+	if (sh_tcp_connect(hp, &fd, shoal_deadline_in(200 * MS), why, sizeof(why)) != 0)
+		return false;
+	close(fd);
+	return true;
+}
+
+/* etcd on loopback ports of its own, its data in DIR/etcd (kept over a
+ * restart with the same ports). */
+static void etcd_start(etcd_proc *e)
+{
+	if (access("/usr/bin/etcd", X_OK) != 0)
+		SH_SKIP("etcd is not installed (Debian's etcd-server; make test installs it)");
+	if (!e->cport) {
+		e->cport = 20000 + (int)(getpid() % 20000);
+		while (port_open(e->cport) || port_open(e->cport + 1))
+			e->cport += 2;
+		e->pport = e->cport + 1;
+		snprintf(e->data, sizeof(e->data), "%s/etcd", dir);
+		snprintf(e->client, sizeof(e->client), "http://127.0.0.1:%d", e->cport);
+		snprintf(e->meta, sizeof(e->meta), "etcd://127.0.0.1:%d", e->cport);
+	}
+	char peer[64], cluster[96], log[160];
+	snprintf(peer, sizeof(peer), "http://127.0.0.1:%d", e->pport);
+	snprintf(cluster, sizeof(cluster), "default=%s", peer);
+	snprintf(log, sizeof(log), "%s/etcd.log", dir);
+	fflush(NULL);
+	e->pid = fork();
+	CHECK(e->pid >= 0);
+	if (e->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl("/usr/bin/etcd", "etcd", "--data-dir", e->data, "--listen-client-urls",
+		      e->client, "--advertise-client-urls", e->client, "--listen-peer-urls", peer,
+		      "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
+		      (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 1000 && !port_open(e->cport); i++)
+		usleep(10000);
+	CHECK(port_open(e->cport));
+}
+
+static void etcd_kill(etcd_proc *e)
+{
+	if (e->pid > 0) {
+		kill(e->pid, SIGKILL);
+		waitpid(e->pid, NULL, 0);
+	}
+	e->pid = 0;
+}
+
+static void node_start_etcd(node *n, const char *name, const etcd_proc *e, const char *ttl)
+{
+	const char *x[] = {"--meta", e->meta, "--cluster", "test", "--lease-ttl", ttl, NULL};
+	node_start_argv(n, name, "512M", SECRET, x);
+}
+
+/* Until st's field reaches want, at most ms: the stat at the end. */
+#define STAT_UNTIL(n, field, want, ms)                                          \
+	({                                                                      \
+		shoal_store_stat st_ = stat_of(n);                              \
+		for (int i_ = 0; i_ < (ms) / 20 && st_.field != (want); i_++) { \
+			usleep(20000);                                          \
+			st_ = stat_of(n);                                       \
+		}                                                               \
+		st_;                                                            \
+	})
+
+SH_TEST_T(names_are_the_clusters_and_a_get_migrates, 180)
+{
+	setup();
+	etcd_proc e = {0};
+	etcd_start(&e);
+	node a, b, c3;
+	node_start_etcd(&a, "a", &e, "5");
+	node_start_etcd(&b, "b", &e, "5");
+	node_start_etcd(&c3, "c", &e, "5");
+	CHECK_EQ(STAT_UNTIL(&c3, peers, 3u, 10000).peers, 3u);
+	CHECK_EQ(stat_of(&a).registry, 1u);
+	shoal_id id = put_dict(&a, "model", 200);
+	shoal_client *ca = client_of(&a);
+	shoal_object *o;
+	CHECK_OK(shoal_get(ca, id, &o));
+	uint64_t sig = shoal_object_signature(o);
+	CHECK_OK(shoal_object_release(o));
+	shoal_disconnect(ca);
+
+	/* the name is taken in the whole cluster */
+	shoal_client *cb = client_of(&b);
+	shoal_id other;
+	CHECK_RC(shoal_put_bytes(cb, "model", "x", 1, SHOAL_PERSIST, &other), SHOAL_EEXIST);
+	CHECK_HAS(shoal_client_error(cb), "taken in the cluster");
+	CHECK_HAS(shoal_client_error(cb), a.peer);
+	/* a transient name stays this store's */
+	CHECK_OK(shoal_put_bytes(cb, "scratch", "x", 1, 0, &other));
+	shoal_disconnect(cb);
+
+	/* a get of it elsewhere migrates it: by name, and by id */
+	check_dict(&b, "model", 200, id, sig);
+	CHECK_EQ(stat_of(&b).fetched, 1u);
+	shoal_client *cc = client_of(&c3);
+	CHECK_OK(shoal_get(cc, id, &o));
+	CHECK_EQ(shoal_object_signature(o), sig);
+	CHECK_OK(shoal_object_release(o));
+	shoal_disconnect(cc);
+	check_dict(&c3, "model", 200, id, sig);
+	CHECK_EQ(stat_of(&a).sent, 2u);
+
+	/* deleted at its owner: the name is free in the cluster again */
+	ca = client_of(&a);
+	CHECK_OK(shoal_delete(ca, "model"));
+	shoal_disconnect(ca);
+	shoal_client *cb2 = client_of(&b);
+	CHECK_OK(shoal_delete(cb2, "model")); /* b's copy, a local name */
+	CHECK_OK(shoal_put_bytes(cb2, "model", "y", 1, SHOAL_PERSIST, &other));
+	shoal_disconnect(cb2);
+	CHECK_EQ(node_stop(&c3), 0);
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	etcd_kill(&e);
+	cleanup();
+}
+
+SH_TEST_T(a_dead_stores_names_vanish_with_its_lease, 180)
+{
+	setup();
+	etcd_proc e = {0};
+	etcd_start(&e);
+	node a, b;
+	node_start_etcd(&a, "a", &e, "3");
+	node_start_etcd(&b, "b", &e, "3");
+	CHECK_EQ(STAT_UNTIL(&b, peers, 2u, 10000).peers, 2u);
+	put_blob(&a, "x", 1000, 4);
+	kill(a.pid, SIGKILL);
+	waitpid(a.pid, NULL, 0);
+	/* seen through the watch within the lease's time-to-live and a bit */
+	int64_t t0 = shoal_now_ns();
+	CHECK_EQ(STAT_UNTIL(&b, peers, 1u, 6000).peers, 1u);
+	CHECK((shoal_now_ns() - t0) / MS < 5000);
+	/* and its names gone with it: a get finds nothing, anywhere */
+	shoal_client *cb = client_of(&b);
+	shoal_object *o;
+	CHECK_RC(shoal_get_by_name(cb, "x", &o), SHOAL_ENOENT);
+	/* the name is free for another store */
+	shoal_id id;
+	CHECK_OK(shoal_put_bytes(cb, "x", "y", 1, SHOAL_PERSIST, &id));
+	shoal_disconnect(cb);
+	CHECK_EQ(node_stop(&b), 0);
+	etcd_kill(&e);
+	cleanup();
+}
+
+SH_TEST_T(with_etcd_down_local_work_goes_on, 180)
+{
+	setup();
+	etcd_proc e = {0};
+	etcd_start(&e);
+	node a, b;
+	node_start_etcd(&a, "a", &e, "10");
+	node_start_etcd(&b, "b", &e, "10");
+	CHECK_EQ(STAT_UNTIL(&b, peers, 2u, 10000).peers, 2u);
+	shoal_id big = put_blob(&a, "big", 64u << 20, 8);
+	etcd_kill(&e);
+	shoal_client *ca = client_of(&a);
+	shoal_id id;
+	/* what needs etcd fails, naming it, soon */
+	int64_t t0 = shoal_now_ns();
+	CHECK_RC(shoal_put_bytes(ca, "named", "x", 1, SHOAL_PERSIST, &id), SHOAL_EAGAIN);
+	CHECK_HAS(shoal_client_error(ca), "etcd");
+	CHECK((shoal_now_ns() - t0) / MS < 4000);
+	t0 = shoal_now_ns();
+	CHECK_RC(shoal_put_bytes(ca, "named", "x", 1, SHOAL_PERSIST, &id), SHOAL_EAGAIN);
+	CHECK((shoal_now_ns() - t0) / MS < 500); /* at once, now that it is known down */
+	/* local puts and gets go on */
+	CHECK_OK(shoal_put_bytes(ca, "local", "x", 1, 0, &id));
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(ca, "big", &o));
+	CHECK_OK(shoal_object_release(o));
+	CHECK_EQ(stat_of(&a).registry, 2u);
+	shoal_disconnect(ca);
+	/* and a migration from a named store */
+	shoal_id got;
+	char err[512];
+	CHECK_OK(migrate(&b, "big", 0, &a, NULL, &got, err, sizeof(err)));
+	CHECK_EQ(got, big);
+	/* etcd back: the names work again */
+	etcd_start(&e);
+	CHECK_EQ(STAT_UNTIL(&a, registry, 1u, 10000).registry, 1u);
+	ca = client_of(&a);
+	CHECK_OK(shoal_put_bytes(ca, "named", "x", 1, SHOAL_PERSIST, &id));
+	shoal_disconnect(ca);
+	shoal_client *cb = client_of(&b);
+	CHECK_OK(shoal_get_by_name(cb, "named", &o));
+	CHECK_EQ(shoal_object_id(o), id);
+	CHECK_OK(shoal_object_release(o));
+	shoal_disconnect(cb);
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	etcd_kill(&e);
 	cleanup();
 }

@@ -102,6 +102,21 @@ typedef struct shoal_store_opts {
 	 * unless both ends set this: then it goes in clear, still
 	 * authenticated. For a trusted network only. */
 	bool peer_no_encrypt;
+	/* Where the cluster's names live. NULL or "local": this store's only;
+	 * an object of another host is reached by naming its store
+	 * (shoal_migrate_opts.from). "etcd://HOST:PORT[,HOST:PORT...]": in
+	 * etcd (3.4, through its HTTP/JSON gateway), needing peer: this store
+	 * registers itself there under a lease it keeps alive, a persistent
+	 * named object's name is unique in the cluster, and a get of a name or
+	 * id that lives on another host migrates it here first. */
+	const char *meta;
+	const char *cluster; /* the cluster's name in etcd; NULL: "default" */
+	/* Seconds a store's entries outlive it in etcd; 0: 10. */
+	uint32_t lease_ttl_s;
+	/* With meta "local": other stores ("HOST:PORT,HOST:PORT...") that a get
+	 * of an object not here asks in turn, fetching it from the first that
+	 * has it; NULL: none. */
+	const char *peers;
 } shoal_store_opts;
 
 #define SHOAL_STORE_SPARES_AUTO ((size_t)-1)
@@ -178,6 +193,10 @@ typedef struct shoal_store_stat {
 	 * and their blobs' bytes, since the store started */
 	uint64_t sent, sent_bytes, fetched, fetched_bytes;
 	uint64_t migrating; /* copies from other stores on their way here */
+	/* with --meta etcd: the stores in the cluster (this one included) as
+	 * its watch sees them, and 1 while etcd answers, 2 while it does not;
+	 * 0 and 0 without */
+	uint64_t peers, registry;
 } shoal_store_stat;
 /* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st);

@@ -957,13 +957,14 @@ int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st)
 	if (rc)
 		return rc;
 	uint32_t n;
-	if (sh_mp_array(&m, &n) || n != 11 || sh_mp_uint(&m, &st->capacity) ||
+	if (sh_mp_array(&m, &n) || n != 13 || sh_mp_uint(&m, &st->capacity) ||
 	    sh_mp_uint(&m, &st->used) || sh_mp_uint(&m, &st->objects) ||
 	    sh_mp_uint(&m, &st->names) || sh_mp_uint(&m, &st->clients) ||
 	    sh_mp_uint(&m, &st->pending_frees) || sh_mp_uint(&m, &st->sent) ||
 	    sh_mp_uint(&m, &st->sent_bytes) || sh_mp_uint(&m, &st->fetched) ||
-	    sh_mp_uint(&m, &st->fetched_bytes) || sh_mp_uint(&m, &st->migrating))
-		return sh_client_fail(c, SHOAL_EPROTO, "STAT reply: expected 11 counters");
+	    sh_mp_uint(&m, &st->fetched_bytes) || sh_mp_uint(&m, &st->migrating) ||
+	    sh_mp_uint(&m, &st->peers) || sh_mp_uint(&m, &st->registry))
+		return sh_client_fail(c, SHOAL_EPROTO, "STAT reply: expected 13 counters");
 	return 0;
 }
 

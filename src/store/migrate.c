@@ -578,6 +578,90 @@ static void *mig_main(void *arg)
 	return NULL;
 }
 
+/* The transfer of (from, name or id): on its way already, or started. */
+static int mig_get(shoal_store *s, const char *name, size_t nl, uint64_t id, const char *from,
+		   size_t fl, uint32_t streams, mig **out)
+{
+	migs_reap(s);
+	for (mig *g = s->migs->list; g; g = g->next)
+		if (g->state != MIG_DONE && strlen(g->from) == fl && !memcmp(g->from, from, fl) &&
+		    (name ? g->key_name && g->key_len == nl && !memcmp(g->key_name, name, nl)
+			  : !g->key_name && g->key_id == id)) {
+			*out = g;
+			return 0;
+		}
+	if (s->stopping)
+		return SHOAL_ECANCELED;
+	mig *g = SH_NEW(mig);
+	if (!g)
+		return SHOAL_ENOMEM;
+	g->s = s;
+	g->region_fd = -1;
+	g->streams = streams;
+	for (int i = 0; i < SH_PEER_STREAMS_MAX; i++)
+		g->fds[i] = -1;
+	memcpy(g->from, from, fl);
+	g->key_id = id;
+	pthread_mutex_init(&g->mu, NULL);
+	pthread_cond_init(&g->cv, NULL);
+	int rc = shoal_chan_create(&g->done, 1, 0);
+	if (rc == 0 && name) {
+		if (!(g->key_name = shoal_alloc(nl + 1)))
+			rc = SHOAL_ENOMEM;
+		else {
+			memcpy(g->key_name, name, nl);
+			g->key_name[nl] = 0;
+			g->key_len = nl;
+		}
+	}
+	if (rc == 0)
+		rc = -pthread_create(&g->thread, NULL, mig_main, g);
+	if (rc) {
+		if (g->done)
+			shoal_chan_destroy(g->done);
+		if (g->key_name)
+			shoal_free(g->key_name, nl + 1);
+		pthread_mutex_destroy(&g->mu);
+		pthread_cond_destroy(&g->cv);
+		SH_DELETE(g);
+		return rc;
+	}
+	g->ticket = ++s->migs->next_ticket;
+	g->next = s->migs->list;
+	s->migs->list = g;
+	s->migs->running++;
+	s->migrating++;
+	*out = g;
+	return 0;
+}
+
+int sh_st_fetch(st_conn *c, const char *name, size_t nl, uint64_t id, const char *from, char *why,
+		size_t whylen)
+{
+	shoal_store *s = c->srv;
+	if (!s->klen) {
+		snprintf(why, whylen, "this store has no cluster secret to prove itself to %s",
+			 from);
+		return SHOAL_EACCES;
+	}
+	mig *g = NULL;
+	int rc = mig_get(s, name, nl, id, from, strlen(from), 0, &g);
+	if (rc) {
+		snprintf(why, whylen, "fetching from %s: %s", from, shoal_strerror(rc));
+		return rc;
+	}
+	g->users++; /* g stays while we wait on it */
+	char x;
+	while (g->state != MIG_DONE)
+		shoal_chan_recv(g->done, &x, SHOAL_FOREVER);
+	g->users--;
+	rc = g->rc;
+	if (rc)
+		snprintf(why, whylen, "%s", g->why[0] ? g->why : shoal_strerror(rc));
+	migs_reap(s);
+	return rc;
+}
+
 /* ---- requests ---- */
 
 /* Replies with where g stands, waiting up to wait_ms for it to finish. */
@@ -665,52 +749,10 @@ int sh_st_op_migrate(st_conn *c, const sh_frame *req, sh_mp *m)
 				       (int)fl, from);
 	if (wait_ms > MIG_WAIT_MAX_MS)
 		wait_ms = MIG_WAIT_MAX_MS;
-	migs_reap(s);
-	/* on its way already? */
-	for (mig *g = s->migs->list; g; g = g->next)
-		if (g->state != MIG_DONE && strlen(g->from) == fl && !memcmp(g->from, from, fl) &&
-		    (name ? g->key_name && g->key_len == nl && !memcmp(g->key_name, name, nl)
-			  : !g->key_name && g->key_id == id))
-			return reply(c, req, g, wait_ms, false);
-	mig *g = SH_NEW(mig);
-	if (!g)
-		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "MIGRATE: out of memory");
-	g->s = s;
-	g->region_fd = -1;
-	g->streams = (uint32_t)streams;
-	for (int i = 0; i < SH_PEER_STREAMS_MAX; i++)
-		g->fds[i] = -1;
-	memcpy(g->from, from, fl);
-	g->key_id = id;
-	pthread_mutex_init(&g->mu, NULL);
-	pthread_cond_init(&g->cv, NULL);
-	int rc = shoal_chan_create(&g->done, 1, 0);
-	if (rc == 0 && name) {
-		if (!(g->key_name = shoal_alloc(nl + 1)))
-			rc = SHOAL_ENOMEM;
-		else {
-			memcpy(g->key_name, name, nl);
-			g->key_name[nl] = 0;
-			g->key_len = nl;
-		}
-	}
-	if (rc == 0)
-		rc = -pthread_create(&g->thread, NULL, mig_main, g);
-	if (rc) {
-		if (g->done)
-			shoal_chan_destroy(g->done);
-		if (g->key_name)
-			shoal_free(g->key_name, nl + 1);
-		pthread_mutex_destroy(&g->mu);
-		pthread_cond_destroy(&g->cv);
-		SH_DELETE(g);
+	mig *g = NULL;
+	int rc = mig_get(s, name, nl, id, from, fl, (uint32_t)streams, &g);
+	if (rc)
 		return sh_st_reply_err(c, req, rc, "MIGRATE: %s", shoal_strerror(rc));
-	}
-	g->ticket = ++s->migs->next_ticket;
-	g->next = s->migs->list;
-	s->migs->list = g;
-	s->migs->running++;
-	s->migrating++;
 	return reply(c, req, g, wait_ms, false);
 }
 

@@ -582,6 +582,35 @@ static int persist_obj(shoal_store *s, st_obj *o, const char *name, size_t name_
 	return rc;
 }
 
+/* A call of the cluster's registry, waited for in this request's fiber. */
+static int reg_job(shoal_store *s, int kind, const char *name, size_t nl, uint64_t id,
+		   uint64_t bytes, const char *type, bool replace, char *why, size_t whylen)
+{
+	sh_reg_job j = {.kind = kind,
+			.name = name,
+			.nl = nl,
+			.id = id,
+			.sig = id,
+			.bytes = bytes,
+			.replace = replace};
+	snprintf(j.type, sizeof(j.type), "%s", type);
+	int rc = sh_reg_run(s, &j);
+	if (rc)
+		snprintf(why, whylen, "%s", j.why);
+	return rc;
+}
+
+/* The same for an object that exists: held meanwhile, so that a delete
+ * by another client cannot free it under us. */
+static int reg_obj(shoal_store *s, st_obj *o, int kind, char *why, size_t whylen)
+{
+	o->refs++;
+	int rc = reg_job(s, kind, o->name, strlen(o->name), o->id, o->bytes, o->type, false, why,
+			 whylen);
+	sh_st_obj_unref(s, o, 1);
+	return rc;
+}
+
 static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 {
 	shoal_store *s = c->srv;
@@ -639,6 +668,22 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 			 (int)name_len, name, old->id);
 		rc = SHOAL_EEXIST;
 	}
+	/* A persistent name is the cluster's: taken there first (the wait
+	 * lets others run, so the name is looked at here again after). */
+	uint64_t pre_id = 0;
+	if (rc == 0 && name && (flags & SHOAL_PERSIST) && s->reg) {
+		pre_id = s->instance | s->next_id++;
+		rc = reg_job(s, SH_REG_NAME, name, name_len, pre_id, sh_node_bytes(root),
+			     root->type, flags & SHOAL_REPLACE, why, sizeof(c->why));
+		old = sh_st_name_find(s, name, name_len);
+		if (rc == 0 && old && !(flags & SHOAL_REPLACE)) {
+			snprintf(why, sizeof(c->why), "name %.*s is taken by object %016" PRIx64,
+				 (int)name_len, name, old->id);
+			rc = SHOAL_EEXIST;
+		} else if (rc) {
+			pre_id = 0; /* not registered: nothing to undo */
+		}
+	}
 	if (rc == 0)
 		rc = place_blobs(&x, root, why, sizeof(c->why));
 	/* The kernel enforces the immutability from here: sealing fails while
@@ -664,13 +709,19 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 			shoal_free(x.segs, x.cap_segs * sizeof(st_seg *));
 		if (o)
 			obj_shell_free(o);
+		if (pre_id) { /* registered for nothing: undone, as far as etcd lets us */
+			char w2[600];
+			reg_job(s, SH_REG_UNNAME, name, name_len, pre_id, 0, "", false, w2,
+				sizeof(w2));
+		}
 		sh_bump_fini(&a);
 		if (rc == SHOAL_ENOSPC)
 			return sh_st_reply_err(c, req, rc, "%s", why);
 		return sh_st_reply_err(c, req, rc, "SEAL: %s", why[0] ? why : shoal_strerror(rc));
 	}
-	o->id = s->instance | s->next_id++;
+	o->id = pre_id ? pre_id : s->instance | s->next_id++;
 	o->sig = o->id;
+	o->global = pre_id != 0;
 	o->bytes = sh_node_bytes(root);
 	sh_bump_fini(&a);
 	o->segs = x.segs;
@@ -750,9 +801,65 @@ int sh_st_lookup(st_conn *c, const sh_frame *req, sh_mp *m, const char *what, st
 	return 0;
 }
 
+/* An object that is not here but in the cluster: its owner, from the
+ * registry, or each store of the static list in turn; fetched here. */
+static int fetch_missing(st_conn *c, const char *name, size_t nl, uint64_t id, char *why,
+			 size_t whylen)
+{
+	shoal_store *s = c->srv;
+	if (s->reg) {
+		sh_reg_job j = {.kind = SH_REG_LOOKUP, .name = name, .nl = nl, .id = id};
+		int rc = sh_reg_run(s, &j);
+		if (rc) {
+			snprintf(why, whylen, "%s", j.why);
+			return rc;
+		}
+		if (!strcmp(j.peer, shoal_store_peer(s))) {
+			snprintf(why, whylen,
+				 "the registry names this store, which has it no more");
+			return SHOAL_ENOENT;
+		}
+		return sh_st_fetch(c, NULL, 0, j.got_id, j.peer, why, whylen);
+	}
+	int rc = SHOAL_ENOENT;
+	for (const char *p = s->opts.peers; p && *p;) {
+		const char *e = strchr(p, ',');
+		size_t n = e ? (size_t)(e - p) : strlen(p);
+		char from[256];
+		if (n && n < sizeof(from)) {
+			memcpy(from, p, n);
+			from[n] = 0;
+			rc = sh_st_fetch(c, name, nl, id, from, why, whylen);
+			if (rc != SHOAL_ENOENT && rc != SHOAL_ECONNREFUSED && rc != SHOAL_ETIMEDOUT)
+				return rc;
+		}
+		p += n + (e ? 1 : 0);
+	}
+	return rc;
+}
+
 static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 {
+	shoal_store *s = c->srv;
 	st_obj *o = NULL;
+	if ((s->reg || s->opts.peers) && !s->stopping) {
+		/* not here: from the cluster first, then as any get */
+		sh_mp k = *m;
+		uint32_t n, nl = 0;
+		const char *name = NULL;
+		uint64_t id = 0;
+		if (!sh_mp_array(&k, &n) && n == 1 &&
+		    (sh_mp_kind(&k) == SH_MP_STR ? !sh_mp_str(&k, &name, &nl) && nl
+						 : !sh_mp_uint(&k, &id) && id)) {
+			st_obj *here =
+				name ? sh_st_name_find(s, name, nl) : sh_map_get(&s->objs, id);
+			if (!here || here->deleted) {
+				int rc = fetch_missing(c, name, nl, id, c->why, sizeof(c->why));
+				if (rc && rc != SHOAL_ENOENT)
+					return sh_st_reply_err(c, req, rc, "GET: %s", c->why);
+			}
+		}
+	}
 	int rc = sh_st_lookup(c, req, m, "GET", &o);
 	if (!o)
 		return rc;
@@ -845,7 +952,18 @@ static int op_delete(st_conn *c, const sh_frame *req, sh_mp *m)
 	int rc = sh_st_lookup(c, req, m, "DELETE", &o);
 	if (!o)
 		return rc;
-	sh_st_obj_delete(c->srv, o);
+	shoal_store *s = c->srv;
+	if (o->global && o->name && s->reg) {
+		/* the cluster's name goes first: while etcd is away, the
+		 * object stays, named here and there alike */
+		uint64_t id = o->id;
+		if ((rc = reg_obj(s, o, SH_REG_UNNAME, c->why, sizeof(c->why))) != 0)
+			return sh_st_reply_err(c, req, rc, "DELETE: %s", c->why);
+		if (!(o = sh_map_get(&s->objs, id)) || o->deleted) /* gone meanwhile */
+			o = NULL;
+	}
+	if (o)
+		sh_st_obj_delete(s, o);
 	msgpack_packer pk;
 	sh_st_begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 0);
@@ -859,6 +977,16 @@ static int op_persist(st_conn *c, const sh_frame *req, sh_mp *m)
 	if (!o)
 		return rc;
 	shoal_store *s = c->srv;
+	if (!o->persistent && o->name && s->reg && !o->global) {
+		uint64_t id = o->id;
+		if ((rc = reg_obj(s, o, SH_REG_NAME, c->why, sizeof(c->why))) != 0)
+			return sh_st_reply_err(c, req, rc, "PERSIST: %s", c->why);
+		if (!(o = sh_map_get(&s->objs, id)) || o->deleted)
+			return sh_st_reply_err(
+				c, req, SHOAL_ENOENT,
+				"PERSIST: object %016" PRIx64 " was deleted meanwhile", id);
+		o->global = true;
+	}
 	if (!o->persistent && s->state &&
 	    (rc = persist_obj(s, o, o->name, o->name ? strlen(o->name) : 0, c->why,
 			      sizeof(c->why))) != 0)
@@ -967,7 +1095,10 @@ static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
 		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "STAT: expected []");
 	msgpack_packer pk;
 	sh_st_begin_reply(c, &pk);
-	msgpack_pack_array(&pk, 11);
+	uint64_t peers;
+	bool up;
+	sh_reg_stat(s, &peers, &up);
+	msgpack_pack_array(&pk, 13);
 	msgpack_pack_uint64(&pk, s->capacity);
 	msgpack_pack_uint64(&pk, s->used);
 	msgpack_pack_uint64(&pk, s->nobjs);
@@ -979,6 +1110,8 @@ static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
 	msgpack_pack_uint64(&pk, s->fetched);
 	msgpack_pack_uint64(&pk, s->fetched_bytes);
 	msgpack_pack_uint64(&pk, s->migrating);
+	msgpack_pack_uint64(&pk, peers);
+	msgpack_pack_uint64(&pk, s->reg ? (up ? 1 : 2) : 0);
 	return sh_st_reply_ok(c, req, &pk);
 }
 
@@ -1330,6 +1463,8 @@ static void *server_thread(void *arg)
 		sh_error("store", "mail fiber: %s", shoal_strerror(rc));
 	if (rc == 0 && (rc = sh_peers_serve(s)) != 0)
 		sh_error("store", "peers: %s", shoal_strerror(rc));
+	if (rc == 0 && (rc = sh_reg_serve(s)) != 0)
+		sh_error("store", "registry: %s", shoal_strerror(rc));
 	/* Until shoal_store_close rings stop_efd. */
 	while (rc == 0) {
 		uint64_t v;
@@ -1342,18 +1477,21 @@ static void *server_thread(void *arg)
 		shoal_cancel(acc);
 		shoal_join(acc, NULL);
 	}
-	/* the threads of transfers end first: they post to the mail fiber */
+	/* the registry's and transfers' threads end first, and then the
+	 * connections (whose requests may wait on them): all post to the mail
+	 * fiber, which goes last */
+	sh_reg_stop(s);
 	sh_peers_stop(s);
 	sh_migs_stop(s);
-	if (mail) {
-		shoal_cancel(mail);
-		shoal_join(mail, NULL);
-	}
 	/* Closing a connection's rings ends its fiber, which frees it. */
 	for (st_conn *c = s->conns; c; c = c->next)
 		sh_link_shut(&c->l);
 	while (s->conns)
 		shoal_sleep_until(shoal_deadline_in(1000000));
+	if (mail) {
+		shoal_cancel(mail);
+		shoal_join(mail, NULL);
+	}
 	shoal_fd_forget(s->lsock);
 	shoal_fd_forget(s->stop_efd);
 	shoal_fd_forget(s->mail_efd);
@@ -1648,6 +1786,7 @@ static void store_free(shoal_store *s)
 		close(s->stop_efd);
 	if (s->mail_efd >= 0)
 		close(s->mail_efd);
+	sh_reg_free(s);
 	sh_peers_free(s);
 	sh_migs_free(s);
 	pthread_mutex_destroy(&s->mail_mu);
@@ -1691,6 +1830,19 @@ int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
 		rc = sh_migs_start(s);
 	if (rc == 0)
 		rc = sh_peers_start(s);
+	if (rc == 0 && (rc = sh_reg_start(s)) == 0 && s->reg) {
+		/* what the state directory gave back is the cluster's too */
+		size_t it = 0;
+		uint64_t k;
+		void *v;
+		while (sh_map_next(&s->objs, &it, &k, &v)) {
+			st_obj *o = v;
+			if (o->persistent && o->name) {
+				sh_reg_note(s, o->name, o->id, o->sig, o->type, o->bytes);
+				o->global = true;
+			}
+		}
+	}
 	if (rc == 0)
 		rc = make_socket(s);
 	if (rc == 0 && (rc = -pthread_create(&s->thread, NULL, server_thread, s)) != 0)

@@ -43,6 +43,7 @@ struct st_obj {
 	uint64_t *arena; /* offset << 8 | size class, per arena blob */
 	uint64_t refs;
 	bool deleted, persistent;
+	bool global;	   /* its name is registered in the cluster (etcd) */
 	uint64_t gen;	   /* with a state directory: when its file was written */
 	st_conn *creator;  /* NULL once persistent or the creator is gone */
 	st_obj *name_next; /* objects whose names share a hash */
@@ -64,7 +65,7 @@ struct st_conn {
 	size_t in_cap;
 	bool watcher_done;
 	shoal_fiber *watcher;
-	char why[256];
+	char why[640];
 };
 
 /* Work another thread hands to the store's thread: fn(s, m) runs there. */
@@ -75,6 +76,7 @@ typedef struct sh_st_mail {
 
 typedef struct sh_peers sh_peers;
 typedef struct sh_migs sh_migs;
+typedef struct sh_registry sh_registry;
 
 struct shoal_store {
 	shoal_store_opts opts;
@@ -108,6 +110,7 @@ struct shoal_store {
 	size_t klen;
 	sh_peers *peers;
 	sh_migs *migs;
+	sh_registry *reg; /* --meta etcd, or NULL */
 };
 
 /* Any thread: runs m->fn in the store's thread, soon. */
@@ -166,5 +169,44 @@ void sh_migs_stop(shoal_store *s);
 void sh_migs_free(shoal_store *s);
 int sh_st_op_migrate(st_conn *c, const sh_frame *req, sh_mp *m);
 int sh_st_op_migwait(st_conn *c, const sh_frame *req, sh_mp *m);
+
+/* registry.c: the cluster's registry in etcd (opts.meta "etcd://..."),
+ * in the same steps as the peers; note: a persistent named object read
+ * back at start, registered with the rest once etcd answers. */
+int sh_reg_start(shoal_store *s);
+void sh_reg_note(shoal_store *s, const char *name, uint64_t id, uint64_t sig, const char *type,
+		 uint64_t bytes);
+int sh_reg_serve(shoal_store *s);
+void sh_reg_stop(shoal_store *s);
+void sh_reg_free(shoal_store *s);
+/* Live stores in the cluster as the watch sees them, and whether etcd
+ * answers. */
+void sh_reg_stat(shoal_store *s, uint64_t *peers, bool *up);
+
+enum { SH_REG_NAME = 1, SH_REG_UNNAME, SH_REG_LOOKUP };
+/* One call of the registry's, from a request's fiber (sh_reg_run waits
+ * for it without holding the store's thread). */
+typedef struct sh_reg_job {
+	struct sh_reg_job *next;
+	int kind;
+	const char *name; /* or NULL (LOOKUP by id) */
+	size_t nl;
+	uint64_t id, sig, bytes;
+	char type[SH_NODE_MAX_KEY + 1];
+	bool replace;
+	/* the outcome: rc and why; a LOOKUP's owner and id */
+	int rc;
+	char why[600];
+	char peer[64];
+	uint64_t got_id;
+	sh_st_mail mail;
+	shoal_chan *done;
+} sh_reg_job;
+int sh_reg_run(shoal_store *s, sh_reg_job *j);
+
+/* migrate.c: a copy of the object name (or id) from the store at from,
+ * started or joined, waited for until it is here (a get that missed). */
+int sh_st_fetch(st_conn *c, const char *name, size_t nl, uint64_t id, const char *from, char *why,
+		size_t whylen);
 
 #endif

@@ -189,6 +189,8 @@ def test_names_delete_persist_stat(client, store):
         "fetched",
         "fetched_bytes",
         "migrating",
+        "peers",
+        "registry",
     }
     assert st["capacity"] == 64 << 20 and st["names"] == 4 and st["clients"] == 1
     client.delete("n/0")

@@ -187,7 +187,10 @@ static void daemon_usage(FILE *f)
 	fprintf(f,
 		"usage: %s [--socket PATH] [--size BYTES] [--reserve] [--spares BYTES]\n"
 		"          [--group GROUP] [--state-dir DIR]\n"
-		"          [--peer HOST:PORT [--peer-no-encrypt]]\n"
+		"          [--peer HOST:PORT [--peer-no-encrypt]\n"
+		"           [--meta local|etcd://HOST:PORT[,...] [--cluster NAME] [--lease-ttl "
+		"S]]\n"
+		"           [--peers-file FILE]]\n"
 		"          [--tasks PATH [--scheme S] [--tcp HOST:PORT]]\n\n"
 		"Serves a shared-memory object store on a unix socket until SIGTERM or SIGINT:\n"
 		"clients on this host put named objects (tensor dicts, blobs) into it and map\n"
@@ -211,10 +214,45 @@ static void daemon_usage(FILE *f)
 		"                   to copy from them\n"
 		"  --peer-no-encrypt  send objects to stores that also ask for it in clear\n"
 		"                   (still authenticated): for a trusted network only\n"
+		"  --meta etcd://H:P[,H:P...]  the cluster's registry in etcd: this store\n"
+		"                   registers itself under a lease, a persistent name is unique\n"
+		"                   in the cluster, and a get of an object of another host\n"
+		"                   migrates it here (default: local, this store's names only)\n"
+		"  --cluster NAME   the cluster's name in etcd (default: default)\n"
+		"  --lease-ttl S    seconds this store's entries outlive it (default 10)\n"
+		"  --peers-file F   without etcd: stores (HOST:PORT a line) a get of an object\n"
+		"                   not here asks in turn\n"
 		"  --tasks PATH     also serve a task controller on this socket\n"
 		"%s%s"
 		"\nExit codes: 0 stopped cleanly, 1 could not serve, 2 bad arguments.\n",
 		daemon_prog, tasks_usage, std_usage);
+}
+
+/* A static peer list: HOST:PORT a line ('#' starts a comment), as
+ * "HOST:PORT,HOST:PORT...". */
+static const char *read_peers(const sh_cli *cli, const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		sh_cli_fail(cli, "--peers-file %s: %s", path, strerror(errno));
+	static char list[8192];
+	size_t n = 0;
+	char line[512];
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "#\r\n")] = 0;
+		char *p = line + strspn(line, " \t");
+		p[strcspn(p, " \t")] = 0;
+		if (!*p)
+			continue;
+		if (!strchr(p, ':') || n + strlen(p) + 2 > sizeof(list))
+			sh_cli_fail(cli, "--peers-file %s: '%s': expected HOST:PORT a line", path,
+				    p);
+		n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", n ? "," : "", p);
+	}
+	fclose(f);
+	if (!n)
+		sh_cli_fail(cli, "--peers-file %s: no HOST:PORT in it", path);
+	return list;
 }
 
 int sh_daemon_main(const char *prog, int argc, char **argv)
@@ -237,6 +275,10 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 					     {"tasks", required_argument, NULL, 't'},
 					     {"peer", required_argument, NULL, 'p'},
 					     {"peer-no-encrypt", no_argument, NULL, 'P'},
+					     {"meta", required_argument, NULL, 'm'},
+					     {"cluster", required_argument, NULL, 'c'},
+					     {"lease-ttl", required_argument, NULL, 'L'},
+					     {"peers-file", required_argument, NULL, 'F'},
 					     {0}};
 	daemon_prog = prog;
 	const sh_cli cli = {.prog = prog, .usage = daemon_usage, .opts = opts};
@@ -297,6 +339,24 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 			break;
 		case 'P':
 			o.peer_no_encrypt = true;
+			break;
+		case 'm':
+			o.meta = v;
+			break;
+		case 'c':
+			o.cluster = v;
+			break;
+		case 'L': {
+			char *end;
+			unsigned long t = strtoul(v, &end, 10);
+			if (*end || end == v || t < 2 || t > 3600)
+				sh_cli_fail(&cli, "--lease-ttl '%s': expected seconds, 2 to 3600",
+					    v);
+			o.lease_ttl_s = (uint32_t)t;
+			break;
+		}
+		case 'F':
+			o.peers = read_peers(&cli, v);
 			break;
 		}
 	}
