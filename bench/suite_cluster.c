@@ -36,7 +36,8 @@ static char secret_env[80];
 
 /* shoald on a fresh socket, its peers on 127.0.0.1:0, in the clear
  * towards peers that also ask for it when plain. 0 or -1 (err). */
-static int daemon_start(daemon_t *d, uint64_t size, bool plain, char *err, size_t errlen)
+static int daemon_start_x(daemon_t *d, uint64_t size, bool plain, const char *const *x, char *err,
+			  size_t errlen)
 {
 	char exe[PATH_MAX], lib[PATH_MAX];
 	if (sh_bench_find_tool("shoald", exe, lib, sizeof(exe)) != 0) {
@@ -63,8 +64,14 @@ static int daemon_start(daemon_t *d, uint64_t size, bool plain, char *err, size_
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 		dup2(fd, 2);
 		putenv(secret_env);
-		execl(exe, exe, "--socket", d->sock, "--size", sz, "--spares", "0", "--peer",
-		      "127.0.0.1:0", plain ? "--peer-no-encrypt" : (char *)NULL, (char *)NULL);
+		const char *argv[24] = {exe,	    "--socket", d->sock,  "--size",	sz,
+					"--spares", "0",	"--peer", "127.0.0.1:0"};
+		int n = 9;
+		if (plain)
+			argv[n++] = "--peer-no-encrypt";
+		for (int i = 0; x && x[i] && n < 23; i++)
+			argv[n++] = x[i];
+		execv(exe, (char *const *)argv);
 		_exit(127);
 	}
 	for (int i = 0; i < 1000; i++) {
@@ -87,6 +94,11 @@ static int daemon_start(daemon_t *d, uint64_t size, bool plain, char *err, size_
 	}
 	snprintf(err, errlen, "shoald did not start within 10 s");
 	return -1;
+}
+
+static int daemon_start(daemon_t *d, uint64_t size, bool plain, char *err, size_t errlen)
+{
+	return daemon_start_x(d, size, plain, NULL, err, errlen);
 }
 
 static void daemon_stop(daemon_t *d)
@@ -447,6 +459,136 @@ out:
 	daemon_stop(&b);
 }
 
+/* ---- peer_loss: etcd's lease and the watch ---- */
+
+static bool tcp_open(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* etcd on free loopback ports, its data in dir: its pid, or -1. */
+static pid_t etcd_start(const char *dir, int *port, char *err, size_t errlen)
+{
+	*port = 30000 + (int)(getpid() % 20000);
+	while (tcp_open(*port) || tcp_open(*port + 1))
+		*port += 2;
+	char data[128], client[64], peer[64], cluster[96], log[160];
+	snprintf(data, sizeof(data), "%s/etcd", dir);
+	snprintf(client, sizeof(client), "http://127.0.0.1:%d", *port);
+	snprintf(peer, sizeof(peer), "http://127.0.0.1:%d", *port + 1);
+	snprintf(cluster, sizeof(cluster), "default=%s", peer);
+	snprintf(log, sizeof(log), "%s/etcd.log", dir);
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl("/usr/bin/etcd", "etcd", "--data-dir", data, "--listen-client-urls", client,
+		      "--advertise-client-urls", client, "--listen-peer-urls", peer,
+		      "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
+		      (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 1000 && pid > 0 && !tcp_open(*port); i++)
+		usleep(10000);
+	if (pid < 0 || !tcp_open(*port)) {
+		snprintf(err, errlen, "etcd did not start on 127.0.0.1:%d (see %s)", *port, log);
+		if (pid > 0) {
+			kill(pid, SIGKILL);
+			waitpid(pid, NULL, 0);
+		}
+		return -1;
+	}
+	return pid;
+}
+
+static uint64_t peers_seen(const daemon_t *d)
+{
+	char err[256];
+	shoal_client *c = client_of(d, err, sizeof(err));
+	shoal_store_stat st = {0};
+	if (c) {
+		shoal_store_stat_get(c, &st);
+		shoal_disconnect(c);
+	}
+	return st.peers;
+}
+
+static void bench_peer_loss(const sh_bench_opts *o, sh_bench_report *r)
+{
+	int ttl = o->quick ? 3 : 5, reps = o->quick ? 1 : 3;
+	sh_bench_result *x = sh_bench_add(r, SUITE, "peer_loss", "shoal", 0);
+	sh_bench_param_num(x, "lease_ttl_s", ttl);
+	if (access("/usr/bin/etcd", X_OK) != 0) {
+		sh_bench_skip(x, "etcd is not installed (Debian's etcd-server; make run installs "
+				 "it)");
+		return;
+	}
+	char dir[64] = "/tmp/shoal-bench-etcd-XXXXXX", err[512], meta[64], t[16];
+	if (!mkdtemp(dir)) {
+		sh_bench_fail(x, "mkdtemp: %s", strerror(errno));
+		return;
+	}
+	int port;
+	pid_t etcd = etcd_start(dir, &port, err, sizeof(err));
+	double s[8];
+	int i = 0;
+	if (etcd < 0)
+		sh_bench_fail(x, "%s", err);
+	snprintf(meta, sizeof(meta), "etcd://127.0.0.1:%d", port);
+	snprintf(t, sizeof(t), "%d", ttl);
+	const char *args[] = {"--meta", meta, "--cluster", "bench", "--lease-ttl", t, NULL};
+	for (; etcd > 0 && i < reps; i++) {
+		daemon_t a = {0}, b = {0};
+		if (daemon_start_x(&a, 64u << 20, false, args, err, sizeof(err)) ||
+		    daemon_start_x(&b, 64u << 20, false, args, err, sizeof(err))) {
+			sh_bench_fail(x, "%s", err);
+			daemon_stop(&a);
+			daemon_stop(&b);
+			break;
+		}
+		for (int k = 0; k < 1000 && peers_seen(&b) != 2; k++)
+			usleep(10000);
+		/* killed: it cannot say goodbye; the lease has to expire */
+		kill(a.pid, SIGKILL);
+		waitpid(a.pid, NULL, 0);
+		a.pid = 0;
+		double t0 = sh_bench_now();
+		while (peers_seen(&b) != 1 && sh_bench_now() - t0 < 3 * ttl)
+			usleep(5000);
+		s[i] = sh_bench_now() - t0;
+		daemon_stop(&a);
+		daemon_stop(&b);
+		if (s[i] >= 3 * ttl) {
+			sh_bench_fail(x, "the other store did not see the loss within %d s",
+				      3 * ttl);
+			break;
+		}
+	}
+	if (x->status == SH_BENCH_OK && i == reps) {
+		double mean, sd, mn, mx;
+		sh_bench_stats(s, reps, &mean, &sd, &mn, &mx);
+		sh_bench_metric_set(x, "detect_s", mean);
+		sh_bench_metric_set(x, "max_s", mx);
+		sh_bench_show_samples(x, s, reps, "s");
+		snprintf(x->aside, sizeof(x->aside), "lease %d s: goal <= %d s", ttl, ttl + 1);
+	}
+	if (etcd > 0) {
+		kill(etcd, SIGKILL);
+		waitpid(etcd, NULL, 0);
+	}
+	sh_bench_rm_tree(dir);
+}
+
 int sh_bench_cluster(const sh_bench_opts *o, sh_bench_report *r)
 {
 	unsigned char rnd[16];
@@ -461,9 +603,8 @@ int sh_bench_cluster(const sh_bench_opts *o, sh_bench_report *r)
 	bench_migrate(r, bytes, true, raw_s);
 	bench_migrate(r, bytes, false, raw_s);
 	bench_dedup(o, r);
-	sh_bench_result *x = sh_bench_add(r, SUITE, "peer_loss", "shoal", 0);
-	sh_bench_skip(x, "needs the etcd registry (--meta etcd), not built yet");
-	x = sh_bench_add(r, SUITE, "task_buffers", "shoal", 0);
+	bench_peer_loss(o, r);
+	sh_bench_result *x = sh_bench_add(r, SUITE, "task_buffers", "shoal", 0);
 	sh_bench_skip(x, "task arguments by reference across stores are not built yet");
 	sh_bench_note(r, "migrate: a tensor_dict copied from one shoald into another over "
 			 "loopback TCP, from shoal_migrate's call to its return (connect, "
@@ -473,8 +614,11 @@ int sh_bench_cluster(const sh_bench_opts *o, sh_bench_report *r)
 			 "authenticated).");
 	sh_bench_note(r, "ratio_vs_raw_tcp: against raw TCP over as many streams as the "
 			 "migration used.");
+	sh_bench_note(r, "peer_loss: two shoalds with --meta etcd (a fresh etcd on loopback), one "
+			 "killed with SIGKILL: the time until the other's watch no longer counts "
+			 "it (its lease expired in etcd).");
 	sh_bench_note(r, "goals: migrate >= 0.8x raw TCP unencrypted; 1000 blobs within 10%% of "
-			 "1 blob; dedup: exactly 1 transfer");
+			 "1 blob; dedup: exactly 1 transfer; peer_loss within the lease + 1 s");
 	return 0;
 }
 
@@ -483,7 +627,7 @@ void sh_bench_cluster_table(FILE *f, const sh_bench_report *r)
 	sh_bench_print_table(f, r, SUITE,
 			     "shoal bench cluster: two shoalds on loopback TCP, a copy from one "
 			     "to the other");
-	double plain1 = 0, plain1000 = 0, enc1 = 0, transfers = -1;
+	double plain1 = 0, plain1000 = 0, enc1 = 0, transfers = -1, detect = -1, ttl = 0;
 	for (size_t i = 0; i < r->n; i++) {
 		const sh_bench_result *x = &r->res[i];
 		if (strcmp(x->suite, SUITE) != 0 || x->status != SH_BENCH_OK || x->baseline)
@@ -500,10 +644,18 @@ void sh_bench_cluster_table(FILE *f, const sh_bench_report *r)
 				enc1 = ratio;
 		} else if (!strcmp(x->test, "dedup")) {
 			transfers = sh_bench_metric_get(x, "transfers", -1);
+		} else if (!strcmp(x->test, "peer_loss")) {
+			detect = sh_bench_metric_get(x, "detect_s", -1);
+			const char *t = sh_bench_param_get(x, "lease_ttl_s");
+			ttl = t ? atof(t) : 0;
 		}
 	}
 	fprintf(f,
-		"summary: migrate over %d streams %.2fx raw TCP in clear (1 blob), %.2fx with 1000 "
-		"blobs, %.2fx encrypted; 8 asks for one object: %.0f transfer(s)\n",
+		"summary: migrate over %d stream(s) %.2fx raw TCP in clear (1 blob), %.2fx with "
+		"1000 "
+		"blobs, %.2fx encrypted; 8 asks for one object: %.0f transfer(s)",
 		SHOAL_MIGRATE_STREAMS, plain1, plain1000, enc1, transfers);
+	if (detect >= 0)
+		fprintf(f, "; a killed store seen gone in %.2f s (lease %.0f s)", detect, ttl);
+	fputc('\n', f);
 }
