@@ -835,3 +835,34 @@ SH_TEST_T(with_etcd_down_local_work_goes_on, 180)
 	etcd_kill(&e);
 	cleanup();
 }
+
+SH_TEST_T(a_static_peer_list_finds_what_is_elsewhere, 120)
+{
+	setup();
+	node a, a2, b;
+	node_start(&a, "a", "256M", SECRET, NULL);
+	node_start(&a2, "a2", "256M", SECRET, NULL);
+	shoal_id id = put_blob(&a2, "far", 300000, 12);
+	/* b asks a (which has nothing), a dead address, then a2 */
+	char list[256];
+	snprintf(list, sizeof(list), "%s/peers", dir);
+	FILE *f = fopen(list, "w");
+	CHECK(f != NULL);
+	fprintf(f, "# the other stores\n%s\n127.0.0.1:1\n  %s  # this one has it\n", a.peer,
+		a2.peer);
+	fclose(f);
+	const char *x[] = {"--peers-file", list, NULL};
+	node_start_argv(&b, "b", "256M", SECRET, x);
+	check_blob(&b, "far", 300000, 12);
+	shoal_client *cb = client_of(&b);
+	shoal_object *o;
+	CHECK_OK(shoal_get(cb, id, &o));
+	CHECK_OK(shoal_object_release(o));
+	CHECK_RC(shoal_get_by_name(cb, "nowhere", &o), SHOAL_ENOENT);
+	shoal_disconnect(cb);
+	CHECK_EQ(stat_of(&b).fetched, 1u);
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a2), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}

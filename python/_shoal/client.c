@@ -1011,6 +1011,41 @@ static PyObject *client_export_safetensors(ShClient *self, PyObject *args, PyObj
 	Py_RETURN_NONE;
 }
 
+typedef struct mig_job {
+	shoal_id id, out;
+	const char *name;
+	shoal_migrate_opts o;
+} mig_job;
+
+static int do_migrate(ShClient *c, void *arg)
+{
+	mig_job *j = arg;
+	return shoal_migrate(c->c, j->name, j->id, &j->o, &j->out);
+}
+
+static PyObject *client_migrate(ShClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"key", "source", "streams", "timeout", NULL};
+	PyObject *key, *source, *timeout = NULL;
+	unsigned int streams = 0;
+	int64_t tmo;
+	mig_job j = {0};
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|I$O:migrate", kwlist, &key, &source,
+					 &streams, &timeout) ||
+	    parse_timeout(timeout, &tmo) != 0 || parse_key(key, &j.id, &j.name) != 0 ||
+	    !(j.o.from = sh_py_cstr(source, "source")))
+		return NULL;
+	if (streams > 16) {
+		PyErr_Format(PyExc_ValueError, "streams=%u: expected 0 (the store's choice) to 16",
+			     streams);
+		return NULL;
+	}
+	j.o.streams = streams;
+	if (call(self, do_migrate, &j, tmo) != 0)
+		return NULL;
+	return PyLong_FromUnsignedLongLong(j.out);
+}
+
 static PyObject *client_repr(ShClient *self)
 {
 	return PyUnicode_FromFormat("<shoal._shoal.Client %R%s>", self->socket,
@@ -1034,6 +1069,9 @@ static PyMethodDef client_methods[] = {
 	 "Stores a tensor_dict from [(name, data, dtype, shape), ...] and a dict[str, str]."},
 	{"get", KW client_get, METH_FASTCALL | METH_KEYWORDS,
 	 "get(key, *, timeout=) -> Object\n\nMaps the object with this id (int) or name (str)."},
+	{"migrate", KW client_migrate, METH_VARARGS | METH_KEYWORDS,
+	 "migrate(key, source, streams=0, *, timeout=None): copies the object of another "
+	 "host's store at source (HOST:PORT) into this one; its id here (the same)"},
 	{"delete", KW client_delete, METH_FASTCALL | METH_KEYWORDS,
 	 "delete(key, *, timeout=)\n\nDeletes the object with this id or name; readers keep "
 	 "reading."},

@@ -224,7 +224,20 @@ class Client:
         return ObjectID(self._c.put_bytes(value, name, persist, replace, **t))
 
     # -- getting ---------------------------------------------------------------
+    def migrate(self, key: Key, source: str, *, streams: int = 0,
+                timeout: CallTimeout = CONNECTION_TIMEOUT) -> ObjectID:
+        """Copies the object ``key`` (a name or an id) of another host's store into this
+        one and returns its id (the same as there). ``source`` is that store's
+        ``HOST:PORT`` (shoald ``--peer``); both daemons must know the same secret
+        (``$SHOAL_SECRET_FILE`` or ``$SHOAL_SECRET``). The store pulls the object into its
+        own shared memory in one region, keeps its id, signature and name (when free
+        here), and later gets here are local. Many asks for one object share one
+        transfer; an object already here costs nothing. ``streams``: TCP links at once (0:
+        the store's choice). Blocks until the copy is here, at most ``timeout``."""
+        return ObjectID(self._c.migrate(key, source, streams, **_tmo(timeout)))
+
     def get(self, key: Key, *, framework: Optional[str] = "numpy", copy: bool = False,
+            fetch: bool = False, source: Optional[str] = None,
             timeout: CallTimeout = CONNECTION_TIMEOUT) -> Any:
         """Gets an object by id or name, mapped read-only without a copy: a tensor as a
         numpy array (``framework="numpy"``, not writable), a torch tensor
@@ -233,10 +246,17 @@ class Client:
         a blob as a read-only memoryview. The object stays referenced in the store while
         any of them lives. torch has no read-only tensors: one got from the store must
         not be written (the pages are read-only: a write kills the process with
-        SIGSEGV); ``copy=True`` gives private, writable copies. ``timeout``: as for
-        ``put``."""
+        SIGSEGV); ``copy=True`` gives private, writable copies. ``fetch=True``: an object
+        of another host's store is copied into this one first (``migrate``) from
+        ``source`` (``HOST:PORT``); without ``source``, from where the store's cluster
+        registry says it is (a shoald with ``--meta etcd`` does that for every get, or
+        ``--peers-file``). ``timeout``: as for ``put``, the copy included."""
         if framework not in ("numpy", "torch", None):
             raise InvalidInput("framework %r: expected 'numpy', 'torch' or None" % (framework,))
+        if source is not None and not fetch:
+            raise InvalidInput("source=%r goes with fetch=True" % (source,))
+        if fetch and source is not None:
+            self.migrate(key, source, timeout=timeout)
         obj = self._c.get(key) if timeout is CONNECTION_TIMEOUT else \
             self._c.get(key, timeout=timeout)
         try:

@@ -32,6 +32,42 @@ def shoald(shoald_proc):
     yield shoald_proc.sock
 
 
+def start_peer_store(tmp_path, name, secret, *extra):
+    """A shoald serving other stores on a loopback port: its Popen, with .sock and
+    .peer (HOST:PORT, read from what it says at start)."""
+    sock = str(tmp_path / (name + ".sock"))
+    log = open(tmp_path / (name + ".log"), "w+")
+    env = dict(os.environ, SHOAL_SECRET=secret)
+    env.pop("SHOAL_SECRET_FILE", None)
+    p = subprocess.Popen([os.path.join(BINDIR, "tools", "shoald"), "--socket", sock,
+                          "--size", "512M", "--peer", "127.0.0.1:0", *extra],
+                         stderr=log, env=env)
+    p.sock = sock
+    for _ in range(1000):
+        log.seek(0)
+        text = log.read()
+        if "peers on " in text:
+            p.peer = text.split("peers on ", 1)[1].split()[0].rstrip(",")
+            return p
+        if p.poll() is not None:
+            raise AssertionError("shoald exited at start:\n" + text)
+        time.sleep(0.01)
+    raise AssertionError("shoald did not start")
+
+
+@pytest.fixture
+def two_stores(tmp_path):
+    """Two shoalds that know the same secret, as on two hosts: (a, b)."""
+    secret = "python-cluster-test-secret-0123"
+    a = start_peer_store(tmp_path, "a", secret)
+    b = start_peer_store(tmp_path, "b", secret)
+    yield a, b
+    for p in (a, b):
+        p.send_signal(signal.SIGCONT)
+        p.send_signal(signal.SIGTERM)
+        p.wait(10)
+
+
 def stop(proc):
     """SIGSTOP, and wait until the kernel has stopped it (the signal is asynchronous)."""
     proc.send_signal(signal.SIGSTOP)

@@ -1,0 +1,45 @@
+"""Objects of another host's store from Python: Client.migrate and get(fetch=True),
+between two real shoalds on loopback ports."""
+import numpy as np
+import pytest
+
+import shoal
+
+
+def test_migrate_copies_a_dict_with_its_id(two_stores):
+    a, b = two_stores
+    state = {"layer.%d" % i: np.arange(i * 1000, dtype=np.float32) for i in range(1, 50)}
+    with shoal.Client(a.sock) as ca, shoal.Client(b.sock) as cb:
+        oid = ca.put(state, name="model")
+        assert cb.migrate("model", a.peer) == oid
+        got = cb.get("model")
+        assert set(got) == set(state)
+        for k, v in state.items():
+            np.testing.assert_array_equal(got[k], v)
+        # here now: a second ask costs nothing, by name or id
+        assert cb.migrate(oid, a.peer) == oid
+        assert ca.stat()["sent"] == 1
+        assert cb.stat()["fetched"] == 1
+
+
+def test_get_fetch_from_a_source(two_stores):
+    a, b = two_stores
+    with shoal.Client(a.sock) as ca, shoal.Client(b.sock) as cb:
+        arr = np.arange(1 << 20, dtype=np.int64)
+        ca.put(arr, name="big")
+        with pytest.raises(shoal.NotFound):
+            cb.get("big")  # not here, and this store has no registry
+        np.testing.assert_array_equal(cb.get("big", fetch=True, source=a.peer), arr)
+        np.testing.assert_array_equal(cb.get("big"), arr)  # local from now on
+        with pytest.raises(shoal.InvalidInput):
+            cb.get("big", source=a.peer)  # a source without fetch
+
+
+def test_migrate_of_nothing_says_where_it_looked(two_stores):
+    a, b = two_stores
+    with shoal.Client(b.sock) as cb:
+        with pytest.raises(shoal.NotFound) as e:
+            cb.migrate("nothing", a.peer)
+        assert a.peer in str(e.value)
+        with pytest.raises(shoal.Error):
+            cb.migrate("nothing", "127.0.0.1:1")  # nobody there
