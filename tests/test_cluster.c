@@ -866,3 +866,78 @@ SH_TEST_T(a_static_peer_list_finds_what_is_elsewhere, 120)
 	CHECK_EQ(node_stop(&a), 0);
 	cleanup();
 }
+
+/* ---- the task farm across hosts ---- */
+
+SH_TEST_T(a_tasks_argument_comes_from_the_clients_store_not_the_controller, 180)
+{
+	setup();
+	etcd_proc e = {0};
+	etcd_start(&e);
+	node a, b;
+	node_start_etcd(&a, "a", &e, "10"); /* the client's host */
+	node_start_etcd(&b, "b", &e, "10"); /* the engine's host */
+	CHECK_EQ(STAT_UNTIL(&b, peers, 2u, 10000).peers, 2u);
+	setenv("SHOAL_SECRET", SECRET + strlen("SHOAL_SECRET="), 1);
+	unsetenv("SHOAL_SECRET_FILE");
+	/* a sanitizer in the engine would take its signals over */
+	setenv("ASAN_OPTIONS", "handle_segv=0:handle_abort=0:detect_leaks=0", 1);
+	shoal_controller_opts co;
+	shoal_controller_opts_init(&co);
+	co.tcp = "127.0.0.1:0";
+	shoal_controller *ctl;
+	CHECK_OK(shoal_controller_open(&ctl, &co));
+	char addr[128], engine_bin[4096], sample[4096];
+	snprintf(addr, sizeof(addr), "tcp://%s", shoal_controller_tcp(ctl));
+	sh_test_bin(engine_bin, sizeof(engine_bin), "tools/shoal-engine");
+	snprintf(sample, sizeof(sample), "%s/tests/ext_sample.so", getenv("SHOAL_TEST_BINDIR"));
+	pid_t epid;
+	CHECK_OK(shoal_engine_spawn_store(addr, sample, engine_bin, b.sock, &epid));
+	shoal_controller_stat cs;
+	for (int i = 0; i < 1000; i++) {
+		CHECK_OK(shoal_controller_stat_get(ctl, &cs));
+		if (cs.engines == 1)
+			break;
+		usleep(10000);
+	}
+	CHECK_EQ(cs.engines, 1u);
+	shoal_farm *f;
+	CHECK_OK(shoal_farm_connect(&f, addr));
+	CHECK_OK(shoal_farm_use_store(f, a.sock));
+	shoal_vbuf *vb, *out;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	CHECK_OK(shoal_vbuf_create(&out));
+	size_t n = 64u << 20;
+	unsigned char *mem = malloc(n);
+	CHECK(mem != NULL);
+	for (size_t i = 0; i < n; i++)
+		mem[i] = (unsigned char)(i * 13 + 1);
+	shoal_value *blob = shoal_v_blob(vb, mem, n);
+	shoal_task id;
+	CHECK_OK(shoal_farm_submit(f, "echo", blob, NULL, &id));
+	const shoal_value *r;
+	int rc = shoal_farm_wait(f, id, out, &r, shoal_deadline_in(60000 * MS));
+	if (rc)
+		sh_test_fail(__FILE__, __LINE__, "the task: %s: %s", shoal_strerror(rc),
+			     shoal_farm_last_error(f));
+	CHECK_EQ(r->type, SHOAL_V_BLOB);
+	CHECK(shoal_v_equal(r, blob));
+	/* the bytes went from a to b, store to store, and never through the
+	 * controller, which held nothing of them */
+	CHECK_OK(shoal_controller_stat_get(ctl, &cs));
+	CHECK(cs.held_peak < (1u << 20));
+	CHECK(stat_of(&b).fetched_bytes >= n);
+	CHECK(stat_of(&a).sent_bytes >= n);
+	shoal_vbuf_free(out);
+	shoal_vbuf_free(vb);
+	free(mem);
+	shoal_farm_close(f);
+	kill(epid, SIGTERM);
+	waitpid(epid, NULL, 0);
+	shoal_controller_close(ctl);
+	unsetenv("SHOAL_SECRET");
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	etcd_kill(&e);
+	cleanup();
+}

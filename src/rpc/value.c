@@ -859,7 +859,8 @@ static int dvalue(vdec *d, shoal_value *v, int depth)
 			 * (the call's vbuf keeps the segment mapped). */
 			if (vb->store && ref[2] != UINT64_MAX &&
 			    (rc = sh_client_borrow(vb->store, ref[1], ref[2], bytes, &data)) == 0 &&
-			    ref[1] && /* segment 0, the arena, is always mapped */
+			    (ref[1] &
+			     SH_CLIENT_SEG_MASK) && /* segment 0, the arena, is always mapped */
 			    push((void **)&vb->borrowed, &vb->nborrowed, &vb->cap_borrowed, 8,
 				 &ref[1]) != 0) {
 				sh_client_unborrow(vb->store, ref[1]);

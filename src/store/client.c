@@ -1027,13 +1027,19 @@ int sh_client_blob_of(shoal_client *c, shoal_id id, uint64_t *seg, uint64_t *off
 	shoal_object *o = sh_map_get(&c->objs, id);
 	if (!o || o->root->nblobs != 1)
 		return SHOAL_ENOENT;
-	*seg = o->root->blobs[0].seg;
+	/* tagged with the store's instance: a reference read by a client of
+	 * another store (a task's result coming back from an engine on
+	 * another host) must not be taken for one of its own segments */
+	*seg = o->root->blobs[0].seg | c->instance;
 	*off = o->root->blobs[0].off;
 	return 0;
 }
 
 int sh_client_borrow(shoal_client *c, uint64_t seg, uint64_t off, uint64_t size, const void **p)
 {
+	if ((seg & ~SH_CLIENT_SEG_MASK) != c->instance)
+		return SHOAL_ENOENT; /* another store's: get the object by id */
+	seg &= SH_CLIENT_SEG_MASK;
 	if (seg == 0) { /* the arena: mapped for as long as we are connected */
 		if (off > c->arena_size || size > c->arena_size - off)
 			return SHOAL_EPROTO;
@@ -1052,6 +1058,7 @@ int sh_client_borrow(shoal_client *c, uint64_t seg, uint64_t off, uint64_t size,
 
 void sh_client_unborrow(shoal_client *c, uint64_t seg)
 {
+	seg &= SH_CLIENT_SEG_MASK;
 	sh_wbuf dropped;
 	sh_wbuf_init(&dropped);
 	put_segs(c, &seg, 1, &dropped);

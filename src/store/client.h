@@ -63,6 +63,9 @@ int sh_builder_blob_at(shoal_node *n, uint32_t idx, uint64_t off, uint64_t size)
 /* RPC payloads: where the one blob of object id (which we hold) lies; and
  * a pointer into a segment we have mapped, for a payload whose object the
  * other side keeps alive for the call (no round trip), until unborrow. */
+/* Segments in references are tagged with their store's instance (its
+ * ids' top 24 bits): the segment itself is the low 40 bits. */
+#define SH_CLIENT_SEG_MASK ((1ull << 40) - 1)
 int sh_client_blob_of(shoal_client *c, shoal_id id, uint64_t *seg, uint64_t *off);
 int sh_client_borrow(shoal_client *c, uint64_t seg, uint64_t off, uint64_t size, const void **p);
 void sh_client_unborrow(shoal_client *c, uint64_t seg);

@@ -34,10 +34,26 @@
 
 typedef struct mig mig;
 
+/* Links to other stores kept after a fetch, for the next from the same
+ * one: a task's arguments, fetched one by one, would otherwise each pay a
+ * connection and a handshake (ms on this machine). */
+#define POOL_MAX 16
+#define POOL_IDLE_NS (30 * 1000000000LL)
+
+typedef struct idle_link {
+	char from[256];
+	int fd;
+	sh_channel *ch;
+	int64_t since;
+} idle_link;
+
 struct sh_migs {
 	mig *list;
 	uint64_t next_ticket;
 	uint32_t running; /* threads */
+	pthread_mutex_t pool_mu;
+	idle_link pool[POOL_MAX];
+	int npool;
 };
 
 enum { MIG_CONNECTING, MIG_META, MIG_BYTES, MIG_DONE };
@@ -64,6 +80,7 @@ struct mig {
 	shoal_chan *done;  /* closed when it finishes: wakes every waiter */
 	uint64_t reserved; /* room taken for the region */
 	uint32_t streams;  /* the most links asked for; 0: SHOAL_MIGRATE_STREAMS */
+	bool in_step;	   /* the first link ended its exchange cleanly: it may be kept */
 	/* the thread's */
 	pthread_t thread;
 	int fds[SH_PEER_STREAMS_MAX]; /* the links' sockets (under mu: a stop ends them) */
@@ -158,7 +175,7 @@ static void on_meta(shoal_store *s, sh_st_mail *m)
 		return;
 	}
 	uint64_t charged = (g->region + PAGE - 1) & ~(uint64_t)(PAGE - 1);
-	if (charged > s->capacity - s->used) {
+	if (!sh_store_make_room(s, charged)) {
 		snprintf(g->why, sizeof(g->why),
 			 "store full: object %016" PRIx64 " from %s needs %" PRIu64
 			 " bytes, %" PRIu64 " of %" PRIu64 " free",
@@ -197,6 +214,8 @@ static void on_end(shoal_store *s, sh_st_mail *m)
 				 g->id, g->from, tmp);
 		} else {
 			g->region_fd = -1; /* the store's now */
+			o->copy = true;
+			o->last_get = shoal_now_ns();
 			s->fetched++;
 			s->fetched_bytes += o->bytes;
 			if (g->name && !sh_st_name_find(s, g->name, strlen(g->name)) &&
@@ -478,27 +497,107 @@ static void *share_main(void *arg)
 	return NULL;
 }
 
+/* An idle link to g->from, as slot 0 of g's: true if there was one. */
+static bool link_take(mig *g, sh_channel **ch)
+{
+	sh_migs *ms = g->s->migs;
+	int64_t now = shoal_now_ns();
+	int fd = -1;
+	pthread_mutex_lock(&ms->pool_mu);
+	for (int i = ms->npool - 1; i >= 0 && fd < 0; i--) {
+		idle_link *l = &ms->pool[i];
+		bool stale = now - l->since > POOL_IDLE_NS;
+		if (!stale && strcmp(l->from, g->from))
+			continue;
+		if (!stale) {
+			fd = l->fd;
+			*ch = l->ch;
+		} else {
+			sh_channel_free(l->ch);
+			close(l->fd);
+		}
+		ms->pool[i] = ms->pool[--ms->npool];
+	}
+	pthread_mutex_unlock(&ms->pool_mu);
+	if (fd < 0)
+		return false;
+	pthread_mutex_lock(&g->mu);
+	g->fds[0] = fd;
+	pthread_mutex_unlock(&g->mu);
+	return true;
+}
+
+/* Keeps g's first link for the next fetch from the same store. */
+static void link_keep(mig *g, sh_channel *ch)
+{
+	sh_migs *ms = g->s->migs;
+	pthread_mutex_lock(&g->mu);
+	int fd = g->fds[0];
+	g->fds[0] = -1;
+	pthread_mutex_unlock(&g->mu);
+	pthread_mutex_lock(&ms->pool_mu);
+	if (ms->npool == POOL_MAX) { /* the oldest goes */
+		int old = 0;
+		for (int i = 1; i < ms->npool; i++)
+			if (ms->pool[i].since < ms->pool[old].since)
+				old = i;
+		sh_channel_free(ms->pool[old].ch);
+		close(ms->pool[old].fd);
+		ms->pool[old] = ms->pool[--ms->npool];
+	}
+	idle_link *l = &ms->pool[ms->npool++];
+	snprintf(l->from, sizeof(l->from), "%s", g->from);
+	l->fd = fd;
+	l->ch = ch;
+	l->since = shoal_now_ns();
+	pthread_mutex_unlock(&ms->pool_mu);
+}
+
+/* FETCH on a link, its answer into g->in: a kept link the source may
+ * have closed meanwhile is replaced by a fresh one, once. */
+static int ask(mig *g, size_t *len, char *why, size_t whylen)
+{
+	sh_channel *ch = NULL;
+	bool kept = link_take(g, &ch);
+	for (;;) {
+		int rc = 0;
+		if (!kept && (rc = link_open(g, 0, &ch, why, whylen)) != 0) {
+			g->ch = ch;
+			return mig_fail(g, rc, "cannot reach the store at %s: %s", g->from, why);
+		}
+		g->ch = ch;
+		rc = send_request(ch, SH_PEER_FETCH, g->key_id, g->key_name, g->key_len,
+				  g->streams ? g->streams : SHOAL_MIGRATE_STREAMS);
+		if (rc == 0)
+			rc = sh_channel_read_frame(ch, &g->in, &g->in_cap, len,
+						   SH_PEER_META_MAX + 4096, false,
+						   shoal_deadline_in(MIG_STALL_NS));
+		if (rc == 0)
+			return 0;
+		if (kept && (rc == SHOAL_ECLOSED || rc == SHOAL_ECONNRESET || rc == SHOAL_EPROTO)) {
+			link_close(g, 0, ch);
+			g->ch = ch = NULL;
+			kept = false;
+			continue;
+		}
+		return mig_fail(g, rc, "the store at %s: %s%s%s", g->from, shoal_strerror(rc),
+				sh_channel_error(ch)[0] ? ": " : "", sh_channel_error(ch));
+	}
+}
+
 static int fetch(mig *g)
 {
 	char why[256];
-	sh_channel *ch = NULL;
-	int rc = link_open(g, 0, &ch, why, sizeof(why));
-	g->ch = ch;
-	if (rc)
-		return mig_fail(g, rc, "cannot reach the store at %s: %s", g->from, why);
-	rc = send_request(ch, SH_PEER_FETCH, g->key_id, g->key_name, g->key_len,
-			  g->streams ? g->streams : SHOAL_MIGRATE_STREAMS);
 	size_t len = 0;
-	if (rc == 0)
-		rc = sh_channel_read_frame(ch, &g->in, &g->in_cap, &len, SH_PEER_META_MAX + 4096,
-					   false, shoal_deadline_in(MIG_STALL_NS));
+	int rc = ask(g, &len, why, sizeof(why));
 	if (rc)
-		return mig_fail(g, rc, "the store at %s: %s%s%s", g->from, shoal_strerror(rc),
-				sh_channel_error(ch)[0] ? ": " : "", sh_channel_error(ch));
-	if ((rc = sh_mig_parse_reply(g->in, len, &g->r, &g->a, why, sizeof(why))) != 0)
-		return rc < 0 && rc != SHOAL_EPROTO && rc != SHOAL_EBADMSG
-			       ? mig_fail(g, rc, "%s", why)
-			       : mig_fail(g, rc, "the store at %s: %s", g->from, why);
+		return rc;
+	sh_channel *ch = g->ch;
+	if ((rc = sh_mig_parse_reply(g->in, len, &g->r, &g->a, why, sizeof(why))) != 0) {
+		g->in_step = rc < 0 && rc != SHOAL_EPROTO && rc != SHOAL_EBADMSG;
+		return g->in_step ? mig_fail(g, rc, "%s", why)
+				  : mig_fail(g, rc, "the store at %s: %s", g->from, why);
+	}
 	if (g->key_id && g->r.id != g->key_id)
 		return mig_fail(g, SHOAL_EPROTO,
 				"the store at %s sent object %016" PRIx64 " for %016" PRIx64,
@@ -521,7 +620,7 @@ static int fetch(mig *g)
 		pthread_cond_wait(&g->cv, &g->mu);
 	pthread_mutex_unlock(&g->mu);
 	if (g->verdict == 1)
-		return 0; /* a copy is here: nothing to receive */
+		return 0; /* a copy is here: nothing to receive (the link is out of step) */
 	if (g->verdict)
 		return g->verdict;
 	if ((rc = sh_memfd_create("shoal-migrated", g->region ? g->region : 1, true,
@@ -554,6 +653,7 @@ static int fetch(mig *g)
 				" of %" PRIu64 " bytes: %s%s%s",
 				g->id, g->from, (uint64_t)atomic_load(&g->received), g->total,
 				shoal_strerror(rc), cause[0] ? ": " : "", cause);
+	g->in_step = g->r.k == 1; /* every byte of the one link read */
 	if ((rc = sh_memfd_seal(g->region_fd)) != 0)
 		return mig_fail(g, rc, "object %016" PRIx64 ": sealing its region: %s", g->id,
 				shoal_strerror(rc));
@@ -568,7 +668,10 @@ static void *mig_main(void *arg)
 		close(g->region_fd);
 		g->region_fd = -1;
 	}
-	link_close(g, 0, g->ch);
+	if (g->in_step && g->ch)
+		link_keep(g, g->ch);
+	else
+		link_close(g, 0, g->ch);
 	g->ch = NULL;
 	if (g->in)
 		shoal_free(g->in, g->in_cap);
@@ -779,7 +882,10 @@ int sh_st_op_migwait(st_conn *c, const sh_frame *req, sh_mp *m)
 
 int sh_migs_start(shoal_store *s)
 {
-	return (s->migs = SH_NEW(sh_migs)) ? 0 : SHOAL_ENOMEM;
+	if (!(s->migs = SH_NEW(sh_migs)))
+		return SHOAL_ENOMEM;
+	pthread_mutex_init(&s->migs->pool_mu, NULL);
+	return 0;
 }
 
 void sh_migs_stop(shoal_store *s)
@@ -800,6 +906,11 @@ void sh_migs_free(shoal_store *s)
 		return;
 	while (s->migs->list)
 		mig_free(s, s->migs->list);
+	for (int i = 0; i < s->migs->npool; i++) {
+		sh_channel_free(s->migs->pool[i].ch);
+		close(s->migs->pool[i].fd);
+	}
+	pthread_mutex_destroy(&s->migs->pool_mu);
 	SH_DELETE(s->migs);
 	s->migs = NULL;
 }

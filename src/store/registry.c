@@ -27,7 +27,7 @@
 
 #define CALL_NS (2 * 1000000000LL) /* one etcd call at most */
 #define RETRY_NS 1000000000LL	   /* while etcd is down */
-#define PEERS_MAX 4096
+#define PEERS_MAX 1024
 
 typedef struct reg_name {
 	struct reg_name *next;
@@ -56,7 +56,8 @@ struct sh_registry {
 	char down_why[300];
 	uint32_t npeers;
 	uint64_t peer_ids[PEERS_MAX];
-	int64_t peers_changed; /* when the last peer came or went */
+	char peer_addrs[PEERS_MAX][64]; /* where each is: an id's owner without asking */
+	int64_t peers_changed;		/* when the last peer came or went */
 };
 
 /* ---- keys and records ---- */
@@ -395,6 +396,29 @@ static void run_job(sh_registry *r, sh_reg_job *j)
 		snprintf(idhex, sizeof(idhex), "%016" PRIx64, j->id);
 		j->rc = j->name ? get_key(r, "names", j->name, j->nl, &got, why, sizeof(why))
 				: get_key(r, "ids", idhex, 16, &got, why, sizeof(why));
+		if (j->rc == SHOAL_ENOENT && !j->name) {
+			/* not a registered name's: an id says which store made it
+			 * (its top 24 bits), and that store says where it is */
+			char inst[17];
+			snprintf(inst, sizeof(inst), "%016" PRIx64,
+				 (uint64_t)(j->id & ~(uint64_t)ID_COUNTER));
+			if ((j->rc = get_key(r, "peers", inst, 16, &got, why, sizeof(why))) == 0) {
+				cJSON *o = cJSON_Parse(got);
+				const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "peer");
+				if (cJSON_IsString(p) && strlen(p->valuestring) < sizeof(j->peer)) {
+					snprintf(j->peer, sizeof(j->peer), "%s", p->valuestring);
+					j->got_id = j->id;
+				} else {
+					j->rc = SHOAL_EPROTO;
+					snprintf(j->why, sizeof(j->why),
+						 "a store's record in etcd that "
+						 "is not ours");
+				}
+				cJSON_Delete(o);
+				free(got);
+				break;
+			}
+		}
 		if (j->rc == 0 && parse_record(got, j) != 0) {
 			j->rc = SHOAL_EPROTO;
 			snprintf(j->why, sizeof(j->why),
@@ -500,17 +524,38 @@ static uint64_t peer_of_key(const sh_registry *r, const char *b64key)
 	return id;
 }
 
-static void peers_set(sh_registry *r, uint64_t id, bool present)
+/* The address in a store's record (base64 of {"peer": ...}), or "". */
+static void addr_of(const cJSON *kv, char *out, size_t len)
+{
+	out[0] = 0;
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(kv, "value");
+	unsigned char *dec = NULL;
+	size_t n;
+	if (!cJSON_IsString(v) || sh_b64_decode(v->valuestring, &dec, &n) != 0)
+		return;
+	cJSON *o = cJSON_Parse((char *)dec);
+	const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "peer");
+	if (cJSON_IsString(p) && strlen(p->valuestring) < len)
+		snprintf(out, len, "%s", p->valuestring);
+	cJSON_Delete(o);
+	free(dec);
+}
+
+static void peers_set(sh_registry *r, uint64_t id, const char *addr)
 {
 	pthread_mutex_lock(&r->mu);
 	uint32_t i = 0;
 	while (i < r->npeers && r->peer_ids[i] != id)
 		i++;
-	if (present && i == r->npeers && r->npeers < PEERS_MAX) {
-		r->peer_ids[r->npeers++] = id;
+	if (addr && i == r->npeers && r->npeers < PEERS_MAX) {
+		r->peer_ids[r->npeers] = id;
+		snprintf(r->peer_addrs[r->npeers++], sizeof(r->peer_addrs[0]), "%s", addr);
 		r->peers_changed = shoal_now_ns();
-	} else if (!present && i < r->npeers) {
+	} else if (addr && i < r->npeers) {
+		snprintf(r->peer_addrs[i], sizeof(r->peer_addrs[0]), "%s", addr);
+	} else if (!addr && i < r->npeers) {
 		r->peer_ids[i] = r->peer_ids[--r->npeers];
+		memcpy(r->peer_addrs[i], r->peer_addrs[r->npeers], sizeof(r->peer_addrs[0]));
 		r->peers_changed = shoal_now_ns();
 		if (id != r->s->instance)
 			sh_info("store",
@@ -519,6 +564,23 @@ static void peers_set(sh_registry *r, uint64_t id, bool present)
 				id >> 40);
 	}
 	pthread_mutex_unlock(&r->mu);
+}
+
+bool sh_reg_peer_of(shoal_store *s, uint64_t id, char *out, size_t len)
+{
+	sh_registry *r = s->reg;
+	if (!r)
+		return false;
+	uint64_t inst = id & ~(uint64_t)ID_COUNTER;
+	bool found = false;
+	pthread_mutex_lock(&r->mu);
+	for (uint32_t i = 0; i < r->npeers && !found; i++)
+		if (r->peer_ids[i] == inst && r->peer_addrs[i][0] && inst != s->instance) {
+			snprintf(out, len, "%s", r->peer_addrs[i]);
+			found = true;
+		}
+	pthread_mutex_unlock(&r->mu);
+	return found;
 }
 
 static int on_watch(void *arg, cJSON *msg)
@@ -532,9 +594,11 @@ static int on_watch(void *arg, cJSON *msg)
 			    *kv = cJSON_GetObjectItemCaseSensitive(ev, "kv"),
 			    *key = cJSON_GetObjectItemCaseSensitive(kv, "key");
 		uint64_t id = cJSON_IsString(key) ? peer_of_key(w->r, key->valuestring) : 0;
+		bool gone = cJSON_IsString(type) && !strcmp(type->valuestring, "DELETE");
+		char a[64];
+		addr_of(kv, a, sizeof(a));
 		if (id)
-			peers_set(w->r, id,
-				  !(cJSON_IsString(type) && !strcmp(type->valuestring, "DELETE")));
+			peers_set(w->r, id, gone ? NULL : a);
 	}
 	return 0;
 }
@@ -562,8 +626,10 @@ static void *watch_main(void *arg)
 				const cJSON *key = cJSON_GetObjectItemCaseSensitive(kv, "key");
 				uint64_t id =
 					cJSON_IsString(key) ? peer_of_key(r, key->valuestring) : 0;
+				char a[64];
+				addr_of(kv, a, sizeof(a));
 				if (id)
-					peers_set(r, id, true);
+					peers_set(r, id, a);
 			}
 			uint64_t rev = sh_json_u64(cJSON_GetObjectItemCaseSensitive(ans, "header"),
 						   "revision");

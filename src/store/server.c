@@ -305,6 +305,30 @@ static int send_fds(st_conn *c, st_seg **g, size_t n)
 
 /* ---- request handlers ---- */
 
+bool sh_store_make_room(shoal_store *s, uint64_t bytes)
+{
+	/* copies fetched from other stores are a cache: those no one reads
+	 * go, least recently got first, before anything is refused */
+	while (bytes > s->capacity - s->used) {
+		st_obj *victim = NULL;
+		size_t it = 0;
+		uint64_t k;
+		void *v;
+		while (sh_map_next(&s->objs, &it, &k, &v)) {
+			st_obj *o = v;
+			if (o->copy && !o->refs && !o->deleted && !o->global &&
+			    (!victim || o->last_get < victim->last_get))
+				victim = o;
+		}
+		if (!victim)
+			return false;
+		sh_debug("store", "copy %016" PRIx64 " (%" PRIu64 " bytes) evicted for room",
+			 victim->id, victim->bytes);
+		sh_st_obj_delete(s, victim);
+	}
+	return true;
+}
+
 static int no_space(st_conn *c, const sh_frame *req, uint64_t asked)
 {
 	shoal_store *s = c->srv;
@@ -324,7 +348,7 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 	uint64_t charged = (size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
 	if (size == 0)
 		return sh_st_reply_err(c, req, SHOAL_EINVAL, "CREATE: size 0, expected at least 1");
-	if (charged < size || charged > s->capacity - s->used)
+	if (charged < size || !sh_store_make_room(s, charged))
 		return no_space(c, req, size);
 	if (fds_held(s) + 1 + FD_SPARE_CONNS * FDS_PER_CONN > s->fd_budget)
 		return sh_st_reply_err(c, req, SHOAL_ENOSPC,
@@ -807,6 +831,14 @@ static int fetch_missing(st_conn *c, const char *name, size_t nl, uint64_t id, c
 			 size_t whylen)
 {
 	shoal_store *s = c->srv;
+	char owner[64];
+	/* an id names the store that made it: where that one is, the watch
+	 * knows (a task's arguments, asked for again and again) */
+	if (s->reg && !name && sh_reg_peer_of(s, id, owner, sizeof(owner))) {
+		int rc = sh_st_fetch(c, NULL, 0, id, owner, why, whylen);
+		if (rc != SHOAL_ENOENT)
+			return rc;
+	}
 	if (s->reg) {
 		sh_reg_job j = {.kind = SH_REG_LOOKUP, .name = name, .nl = nl, .id = id};
 		int rc = sh_reg_run(s, &j);
@@ -867,6 +899,7 @@ static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 	if (sh_map_put(&c->refs, o->id, (void *)(held + 1)) != 0)
 		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "GET: out of memory");
 	o->refs++;
+	o->last_get = shoal_now_ns();
 	msgpack_packer pk;
 	sh_st_begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 4);

@@ -44,6 +44,8 @@ struct st_obj {
 	uint64_t refs;
 	bool deleted, persistent;
 	bool global;	   /* its name is registered in the cluster (etcd) */
+	bool copy;	   /* fetched from another store: evicted when room is short */
+	uint64_t last_get; /* when a client last got it (ns) */
 	uint64_t gen;	   /* with a state directory: when its file was written */
 	st_conn *creator;  /* NULL once persistent or the creator is gone */
 	st_obj *name_next; /* objects whose names share a hash */
@@ -113,6 +115,8 @@ struct shoal_store {
 	sh_registry *reg; /* --meta etcd, or NULL */
 };
 
+/* Whether bytes more fit --size, evicting copies no one reads if need be. */
+bool sh_store_make_room(shoal_store *s, uint64_t bytes);
 /* Any thread: runs m->fn in the store's thread, soon. */
 void sh_store_post(shoal_store *s, sh_st_mail *m);
 
@@ -182,6 +186,9 @@ void sh_reg_free(shoal_store *s);
 /* Live stores in the cluster as the watch sees them, and whether etcd
  * answers. */
 void sh_reg_stat(shoal_store *s, uint64_t *peers, bool *up);
+/* Where the store that made object id is, as the watch last saw it
+ * (without a call to etcd): false when unknown, or when it is this one. */
+bool sh_reg_peer_of(shoal_store *s, uint64_t id, char *out, size_t len);
 
 enum { SH_REG_NAME = 1, SH_REG_UNNAME, SH_REG_LOOKUP };
 /* One call of the registry's, from a request's fiber (sh_reg_run waits
