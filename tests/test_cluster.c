@@ -397,6 +397,20 @@ static void delete_meanwhile(void *arg, uint64_t got, uint64_t total)
 	if (d->seen || got == 0 || got >= total)
 		return;
 	d->seen = true;
+	/* both stores serve their clients while the bytes move: a put and a
+	 * get at each, well within a second (a generous bound) */
+	node *both[2] = {d->a, d->b};
+	for (int i = 0; i < 2; i++) {
+		int64_t t0 = shoal_now_ns();
+		shoal_client *c = client_of(both[i]);
+		shoal_id id;
+		shoal_object *o;
+		CHECK_OK(shoal_put_bytes(c, NULL, "meanwhile", 9, 0, &id));
+		CHECK_OK(shoal_get(c, id, &o));
+		CHECK_OK(shoal_object_release(o));
+		shoal_disconnect(c);
+		CHECK((shoal_now_ns() - t0) / MS < 1000);
+	}
 	CHECK_EQ(kill(d->b->pid, SIGSTOP), 0);
 	shoal_client *c = client_of(d->a);
 	CHECK_OK(shoal_delete(c, "big"));
