@@ -287,6 +287,15 @@ int sh_bench_pytasks(const sh_bench_opts *o, sh_bench_report *r);
 void sh_bench_pytasks_table(FILE *f, const sh_bench_report *r);
 void sh_bench_pytasks_plot(FILE *f, const sh_bench_report *r);
 
+/* suite_tasks.c: one flood of n no-op tasks ("nop", args: payload, or
+ * nil) on f: seconds until all were submitted and until all were done;
+ * every result is taken (into vb) after. */
+struct shoal_farm;
+struct shoal_value;
+struct shoal_vbuf;
+int sh_bench_farm_flood(struct shoal_farm *f, uint64_t n, const struct shoal_value *payload,
+			struct shoal_vbuf *vb, double *sent, double *rt);
+
 /* suite_cluster.c: migrations between two shoalds, dedup. */
 int sh_bench_cluster(const sh_bench_opts *o, sh_bench_report *r);
 void sh_bench_cluster_table(FILE *f, const sh_bench_report *r);

@@ -592,33 +592,6 @@ static void bench_peer_loss(const sh_bench_opts *o, sh_bench_report *r)
 
 /* ---- task_buffers: a farm whose client and engine are on different stores ---- */
 
-/* n tasks of "nop" carrying payload, submitted, waited for, taken: seconds. */
-static int buffers_round(shoal_farm *f, uint64_t n, const shoal_value *payload, double *s)
-{
-	shoal_task first = 0, id;
-	double t0 = sh_bench_now();
-	for (uint64_t i = 0; i < n; i++) {
-		int rc = shoal_farm_submit(f, "nop", payload, NULL, &id);
-		if (rc)
-			return rc;
-		if (i == 0)
-			first = id;
-	}
-	int rc = shoal_farm_wait_all(f, shoal_deadline_in(300 * 1000000000LL));
-	*s = sh_bench_now() - t0;
-	shoal_vbuf *out;
-	if (rc == 0 && (rc = shoal_vbuf_create(&out)) == 0) {
-		for (uint64_t i = 0; rc == 0 && i < n; i++) {
-			const shoal_value *res;
-			rc = shoal_farm_wait(f, first + i, out, &res,
-					     shoal_deadline_in(1000000000LL));
-			shoal_vbuf_reset(out);
-		}
-		shoal_vbuf_free(out);
-	}
-	return rc;
-}
-
 /* The buffers sweep with the client's arguments in store a and the engine
  * on store b: every argument goes a -> b by migration, never through the
  * controller. */
@@ -690,13 +663,18 @@ static void buffers_sweep(const sh_bench_opts *o, sh_bench_report *r, bool plain
 		free(mem);
 		double best = 0, mb_s[3];
 		int frc = payload ? 0 : SHOAL_ENOMEM;
+		shoal_vbuf *out = NULL;
+		if (frc == 0)
+			frc = shoal_vbuf_create(&out);
 		for (int i = 0; i < 3 && frc == 0; i++) {
-			double t;
-			if ((frc = buffers_round(f, n, payload, &t)) == 0) {
+			double sent, t;
+			if ((frc = sh_bench_farm_flood(f, n, payload, out, &sent, &t)) == 0) {
 				mb_s[i] = (double)(n * size) / t / 1e6;
 				best = i == 0 || mb_s[i] > best ? mb_s[i] : best;
 			}
 		}
+		if (out)
+			shoal_vbuf_free(out);
 		if (frc) {
 			sh_bench_fail(x, "%s: %s", shoal_strerror(frc), shoal_farm_last_error(f));
 			continue;

@@ -135,10 +135,8 @@ static int drain(shoal_farm *f, shoal_task first, uint64_t n, shoal_vbuf *vb)
 	return 0;
 }
 
-/* One flood of n no-op tasks (args: payload, or nil): sent and roundtrip
- * seconds. */
-static int flood(shoal_farm *f, uint64_t n, const shoal_value *payload, shoal_vbuf *vb,
-		 double *sent, double *rt)
+int sh_bench_farm_flood(shoal_farm *f, uint64_t n, const shoal_value *payload, shoal_vbuf *vb,
+			double *sent, double *rt)
 {
 	shoal_task first = 0, id;
 	double t0 = sh_bench_now();
@@ -188,7 +186,8 @@ static void bench_flood(const sh_bench_opts *o, sh_bench_report *r, const char *
 				int reps = 3;
 				for (int i = 0; i < reps && rc == 0; i++) {
 					double sent, rt;
-					if ((rc = flood(fs.f, ns[k], NULL, vb, &sent, &rt)) != 0)
+					if ((rc = sh_bench_farm_flood(fs.f, ns[k], NULL, vb, &sent,
+								      &rt)) != 0)
 						sh_bench_fail(x, "%s: %s", shoal_strerror(rc),
 							      shoal_farm_last_error(fs.f));
 					else if (i == 0 || rt < best_rt)
@@ -418,7 +417,8 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 			double sent, rt, best = 0, mb_s[3];
 			int frc = payload ? 0 : SHOAL_ENOMEM;
 			for (int i = 0; i < 3 && frc == 0; i++)
-				if ((frc = flood(fs[tcp].f, n, payload, vb, &sent, &rt)) == 0) {
+				if ((frc = sh_bench_farm_flood(fs[tcp].f, n, payload, vb, &sent,
+							       &rt)) == 0) {
 					mb_s[i] = (double)(n * size) / rt / 1e6;
 					best = i == 0 || rt < best ? rt : best;
 				}
