@@ -65,6 +65,21 @@ int sh_tcp_listen(const char *hostport, int *fd, char *bound, size_t boundlen, c
  * until deadline at most (SHOAL_ETIMEDOUT). */
 int sh_tcp_connect(const char *hostport, int *fd, int64_t deadline, char *why, size_t whylen);
 
+/* The next connection on the listening lsock, from a fiber: its
+ * descriptor (non-blocking, TCP_NODELAY), and who it is ("HOST:PORT").
+ * Waits in the poller; a transient failure (out of descriptors) is logged
+ * under area and tried again every 100 ms. SHOAL_ECANCELED when the fiber
+ * is cancelled. */
+int sh_tcp_accept(int lsock, const char *area, char *who, size_t wholen);
+/* A peer refused, logged under area: past 10 in a second, the rest of that
+ * second's are counted and said in one line (a flood of strangers must not
+ * flood the log). */
+typedef struct sh_refusals {
+	int64_t since; /* when the current second of refusals began */
+	uint64_t n;    /* in it */
+} sh_refusals;
+void sh_tcp_refused(sh_refusals *r, const char *area, const char *who, const char *why);
+
 /* Waits until fd is ready for ev (SHOAL_FD_IN or SHOAL_FD_OUT) or
  * deadline: in the poller (fiber) or in poll (a thread). */
 int sh_net_wait(int fd, unsigned ev, bool fiber, int64_t deadline);

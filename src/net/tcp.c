@@ -115,6 +115,48 @@ int sh_tcp_listen(const char *hostport, int *fd, char *bound, size_t boundlen, c
 	return rc;
 }
 
+int sh_tcp_accept(int lsock, const char *area, char *who, size_t wholen)
+{
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int fd = accept4(lsock, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd >= 0) {
+			int one = 1;
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			char host[64] = "?", port[16] = "?";
+			getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port,
+				    sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV);
+			snprintf(who, wholen, "%s:%s", host, port);
+			return fd;
+		}
+		if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) {
+			if (shoal_fd_wait(lsock, SHOAL_FD_IN, SHOAL_FOREVER, NULL) ==
+			    SHOAL_ECANCELED)
+				return SHOAL_ECANCELED;
+			continue;
+		}
+		/* out of descriptors or memory: it passes */
+		sh_warn(area, "accept (TCP): %s; retrying in 100 ms", strerror(errno));
+		if (shoal_sleep_until(shoal_deadline_in(100000000)) == SHOAL_ECANCELED)
+			return SHOAL_ECANCELED;
+	}
+}
+
+void sh_tcp_refused(sh_refusals *r, const char *area, const char *who, const char *why)
+{
+	int64_t now = shoal_now_ns();
+	if (now - r->since >= 1000000000LL) {
+		if (r->n > 10)
+			sh_warn(area, "refused %llu more TCP peers in the second before",
+				(unsigned long long)(r->n - 10));
+		r->since = now;
+		r->n = 0;
+	}
+	if (++r->n <= 10)
+		sh_warn(area, "refused %s over TCP: %s", who, why);
+}
+
 int sh_net_wait(int fd, unsigned ev, bool fiber, int64_t deadline)
 {
 	if (fiber)

@@ -13,9 +13,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <inttypes.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -54,8 +51,7 @@ struct sh_peers {
 	peer_conn *conns;
 	sh_map xfers; /* token -> xfer waiting for its other links */
 	uint64_t next_token;
-	int64_t last_refusal;
-	uint32_t refusals;
+	sh_refusals refusals; /* for the log */
 };
 
 struct peer_conn {
@@ -77,17 +73,12 @@ struct peer_conn {
 	sh_wbuf out;
 };
 
-static void refused(sh_peers *p, const char *who, const char *why)
+/* A refused peer, logged (sh_tcp_refused) as "peer HOST:PORT". */
+static void refused(sh_peers *p, const char *addr, const char *why)
 {
-	int64_t now = shoal_now_ns();
-	if (now - p->last_refusal > 10 * 1000000000LL) {
-		if (p->refusals > 10)
-			sh_warn("store", "%u more peers refused", p->refusals - 10);
-		p->last_refusal = now;
-		p->refusals = 0;
-	}
-	if (++p->refusals <= 10)
-		sh_warn("store", "refused peer %s: %s", who, why);
+	char who[96];
+	snprintf(who, sizeof(who), "peer %s", addr);
+	sh_tcp_refused(&p->refusals, "store", who, why);
 }
 
 /* ---- transfers ---- */
@@ -464,26 +455,10 @@ static void *accept_main(void *arg)
 	shoal_store *s = arg;
 	sh_peers *p = s->peers;
 	for (;;) {
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof(ss);
-		int fd = accept4(p->lsock, (struct sockaddr *)&ss, &sl,
-				 SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) {
-				if (shoal_fd_wait(p->lsock, SHOAL_FD_IN, SHOAL_FOREVER, NULL) ==
-				    SHOAL_ECANCELED)
-					return NULL;
-				continue;
-			}
-			sh_warn("store", "accept (peers): %s; retrying in 100 ms", strerror(errno));
-			if (shoal_sleep_until(shoal_deadline_in(100000000)) == SHOAL_ECANCELED)
-				return NULL;
-			continue;
-		}
-		char host[64] = "?", port[16] = "?", who[80];
-		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
-			    NI_NUMERICHOST | NI_NUMERICSERV);
-		snprintf(who, sizeof(who), "%s:%s", host, port);
+		char who[80];
+		int fd = sh_tcp_accept(p->lsock, "store", who, sizeof(who));
+		if (fd < 0)
+			return NULL; /* cancelled */
 		/* a link holds its socket; keep room for local clients */
 		if (p->hellos >= PEER_HELLOS ||
 		    s->nclients * 5 + s->segs.n + p->nconns + 64 > s->fd_budget) {
@@ -493,8 +468,6 @@ static void *accept_main(void *arg)
 							 : "out of descriptors");
 			continue;
 		}
-		int one = 1;
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		peer_conn *pc = SH_NEW(peer_conn);
 		if (!pc) {
 			close(fd);

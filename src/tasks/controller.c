@@ -29,9 +29,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <unistd.h>
 
 typedef struct tk_task tk_task;
@@ -157,8 +155,7 @@ struct shoal_controller {
 	uint32_t nconns, next_engine, next_client;
 	uint32_t tcp_hellos;  /* TCP peers still in their handshake */
 	uint64_t conn_budget; /* connections the descriptor limit allows */
-	int64_t last_refusal; /* when the current second of refusals began */
-	uint64_t refusals;    /* in it */
+	sh_refusals refusals; /* TCP peers refused, for the log */
 	sh_map tasks;	      /* tid -> tk_task */
 	uint64_t next_tid, clock, rng;
 	uint32_t rr;
@@ -1447,23 +1444,6 @@ static int hold_back(tk_client *c)
 	return 0;
 }
 
-/* A refused peer, logged; past 10 refusals in a second the rest of that
- * second's are counted, and said in one line (a flood of strangers must
- * not flood the log). */
-static void refused(shoal_controller *ctl, const char *peer, const char *why)
-{
-	int64_t now = shoal_now_ns();
-	if (now - ctl->last_refusal >= 1000000000LL) {
-		if (ctl->refusals > 10)
-			sh_warn("tasks", "refused %llu more TCP peers in the second before",
-				(unsigned long long)(ctl->refusals - 10));
-		ctl->last_refusal = now;
-		ctl->refusals = 0;
-	}
-	if (++ctl->refusals <= 10)
-		sh_warn("tasks", "refused %s over TCP: %s", peer, why);
-}
-
 static void *conn_main(void *arg)
 {
 	tk_conn *hello = arg; /* a stand-in until we know what it is */
@@ -1476,7 +1456,7 @@ static void *conn_main(void *arg)
 				    &hello->ch, why, sizeof(why));
 		ctl->tcp_hellos--;
 		if (rc != 0)
-			refused(ctl, hello->peer, why);
+			sh_tcp_refused(&ctl->refusals, "tasks", hello->peer, why);
 		else /* a message half moved may not hold its peer (or an engine) */
 			sh_channel_set_stall(hello->ch, ctl->opts.stall_ns ? ctl->opts.stall_ns
 									   : SH_TASKS_STALL_NS);
@@ -1690,34 +1670,20 @@ static void *tcp_accept_main(void *arg)
 {
 	shoal_controller *ctl = arg;
 	for (;;) {
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof(ss);
-		int fd = accept4(ctl->tcp_lsock, (struct sockaddr *)&ss, &sl,
-				 SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) {
-				if (shoal_fd_wait(ctl->tcp_lsock, SHOAL_FD_IN, SHOAL_FOREVER,
-						  NULL) == SHOAL_ECANCELED)
-					return NULL;
-				continue;
-			}
-			sh_warn("tasks", "accept (TCP): %s; retrying in 100 ms", strerror(errno));
-			if (shoal_sleep_until(shoal_deadline_in(100000000)) == SHOAL_ECANCELED)
-				return NULL;
-			continue;
-		}
+		char who[96];
+		int fd = sh_tcp_accept(ctl->tcp_lsock, "tasks", who, sizeof(who));
+		if (fd < 0)
+			return NULL; /* cancelled */
 		uint64_t spare =
 			ctl->conn_budget / 4 < LOCAL_SPARE ? ctl->conn_budget / 4 : LOCAL_SPARE;
 		if (ctl->tcp_hellos >= TCP_HELLOS ||
 		    (uint64_t)ctl->nconns + spare >= ctl->conn_budget) {
 			close(fd);
-			refused(ctl, "a peer",
-				ctl->tcp_hellos >= TCP_HELLOS ? "too many handshakes at once"
-							      : "out of descriptors");
+			sh_tcp_refused(&ctl->refusals, "tasks", who,
+				       ctl->tcp_hellos >= TCP_HELLOS ? "too many handshakes at once"
+								     : "out of descriptors");
 			continue;
 		}
-		int one = 1;
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		tk_conn *h = SH_NEW(tk_conn);
 		if (!h) {
 			close(fd);
@@ -1727,10 +1693,7 @@ static void *tcp_accept_main(void *arg)
 		h->ctl = ctl;
 		h->tcp = fd;
 		sh_link_init(&h->l, -1);
-		char host[64] = "?", port[16] = "?";
-		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), port, sizeof(port),
-			    NI_NUMERICHOST | NI_NUMERICSERV);
-		snprintf(h->peer, sizeof(h->peer), "%s:%s", host, port);
+		snprintf(h->peer, sizeof(h->peer), "%s", who);
 		ctl->nconns++;
 		if (shoal_spawn(NULL, conn_main, h,
 				&(shoal_fiber_opts){.name = "tasks-tcp", .detached = 1}) != 0) {
