@@ -8,8 +8,10 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 #include <errno.h>
+#include <grp.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -292,4 +294,34 @@ void sh_test_bin(char *buf, size_t len, const char *rel)
 	CHECK(d != NULL);
 	snprintf(buf, len, "%s/%s", d, rel);
 	CHECK(access(buf, X_OK) == 0);
+}
+
+void sh_test_drop_to(uid_t uid, gid_t gid, const gid_t *groups, int ngroups)
+{
+	if (setgroups((size_t)ngroups, groups) != 0 || setgid(gid) != 0 || setuid(uid) != 0) {
+		fprintf(stderr, "dropping to uid %u: %s\n", (unsigned)uid, strerror(errno));
+		_exit(99);
+	}
+	/* no way back: the attack runs with nothing of root's */
+	if (setuid(0) == 0 || geteuid() != uid)
+		_exit(98);
+}
+
+int sh_test_run_as(uid_t uid, const gid_t *groups, int ngroups, void (*fn)(void *), void *arg)
+{
+	fflush(NULL);
+	pid_t p = fork();
+	CHECK(p >= 0);
+	if (p == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (uid != 0)
+			sh_test_drop_to(uid, uid, groups, ngroups);
+		fn(arg);
+		_exit(0);
+	}
+	int st;
+	CHECK(waitpid(p, &st, 0) == p);
+	if (WIFSIGNALED(st))
+		return 128 + WTERMSIG(st);
+	return WEXITSTATUS(st);
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include <shoal/shoal.h>
 
@@ -112,6 +113,14 @@ void sh_test_bin(char *buf, size_t len, const char *rel);
 			sh_test_fail(__FILE__, __LINE__, "output lacks \"%s\":\n%s", (needle), \
 				     (hay));                                                   \
 	} while (0)
+
+/* Attacks as another user. drop_to: this process becomes uid (gid, the
+ * groups) for good, or exits (99: refused; 98: it could go back). run_as:
+ * fn(arg) in a child running as uid (0: root, nothing dropped); its exit
+ * status, 0 when every check in it held, 128 + a signal that killed it. */
+#define SH_TEST_NOBODY 65534
+void sh_test_drop_to(uid_t uid, gid_t gid, const gid_t *groups, int ngroups);
+int sh_test_run_as(uid_t uid, const gid_t *groups, int ngroups, void (*fn)(void *), void *arg);
 
 /* Runs LeakSanitizer now (a no-op without it), so a leak is reported by
  * the case that made it, once everything is torn down. */

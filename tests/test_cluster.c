@@ -535,6 +535,39 @@ SH_TEST_T(the_source_killed_mid_transfer_fails_every_waiter, 240)
 	cleanup();
 }
 
+/* The stranger's attacks on a store's peer port, from whatever user runs
+ * them: garbage; a wrong secret; the right secret (known: the attacker is a
+ * cluster process) but another protocol. Exits nonzero if one got in. */
+static void attack_peer_port(void *arg)
+{
+	const node *a = arg;
+	int fd;
+	char why[256];
+	if (sh_tcp_connect(a->peer, &fd, shoal_deadline_in(5000 * MS), why, sizeof(why)) != 0)
+		_exit(2);
+	char junk[4096];
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (char)(i * 7);
+	if (write(fd, junk, sizeof(junk)) <= 0)
+		_exit(3);
+	close(fd);
+	sh_channel *ch;
+	setenv("SHOAL_SECRET", "not-the-clusters-secret-at-all", 1);
+	if (sh_tcp_connect_auth(a->peer, SH_PEER_PROTO, shoal_deadline_in(5000 * MS), &fd, &ch, why,
+				sizeof(why)) != SHOAL_EACCES)
+		_exit(4);
+	setenv("SHOAL_SECRET", SECRET + strlen("SHOAL_SECRET="), 1);
+	if (sh_tcp_connect_auth(a->peer, SH_STORE_PROTO, shoal_deadline_in(5000 * MS), &fd, &ch,
+				why, sizeof(why)) != 0)
+		_exit(5);
+	char x;
+	if (read(fd, &x, 1) > 0) /* closed on it */
+		_exit(6);
+	sh_channel_free(ch);
+	close(fd);
+	_exit(0);
+}
+
 SH_TEST_T(strangers_are_refused_and_logged, 120)
 {
 	setup();
@@ -547,25 +580,10 @@ SH_TEST_T(strangers_are_refused_and_logged, 120)
 	int rc = migrate(&b, "x", 0, &a, NULL, &got, err, sizeof(err));
 	CHECK_EQ(rc, SHOAL_EACCES);
 	CHECK_HAS(err, a.peer);
-	/* garbage on the port: refused, and the store serves on */
-	int fd;
-	char why[256];
-	CHECK_OK(sh_tcp_connect(a.peer, &fd, shoal_deadline_in(5000 * MS), why, sizeof(why)));
-	char junk[4096];
-	for (size_t i = 0; i < sizeof(junk); i++)
-		junk[i] = (char)(i * 7);
-	CHECK(write(fd, junk, sizeof(junk)) > 0);
-	close(fd);
-	/* a client that knows the secret but says it is something else */
-	setenv("SHOAL_SECRET", SECRET + strlen("SHOAL_SECRET="), 1);
-	sh_channel *ch;
-	CHECK_OK(sh_tcp_connect_auth(a.peer, SH_STORE_PROTO, shoal_deadline_in(5000 * MS), &fd, &ch,
-				     why, sizeof(why)));
-	char x;
-	CHECK(read(fd, &x, 1) <= 0); /* closed on it */
-	sh_channel_free(ch);
-	close(fd);
-	unsetenv("SHOAL_SECRET");
+	/* garbage, a wrong secret and a wrong protocol on the port, as root
+	 * and as nobody: refused, and the store serves on */
+	CHECK_EQ(sh_test_run_as(0, NULL, 0, attack_peer_port, &a), 0);
+	CHECK_EQ(sh_test_run_as(SH_TEST_NOBODY, NULL, 0, attack_peer_port, &a), 0);
 	node c3;
 	node_start(&c3, "c", "256M", SECRET, NULL);
 	CHECK_OK(migrate(&c3, "x", 0, &a, NULL, &got, err, sizeof(err)));

@@ -32,40 +32,6 @@
 #define NOBODY 65534
 #define OTHER_GID 65533 /* a group nobody is in: the store's group */
 
-/* ---- running code as another user ---- */
-
-static void drop_to(uid_t uid, gid_t gid, const gid_t *groups, int ngroups)
-{
-	if (setgroups((size_t)ngroups, groups) != 0 || setgid(gid) != 0 || setuid(uid) != 0) {
-		fprintf(stderr, "dropping to uid %u: %s\n", (unsigned)uid, strerror(errno));
-		_exit(99);
-	}
-	/* no way back: the attack runs with nothing of root's */
-	if (setuid(0) == 0 || geteuid() != uid)
-		_exit(98);
-}
-
-/* fn(arg) in a child running as uid (root: uid 0, nothing dropped); its
- * exit status, 0 when every check in it held. */
-static int run_as(uid_t uid, const gid_t *groups, int ngroups, void (*fn)(void *), void *arg)
-{
-	fflush(NULL);
-	pid_t p = fork();
-	CHECK(p >= 0);
-	if (p == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (uid != 0)
-			drop_to(uid, uid, groups, ngroups);
-		fn(arg);
-		_exit(0);
-	}
-	int st;
-	CHECK(waitpid(p, &st, 0) == p);
-	if (WIFSIGNALED(st))
-		return 128 + WTERMSIG(st);
-	return WEXITSTATUS(st);
-}
-
 /* A directory every test user can reach: sticky and world-writable like
  * /tmp when open, else only enterable by others. */
 static void make_dir(char *dir, size_t len, const char *what, mode_t mode)
@@ -147,7 +113,7 @@ static void server_start_n(server *sv, const char *path, uid_t uid, gid_t group,
 		close(p[0]);
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (uid != 0)
-			drop_to(uid, uid, NULL, 0);
+			sh_test_drop_to(uid, uid, NULL, 0);
 		server_main(&cfg);
 	}
 	close(p[1]);
@@ -278,13 +244,13 @@ SH_TEST(default_socket_dir_is_private)
 	CHECK_EQ(unlink(want), 0);
 
 	/* Another user made it first: root refuses it, and serves nothing. */
-	CHECK_EQ(run_as(NOBODY, NULL, 0, squat_dir, NULL), 0);
-	CHECK_EQ(run_as(0, NULL, 0, dir_refused, NULL), 0);
+	CHECK_EQ(sh_test_run_as(NOBODY, NULL, 0, squat_dir, NULL), 0);
+	CHECK_EQ(sh_test_run_as(0, NULL, 0, dir_refused, NULL), 0);
 	CHECK_EQ(rmdir(want), 0);
 
 	/* The other way round: root's directory, an unprivileged user. */
 	CHECK_OK(shoal_socket_dir(d, sizeof(d)));
-	CHECK_EQ(run_as(NOBODY, NULL, 0, dir_refused, NULL), 0);
+	CHECK_EQ(sh_test_run_as(NOBODY, NULL, 0, dir_refused, NULL), 0);
 	rm_rf(xdg);
 }
 
@@ -366,7 +332,7 @@ static void squat_socket(uid_t squat_uid, uid_t client_uid)
 	CHECK(p >= 0);
 	if (p == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		drop_to(squat_uid, squat_uid, NULL, 0);
+		sh_test_drop_to(squat_uid, squat_uid, NULL, 0);
 		squatter_main(&q);
 		_exit(0);
 	}
@@ -375,7 +341,7 @@ static void squat_socket(uid_t squat_uid, uid_t client_uid)
 	char c;
 	CHECK_EQ(read(rdy[0], &c, 1), 1);
 	connect_case k = {.path = path, .server_uid = (uid_t)-1, .want = SHOAL_EACCES};
-	CHECK_EQ(run_as(client_uid, NULL, 0, connect_as, &k), 0);
+	CHECK_EQ(sh_test_run_as(client_uid, NULL, 0, connect_as, &k), 0);
 	long total = -1;
 	CHECK_EQ(read(rep[0], &total, sizeof(total)), (ssize_t)sizeof(total));
 	CHECK_EQ(total, 0); /* not one byte reached the squatter */
@@ -402,19 +368,19 @@ SH_TEST(client_accepts_root_its_own_uid_and_the_uid_named)
 	server sv;
 	server_start(&sv, path, NOBODY, (gid_t)-1, false);
 	connect_case k = {.path = path, .server_uid = (uid_t)-1, .want = SHOAL_EACCES};
-	CHECK_EQ(run_as(0, NULL, 0, connect_as, &k), 0);
+	CHECK_EQ(sh_test_run_as(0, NULL, 0, connect_as, &k), 0);
 	k.server_uid = NOBODY;
 	k.want = 0;
 	/* root may connect to it (the store admits root), when it names it */
-	CHECK_EQ(run_as(0, NULL, 0, connect_as, &k), 0);
+	CHECK_EQ(sh_test_run_as(0, NULL, 0, connect_as, &k), 0);
 	/* its own uid, unnamed */
 	k.server_uid = (uid_t)-1;
-	CHECK_EQ(run_as(NOBODY, NULL, 0, connect_as, &k), 0);
+	CHECK_EQ(sh_test_run_as(NOBODY, NULL, 0, connect_as, &k), 0);
 	server_stop(&sv);
 	unlink(path);
 	/* a root store that admits nobody's group: nobody connects to root */
 	server_start(&sv, path, 0, NOBODY, false);
-	CHECK_EQ(run_as(NOBODY, NULL, 0, connect_as, &k), 0);
+	CHECK_EQ(sh_test_run_as(NOBODY, NULL, 0, connect_as, &k), 0);
 	server_stop(&sv);
 	rm_rf(dir);
 }
@@ -599,10 +565,10 @@ SH_TEST(arena_cannot_be_rewritten_by_a_client)
 	CHECK_OK(shoal_put_bytes(c, "victim", original, sizeof(original), SHOAL_PERSIST, &id));
 	shoal_disconnect(c);
 	arena_case k = {.path = path};
-	int root = run_as(0, NULL, 0, attack_arena, &k);
+	int root = sh_test_run_as(0, NULL, 0, attack_arena, &k);
 	check_victim(path, id);
 	CHECK_EQ(root, 0);
-	int nobody = run_as(NOBODY, NULL, 0, attack_arena, &k);
+	int nobody = sh_test_run_as(NOBODY, NULL, 0, attack_arena, &k);
 	check_victim(path, id);
 	CHECK_EQ(nobody, 0);
 	server_stop(&sv);
@@ -673,7 +639,7 @@ static void client_attack_on(bool controller, void (*attack)(void *))
 			.ninfo = controller ? 1 : 4,
 			.nextra = controller ? 0 : 1};
 	for (int who = 0; who < (controller ? 1 : 2); who++) {
-		int rc = run_as(who ? NOBODY : 0, NULL, 0, attack, &k);
+		int rc = sh_test_run_as(who ? NOBODY : 0, NULL, 0, attack, &k);
 		usleep(200000); /* the daemon has seen the client go */
 		server_alive(&sv);
 		CHECK_EQ(rc, 0);
@@ -833,14 +799,14 @@ SH_TEST(group_admits_supplementary_members)
 	/* nobody, primary group nobody, a member of OTHER_GID besides */
 	gid_t member[] = {NOBODY, OTHER_GID};
 	group_case k = {.path = path, .want_ok = 1};
-	CHECK_EQ(run_as(NOBODY, member, 2, connect_group, &k), 0);
+	CHECK_EQ(sh_test_run_as(NOBODY, member, 2, connect_group, &k), 0);
 	/* without it: the socket's mode stops it, and so would the store */
 	k.want_ok = 0;
-	CHECK_EQ(run_as(NOBODY, NULL, 0, connect_group, &k), 0);
+	CHECK_EQ(sh_test_run_as(NOBODY, NULL, 0, connect_group, &k), 0);
 	/* past the socket's mode (a copy of the socket's inode with the group
 	 * open): the store itself refuses a non-member */
 	CHECK_EQ(chmod(path, 0666), 0);
-	CHECK_EQ(run_as(NOBODY, NULL, 0, connect_group, &k), 0);
+	CHECK_EQ(sh_test_run_as(NOBODY, NULL, 0, connect_group, &k), 0);
 	server_stop(&sv);
 	rm_rf(dir);
 }
@@ -900,7 +866,7 @@ SH_TEST_T(stalled_requests_stay_within_a_global_bound, 120)
 		if (kids[i] == 0) {
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
 			if (i % 2)
-				drop_to(NOBODY, NOBODY, NULL, 0);
+				sh_test_drop_to(NOBODY, NOBODY, NULL, 0);
 			stall_mid_request(path);
 		}
 	}
@@ -984,7 +950,7 @@ SH_TEST(descriptors_cannot_be_exhausted)
 	if (k == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		dup2(p[1], 3);
-		drop_to(NOBODY, NOBODY, NULL, 0);
+		sh_test_drop_to(NOBODY, NOBODY, NULL, 0);
 		hog_descriptors(path);
 	}
 	close(p[1]);
