@@ -26,13 +26,10 @@
 #define PEER_STALL_NS (10 * 1000000000LL)
 /* The least bytes a share is worth another link for. */
 #define SHARE_MIN (32ull << 20)
-
-typedef sh_fd_piece piece;
-
 /* One object on its way to a peer, in shares over one link or several. */
 typedef struct xfer {
 	st_obj *o;
-	piece *pieces; /* where its blobs' bytes are here, in the tree's order */
+	sh_fd_piece *pieces; /* where its blobs' bytes are here, in the tree's order */
 	size_t npieces, cap;
 	uint64_t total, token;
 	uint32_t k, joined; /* shares; links that joined besides the first */
@@ -97,14 +94,14 @@ static int layout(shoal_store *s, shoal_node *n, xfer *x, uint64_t *end)
 		}
 		if (x->npieces == x->cap) {
 			size_t nc = x->cap ? x->cap * 2 : 16;
-			piece *q = shoal_realloc(x->pieces, x->cap * sizeof(piece),
-						 nc * sizeof(piece));
+			sh_fd_piece *q = shoal_realloc(x->pieces, x->cap * sizeof(sh_fd_piece),
+						       nc * sizeof(sh_fd_piece));
 			if (!q)
 				return SHOAL_ENOMEM;
 			x->pieces = q;
 			x->cap = nc;
 		}
-		x->pieces[x->npieces++] = (piece){fd, b->off, b->size};
+		x->pieces[x->npieces++] = (sh_fd_piece){fd, b->off, b->size};
 		x->total += b->size;
 		*end = (*end + SH_STORE_BLOB_ALIGN - 1) & ~(uint64_t)(SH_STORE_BLOB_ALIGN - 1);
 		b->seg = 1;
@@ -158,7 +155,7 @@ static void xfer_drop(shoal_store *s, xfer *x)
 	if (x->all_in)
 		shoal_chan_destroy(x->all_in);
 	if (x->pieces)
-		shoal_free(x->pieces, x->cap * sizeof(piece));
+		shoal_free(x->pieces, x->cap * sizeof(sh_fd_piece));
 	sh_st_obj_unref(s, x->o, 1);
 	SH_DELETE(x);
 }
@@ -195,7 +192,7 @@ static void *send_main(void *arg)
 	sh_fd_piece *v = shoal_alloc((x->npieces ? x->npieces : 1) * sizeof(*v));
 	size_t n = 0;
 	for (size_t i = 0; v && i < x->npieces && at < hi; i++) {
-		const piece *q = &x->pieces[i];
+		const sh_fd_piece *q = &x->pieces[i];
 		uint64_t a = lo > at ? lo : at, b = at + q->len < hi ? at + q->len : hi;
 		if (a < b)
 			v[n++] = (sh_fd_piece){q->fd, q->off + (a - at), b - a};
