@@ -1198,7 +1198,7 @@ SH_TEST(spare_segments)
 	const uint64_t MB4 = 4u << 20;
 	shoal_store_opts so;
 	shoal_store_opts_init(&so);
-	so.size = 64u << 20; /* spares: a quarter, 16 MiB */
+	so.size = 64u << 20; /* spares: half, 32 MiB */
 	shoal_store *s;
 	CHECK_OK(shoal_store_open_embedded(&s, &so));
 	shoal_client *c = connect_to(s);
@@ -1247,9 +1247,9 @@ SH_TEST(spare_segments)
 	CHECK_OK(shoal_delete(c, "a"));
 	CHECK_OK(shoal_delete(c, "b"));
 	CHECK_OK(shoal_delete(c, "c"));
-	for (int i = 0; i < 1000 && (segments_of(0, &all), all > 16u << 20); i++)
+	for (int i = 0; i < 1000 && (segments_of(0, &all), all > 32u << 20); i++)
 		usleep(10000);
-	CHECK(all <= 16u << 20); /* at most the budget, in spares */
+	CHECK(all <= 32u << 20); /* at most the budget, in spares */
 	CHECK_OK(shoal_disconnect(c));
 	CHECK_OK(shoal_store_close(s));
 

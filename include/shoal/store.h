@@ -89,8 +89,10 @@ typedef struct shoal_store_opts {
 	 * spare segments the size of recent ones (1 MiB and up) that a thread
 	 * of the store fills with zeroed pages: a put into one skips the
 	 * allocation of its pages, about half its time. Never more than the
-	 * free capacity. 0: none; SHOAL_STORE_SPARES_AUTO (the default): a
-	 * quarter of the capacity, at most 1 GiB. */
+	 * free capacity (a create that needs it gives spares up first), so what
+	 * they cost is resident memory, not room. 0: none;
+	 * SHOAL_STORE_SPARES_AUTO (the default): half the capacity, at most
+	 * 1 GiB (a store of 2 GiB keeps one for a put of 1 GiB). */
 	size_t spares;
 	/* Also serve other stores on TCP here ("HOST:PORT"; port 0: any; NULL:
 	 * not): they fetch objects from this one (shoal_migrate). Each must

@@ -1850,7 +1850,7 @@ int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
 	int rc = make_arena(s);
 	uint64_t spares = s->opts.spares;
 	if (spares == SHOAL_STORE_SPARES_AUTO)
-		spares = s->capacity / 4 < (1ull << 30) ? s->capacity / 4 : (1ull << 30);
+		spares = s->capacity / 2 < (1ull << 30) ? s->capacity / 2 : (1ull << 30);
 	if (rc == 0 && spares >= SH_SPARE_MIN)
 		rc = sh_spares_start(&s->spares, spares);
 	if (rc == 0 && s->opts.state_dir)

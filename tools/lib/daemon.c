@@ -203,7 +203,7 @@ static void daemon_usage(FILE *f)
 		"  --reserve        fault in the small-object arena at start\n"
 		"  --spares BYTES   free capacity kept allocated ahead for puts of 1 MiB and\n"
 		"                   more, in segments the size of recent ones, so a put only\n"
-		"                   copies (default: a quarter of --size, at most 1G; 0: none)\n"
+		"                   copies (default: half of --size, at most 1G; 0: none)\n"
 		"  --state-dir DIR  keep persistent objects in DIR (made 0700; on tmpfs,\n"
 		"                   e.g. /dev/shm/NAME) and serve them again after a restart\n"
 		"  --group GROUP    also admit processes of this group (name or gid); the\n"
