@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include <shoal/shoal.h>
 
 #include "bench.h"
+#include "lib/cluster.h"
 #include "lib/tools.h"
 
 typedef struct command {
@@ -41,6 +43,7 @@ static int cmd_info(int argc, char **argv);
 static int cmd_rm(int argc, char **argv);
 static int cmd_stat(int argc, char **argv);
 static int cmd_migrate(int argc, char **argv);
+static int cmd_cluster(int argc, char **argv);
 
 #define STORE_OPTIONS                                                                        \
 	"  --socket PATH     the store's socket (default: $SHOAL_SOCKET, else shoald.sock\n" \
@@ -103,6 +106,9 @@ static const command commands[] = {
 	 "  --timeout SECONDS give up waiting after this long (default 600; the copy goes\n"
 	 "                    on in the store)\n" STORE_OPTIONS,
 	 cmd_migrate},
+	{"cluster", "start|status|add|stop [-n N] [--launcher local|mpi|ssh|slurm] ...",
+	 "start a controller and engines through a launcher; status, add, stop", NULL, NULL,
+	 cmd_cluster},
 	{"help", "[COMMAND]", "show this help, or a command's",
 	 "Lists the commands, or shows one command's usage, as COMMAND --help does.", "", cmd_help},
 	{"version", "", "print the version", "Prints \"shoal VERSION\".", "", cmd_version},
@@ -301,6 +307,20 @@ int main(int argc, char **argv)
 static int cmd_controller(int argc, char **argv)
 {
 	return sh_controller_main("shoal controller", argc, argv);
+}
+
+static int cmd_cluster(int argc, char **argv)
+{
+	/* the supervisor `start` leaves is this program again */
+	static char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0) {
+		fprintf(stderr, "shoal cluster: cannot find this program: %s\n", strerror(errno));
+		return SH_EXIT_FAIL;
+	}
+	exe[n] = 0;
+	const char *self[] = {exe, "cluster", NULL};
+	return sh_cluster_cli(self, argc, argv);
 }
 
 static int cmd_daemon(int argc, char **argv)

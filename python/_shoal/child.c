@@ -12,6 +12,7 @@
  * are the host's (the same executable), so an idle extension costs its
  * heap alone, and it starts as fast. */
 #include "module.h"
+#include "lib/cluster.h"
 #include "lib/tools.h"
 
 #include <shoal/ext.h>
@@ -197,7 +198,7 @@ static int py_engine_init(shoal_ext_registry *r)
 	char why[1000];
 	int rc = 0;
 	PyObject *tasks = NULL;
-	if (!(tasks = PyImport_ImportModule("shoal.tasks")) ||
+	if (!(tasks = PyImport_ImportModule("shoal._engine")) ||
 	    !(envelope_for = PyObject_GetAttrString(tasks, "_envelope_for")) ||
 	    !(dispatch = PyObject_CallMethod(tasks, "_engine_start", NULL))) {
 		failure_text(why, sizeof(why));
@@ -261,4 +262,46 @@ PyObject *sh_py_run_engine(PyObject *mod, PyObject *args)
 	(void)mod;
 	return run_cli(args, "O!:_run_engine", "python3 -m shoal.engine", sh_engine_cli,
 		       py_engine_init);
+}
+
+/* `shoal cluster` in a python3 process: self is the command line that runs
+ * it again (the supervisor `start` leaves is this python3, whose engines
+ * are Python engines of the same interpreter). */
+static const char *cluster_self[16];
+
+static int cluster_cli(int argc, char **argv, shoal_ext_init_fn init)
+{
+	(void)init;
+	return sh_cluster_cli(cluster_self, argc, argv);
+}
+
+PyObject *sh_py_run_cluster(PyObject *mod, PyObject *args)
+{
+	(void)mod;
+	PyObject *argv, *self;
+	if (!PyArg_ParseTuple(args, "O!O!:_run_cluster", &PyList_Type, &argv, &PyList_Type, &self))
+		return NULL;
+	Py_ssize_t n = PyList_GET_SIZE(self);
+	if (n < 1 || n >= (Py_ssize_t)(sizeof(cluster_self) / sizeof(cluster_self[0]))) {
+		PyErr_SetString(PyExc_ValueError, "_run_cluster: self: 1 to 15 words");
+		return NULL;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *w = PyList_GET_ITEM(self, i);
+		/* kept for the process's life: the supervisor runs until its end */
+		const char *c = PyUnicode_Check(w) ? PyUnicode_AsUTF8(w) : NULL;
+		if (!c) {
+			PyErr_SetString(PyExc_TypeError, "_run_cluster: self: a list of str");
+			return NULL;
+		}
+		Py_INCREF(w);
+		cluster_self[i] = c;
+	}
+	cluster_self[n] = NULL;
+	PyObject *t = PyTuple_Pack(1, argv);
+	if (!t)
+		return NULL;
+	PyObject *r = run_cli(t, "O!:_run_cluster", "cluster", cluster_cli, NULL);
+	Py_DECREF(t);
+	return r;
 }

@@ -216,6 +216,10 @@ static PyMethodDef module_methods[] = {
 	 "_run_engine(argv) -> int\n\npython3 -m shoal.engine: shoal-engine's options "
 	 "(but --so); runs the controller's tasks until it goes (blocks), returns the exit "
 	 "code."},
+	{"_run_cluster", sh_py_run_cluster, METH_VARARGS,
+	 "_run_cluster(argv, self) -> int\n\n`shoal cluster` (argv: start|status|add|stop "
+	 "and its options); self: the command line that runs this again, for the supervisor "
+	 "start leaves running. Blocks (start: until the engines registered)."},
 	{"default_socket", default_socket, METH_NOARGS,
 	 "default_socket() -> str\n\nThe socket the shoal CLI uses: $SHOAL_SOCKET, else "
 	 "shoald.sock in this user's socket directory."},

@@ -99,6 +99,7 @@ PyObject *sh_py_unregister_service(PyObject *mod, PyObject *args);
 PyObject *sh_py_call_host(PyObject *mod, PyObject *args);
 PyObject *sh_py_run_extension(PyObject *mod, PyObject *args);
 PyObject *sh_py_run_engine(PyObject *mod, PyObject *args);
+PyObject *sh_py_run_cluster(PyObject *mod, PyObject *args);
 
 /* ---- the task farm (farm.c) ---- */
 

@@ -13,12 +13,12 @@ def main(argv: "list[str] | None" = None) -> int:
     """Runs the engine with these options (sys.argv's by default); its exit code.
     Blocks: until the controller goes."""
     args = list(sys.argv[1:] if argv is None else argv)
-    from . import tasks
+    from . import _engine
     for i, a in enumerate(args):  # its Python side connects to the store too
         if a == "--store" and i + 1 < len(args):
-            tasks._ENGINE_STORE = args[i + 1]
+            _engine._ENGINE_STORE = args[i + 1]
         elif a.startswith("--store="):
-            tasks._ENGINE_STORE = a.split("=", 1)[1]
+            _engine._ENGINE_STORE = a.split("=", 1)[1]
     return int(_shoal._run_engine(args))
 
 

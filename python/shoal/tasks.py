@@ -38,6 +38,7 @@ import threading
 import time
 
 from . import _shoal, _values
+from ._engine import _function_of, _pickled, _plain
 from ._remote import RemoteError, _envelope_for, _unwrap
 
 TYPE_CHECKING = False
@@ -141,51 +142,10 @@ def _name_of(f: Callable[..., Any]) -> Optional[str]:
     return None
 
 
-def _plain(v: Any, depth: int = 0) -> bool:
-    """Whether v crosses as a call value (else it goes by pickle)."""
-    t = type(v)
-    if v is None or t in (bool, int, float, str, bytes):
-        return True
-    if depth > 64:
-        return False
-    if t in (list, tuple, set, frozenset):
-        return all(_plain(x, depth + 1) for x in v)
-    if t is dict:
-        return all(_plain(k, depth + 1) and _plain(x, depth + 1) for k, x in v.items())
-    if t is bytearray or t is memoryview:
-        return True
-    if _values._is_torch(v) or _values._is_numpy(v):
-        return True
-    return any(c in _values._TYPES_BY_CLASS for c in t.__mro__)
-
-
-def _pickled(obj: Any) -> List[Any]:
-    """obj by pickle protocol 5, its buffers (arrays' memory) out of band."""
-    bufs: List[Any] = []
-    data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
-    return [data, [b.raw() for b in bufs]]
-
-
 def _payload(ref: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> List[Any]:
     if (not args or _plain(args)) and (not kwargs or _plain(kwargs)):
         return [ref, list(args), kwargs]
     return [ref, None, None] + _pickled((args, kwargs))
-
-
-def _raised_json(e: BaseException) -> str:
-    """An exception as the JSON of a failed task (type, message, traceback): what the
-    engine's C side sends as the failure's message, which holds a kilobyte, so the
-    message is cut and the traceback keeps its end (the frames nearest the raise)."""
-    import json
-    err = _envelope_for(e)[1]
-    err["message"] = err["message"][:300]
-    tb = err["traceback"]
-    while True:
-        text = json.dumps(err)
-        if len(text.encode()) <= 1000 or not tb:
-            return text
-        tb = tb[len(tb) // 8 + 16:]
-        err["traceback"] = "...\n" + tb
 
 
 def _raised(text: str, where: str) -> Any:
@@ -205,62 +165,6 @@ def _result(env: Any, where: str) -> Any:
     if isinstance(env, list) and len(env) == 3 and env[0] == 2:
         return pickle.loads(env[1], buffers=env[2])
     return _unwrap(env, where)
-
-
-# ---- the engine's side ----------------------------------------------------------------
-
-_ENGINE_STORE: Optional[str] = None  # the engine's --store (set by shoal.engine)
-
-
-def _function_of(ref: Any) -> Callable[..., Any]:
-    """The function a task names: module:qualname (imported), or its pickle."""
-    if isinstance(ref, str):
-        import importlib
-        mod, _, qual = ref.partition(":")
-        f: Any = importlib.import_module(mod)
-        for part in qual.split("."):
-            f = getattr(f, part)
-        return f  # type: ignore[no-any-return]
-    if isinstance(ref, (bytes, bytearray)):
-        return pickle.loads(ref)  # type: ignore[no-any-return]
-    raise TypeError("a task's function: expected module:qualname or a pickle, not a %s"
-                    % type(ref).__name__)
-
-
-def _engine_start() -> Callable[[Any], Any]:
-    """In a Python engine (python3 -m shoal.engine, called by its C side): the dispatcher
-    of its tasks."""
-    fns: Dict[Any, Callable[..., Any]] = {}
-    if _ENGINE_STORE:
-        # arrays and tensors shared through the store arrive as views through this
-        # connection (else as copies)
-        from . import connect
-        _values._CHILD_CLIENT = connect(_ENGINE_STORE)
-
-    def resolve(ref: Any) -> Callable[..., Any]:
-        f = _function_of(ref)
-        if len(fns) > 4096:
-            fns.clear()
-        fns[bytes(ref) if isinstance(ref, bytearray) else ref] = f
-        return f
-
-    def dispatch(call: Any) -> List[Any]:
-        try:
-            if not isinstance(call, list) or len(call) not in (3, 5):
-                raise ValueError("a task: expected [function, args, kwargs]")
-            ref = call[0]
-            f = fns.get(ref) if isinstance(ref, (str, bytes)) else None
-            if f is None:
-                f = resolve(ref)
-            if len(call) == 5:
-                args, kwargs = pickle.loads(call[3], buffers=call[4])
-            else:
-                args, kwargs = call[1], call[2]
-            r = f(*args, **kwargs)
-            return [0, r] if _plain(r) else [2] + _pickled(r)
-        except BaseException as e:  # everything goes back to the client, as a failure
-            return [1, _raised_json(e)]
-    return dispatch
 
 
 def _map_chunk(ref: Any, items: List[Any]) -> List[Any]:
@@ -779,6 +683,12 @@ class _Executor(concurrent.futures.Executor):
 
 _PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# `shoal cluster` in a python3 process (Cluster with a launcher): its supervisor runs this
+# again, so its Python engines are of this interpreter
+_CLUSTER_BOOT = ("import sys; from shoal import _shoal, tasks; "
+                 "sys.exit(_shoal._run_cluster(sys.argv[1:], "
+                 "[sys.executable, '-c', tasks._CLUSTER_BOOT]))")
+
 
 def engine_command(url: str, *, store: Optional[str] = None, name: Optional[str] = None,
                    python: Optional[str] = None) -> List[str]:
@@ -793,36 +703,88 @@ def engine_command(url: str, *, store: Optional[str] = None, name: Optional[str]
 
 
 class Cluster:
-    """A controller in this process and n Python engines on this host, started on entry
-    (or ``start()``) and all stopped on exit (or ``stop()``), also when the block raises.
-    scheme: pure, lru, leastload, weighted or twobin. store: True for a store in this
-    process (half the memory at most), or a store's socket (or shoal.Store): engines and
-    the cluster's clients then pass arrays and tensors by reference through it."""
+    """A controller and n Python engines, started on entry (or ``start()``) and all stopped
+    on exit (or ``stop()``), also when the block raises. scheme: pure, lru, leastload,
+    weighted or twobin. store: True for a store in this process (half the memory at most),
+    or a store's socket (or shoal.Store): engines and the cluster's clients then pass arrays
+    and tensors by reference through it.
+
+    launcher: None (the default) runs the controller in this process and the engines as
+    its children; "local", "mpi", "ssh" or "slurm" start them as ``shoal cluster start``
+    does: a supervisor process keeps the controller, the engines come through mpiexec, ssh
+    to each host of ``hosts`` (a file: a host a line, optionally its count of engines), or
+    one Slurm job, and ``stop`` ends them wherever they run. ``tcp`` ("HOST:PORT", port 0:
+    any) serves engines of other hosts (needed by ssh); their secret is
+    ``$SHOAL_SECRET_FILE``/``$SHOAL_SECRET`` when set, else a fresh one. ``name`` names
+    the cluster (default: one of this process's own)."""
 
     def __init__(self, n: int = 4, scheme: str = "leastload", *,
-                 engine_timeout: float = 30.0, store: Any = None) -> None:
+                 engine_timeout: float = 30.0, store: Any = None,
+                 launcher: Optional[str] = None, hosts: Optional[str] = None,
+                 tcp: Optional[str] = None, name: Optional[str] = None) -> None:
         if n < 0:
             raise ValueError("n: expected a count of engines >= 0")
+        if launcher not in (None, "local", "mpi", "ssh", "slurm"):
+            raise ValueError("launcher %r: expected None, 'local', 'mpi', 'ssh' or 'slurm'"
+                             % (launcher,))
+        if launcher is not None and store is not None:
+            raise ValueError("store= goes with launcher=None (engines of this host)")
         self.n = n
         self.scheme = scheme
         self.engine_timeout = engine_timeout
+        self.launcher = launcher
+        self.hosts = hosts
+        self.tcp = tcp
+        self.name = name or "py%d-%x" % (os.getpid(), id(self) & 0xffffff)
         self._store_arg = store
         self.store_socket: Optional[str] = None
         self._own_store: Any = None
         self.controller: Any = None
+        self._url: Optional[str] = None
         self.engines: List[subprocess.Popen] = []  # type: ignore[type-arg]
         self._clients: List[Client] = []
 
     @property
     def url(self) -> str:
+        if self._url is not None:
+            return self._url
         if self.controller is None:
             raise RuntimeError("the cluster is not started")
         return str(self.controller.socket)
 
+    def _supervised(self, *args: str, timeout: float) -> str:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [_PKG_PARENT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        r = subprocess.run([sys.executable, "-c", _CLUSTER_BOOT, *args, "--name", self.name],
+                           env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=timeout)
+        if r.returncode:
+            raise EngineError((r.stderr or r.stdout).strip() or
+                              "shoal cluster %s exited %d" % (args[0], r.returncode))
+        return r.stdout
+
     def start(self) -> "Cluster":
         """Starts the controller and the engines; returns once every engine is connected
-        (blocks: at most engine_timeout seconds, then ``TimeoutError`` and everything
+        (blocks: at most engine_timeout seconds, then ``TimeoutError`` (launcher None) or
+        ``EngineError`` naming the engines that did not come and why, everything
         stopped)."""
+        if self.launcher is not None:
+            args = ["start", "-n", str(self.n), "--launcher", self.launcher,
+                    "--scheme", self.scheme, "--timeout", str(self.engine_timeout),
+                    "--python", sys.executable, "--pythonpath", _PKG_PARENT]
+            if self.hosts:
+                args += ["--hosts", os.path.abspath(self.hosts)]
+            if self.tcp:
+                args += ["--tcp", self.tcp]
+            out = self._supervised(*args, timeout=self.engine_timeout + 30)
+            for line in out.splitlines():
+                if line.startswith("controller: "):
+                    self._url = line[len("controller: "):].split(" and ")[0]
+            if self._url is None:
+                self._supervised("stop", timeout=60)
+                raise EngineError("shoal cluster start said no controller: %r" % out)
+            return self
         self.controller = _shoal.Controller(scheme=self.scheme)
         s = self._store_arg
         if s is True:
@@ -842,7 +804,15 @@ class Cluster:
         return self
 
     def add_engines(self, n: int) -> None:
-        """Starts n more engines (they connect on their own: see wait_for_engines)."""
+        """Starts n more engines (they connect on their own: see wait_for_engines). With a
+        launcher, through it, and returns once they registered (blocks)."""
+        if self.launcher is not None:
+            self._supervised("add", "-n", str(n), "--launcher", self.launcher,
+                             *(["--hosts", os.path.abspath(self.hosts)] if self.hosts else []),
+                             "--timeout", str(self.engine_timeout),
+                             timeout=self.engine_timeout + 30)
+            self.n += n
+            return
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [_PKG_PARENT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -863,6 +833,9 @@ class Cluster:
         for c in self._clients:
             c.close()
         self._clients = []
+        if self._url is not None:
+            self._url = None
+            self._supervised("stop", timeout=60)
         for p in self.engines:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)

@@ -44,7 +44,22 @@ int sh_cli_next(const sh_cli *c, int argc, char **argv)
 	}
 	opterr = 0; /* our messages, not getopt's */
 	int before = optind ? optind : 1;
-	int o = getopt_long(argc, argv, c->stop_at_operand ? "+:hV" : ":hV", c->opts, NULL);
+	/* a one-letter name in the table is also its short option ("-n 4") */
+	char shorts[64] = "";
+	size_t ns = 0;
+	if (c->stop_at_operand)
+		shorts[ns++] = '+';
+	shorts[ns++] = ':';
+	shorts[ns++] = 'h';
+	shorts[ns++] = 'V';
+	for (const struct option *l = c->opts; l->name && ns + 3 < sizeof(shorts); l++)
+		if (l->name[0] && !l->name[1] && l->val == l->name[0]) {
+			shorts[ns++] = l->name[0];
+			if (l->has_arg == required_argument)
+				shorts[ns++] = ':';
+		}
+	shorts[ns] = 0;
+	int o = getopt_long(argc, argv, shorts, c->opts, NULL);
 	switch (o) {
 	case 'h':
 		c->usage(stdout);

@@ -1,0 +1,109 @@
+"""The Python engine's side of shoal.tasks (``python3 -m shoal.engine``): how a task's
+function is found and its result sent back. Apart from shoal.tasks so that an engine starts
+without the client's imports (concurrent.futures and logging: about 17 ms here), which
+counts when a launcher starts many at once."""
+from __future__ import annotations
+
+MYPY = False
+if MYPY:  # typing's import costs an engine's start 11 ms here; the annotations are strings
+    from typing import Any, Callable, Dict, List, Optional
+
+from . import _values
+from ._remote import _envelope_for
+
+_ENGINE_STORE: Optional[str] = None  # the engine's --store (set by shoal.engine)
+
+
+def _function_of(ref: Any) -> Callable[..., Any]:
+    """The function a task names: module:qualname (imported), or its pickle."""
+    if isinstance(ref, str):
+        import importlib
+        mod, _, qual = ref.partition(":")
+        f: Any = importlib.import_module(mod)
+        for part in qual.split("."):
+            f = getattr(f, part)
+        return f  # type: ignore[no-any-return]
+    if isinstance(ref, (bytes, bytearray)):
+        import pickle  # here: an engine of functions by name never pays its import
+        return pickle.loads(ref)  # type: ignore[no-any-return]
+    raise TypeError("a task's function: expected module:qualname or a pickle, not a %s"
+                    % type(ref).__name__)
+
+
+def _engine_start() -> Callable[[Any], Any]:
+    """In a Python engine (python3 -m shoal.engine, called by its C side): the dispatcher
+    of its tasks."""
+    fns: Dict[Any, Callable[..., Any]] = {}
+    if _ENGINE_STORE:
+        # arrays and tensors shared through the store arrive as views through this
+        # connection (else as copies)
+        from . import connect
+        _values._CHILD_CLIENT = connect(_ENGINE_STORE)
+
+    def resolve(ref: Any) -> Callable[..., Any]:
+        f = _function_of(ref)
+        if len(fns) > 4096:
+            fns.clear()
+        fns[bytes(ref) if isinstance(ref, bytearray) else ref] = f
+        return f
+
+    def dispatch(call: Any) -> List[Any]:
+        try:
+            if not isinstance(call, list) or len(call) not in (3, 5):
+                raise ValueError("a task: expected [function, args, kwargs]")
+            ref = call[0]
+            f = fns.get(ref) if isinstance(ref, (str, bytes)) else None
+            if f is None:
+                f = resolve(ref)
+            if len(call) == 5:
+                import pickle
+                args, kwargs = pickle.loads(call[3], buffers=call[4])
+            else:
+                args, kwargs = call[1], call[2]
+            r = f(*args, **kwargs)
+            return [0, r] if _plain(r) else [2] + _pickled(r)
+        except BaseException as e:  # everything goes back to the client, as a failure
+            return [1, _raised_json(e)]
+    return dispatch
+
+
+def _plain(v: Any, depth: int = 0) -> bool:
+    """Whether v crosses as a call value (else it goes by pickle)."""
+    t = type(v)
+    if v is None or t in (bool, int, float, str, bytes):
+        return True
+    if depth > 64:
+        return False
+    if t in (list, tuple, set, frozenset):
+        return all(_plain(x, depth + 1) for x in v)
+    if t is dict:
+        return all(_plain(k, depth + 1) and _plain(x, depth + 1) for k, x in v.items())
+    if t is bytearray or t is memoryview:
+        return True
+    if _values._is_torch(v) or _values._is_numpy(v):
+        return True
+    return any(c in _values._TYPES_BY_CLASS for c in t.__mro__)
+
+
+def _pickled(obj: Any) -> List[Any]:
+    """obj by pickle protocol 5, its buffers (arrays' memory) out of band."""
+    import pickle
+    bufs: List[Any] = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=bufs.append)
+    return [data, [b.raw() for b in bufs]]
+
+
+def _raised_json(e: BaseException) -> str:
+    """An exception as the JSON of a failed task (type, message, traceback): what the
+    engine's C side sends as the failure's message, which holds a kilobyte, so the
+    message is cut and the traceback keeps its end (the frames nearest the raise)."""
+    import json
+    err = _envelope_for(e)[1]
+    err["message"] = err["message"][:300]
+    tb = err["traceback"]
+    while True:
+        text = json.dumps(err)
+        if len(text.encode()) <= 1000 or not tb:
+            return text
+        tb = tb[len(tb) // 8 + 16:]
+        err["traceback"] = "...\n" + tb

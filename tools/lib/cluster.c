@@ -1,0 +1,997 @@
+/* `shoal cluster start|status|add|stop`: a task controller and its engines
+ * started through a launcher (launch.c), kept by a supervisor process of
+ * their own so that `start` can return. The supervisor (`shoal cluster
+ * serve`, started by `start`) runs the controller in a thread, starts and
+ * follows the launches, answers `status`, `add` and `stop` on a control
+ * socket in the cluster's directory (0700, in shoal_socket_dir()), and
+ * ends every process it started when told to stop or signalled. */
+
+#include "lib/cluster.h"
+#include "lib/launch.h"
+#include "lib/tools.h"
+#include "net/net.h"
+#include "shoal_impl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <shoal/tasks.h>
+
+extern char **environ;
+
+#define MAX_LAUNCHES 64
+#define REPLY_MAX 65536
+#define NEWS_MAX 8192
+
+/* ---- the control socket's requests ------------------------------------- */
+
+int sh_cluster_parse_request(const char *buf, size_t n, sh_cluster_req *r, char *why, size_t whylen)
+{
+	memset(r, 0, sizeof(*r));
+	if (n == 0 || n > SH_CLUSTER_REQ_MAX)
+		return snprintf(why, whylen, "a request of %zu bytes, expected 1 to %d", n,
+				SH_CLUSTER_REQ_MAX),
+		       -1;
+	/* words separated by '\n': COMMAND [N LAUNCHER [HOSTS]] */
+	char tmp[SH_CLUSTER_REQ_MAX + 1];
+	memcpy(tmp, buf, n);
+	tmp[n] = 0;
+	if (memchr(buf, 0, n))
+		return snprintf(why, whylen, "a request holding a NUL byte"), -1;
+	char *save = NULL, *w[5];
+	int k = 0;
+	for (char *t = strtok_r(tmp, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) {
+		if (k == 4)
+			return snprintf(why, whylen, "a request of more than 4 lines"), -1;
+		w[k++] = t;
+	}
+	if (k == 0)
+		return snprintf(why, whylen, "an empty request"), -1;
+	if (strcmp(w[0], "status") == 0 || strcmp(w[0], "stop") == 0) {
+		if (k != 1)
+			return snprintf(why, whylen, "%s takes nothing", w[0]), -1;
+		r->op = w[0][1] == 't' && w[0][2] == 'a' ? SH_CLUSTER_STATUS : SH_CLUSTER_STOP;
+		return 0;
+	}
+	if (strcmp(w[0], "add") != 0)
+		return snprintf(why, whylen,
+				"unknown request '%.32s' (expected status, add or stop)", w[0]),
+		       -1;
+	if (k < 3)
+		return snprintf(why, whylen, "add: expected a count and a launcher"), -1;
+	char *end;
+	errno = 0;
+	unsigned long c = strtoul(w[1], &end, 10);
+	if (*end || end == w[1] || errno || c == 0 || c > SH_CLUSTER_MAX_ENGINES)
+		return snprintf(why, whylen, "add: %.32s engines, expected 1 to %d", w[1],
+				SH_CLUSTER_MAX_ENGINES),
+		       -1;
+	int l = sh_launcher_parse(w[2]);
+	if (l < 0)
+		return snprintf(why, whylen,
+				"add: launcher '%.32s', expected local, mpi, ssh or slurm", w[2]),
+		       -1;
+	r->op = SH_CLUSTER_ADD;
+	r->n = (uint32_t)c;
+	r->launcher = l;
+	if (k == 4) {
+		if (w[3][0] != '/' || strlen(w[3]) >= sizeof(r->hosts))
+			return snprintf(why, whylen,
+					"add: the hosts file must be an absolute path"),
+			       -1;
+		snprintf(r->hosts, sizeof(r->hosts), "%s", w[3]);
+	}
+	return 0;
+}
+
+/* ---- where a cluster lives ---------------------------------------------- */
+
+static bool name_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 64 || s[0] == '.' || s[0] == '-')
+		return false;
+	for (; *s; s++)
+		if (!(*s >= 'a' && *s <= 'z') && !(*s >= 'A' && *s <= 'Z') &&
+		    !(*s >= '0' && *s <= '9') && !strchr("._-", *s))
+			return false;
+	return true;
+}
+
+static int cluster_dir(const char *name, char *out, size_t len)
+{
+	char base[PATH_MAX];
+	if (shoal_socket_dir(base, sizeof(base)) != 0)
+		return -1;
+	int k = snprintf(out, len, "%s/cluster-%s", base, name);
+	/* its sockets' paths must fit in sun_path */
+	return k > 0 && (size_t)k + sizeof("/controller.sock") <
+				       sizeof(((struct sockaddr_un *)0)->sun_path)
+		       ? 0
+		       : -1;
+}
+
+static int unix_addr(const char *dir, const char *file, struct sockaddr_un *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->sun_family = AF_UNIX;
+	int k = snprintf(a->sun_path, sizeof(a->sun_path), "%s/%s", dir, file);
+	return k > 0 && (size_t)k < sizeof(a->sun_path) ? 0 : -1;
+}
+
+/* Sends a request to the cluster in dir and reads its answer. Returns 0,
+ * SHOAL_ENOENT when no supervisor answers there, or another error. */
+static int ask(const char *dir, const char *req, char *reply, size_t len, int64_t deadline)
+{
+	struct sockaddr_un a;
+	if (unix_addr(dir, "control.sock", &a))
+		return SHOAL_EINVAL;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return shoal_errno();
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		int e = errno;
+		close(fd);
+		return e == ENOENT || e == ECONNREFUSED ? SHOAL_ENOENT : -e;
+	}
+	/* the supervisor must be ours (or root's): never tell a squatter */
+	struct ucred cr;
+	socklen_t cl = sizeof(cr);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 ||
+	    (cr.uid != geteuid() && cr.uid != 0)) {
+		close(fd);
+		return SHOAL_EPERM;
+	}
+	if (send(fd, req, strlen(req), MSG_NOSIGNAL) < 0) {
+		int rc = shoal_errno();
+		close(fd);
+		return rc;
+	}
+	struct pollfd p = {fd, POLLIN, 0};
+	int64_t left = (deadline - shoal_now_ns()) / 1000000;
+	if (left <= 0 || poll(&p, 1, (int)(left > INT32_MAX ? INT32_MAX : left)) <= 0) {
+		close(fd);
+		return SHOAL_ETIMEDOUT;
+	}
+	ssize_t n = recv(fd, reply, len - 1, 0);
+	close(fd);
+	if (n <= 0)
+		return n == 0 ? SHOAL_ENOENT : shoal_errno();
+	reply[n] = 0;
+	return 0;
+}
+
+/* ---- the supervisor ------------------------------------------------------ */
+
+typedef struct sup {
+	const char *name, *dir;
+	uint32_t n; /* engines asked for at start */
+	sh_launcher kind;
+	const char *hosts, *ssh, *tcp, *so, *python, *pkgdir;
+	shoal_scheme scheme;
+	int64_t timeout_ns;
+	char secret[129];
+	bool have_secret;
+	char ctl_sock[PATH_MAX];
+	char engine_addr[300]; /* what engines of other hosts connect to */
+	shoal_controller *ctl;
+	sh_launch *launch[MAX_LAUNCHES];
+	uint32_t nlaunch, asked;
+	char news[NEWS_MAX]; /* the last ends, for status */
+	int64_t started_ns;
+	int log_fd;
+} sup;
+
+static void sup_log(sup *s, const char *fmt, ...) SHOAL_PRINTF(2, 3);
+static void sup_log(sup *s, const char *fmt, ...)
+{
+	char line[2048];
+	time_t t = time(NULL);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	size_t k = strftime(line, sizeof(line), "%Y-%m-%d %H:%M:%S ", &tm);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line + k, sizeof(line) - k, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s\n", line);
+}
+
+/* The engine's command for a launch: Python engines unless --so. */
+static int engine_argv(sup *s, bool local, const char **a, const char **env, char *envbuf,
+		       size_t envlen)
+{
+	static char engine[PATH_MAX], so[PATH_MAX];
+	size_t k = 0, e = 0;
+	if (s->so) {
+		const char *r = getenv("SHOAL_ENGINE");
+		a[k++] = r && *r ? r : sh_program_path("shoal-engine", engine, sizeof(engine));
+		a[k++] = "--so";
+		a[k++] = realpath(s->so, so) ? so : s->so;
+	} else {
+		a[k++] = s->python;
+		a[k++] = "-m";
+		a[k++] = "shoal.engine";
+		if (s->pkgdir) {
+			snprintf(envbuf, envlen, "PYTHONPATH=%s", s->pkgdir);
+			env[e++] = envbuf;
+		}
+	}
+	if (local || !s->tcp) {
+		a[k++] = "--socket";
+		a[k++] = s->ctl_sock;
+	} else {
+		a[k++] = "--connect";
+		a[k++] = s->engine_addr;
+	}
+	if (local)
+		a[k++] = "--die-with-parent";
+	a[k] = NULL;
+	env[e] = NULL;
+	return 0;
+}
+
+static int sup_launch(sup *s, sh_launcher kind, uint32_t n, const char *hosts, char *why,
+		      size_t whylen)
+{
+	if (s->nlaunch == MAX_LAUNCHES)
+		return snprintf(why, whylen, "at most %d launches in a cluster", MAX_LAUNCHES), -1;
+	if (kind == SH_LAUNCH_SSH && !s->tcp)
+		return snprintf(why, whylen,
+				"ssh: engines on other hosts need the controller on TCP: give "
+				"--tcp HOST:PORT (an address they reach)"),
+		       -1;
+	const char *argv[16], *env[4];
+	char envbuf[PATH_MAX + 16];
+	engine_argv(s, kind == SH_LAUNCH_LOCAL, argv, env, envbuf, sizeof(envbuf));
+	sh_launch_cfg c = {
+		.kind = kind,
+		.n = n,
+		.argv = argv,
+		.secret = s->have_secret ? s->secret : NULL,
+		.env = env,
+		.hosts = hosts,
+		.ssh = s->ssh,
+		.dir = s->dir,
+		.name = s->name,
+		.id = s->nlaunch,
+		.timeout_ns = s->timeout_ns,
+	};
+	sh_launch *l;
+	if (sh_launch_start(&l, &c, why, whylen) != 0)
+		return -1;
+	s->launch[s->nlaunch++] = l;
+	s->asked += n;
+	return 0;
+}
+
+static void sup_poll(sup *s)
+{
+	char news[NEWS_MAX];
+	news[0] = 0;
+	for (uint32_t i = 0; i < s->nlaunch; i++)
+		sh_launch_poll(s->launch[i], news, sizeof(news));
+	if (!news[0])
+		return;
+	sup_log(s, "%s", news);
+	/* the newest ends first, within NEWS_MAX */
+	size_t a = strlen(news), b = strlen(s->news);
+	if (a + b + 1 > sizeof(s->news))
+		b = sizeof(s->news) - a - 1 < b ? sizeof(s->news) - a - 1 : b;
+	memmove(s->news + a, s->news, b);
+	memcpy(s->news, news, a);
+	s->news[a + b] = 0;
+}
+
+static void sup_status(sup *s, char *out, size_t len)
+{
+	shoal_controller_stat st;
+	shoal_controller_stat_get(s->ctl, &st);
+	int k = snprintf(out, len,
+			 "cluster %s (supervisor pid %d, up %.1f s)\n"
+			 "controller: %s%s%s\n",
+			 s->name, (int)getpid(), (shoal_now_ns() - s->started_ns) / 1e9,
+			 s->ctl_sock, s->tcp ? " and tcp://" : "", s->tcp ? s->engine_addr : "");
+	if (s->have_secret && k > 0 && (size_t)k < len)
+		k += snprintf(out + k, len - (size_t)k, "secret: %s/secret\n", s->dir);
+	if (k > 0 && (size_t)k < len)
+		k += snprintf(out + k, len - (size_t)k,
+			      "engines: %u registered, %u asked for\n"
+			      "tasks: %" PRIu64 " queued, %" PRIu64 " running, %" PRIu64
+			      " done, %" PRIu64 " retried, %" PRIu64 " failed\n",
+			      st.engines, s->asked, st.queued, st.running, st.done, st.retried,
+			      st.failed);
+	for (uint32_t i = 0; i < s->nlaunch && k > 0 && (size_t)k < len; i++) {
+		size_t o = (size_t)k;
+		out[o] = 0;
+		sh_launch_describe(s->launch[i], out + o, len - o);
+		k = (int)strlen(out);
+	}
+	if (s->news[0] && k > 0 && (size_t)k < len)
+		snprintf(out + k, len - (size_t)k, "ended:\n%s", s->news);
+}
+
+static bool sup_failed(sup *s)
+{
+	for (uint32_t i = 0; i < s->nlaunch; i++)
+		if (sh_launch_failed(s->launch[i]))
+			return true;
+	return false;
+}
+
+/* Waits until `want` engines are registered; on a launcher's failure or at
+ * the deadline, why says who did not come and why. */
+static int sup_wait(sup *s, uint32_t want, int64_t deadline, char *why, size_t whylen)
+{
+	for (;;) {
+		shoal_controller_stat st;
+		shoal_controller_stat_get(s->ctl, &st);
+		if (st.engines >= want)
+			return 0;
+		sup_poll(s);
+		if (sup_failed(s) || shoal_now_ns() >= deadline) {
+			char units[4096] = "";
+			for (uint32_t i = 0; i < s->nlaunch; i++)
+				sh_launch_describe(s->launch[i], units + strlen(units),
+						   sizeof(units) - strlen(units));
+			int k = snprintf(why, whylen, "%u of %u engines registered %s:\n",
+					 st.engines, want,
+					 sup_failed(s) ? "when a launcher failed"
+						       : "before the timeout (--timeout)");
+			/* what ended, then how each launch is doing, cut to fit */
+			const char *parts[] = {s->news, units};
+			for (int i = 0; i < 2 && k > 0 && (size_t)k + 1 < whylen; i++) {
+				size_t room = whylen - (size_t)k - 1, n = strlen(parts[i]);
+				memcpy(why + k, parts[i], n < room ? n : room);
+				k += (int)(n < room ? n : room);
+				why[k] = 0;
+			}
+			return -1;
+		}
+		struct timespec ts = {0, 2000000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void sup_stop(sup *s)
+{
+	int64_t deadline = shoal_now_ns() + 10000000000LL;
+	for (uint32_t i = 0; i < s->nlaunch; i++)
+		sh_launch_stop(s->launch[i], deadline);
+	sup_poll(s);
+}
+
+static void cleanup_dir(const char *dir)
+{
+	/* our own files only: the launchers' logs, sockets, the secret */
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			unlinkat(dirfd(d), e->d_name, 0);
+	closedir(d);
+	rmdir(dir);
+}
+
+static int make_secret(sup *s, char *why, size_t whylen)
+{
+	unsigned char raw[SH_SECRET_MAX];
+	size_t n = 0;
+	char ignored[256];
+	if (sh_secret_load(raw, &n, ignored, sizeof(ignored)) == 0) {
+		/* the user's: engines get it in their environment, as text */
+		if (n >= sizeof(s->secret))
+			return snprintf(why, whylen,
+					"the secret is %zu bytes: engines take at most %zu in "
+					"their environment",
+					n, sizeof(s->secret) - 1),
+			       -1;
+		for (size_t i = 0; i < n; i++)
+			if (raw[i] < 0x21 || raw[i] > 0x7e)
+				return snprintf(why, whylen,
+						"the secret holds bytes that are not printable: "
+						"engines take it as text (or unset "
+						"$SHOAL_SECRET_FILE "
+						"and $SHOAL_SECRET: the cluster then makes one)"),
+				       -1;
+		memcpy(s->secret, raw, n);
+		s->secret[n] = 0;
+	} else {
+		/* a one-time secret, for this cluster alone */
+		unsigned char r[32];
+		if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+			return snprintf(why, whylen, "getrandom: %s", strerror(errno)), -1;
+		for (size_t i = 0; i < sizeof(r); i++)
+			sprintf(s->secret + 2 * i, "%02x", r[i]);
+	}
+	s->have_secret = true;
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/secret", s->dir);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return snprintf(why, whylen, "%s: %s", path, strerror(errno)), -1;
+	size_t len = strlen(s->secret);
+	bool ok = write(fd, s->secret, len) == (ssize_t)len && write(fd, "\n", 1) == 1;
+	close(fd);
+	if (!ok)
+		return snprintf(why, whylen, "%s: cannot write it", path), -1;
+	return 0;
+}
+
+static int control_listen(const char *dir)
+{
+	struct sockaddr_un a;
+	if (unix_addr(dir, "control.sock", &a))
+		return -1;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -1;
+	unlink(a.sun_path);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 16) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Answers one request; true when it was a stop. */
+static bool sup_answer(sup *s, int lfd)
+{
+	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0)
+		return false;
+	struct ucred cr;
+	socklen_t cl = sizeof(cr);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 ||
+	    (cr.uid != geteuid() && cr.uid != 0)) {
+		sup_log(s, "refused a request of uid %d", (int)cr.uid);
+		close(fd);
+		return false;
+	}
+	/* a request is one message, at once: the requester is a command */
+	struct pollfd p = {fd, POLLIN, 0};
+	char buf[SH_CLUSTER_REQ_MAX + 1];
+	ssize_t n = poll(&p, 1, 2000) == 1 ? recv(fd, buf, sizeof(buf), MSG_DONTWAIT) : -1;
+	static char reply[REPLY_MAX];
+	bool stop = false;
+	sh_cluster_req r;
+	char why[512];
+	if (n <= 0) {
+		close(fd);
+		return false;
+	}
+	if (sh_cluster_parse_request(buf, (size_t)n, &r, why, sizeof(why)) != 0) {
+		snprintf(reply, sizeof(reply), "error: %s\n", why);
+	} else if (r.op == SH_CLUSTER_STATUS) {
+		sup_poll(s);
+		sup_status(s, reply, sizeof(reply));
+	} else if (r.op == SH_CLUSTER_STOP) {
+		snprintf(reply, sizeof(reply), "stopping\n");
+		stop = true;
+	} else {
+		shoal_controller_stat st;
+		shoal_controller_stat_get(s->ctl, &st);
+		uint32_t want = s->asked + r.n;
+		if (sup_launch(s, (sh_launcher)r.launcher, r.n, r.hosts[0] ? r.hosts : NULL, why,
+			       sizeof(why)) != 0)
+			snprintf(reply, sizeof(reply), "error: %s\n", why);
+		else if (sup_wait(s, st.engines + r.n, shoal_now_ns() + s->timeout_ns, why,
+				  sizeof(why)) != 0)
+			snprintf(reply, sizeof(reply), "error: %s\n", why);
+		else {
+			sup_log(s, "added %u engines (%s)", r.n, sh_launcher_names[r.launcher]);
+			snprintf(reply, sizeof(reply), "added %u engines: %u asked for in all\n",
+				 r.n, want);
+		}
+	}
+	send(fd, reply, strlen(reply), MSG_NOSIGNAL | MSG_DONTWAIT);
+	close(fd);
+	return stop;
+}
+
+/* The supervisor's main: runs until a stop request, SIGTERM or SIGINT. */
+static int serve(sup *s, int ready_fd)
+{
+	char why[8192];
+	s->started_ns = shoal_now_ns();
+	/* never inherited by engines: start reads until it closes */
+	if (ready_fd >= 0)
+		fcntl(ready_fd, F_SETFD, FD_CLOEXEC);
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	sigprocmask(SIG_BLOCK, &sigs, NULL);
+	int sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+	signal(SIGPIPE, SIG_IGN);
+	int lfd = control_listen(s->dir);
+	int rc = -1;
+	if (sfd < 0 || lfd < 0) {
+		snprintf(why, sizeof(why), "cannot listen in %s: %s", s->dir, strerror(errno));
+		goto out;
+	}
+	if (s->tcp && make_secret(s, why, sizeof(why)) != 0)
+		goto out;
+	shoal_controller_opts co;
+	shoal_controller_opts_init(&co);
+	snprintf(s->ctl_sock, sizeof(s->ctl_sock), "%s/controller.sock", s->dir);
+	co.socket = s->ctl_sock;
+	co.scheme = s->scheme;
+	co.tcp = s->tcp;
+	if (s->have_secret) {
+		co.secret = s->secret;
+		co.secret_len = strlen(s->secret);
+	}
+	int e = shoal_controller_open(&s->ctl, &co);
+	if (e) {
+		snprintf(why, sizeof(why), "cannot start the controller%s%s: %s",
+			 s->tcp ? " on " : "", s->tcp ? s->tcp : "", shoal_strerror(e));
+		goto out;
+	}
+	if (s->tcp)
+		snprintf(s->engine_addr, sizeof(s->engine_addr), "%s",
+			 shoal_controller_tcp(s->ctl));
+	sup_log(s, "cluster %s: controller on %s%s%s", s->name, s->ctl_sock,
+		s->tcp ? " and tcp://" : "", s->tcp ? s->engine_addr : "");
+	if (sup_launch(s, s->kind, s->n, s->hosts, why, sizeof(why)) != 0 ||
+	    sup_wait(s, s->n, s->started_ns + s->timeout_ns, why, sizeof(why)) != 0)
+		goto out;
+	rc = 0;
+	{
+		char msg[1024];
+		int k = snprintf(msg, sizeof(msg), "ok %u engines in %.0f ms\ncontroller: %s%s%s\n",
+				 s->n, (shoal_now_ns() - s->started_ns) / 1e6, s->ctl_sock,
+				 s->tcp ? " and tcp://" : "", s->tcp ? s->engine_addr : "");
+		if (s->have_secret)
+			snprintf(msg + k, sizeof(msg) - (size_t)k, "secret: %s/secret\n", s->dir);
+		sup_log(s, "%s", msg);
+		if (write(ready_fd, msg, strlen(msg)) < 0) {
+			/* start went: the cluster runs on, as asked */
+		}
+		close(ready_fd);
+		ready_fd = -1;
+	}
+	for (;;) {
+		struct pollfd p[2] = {{lfd, POLLIN, 0}, {sfd, POLLIN, 0}};
+		poll(p, 2, 200);
+		if (p[1].revents) {
+			struct signalfd_siginfo si;
+			if (read(sfd, &si, sizeof(si)) > 0) {
+				sup_log(s, "stopping on %s", strsignal((int)si.ssi_signo));
+				break;
+			}
+		}
+		if (p[0].revents && sup_answer(s, lfd)) {
+			sup_log(s, "stopping, as asked");
+			break;
+		}
+		sup_poll(s);
+	}
+out:
+	if (rc && ready_fd >= 0) {
+		char msg[8300];
+		snprintf(msg, sizeof(msg), "error: %s\n", why);
+		sup_log(s, "%s", msg);
+		if (write(ready_fd, msg, strlen(msg)) < 0) {
+			/* nobody waits: the log has it */
+		}
+	}
+	if (lfd >= 0)
+		close(lfd);
+	sup_stop(s);
+	for (uint32_t i = 0; i < s->nlaunch; i++)
+		sh_launch_free(s->launch[i]);
+	shoal_controller_close(s->ctl);
+	cleanup_dir(s->dir);
+	if (sfd >= 0)
+		close(sfd);
+	return rc ? SH_EXIT_FAIL : SH_EXIT_OK;
+}
+
+/* ---- the commands --------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: shoal cluster start -n N [--launcher local|mpi|ssh|slurm] [--hosts FILE]\n"
+		"                         [--tcp HOST:PORT] [--so LIBRARY.so] [--name NAME]\n"
+		"                         [--scheme S] [--timeout SECONDS] [--ssh COMMAND]\n"
+		"       shoal cluster status [--name NAME]\n"
+		"       shoal cluster add -n N [--launcher L] [--hosts FILE] [--name NAME]\n"
+		"       shoal cluster stop [--name NAME] [--timeout SECONDS]\n\n"
+		"Starts a task controller and N engines through a launcher, and returns once\n"
+		"every engine has registered (or fails, naming the engines that did not come up\n"
+		"and what their launcher said). A supervisor process keeps the cluster until\n"
+		"`shoal cluster stop`, which ends every process the cluster started, wherever.\n"
+		"Clients submit to the controller's socket (or tcp://HOST:PORT with the secret\n"
+		"`status` names).\n\n"
+		"launchers:\n"
+		"  local   processes on this host (the default)\n"
+		"  mpi     mpiexec -n N (Open MPI: as root with --allow-run-as-root;\n"
+		"          --oversubscribe past the cores); --hosts: its --hostfile\n"
+		"  ssh     ssh HOST for each host of --hosts FILE (a host a line, optionally\n"
+		"          with its count of engines: 'node1 4'), with your own keys and ssh\n"
+		"          config (--ssh 'ssh -F FILE', or $SHOAL_SSH); needs --tcp\n"
+		"  slurm   one sbatch job of N tasks running srun ENGINE; sbatch's own\n"
+		"          $SBATCH_* variables (partition, time, account) apply; the job is\n"
+		"          followed (squeue, scontrol) and cancelled by stop (scancel)\n\n"
+		"options:\n"
+		"  -n N              engines to start (start, add)\n"
+		"  --launcher L      local, mpi, ssh or slurm (default: local)\n"
+		"  --hosts FILE      ssh: the hosts; mpi: the hostfile\n"
+		"  --tcp HOST:PORT   also serve on TCP there (port 0: any), for engines and\n"
+		"                    clients of other hosts; without it engines connect to the\n"
+		"                    controller's unix socket (this host only)\n"
+		"  --so LIBRARY.so   engines run this library's functions (shoal-engine);\n"
+		"                    default: Python engines (python3 -m shoal.engine)\n"
+		"  --name NAME       the cluster's name (default: default), for several at once\n"
+		"  --scheme S        pure, lru, leastload (default), weighted or twobin\n"
+		"  --timeout S       how long start or add waits for the engines (default 60),\n"
+		"                    or stop for the processes to end (default 10)\n"
+		"  --ssh COMMAND     ssh's command line (default: $SHOAL_SSH, else ssh)\n"
+		"  -h, --help        show this help\n\n"
+		"The secret engines and TCP clients prove: $SHOAL_SECRET_FILE or $SHOAL_SECRET\n"
+		"when set, else a fresh one for this cluster in a 0600 file (status names it);\n"
+		"engines get it in their environment (ssh: on standard input), never on a\n"
+		"command line.\n\n"
+		"Exit codes: 0 ok, 1 failed (stderr says why), 2 bad arguments, 3 no such\n"
+		"cluster.\n");
+}
+
+typedef struct opts {
+	uint32_t n;
+	int launcher;
+	const char *hosts, *tcp, *so, *name, *scheme, *ssh, *python, *pkgdir;
+	double timeout;
+	int ready_fd;
+} opts;
+
+static int parse(const sh_cli *cli, int argc, char **argv, opts *o)
+{
+	*o = (opts){.launcher = SH_LAUNCH_LOCAL, .name = "default", .timeout = -1, .ready_fd = -1};
+	int c;
+	while ((c = sh_cli_next(cli, argc, argv)) != -1) {
+		char *end;
+		switch (c) {
+		case 'n': {
+			errno = 0;
+			unsigned long v = strtoul(optarg, &end, 10);
+			if (*end || errno || v == 0 || v > SH_CLUSTER_MAX_ENGINES)
+				sh_cli_fail(cli, "-n '%s': expected 1 to %d engines", optarg,
+					    SH_CLUSTER_MAX_ENGINES);
+			o->n = (uint32_t)v;
+			break;
+		}
+		case 'L':
+			o->launcher = sh_launcher_parse(
+				sh_cli_choice(cli, "--launcher", optarg, sh_launcher_names));
+			break;
+		case 'H':
+			o->hosts = optarg;
+			break;
+		case 't':
+			o->tcp = optarg;
+			break;
+		case 's':
+			o->so = optarg;
+			break;
+		case 'N':
+			if (!name_ok(optarg))
+				sh_cli_fail(cli,
+					    "--name '%s': expected 1 to 64 letters, digits, '.', "
+					    "'_' or '-'",
+					    optarg);
+			o->name = optarg;
+			break;
+		case 'S':
+			o->scheme = optarg;
+			break;
+		case 'T':
+			o->timeout = strtod(optarg, &end);
+			if (*end || !(o->timeout > 0) || o->timeout > 86400)
+				sh_cli_fail(cli, "--timeout '%s': expected seconds, > 0", optarg);
+			break;
+		case 'x':
+			o->ssh = optarg;
+			break;
+		case 'P':
+			o->python = optarg;
+			break;
+		case 'K':
+			o->pkgdir = optarg;
+			break;
+		case 'R':
+			o->ready_fd = atoi(optarg);
+			break;
+		}
+	}
+	return 0;
+}
+
+/* The directory of the shoal package beside this program (build/X/python,
+ * or the install's lib/python3.N/dist-packages), for Python engines. */
+static const char *package_dir(char *out, size_t len)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return NULL;
+	exe[n] = 0;
+	char *slash = strrchr(exe, '/');
+	if (!slash)
+		return NULL;
+	*slash = 0;
+	static const char *const rel[] = {"/../python", "/../lib/python3/dist-packages",
+					  "/../lib/python3.11/dist-packages", NULL};
+	for (int i = 0; rel[i]; i++) {
+		char probe[PATH_MAX + 64];
+		snprintf(probe, sizeof(probe), "%s%s/shoal/__init__.py", exe, rel[i]);
+		if (access(probe, R_OK) == 0) {
+			probe[strlen(probe) - strlen("/shoal/__init__.py")] = 0;
+			if (!realpath(probe, out))
+				snprintf(out, len, "%s", probe);
+			return out;
+		}
+	}
+	return NULL;
+}
+
+static const struct option cluster_opts[] = {SH_CLI_STD,
+					     {"n", required_argument, NULL, 'n'},
+					     {"launcher", required_argument, NULL, 'L'},
+					     {"hosts", required_argument, NULL, 'H'},
+					     {"tcp", required_argument, NULL, 't'},
+					     {"so", required_argument, NULL, 's'},
+					     {"name", required_argument, NULL, 'N'},
+					     {"scheme", required_argument, NULL, 'S'},
+					     {"timeout", required_argument, NULL, 'T'},
+					     {"ssh", required_argument, NULL, 'x'},
+					     {"python", required_argument, NULL, 'P'},
+					     {"pythonpath", required_argument, NULL, 'K'},
+					     {"ready-fd", required_argument, NULL, 'R'},
+					     {0}};
+
+static int cmd_start(const sh_cli *cli, const char *const *self, int argc, char **argv)
+{
+	opts o;
+	parse(cli, argc, argv, &o);
+	sh_cli_operands(cli, argc, argv, 0, 0);
+	if (!o.n)
+		sh_cli_fail(cli, "-n N is required: how many engines");
+	if (o.launcher == SH_LAUNCH_SSH && !o.hosts)
+		sh_cli_fail(cli, "--launcher ssh needs --hosts FILE");
+	if (o.launcher == SH_LAUNCH_SSH && !o.tcp)
+		sh_cli_fail(cli, "--launcher ssh needs --tcp HOST:PORT, an address of this host "
+				 "the engines reach");
+	if (o.scheme && shoal_scheme_parse(o.scheme) < 0)
+		sh_cli_fail(cli, "--scheme '%s': expected pure, lru, leastload, weighted or twobin",
+			    o.scheme);
+	if (o.so && access(o.so, R_OK) != 0)
+		sh_cli_fail(cli, "--so %s: %s", o.so, strerror(errno));
+	char hosts[PATH_MAX];
+	if (o.hosts) {
+		if (!realpath(o.hosts, hosts))
+			sh_cli_fail(cli, "--hosts %s: %s", o.hosts, strerror(errno));
+		o.hosts = hosts;
+	}
+	char dir[PATH_MAX], reply[256];
+	if (cluster_dir(o.name, dir, sizeof(dir)) != 0) {
+		fprintf(stderr, "%s: no safe directory for the cluster's sockets (see above)\n",
+			cli->prog);
+		return SH_EXIT_FAIL;
+	}
+	int e = ask(dir, "status", reply, sizeof(reply), shoal_now_ns() + 2000000000LL);
+	if (e == 0 || e == SHOAL_ETIMEDOUT) {
+		fprintf(stderr,
+			"%s: a cluster named %s is running (shoal cluster stop --name %s)\n",
+			cli->prog, o.name, o.name);
+		return SH_EXIT_FAIL;
+	}
+	cleanup_dir(dir); /* a supervisor's that did not end well */
+	if (mkdir(dir, 0700) != 0) {
+		fprintf(stderr, "%s: %s: %s\n", cli->prog, dir, strerror(errno));
+		return SH_EXIT_FAIL;
+	}
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0) {
+		fprintf(stderr, "%s: pipe: %s\n", cli->prog, strerror(errno));
+		return SH_EXIT_FAIL;
+	}
+	/* the supervisor: this command line again, as `serve` */
+	char fdarg[16], logpath[PATH_MAX + 16];
+	snprintf(fdarg, sizeof(fdarg), "%d", 3);
+	snprintf(logpath, sizeof(logpath), "%s/cluster.log", dir);
+	const char *a[64];
+	size_t k = 0;
+	for (; self[k]; k++)
+		a[k] = self[k];
+	a[k++] = "serve";
+	for (int i = 1; i < argc && k < 60; i++)
+		a[k++] = argv[i];
+	if (o.hosts) {
+		a[k++] = "--hosts";
+		a[k++] = o.hosts;
+	}
+	a[k++] = "--ready-fd";
+	a[k++] = fdarg;
+	a[k] = NULL;
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawnattr_init(&at);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	posix_spawn_file_actions_adddup2(&fa, p[1], 3);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID);
+	pid_t pid;
+	int rc = posix_spawn(&pid, a[0], &fa, &at, (char *const *)a, environ);
+	posix_spawnattr_destroy(&at);
+	posix_spawn_file_actions_destroy(&fa);
+	close(p[1]);
+	if (rc) {
+		close(p[0]);
+		cleanup_dir(dir);
+		fprintf(stderr, "%s: cannot run %s: %s\n", cli->prog, a[0], strerror(rc));
+		return SH_EXIT_FAIL;
+	}
+	/* its word: "ok ..." or "error: ..." (EOF: it died; the log says why) */
+	char msg[9000];
+	size_t got = 0;
+	ssize_t r;
+	while (got + 1 < sizeof(msg) && (r = read(p[0], msg + got, sizeof(msg) - 1 - got)) != 0) {
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			break;
+		got += (size_t)r;
+	}
+	close(p[0]);
+	msg[got] = 0;
+	if (strncmp(msg, "ok ", 3) == 0) {
+		printf("cluster %s: %s", o.name, msg + 3);
+		return SH_EXIT_OK;
+	}
+	int st;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (got)
+		fprintf(stderr, "%s: cluster %s did not start: %s", cli->prog, o.name,
+			strncmp(msg, "error: ", 7) == 0 ? msg + 7 : msg);
+	else
+		fprintf(stderr, "%s: the cluster's supervisor ended without a word (see %s)\n",
+			cli->prog, logpath);
+	return SH_EXIT_FAIL;
+}
+
+static int cmd_serve(const sh_cli *cli, int argc, char **argv)
+{
+	opts o;
+	parse(cli, argc, argv, &o);
+	sup s = {0};
+	char dir[PATH_MAX], pkg[PATH_MAX];
+	if (cluster_dir(o.name, dir, sizeof(dir)) != 0)
+		return SH_EXIT_FAIL;
+	s.name = o.name;
+	s.dir = dir;
+	s.n = o.n;
+	s.kind = (sh_launcher)o.launcher;
+	s.hosts = o.hosts;
+	s.ssh = o.ssh;
+	s.tcp = o.tcp;
+	s.so = o.so;
+	s.python = o.python ? o.python : "/usr/bin/python3";
+	s.pkgdir = o.pkgdir ? o.pkgdir : o.so ? NULL : package_dir(pkg, sizeof(pkg));
+	s.scheme = o.scheme ? (shoal_scheme)shoal_scheme_parse(o.scheme) : SHOAL_SCHEME_LEASTLOAD;
+	s.timeout_ns = (int64_t)((o.timeout > 0 ? o.timeout : 60) * 1e9);
+	sh_tools_log_info();
+	return serve(&s, o.ready_fd);
+}
+
+static int cmd_ask(const sh_cli *cli, const char *what, int argc, char **argv)
+{
+	opts o;
+	parse(cli, argc, argv, &o);
+	sh_cli_operands(cli, argc, argv, 0, 0);
+	char dir[PATH_MAX], req[SH_CLUSTER_REQ_MAX + 1];
+	if (cluster_dir(o.name, dir, sizeof(dir)) != 0)
+		return SH_EXIT_FAIL;
+	bool stop = strcmp(what, "stop") == 0, add = strcmp(what, "add") == 0;
+	char hosts[PATH_MAX] = "";
+	if (add) {
+		if (!o.n)
+			sh_cli_fail(cli, "-n N is required: how many engines to add");
+		if (o.hosts && !realpath(o.hosts, hosts))
+			sh_cli_fail(cli, "--hosts %s: %s", o.hosts, strerror(errno));
+		snprintf(req, sizeof(req), "add\n%u\n%s%s%s", o.n, sh_launcher_names[o.launcher],
+			 hosts[0] ? "\n" : "", hosts);
+	} else
+		snprintf(req, sizeof(req), "%s", what);
+	static char reply[REPLY_MAX];
+	double wait = add ? (o.timeout > 0 ? o.timeout : 60) + 5 : 10;
+	int e = ask(dir, req, reply, sizeof(reply), shoal_now_ns() + (int64_t)(wait * 1e9));
+	if (e == SHOAL_ENOENT) {
+		if (stop) {
+			/* nothing runs there: a supervisor that died left its files */
+			cleanup_dir(dir);
+		}
+		fprintf(stderr, "%s: no cluster named %s here (shoal cluster start)\n", cli->prog,
+			o.name);
+		return SH_EXIT_NOTFOUND;
+	}
+	if (e) {
+		fprintf(stderr, "%s: cluster %s did not answer: %s\n", cli->prog, o.name,
+			shoal_strerror(e));
+		return SH_EXIT_FAIL;
+	}
+	if (strncmp(reply, "error: ", 7) == 0) {
+		fprintf(stderr, "%s: %s", cli->prog, reply + 7);
+		return SH_EXIT_FAIL;
+	}
+	if (!stop) {
+		fputs(reply, stdout);
+		return SH_EXIT_OK;
+	}
+	/* stopped once its control socket is gone (and with it the dir) */
+	double t = o.timeout > 0 ? o.timeout : 10;
+	int64_t deadline = shoal_now_ns() + (int64_t)((t + 5) * 1e9);
+	struct stat st;
+	while (stat(dir, &st) == 0 && shoal_now_ns() < deadline) {
+		struct timespec ts = {0, 5000000};
+		nanosleep(&ts, NULL);
+	}
+	if (stat(dir, &st) == 0) {
+		fprintf(stderr, "%s: cluster %s is still stopping after %.0f s\n", cli->prog,
+			o.name, t + 5);
+		return SH_EXIT_FAIL;
+	}
+	printf("cluster %s stopped\n", o.name);
+	return SH_EXIT_OK;
+}
+
+int sh_cluster_cli(const char *const *self, int argc, char **argv)
+{
+	const sh_cli top = {.prog = "shoal cluster",
+			    .usage = usage,
+			    .opts = cluster_opts,
+			    .stop_at_operand = true};
+	if (argc < 2) {
+		usage(stderr);
+		return SH_EXIT_USAGE;
+	}
+	const char *sub = argv[1];
+	if (!strcmp(sub, "-h") || !strcmp(sub, "--help")) {
+		usage(stdout);
+		return SH_EXIT_OK;
+	}
+	static char prog[64];
+	snprintf(prog, sizeof(prog), "shoal cluster %.16s", sub);
+	const sh_cli cli = {.prog = prog, .usage = usage, .opts = cluster_opts};
+	if (!strcmp(sub, "start"))
+		return cmd_start(&cli, self, argc - 1, argv + 1);
+	if (!strcmp(sub, "serve"))
+		return cmd_serve(&cli, argc - 1, argv + 1);
+	if (!strcmp(sub, "status") || !strcmp(sub, "stop") || !strcmp(sub, "add"))
+		return cmd_ask(&cli, sub, argc - 1, argv + 1);
+	sh_cli_fail(&top, "unknown subcommand '%s' (expected start, status, add or stop)", sub);
+}
