@@ -40,67 +40,6 @@ extern char **environ;
 #define REPLY_MAX 65536
 #define NEWS_MAX 8192
 
-/* ---- the control socket's requests ------------------------------------- */
-
-int sh_cluster_parse_request(const char *buf, size_t n, sh_cluster_req *r, char *why, size_t whylen)
-{
-	memset(r, 0, sizeof(*r));
-	if (n == 0 || n > SH_CLUSTER_REQ_MAX)
-		return snprintf(why, whylen, "a request of %zu bytes, expected 1 to %d", n,
-				SH_CLUSTER_REQ_MAX),
-		       -1;
-	/* words separated by '\n': COMMAND [N LAUNCHER [HOSTS]] */
-	char tmp[SH_CLUSTER_REQ_MAX + 1];
-	memcpy(tmp, buf, n);
-	tmp[n] = 0;
-	if (memchr(buf, 0, n))
-		return snprintf(why, whylen, "a request holding a NUL byte"), -1;
-	char *save = NULL, *w[5];
-	int k = 0;
-	for (char *t = strtok_r(tmp, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) {
-		if (k == 4)
-			return snprintf(why, whylen, "a request of more than 4 lines"), -1;
-		w[k++] = t;
-	}
-	if (k == 0)
-		return snprintf(why, whylen, "an empty request"), -1;
-	if (strcmp(w[0], "status") == 0 || strcmp(w[0], "stop") == 0) {
-		if (k != 1)
-			return snprintf(why, whylen, "%s takes nothing", w[0]), -1;
-		r->op = w[0][1] == 't' && w[0][2] == 'a' ? SH_CLUSTER_STATUS : SH_CLUSTER_STOP;
-		return 0;
-	}
-	if (strcmp(w[0], "add") != 0)
-		return snprintf(why, whylen,
-				"unknown request '%.32s' (expected status, add or stop)", w[0]),
-		       -1;
-	if (k < 3)
-		return snprintf(why, whylen, "add: expected a count and a launcher"), -1;
-	char *end;
-	errno = 0;
-	unsigned long c = strtoul(w[1], &end, 10);
-	if (*end || end == w[1] || errno || c == 0 || c > SH_CLUSTER_MAX_ENGINES)
-		return snprintf(why, whylen, "add: %.32s engines, expected 1 to %d", w[1],
-				SH_CLUSTER_MAX_ENGINES),
-		       -1;
-	int l = sh_launcher_parse(w[2]);
-	if (l < 0)
-		return snprintf(why, whylen,
-				"add: launcher '%.32s', expected local, mpi, ssh or slurm", w[2]),
-		       -1;
-	r->op = SH_CLUSTER_ADD;
-	r->n = (uint32_t)c;
-	r->launcher = l;
-	if (k == 4) {
-		if (w[3][0] != '/' || strlen(w[3]) >= sizeof(r->hosts))
-			return snprintf(why, whylen,
-					"add: the hosts file must be an absolute path"),
-			       -1;
-		snprintf(r->hosts, sizeof(r->hosts), "%s", w[3]);
-	}
-	return 0;
-}
-
 /* ---- where a cluster lives ---------------------------------------------- */
 
 static bool name_ok(const char *s)
@@ -917,16 +856,24 @@ static int cmd_ask(const sh_cli *cli, const char *what, int argc, char **argv)
 	if (cluster_dir(o.name, dir, sizeof(dir)) != 0)
 		return SH_EXIT_FAIL;
 	bool stop = strcmp(what, "stop") == 0, add = strcmp(what, "add") == 0;
-	char hosts[PATH_MAX] = "";
+	sh_cluster_req r = {.op = add	 ? SH_CLUSTER_ADD
+				  : stop ? SH_CLUSTER_STOP
+					 : SH_CLUSTER_STATUS,
+			    .n = o.n,
+			    .launcher = o.launcher};
 	if (add) {
 		if (!o.n)
 			sh_cli_fail(cli, "-n N is required: how many engines to add");
+		char hosts[PATH_MAX];
 		if (o.hosts && !realpath(o.hosts, hosts))
 			sh_cli_fail(cli, "--hosts %s: %s", o.hosts, strerror(errno));
-		snprintf(req, sizeof(req), "add\n%u\n%s%s%s", o.n, sh_launcher_names[o.launcher],
-			 hosts[0] ? "\n" : "", hosts);
-	} else
-		snprintf(req, sizeof(req), "%s", what);
+		if (o.hosts && strlen(hosts) >= sizeof(r.hosts))
+			sh_cli_fail(cli, "--hosts %s: the path is too long", o.hosts);
+		if (o.hosts)
+			memcpy(r.hosts, hosts, strlen(hosts) + 1);
+	}
+	if (sh_cluster_format_request(&r, req, sizeof(req)) < 0)
+		sh_cli_fail(cli, "a request too long for the cluster's socket");
 	static char reply[REPLY_MAX];
 	double wait = add ? (o.timeout > 0 ? o.timeout : 60) + 5 : 10;
 	int e = ask(dir, req, reply, sizeof(reply), shoal_now_ns() + (int64_t)(wait * 1e9));

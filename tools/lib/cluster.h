@@ -25,6 +25,9 @@ typedef struct sh_cluster_req {
 int sh_cluster_parse_request(const char *buf, size_t n, sh_cluster_req *r, char *why,
 			     size_t whylen);
 
+/* The request r as the supervisor reads it, into buf: its length, or -1. */
+int sh_cluster_format_request(const sh_cluster_req *r, char *buf, size_t len);
+
 /* `shoal cluster ARGS` (argv[0] is "cluster"); self is the command line
  * that runs this function again (NULL-ended: {"/path/shoal", "cluster"}),
  * for the supervisor `start` leaves running. */

@@ -26,16 +26,6 @@
 
 extern char **environ;
 
-const char *const sh_launcher_names[] = {"local", "mpi", "ssh", "slurm", NULL};
-
-int sh_launcher_parse(const char *name)
-{
-	for (int i = 0; name && sh_launcher_names[i]; i++)
-		if (strcmp(name, sh_launcher_names[i]) == 0)
-			return i;
-	return -1;
-}
-
 #define MAX_UNITS 1024
 #define MAX_ARGS 64
 #define SLURM_POLL_NS 500000000LL
@@ -90,7 +80,7 @@ static void sq(char *out, size_t len, const char *s)
 	say(out, len, "'");
 }
 
-/* The last lines of a launcher's output (at most about 400 bytes), with
+/* The last lines of a launcher's output (at most about 1200 bytes), with
  * what is not printable shown as '?': it goes into messages. */
 static void tail_of(const char *path, char *out, size_t len)
 {
@@ -98,10 +88,10 @@ static void tail_of(const char *path, char *out, size_t len)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return;
-	char buf[401];
+	char buf[1201];
 	off_t end = lseek(fd, 0, SEEK_END);
-	off_t from = end > 400 ? end - 400 : 0;
-	ssize_t n = pread(fd, buf, 400, from);
+	off_t from = end > 1200 ? end - 1200 : 0;
+	ssize_t n = pread(fd, buf, 1200, from);
 	close(fd);
 	if (n <= 0)
 		return;
@@ -849,7 +839,7 @@ uint32_t sh_launch_poll(sh_launch *l, char *news, size_t newslen)
 				slurm_state(l, reason, sizeof(reason));
 				if (slurm_ended(l->state)) {
 					u->ended = true;
-					char tail[420];
+					char tail[1300];
 					tail_of(u->log, tail, sizeof(tail));
 					if (!u->stopped && strcmp(l->state, "COMPLETED") != 0)
 						l->failed = true;
@@ -879,7 +869,7 @@ uint32_t sh_launch_poll(sh_launch *l, char *news, size_t newslen)
 			continue;
 		if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
 			l->failed = true;
-		char how[64], tail[420];
+		char how[64], tail[1300];
 		describe_status(u->status, how, sizeof(how));
 		tail_of(u->log, tail, sizeof(tail));
 		say(news, newslen, "%s: %s%s%s\n", u->what, how, *tail ? "; its output: " : "",
