@@ -169,7 +169,10 @@ static int engine_argv(sup *s, bool local, const char **a, const char **env, cha
 		a[k++] = "-m";
 		a[k++] = "shoal.engine";
 		if (s->pkgdir) {
-			snprintf(envbuf, envlen, "PYTHONPATH=%s", s->pkgdir);
+			/* the package first, then the user's own modules */
+			const char *up = getenv("PYTHONPATH");
+			snprintf(envbuf, envlen, "PYTHONPATH=%s%s%s", s->pkgdir,
+				 up && *up ? ":" : "", up && *up ? up : "");
 			env[e++] = envbuf;
 		}
 	}
@@ -198,7 +201,7 @@ static int sup_launch(sup *s, sh_launcher kind, uint32_t n, const char *hosts, c
 				"--tcp HOST:PORT (an address they reach)"),
 		       -1;
 	const char *argv[16], *env[4];
-	char envbuf[PATH_MAX + 16];
+	static char envbuf[2 * PATH_MAX + 16];
 	engine_argv(s, kind == SH_LAUNCH_LOCAL, argv, env, envbuf, sizeof(envbuf));
 	sh_launch_cfg c = {
 		.kind = kind,
@@ -267,9 +270,10 @@ static void sup_status(sup *s, char *out, size_t len)
 		snprintf(out + k, len - (size_t)k, "ended:\n%s", s->news);
 }
 
-static bool sup_failed(sup *s)
+/* Whether a launch from the first one on failed. */
+static bool sup_failed(sup *s, uint32_t first)
 {
-	for (uint32_t i = 0; i < s->nlaunch; i++)
+	for (uint32_t i = first; i < s->nlaunch; i++)
 		if (sh_launch_failed(s->launch[i]))
 			return true;
 	return false;
@@ -277,7 +281,8 @@ static bool sup_failed(sup *s)
 
 /* Waits until `want` engines are registered; on a launcher's failure or at
  * the deadline, why says who did not come and why. */
-static int sup_wait(sup *s, uint32_t want, int64_t deadline, char *why, size_t whylen)
+static int sup_wait(sup *s, uint32_t want, uint32_t first, int64_t deadline, char *why,
+		    size_t whylen)
 {
 	for (;;) {
 		shoal_controller_stat st;
@@ -285,15 +290,15 @@ static int sup_wait(sup *s, uint32_t want, int64_t deadline, char *why, size_t w
 		if (st.engines >= want)
 			return 0;
 		sup_poll(s);
-		if (sup_failed(s) || shoal_now_ns() >= deadline) {
+		if (sup_failed(s, first) || shoal_now_ns() >= deadline) {
 			char units[4096] = "";
-			for (uint32_t i = 0; i < s->nlaunch; i++)
+			for (uint32_t i = first; i < s->nlaunch; i++)
 				sh_launch_describe(s->launch[i], units + strlen(units),
 						   sizeof(units) - strlen(units));
 			int k = snprintf(why, whylen, "%u of %u engines registered %s:\n",
 					 st.engines, want,
-					 sup_failed(s) ? "when a launcher failed"
-						       : "before the timeout (--timeout)");
+					 sup_failed(s, first) ? "when a launcher failed"
+							      : "before the timeout (--timeout)");
 			/* what ended, then how each launch is doing, cut to fit */
 			const char *parts[] = {s->news, units};
 			for (int i = 0; i < 2 && k > 0 && (size_t)k + 1 < whylen; i++) {
@@ -413,7 +418,7 @@ static bool sup_answer(sup *s, int lfd)
 	static char reply[REPLY_MAX];
 	bool stop = false;
 	sh_cluster_req r;
-	char why[512];
+	static char why[8192];
 	if (n <= 0) {
 		close(fd);
 		return false;
@@ -421,6 +426,8 @@ static bool sup_answer(sup *s, int lfd)
 	if (sh_cluster_parse_request(buf, (size_t)n, &r, why, sizeof(why)) != 0) {
 		snprintf(reply, sizeof(reply), "error: %s\n", why);
 	} else if (r.op == SH_CLUSTER_STATUS) {
+		for (uint32_t i = 0; i < s->nlaunch; i++)
+			sh_launch_refresh(s->launch[i]);
 		sup_poll(s);
 		sup_status(s, reply, sizeof(reply));
 	} else if (r.op == SH_CLUSTER_STOP) {
@@ -433,10 +440,12 @@ static bool sup_answer(sup *s, int lfd)
 		if (sup_launch(s, (sh_launcher)r.launcher, r.n, r.hosts[0] ? r.hosts : NULL, why,
 			       sizeof(why)) != 0)
 			snprintf(reply, sizeof(reply), "error: %s\n", why);
-		else if (sup_wait(s, st.engines + r.n, shoal_now_ns() + s->timeout_ns, why,
-				  sizeof(why)) != 0)
+		else if (sup_wait(s, st.engines + r.n, s->nlaunch - 1,
+				  shoal_now_ns() + s->timeout_ns, why, sizeof(why)) != 0) {
+			/* what came of it goes too: an add is whole or not at all */
+			sh_launch_stop(s->launch[s->nlaunch - 1], shoal_now_ns() + 10000000000LL);
 			snprintf(reply, sizeof(reply), "error: %s\n", why);
-		else {
+		} else {
 			sup_log(s, "added %u engines (%s)", r.n, sh_launcher_names[r.launcher]);
 			snprintf(reply, sizeof(reply), "added %u engines: %u asked for in all\n",
 				 r.n, want);
@@ -493,7 +502,7 @@ static int serve(sup *s, int ready_fd)
 	sup_log(s, "cluster %s: controller on %s%s%s", s->name, s->ctl_sock,
 		s->tcp ? " and tcp://" : "", s->tcp ? s->engine_addr : "");
 	if (sup_launch(s, s->kind, s->n, s->hosts, why, sizeof(why)) != 0 ||
-	    sup_wait(s, s->n, s->started_ns + s->timeout_ns, why, sizeof(why)) != 0)
+	    sup_wait(s, s->n, 0, s->started_ns + s->timeout_ns, why, sizeof(why)) != 0)
 		goto out;
 	rc = 0;
 	{

@@ -878,6 +878,11 @@ uint32_t sh_launch_poll(sh_launch *l, char *news, size_t newslen)
 	return alive;
 }
 
+void sh_launch_refresh(sh_launch *l)
+{
+	l->next_poll = 0;
+}
+
 void sh_launch_describe(const sh_launch *l, char *out, size_t len)
 {
 	for (uint32_t i = 0; i < l->nu; i++) {

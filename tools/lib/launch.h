@@ -47,6 +47,8 @@ int sh_launch_start(sh_launch **out, const sh_launch_cfg *cfg, char *why, size_t
  * ended since the last look (and how) is appended to news, one line each,
  * in the launcher's own words with the tail of its output. */
 uint32_t sh_launch_poll(sh_launch *l, char *news, size_t newslen);
+/* The next poll asks the launcher (Slurm) at once: for a status. */
+void sh_launch_refresh(sh_launch *l);
 /* Appends a line per unit: what it is and how it is doing. */
 void sh_launch_describe(const sh_launch *l, char *out, size_t len);
 /* True when some unit ended other than by our stop (failed, cancelled). */
