@@ -269,6 +269,9 @@ void sh_bench_rpc_plot(FILE *f, const sh_bench_report *r);
 
 /* suite_tasks.c: the task farm's flood of no-op tasks. */
 int sh_bench_tasks(const sh_bench_opts *o, sh_bench_report *r);
+/* Its cluster_start rows (suite_launch.c): shoal cluster start per launcher
+ * beside ipyparallel's; lib: an engine library for the C engines' row. */
+void sh_bench_cluster_start(const sh_bench_opts *o, sh_bench_report *r, const char *lib);
 void sh_bench_tasks_table(FILE *f, const sh_bench_report *r);
 void sh_bench_tasks_plot(FILE *f, const sh_bench_report *r);
 /* py-store: the store from Python (python/shoal/bench.py), read from its JSON. */

@@ -8,9 +8,10 @@
 set -euo pipefail
 
 pkgs=(gcc make cmake pkg-config libc6-dev clang-format libmsgpack-dev libcjson-dev libssl-dev libdlpack-dev libseccomp-dev libcurl4-openssl-dev etcd-server python3
-	libboost-context-dev python3-dev python3-pytest python3-numpy python3-torch python3-cloudpickle)
+	libboost-context-dev python3-dev python3-pytest python3-numpy python3-torch python3-cloudpickle
+	openmpi-bin openssh-client openssh-server slurmd slurmctld slurm-client)
 case "${1:-}" in
-bench) pkgs+=(golang-go python3-ipyparallel) ;;
+bench) pkgs+=(golang-go python3-ipyparallel python3-mpi4py) ;;
 cross) pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user) ;;
 fuzz) pkgs+=(clang libclang-rt-dev) ;;
 "") ;;
