@@ -14,6 +14,33 @@ from ._remote import _envelope_for
 _ENGINE_STORE: Optional[str] = None  # the engine's --store (set by shoal.engine)
 
 
+def _fork_engines(argv: List[str]) -> int:
+    """``shoal cluster``'s local launcher for Python engines: argv is N, a name prefix and
+    the engine's options; this interpreter, with the engine imported once, forks the N
+    engines (named PREFIX0, PREFIX1, ...) and waits for them. Its exit code: 0 when every
+    engine ended well, else the first failure's (a signal's: 128 + its number)."""
+    import os
+    from . import _shoal
+    n, prefix, args = int(argv[0]), argv[1], list(argv[2:])
+    pids = []
+    for i in range(n):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = int(_shoal._run_engine(args + ["--name", "%s%d" % (prefix, i)]))
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    worst = 0
+    for pid in pids:
+        _, st = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(st)
+        if code and not worst:
+            worst = 128 - code if code < 0 else code
+    return worst
+
+
 def _function_of(ref: Any) -> Callable[..., Any]:
     """The function a task names: module:qualname (imported), or its pickle."""
     if isinstance(ref, str):

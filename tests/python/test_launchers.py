@@ -5,6 +5,7 @@ generated keys (scripts/testhosts/sshd.sh), and an offline single-node Slurm sta
 import itertools
 import operator
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -65,8 +66,8 @@ def processes_of(name):
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if ("--name %s" % name) in cmd or ("--name '%s." % name) in cmd \
-                or ("--name %s." % name) in cmd:
+        if re.search(r"cluster-%s/|--name '?%s(\.|\s|$)" % (re.escape(name), re.escape(name)),
+                     cmd):
             found.append((int(pid), cmd[:200]))
     return found
 
@@ -107,9 +108,10 @@ def test_local_start_status_tasks_stop(name):
     url = controller_of(r.stdout)
     st = shoal("status", "--name", name).stdout
     assert "engines: 3 registered, 3 asked for" in st
-    assert st.count(": running (pid ") == 3
+    assert "engines %s.0.0..2 (forked from one python3): running (pid " % name in st
     run_tasks(url)
-    assert len(processes_of(name)) == 4  # the supervisor and its 3 engines
+    # the supervisor, the python3 the engines were forked from, and the 3 engines
+    assert len(processes_of(name)) == 5
     r = shoal("stop", "--name", name)
     assert "stopped" in r.stdout
     assert_none_left(name)
@@ -133,7 +135,7 @@ def test_engines_that_never_come_are_named_with_what_they_said(name, tmp_path):
     assert r.returncode == 1
     assert "0 of 2 engines registered when a launcher failed" in r.stderr
     assert "exited 3" in r.stderr and "no module named shoal.engine here" in r.stderr
-    assert "engine %s." % name in r.stderr
+    assert "engines %s.0.0..1 (forked from one python3): exited 3" % name in r.stderr
     assert_none_left(name)
 
 
@@ -160,7 +162,7 @@ def test_python_cluster_with_a_launcher():
     c = tasks.Cluster(2, launcher="local", name="py-%d" % os.getpid())
     with c:
         run_tasks(c.url)
-        assert len(processes_of(c.name)) == 3
+        assert len(processes_of(c.name)) == 4
     assert_none_left(c.name)
 
 

@@ -216,6 +216,17 @@ static int sup_launch(sup *s, sh_launcher kind, uint32_t n, const char *hosts, c
 		.id = s->nlaunch,
 		.timeout_ns = s->timeout_ns,
 	};
+	/* local Python engines: forked from one interpreter (argv is
+	 * python3 -m shoal.engine ARGS: the forker takes ARGS) */
+	static const char *forker[4];
+	if (kind == SH_LAUNCH_LOCAL && !s->so && n > 1) {
+		forker[0] = s->python;
+		forker[1] = "-c";
+		forker[2] = "import sys; from shoal import _engine; "
+			    "sys.exit(_engine._fork_engines(sys.argv[1:]))";
+		forker[3] = NULL;
+		c.fork_argv = forker;
+	}
 	sh_launch *l;
 	if (sh_launch_start(&l, &c, why, whylen) != 0)
 		return -1;

@@ -33,7 +33,10 @@ typedef struct sh_launch_cfg {
 	const char *name;	/* the cluster's: in job and engine names */
 	uint32_t id;		/* this launch's number in the cluster (logs, names) */
 	int64_t timeout_ns;	/* bound on a submission (sbatch) */
-	const char *store_sock; /* engines' store where one runs per node, or NULL */
+	/* local: one process that starts the n engines itself (forks them from
+	 * one interpreter), given "N PREFIX" and the engine's arguments after
+	 * these words; NULL: n processes of argv. */
+	const char *const *fork_argv;
 } sh_launch_cfg;
 
 typedef struct sh_launch sh_launch;
