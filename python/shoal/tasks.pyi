@@ -69,8 +69,13 @@ class Cluster:
     controller: Any
     engines: List[Any]
     store_socket: Optional[str]
+    launcher: Optional[str]
+    hosts: Optional[str]
+    tcp: Optional[str]
+    name: str
     def __init__(self, n: int = ..., scheme: str = ..., *, engine_timeout: float = ...,
-                 store: Any = ...) -> None: ...
+                 store: Any = ..., launcher: Optional[str] = ..., hosts: Optional[str] = ...,
+                 tcp: Optional[str] = ..., name: Optional[str] = ...) -> None: ...
     @property
     def url(self) -> str: ...
     def start(self) -> "Cluster": ...

@@ -248,6 +248,22 @@ def test_an_unreachable_host_is_named(name, sshd, tmp_path):
 
 
 @needs_ssh
+def test_engines_failing_on_a_host_end_its_session_with_their_words(name, sshd, tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("node1 2\n")
+    bad = tmp_path / "python3"
+    bad.write_text("#!/bin/sh\necho 'this host has no shoal' >&2\nexit 4\n")
+    bad.chmod(0o755)
+    r = shoal("start", "-n", "2", "--launcher", "ssh", "--hosts", str(hosts),
+              "--tcp", "127.0.0.1:0", "--ssh", "ssh -F " + sshd, "--name", name,
+              "--python", str(bad), "--timeout", "30", check=False)
+    assert r.returncode == 1
+    assert "ssh node1 (2 engines): exited 4" in r.stderr, r.stderr
+    assert "this host has no shoal" in r.stderr
+    assert_none_left(name)
+
+
+@needs_ssh
 def test_ssh_needs_tcp(tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("node1\n")

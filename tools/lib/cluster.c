@@ -186,6 +186,19 @@ static int engine_argv(sup *s, bool local, const char **a, const char **env, cha
 	if (local)
 		a[k++] = "--die-with-parent";
 	a[k] = NULL;
+#if defined(SH_ASAN)
+	/* A module built with ASan loads only where the sanitizer's runtime
+	 * came first: engines elsewhere must be started as this one was. */
+	static char san[3][PATH_MAX + 32];
+	static const char *const vars[] = {"LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS"};
+	for (int i = 0; i < 3; i++) {
+		const char *v = getenv(vars[i]);
+		if (v && *v) {
+			snprintf(san[i], sizeof(san[i]), "%s=%s", vars[i], v);
+			env[e++] = san[i];
+		}
+	}
+#endif
 	env[e] = NULL;
 	return 0;
 }
@@ -200,7 +213,7 @@ static int sup_launch(sup *s, sh_launcher kind, uint32_t n, const char *hosts, c
 				"ssh: engines on other hosts need the controller on TCP: give "
 				"--tcp HOST:PORT (an address they reach)"),
 		       -1;
-	const char *argv[16], *env[4];
+	const char *argv[16], *env[8];
 	static char envbuf[2 * PATH_MAX + 16];
 	engine_argv(s, kind == SH_LAUNCH_LOCAL, argv, env, envbuf, sizeof(envbuf));
 	sh_launch_cfg c = {

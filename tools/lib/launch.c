@@ -494,8 +494,8 @@ static int read_hosts(const char *path, host **out, uint32_t *nout, char *why, s
 		char *hash = strchr(line, '#');
 		if (hash)
 			*hash = 0;
-		char name[512], count[64];
-		int k = sscanf(line, "%511s %63s", name, count);
+		char name[256], count[64];
+		int k = sscanf(line, "%255s %63s", name, count);
 		if (k <= 0)
 			continue;
 		if (!host_ok(name)) {
@@ -645,7 +645,7 @@ static int start_ssh(sh_launch *l, char **env, char *why, size_t whylen)
 		 * this process's end. */
 		char script[16384] = "";
 		say(script, sizeof(script),
-		    "IFS= read -r SHOAL_SECRET || exit 97; export SHOAL_SECRET; ");
+		    "exec 3<&0; IFS= read -r SHOAL_SECRET || exit 97; export SHOAL_SECRET; ");
 		for (const char *const *e = l->cfg.env; e && *e; e++) {
 			const char *eq = strchr(*e, '=');
 			if (!eq)
@@ -656,10 +656,16 @@ static int start_ssh(sh_launch *l, char **env, char *why, size_t whylen)
 		}
 		char name[300];
 		snprintf(name, sizeof(name), "%s.%s.", l->cfg.name, h[i].name);
-		say(script, sizeof(script), "i=0; while [ $i -lt %u ]; do ", h[i].n);
-		shell_command(&l->cfg, name, "$i </dev/null & i=$((i+1)); done; ", script,
+		/* the session ends when the engines have (its status the
+		 * worst of theirs), or when its input closes (they are ended);
+		 * fd 3: sh gives a background job /dev/null for its input */
+		say(script, sizeof(script), "pids=; i=0; while [ $i -lt %u ]; do ", h[i].n);
+		shell_command(&l->cfg, name,
+			      "$i </dev/null 3<&- & pids=\"$pids $!\"; i=$((i+1)); done; ", script,
 			      sizeof(script));
-		say(script, sizeof(script), "cat >/dev/null; kill 0");
+		say(script, sizeof(script),
+		    "{ cat <&3 >/dev/null; kill $pids 2>/dev/null; } & st=0; "
+		    "for p in $pids; do wait $p || st=$?; done; trap '' TERM; kill 0; exit $st");
 		char remote[40000] = "exec sh -c ";
 		sq(remote, sizeof(remote), script);
 		if (strlen(remote) + 1 >= sizeof(remote)) {
@@ -686,6 +692,12 @@ static int start_ssh(sh_launch *l, char **env, char *why, size_t whylen)
 		}
 		unit *u = add_unit(l, h[i].n, "ssh %s (%u engine%s)", h[i].name, h[i].n,
 				   h[i].n == 1 ? "" : "s");
+		/* what runs there, for whoever reads the log (no secret in it) */
+		int lf = open(u->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		if (lf >= 0) {
+			dprintf(lf, "# ssh %s: %s\n", h[i].name, remote);
+			close(lf);
+		}
 		int e = spawn(a, env, in[0], u->log, 0, &u->pid);
 		close(in[0]);
 		if (e) {
