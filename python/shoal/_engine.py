@@ -14,6 +14,16 @@ from ._remote import _envelope_for
 _ENGINE_STORE: Optional[str] = None  # the engine's --store (set by shoal.engine)
 
 
+def _note_store(args: List[str]) -> None:
+    """The engine's --store, which its Python side connects to as well."""
+    global _ENGINE_STORE
+    for i, a in enumerate(args):
+        if a == "--store" and i + 1 < len(args):
+            _ENGINE_STORE = args[i + 1]
+        elif a.startswith("--store="):
+            _ENGINE_STORE = a.split("=", 1)[1]
+
+
 def _fork_engines(argv: List[str]) -> int:
     """``shoal cluster``'s local launcher for Python engines: argv is N, a name prefix and
     the engine's options; this interpreter, with the engine imported once, forks the N
@@ -22,6 +32,7 @@ def _fork_engines(argv: List[str]) -> int:
     import os
     from . import _shoal
     n, prefix, args = int(argv[0]), argv[1], list(argv[2:])
+    _note_store(args)
     pids = []
     for i in range(n):
         pid = os.fork()

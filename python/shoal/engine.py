@@ -14,11 +14,7 @@ def main(argv: "list[str] | None" = None) -> int:
     Blocks: until the controller goes."""
     args = list(sys.argv[1:] if argv is None else argv)
     from . import _engine
-    for i, a in enumerate(args):  # its Python side connects to the store too
-        if a == "--store" and i + 1 < len(args):
-            _engine._ENGINE_STORE = args[i + 1]
-        elif a.startswith("--store="):
-            _engine._ENGINE_STORE = a.split("=", 1)[1]
+    _engine._note_store(args)
     return int(_shoal._run_engine(args))
 
 

@@ -66,7 +66,7 @@ def processes_of(name):
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if re.search(r"cluster-%s/|--name '?%s(\.|\s|$)" % (re.escape(name), re.escape(name)),
+        if re.search(r"cluster-%s[/-]|--name '?%s(\.|\s|$)" % (re.escape(name), re.escape(name)),
                      cmd):
             found.append((int(pid), cmd[:200]))
     return found
@@ -139,6 +139,21 @@ def test_engines_that_never_come_are_named_with_what_they_said(name, tmp_path):
     assert_none_left(name)
 
 
+def test_local_store_takes_arrays_by_reference(name):
+    np = pytest.importorskip("numpy")
+    r = shoal("start", "-n", "2", "--stores", "--store-size", "256M", "--name", name)
+    url = controller_of(r.stdout)
+    store = [l.split(": ", 1)[1] for l in r.stdout.splitlines() if l.startswith("store: ")][0]
+    assert "store: %s (pid " % store in shoal("status", "--name", name).stdout
+    with tasks.Client(url, store=store) as c:
+        a = np.arange(1 << 18, dtype=np.float64)
+        # the engine's argument is a read-only view of the store's copy
+        assert c.load_balanced_view().apply_sync(task_app.view_info, a)[0] is False
+        assert c.load_balanced_view().apply_sync(np.sum, a) == a.sum()
+    shoal("stop", "--name", name)
+    assert_none_left(name)
+
+
 def test_a_second_cluster_of_the_same_name_is_refused(name):
     shoal("start", "-n", "1", "--name", name)
     r = shoal("start", "-n", "1", "--name", name, check=False)
@@ -192,6 +207,16 @@ def test_mpi_over_tcp_keeps_the_secret_off_command_lines(name):
 
 
 @needs_mpi
+def test_mpi_with_a_store_on_each_node(name):
+    r = shoal("start", "-n", "2", "--launcher", "mpi", "--stores", "--name", name)
+    st = shoal("status", "--name", name).stdout
+    assert "mpiexec: a store on each node: running" in st, st
+    run_tasks(controller_of(r.stdout))
+    shoal("stop", "--name", name)
+    assert_none_left(name)
+
+
+@needs_mpi
 def test_mpi_failure_says_what_mpiexec_said(name, tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("no-such-host.invalid slots=2\n")
@@ -232,6 +257,22 @@ def test_ssh(name, sshd, tmp_path):
     assert all(secret not in cmd for _, cmd in mine)
     shoal("stop", "--name", name)
     assert_none_left(name)
+
+
+@needs_ssh
+def test_ssh_with_a_store_on_each_host(name, sshd, tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("node1\nnode2\n")
+    r = shoal("start", "-n", "2", "--launcher", "ssh", "--hosts", str(hosts), "--stores",
+              "--tcp", "127.0.0.1:0", "--ssh", "ssh -F " + sshd, "--name", name)
+    dirs = ["/tmp/shoal-%d-cluster-%s-node%d" % (os.geteuid(), name, i) for i in (1, 2)]
+    assert all(os.path.exists(d + "/store.sock") for d in dirs)
+    stores = [c for _, c in processes_of(name) if "shoald" in c and "sh -c" not in c]
+    assert len(stores) == 2, stores
+    run_tasks(controller_of(r.stdout))
+    shoal("stop", "--name", name)
+    assert_none_left(name)
+    assert not any(os.path.exists(d) for d in dirs)
 
 
 @needs_ssh
@@ -323,6 +364,17 @@ def test_slurm_job_cancelled_mid_flood_tasks_retried_then_stop(name, slurm):
     job2 = st.split("slurm job ")[2].split()[0]
     shoal("stop", "--name", name, SLURM_CONF=slurm)
     assert job_state(slurm, job2) in ("CANCELLED", "COMPLETED"), job_state(slurm, job2)
+    assert_none_left(name)
+
+
+@needs_slurm
+def test_slurm_with_a_store_on_each_node(name, slurm):
+    r = shoal("start", "-n", "2", "--launcher", "slurm", "--stores", "--name", name,
+              SLURM_CONF=slurm)
+    assert "stores: /tmp/shoal-%d-cluster-%s-NODE/store.sock" % (os.geteuid(), name) in r.stdout
+    assert [c for _, c in processes_of(name) if "shoald" in c and "sh -c" not in c]
+    run_tasks(controller_of(r.stdout))
+    shoal("stop", "--name", name, SLURM_CONF=slurm)
     assert_none_left(name)
 
 

@@ -126,6 +126,11 @@ typedef struct sup {
 	const char *hosts, *ssh, *tcp, *so, *python, *pkgdir;
 	shoal_scheme scheme;
 	int64_t timeout_ns;
+	bool stores;		   /* a store on each node */
+	const char *store_size;	   /* shoald --size */
+	const char *store_args;	   /* more of shoald's options (--meta ...), split on blanks */
+	char store_sock[PATH_MAX]; /* local: the store this supervisor runs */
+	pid_t store_pid;
 	char secret[129];
 	bool have_secret;
 	char ctl_sock[PATH_MAX];
@@ -185,6 +190,10 @@ static int engine_argv(sup *s, bool local, const char **a, const char **env, cha
 	}
 	if (local)
 		a[k++] = "--die-with-parent";
+	if (local && s->store_pid > 0) {
+		a[k++] = "--store";
+		a[k++] = s->store_sock;
+	}
 	a[k] = NULL;
 #if defined(SH_ASAN)
 	/* A module built with ASan loads only where the sanitizer's runtime
@@ -240,6 +249,21 @@ static int sup_launch(sup *s, sh_launcher kind, uint32_t n, const char *hosts, c
 		forker[3] = NULL;
 		c.fork_argv = forker;
 	}
+	static const char *store_argv[40];
+	static char shoald[PATH_MAX], args[1024];
+	if (s->stores && kind != SH_LAUNCH_LOCAL) {
+		size_t k = 0;
+		store_argv[k++] = sh_program_path("shoald", shoald, sizeof(shoald));
+		store_argv[k++] = "--size";
+		store_argv[k++] = s->store_size;
+		snprintf(args, sizeof(args), "%s", s->store_args ? s->store_args : "");
+		char *save = NULL;
+		for (char *w = strtok_r(args, " \t", &save); w && k + 1 < 40;
+		     w = strtok_r(NULL, " \t", &save))
+			store_argv[k++] = w;
+		store_argv[k] = NULL;
+		c.store_argv = store_argv;
+	}
 	sh_launch *l;
 	if (sh_launch_start(&l, &c, why, whylen) != 0)
 		return -1;
@@ -277,6 +301,13 @@ static void sup_status(sup *s, char *out, size_t len)
 			 s->ctl_sock, s->tcp ? " and tcp://" : "", s->tcp ? s->engine_addr : "");
 	if (s->have_secret && k > 0 && (size_t)k < len)
 		k += snprintf(out + k, len - (size_t)k, "secret: %s/secret\n", s->dir);
+	if (s->store_pid > 0 && k > 0 && (size_t)k < len)
+		k += snprintf(out + k, len - (size_t)k, "store: %s (pid %d)\n", s->store_sock,
+			      (int)s->store_pid);
+	else if (s->stores && k > 0 && (size_t)k < len)
+		k += snprintf(out + k, len - (size_t)k,
+			      "stores: one a node, /tmp/shoal-%u-cluster-%s-NODE/store.sock\n",
+			      (unsigned)geteuid(), s->name);
 	if (k > 0 && (size_t)k < len)
 		k += snprintf(out + k, len - (size_t)k,
 			      "engines: %u registered, %u asked for\n"
@@ -480,6 +511,91 @@ static bool sup_answer(sup *s, int lfd)
 	return stop;
 }
 
+/* The store of this host's engines (--stores with the local launcher): a
+ * shoald of this supervisor's, on DIR/store.sock. */
+static int local_store_start(sup *s, char *why, size_t whylen)
+{
+	char shoald[PATH_MAX], args[1024], log[PATH_MAX + 16];
+	const char *a[48];
+	size_t k = 0;
+	snprintf(s->store_sock, sizeof(s->store_sock), "%s/store.sock", s->dir);
+	snprintf(log, sizeof(log), "%s/store.log", s->dir);
+	a[k++] = sh_program_path("shoald", shoald, sizeof(shoald));
+	a[k++] = "--socket";
+	a[k++] = s->store_sock;
+	a[k++] = "--size";
+	a[k++] = s->store_size;
+	snprintf(args, sizeof(args), "%s", s->store_args ? s->store_args : "");
+	char *save = NULL;
+	for (char *w = strtok_r(args, " \t", &save); w && k + 1 < 48;
+	     w = strtok_r(NULL, " \t", &save))
+		a[k++] = w;
+	a[k] = NULL;
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	int rc = posix_spawn(&s->store_pid, a[0], &fa, NULL, (char *const *)a, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc) {
+		s->store_pid = 0;
+		return snprintf(why, whylen, "cannot run %s: %s", a[0], strerror(rc)), -1;
+	}
+	/* ready once it listens: its socket answers a connect */
+	int64_t deadline = shoal_now_ns() + 20000000000LL;
+	for (;;) {
+		struct sockaddr_un sa;
+		if (unix_addr(s->dir, "store.sock", &sa) == 0) {
+			int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+			bool up = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+			if (fd >= 0)
+				close(fd);
+			if (up)
+				return 0;
+		}
+		int st;
+		if (waitpid(s->store_pid, &st, WNOHANG) == s->store_pid) {
+			char tail[600] = "";
+			FILE *f = fopen(log, "re");
+			if (f) {
+				size_t n = fread(tail, 1, sizeof(tail) - 1, f);
+				tail[n] = 0;
+				fclose(f);
+			}
+			s->store_pid = 0;
+			return snprintf(why, whylen, "the store (shoald) ended at its start: %s",
+					tail),
+			       -1;
+		}
+		if (shoal_now_ns() >= deadline)
+			return snprintf(why, whylen,
+					"the store (shoald) did not listen within 20 s"),
+			       -1;
+		struct timespec ts = {0, 2000000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+static void local_store_stop(sup *s)
+{
+	if (s->store_pid <= 0)
+		return;
+	kill(s->store_pid, SIGTERM);
+	int64_t deadline = shoal_now_ns() + 10000000000LL;
+	int st;
+	while (waitpid(s->store_pid, &st, WNOHANG) == 0) {
+		if (shoal_now_ns() >= deadline) {
+			kill(s->store_pid, SIGKILL);
+			waitpid(s->store_pid, &st, 0);
+			break;
+		}
+		struct timespec ts = {0, 5000000};
+		nanosleep(&ts, NULL);
+	}
+	s->store_pid = 0;
+}
+
 /* The supervisor's main: runs until a stop request, SIGTERM or SIGINT. */
 static int serve(sup *s, int ready_fd)
 {
@@ -525,17 +641,26 @@ static int serve(sup *s, int ready_fd)
 			 shoal_controller_tcp(s->ctl));
 	sup_log(s, "cluster %s: controller on %s%s%s", s->name, s->ctl_sock,
 		s->tcp ? " and tcp://" : "", s->tcp ? s->engine_addr : "");
+	if (s->stores && s->kind == SH_LAUNCH_LOCAL && local_store_start(s, why, sizeof(why)) != 0)
+		goto out;
 	if (sup_launch(s, s->kind, s->n, s->hosts, why, sizeof(why)) != 0 ||
 	    sup_wait(s, s->n, 0, s->started_ns + s->timeout_ns, why, sizeof(why)) != 0)
 		goto out;
 	rc = 0;
 	{
-		char msg[1024];
+		char msg[8192];
 		int k = snprintf(msg, sizeof(msg), "ok %u engines in %.0f ms\ncontroller: %s%s%s\n",
 				 s->n, (shoal_now_ns() - s->started_ns) / 1e6, s->ctl_sock,
 				 s->tcp ? " and tcp://" : "", s->tcp ? s->engine_addr : "");
-		if (s->have_secret)
-			snprintf(msg + k, sizeof(msg) - (size_t)k, "secret: %s/secret\n", s->dir);
+		if (s->have_secret && k > 0 && (size_t)k < sizeof(msg))
+			k += snprintf(msg + k, sizeof(msg) - (size_t)k, "secret: %s/secret\n",
+				      s->dir);
+		if (s->store_pid > 0 && k > 0 && (size_t)k < sizeof(msg))
+			snprintf(msg + k, sizeof(msg) - (size_t)k, "store: %s\n", s->store_sock);
+		else if (s->stores && k > 0 && (size_t)k < sizeof(msg))
+			snprintf(msg + k, sizeof(msg) - (size_t)k,
+				 "stores: /tmp/shoal-%u-cluster-%s-NODE/store.sock on each node\n",
+				 (unsigned)geteuid(), s->name);
 		sup_log(s, "%s", msg);
 		if (write(ready_fd, msg, strlen(msg)) < 0) {
 			/* start went: the cluster runs on, as asked */
@@ -571,6 +696,7 @@ out:
 	if (lfd >= 0)
 		close(lfd);
 	sup_stop(s);
+	local_store_stop(s); /* after its engines */
 	for (uint32_t i = 0; i < s->nlaunch; i++)
 		sh_launch_free(s->launch[i]);
 	shoal_controller_close(s->ctl);
@@ -588,6 +714,7 @@ static void usage(FILE *f)
 		"usage: shoal cluster start -n N [--launcher local|mpi|ssh|slurm] [--hosts FILE]\n"
 		"                         [--tcp HOST:PORT] [--so LIBRARY.so] [--name NAME]\n"
 		"                         [--scheme S] [--timeout SECONDS] [--ssh COMMAND]\n"
+		"                         [--stores [--store-size S] [--store-args 'ARGS']]\n"
 		"       shoal cluster status [--name NAME]\n"
 		"       shoal cluster add -n N [--launcher L] [--hosts FILE] [--name NAME]\n"
 		"       shoal cluster stop [--name NAME] [--timeout SECONDS]\n\n"
@@ -621,6 +748,14 @@ static void usage(FILE *f)
 		"  --timeout S       how long start or add waits for the engines (default 60),\n"
 		"                    or stop for the processes to end (default 10)\n"
 		"  --ssh COMMAND     ssh's command line (default: $SHOAL_SSH, else ssh)\n"
+		"  --stores          also a store (shoald) on each node, which its engines\n"
+		"                    pass tensors and blobs through (--store): local, on the\n"
+		"                    cluster's directory; elsewhere on\n"
+		"                    /tmp/shoal-UID-cluster-NAME-NODE/store.sock\n"
+		"  --store-size S    each store's --size (default 1G)\n"
+		"  --store-args 'A'  more of shoald's options for each store, e.g. '--meta\n"
+		"                    etcd://HOST:PORT --cluster NAME --peer HOST:PORT' to\n"
+		"                    register them with the cluster's registry\n"
 		"  -h, --help        show this help\n\n"
 		"The secret engines and TCP clients prove: $SHOAL_SECRET_FILE or $SHOAL_SECRET\n"
 		"when set, else a fresh one for this cluster in a 0600 file (status names it);\n"
@@ -634,6 +769,8 @@ typedef struct opts {
 	uint32_t n;
 	int launcher;
 	const char *hosts, *tcp, *so, *name, *scheme, *ssh, *python, *pkgdir;
+	const char *store_size, *store_args;
+	bool stores;
 	double timeout;
 	int ready_fd;
 } opts;
@@ -695,6 +832,21 @@ static int parse(const sh_cli *cli, int argc, char **argv, opts *o)
 		case 'R':
 			o->ready_fd = atoi(optarg);
 			break;
+		case 'o':
+			o->stores = true;
+			break;
+		case 'z': {
+			uint64_t v;
+			if (sh_tools_parse_size(optarg, &v) != 0 || v == 0)
+				sh_cli_fail(cli,
+					    "--store-size '%s': expected a size, e.g. 512M, 4G",
+					    optarg);
+			o->store_size = optarg;
+			break;
+		}
+		case 'A':
+			o->store_args = optarg;
+			break;
 		}
 	}
 	return 0;
@@ -741,6 +893,9 @@ static const struct option cluster_opts[] = {SH_CLI_STD,
 					     {"python", required_argument, NULL, 'P'},
 					     {"pythonpath", required_argument, NULL, 'K'},
 					     {"ready-fd", required_argument, NULL, 'R'},
+					     {"stores", no_argument, NULL, 'o'},
+					     {"store-size", required_argument, NULL, 'z'},
+					     {"store-args", required_argument, NULL, 'A'},
 					     {0}};
 
 static int cmd_start(const sh_cli *cli, const char *const *self, int argc, char **argv)
@@ -876,6 +1031,9 @@ static int cmd_serve(const sh_cli *cli, int argc, char **argv)
 	s.pkgdir = o.pkgdir ? o.pkgdir : o.so ? NULL : package_dir(pkg, sizeof(pkg));
 	s.scheme = o.scheme ? (shoal_scheme)shoal_scheme_parse(o.scheme) : SHOAL_SCHEME_LEASTLOAD;
 	s.timeout_ns = (int64_t)((o.timeout > 0 ? o.timeout : 60) * 1e9);
+	s.stores = o.stores;
+	s.store_size = o.store_size ? o.store_size : "1G";
+	s.store_args = o.store_args;
 	sh_tools_log_info();
 	return serve(&s, o.ready_fd);
 }

@@ -331,6 +331,41 @@ static void shell_command(const sh_launch_cfg *c, const char *name, const char *
 	say(out, len, "%s", tail);
 }
 
+/* ---- a store on each node --------------------------------------------- */
+
+/* Sets $d and $S (the node's store socket) in a shell; node: a shell
+ * word naming the node ("$(hostname)", or a quoted host alias). */
+static void store_vars(const sh_launch_cfg *c, const char *node, char *out, size_t len)
+{
+	say(out, len, "d=/tmp/shoal-$(id -u)-cluster-");
+	sq(out, len, c->name);
+	say(out, len, "-%s; S=\"$d/store.sock\"; ", node);
+}
+
+/* Starts the node's shoald on $S, its directory made ours (a directory of
+ * someone else's there is refused: its socket would be theirs); exec: in
+ * place of the shell, else in the background. */
+static void store_start(const sh_launch_cfg *c, bool exec, char *out, size_t len)
+{
+	say(out, len,
+	    "mkdir -p -m 700 \"$d\" && [ -O \"$d\" ] || { echo \"shoal: $d is not a "
+	    "directory of ours\" >&2; exit 98; }; rm -f \"$S\"; %s",
+	    exec ? "exec " : "");
+	for (size_t k = 0; c->store_argv[k]; k++) {
+		sq(out, len, c->store_argv[k]);
+		say(out, len, " ");
+	}
+	say(out, len, "--socket \"$S\"%s", exec ? "" : " </dev/null 3<&- & ");
+}
+
+/* Waits (20 s at most) for the node's store to listen. */
+static void store_wait(char *out, size_t len)
+{
+	say(out, len,
+	    "n=0; while [ ! -S \"$S\" ] && [ $n -lt 400 ]; do sleep 0.05; "
+	    "n=$((n+1)); done; ");
+}
+
 /* ---- local ------------------------------------------------------------- */
 
 /* Python engines: one interpreter imports the engine once and forks the
@@ -411,13 +446,22 @@ static int start_mpi(sh_launch *l, char **env, char *why, size_t whylen)
 			       -1;
 	} else
 		snprintf(prog, sizeof(prog), "%s", mpiexec);
-	char n[16], script[8192] = "exec ", *a[MAX_ARGS * 2];
+	char n[16], script[8192] = "", store[8192] = "", *a[MAX_ARGS * 2];
 	snprintf(n, sizeof(n), "%u", l->cfg.n);
 	char name[96];
 	snprintf(name, sizeof(name), "%s.mpi%u.", l->cfg.name, l->cfg.id);
-	shell_command(&l->cfg, name, "\"${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-$$}}\"", script,
-		      sizeof(script));
-	if (strlen(script) + 1 >= sizeof(script))
+	const char *rank = "\"${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-$$}}\"";
+	if (l->cfg.store_argv) {
+		store_vars(&l->cfg, "$(hostname)", store, sizeof(store));
+		store_start(&l->cfg, true, store, sizeof(store));
+		store_vars(&l->cfg, "$(hostname)", script, sizeof(script));
+		store_wait(script, sizeof(script));
+	}
+	say(script, sizeof(script), "exec ");
+	char tail[128];
+	snprintf(tail, sizeof(tail), "%s%s", rank, l->cfg.store_argv ? " --store \"$S\"" : "");
+	shell_command(&l->cfg, name, tail, script, sizeof(script));
+	if (strlen(script) + 1 >= sizeof(script) || strlen(store) + 1 >= sizeof(store))
 		return snprintf(why, whylen, "the engine's command is too long"), -1;
 	size_t k = 0;
 	a[k++] = prog;
@@ -445,12 +489,35 @@ static int start_mpi(sh_launch *l, char **env, char *why, size_t whylen)
 		a[k++] = "-x";
 		a[k++] = names[nn++];
 	}
+	size_t before = k;
+	int rc;
+	if (l->cfg.store_argv) {
+		/* first a store on each node, then the engines, which wait for it */
+		char *b[MAX_ARGS * 2];
+		size_t j = 0;
+		for (size_t i = 0; i < before; i++)
+			if (strcmp(a[i], "-n") != 0 && (i == 0 || strcmp(a[i - 1], "-n") != 0))
+				b[j++] = a[i];
+		b[j++] = "--map-by";
+		b[j++] = "ppr:1:node";
+		b[j++] = "/bin/sh";
+		b[j++] = "-c";
+		b[j++] = store;
+		b[j] = NULL;
+		unit *su = add_unit(l, 0, "mpiexec: a store on each node");
+		rc = spawn(b, env, -1, su->log, 0, &su->pid);
+		if (rc) {
+			l->nu--;
+			return snprintf(why, whylen, "cannot run %s: %s", prog, strerror(-rc)), -1;
+		}
+		su->pgid = su->pid;
+	}
 	a[k++] = "/bin/sh";
 	a[k++] = "-c";
 	a[k++] = script;
 	a[k] = NULL;
 	unit *u = add_unit(l, l->cfg.n, "mpiexec -n %u", l->cfg.n);
-	int rc = spawn(a, env, -1, u->log, 0, &u->pid);
+	rc = spawn(a, env, -1, u->log, 0, &u->pid);
 	if (rc) {
 		l->nu--;
 		return snprintf(why, whylen, "cannot run %s: %s", prog, strerror(-rc)), -1;
@@ -656,16 +723,31 @@ static int start_ssh(sh_launch *l, char **env, char *why, size_t whylen)
 		}
 		char name[300];
 		snprintf(name, sizeof(name), "%s.%s.", l->cfg.name, h[i].name);
+		if (l->cfg.store_argv) {
+			/* the host's store first, in the same session: it ends with it */
+			char node[300] = "";
+			sq(node, sizeof(node), h[i].name);
+			store_vars(&l->cfg, node, script, sizeof(script));
+			store_start(&l->cfg, false, script, sizeof(script));
+			store_wait(script, sizeof(script));
+		}
 		/* the session ends when the engines have (its status the
 		 * worst of theirs), or when its input closes (they are ended);
 		 * fd 3: sh gives a background job /dev/null for its input */
 		say(script, sizeof(script), "pids=; i=0; while [ $i -lt %u ]; do ", h[i].n);
 		shell_command(&l->cfg, name,
-			      "$i </dev/null 3<&- & pids=\"$pids $!\"; i=$((i+1)); done; ", script,
-			      sizeof(script));
+			      l->cfg.store_argv
+				      ? "$i --store \"$S\" </dev/null 3<&- & pids=\"$pids "
+					"$!\"; i=$((i+1)); done; "
+				      : "$i </dev/null 3<&- & pids=\"$pids $!\"; "
+					"i=$((i+1)); done; ",
+			      script, sizeof(script));
 		say(script, sizeof(script),
 		    "{ cat <&3 >/dev/null; kill $pids 2>/dev/null; } & st=0; "
-		    "for p in $pids; do wait $p || st=$?; done; trap '' TERM; kill 0; exit $st");
+		    "for p in $pids; do wait $p || st=$?; done; trap '' TERM; kill 0; wait; ");
+		if (l->cfg.store_argv)
+			say(script, sizeof(script), "rm -f \"$S\"; rmdir \"$d\" 2>/dev/null; ");
+		say(script, sizeof(script), "exit $st");
 		char remote[40000] = "exec sh -c ";
 		sq(remote, sizeof(remote), script);
 		if (strlen(remote) + 1 >= sizeof(remote)) {
@@ -725,11 +807,27 @@ static int start_ssh(sh_launch *l, char **env, char *why, size_t whylen)
 
 static int start_slurm(sh_launch *l, char **env, char *why, size_t whylen)
 {
-	char wrap[8192] = "exec srun --overcommit /bin/sh -c ";
-	char inner[6144] = "exec ";
+	char wrap[16384] = "", inner[6144] = "";
 	char name[96];
 	snprintf(name, sizeof(name), "%s.slurm%u.", l->cfg.name, l->cfg.id);
-	shell_command(&l->cfg, name, "\"$SLURM_PROCID\"", inner, sizeof(inner));
+	if (l->cfg.store_argv) {
+		/* a step of one task a node for the stores, beside the engines' */
+		char store[6144] = "";
+		store_vars(&l->cfg, "$(hostname)", store, sizeof(store));
+		store_start(&l->cfg, true, store, sizeof(store));
+		say(wrap, sizeof(wrap),
+		    "srun --overlap -n \"$SLURM_JOB_NUM_NODES\" "
+		    "--ntasks-per-node=1 /bin/sh -c ");
+		sq(wrap, sizeof(wrap), store);
+		say(wrap, sizeof(wrap), " & ");
+		store_vars(&l->cfg, "$(hostname)", inner, sizeof(inner));
+		store_wait(inner, sizeof(inner));
+	}
+	say(wrap, sizeof(wrap), "exec srun --overcommit --overlap /bin/sh -c ");
+	say(inner, sizeof(inner), "exec ");
+	shell_command(&l->cfg, name,
+		      l->cfg.store_argv ? "\"$SLURM_PROCID\" --store \"$S\"" : "\"$SLURM_PROCID\"",
+		      inner, sizeof(inner));
 	sq(wrap, sizeof(wrap), inner);
 	if (strlen(wrap) + 1 >= sizeof(wrap))
 		return snprintf(why, whylen, "the engine's command is too long"), -1;

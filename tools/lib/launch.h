@@ -37,6 +37,10 @@ typedef struct sh_launch_cfg {
 	 * one interpreter), given "N PREFIX" and the engine's arguments after
 	 * these words; NULL: n processes of argv. */
 	const char *const *fork_argv;
+	/* mpi, ssh, slurm: a store on each node for its engines (--store):
+	 * shoald's absolute path and options but --socket, or NULL. Its
+	 * socket: /tmp/shoal-UID-cluster-NAME-NODE/store.sock there. */
+	const char *const *store_argv;
 } sh_launch_cfg;
 
 typedef struct sh_launch sh_launch;
