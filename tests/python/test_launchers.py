@@ -154,6 +154,56 @@ def test_local_store_takes_arrays_by_reference(name):
     assert_none_left(name)
 
 
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/etcd"), reason="needs etcd-server")
+def test_stores_register_with_the_registry(name, tmp_path):
+    import base64
+    import json
+    import urllib.request
+    cport, pport = free_port(), free_port()
+    client, peer = "http://127.0.0.1:%d" % cport, "http://127.0.0.1:%d" % pport
+    etcd = subprocess.Popen(["/usr/bin/etcd", "--data-dir", str(tmp_path / "etcd"),
+                             "--listen-client-urls", client, "--advertise-client-urls", client,
+                             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                             "--initial-cluster", "default=" + peer],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=host_env())
+
+    def peers():
+        key = "/shoal/%s/peers/" % name
+        body = json.dumps({"key": base64.b64encode(key.encode()).decode(),
+                           "range_end": base64.b64encode(key[:-1].encode() + b"0").decode()})
+        req = urllib.request.Request(client + "/v3/kv/range", body.encode())
+        return json.load(urllib.request.urlopen(req, timeout=5)).get("kvs", [])
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                peers()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "etcd did not start"
+                time.sleep(0.05)
+        shoal("start", "-n", "1", "--stores", "--store-size", "128M", "--name", name,
+              "--store-args", "--meta etcd://127.0.0.1:%d --cluster %s --peer 127.0.0.1:0"
+              % (cport, name), SHOAL_SECRET="a cluster secret of 32 bytes, or so")
+        assert len(peers()) == 1  # the store's lease, under the cluster's name
+        shoal("stop", "--name", name)
+        deadline = time.monotonic() + 10
+        while peers():  # gone with its store, which let its lease go
+            assert time.monotonic() < deadline, "the store's registration outlived it"
+            time.sleep(0.1)
+    finally:
+        etcd.kill()
+        etcd.wait()
+
+
 def test_a_second_cluster_of_the_same_name_is_refused(name):
     shoal("start", "-n", "1", "--name", name)
     r = shoal("start", "-n", "1", "--name", name, check=False)
