@@ -354,6 +354,56 @@ def test_engines_failing_on_a_host_end_its_session_with_their_words(name, sshd, 
     assert_none_left(name)
 
 
+def as_nobody():
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+@needs_ssh
+@pytest.mark.skipif(os.geteuid() != 0, reason="squats as uid 65534: needs root")
+def test_a_store_directory_squatted_by_another_user_is_refused(name, sshd, tmp_path):
+    squat = "/tmp/shoal-0-cluster-%s-node1" % name
+    subprocess.run(["mkdir", "-m", "777", squat], preexec_fn=as_nobody, check=True)
+    try:
+        hosts = tmp_path / "hosts"
+        hosts.write_text("node1\n")
+        r = shoal("start", "-n", "1", "--launcher", "ssh", "--hosts", str(hosts), "--stores",
+                  "--tcp", "127.0.0.1:0", "--ssh", "ssh -F " + sshd, "--name", name,
+                  "--timeout", "30", check=False)
+        assert r.returncode == 1
+        assert "is not a directory of ours" in r.stderr and "exited 98" in r.stderr, r.stderr
+        assert os.listdir(squat) == []  # no socket of ours in it
+    finally:
+        os.rmdir(squat)
+    assert_none_left(name)
+
+
+def test_a_host_name_is_never_an_ssh_option(name, tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("-oProxyCommand=touch%s/owned\n" % tmp_path)
+    r = shoal("start", "-n", "1", "--launcher", "ssh", "--hosts", str(hosts),
+              "--tcp", "127.0.0.1:0", "--name", name, check=False)
+    assert r.returncode == 1 and "is not a host name" in r.stderr, r.stderr
+    assert not (tmp_path / "owned").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="asks as uid 65534: needs root")
+def test_another_user_cannot_reach_the_control_socket(name):
+    url = controller_of(shoal("start", "-n", "1", "--name", name).stdout)
+    for what in ("status", "stop"):
+        r = subprocess.run([SHOAL, "cluster", what, "--name", name], env=env(),
+                           capture_output=True, text=True, preexec_fn=as_nobody, timeout=60)
+        assert r.returncode != 0, r.stdout
+    # the cluster is untouched, and still its own
+    assert "engines: 1 registered" in shoal("status", "--name", name).stdout
+    ctl = os.path.join(os.path.dirname(url), "control.sock")
+    r = subprocess.run(["/usr/bin/python3", "-c", "import socket,sys; s=socket.socket("
+                        "socket.AF_UNIX, socket.SOCK_SEQPACKET); s.connect(sys.argv[1])", ctl],
+                       capture_output=True, text=True, preexec_fn=as_nobody, timeout=60)
+    assert r.returncode != 0 and "Permission denied" in r.stderr, r.stderr
+
+
 @needs_ssh
 def test_ssh_needs_tcp(tmp_path):
     hosts = tmp_path / "hosts"
