@@ -62,6 +62,17 @@ static void host_stop(host_env *h)
 	h->dir[0] = 0;
 }
 
+/* A row's mean and best of n starts, in ms. */
+static void set_times(sh_bench_result *x, const double *ms, int n)
+{
+	double sum = 0, lo = ms[0];
+	for (int i = 0; i < n; i++)
+		sum += ms[i], lo = ms[i] < lo ? ms[i] : lo;
+	sh_bench_metric_set(x, "mean_ms", sum / n);
+	sh_bench_metric_set(x, "min_ms", lo);
+	sh_bench_show_samples(x, ms, n, "ms");
+}
+
 /* One launcher: rounds of start (timed) and stop. */
 static void shoal_rows(const sh_bench_opts *o, sh_bench_report *r, const char *shoal,
 		       const char *launcher, unsigned n, const char *so, const host_env *h)
@@ -126,12 +137,7 @@ static void shoal_rows(const sh_bench_opts *o, sh_bench_report *r, const char *s
 			return;
 		}
 	}
-	double sum = 0, lo = ms[0];
-	for (int i = 0; i < rounds; i++)
-		sum += ms[i], lo = ms[i] < lo ? ms[i] : lo;
-	sh_bench_metric_set(x, "mean_ms", sum / rounds);
-	sh_bench_metric_set(x, "min_ms", lo);
-	sh_bench_show_samples(x, ms, rounds, "ms");
+	set_times(x, ms, rounds);
 }
 
 /* ipyparallel's cluster through the same launcher, n engines. */
@@ -181,12 +187,7 @@ static void ipcluster_rows(const sh_bench_opts *o, sh_bench_report *r, const cha
 		sh_bench_fail(x, "ipcluster_start.py: %.200s", st < 0 ? err : last);
 		return;
 	}
-	double sum = 0, lo = ms[0];
-	for (int i = 0; i < k; i++)
-		sum += ms[i], lo = ms[i] < lo ? ms[i] : lo;
-	sh_bench_metric_set(x, "mean_ms", sum / k);
-	sh_bench_metric_set(x, "min_ms", lo);
-	sh_bench_show_samples(x, ms, k, "ms");
+	set_times(x, ms, k);
 }
 
 void sh_bench_cluster_start(const sh_bench_opts *o, sh_bench_report *r, const char *lib)

@@ -39,53 +39,9 @@ usage() { printf 'usage: %s start|stop DIR\n' "$prog" >&2; exit 2; }
 action=$1
 sshd_bin=/usr/sbin/sshd
 
-# Paths go unquoted into sshd_config and ssh_config: keep DIR plain.
-check_dir() {
-  [[ $1 =~ ^/[A-Za-z0-9._/+@:-]*$ ]] ||
-    die "DIR must be made of letters, digits and . _ / + @ : - only: $1"
-}
 
-# ---- processes -----------------------------------------------------------
-# read_stat PID: ST_STATE, ST_PPID, ST_START (start time) of PID; 1 if gone.
-read_stat() {
-  local line f
-  { read -r line <"/proc/$1/stat"; } 2>/dev/null || return 1
-  read -r -a f <<<"${line##*) }"
-  ST_STATE=${f[0]} ST_PPID=${f[1]} ST_START=${f[19]}
-}
-running() { read_stat "$1" && [[ $ST_STATE != [ZX] ]]; }
-comm_of() { local c; { read -r c <"/proc/$1/comm"; } 2>/dev/null && printf '%s' "$c"; }
-
-# pids whose NUL-separated FILE (cmdline or environ) has an entry equal to $2
-pids_with() {
-  grep -lzxF -- "$2" /proc/[0-9]*/"$1" 2>/dev/null |
-    sed -n 's|^/proc/\([0-9]*\)/.*|\1|p' || true
-}
-
-declare -A KIDS=()
-map_children() {
-  local d pid
-  KIDS=()
-  for d in /proc/[0-9]*; do
-    pid=${d#/proc/}
-    read_stat "$pid" || continue
-    KIDS[$ST_PPID]+=" $pid"
-  done
-}
-descendants() {   # descendants PID... (after map_children)
-  local -a todo=("$@")
-  local p k
-  while ((${#todo[@]})); do
-    p=${todo[0]}; todo=("${todo[@]:1}")
-    for k in ${KIDS[$p]-}; do printf '%s\n' "$k"; todo+=("$k"); done
-  done
-}
-
-# Never signal this script or its ancestors.
-declare -A SELF=()
-p=$$
-while [[ $p -gt 1 ]] && read_stat "$p"; do SELF[$p]=1; p=$ST_PPID; done
-SELF[$BASHPID]=1
+# shellcheck source=scripts/testhosts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # The listening sshd of this DIR, started as `sshd -f DIR/sshd_config ...`:
 # its argv is "-f" "DIR/sshd_config" ..., until sshd overwrites argv and
@@ -110,22 +66,10 @@ pids_with_part() {   # like pids_with, an entry containing $2
     sed -n 's|^/proc/\([0-9]*\)/.*|\1|p' || true
 }
 
-now_ms() { local t=${EPOCHREALTIME//[!0-9]/}; NOW=$((10#$t / 1000)); }
 
 # kill_all: SIGTERM the sshd, its descendants (sessions) and the processes
 # with this DIR's TESTHOSTS_SSHD_DIR, once each; SIGKILL what is left after
 # 1.5 s; wait until all are gone (zombies count as gone).
-declare -A TRACK=() TERMED=()
-track() {   # track PID...: remember pid and start time (pid reuse safe)
-  local pid
-  for pid in "$@"; do
-    [[ -n ${SELF[$pid]-} || -n ${TRACK[$pid]-} ]] && continue
-    read_stat "$pid" || continue
-    [[ $ST_STATE == [ZX] ]] && continue
-    TRACK[$pid]=$ST_START
-  done
-}
-alive() { read_stat "$1" && [[ $ST_START == "${TRACK[$1]}" && $ST_STATE != [ZX] ]]; }
 collect() {
   local -a d e roots=()
   local pid
@@ -162,33 +106,6 @@ kill_all() {
     sleep 0.05
     collect   # sessions forked meanwhile
   done
-}
-
-# ---- ports -----------------------------------------------------------------
-# A random TCP port of 20000-32767 (below the ephemeral range) that no socket
-# uses, other than those given.
-free_port() {
-  local p x i
-  for ((i = 0; i < 500; i++)); do
-    p=$((20000 + RANDOM % 12768))
-    for x in "$@"; do [[ $p == "$x" ]] && continue 2; done
-    [[ -z $(ss -Htan "sport = :$p") ]] && { printf '%s\n' "$p"; return 0; }
-  done
-  die "no free port found"
-}
-
-# Start a daemon in its own session, without the caller's file descriptors
-# (a caller reading our stdout or holding a pipe must not wait for it).
-spawn() {   # spawn OUTFILE CMD...
-  local out=$1; shift
-  (
-    for fd in /proc/"$BASHPID"/fd/*; do
-      fd=${fd##*/}
-      if ((fd > 2)); then eval "exec $fd>&-" 2>/dev/null || true; fi
-    done
-    exec setsid "$@" <"/dev/null" >"$out" 2>&1
-  ) &
-  LAST_PID=$!
 }
 
 write_configs() {   # write_configs PORT UNREACHABLE_PORT

@@ -278,16 +278,22 @@ def test_mpi_failure_says_what_mpiexec_said(name, tmp_path):
 
 # ---- ssh -------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    d = tmp_path_factory.mktemp("sshd")
-    script = os.path.join(SRCDIR, "scripts", "testhosts", "sshd.sh")
+def start_test_host(tmp_path_factory, kind):
+    """A private test host of scripts/testhosts (sshd.sh or slurm.sh), started for the
+    module: its variable's value (SSH_CONFIG, SLURM_CONF); stopped after."""
+    d = tmp_path_factory.mktemp(kind)
+    script = os.path.join(SRCDIR, "scripts", "testhosts", kind + ".sh")
     out = subprocess.run([script, "start", str(d)], env=host_env(), capture_output=True,
                          text=True, timeout=60)
     if out.returncode:
-        pytest.fail("sshd.sh start: " + out.stderr)
+        pytest.fail("%s.sh start: %s" % (kind, out.stderr))
     yield out.stdout.strip().split("=", 1)[1]
     subprocess.run([script, "stop", str(d)], env=host_env(), timeout=60)
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    yield from start_test_host(tmp_path_factory, "sshd")
 
 
 @needs_ssh
@@ -416,14 +422,7 @@ def test_ssh_needs_tcp(tmp_path):
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    d = tmp_path_factory.mktemp("slurm")
-    script = os.path.join(SRCDIR, "scripts", "testhosts", "slurm.sh")
-    out = subprocess.run([script, "start", str(d)], env=host_env(), capture_output=True,
-                         text=True, timeout=60)
-    if out.returncode:
-        pytest.fail("slurm.sh start: " + out.stderr)
-    yield out.stdout.strip().split("=", 1)[1]
-    subprocess.run([script, "stop", str(d)], env=host_env(), timeout=60)
+    yield from start_test_host(tmp_path_factory, "slurm")
 
 
 def job_state(conf, job):
