@@ -752,13 +752,15 @@ class Cluster:
             raise RuntimeError("the cluster is not started")
         return str(self.controller.socket)
 
-    def _supervised(self, *args: str, timeout: float) -> str:
+    def _supervised(self, *args: str, timeout: float, gone_ok: bool = False) -> str:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [_PKG_PARENT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         r = subprocess.run([sys.executable, "-c", _CLUSTER_BOOT, *args, "--name", self.name],
                            env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                            timeout=timeout)
+        if r.returncode == 3 and gone_ok:  # no such cluster: it ended already
+            return ""
         if r.returncode:
             raise EngineError((r.stderr or r.stdout).strip() or
                               "shoal cluster %s exited %d" % (args[0], r.returncode))
@@ -835,7 +837,7 @@ class Cluster:
         self._clients = []
         if self._url is not None:
             self._url = None
-            self._supervised("stop", timeout=60)
+            self._supervised("stop", timeout=60, gone_ok=True)
         for p in self.engines:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)

@@ -228,6 +228,21 @@ def test_python_cluster_with_a_launcher():
     with c:
         run_tasks(c.url)
         assert len(processes_of(c.name)) == 4
+        c.add_engines(1)
+        assert "engines: 3 registered" in shoal("status", "--name", c.name).stdout
+    assert_none_left(c.name)
+    # a cluster stopped from outside stops again quietly
+    c = tasks.Cluster(1, launcher="local", name="py2-%d" % os.getpid())
+    with c:
+        shoal("stop", "--name", c.name)
+    assert_none_left(c.name)
+
+
+@needs_mpi
+def test_python_cluster_through_mpi():
+    c = tasks.Cluster(2, launcher="mpi", name="pympi-%d" % os.getpid())
+    with c:
+        run_tasks(c.url)
     assert_none_left(c.name)
 
 
