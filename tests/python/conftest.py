@@ -9,6 +9,25 @@ import pytest
 BINDIR = os.environ.get("SHOAL_TEST_BINDIR", "build/release")
 
 
+def wait_listening(sock, proc, seconds=20):
+    """Until the store at sock accepts a connection: its socket file appears at bind,
+    before it listens (a connect then is refused)."""
+    import socket as so
+    deadline = time.monotonic() + seconds
+    while True:
+        with so.socket(so.AF_UNIX, so.SOCK_SEQPACKET) as s:
+            try:
+                s.connect(sock)
+                return
+            except OSError:
+                pass
+        if proc.poll() is not None:
+            raise AssertionError("shoald exited at start (%d)" % proc.returncode)
+        if time.monotonic() > deadline:
+            raise AssertionError("shoald did not listen on %s" % sock)
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def shoald_proc(tmp_path):
     """A shoald process of this build (its Popen, with .sock)."""
@@ -16,10 +35,7 @@ def shoald_proc(tmp_path):
     p = subprocess.Popen([os.path.join(BINDIR, "tools", "shoald"), "--socket", sock,
                           "--size", "1G"], stderr=subprocess.PIPE)
     p.sock = sock
-    for _ in range(200):
-        if os.path.exists(sock):
-            break
-        time.sleep(0.01)
+    wait_listening(sock, p)
     yield p
     p.send_signal(signal.SIGCONT)
     p.send_signal(signal.SIGTERM)
