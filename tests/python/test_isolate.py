@@ -407,8 +407,11 @@ def test_a_tensor_passed_again_needs_no_store(tmp_path, shoald_proc):
             return (t.numel(), float(t[0, 0]), t.data_ptr())
         """)
     with si.ExtensionManager(iso_app.Node, store=shoald_proc.sock) as manager:
+        # the first call imports torch in the extension: seconds under ASan on a
+        # loaded machine; a store round trip while the store is stopped would fail a
+        # call at the store connection's own timeout (30 s), within this one
         n = manager.load_extension(si.ExtensionConfig(
-            name="again", module_path=path, share_torch=True, call_timeout=5))
+            name="again", module_path=path, share_torch=True, call_timeout=60))
         t = torch.rand(512, 512)
         first = n.run("info", t)
         assert first[:2] == (t.numel(), float(t[0, 0]))
