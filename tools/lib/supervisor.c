@@ -77,6 +77,26 @@ static void sup_log(sup *s, const char *fmt, ...)
 	fprintf(stderr, "%s\n", line);
 }
 
+#define STORE_ARGS 40 /* words of a store's command line, at most */
+
+/* A node's store: shoald, its --size and the user's --store-args (split on
+ * blanks) into a, for every launcher; the socket is each launcher's to add.
+ * Returns the words written (a has room for STORE_ARGS). */
+static size_t store_command(sup *s, const char **a)
+{
+	static char shoald[PATH_MAX], args[1024];
+	size_t k = 0;
+	a[k++] = sh_program_path("shoald", shoald, sizeof(shoald));
+	a[k++] = "--size";
+	a[k++] = s->store_size;
+	snprintf(args, sizeof(args), "%s", s->store_args ? s->store_args : "");
+	char *save = NULL;
+	for (char *w = strtok_r(args, " \t", &save); w && k + 1 < STORE_ARGS;
+	     w = strtok_r(NULL, " \t", &save))
+		a[k++] = w;
+	return k;
+}
+
 /* The engine's command for a launch: Python engines unless --so. */
 static int engine_argv(sup *s, bool local, const char **a, const char **env, char *envbuf,
 		       size_t envlen)
@@ -168,19 +188,9 @@ static int sup_launch(sup *s, sh_launcher kind, uint32_t n, const char *hosts, c
 		forker[3] = NULL;
 		c.fork_argv = forker;
 	}
-	static const char *store_argv[40];
-	static char shoald[PATH_MAX], args[1024];
+	static const char *store_argv[STORE_ARGS];
 	if (s->stores && kind != SH_LAUNCH_LOCAL) {
-		size_t k = 0;
-		store_argv[k++] = sh_program_path("shoald", shoald, sizeof(shoald));
-		store_argv[k++] = "--size";
-		store_argv[k++] = s->store_size;
-		snprintf(args, sizeof(args), "%s", s->store_args ? s->store_args : "");
-		char *save = NULL;
-		for (char *w = strtok_r(args, " \t", &save); w && k + 1 < 40;
-		     w = strtok_r(NULL, " \t", &save))
-			store_argv[k++] = w;
-		store_argv[k] = NULL;
+		store_argv[store_command(s, store_argv)] = NULL;
 		c.store_argv = store_argv;
 	}
 	sh_launch *l;
@@ -420,21 +430,13 @@ static bool sup_answer(sup *s, int lfd)
  * shoald of this supervisor's, on DIR/store.sock. */
 static int local_store_start(sup *s, char *why, size_t whylen)
 {
-	char shoald[PATH_MAX], args[1024], log[PATH_MAX + 16];
-	const char *a[48];
-	size_t k = 0;
+	char log[PATH_MAX + 16];
+	const char *a[STORE_ARGS + 3];
 	snprintf(s->store_sock, sizeof(s->store_sock), "%s/store.sock", s->dir);
 	snprintf(log, sizeof(log), "%s/store.log", s->dir);
-	a[k++] = sh_program_path("shoald", shoald, sizeof(shoald));
+	size_t k = store_command(s, a);
 	a[k++] = "--socket";
 	a[k++] = s->store_sock;
-	a[k++] = "--size";
-	a[k++] = s->store_size;
-	snprintf(args, sizeof(args), "%s", s->store_args ? s->store_args : "");
-	char *save = NULL;
-	for (char *w = strtok_r(args, " \t", &save); w && k + 1 < 48;
-	     w = strtok_r(NULL, " \t", &save))
-		a[k++] = w;
 	a[k] = NULL;
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
