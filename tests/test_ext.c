@@ -33,11 +33,9 @@ static char runner[4096], sample[4096], noinit[4096], attack[4096];
 static void paths(void)
 {
 	sh_test_bin(runner, sizeof(runner), "tools/shoal-ext");
-	const char *d = getenv("SHOAL_TEST_BINDIR");
-	snprintf(sample, sizeof(sample), "%s/tests/ext_sample.so", d);
-	snprintf(noinit, sizeof(noinit), "%s/tests/ext_noinit.so", d);
-	snprintf(attack, sizeof(attack), "%s/tests/ext_attack.so", d);
-	CHECK(access(sample, R_OK) == 0);
+	sh_test_bin(sample, sizeof(sample), "tests/ext_sample.so");
+	sh_test_bin(noinit, sizeof(noinit), "tests/ext_noinit.so");
+	sh_test_bin(attack, sizeof(attack), "tests/ext_attack.so");
 }
 
 /* Sanitizers in the child would catch its crashes and die another way. */
@@ -688,6 +686,50 @@ SH_TEST(strict_sandbox_denies_network_and_ptrace)
 	CHECK_OK(call(e, "ptrace_host", shoal_v_int(vb, getpid()), vb, &r));
 	CHECK_EQ(r->v.i, EPERM);
 	CHECK_OK(shoal_ext_stop(e));
+	shoal_vbuf_free(vb);
+}
+
+/* A strict extension runs as a uid of its own, which cannot read the
+ * host's private directories: the host's user chose the .so, so it is
+ * opened before the uid changes, and loaded from that descriptor. Here a
+ * copy in a 0700 directory of root's (as a build in root's home is). */
+SH_TEST(strict_loads_a_library_only_the_host_can_read)
+{
+	if (geteuid() != 0)
+		SH_SKIP("needs root (its strict extensions run as another uid)");
+	shoal_ext_config c = config();
+	char dir[] = "/tmp/shoal-test-private-XXXXXX", so[128];
+	CHECK(mkdtemp(dir) != NULL); /* 0700 */
+	snprintf(so, sizeof(so), "%s/ext_sample.so", dir);
+	FILE *in = fopen(sample, "rb"), *out = fopen(so, "wb");
+	CHECK(in && out);
+	char buf[1 << 16];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+		CHECK(fwrite(buf, 1, n, out) == n);
+	CHECK(fclose(in) == 0 && fclose(out) == 0);
+	char *env[] = {"ASAN_OPTIONS=handle_segv=0:handle_abort=0:detect_leaks=0", no_handlers[1],
+		       NULL};
+	c.env = env;
+	c.path = so;
+	c.sandbox = SHOAL_SANDBOX_STRICT;
+	shoal_ext *e = start(&c);
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	shoal_value *args = shoal_v_array(vb, 2);
+	shoal_v_set(args, 0, shoal_v_int(vb, 40));
+	shoal_v_set(args, 1, shoal_v_int(vb, 2));
+	const shoal_value *r;
+	CHECK_OK(call(e, "add", args, vb, &r));
+	CHECK_EQ(r->v.i, 42);
+	CHECK_OK(shoal_ext_stop(e));
+	/* one it cannot open at all still says which file and why */
+	CHECK_EQ(unlink(so), 0);
+	shoal_ext *gone = NULL;
+	CHECK_RC(shoal_ext_start(&gone, &c), SHOAL_ENOENT);
+	CHECK_MSG(gone, so);
+	CHECK_OK(shoal_ext_stop(gone));
+	CHECK_EQ(rmdir(dir), 0);
 	shoal_vbuf_free(vb);
 }
 

@@ -254,6 +254,14 @@ static PyObject *run_cli(PyObject *args, const char *what, const char *argv0,
 PyObject *sh_py_run_extension(PyObject *mod, PyObject *args)
 {
 	(void)mod;
+	/* shoal's own side, before the sandbox: a strict extension runs as a
+	 * uid of its own, which may not reach this package (a build under a
+	 * 0700 home); the extension's module and site-packages are still
+	 * read only once confined (py_init). */
+	PyObject *child = PyImport_ImportModule("shoal.isolate");
+	if (!child)
+		return NULL;
+	Py_DECREF(child);
 	return run_cli(args, "O!:_run_extension", "shoal-ext", sh_ext_runner_cli, py_init);
 }
 

@@ -154,14 +154,25 @@ def _child_start() -> Callable[[Any], Any]:
             "reached: install them into that Python or venv)" % (", ".join(missing),
                                                                  sys.executable))
     mod_name, _, qual = env["SHOAL_PY_BASE"].partition(":")
-    base: Any = importlib.import_module(mod_name)
-    for part in qual.split("."):
-        base = getattr(base, part)
-    inst = base()
-    inst.before_module_loaded()
-    name = env.get("SHOAL_PY_NAME") or "shoal_extension"
-    module = _load_module(env["SHOAL_PY_MODULE"], "shoal_ext_" + "".join(
-        c if c.isalnum() else "_" for c in name))
+    try:
+        base: Any = importlib.import_module(mod_name)
+        for part in qual.split("."):
+            base = getattr(base, part)
+        inst = base()
+        inst.before_module_loaded()
+        name = env.get("SHOAL_PY_NAME") or "shoal_extension"
+        module = _load_module(env["SHOAL_PY_MODULE"], "shoal_ext_" + "".join(
+            c if c.isalnum() else "_" for c in name))
+    except (PermissionError, ModuleNotFoundError) as e:
+        # A strict extension is a uid of its own: what the host reads in its home
+        # (a 0700 directory) that uid cannot, and a module it cannot read is not found.
+        if env.get("SHOAL_PY_SANDBOX") != "strict" or (
+                isinstance(e, ModuleNotFoundError) and e.name != mod_name):
+            raise
+        raise PermissionError(
+            "%s (the extension runs as uid %d: a strict extension reads its module, its "
+            "base class's module and its sys_path as a uid of its own; keep them where "
+            "every user can read them)" % (e, os.getuid())) from None
     inst.on_module_loaded(module)
     allowed = set(_public_methods(base))
     store = env.get("SHOAL_PY_STORE")
@@ -393,6 +404,7 @@ class _Extension:
             "SHOAL_PY_SYS_PATH": os.pathsep.join([os.path.abspath(p) for p in config.sys_path]
                                                  + [root]),
             "SHOAL_PY_DEPENDENCIES": ",".join(config.dependencies),
+            "SHOAL_PY_SANDBOX": config.sandbox,
         })
         # Arguments of tens of MiB become new Python objects there call after call, in
         # memory glibc maps afresh each time (32 MiB and up): a page fault per 4 KiB,

@@ -63,15 +63,18 @@ const char *shoal_ext_ctx_error(const shoal_ext_ctx *ctx)
 	return ctx ? ctx->msg : "";
 }
 
-int sh_ext_lib_load(sh_ext_lib *lib, const char *so, char *why, size_t whylen)
+int sh_ext_lib_load(sh_ext_lib *lib, const char *so, int fd, char *why, size_t whylen)
 {
 	memset(lib, 0, sizeof(*lib));
-	if (access(so, R_OK) != 0) {
+	char by_fd[32];
+	if (fd >= 0) {
+		snprintf(by_fd, sizeof(by_fd), "/proc/self/fd/%d", fd);
+	} else if (access(so, R_OK) != 0) {
 		snprintf(why, whylen, "%s: %s", so, strerror(errno));
 		return shoal_errno();
 	}
-	if (!(lib->handle = dlopen(so, RTLD_NOW | RTLD_LOCAL))) {
-		snprintf(why, whylen, "cannot load: %s", dlerror());
+	if (!(lib->handle = dlopen(fd >= 0 ? by_fd : so, RTLD_NOW | RTLD_LOCAL))) {
+		snprintf(why, whylen, "cannot load %s: %s", so, dlerror());
 		return SHOAL_EBADMSG;
 	}
 	shoal_ext_init_fn init;

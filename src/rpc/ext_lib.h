@@ -42,8 +42,10 @@ typedef struct sh_ext_lib {
 
 /* Loads so and runs its init: SHOAL_ENOENT (no such file), SHOAL_EBADMSG
  * (not loadable, or no init symbol), or the code its init failed with;
- * why says which. */
-int sh_ext_lib_load(sh_ext_lib *lib, const char *so, char *why, size_t whylen);
+ * why says which. fd >= 0: so was opened already (by a process that
+ * could read it, before it became a uid that may not), and is loaded
+ * through that descriptor; so only names it. */
+int sh_ext_lib_load(sh_ext_lib *lib, const char *so, int fd, char *why, size_t whylen);
 /* Runs init on lib (zeroed, or loaded with no init run yet): an extension
  * built into the runner's own process rather than loaded from a .so. */
 int sh_ext_lib_init(sh_ext_lib *lib, shoal_ext_init_fn init, char *why, size_t whylen);

@@ -951,6 +951,15 @@ int sh_ext_runner_main(const sh_ext_runner_cfg *cfg)
 		ready(SHOAL_EINVAL, "shoal-ext: --so PATH is required");
 		return 2;
 	}
+	/* strict: the extension runs as a uid of its own, which may not reach
+	 * the file (a build under a 0700 home); it is opened now, as the
+	 * host's user chose it, and loaded through the descriptor once
+	 * confined. */
+	int so_fd = -1;
+	if (strict && !cfg->init && (so_fd = open(so, O_RDONLY | O_CLOEXEC)) < 0) {
+		ready(shoal_errno(), "%s: %s: %s", name, so, strerror(errno));
+		return 1;
+	}
 	int rc = 0;
 	if (cgroup && (rc = join_cgroup(cgroup)) != 0) {
 		ready(rc, "%s: joining its memory cgroup %s: %s", name, cgroup, shoal_strerror(rc));
@@ -1001,10 +1010,12 @@ int sh_ext_runner_main(const sh_ext_runner_cfg *cfg)
 	}
 	sh_ext_lib lib = {0};
 	if ((rc = cfg->init ? sh_ext_lib_init(&lib, cfg->init, why, sizeof(why))
-			    : sh_ext_lib_load(&lib, so, why, sizeof(why))) != 0) {
+			    : sh_ext_lib_load(&lib, so, so_fd, why, sizeof(why))) != 0) {
 		ready(rc, "%s: %s", name, why);
 		return 1;
 	}
+	if (so_fd >= 0)
+		close(so_fd);
 	runner *R = SH_NEW(runner);
 	if (!R) {
 		ready(SHOAL_ENOMEM, "%s: out of memory", name);

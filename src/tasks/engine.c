@@ -601,7 +601,7 @@ int sh_engine_main(const sh_engine_cfg *cfg)
 	}
 	char why[SH_EXT_MSG_MAX];
 	int rc = cfg->init ? sh_ext_lib_init(&g.lib, cfg->init, why, sizeof(why))
-			   : sh_ext_lib_load(&g.lib, so, why, sizeof(why));
+			   : sh_ext_lib_load(&g.lib, so, -1, why, sizeof(why));
 	if (rc) {
 		fprintf(stderr, "shoal-engine %s: %s\n", g.name, why);
 		return 1;

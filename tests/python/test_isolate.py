@@ -4,6 +4,7 @@ import asyncio
 import gc
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -333,9 +334,35 @@ def shoal_sanitized():
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="strict needs root or user namespaces here")
-def test_strict_sandbox_refuses_sockets_and_ptrace(manager):
+def test_strict_sandbox_refuses_sockets_and_ptrace():
+    # The extension runs as a uid of its own: its module and the manager's base class's
+    # module where any user reads them (this tree may be under a 0700 directory).
     d = tempfile.mkdtemp()
-    os.chmod(d, 0o755)  # the extension runs as nobody
+    try:
+        os.chmod(d, 0o755)
+        with open(os.path.join(d, "strict_app.py"), "w") as f:
+            f.write(textwrap.dedent("""
+                import shoal.isolate as si
+                class Jailed(si.ExtensionBase):
+                    def on_module_loaded(self, module):
+                        self.mod = module
+                    def echo(self, x):
+                        return x
+                    def run(self, name):
+                        return getattr(self.mod, name)()
+            """))
+        sys.path.insert(0, d)
+        try:
+            import strict_app
+        finally:
+            sys.path.remove(d)
+        with si.ExtensionManager(strict_app.Jailed) as manager:
+            strict_sandbox_refuses_sockets_and_ptrace(manager, d)
+    finally:
+        shutil.rmtree(d)
+
+
+def strict_sandbox_refuses_sockets_and_ptrace(manager, d):
     path = os.path.join(d, "jail.py")
     with open(path, "w") as f:
         f.write(textwrap.dedent("""
@@ -359,6 +386,16 @@ def test_strict_sandbox_refuses_sockets_and_ptrace(manager):
     assert n.run("net") == 1  # EPERM
     assert n.run("trace") in (1, 3)  # EPERM (or ESRCH: no such process in its namespace)
     assert n.run("uid") != 0
+    # a module the host reads in a 0700 directory: the extension's uid cannot, and says so
+    hidden = tempfile.mkdtemp()
+    try:
+        with open(os.path.join(hidden, "hidden.py"), "w") as f:
+            f.write("x = 1\n")
+        with pytest.raises(si.ExtensionLoadError, match="reads its module.*as a uid of its own"):
+            manager.load_extension(si.ExtensionConfig(
+                name="hidden", module_path=os.path.join(hidden, "hidden.py"), sandbox="strict"))
+    finally:
+        shutil.rmtree(hidden)
     torch = pytest.importorskip("torch")
     # shared, in a sandbox whose Python cannot reach the store: its side copies
     s = manager.load_extension(si.ExtensionConfig(name="jail2", module_path=path,
