@@ -7,11 +7,15 @@
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
 #endif
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -140,6 +144,190 @@ void sh_test_leak_check(void)
 #endif
 }
 
+/* ---- the build's programs for another uid ------------------------------ */
+
+/* Attacks run as uid 65534 execute programs, load extensions and run
+ * scripts of this tree; a tree cloned under a 0700 directory (root's home,
+ * mktemp -d) is out of that uid's reach. The runner (as root) then links
+ * them, or copies them where another file system keeps it from linking,
+ * into a fresh 0755 directory under /tmp for the whole run, removed at its
+ * end: ROOT/bin/REL for the build's (SHOAL_TEST_BINDIR), ROOT/src/REL for
+ * the sources' (SHOAL_SRCDIR), announced as SHOAL_TEST_OTHERS_DIR. The
+ * files stay root's and writable by nobody else: a dropped process runs
+ * the same code with nothing of root's. */
+#define OTHERS_UID 65534
+static const struct {
+	const char *env, *top, *dir, *suffix; /* suffix NULL: executables */
+} others_sets[] = {
+	{"SHOAL_TEST_BINDIR", "bin", "tools", NULL},
+	{"SHOAL_TEST_BINDIR", "bin", "tests", ".so"},
+	{"SHOAL_TEST_BINDIR", "bin", "bench", ".so"},
+	{"SHOAL_SRCDIR", "src", "tests", ".py"},
+};
+#define NSETS (sizeof(others_sets) / sizeof(others_sets[0]))
+static char others_root[64];
+static pid_t others_owner;
+
+/* Whether uid can search dir: asked of a child that became uid. */
+static bool uid_reaches(uid_t uid, const char *dir)
+{
+	pid_t p = fork();
+	if (p < 0)
+		return false;
+	if (p == 0) {
+		if (setgroups(0, NULL) != 0 || setgid(uid) != 0 || setuid(uid) != 0)
+			_exit(2);
+		_exit(access(dir, X_OK) == 0 ? 0 : 1);
+	}
+	int st;
+	while (waitpid(p, &st, 0) < 0)
+		if (errno != EINTR)
+			return false;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static int copy_file(const char *from, const char *to, mode_t mode)
+{
+	if (link(from, to) == 0)
+		return 0;
+	int in = open(from, O_RDONLY | O_CLOEXEC), rc = -1;
+	int out = in < 0 ? -1 : open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode & 0755);
+	struct stat st;
+	if (out >= 0 && fstat(in, &st) == 0) {
+		off_t left = st.st_size;
+		ssize_t n = 1;
+		while (left > 0 && (n = copy_file_range(in, NULL, out, NULL, (size_t)left, 0)) > 0)
+			left -= n;
+		rc = left == 0 ? 0 : -1;
+	}
+	if (in >= 0)
+		close(in);
+	if (out >= 0 && close(out) != 0)
+		rc = -1;
+	return rc;
+}
+
+/* Empties and removes ROOT/top/dir, then ROOT/top and ROOT when empty. */
+static void others_remove(void)
+{
+	if (!others_root[0] || getpid() != others_owner)
+		return;
+	char path[4096];
+	for (size_t i = 0; i < NSETS; i++) {
+		snprintf(path, sizeof(path), "%s/%s/%s", others_root, others_sets[i].top,
+			 others_sets[i].dir);
+		DIR *d = opendir(path);
+		struct dirent *e;
+		while (d && (e = readdir(d)))
+			if (e->d_name[0] != '.') {
+				snprintf(path, sizeof(path), "%s/%s/%s/%s", others_root,
+					 others_sets[i].top, others_sets[i].dir, e->d_name);
+				unlink(path);
+			}
+		if (d)
+			closedir(d);
+		snprintf(path, sizeof(path), "%s/%s/%s", others_root, others_sets[i].top,
+			 others_sets[i].dir);
+		rmdir(path);
+		snprintf(path, sizeof(path), "%s/%s", others_root, others_sets[i].top);
+		rmdir(path);
+	}
+	rmdir(others_root);
+	others_root[0] = '\0';
+}
+
+/* One set into ROOT/top/dir: 0, or -1 with errno. */
+static int others_copy(size_t i, char *from, char *to, size_t len)
+{
+	const char *base = getenv(others_sets[i].env), *sfx = others_sets[i].suffix;
+	if (!base)
+		return 0;
+	snprintf(to, len, "%s/%s", others_root, others_sets[i].top);
+	if (mkdir(to, 0755) != 0 && errno != EEXIST)
+		return -1;
+	snprintf(to, len, "%s/%s/%s", others_root, others_sets[i].top, others_sets[i].dir);
+	if (mkdir(to, 0755) != 0 || chmod(to, 0755) != 0)
+		return -1;
+	snprintf(from, len, "%s/%s", base, others_sets[i].dir);
+	DIR *d = opendir(from);
+	struct dirent *e;
+	int rc = 0;
+	while (rc == 0 && d && (e = readdir(d))) {
+		struct stat st;
+		size_t n = strlen(e->d_name), k = sfx ? strlen(sfx) : 0;
+		snprintf(from, len, "%s/%s/%s", base, others_sets[i].dir, e->d_name);
+		snprintf(to, len, "%s/%s/%s/%s", others_root, others_sets[i].top,
+			 others_sets[i].dir, e->d_name);
+		if (e->d_name[0] == '.' || stat(from, &st) != 0 || !S_ISREG(st.st_mode) ||
+		    (sfx ? n <= k || strcmp(e->d_name + n - k, sfx) != 0 : !(st.st_mode & S_IXOTH)))
+			continue;
+		rc = copy_file(from, to, st.st_mode);
+	}
+	if (d)
+		closedir(d);
+	return rc;
+}
+
+/* In the runner, before any case: the copy, when root runs a tree that
+ * uid 65534 cannot reach; otherwise nothing. A copy that cannot be made
+ * fails the run: the attacks would fail later with less clear words. */
+static int others_prepare(void)
+{
+	const char *bindir = getenv("SHOAL_TEST_BINDIR"), *src = getenv("SHOAL_SRCDIR");
+	if (geteuid() != 0 || !bindir ||
+	    (uid_reaches(OTHERS_UID, bindir) && (!src || uid_reaches(OTHERS_UID, src))))
+		return 0;
+	snprintf(others_root, sizeof(others_root), "/tmp/shoal-test-others-XXXXXX");
+	if (!mkdtemp(others_root) || chmod(others_root, 0755) != 0) {
+		fprintf(stderr, "harness: a directory for uid %d's copies of %s: %s\n", OTHERS_UID,
+			bindir, strerror(errno));
+		return -1;
+	}
+	others_owner = getpid();
+	char from[4096], to[4096];
+	for (size_t i = 0; i < NSETS; i++)
+		if (others_copy(i, from, to, sizeof(from)) != 0) {
+			fprintf(stderr, "harness: copying %s to %s for uid %d: %s\n", from, to,
+				OTHERS_UID, strerror(errno));
+			others_remove();
+			return -1;
+		}
+	setenv("SHOAL_TEST_OTHERS_DIR", others_root, 1);
+	return 0;
+}
+
+/* A file of the tree at ENV/rel that the calling uid can access (mode),
+ * else its copy in ROOT/top/rel: the path, or the case fails. */
+static void tree_file(char *buf, size_t len, const char *env, const char *top, const char *rel,
+		      int mode)
+{
+	const char *d = getenv(env), *others = getenv("SHOAL_TEST_OTHERS_DIR");
+	if (!d)
+		sh_test_fail(__FILE__, __LINE__, "%s is not set (ctest sets it)", env);
+	snprintf(buf, len, "%s/%s", d, rel);
+	if (access(buf, mode) == 0)
+		return;
+	int err = errno;
+	if (err == EACCES && others) {
+		snprintf(buf, len, "%s/%s/%s", others, top, rel);
+		if (access(buf, mode) == 0)
+			return;
+		err = errno;
+	}
+	sh_test_fail(__FILE__, __LINE__, "%s/%s: uid %u cannot %s it: %s", d, rel,
+		     (unsigned)getuid(), mode == X_OK ? "run" : "read", strerror(err));
+}
+
+void sh_test_bin(char *buf, size_t len, const char *rel)
+{
+	tree_file(buf, len, "SHOAL_TEST_BINDIR", "bin", rel, X_OK);
+}
+
+void sh_test_src(char *buf, size_t len, const char *rel)
+{
+	tree_file(buf, len, "SHOAL_SRCDIR", "src", rel, R_OK);
+}
+
 static double now_ms(void)
 {
 	struct timespec ts;
@@ -155,6 +343,7 @@ static void on_interrupt(int sig)
 {
 	if (running_case > 0)
 		kill(-(pid_t)running_case, SIGKILL);
+	others_remove();
 	signal(sig, SIG_DFL);
 	raise(sig);
 }
@@ -222,6 +411,8 @@ int main(int argc, char **argv)
 	nofork_mode = nofork;
 	signal(SIGINT, on_interrupt);
 	signal(SIGTERM, on_interrupt);
+	if (others_prepare() != 0)
+		return 1;
 	int passed = 0, skipped = 0, failed = 0;
 	for (int i = 0; i < ntests; i++) {
 		if (argc > 1) {
@@ -246,6 +437,7 @@ int main(int argc, char **argv)
 		else
 			failed++;
 	}
+	others_remove();
 	printf("%d passed, %d skipped, %d failed\n", passed, skipped, failed);
 	/* (a run of nothing at all, a misspelt case name, fails) */
 	return failed ? 1 : (passed + skipped ? 0 : 1);
@@ -286,14 +478,6 @@ int sh_test_run(char *const argv[], char *const env[], char *out, size_t outlen)
 	while (waitpid(pid, &st, 0) < 0)
 		CHECK(errno == EINTR);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-void sh_test_bin(char *buf, size_t len, const char *rel)
-{
-	const char *d = getenv("SHOAL_TEST_BINDIR");
-	CHECK(d != NULL);
-	snprintf(buf, len, "%s/%s", d, rel);
-	CHECK(access(buf, X_OK) == 0);
 }
 
 void sh_test_drop_to(uid_t uid, gid_t gid, const gid_t *groups, int ngroups)

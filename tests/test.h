@@ -103,9 +103,15 @@ shoal_chan *sh_test_chan_new(size_t elem, size_t cap);
  * NULL) added to its environment; returns its exit status, or 128 + the
  * signal that killed it. */
 int sh_test_run(char *const argv[], char *const env[], char *out, size_t outlen);
-/* The path of a program of this build (rel: "tools/shoal"), which must
- * exist; found through SHOAL_TEST_BINDIR, which ctest sets. */
+/* The path of a program or extension of this build (rel: "tools/shoal",
+ * "tests/ext_sample.so"), which the calling uid must be able to run;
+ * found through SHOAL_TEST_BINDIR, which ctest sets. A process that
+ * dropped to another uid, where the build is out of its reach (a clone
+ * under a 0700 directory), gets the runner's copy of it (harness.c). */
 void sh_test_bin(char *buf, size_t len, const char *rel);
+/* The same for a file of the source tree the calling uid reads
+ * (rel: "tests/st_write.py"), through SHOAL_SRCDIR. */
+void sh_test_src(char *buf, size_t len, const char *rel);
 
 #define CHECK_HAS(hay, needle)                                                                 \
 	do {                                                                                   \

@@ -228,7 +228,7 @@ SH_TEST(security_options_fail_closed)
 	sh_test_bin(shoald, sizeof(shoald), "tools/shoald");
 	sh_test_bin(ext, sizeof(ext), "tools/shoal-ext");
 	sh_test_bin(engine, sizeof(engine), "tools/shoal-engine");
-	snprintf(sample, sizeof(sample), "%s/tests/ext_sample.so", getenv("SHOAL_TEST_BINDIR"));
+	sh_test_bin(sample, sizeof(sample), "tests/ext_sample.so");
 	static const char *const sandboxes[] = {"weak", "", "None", "strict2"};
 	for (size_t i = 0; i < 4; i++) {
 		char *a[] = {ext, "--so", sample, "--sandbox", (char *)sandboxes[i], NULL};
@@ -265,7 +265,7 @@ SH_TEST(shoal_ext_by_hand_says_a_host_starts_it)
 {
 	char ext[4096], sample[4096];
 	sh_test_bin(ext, sizeof(ext), "tools/shoal-ext");
-	snprintf(sample, sizeof(sample), "%s/tests/ext_sample.so", getenv("SHOAL_TEST_BINDIR"));
+	sh_test_bin(sample, sizeof(sample), "tests/ext_sample.so");
 	char *a1[] = {ext, "--so", sample, NULL};
 	CHECK_EQ(run3(a1, NULL), 2);
 	CHECK_ERR_HAS("not run by hand");
@@ -282,7 +282,7 @@ SH_TEST(shoal_ext_tells_its_host_a_bad_value)
 {
 	char ext[4096], sample[4096];
 	sh_test_bin(ext, sizeof(ext), "tools/shoal-ext");
-	snprintf(sample, sizeof(sample), "%s/tests/ext_sample.so", getenv("SHOAL_TEST_BINDIR"));
+	sh_test_bin(sample, sizeof(sample), "tests/ext_sample.so");
 	int sv[2], bell[2];
 	CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) == 0);
 	CHECK(pipe(bell) == 0);
@@ -474,7 +474,7 @@ SH_TEST_T(a_controller_from_the_shell, 120)
 	sh_test_bin(exe, sizeof(exe), "tools/shoal");
 	sh_test_bin(shoal_exe, sizeof(shoal_exe), "tools/shoal");
 	sh_test_bin(engine, sizeof(engine), "tools/shoal-engine");
-	snprintf(sample, sizeof(sample), "%s/tests/ext_sample.so", getenv("SHOAL_TEST_BINDIR"));
+	sh_test_bin(sample, sizeof(sample), "tests/ext_sample.so");
 	char *ca[] = {exe, "controller", "--socket", ctl_sock, "--tcp", "127.0.0.1:0", NULL};
 	pid_t ctl = spawn_logged(ca, ctl_log);
 	/* it says where it serves, TCP included */

@@ -922,7 +922,7 @@ SH_TEST_T(a_tasks_argument_comes_from_the_clients_store_not_the_controller, 180)
 	char addr[128], engine_bin[4096], sample[4096];
 	snprintf(addr, sizeof(addr), "tcp://%s", shoal_controller_tcp(ctl));
 	sh_test_bin(engine_bin, sizeof(engine_bin), "tools/shoal-engine");
-	snprintf(sample, sizeof(sample), "%s/tests/ext_sample.so", getenv("SHOAL_TEST_BINDIR"));
+	sh_test_bin(sample, sizeof(sample), "tests/ext_sample.so");
 	pid_t epid;
 	CHECK_OK(shoal_engine_spawn_store(addr, sample, engine_bin, b.sock, &epid));
 	shoal_controller_stat cs;

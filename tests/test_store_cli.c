@@ -87,9 +87,7 @@ static void st_write(const char *path, const char *tensors, const char *bytes, c
 		     const char *extra2)
 {
 	char script[4096];
-	const char *src = getenv("SHOAL_SRCDIR");
-	CHECK(src != NULL);
-	snprintf(script, sizeof(script), "%s/tests/st_write.py", src);
+	sh_test_src(script, sizeof(script), "tests/st_write.py");
 	char *argv[] = {"/usr/bin/python3", script,    (char *)path,  "--tensors",
 			(char *)tensors,    "--bytes", (char *)bytes, (char *)extra,
 			(char *)extra2,	    NULL};
@@ -372,6 +370,7 @@ SH_TEST_T(put_refuses_what_is_not_a_file, 120)
 		if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
 			_exit(3);
 		CHECK(getuid() == 65534 && geteuid() == 65534);
+		sh_test_bin(shoal, sizeof(shoal), "tools/shoal"); /* as this uid reaches it */
 		d = start_daemon("16M");
 		refuse_non_files();
 		CHECK_EQ(stop_daemon(d), 0);
@@ -441,6 +440,7 @@ SH_TEST_T(store_text_cannot_drive_the_terminal, 120)
 	if (pid == 0) {
 		if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
 			_exit(3);
+		sh_test_bin(shoal, sizeof(shoal), "tools/shoal"); /* as this uid reaches it */
 		d = start_daemon("16M");
 		text_is_escaped();
 		CHECK_EQ(stop_daemon(d), 0);

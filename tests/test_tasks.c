@@ -38,7 +38,7 @@ static char engine_bin[4096], sample[4096];
 static void paths(void)
 {
 	sh_test_bin(engine_bin, sizeof(engine_bin), "tools/shoal-engine");
-	snprintf(sample, sizeof(sample), "%s/tests/ext_sample.so", getenv("SHOAL_TEST_BINDIR"));
+	sh_test_bin(sample, sizeof(sample), "tests/ext_sample.so");
 	CHECK(access(sample, R_OK) == 0);
 	/* A sanitizer in an engine would catch its crashes and end it another
 	 * way (children read these at their start). */

@@ -7,6 +7,46 @@ import time
 import pytest
 
 BINDIR = os.environ.get("SHOAL_TEST_BINDIR", "build/release")
+NOBODY = 65534
+
+
+def as_nobody():
+    """preexec_fn of a process that runs as uid/gid 65534 with no groups."""
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
+@pytest.fixture(scope="session")
+def nobody_can_run(tmp_path_factory):
+    """A function: a program of this build -> a path uid 65534 can execute. The
+    program itself where that uid reaches it, else (a build under a 0700 directory,
+    as a clone into root's home is) a link to it, or a copy on another file system,
+    in a 0755 directory made for this session and removed after it. The file stays
+    root's: the other uid runs the same program with nothing of root's."""
+    import shutil
+    import tempfile
+    made = []
+
+    def reachable(path):
+        r = subprocess.run(["/usr/bin/test", "-x", path], preexec_fn=as_nobody)
+        if r.returncode == 0:
+            return path
+        if not made:
+            d = tempfile.mkdtemp(prefix="shoal-test-bin-")
+            os.chmod(d, 0o755)
+            made.append(d)
+        to = os.path.join(made[0], os.path.basename(path))
+        if not os.path.exists(to):
+            try:
+                os.link(path, to)
+            except OSError:
+                shutil.copy2(path, to)
+        return to
+
+    yield reachable
+    for d in made:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def wait_listening(sock, proc, seconds=20):

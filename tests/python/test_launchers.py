@@ -16,6 +16,7 @@ import pytest
 from shoal import tasks
 
 import task_app  # tests/python: engines import it by name
+from conftest import as_nobody
 
 BINDIR = os.environ.get("SHOAL_TEST_BINDIR", "build/release")
 SRCDIR = os.environ.get("SHOAL_SRCDIR", ".")
@@ -375,12 +376,6 @@ def test_engines_failing_on_a_host_end_its_session_with_their_words(name, sshd, 
     assert_none_left(name)
 
 
-def as_nobody():
-    os.setgroups([])
-    os.setgid(65534)
-    os.setuid(65534)
-
-
 @needs_ssh
 @pytest.mark.skipif(os.geteuid() != 0, reason="squats as uid 65534: needs root")
 def test_a_store_directory_squatted_by_another_user_is_refused(name, sshd, tmp_path):
@@ -410,10 +405,10 @@ def test_a_host_name_is_never_an_ssh_option(name, tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="asks as uid 65534: needs root")
-def test_another_user_cannot_reach_the_control_socket(name):
+def test_another_user_cannot_reach_the_control_socket(name, nobody_can_run):
     url = controller_of(shoal("start", "-n", "1", "--name", name).stdout)
     for what in ("status", "stop"):
-        r = subprocess.run([SHOAL, "cluster", what, "--name", name], env=env(),
+        r = subprocess.run([nobody_can_run(SHOAL), "cluster", what, "--name", name], env=env(),
                            capture_output=True, text=True, preexec_fn=as_nobody, timeout=60)
         assert r.returncode != 0, r.stdout
     # the cluster is untouched, and still its own
