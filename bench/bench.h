@@ -7,6 +7,7 @@
 #ifndef SH_BENCH_H
 #define SH_BENCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,7 +47,9 @@ enum { SH_BENCH_OK = 0, SH_BENCH_FAILED = 1, SH_BENCH_SKIPPED = 2 };
 typedef struct sh_bench_param {
 	char name[24];
 	char text[40];
-	int is_num; /* printed bare in JSON, quoted otherwise */
+	/* JSON's type: a number or a boolean printed bare ("true"/"false"),
+	 * a string quoted */
+	enum { SH_BENCH_P_STR, SH_BENCH_P_NUM, SH_BENCH_P_BOOL } kind;
 } sh_bench_param;
 
 typedef struct sh_bench_metric {
@@ -60,6 +63,9 @@ typedef struct sh_bench_result {
 	/* What was measured ("shoal", "go", "memcpy"): the table's impl
 	 * column, "impl" in JSON and CSV (a case may have several baselines). */
 	char label[16];
+	/* 1: a reference measured in the same run (a local call, memcpy, a
+	 * raw socket, a peer such as Go or ipyparallel), "baseline": true;
+	 * 0: shoal's own figure. Only a failure of shoal's own fails a run. */
 	int baseline;
 	int status;
 	char message[256]; /* error (failed) or reason (skipped) */
@@ -106,6 +112,8 @@ sh_bench_result *sh_bench_add(sh_bench_report *r, const char *suite, const char 
 			      const char *label, int baseline);
 void sh_bench_param_num(sh_bench_result *x, const char *name, double v);
 void sh_bench_param_str(sh_bench_result *x, const char *name, const char *v);
+/* A boolean parameter: true or false in JSON, "true"/"false" as its text. */
+void sh_bench_param_bool(sh_bench_result *x, const char *name, bool v);
 void sh_bench_metric_set(sh_bench_result *x, const char *name, double v);
 /* The text of param name of x, or NULL. */
 const char *sh_bench_param_get(const sh_bench_result *x, const char *name);
@@ -246,9 +254,11 @@ const sh_bench_suite *sh_bench_find_suite(const char *name);
 
 /* Runs the given suites with o, prints tables or JSON, writes CSV and plot.
  * The --csv and --plot paths are checked before anything runs. Returns the
- * exit status for the program: 0, 1 if a result failed or a suite could
- * not run, 2 if an output file cannot be written or a plot was asked of a
- * suite that has none (the only suite run). */
+ * exit status for the program: 0, 1 if one of shoal's own results failed
+ * (not a baseline's or a peer's: those are reported as failed rows, and
+ * the run still passes) or a suite could not run, 2 if an output file
+ * cannot be written or a plot was asked of a suite that has none (the
+ * only suite run). */
 int sh_bench_main(const sh_bench_suite *const *suites, size_t n, const sh_bench_opts *o);
 
 /* The fibers suite (suite_fibers.c). */

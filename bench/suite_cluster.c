@@ -346,7 +346,7 @@ static void migrate_case(sh_bench_report *r, daemon_t *a, daemon_t *b, uint64_t 
 	sh_bench_param_num(x, "bytes", (double)bytes);
 	sh_bench_param_num(x, "blobs", nblobs);
 	sh_bench_param_num(x, "streams", streams);
-	sh_bench_param_str(x, "encrypted", plain ? "false" : "true");
+	sh_bench_param_bool(x, "encrypted", !plain);
 	if (put_dict(a, "model", nblobs, bytes, err, sizeof(err)) != 0) {
 		sh_bench_fail(x, "%s", err);
 		return;
@@ -650,7 +650,7 @@ static void buffers_sweep(const sh_bench_opts *o, sh_bench_report *r, bool plain
 		uint64_t n = total / size;
 		sh_bench_result *x = sh_bench_add(r, SUITE, "task_buffers", "shoal", 0);
 		sh_bench_param_num(x, "bytes", (double)size);
-		sh_bench_param_str(x, "encrypted", plain ? "false" : "true");
+		sh_bench_param_bool(x, "encrypted", !plain);
 		if (rc) {
 			sh_bench_fail(x, "%s", err);
 			continue;

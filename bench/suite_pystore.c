@@ -71,15 +71,16 @@ static const char *unit_of(const char *metric)
 	return NULL;
 }
 
-/* One JSON line of shoal.bench as a result of suite in r. */
-static void add_line(sh_bench_report *r, const char *suite, const cJSON *j)
+/* One JSON line of shoal.bench as a result of suite in r: the row, or
+ * NULL when the line is not one. */
+static const sh_bench_result *add_line(sh_bench_report *r, const char *suite, const cJSON *j)
 {
 	const cJSON *test = cJSON_GetObjectItem(j, "test"), *impl = cJSON_GetObjectItem(j, "impl");
 	const cJSON *params = cJSON_GetObjectItem(j, "params");
 	const cJSON *metrics = cJSON_GetObjectItem(j, "metrics");
 	const cJSON *status = cJSON_GetObjectItem(j, "status");
 	if (!cJSON_IsString(test) || !cJSON_IsString(impl) || !cJSON_IsObject(metrics))
-		return;
+		return NULL;
 	sh_bench_result *x = sh_bench_add(r, suite, test->valuestring, impl->valuestring,
 					  cJSON_IsTrue(cJSON_GetObjectItem(j, "baseline")));
 	const cJSON *it;
@@ -89,6 +90,8 @@ static void add_line(sh_bench_report *r, const char *suite, const cJSON *j)
 			sh_bench_param_num(x, it->string, it->valuedouble);
 		else if (cJSON_IsString(it))
 			sh_bench_param_str(x, it->string, it->valuestring);
+		else if (cJSON_IsBool(it))
+			sh_bench_param_bool(x, it->string, cJSON_IsTrue(it));
 	}
 	if (cJSON_IsString(status) && strcmp(status->valuestring, "ok") != 0) {
 		const cJSON *why = cJSON_GetObjectItem(j, "reason");
@@ -99,7 +102,7 @@ static void add_line(sh_bench_report *r, const char *suite, const cJSON *j)
 			sh_bench_skip(x, "%s", w);
 		else
 			sh_bench_fail(x, "%s", w);
-		return;
+		return x;
 	}
 	/* The table shows a mean, a rate or a share, else the first figure with
 	 * a unit; the comparison with the baseline row uses the same one (a time,
@@ -121,7 +124,7 @@ static void add_line(sh_bench_report *r, const char *suite, const cJSON *j)
 	if (!shown)
 		shown = first, v = v_first;
 	if (!shown)
-		return;
+		return x;
 	const char *u = unit_of(shown);
 	sh_bench_show_samples(x, &v, 1, u);
 	if (strncmp(shown, "mean_", 5) == 0) {
@@ -154,6 +157,7 @@ static void add_line(sh_bench_report *r, const char *suite, const cJSON *j)
 		x->cmp_value = v;
 		x->cmp_word = "cheaper";
 	}
+	return x;
 }
 
 int sh_bench_python(const sh_bench_opts *o, sh_bench_report *r, const char *suite,
@@ -187,16 +191,20 @@ int sh_bench_python(const sh_bench_opts *o, sh_bench_report *r, const char *suit
 		return -1;
 	int st = sh_bench_exec(argv, NULL, env, out, cap, o->quick ? 300 : 1800, NULL, err,
 			       sizeof(err));
-	int lines = 0;
+	int lines = 0, own_failed = 0;
 	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
 		cJSON *j = line[0] == '{' ? cJSON_Parse(line) : NULL;
-		if (j && cJSON_IsString(cJSON_GetObjectItem(j, "suite"))) {
-			add_line(r, suite, j);
+		const sh_bench_result *x = j && cJSON_IsString(cJSON_GetObjectItem(j, "suite"))
+						   ? add_line(r, suite, j)
+						   : NULL;
+		if (x) {
 			lines++;
+			own_failed += x->status == SH_BENCH_FAILED && !x->baseline;
 		}
 		cJSON_Delete(j);
 	}
-	if (st != 0 || lines == 0) {
+	/* (it exits 1 when one of its shoal rows failed: those rows say why) */
+	if (lines == 0 || (st != 0 && !(st == 1 && own_failed))) {
 		sh_bench_result *x = sh_bench_add(r, suite, "run", "python3", 0);
 		sh_bench_fail(x, "python3 -m shoal.bench %s: %s", pysuite,
 			      st < 0 ? err : "exited with an error (run it by hand to see it)");

@@ -485,7 +485,7 @@ static void bench_ipyparallel(const sh_bench_opts *o, sh_bench_report *r)
 			if (q[0] == '\n' && q[1])
 				last = q + 1;
 		snprintf(ipp_why, sizeof(ipp_why), "its run failed: %.120s", st < 0 ? err : last);
-		sh_bench_result *x = sh_bench_add(r, SUITE, "flood", "ipyparallel", 0);
+		sh_bench_result *x = sh_bench_add(r, SUITE, "flood", "ipyparallel", 1);
 		sh_bench_fail(x, "bench/peer/tasks_ipyparallel.py: %s", ipp_why);
 		return;
 	}
@@ -505,7 +505,7 @@ static void bench_ipyparallel(const sh_bench_opts *o, sh_bench_report *r)
 		sent[k] = se, rt[k] = rtt, per_s[k] = (double)rn / rtt;
 		if (++k < 3)
 			continue;
-		sh_bench_result *x = sh_bench_add(r, SUITE, "flood", "ipyparallel", 0);
+		sh_bench_result *x = sh_bench_add(r, SUITE, "flood", "ipyparallel", 1);
 		sh_bench_param_num(x, "n", (double)n);
 		sh_bench_param_str(x, "scheme", "leastload");
 		sh_bench_param_str(x, "transport", "zmq-tcp");

@@ -49,6 +49,17 @@ def result(test: str, params: Dict[str, Any], metrics: Dict[str, float], *,
     RESULTS.append(r)
 
 
+def exit_status() -> int:
+    """The run's exit status: 1 when one of shoal's own rows failed, else 0. A baseline
+    or a peer that could not run is a row (failed, with why), not a failed run."""
+    return 1 if any(r["status"] == "failed" and not r["baseline"] for r in RESULTS) else 0
+
+
+def param_text(v: Any) -> str:
+    """A parameter as the tables show it (booleans as JSON writes them)."""
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
 def timed(fn, n: int) -> List[float]:
     """n calls of fn, each timed, in microseconds."""
     out = []
@@ -252,7 +263,7 @@ def rows(out, title: str) -> None:
     print(title, file=out)
     w = max([15] + [len(r["test"]) for r in RESULTS])
     for r in RESULTS:
-        p = " ".join("%s=%s" % kv for kv in r["params"].items())
+        p = " ".join("%s=%s" % (k, param_text(v)) for k, v in r["params"].items())
         if r["status"] != "ok":
             print("%-*s %-12s %-30s %s: %s" % (w, r["test"], r["impl"], p, r["status"],
                                                r.get("reason", r.get("error"))), file=out)
@@ -324,7 +335,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(json.dumps(r))
     else:
         table(sys.stdout)
-    return 0
+    return exit_status()
 
 
 if __name__ == "__main__":

@@ -262,7 +262,7 @@ def run_py(code: str) -> float:
 
 def start(mod: Any, d: str, quick: bool) -> None:
     for torch in (False, True):
-        params = {"torch": "true" if torch else "false"}
+        params = {"torch": torch}
         if torch and not have("torch"):
             B.result("extension_start", params, {}, status="skipped", why="needs python3-torch")
             continue
@@ -313,12 +313,12 @@ def idle(mod: Any, d: str, quick: bool) -> None:
     counts = [1, 10, 50]
     for torch in (False, True):
         if torch and not have("torch"):
-            B.result("idle_extension", {"n": 1, "torch": "true"}, {}, status="skipped",
+            B.result("idle_extension", {"n": 1, "torch": True}, {}, status="skipped",
                      why="needs python3-torch")
             continue
         module = os.path.join(d, "ext_torch.py" if torch else "ext.py")
         for n in counts:
-            params = {"n": n, "torch": "true" if torch else "false"}
+            params = {"n": n, "torch": torch}
             if torch and quick and n > 10:
                 B.result("idle_extension", params, {}, status="skipped",
                          why="50 extensions importing torch: not with --quick")
@@ -425,12 +425,12 @@ def summary() -> str:
     if la:
         parts.append("large_array standard %.0f MB/s (goal >= 2000: %s)" % (
             la["mb_s"], met(la["mb_s"] >= 2000)))
-    st = get("extension_start", torch="false")
+    st = get("extension_start", torch=False)
     if st:
         parts.append("extension start without torch %.1f ms (goal <= 50: %s)" % (
             st["mean_ms"], met(st["mean_ms"] <= 50)))
     idle_ = [m["uss_kib"] for (t, i, p), m in ok.items()
-             if t == "idle_extension" and i == "shoal" and dict(p).get("torch") == "false"]
+             if t == "idle_extension" and i == "shoal" and dict(p).get("torch") is False]
     if idle_:
         parts.append("an idle extension without torch %.0f KiB Uss at most (goal <= 8192: %s)"
                      % (max(idle_), met(max(idle_) <= 8192)))
@@ -469,4 +469,4 @@ def run(a: Any) -> int:
     B.emit(a.json, "shoal bench py-rpc: isolated Python extensions (%s)" % sys.executable)
     if not a.json:
         print(summary())
-    return 0
+    return B.exit_status()

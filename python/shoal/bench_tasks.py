@@ -265,4 +265,4 @@ def run(a: Any) -> int:
     ipyparallel(sizes, bufs, a.quick)
     dask(sizes)
     B.emit(a.json, "shoal bench py-tasks: the task farm from Python (%s)" % sys.executable)
-    return 0
+    return B.exit_status()

@@ -1,0 +1,40 @@
+"""The benchmarks' rules from Python (python3 -m shoal.bench SUITE), as every C suite
+applies them: a run fails only when one of shoal's own rows failed; a baseline or a peer
+that could not run is a failed row, and the run passes. Parameters keep JSON's types."""
+import json
+
+import pytest
+
+from shoal import bench as B
+
+
+@pytest.fixture
+def rows():
+    saved = list(B.RESULTS)
+    B.RESULTS.clear()
+    yield B.RESULTS
+    B.RESULTS[:] = saved
+
+
+def test_a_failed_peer_row_leaves_the_run_passing(rows):
+    B.result("flood", {"n": 256}, {"per_s": 1000.0})
+    B.result("flood", {"n": 256}, {}, impl="ipyparallel", baseline=True, status="failed",
+             why="ipcluster: no engine registered")
+    assert B.exit_status() == 0
+    line = json.loads(json.dumps(rows[1]))
+    assert line["status"] == "failed" and line["error"] == "ipcluster: no engine registered"
+
+
+def test_a_failed_shoal_row_fails_the_run(rows):
+    B.result("flood", {"n": 256}, {}, status="failed", why="no engine")
+    B.result("flood", {"n": 256}, {"per_s": 10.0}, impl="ipyparallel", baseline=True)
+    assert B.exit_status() == 1
+
+
+def test_booleans_stay_booleans(rows, capsys):
+    B.result("idle_extension", {"n": 1, "torch": False}, {"uss_kib": 900.0})
+    B.emit(True, "")
+    line = json.loads(capsys.readouterr().out)
+    assert line["params"] == {"n": 1, "torch": False}
+    B.emit(False, "title")
+    assert "torch=false" in capsys.readouterr().out
