@@ -66,7 +66,9 @@ test-aarch64:
 # test`) keeps it short and starts afresh each time; `make fuzz
 # FUZZ_SECONDS=N` is the long run, keeping what it finds in
 # build/fuzz/corpus/fuzz_NAME/ from run to run. Logs and crashing inputs go
-# to build/fuzz/runs/. `make fuzz-corpus` makes the seeds again (fuzz/seed.h).
+# to build/fuzz/runs/; a crash, once fixed, joins fuzz/corpus/fuzz_NAME/ as
+# regression-WHAT, which ctest replays in every build (fuzz/replay.c).
+# `make fuzz-corpus` makes the seeds again (fuzz/seed.h), keeping regression-*.
 FUZZ_SECONDS ?= 10
 FUZZ_CFG = $(call CMAKE_CFG,fuzz,Debug,-DCMAKE_C_COMPILER=clang -DSHOAL_FUZZ=ON \
 	-DBUILD_TESTING=OFF -DSHOAL_SANITIZE=address -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link)
@@ -104,8 +106,9 @@ fuzz-corpus:
 	@for f in $(B)/fuzz/fuzz/fuzz_*; do \
 		n=$${f##*/}; \
 		grep -q '"seed.h"' fuzz/$$n.c || { echo "fuzz-corpus: $$n keeps its committed seeds"; continue; }; \
-		rm -rf fuzz/corpus/$$n; mkdir -p fuzz/corpus/$$n; \
-		SHOAL_FUZZ_SEEDS=fuzz/corpus/$$n $$f || exit 1; \
+		keep=$$(mktemp -d); mv fuzz/corpus/$$n/regression-* $$keep/ 2>/dev/null; \
+		rm -rf fuzz/corpus/$$n; mkdir -p fuzz/corpus/$$n; mv $$keep/* fuzz/corpus/$$n/ 2>/dev/null; \
+		rmdir $$keep; SHOAL_FUZZ_SEEDS=fuzz/corpus/$$n $$f || exit 1; \
 	done
 
 SOURCES = $(shell git ls-files '*.c' '*.h')

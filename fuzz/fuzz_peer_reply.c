@@ -4,13 +4,17 @@
  * failure and its message, the object's id, signature, region size, the
  * shares, and the metadata tree with every blob placed in the one region.
  * What parses must hold: blobs inside the region, in the tree's order, their
- * bytes adding up to the total, the shares covering it exactly.
+ * bytes adding up to the total, the shares covering it exactly; what fails
+ * says why, with one of shoal's codes.
  *
  * Input: the frame, as the peer's channel delivers it.
  *
  * Seeds: answers packed by the source's own encoder (sh_peer_pack_reply)
  * for a tensor_dict, a one-blob object, many small blobs, several shares,
- * an empty object, and the source's failures. */
+ * an empty object, and the source's failures. The corpus also keeps two
+ * inputs the target found as it was written (regression-*: failures whose
+ * message is one NUL byte, one with bytes after it, which once gave an
+ * empty reason). */
 #include "store/proto.h"
 #include "store/server.h"
 
@@ -30,6 +34,8 @@ static int parse(const uint8_t *in, size_t n)
 	int rc = sh_mig_parse_reply(in, n, &r, &a, why, sizeof(why));
 	if (rc > 0 || (rc && !why[0]))
 		abort(); /* a failure says why */
+	if (rc < 0 && !strncmp(shoal_strerror(rc), "SHOAL_E?", 8))
+		abort(); /* with one of shoal's codes: it goes on to our clients */
 	if (rc == 0) {
 		uint64_t sum = 0;
 		for (uint64_t i = 0; i < r.nblobs; i++) {
