@@ -74,23 +74,15 @@ FUZZ_CFG = $(call CMAKE_CFG,fuzz,Debug,-DCMAKE_C_COMPILER=clang -DSHOAL_FUZZ=ON 
 	-DBUILD_TESTING=OFF -DSHOAL_SANITIZE=address -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link)
 
 # $(1): the directory new inputs go to; $(2): emptied first (yes or no).
+# One target a core at a time (scripts/fuzz-one.sh); xargs fails when one does.
 define FUZZ_RUN
 	@scripts/deps.sh fuzz
 	@$(FUZZ_CFG)
 	@cmake --build $(B)/fuzz -j$(JOBS)
 	@mkdir -p $(B)/fuzz/runs
-	@for f in $(B)/fuzz/fuzz/fuzz_*; do \
-		n=$${f##*/}; log=$(B)/fuzz/runs/$$n.log; new=$(1)/$$n; \
-		[ -d fuzz/corpus/$$n ] || { echo "fuzz: $$n has no fuzz/corpus/$$n"; exit 1; }; \
-		if [ "$(2)" = yes ]; then rm -rf $$new; fi; mkdir -p $$new; \
-		SHOAL_LOG=error $$f -max_total_time=$(FUZZ_SECONDS) \
-			-artifact_prefix=$(B)/fuzz/runs/$$n- $$new fuzz/corpus/$$n >$$log 2>&1 || \
-			{ tail -40 $$log; echo "fuzz: $$f FAILED (log: $$log)"; exit 1; }; \
-		seeds=$$(grep -o 'seed corpus: files: [0-9]*' $$log | grep -o '[0-9]*$$'); \
-		[ "$${seeds:-0}" -gt 0 ] || { echo "fuzz: $$n did not load its seeds (log: $$log)"; exit 1; }; \
-		echo "fuzz: $$n: $$(grep -o 'Done [0-9]* runs' $$log) from $$seeds corpus inputs," \
-			"$$(grep -o 'cov: [0-9]*' $$log | tail -1), no crash"; \
-	done
+	@ls $(B)/fuzz/fuzz/fuzz_* | xargs -P $(JOBS) -n 1 \
+		scripts/fuzz-one.sh $(FUZZ_SECONDS) $(B)/fuzz/runs $(1) $(2) || \
+		{ echo "fuzz: a target failed (logs: $(B)/fuzz/runs/)"; exit 1; }
 endef
 
 test-fuzz:
