@@ -1,8 +1,12 @@
 /* The benchmark machinery shared by every suite: records, the tables for
  * people (one per kind of figure, each column in one unit), JSON Lines for
- * machines, CSV, SVG plots, option parsing and the child
- * processes each case runs in (so that the peak RSS reported for a case is
- * that case's own, read from wait4()). Suites and programs use bench.h. */
+ * machines, CSV, SVG plots, option parsing, the child processes each case
+ * runs in (so that the peak RSS reported for a case is that case's own,
+ * read from wait4()), and finding and running the programs a suite
+ * measures. Also the table of suites and the run of some of them
+ * (sh_bench_main), where only a failed row of shoal's own fails the run: a
+ * baseline's or a peer's is a row that says why. Suites and programs use
+ * bench.h. */
 #include "bench.h"
 
 #include <errno.h>

@@ -1,9 +1,10 @@
 /* The benchmark machinery every suite shares: result records, the tables
  * for people (one per kind of figure: times, rates, amounts), JSON Lines
- * for machines, CSV, small SVG plots,
- * option parsing, and running one case in a child process so that its peak
- * RSS is its own. Suites fill an sh_bench_report; the programs print it.
- * Internal to bench/ and tools/: names are sh_bench_*. */
+ * for machines, CSV, small SVG plots, option parsing, and running one case
+ * in a child process so that its peak RSS is its own; and each suite's
+ * entry points, which the table of suites in bench.c lists. Suites fill an
+ * sh_bench_report; the programs print it. Internal to bench/ and tools/:
+ * names are sh_bench_*. */
 #ifndef SH_BENCH_H
 #define SH_BENCH_H
 

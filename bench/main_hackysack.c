@@ -1,7 +1,8 @@
 /* hackysack: the fibers suite as a program of its own (the seed's
- * benchmark, its hop and switch costs, and the Go baseline), or with
- * `hackysack N TURNS` one custom case on shoal and on Go. Same options and
- * output as `shoal bench fibers`. */
+ * benchmark, its hop and switch costs, and the Go and boost.context
+ * baselines), or with `hackysack N TURNS` one custom case on shoal and on
+ * each baseline there is. Same options and output as `shoal bench
+ * fibers`. */
 #include "bench.h"
 
 #include <errno.h>

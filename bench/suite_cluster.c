@@ -3,7 +3,12 @@
  * and of 1 000 blobs copied from one store into the other, against the same
  * bytes between two processes on raw TCP in the same run (baseline rows),
  * with the channel's encryption and without; dedup: 8 asks at once for one
- * object; peer_loss and task_buffers: not built yet (skipped, saying why). */
+ * object. With etcd installed (a fresh one on loopback, both stores --meta
+ * etcd), peer_loss: how long until the other store no longer counts a
+ * store killed with SIGKILL (its lease expired); task_buffers: tasks with a
+ * buffer from a client of one store to an engine of the other through a
+ * controller on TCP, each argument migrating, beside raw TCP. Without
+ * etcd those two are skipped, saying why. */
 #include "bench.h"
 
 #include <shoal/shoal.h>

@@ -4,7 +4,9 @@
  * cost of one hop, and a two-fiber context-switch ping-pong. Each case runs
  * in its own child process so its peak RSS is its own; Go goroutines run
  * the same cases from bench/go/hackysack.go as the baseline when `go` is
- * installed (with GOMAXPROCS=1 and its default for hackysack and hop).
+ * installed (with GOMAXPROCS=1 and its default for hackysack and hop), and
+ * so does a C program on boost.context (bench/peer/hackysack_boost.c) when
+ * it was built (libboost-context-dev).
  *
  * --json: go rows have "variant": "GOMAXPROCS=N" ("... default" for Go's
  * own); the faster is the baseline (baseline true), the slower has baseline

@@ -2,7 +2,8 @@
  * buffers on ipyparallel's scheduler, side by side with ipyparallel in the same run.
  * The measuring is Python's own (python/shoal/bench_tasks.py, `python3 -m
  * shoal.bench tasks --json`), run and read by sh_bench_python as py-store's is; this
- * file adds the table's summary: the goals of issue 20. */
+ * file adds the table's summary, the goals of issue 20, and the plot: the seed's
+ * time against N, a line per scheme and peer. */
 #include "bench.h"
 
 #include <stdio.h>

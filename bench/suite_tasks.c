@@ -1,12 +1,16 @@
 /* `shoal bench tasks`: the flood of ipyparallel's scheduler benchmark (a
- * mail on the IPython list on its ZMQ scheduler). A client submits N no-op tasks as fast as it can
- * to a controller with 2 engines, then waits for every result: "Sent" is the time from the first
- * submit until the last submit returns, "Roundtrip" the time from the first submit to the last
- * result. Each scheme runs its own controller; the best of 3 rounds counts. The follow-up of the
- * seed, a buffer with each task, is measured beside raw TCP loopback throughput in the same run
- * (the ceiling the issue sets). Over TCP, both with the secure channel's records encrypted ("tcp")
- * and authenticated only
- * ("tcp-auth": controller and peers told the network is trusted).
+ * mail on the IPython list on its ZMQ scheduler). A client submits N no-op
+ * tasks as fast as it can to a controller with 2 engines, then waits for
+ * every result: "Sent" is the time from the first submit until the last
+ * submit returns, "Roundtrip" the time from the first submit to the last
+ * result. Each scheme runs its own controller; the best of 3 rounds
+ * counts. The follow-up of the seed, a buffer with each task, is measured
+ * beside raw TCP loopback throughput in the same run (the ceiling the
+ * issue sets) and, from 64 KiB, beside the same stream through a relay
+ * thread (the ceiling of a controller that forwards the bytes). Over TCP,
+ * both with the secure channel's records encrypted ("tcp") and
+ * authenticated only ("tcp-auth": controller and peers told the network
+ * is trusted).
  *
  * ipyparallel runs the same flood in the same run when Debian's python3
  * has it (bench/peer/tasks_ipyparallel.py; `scripts/deps.sh bench`

@@ -1,7 +1,10 @@
-/* The internal umbrella header: every file under src/ includes this and
- * nothing else of shoal's. Public names are shoal_/SHOAL_ (include/shoal/);
- * internal non-static names are sh_/SH_; static helpers are unprefixed.
- * Nothing declared here is exported from the shared library. */
+/* The internal umbrella header: every file under src/ includes it,
+ * directly or through its layer's header, and gets with it what every
+ * layer shares (src/base/: logging, panics, futexes and doorbells, the
+ * hash map, the bump allocator, growing arrays). Public names are
+ * shoal_/SHOAL_ (include/shoal/); internal non-static names are sh_/SH_;
+ * static helpers are unprefixed. Nothing declared here is exported from
+ * the shared library. */
 #ifndef SHOAL_IMPL_H
 #define SHOAL_IMPL_H
 

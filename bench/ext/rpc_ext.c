@@ -1,6 +1,9 @@
-/* The extension `shoal bench rpc` calls: functions that hand back what
- * they get, as pyisolate's benchmark extensions do, so a call measures the
- * trip there and back. */
+/* The extension `shoal bench rpc` calls, and the library of the task
+ * engines of `shoal bench tasks` and `cluster`: echo hands back what it
+ * gets, as pyisolate's benchmark extensions do, so a call measures the
+ * trip there and back; nop does nothing (an idle extension's one call, a
+ * no-op task); nested and singleton call the host's singletons back; touch
+ * reads every page of a tensor, as a reader holding it would. */
 #include <shoal/ext.h>
 
 int shoal_ext_init(shoal_ext_registry *r);

@@ -1,16 +1,25 @@
-/* The extension side of shoal.isolate: an isolated Python extension is a
- * python3 process that runs shoal's extension runner (shoal-ext's own
- * code: tools/lib/ext_runner.c) with this file's extension built in.
- * The host starts it as `python3 -S -P -c BOOT PKGDIR RUNNER-OPTIONS`:
- * BOOT imports this module and calls _run_extension, which applies the
- * limits and the sandbox, then runs py_init: site-packages (the venv's,
- * from pyvenv.cfg) and the extension's module are read only from there
- * on, confined. Its one function, "call", runs a method: [method, args,
- * kwargs] in, an envelope [0, result] or [1, error] out, so that an
- * exception keeps its type name, message and traceback. A python3 of its
- * own rather than CPython embedded in shoal-ext: the interpreter's pages
- * are the host's (the same executable), so an idle extension costs its
- * heap alone, and it starts as fast. */
+/* The module's side in the python3 processes that shoal starts. An
+ * isolated Python extension (shoal.isolate) is a python3 process that runs
+ * shoal's extension runner (shoal-ext's own code: its command line
+ * tools/lib/ext_runner.c, the runner src/rpc/ext_runner.c) with this
+ * file's extension built in. The host starts it as `python3 -S -P -c BOOT
+ * PKGDIR RUNNER-OPTIONS`: BOOT imports this module and calls
+ * _run_extension, which applies the limits and the sandbox, then runs
+ * py_init: site-packages (the venv's, from pyvenv.cfg) and the
+ * extension's module are read only from there on, confined. Its one
+ * function, "call", runs a method: [method, args, kwargs] in, an envelope
+ * [0, result] or [1, error] out, so that an exception keeps its type name,
+ * message and traceback; _call_host lets the method call a host service.
+ * A python3 of its own rather than CPython embedded in shoal-ext: the
+ * interpreter's pages are the host's (the same executable), so an idle
+ * extension costs its heap alone, and it starts as fast.
+ *
+ * The same way, _run_engine is shoal-engine's code (tools/lib/engine.c)
+ * with one function built in, "py", which runs a task through
+ * shoal._engine: `python3 -m shoal.engine`; and _run_cluster is `shoal
+ * cluster` (tools/lib/cluster.c) in a python3 process, for
+ * shoal.tasks.Cluster with a launcher, whose supervisor is that python3
+ * again. */
 #include "module.h"
 #include "lib/cluster.h"
 #include "lib/tools.h"

@@ -1,7 +1,12 @@
-/* shoal._shoal: module init, the exception classes and the module-level
- * functions. The exceptions derive both from shoal's Error and from the
- * builtin a Python user already catches (KeyError, MemoryError,
- * TimeoutError, ValueError, ConnectionError). */
+/* shoal._shoal: module init (the types of every part, the constants), the
+ * exception classes and the helpers the other files raise them with
+ * (sh_py_raise: a SHOAL_E code to its class) and check a str or a path
+ * with (sh_py_cstr, sh_py_fspath), and the table of module-level
+ * functions, whose bodies are with their parts (value.c, ext.c, child.c)
+ * but default_socket's. The exceptions derive both from shoal's Error and
+ * from the builtin a Python user already catches: NotFound a KeyError,
+ * NameTaken and InvalidInput ValueErrors, StoreFull a MemoryError, Timeout
+ * a TimeoutError, Closed a ConnectionError. */
 #include "module.h"
 
 #include <stdarg.h>

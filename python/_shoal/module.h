@@ -1,8 +1,11 @@
 /* shoal._shoal: declarations shared by the C extension module's files
  * (module.c: init, exceptions; client.c: Client, Store; object.c: Object,
- * Tensor, Blob). The module is the thin C layer the pure-Python package
- * `shoal` builds on: every store call goes through here, with the GIL
- * released around it. */
+ * Tensor, Blob; value.c: Python values as call values; ext.c and child.c:
+ * isolated extensions, the host's side and the extension's, and in child.c
+ * the entries of the Python engine and `shoal cluster`; farm.c:
+ * Controller, Farm). The module is the thin C layer the pure-Python
+ * package `shoal` builds on: every store, extension and task call goes
+ * through here, with the GIL released while it blocks. */
 #ifndef SHOAL_PY_MODULE_H
 #define SHOAL_PY_MODULE_H
 

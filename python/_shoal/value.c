@@ -1,6 +1,6 @@
 /* shoal._shoal: Python objects to RPC values and back, for isolated
- * extensions (shoal.isolate): what a call's arguments and result become
- * on the wire, on both sides.
+ * extensions (shoal.isolate) and tasks (shoal.tasks): what a call's
+ * arguments and result become on the wire, on both sides.
  *
  * msgpack's kinds map directly (None, bool, int, float, str, bytes, list,
  * dict); what msgpack lacks travels as a tagged value, a one-pair map whose
@@ -9,8 +9,10 @@
  * program registers (shoal.isolate.register_type). Decoding constructs
  * only these: never an object whose type the other side names, so an
  * extension cannot make its host run code. Arrays and tensors go through
- * hooks of the Python package (shoal/isolate.py), which knows numpy and
- * torch. */
+ * hooks of the Python package (shoal/_values.py), which knows numpy and
+ * torch. A received tensor is a copy in a Value (ShVal) of its own, or,
+ * shared through a store this side is connected to, a view of the store's
+ * object. */
 #include "module.h"
 
 #include <dlpack/dlpack.h>

@@ -1,8 +1,9 @@
 """What crosses between processes when a call fails: an exception as an envelope
 ``[1, {type, message, traceback}]`` (a result is ``[0, value]``), and back into an exception
 on the other side: the same builtin class when it is one, else :class:`RemoteError`. Shared
-by shoal.isolate (extensions) and shoal.tasks (engines); what the other side sends is data,
-and no class is ever looked up from it but the builtins of a fixed table."""
+by shoal.isolate (extensions), shoal.tasks and its engines' side (shoal._engine); what the
+other side sends is data, and no class is ever looked up from it but the builtins of a
+fixed table."""
 from __future__ import annotations
 
 import sys

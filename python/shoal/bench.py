@@ -1,6 +1,7 @@
 """``python3 -m shoal.bench store`` (or ``shoal bench py-store``): the object store from
 Python, each figure beside a baseline measured in the same run. ``python3 -m shoal.bench
-rpc`` (``shoal bench py-rpc``) is in shoal.bench_rpc, with these helpers.
+rpc`` (``shoal bench py-rpc``) is in shoal.bench_rpc and ``python3 -m shoal.bench tasks``
+(``shoal bench py-tasks``) in shoal.bench_tasks, with these helpers.
 
 - put_small / get_small: a 64-byte bytes object; baseline: pickle through
   ``multiprocessing.shared_memory`` (the same object, the same round trip).

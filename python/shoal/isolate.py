@@ -17,11 +17,12 @@ sandbox levels, deadlines and restarts as a C extension; the module at
 host calls.
 
 Values: None, bool, int, float, str, bytes, list, tuple, set, dict, numpy arrays and
-torch tensors (copied through shared-memory rings), and types registered on both sides
-with :func:`register_type`. Nothing else is ever constructed from what an extension
-sends: the host never unpickles, imports or calls anything an extension names, so an
-extension cannot run code in its host. An exception in the extension is raised in the
-host as the same builtin type when it is one (its remote traceback in a note), else as
+torch tensors (copied through shared-memory rings; with ``share_torch`` in its config,
+torch tensors by reference through a store), and types registered on both sides with
+:func:`register_type`. Nothing else is ever constructed from what an extension sends:
+the host never unpickles, imports or calls anything an extension names, so an extension
+cannot run code in its host. An exception in the extension is raised in the host as the
+same builtin type when it is one (its remote traceback in a note), else as
 :class:`RemoteError`; a crash raises :class:`ExtensionCrashed` at once in every call in
 flight.
 """

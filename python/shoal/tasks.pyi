@@ -1,5 +1,5 @@
-"""Type stubs of shoal.tasks (tasks.py keeps typing out of its imports: an engine imports
-it at its start)."""
+"""Type stubs of shoal.tasks: tasks.py imports typing only for type checkers (importing it
+would cost a process milliseconds at its start), so its public names are typed here."""
 import concurrent.futures
 from contextlib import AbstractContextManager
 from typing import Any, Callable, Dict, Generator, Iterable, Iterator, List, Optional, TypeVar

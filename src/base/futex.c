@@ -1,8 +1,12 @@
-/* Waking a sleeper: futexes and eventfds. Private futexes serve threads of
- * one process (the fiber layer's cross-thread operations); shared ones serve
- * words in shared memory that another process wakes (the ring doorbells).
- * An eventfd wakes whoever waits in epoll (a scheduler's inbox, a fiber on a
- * ring). Deadlines are absolute CLOCK_MONOTONIC nanoseconds. */
+/* Waking a sleeper: futexes, eventfds and doorbells. Private futexes serve
+ * threads of one process (the fiber layer's cross-thread operations);
+ * shared ones serve words in shared memory that another process wakes (a
+ * ring's wait flags). An eventfd no other process holds wakes whoever
+ * waits in epoll (a scheduler's inbox, a server's stop). A doorbell that
+ * another process rings is a pipe whose read end only its maker holds
+ * (sh_bell_*): on a shared eventfd the peer could clear O_NONBLOCK, or
+ * fill it, and make our next read or write block a whole thread. Deadlines
+ * are absolute CLOCK_MONOTONIC nanoseconds. */
 #include "shoal_impl.h"
 
 #include <errno.h>

@@ -1,10 +1,10 @@
-/* net: TCP for peers on other hosts (task engines and clients now, peer
- * daemons later). Listening and connecting; whole frames (wire.h headers)
- * over a stream, from a fiber (non-blocking, waiting in the poller) or
- * from a thread; the shared-secret handshake that every TCP path goes
- * through before a byte of protocol (a peer that does not know the secret
- * can neither submit nor run anything); and the secure channel every byte
- * after it travels in.
+/* net: TCP for peers on other hosts (the task farm's engines and clients,
+ * stores fetching objects from each other). Listening and connecting;
+ * whole frames (wire.h headers) over a stream, from a fiber (non-blocking,
+ * waiting in the poller) or from a thread; the shared-secret handshake
+ * that every TCP path goes through before a byte of protocol (a peer that
+ * does not know the secret can neither submit, run nor fetch anything);
+ * and the secure channel every byte after it travels in.
  *
  * Handshake (K the secret, Ns and Nc 32 random bytes of each side, Fs and
  * Fc 4 bytes of flags: bit 0, "this side may go without encryption"):

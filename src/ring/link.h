@@ -5,11 +5,17 @@
  * connected to the side that accepted, "down" back.
  *
  * Set-up: the connector sends a hello (magic, protocol, version); the
- * acceptor, a fiber of a server, makes the rings and an eventfd per ring
- * that it sleeps on (so that waiting blocks only its fiber), and answers
- * with the ring size, words of its protocol's own, and descriptors: the
- * rings, the eventfds, and what else the protocol adds. The connector, a thread,
- * sleeps on the rings' futexes and rings the acceptor's eventfd. */
+ * acceptor, a fiber of a server, makes the rings and a doorbell per ring
+ * that it sleeps on (so that waiting blocks only its fiber), a pipe whose
+ * read end only it holds (so that the connector cannot make it block),
+ * and answers with the ring size, words of its protocol's own, and
+ * descriptors: the rings, the doorbells' write ends, and what else the
+ * protocol adds. The connector, a thread, sleeps on the rings' futexes and
+ * rings the acceptor's doorbells.
+ *
+ * Also here: where the default sockets live (a directory of this user's
+ * that no one else may enter), listening, and who may connect (our uid,
+ * root, a group). */
 #ifndef SHOAL_RING_LINK_H
 #define SHOAL_RING_LINK_H
 

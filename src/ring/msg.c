@@ -1,6 +1,7 @@
 /* Messages larger than a ring record: written as consecutive records and
- * read back whole. The frame header's length says how much follows; it is
- * bounded (SH_MSG_MAX) and every record must fit what is still owed. */
+ * read back whole, or, out of band, read straight into their parts. The
+ * frame header's length says how much follows; it is bounded (SH_MSG_MAX)
+ * and every record must fit what is still owed. */
 #include "ring/msg.h"
 
 #include <string.h>

@@ -1,6 +1,8 @@
 /* Framed messages over a ring: a frame (wire.h) larger than one ring
- * record goes as consecutive records, read back into one buffer. The store
- * and the RPC layer both send their requests and replies this way. */
+ * record goes as consecutive records, read back into one buffer; bytes out
+ * of band after a frame (large payloads) go from where they lie into where
+ * they belong, one copy on each side. The store, the RPC layer and the
+ * task farm send their requests and replies this way. */
 #ifndef SHOAL_RING_MSG_H
 #define SHOAL_RING_MSG_H
 

@@ -6,10 +6,11 @@
  * loading that index. A side that finds nothing to do spins for a few
  * microseconds (a wake-up costs ~20 us on this VM, a spin round trip
  * ~0.4 us), then sets its wait flag in the shared header and sleeps: on the
- * flag itself as a futex (threads), or on an eventfd (fibers, so that
- * blocking stops only the fiber and the poller wakes it). The other side
- * rings the doorbell only when it sees the flag set, so a busy pair makes
- * no system calls and an idle one burns no CPU.
+ * flag itself as a futex, or on a doorbell, a pipe whose read end only the
+ * sleeper holds (sh_bell_pair), so that a fiber blocks only itself, in the
+ * poller, and a thread can poll a pidfd of its peer beside it. The other
+ * side rings the doorbell only when it sees the flag set, so a busy pair
+ * makes no system calls and an idle one burns no CPU.
  *
  * The peer may be hostile: every index and record header read from shared
  * memory is checked against the local copies before use, and a bad one

@@ -1,9 +1,14 @@
-/* The host side of extensions: starting shoal-ext with its descriptors,
- * the ready handshake, calls over the rings, and what happens when the
- * child dies or a call passes its deadline. A call sleeps on a doorbell
- * (a pipe) the child rings, polled together with a pidfd of the child, so a crash
- * fails the call the moment the child is gone, with its signal or exit
- * status in the message. */
+/* The host side of extensions: starting the runner (shoal-ext, or the one
+ * configured: a python3 for a Python extension) with its descriptors, in a
+ * cgroup of its own where one can be made (its memory limited to mem_max,
+ * its whole tree ending with it), its output in the log; the ready
+ * handshake; calls over the rings, several in flight, each reply read when
+ * someone waits for it; the host services an extension calls back; and
+ * what happens when the child dies (started again before the next call,
+ * when asked) or a call passes its deadline. A call sleeps on a doorbell
+ * (a pipe) the child rings, polled together with a pidfd of the child, so
+ * a crash fails the call the moment the child is gone, with its signal or
+ * exit status in the message. */
 #include "ring/ring.h"
 #include "rpc/ext_proto.h"
 #include "ring/msg.h"

@@ -1,4 +1,5 @@
-/* Extension libraries: loading a .so written against shoal/ext.h, its
+/* Extension libraries: loading a .so written against shoal/ext.h (or
+ * taking the functions built into the process: the Python module's), its
  * registry of named functions, and running one of them. shoal-ext (the
  * extension runner) and shoal-engine (the task engine) both load and run
  * functions this way. */

@@ -5,15 +5,23 @@
  * control page; its size sealed, so the extension cannot make the host's
  * mapping fault) and the write end of a pipe the extension rings when the
  * host sleeps (only the host holds the read end; nor does it rely on the
- * ring alone: it re-checks the ring); it spawns the runner
- * with them as descriptors 3, 4 and 5 and the config in argv. The runner
- * loads the .so, runs its init and sends one ready message on the socket:
- * SH_EXT_READY_MAGIC, a status (0 or the init's SHOAL_E* code) and a
- * message. Then frames (wire.h) go over the rings:
+ * ring alone: it re-checks the ring); it spawns the runner with them as
+ * descriptors 3, 4 and 5 and the config in argv. The runner loads the .so
+ * (or takes the extension built into it: a Python extension's), runs its
+ * init and sends one ready message on the socket: SH_EXT_READY_MAGIC, a
+ * status (0 or the init's SHOAL_E* code) and a message. Then frames
+ * (wire.h) go over the rings:
  *   CALL   [function, args]     -> RETURN [result] | status < 0, [message]
  *   STOP   []                   (no reply: the runner exits 0)
- * The host watches a pidfd of the child beside the reply ring, so a death
- * wakes a waiting call at once. */
+ * and, while a call runs, the extension may CALL a host service [method,
+ * args] on the reply ring, which the host answers with a RETURN on the
+ * call ring (the service may call the extension again: calls nest). Large
+ * payloads follow their frame out of band (SH_FRAME_OOB) or go by
+ * reference to store objects (SH_FRAME_SHARED). In the control page the
+ * host writes the number of a call past its deadline, which it asks to
+ * give up (and kills SH_EXT_CANCEL_GRACE_NS later if it has not). The host
+ * watches a pidfd of the child beside the reply ring, so a death wakes a
+ * waiting call at once. */
 #ifndef SHOAL_RPC_EXT_PROTO_H
 #define SHOAL_RPC_EXT_PROTO_H
 

@@ -1,8 +1,13 @@
-/* The extension side: what shoal-ext runs. It applies the limits and the
- * sandbox, loads the extension, reports ready (or why not), then serves
- * calls from the ring until told to stop or the host goes (it dies with
- * the host: PR_SET_PDEATHSIG). Nothing here trusts the host less than
- * any peer: frames and values are validated the same way. */
+/* The extension side: what shoal-ext runs (its command line is
+ * tools/lib/ext_runner.c), and a Python extension's python3 with the
+ * module's functions built in (cfg->init). It applies the limits and the
+ * sandbox (basic: a session of its own, no new privileges; strict:
+ * namespaces and a pid namespace of its own, another uid without
+ * capabilities, a syscall filter), loads the extension, reports ready (or
+ * why not), then serves calls from the ring, and passes on the calls of
+ * host services they make, nested, until told to stop or the host goes
+ * (it dies with the host: PR_SET_PDEATHSIG). Nothing here trusts the host
+ * more than any peer: frames and values are validated the same way. */
 #include "ring/ring.h"
 #include "rpc/ext_lib.h"
 #include "ring/msg.h"

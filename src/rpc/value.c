@@ -1,7 +1,10 @@
 /* RPC values: constructors into a vbuf (a bump arena), the msgpack
  * encoder, and the strict decoder. Strings are checked to be UTF-8 (a
  * Python binding must be able to make a str of every one) and get a NUL
- * after their bytes, so C code can use them as they are. */
+ * after their bytes, so C code can use them as they are. Large payloads
+ * need not be copied into the body: they go out of band after the frame
+ * (sh_oob), or are put into a store object once and passed by reference
+ * (sh_value_share), which the receiver maps. */
 #include "rpc/value.h"
 #include "store/client.h"
 

@@ -1,5 +1,7 @@
 /* RPC values on the wire: msgpack, one value per argument list or result,
- * decoded by the strict cursor of the wire layer into a vbuf. */
+ * decoded by the strict cursor of the wire layer into a vbuf. Large
+ * payloads go out of band after the frame (copy mode) or by reference to
+ * store objects (shared mode); a vbuf holds what its values map. */
 #ifndef SHOAL_RPC_VALUE_H
 #define SHOAL_RPC_VALUE_H
 

@@ -1,5 +1,6 @@
-/* memfd regions, seals and descriptor passing (see shm.h). Errors carry the
- * errno of the call that failed, as a SHOAL_E code, and are logged with
+/* memfd regions, seals, the kernel's copies and descriptor passing (see
+ * shm.h). Errors carry the errno of the call that failed, as a SHOAL_E
+ * code; a region that cannot be made, mapped or sealed is logged with
  * what was asked. */
 #include "shm/shm.h"
 

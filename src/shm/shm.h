@@ -1,6 +1,9 @@
 /* The shm layer: memfd regions, their seals, and passing their file
- * descriptors to another process over a unix socket. Everything above that
- * shares memory across processes (rings, blobs) is built from these. */
+ * descriptors to another process over a unix socket; and moving bytes in
+ * and out of a descriptor by the kernel (whole preads and pwrites, copies
+ * between files), so that no page of a region is faulted into this
+ * process. Everything above that shares memory across processes (rings,
+ * blobs) is built from these. */
 #ifndef SHOAL_SHM_H
 #define SHOAL_SHM_H
 

@@ -2,8 +2,10 @@
  * writable memory until the seal. Small blobs (up to SH_STORE_INLINE_MAX)
  * live in the builder and travel inside the seal request; larger ones are
  * carved from regions, memfds the store creates and we map writable, so
- * the bytes are written once, in place. The seal unmaps every region
- * first: the store's seal fails while a writable mapping exists. */
+ * the bytes are written once, in place, or by the kernel through the
+ * region's memfd (shoal_builder_write, for large writes: no page of it
+ * faulted in here). The seal unmaps every region first: the store's seal
+ * fails while a writable mapping exists. */
 #include "store/client.h"
 #include "shm/shm.h"
 

@@ -1,8 +1,13 @@
-/* Store clients: connecting (the set-up of proto.h), requests over the
- * rings, and reading objects: a get maps the blobs' segments read-only
- * once per connection and hands out pointers into them; no byte is
- * copied. A client is one thread's: it sleeps on the reply ring's futex,
- * in slices, looking at the socket between them to notice a dead store. */
+/* Store clients: connecting (a link, with the set-up of proto.h), requests
+ * over the rings, and reading objects: a get maps the blobs' segments
+ * read-only (each once while the connection uses it, and a few idle ones
+ * kept mapped after, within bounds) and hands out pointers into them; no
+ * byte is copied. Also the read side of metadata trees and their DLPack
+ * views, the other requests (delete, persist, list, stat, claim,
+ * migrate), and what RPC values passed by reference borrow of a mapped
+ * segment (rpc/value.c). A client is one thread's: it sleeps on the reply
+ * ring's futex, in slices, looking at the socket between them to notice a
+ * dead store. */
 #include "store/client.h"
 #include "ring/msg.h"
 #include "shm/shm.h"

@@ -1,5 +1,7 @@
 /* The client side of the store protocol, shared by client.c (connection,
- * requests, reading objects) and builder.c (creating them). */
+ * requests, reading objects), builder.c (creating them), st_io.c
+ * (safetensors files in and out) and rpc/value.c (payloads passed by
+ * reference, borrowed from segments the client has mapped). */
 #ifndef SHOAL_STORE_CLIENT_H
 #define SHOAL_STORE_CLIENT_H
 

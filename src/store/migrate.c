@@ -1,9 +1,12 @@
-/* The fetching side of migrations: a client's MIGRATE makes this store
- * copy an object from another store (its peer address, TCP). A thread per
- * transfer connects, proves the secret, sends FETCH and writes every blob
- * straight into one new region as its records come; the store's thread
- * checks the metadata, reserves the room, and at the end serves the copy
- * under the object's own id and signature, as any object of its own.
+/* The fetching side of migrations: a client's MIGRATE, or a GET of an
+ * object that is elsewhere in the cluster, makes this store copy it from
+ * another store (its peer address, TCP). A thread per transfer connects,
+ * proves the secret, sends FETCH and writes every blob straight into one
+ * new region as its records come, beside a thread for each other share
+ * the source grants, which JOINs the transfer on a link of its own; the
+ * store's thread checks the metadata, reserves the room, and at the end
+ * serves the copy under the object's own id and signature, as any object
+ * of its own.
  *
  * Asks for an object already on its way join its transfer (same peer and
  * key); a copy already here answers at once (same id, or, once the

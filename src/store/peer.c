@@ -1,10 +1,11 @@
 /* The source side of migrations: other stores connect on opts.peer (TCP),
  * prove they know the cluster's secret, and FETCH objects. The store's
  * thread runs the handshake and the requests (fibers); the bytes go from a
- * thread per transfer, straight from the object's files into the channel's
- * records, while the store goes on serving its clients. The object is held
- * (a read reference) until its last byte is in the socket: a delete
- * meanwhile only unbinds its name. */
+ * thread per share (the FETCH's link sends the first, each link that JOINs
+ * the transfer one more), straight from the object's files into the
+ * channel's records, while the store goes on serving its clients. The
+ * object is held (a read reference) until its last byte is in the socket:
+ * a delete meanwhile only unbinds its name. */
 #include "store/server.h"
 #include "store/proto.h"
 #include "net/net.h"

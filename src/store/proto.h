@@ -1,46 +1,54 @@
 /* The store protocol, shared by the server (server.c) and the client
  * (client.c).
  *
- * Connection set-up on the unix socket: the client sends HELLO (one
- * message, its version); the store answers with one message carrying
- * [version, ring_bytes, arena_bytes, client_id, instance] and three
- * descriptors: the memfd holding both rings (request ring first), the
- * store's doorbell eventfd, and the small-object arena opened read-only.
+ * Connection set-up is a link's (ring/link.h, protocol SH_STORE_PROTO):
+ * the store's words are [version, arena_bytes, client_id, instance] and
+ * its one descriptor of its own the small-object arena, opened read-only.
  * After that the socket carries only descriptors from the store (new
- * segments, each message [count] and up to SH_FD_MAX of them) and tells
- * each side when the other is gone.
+ * segments: each message the count and the segments' ids, as 64-bit words,
+ * with up to SH_FD_MAX descriptors) and tells each side when the other is
+ * gone.
  *
  * Requests and replies are frames (wire.h) on the rings; bodies:
- *   CREATE  [size]                          -> [segment]      + the fd first
- *   SEAL    [name|nil, flags, node]          -> [id, signature]
- *   ABORT   [segment]                        (no reply)
- *   GET     [id | name]                      -> [id, signature, [[segment, size]...], node]
- *                                              + descriptors of the new segments first
- *   RELEASE [[id...], [segment...]]          (no reply)
- *   DELETE  [id | name]                      -> []
- *   PERSIST [id]                             -> []
- *   LIST    [prefix, after|nil, max]         -> [[[name, id, type, bytes]...], more]
- *   STAT    []                               -> [capacity, used, objects, names, clients, pending,
- *                                               sent, sent_bytes, fetched, fetched_bytes,
- * migrating] MIGRATE [id | name, from | nil, wait_ms]  -> [true, id] | [false, ticket, received,
- * total] MIGWAIT [ticket, wait_ms]                 -> the same A failed request gets a frame with a
- * negative status and body [message].
+ *   CREATE  [size]                      -> [segment]  + the fd first
+ *   SEAL    [name|nil, flags, node]     -> [id, signature]
+ *           [name|nil, flags, node, owner]  (sealed for the connection whose
+ *                                            CLAIM gave owner, which owns it)
+ *   ABORT   [segment]                   (no reply)
+ *   GET     [id | name]                 -> [id, signature, [[segment, size]...], node]
+ *                                          the segments new to this connection,
+ *                                          their descriptors after the reply
+ *   RELEASE [[id...], [segment...]]     (no reply)
+ *   DELETE  [id | name]                 -> []
+ *   PERSIST [id]                        -> []
+ *   LIST    [prefix, after|nil, max]    -> [[[name, id, type, bytes]...], more]
+ *   STAT    []                          -> [capacity, used, objects, names, clients,
+ *                                           pending, sent, sent_bytes, fetched,
+ *                                           fetched_bytes, migrating, peers, registry]
+ *   CLAIM   []                          -> [token]  (this connection's owner token)
+ *   MIGRATE [id | name, from|nil, streams, wait_ms]
+ *                                       -> [true, id] | [false, ticket, received, total]
+ *   MIGWAIT [ticket, wait_ms]           -> the same
+ * A failed request gets a frame with a negative status and body [message].
  *
  * MIGRATE copies an object of another store (the one whose peer address is
- * from) into this one; it answers when the copy is here (its id), or after
- * wait_ms with a ticket to wait on with MIGWAIT and the bytes so far. Asks
- * for one object while it is on its way wait for the same transfer.
+ * from) into this one, over at most streams links (0:
+ * SHOAL_MIGRATE_STREAMS); it answers when the copy is here (its id), or
+ * after wait_ms with a ticket to wait on with MIGWAIT and the bytes so
+ * far. Asks for one object while it is on its way wait for the same
+ * transfer.
  *
  * Stores speak to each other over TCP (SH_PEER_PROTO, after the handshake
  * of net.h, in its channel), in frames of the same layout:
- *   FETCH   [id | name, streams]  -> [id, signature, region_bytes, meta: bin, token]
+ *   FETCH   [id | name, streams]  -> [id, signature, region_bytes, meta: bin, token, streams]
  *                                    then share 0 of the blobs' bytes
  *   JOIN    [token, i]            -> []  then share i (1 <= i < streams)
  * meta is [name | nil, node] with every blob [1, offset, size] in one
  * region of region_bytes (the copy's layout: one segment, blobs 64-byte
  * aligned, in order). The blobs' bytes, one after another in the tree's
- * order, are cut into streams shares (sh_peer_share); the first travels on
- * the FETCH's link, each other one on a link of its own that JOINs the
+ * order, are cut into shares (sh_peer_share), as many as the reply says:
+ * those asked for at most, each worth a link's set-up. The first travels
+ * on the FETCH's link, each other one on a link of its own that JOINs the
  * transfer by its token (0 for one stream). The bytes go as the channel's
  * records, which the fetcher writes at their offsets as they come. */
 #ifndef SHOAL_STORE_PROTO_H

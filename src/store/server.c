@@ -1,9 +1,12 @@
 /* The store server: the state of shoald and of an embedded store, and the
  * handling of every request (protocol in proto.h). One thread runs it, as
- * fibers over one poller: an accept fiber, and per connection a request
- * fiber reading the request ring and a watcher that sees on the socket
- * when the client is gone. Nothing is shared with other threads except
- * the stop doorbell, so nothing here takes a lock.
+ * fibers over one poller: an accept fiber, per connection a request fiber
+ * reading the request ring and a watcher that sees on the socket when the
+ * client is gone, and a mail fiber. The threads of migrations, of peers'
+ * transfers and of the registry touch none of the store's state: they
+ * post what they finished to the mailbox (sh_store_post), whose fiber
+ * runs it here; the spares' worker shares only its lists (spare.c). So
+ * the mailbox's is the one lock taken here.
  *
  * Memory: blobs up to SH_STORE_INLINE_MAX arrive inside the seal request
  * and are copied into the arena, one memfd that only this process maps
@@ -11,7 +14,12 @@
  * blobs live in segments: a memfd per builder region, written by its
  * creator, then sealed by us (write, grow, shrink, seal), which the kernel
  * refuses while any writable mapping exists, so after the seal nobody,
- * the creator included, can change a byte. */
+ * the creator included, can change a byte.
+ *
+ * Also here: the state directory's objects read back at start (state.c
+ * keeps the files), and gets of objects that are elsewhere in the cluster
+ * (the registry's, else the --peers-file stores'), fetched here as a
+ * migration (migrate.c). */
 #include "store/server.h"
 #include "store/node.h"
 #include "store/proto.h"

@@ -1,8 +1,9 @@
 /* The store server's state, shared by the files that serve it: server.c
  * (local clients, objects, memory), peer.c (other stores fetching objects
- * from this one over TCP) and migrate.c (this store fetching objects from
- * others). Everything here belongs to the store's thread; other threads
- * reach it only through sh_store_post. */
+ * from this one over TCP), migrate.c (this store fetching objects from
+ * others) and registry.c (the cluster's registry in etcd). Everything here
+ * belongs to the store's thread; other threads reach it only through
+ * sh_store_post. */
 #ifndef SHOAL_STORE_SERVER_H
 #define SHOAL_STORE_SERVER_H
 

@@ -1,12 +1,20 @@
 /* The task controller: a thread with a fiber scheduler, as the store's
- * server is. A fiber per connection reads its up ring (clients' SUBMITs,
- * engines' DONEs); a writer fiber per connection sends its batches (RUNs
- * to an engine, RESULTs to a client), so that a reader never blocks on a
- * full ring of another connection. Tasks are routed by the scheme as they
- * arrive, batched per engine, and their results batched per client.
+ * server is. Clients and engines connect on this host as links (rings) or
+ * from others over TCP (the secure channel of net.h). A fiber per
+ * connection reads what it sends (clients' SUBMITs, engines' DONEs); a
+ * writer fiber per connection sends its batches (RUNs to an engine,
+ * RESULTS to a client), so that a reader never blocks on a full ring or
+ * socket of another connection. Tasks are routed by the scheme as they
+ * arrive, at most a window of them on each engine, batched per engine, and
+ * their results batched per client; dependencies (after, follow), retries
+ * and deadlines are kept here.
  *
  * Arguments and results are forwarded as the bytes their sender encoded;
- * the controller reads only ids, options and statuses (proto.h). */
+ * the controller reads only ids, options and statuses (proto.h). A large
+ * task's bytes, out of band, are relayed as they come from a client over
+ * TCP to an engine over TCP when nothing must be kept for a retry or a
+ * dependency; else they are held in a buffer, and while the buffers hold
+ * more than HELD_MAX bytes no client is read further. */
 #include "net/net.h"
 #include "shm/shm.h"
 #include "store/proto.h"

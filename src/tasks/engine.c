@@ -1,11 +1,12 @@
-/* The task engine: what shoal-engine runs. It loads a library of
- * functions (as an extension runner does), connects to the controller as
- * an engine, and runs the RUN batches it gets in order, sending results
- * back in DONE batches: whenever a batch of them is full, 100 us after the
- * last was sent, and when the RUN batch is done. A flusher thread sends
- * them too when one task runs long, so that a result does not wait for the
- * tasks behind it. A thread beside it watches the socket, so that the
- * engine ends when the controller does.
+/* The task engine: what shoal-engine runs, and `python3 -m shoal.engine`
+ * with the Python module's functions built in (cfg->init). It loads a
+ * library of functions (as an extension runner does), connects to the
+ * controller as an engine, and runs the RUN batches it gets in order,
+ * sending results back in DONE batches: whenever a batch of them is full,
+ * 100 us after the last was sent, and when the RUN batch is done. A
+ * flusher thread sends them too when one task runs long, so that a result
+ * does not wait for the tasks behind it. A thread beside it watches the
+ * socket, so that the engine ends when the controller does.
  *
  * The controller drops the tasks of a client that went: on this host by
  * marking their entries in the page it shares with us, over TCP in DROP

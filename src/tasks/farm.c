@@ -1,8 +1,12 @@
 /* The task farm's client: tasks are encoded into a SUBMIT batch as they
  * are submitted and sent when the batch is full or the client flushes or
- * waits, so submitting never waits for the controller. Results arrive in
- * batches and are kept, as the bytes the engine encoded, until waited for;
- * a wait decodes its result into the caller's vbuf.
+ * waits, so submitting a small task never waits for the controller. A
+ * task with large arguments goes at once, alone in its frame after the
+ * batches before it, its bytes out of band from where they lie. With a
+ * store (shoal_farm_use_store), tensors and blobs not in it yet are put
+ * there first and go by reference. Results arrive in batches and are kept,
+ * as the bytes the engine encoded, until waited for; a wait decodes its
+ * result into the caller's vbuf.
  *
  * shoal_farm_stat asks the controller for its figures (a STATUS frame,
  * answered after the results it has for us). A wait that times out asks

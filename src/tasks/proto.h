@@ -1,12 +1,14 @@
-/* The task farm's protocol, between clients, the controller and engines on
- * one host. Each connects to the controller's socket as a link
- * (ring/link.h) with its own protocol word, then frames (wire.h) go over
- * the rings, each carrying a batch:
+/* The task farm's protocol, between clients, the controller and engines.
+ * On one host each connects to the controller's socket as a link
+ * (ring/link.h) with its own protocol word, and frames (wire.h) go over
+ * the rings; from another host over TCP, in the secure channel (net.h).
+ * Each frame carries a batch:
  *
  *   client -> controller   SUBMIT  [[id, fn, args, timeout_ns, retries, engine,
  *                                     [after id...], [follow id...]] ...]
+ *   client -> controller   OWNER   [token]  (once, before its tasks)
  *   controller -> client   RESULTS [[id, status, [result, [made id...]] | message] ...]
- *   controller -> engine   RUN     [[tid, fn, args] ...]
+ *   controller -> engine   RUN     [[tid, owner, fn, args] ...]
  *   engine -> controller   DONE    [[tid, status, [result, [made id...]] | message] ...]
  *   engine -> controller   STARTED [seq]   (over TCP, before it starts its seq-th entry)
  *   controller -> engine   DROP    [seq...] (over TCP: entries whose client went)
@@ -14,21 +16,24 @@
  *   controller -> client   STATUS  [engines, clients, queued, running, done, retried,
  *                                   failed, held, held_peak, [[num, peer, pid, in flight] ...]]
  *
- * Over TCP every frame travels in the secure channel (net.h). An engine
- * holds at most the controller's window of tasks; the rest wait there.
+ * An engine holds at most the controller's window of tasks; the rest wait
+ * there. A task of at least SH_TASKS_REF_MIN bytes goes alone in its
+ * frame, [id, bytes, timeout_ns, ...], its fn and args out of band after
+ * it. The controller passes it on in a RUN batch as any other (its bytes
+ * written from where it holds them), or, relaying it from a client over
+ * TCP to an engine over TCP, alone: RUN [[tid, owner, bytes]], the bytes
+ * as they come, then a verdict (0: its client went, run nothing).
  *
  * A result is sent with the ids of the store objects its engine made for
  * it (its large tensors and blobs, by reference, when the engine has a
- * store): the client that takes the result deletes them, so they live
- * until its vbuf lets go; they are the client's from the moment they are
- * sent (the engine forgets them).
+ * store, sealed for the owner its client gave): the client that takes the
+ * result deletes them, so they live until its vbuf lets go; they are the
+ * client's from the moment they are sent (the engine forgets them).
  *
  * The controller never decodes arguments or results: it forwards the
  * bytes of fn and args (and of a result) as the sender encoded them, and
  * reads only ids, options and statuses. Engines decode arguments with the
- * strict value decoder; clients decode results the same way. Tasks carry
- * their payloads inline (no bytes out of band): a large payload goes as a
- * store object by reference. */
+ * strict value decoder; clients decode results the same way. */
 #ifndef SHOAL_TASKS_PROTO_H
 #define SHOAL_TASKS_PROTO_H
 

@@ -1,6 +1,7 @@
-/* Frames and the strict msgpack cursor. See wire.h for why the reader is
- * our own: every length and count is checked against the bytes that are
- * actually there before anything is trusted or allocated. */
+/* Frames, the write buffer and the strict msgpack cursor. See wire.h for
+ * why the reader is our own: every length and count is checked against
+ * the bytes that are actually there before anything is trusted or
+ * allocated. */
 #include "wire/wire.h"
 #include "ring/msg.h"
 

@@ -1,9 +1,11 @@
 /* The wire layer: how requests and replies look in bytes. A frame is a
- * fixed 24-byte header and a msgpack body. Bodies are written with
- * libmsgpack's packer; they are read with sh_mp, a strict cursor that
- * allocates nothing and checks every count against the bytes left before
- * trusting it (libmsgpack's unpacker allocates what a hostile count
- * claims), so one decoder path handles hostile input from any peer. */
+ * fixed 24-byte header and a msgpack body, and, with SH_FRAME_OOB, bytes
+ * out of band after it (large payloads, written from where they lie).
+ * Bodies are written with libmsgpack's packer into an sh_wbuf; they are
+ * read with sh_mp, a strict cursor that allocates nothing and checks every
+ * count against the bytes left before trusting it (libmsgpack's unpacker
+ * allocates what a hostile count claims), so one decoder path handles
+ * hostile input from any peer. */
 #ifndef SHOAL_WIRE_H
 #define SHOAL_WIRE_H
 

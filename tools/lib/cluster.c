@@ -1,9 +1,12 @@
 /* `shoal cluster start|status|add|stop`, the commands: a task controller
- * and its engines started through a launcher (launch.c), kept by a
+ * and its engines started through a launcher (launch.h), kept by a
  * supervisor process of their own (supervisor.c) so that `start` can
  * return. `start` makes the cluster's directory (0700, in
  * shoal_socket_dir()) and runs the supervisor (this program again, as
- * `serve`); the other commands ask it on its control socket there. */
+ * `serve`, which hands its options to sh_cluster_serve); the other
+ * commands ask it on its control socket there. The helpers of that
+ * directory (its sockets' addresses, its clean-up) are here, shared with
+ * supervisor.c. */
 
 #include "lib/cluster.h"
 #include "lib/launch.h"

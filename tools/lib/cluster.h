@@ -1,7 +1,9 @@
-/* `shoal cluster` (cluster.c): the command line, shared by the shoal
+/* `shoal cluster`: the command line (cluster.c), shared by the shoal
  * program and the Python module (whose supervisor is the same code in a
- * python3 process), and the control socket's requests, which the
- * supervisor parses from whoever connects (fuzzed: fuzz_cluster_req). */
+ * python3 process); the supervisor it starts (supervisor.c) and what it is
+ * given; the helpers of a cluster's directory; and the control socket's
+ * requests (cluster_req.c), which the supervisor parses from whoever
+ * connects (fuzzed: fuzz_cluster_req). */
 #ifndef SHOAL_TOOLS_CLUSTER_H
 #define SHOAL_TOOLS_CLUSTER_H
 

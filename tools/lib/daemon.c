@@ -1,6 +1,9 @@
-/* The store daemon's main, for shoald and `shoal daemon`: options, the
- * store itself (an embedded store whose host does nothing else), and a
- * clean stop on SIGTERM or SIGINT. */
+/* The programs that serve until stopped: the store daemon's main, for
+ * shoald and `shoal daemon` (options, the store itself: an embedded store
+ * whose host does nothing else, and with --tasks a task controller beside
+ * it), and that of `shoal controller`, a controller alone; both stop
+ * cleanly on SIGTERM or SIGINT. Also small helpers of tools.h that the
+ * programs share: the default socket path, sizes parsed and formatted. */
 #include "tools.h"
 
 #include <errno.h>

@@ -1,8 +1,10 @@
 /* shoal-ext's command line (see tools/shoal-ext.c), shared with the
- * Python module, whose runner is the same program in a python3 process:
- * it answers --help and --version by hand, and says so when run by hand
- * without the descriptors a host gives it (src/rpc/ext_runner.c does the
- * work). */
+ * Python module, whose runner is the same program in a python3 process
+ * (python/_shoal/child.c). Run by hand, it answers --help and --version
+ * as every program does (cli.c), and without the descriptors a host gives
+ * it says that it is not run by hand; under a host, a usage error goes to
+ * the host as the ready message, so that the start fails with it. The
+ * work is src/rpc/ext_runner.c's. */
 #include "lib/tools.h"
 #include "rpc/ext_proto.h"
 #include "shm/shm.h"

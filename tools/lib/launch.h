@@ -1,10 +1,11 @@
 /* Launchers: how `shoal cluster` starts engines through what a cluster
  * already runs (this host's processes, mpiexec, ssh, a Slurm job), follows
  * them and ends them. A launch is one group of engines started at once; it
- * is made of units (a local engine, one mpiexec, one ssh per host, one
- * Slurm job) whose ends it reports in the launcher's own words. The
- * shared secret reaches engines through their environment or ssh's
- * standard input, never a command line. */
+ * is made of units (a local engine, the python3 that forks a host's Python
+ * engines, one mpiexec, one ssh per host, one Slurm job) whose ends it
+ * reports in the launcher's own words. The shared secret reaches engines
+ * through their environment or ssh's standard input, never a command
+ * line. */
 #ifndef SHOAL_TOOLS_LAUNCH_H
 #define SHOAL_TOOLS_LAUNCH_H
 

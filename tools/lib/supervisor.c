@@ -1,8 +1,11 @@
 /* The supervisor of a cluster (`shoal cluster serve`, started by `shoal
  * cluster start`): runs the controller in a thread, starts and follows the
- * launches (launch.c) and a local store, answers `status`, `add` and `stop`
- * on the control socket in the cluster's directory, and ends every process
- * it started when told to stop or signalled. */
+ * launches (launch.h), answers `status`, `add` and `stop` on the control
+ * socket in the cluster's directory, and ends every process it started
+ * when told to stop or signalled. With --tcp its engines get a secret (the
+ * user's, else one made for this cluster, kept in the directory); with
+ * --stores, a store on each node (on this host a shoald of its own). It
+ * tells `start` on the ready descriptor whether the engines registered. */
 #include "lib/cluster.h"
 #include "lib/launch.h"
 #include "lib/tools.h"

@@ -1,7 +1,9 @@
 /* What the programs under tools/ share: the command-line manner (cli.c),
- * the store daemon's main (shoald and `shoal daemon` are the same
- * program), the default socket path, and parsing of sizes. Exit codes are
- * the same in every program. */
+ * the mains of the store daemon (shoald and `shoal daemon` are the same
+ * program) and of a controller alone (daemon.c), the command lines of
+ * shoal-ext and shoal-engine (ext_runner.c, engine.c, which the Python
+ * module's extensions and engines run too), the default socket path, and
+ * parsing of sizes. Exit codes are the same in every program. */
 #ifndef SHOAL_TOOLS_H
 #define SHOAL_TOOLS_H
 
