@@ -38,7 +38,8 @@ const char sh_bench_opts_usage[] =
 	"  --csv FILE       also write the results as CSV (one row a metric)\n"
 	"  --plot FILE.svg  also write a plot of what a suite sweeps (a size or a\n"
 	"                   count); FILE-SUITE.svg each when several suites plot.\n"
-	"                   ring sweeps nothing: asking for its plot alone is an error\n"
+	"                   ring, py-store, py-rpc and cluster sweep nothing: asking\n"
+	"                   for the plot of one of them alone is an error\n"
 	"  --large          include the sizes that need many GiB of memory\n"
 	"Both paths are checked before the run. Tables: times show mean, std dev,\n"
 	"min (best) and max; rates the same with max (best); amounts one value.\n";
@@ -163,6 +164,7 @@ sh_bench_result *sh_bench_add(sh_bench_report *r, const char *suite, const char 
 	copy_str(x->test, sizeof(x->test), test);
 	copy_str(x->label, sizeof(x->label), label);
 	x->baseline = baseline;
+	x->own = !baseline;
 	x->status = SH_BENCH_OK;
 	x->peak_rss_kib = -1;
 	x->cmp_word = "faster";
@@ -1410,7 +1412,7 @@ int sh_bench_main(const sh_bench_suite *const *suites, size_t n, const sh_bench_
 	if (o->plot && nplots == 0) {
 		fprintf(stderr,
 			"shoal bench: --plot: %s sweeps no size or count, so it has nothing to "
-			"plot (fibers, store, rpc and tasks do)\n",
+			"plot (fibers, store, rpc, tasks and py-tasks do)\n",
 			n == 1 ? suites[0]->name : "none of these suites");
 		return 2;
 	}
@@ -1440,7 +1442,7 @@ int sh_bench_main(const sh_bench_suite *const *suites, size_t n, const sh_bench_
 		if (s->run(o, &r) != 0)
 			status = 1;
 		for (size_t k = before; k < r.n; k++)
-			if (r.res[k].status == SH_BENCH_FAILED && !r.res[k].baseline)
+			if (r.res[k].status == SH_BENCH_FAILED && r.res[k].own)
 				status = 1;
 		if (!o->json) {
 			if (i)

@@ -66,8 +66,13 @@ typedef struct sh_bench_result {
 	char label[16];
 	/* 1: a reference measured in the same run (a local call, memcpy, a
 	 * raw socket, a peer such as Go or ipyparallel), "baseline": true;
-	 * 0: shoal's own figure. Only a failure of shoal's own fails a run. */
+	 * 0: shoal's own figure, or a peer's compared with its baseline (the
+	 * slower of Go's two settings). */
 	int baseline;
+	/* shoal's own (set from !baseline by sh_bench_add; 0 for a peer's
+	 * row that is not a baseline): only a failure of shoal's own fails a
+	 * run. */
+	int own;
 	int status;
 	char message[256]; /* error (failed) or reason (skipped) */
 	sh_bench_param params[SH_BENCH_MAX_PARAMS];

@@ -22,8 +22,9 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: hackysack [N TURNS] [options]\n"
 		"Runs the hackysack benchmark (N+1 fibers kicking a sack TURNS times) on\n"
-		"shoal fibers and, when go is installed, on Go goroutines. Without N TURNS\n"
-		"it runs the whole fibers suite, like `shoal bench fibers`.\n"
+		"shoal fibers and, when they are there, on Go goroutines (go installed) and\n"
+		"a C program on boost.context (built with libboost-context-dev). Without\n"
+		"N TURNS it runs the whole fibers suite, like `shoal bench fibers`.\n"
 		"options:\n%s",
 		sh_bench_opts_usage);
 }

@@ -199,7 +199,7 @@ int sh_bench_python(const sh_bench_opts *o, sh_bench_report *r, const char *suit
 						   : NULL;
 		if (x) {
 			lines++;
-			own_failed += x->status == SH_BENCH_FAILED && !x->baseline;
+			own_failed += x->status == SH_BENCH_FAILED && x->own;
 		}
 		cJSON_Delete(j);
 	}

@@ -272,7 +272,7 @@ SH_TEST(shoal_ext_by_hand_says_a_host_starts_it)
 	CHECK(!strstr(err, "mmap") && !strstr(err, "rings"));
 	char *a2[] = {ext, NULL};
 	CHECK_EQ(run3(a2, NULL), 2);
-	CHECK_ERR_HAS("shoal_ext_load");
+	CHECK_ERR_HAS("shoal_ext_start");
 }
 
 /* Started by a host with a value it does not know (a host of another

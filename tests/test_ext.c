@@ -692,9 +692,9 @@ SH_TEST(strict_sandbox_denies_network_and_ptrace)
 }
 
 /* A strict extension runs as a uid of its own, which cannot read the
- * host's private directories: the host's user chose the .so, so it is
- * opened before the uid changes, and loaded from that descriptor. Here a
- * copy in a 0700 directory of root's (as a build in root's home is). */
+ * host's private files: the host's user chose the .so, so it is read
+ * before the uid changes, and loaded from that copy. Here a 0600 copy in a
+ * 0700 directory of root's (as a build in root's home is). */
 SH_TEST(strict_loads_a_library_only_the_host_can_read)
 {
 	if (geteuid() != 0)
@@ -710,6 +710,7 @@ SH_TEST(strict_loads_a_library_only_the_host_can_read)
 	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
 		CHECK(fwrite(buf, 1, n, out) == n);
 	CHECK(fclose(in) == 0 && fclose(out) == 0);
+	CHECK_EQ(chmod(so, 0600), 0);
 	char *env[] = {"ASAN_OPTIONS=handle_segv=0:handle_abort=0:detect_leaks=0", no_handlers[1],
 		       NULL};
 	c.env = env;

@@ -62,11 +62,6 @@ void sh_py_lock(pthread_mutex_t *mu)
 	PyEval_RestoreThread(ts_);
 }
 
-void sh_py_client_lock(ShClient *c)
-{
-	sh_py_lock(&c->mu);
-}
-
 typedef int (*job_fn)(ShClient *c, void *arg);
 
 /* A call's own timeout not given: the connection's applies. */

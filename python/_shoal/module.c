@@ -234,7 +234,8 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef module_def = {
 	PyModuleDef_HEAD_INIT,
 	.m_name = "shoal._shoal",
-	.m_doc = "The C layer of the shoal package: the object store client, zero-copy views.",
+	.m_doc = "The C layer of the shoal package: the object store client and its zero-copy "
+		 "views, isolated extensions and their runner, the task farm.",
 	.m_size = -1,
 	.m_methods = module_methods,
 };

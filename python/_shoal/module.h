@@ -58,8 +58,6 @@ PyObject *sh_py_raisef(PyObject *cls, int rc, const char *fmt, ...);
 /* Locks mu with the GIL released only when it must wait (a thread holding mu
  * may need the GIL to let go of it). Call with the GIL held. */
 void sh_py_lock(pthread_mutex_t *mu);
-/* sh_py_lock of c's mutex. */
-void sh_py_client_lock(ShClient *c);
 /* c was connected by another process (before a fork). */
 bool sh_py_client_foreign(const ShClient *c);
 /* NULL and Closed set when c may not be used from here (closed, or

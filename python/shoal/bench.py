@@ -326,7 +326,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             state_dict(client, 1100, (128 << 20) if a.quick else (2 << 30), 3 if a.quick else 5)
             sizes = [1 << 20, 64 << 20] + ([1 << 30] if a.large or not a.quick else [])
             put_array(client, sizes, 3 if a.quick else 10)
-            readers(client, [1, 5] if a.quick else [1, 5, 20, 50], (64 << 20) if a.quick else (256 << 20))
+            readers(client, [1, 5] if a.quick else [1, 5, 20, 50],
+                    (64 << 20) if a.quick else (256 << 20))
             client.close()
         finally:
             if store:

@@ -43,9 +43,9 @@ typedef struct sh_ext_lib {
 
 /* Loads so and runs its init: SHOAL_ENOENT (no such file), SHOAL_EBADMSG
  * (not loadable, or no init symbol), or the code its init failed with;
- * why says which. fd >= 0: so was opened already (by a process that
- * could read it, before it became a uid that may not), and is loaded
- * through that descriptor; so only names it. */
+ * why says which. fd >= 0: so's bytes were read already (by a process
+ * that could read them, before it became a uid that may not), into the
+ * memfd fd, and are loaded from there; so only names it. */
 int sh_ext_lib_load(sh_ext_lib *lib, const char *so, int fd, char *why, size_t whylen);
 /* Runs init on lib (zeroed, or loaded with no init run yet): an extension
  * built into the runner's own process rather than loaded from a .so. */

@@ -58,7 +58,7 @@ int sh_ext_write_file(const char *path, const char *text);
  * sides call: the host its extension, the runner a host service. */
 void sh_ext_pack_call(sh_wbuf *w, const char *fn, const shoal_value *args, shoal_client *shared);
 
-/* What the host tells its runner (tools/shoal-ext.c parses the command
+/* What the host tells its runner (tools/lib/ext_runner.c parses the command
  * line the host gives it into this): the extension, its name in messages,
  * its limits (0: none), its sandbox, and a store for shared payloads (or
  * NULL) and a memory cgroup to join (or NULL). */

@@ -31,6 +31,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -956,14 +957,33 @@ int sh_ext_runner_main(const sh_ext_runner_cfg *cfg)
 		ready(SHOAL_EINVAL, "shoal-ext: --so PATH is required");
 		return 2;
 	}
-	/* strict: the extension runs as a uid of its own, which may not reach
-	 * the file (a build under a 0700 home); it is opened now, as the
-	 * host's user chose it, and loaded through the descriptor once
+	/* strict: the extension runs as a uid of its own, which may not read
+	 * the file nor reach its directory (a build under a 0700 home); the
+	 * host's user chose it, so it is read now into a sealed memfd (which
+	 * any uid may open through /proc/self/fd) and loaded from there once
 	 * confined. */
 	int so_fd = -1;
-	if (strict && !cfg->init && (so_fd = open(so, O_RDONLY | O_CLOEXEC)) < 0) {
-		ready(shoal_errno(), "%s: %s: %s", name, so, strerror(errno));
-		return 1;
+	if (strict && !cfg->init) {
+		int in = open(so, O_RDONLY | O_CLOEXEC);
+		struct stat st;
+		int rc = in < 0 || fstat(in, &st) != 0 ? shoal_errno() : 0;
+		if (rc) {
+			ready(rc, "%s: %s: %s", name, so, strerror(errno));
+			return 1;
+		}
+		if (!S_ISREG(st.st_mode))
+			rc = SHOAL_EINVAL;
+		else if ((rc = sh_memfd_create("shoal-ext-so", (size_t)st.st_size, true, &so_fd)) ==
+			 0)
+			rc = sh_fd_copy(so_fd, 0, in, 0, (uint64_t)st.st_size);
+		if (rc == 0)
+			rc = sh_memfd_seal(so_fd);
+		close(in);
+		if (rc) {
+			ready(rc, "%s: %s: %s", name, so,
+			      rc == SHOAL_EINVAL ? "not a regular file" : shoal_strerror(rc));
+			return 1;
+		}
 	}
 	int rc = 0;
 	if (cgroup && (rc = join_cgroup(cgroup)) != 0) {

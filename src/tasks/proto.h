@@ -48,13 +48,12 @@
 #define SH_TASKS_ENGINE 0x474e4546u /* "FENG": an engine's link */
 #define SH_TASKS_VERSION 2
 #define SH_TASKS_RING_CAP (1u << 20)
-/* A task whose arguments hold at least SH_TASKS_REF_MIN bytes goes out of
- * band (sh_tk_submit); the controller passes those bytes on from a client
- * over TCP to an engine over TCP without them entering it. */
 /* A batch is sent once it holds this many bytes (or when flushed). */
 #define SH_TASKS_BATCH_BYTES (64u << 10)
-/* Tasks of at least this many bytes go out of band, and into a RUN batch
- * by reference, not copied. */
+/* Tasks of at least this many bytes go out of band (sh_tk_submit), and
+ * into a RUN batch by reference, not copied; the controller passes those
+ * bytes on from a client over TCP to an engine over TCP without them
+ * entering it. */
 #define SH_TASKS_REF_MIN (16u << 10)
 /* How long a client or an engine waits, at most, for a connection and
  * the controller's handshake (shoal_farm_connect; shoal-engine). */
@@ -156,7 +155,7 @@ typedef struct sh_tk_run {
 int sh_tk_read_run(sh_mp *m, sh_tk_run *r);
 #define SH_TK_RUN_IT 1
 
-/* What an engine is told (tools/shoal-engine.c parses its command line
+/* What an engine is told (tools/lib/engine.c parses its command line
  * into it): the controller's unix socket (or "tcp://HOST:PORT") or connect
  * (HOST:PORT), the library, a store for shared arguments (or NULL), its
  * name in messages, and whether it dies with its parent. */

@@ -21,7 +21,7 @@ static void usage(FILE *f)
 		"                 [--files N] [--sandbox none|basic|strict] [--network 0|1]\n"
 		"                 [--store PATH] [--cgroup DIR]\n\n"
 		"Runs one extension in a process of its own for the program that loaded it\n"
-		"(shoal_ext_load), which starts it with a socket, shared-memory rings and a\n"
+		"(shoal_ext_start), which starts it with a socket, shared-memory rings and a\n"
 		"doorbell on descriptors 3, 4 and 5: it is not started by hand. A program finds\n"
 		"it through $SHOAL_EXT_RUNNER, else where the library was installed.\n\n"
 		"options (the host's):\n"
@@ -128,7 +128,7 @@ int sh_ext_runner_cli(int argc, char **argv, shoal_ext_init_fn init)
 	if (!from_host()) {
 		fprintf(stderr,
 			"shoal-ext: runs an extension for the program that loads it "
-			"(shoal_ext_load), which starts it with the descriptors it needs; it is "
+			"(shoal_ext_start), which starts it with the descriptors it needs; it is "
 			"not run by hand (see shoal-ext --help)\n");
 		return SH_EXIT_USAGE;
 	}
