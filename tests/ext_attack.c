@@ -11,6 +11,7 @@
 #include <string.h>
 #include <linux/io_uring.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
@@ -416,10 +417,14 @@ static int nap(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 
 /* fork_tree(n): n processes that sleep forever, every other one a daemon
  * (setsid and a second fork, its parent gone): what an extension leaves
- * behind when it forgets, or wants, to outlive its host. Returns n. */
+ * behind when it forgets, or wants, to outlive its host. Named (comm)
+ * $SHOAL_ORPHAN_COMM, when set, so a test can count them. Returns n. */
 static int fork_tree(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
 {
 	int64_t n = a && a->type == SHOAL_V_INT ? a->v.i : 0;
+	const char *name = getenv("SHOAL_ORPHAN_COMM");
+	if (name)
+		prctl(PR_SET_NAME, name); /* this process and, by inheritance, the tree */
 	for (int64_t i = 0; i < n; i++) {
 		pid_t pid = fork();
 		if (pid < 0)

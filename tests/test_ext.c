@@ -18,10 +18,14 @@
 #include <linux/capability.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pwd.h>
+#include <grp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/file.h>
+#include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -1294,8 +1298,12 @@ static void strict_cannot_reach_the_host(void)
 			sh_test_fail(__FILE__, __LINE__, "capability set %d is %llx", i,
 				     (long long)r->v.items[i].v.i);
 	if (root) {
-		CHECK_EQ(r->v.items[5].v.i, 65534);
-		CHECK_EQ(r->v.items[6].v.i, 65534);
+		/* a uid and gid of its own, no account's (not nobody's) */
+		int64_t uid = r->v.items[5].v.i, gid = r->v.items[6].v.i;
+		if (uid < 61184 || uid > 65519 || gid != uid)
+			sh_test_fail(__FILE__, __LINE__, "strict runs as uid %lld, gid %lld",
+				     (long long)uid, (long long)gid);
+		CHECK(getpwuid((uid_t)uid) == NULL && getgrgid((gid_t)gid) == NULL);
 	}
 	CHECK_OK(call(e, "escape_cgroup", NULL, vb, &r));
 	for (int i = 0; i < 4; i++)
@@ -1334,7 +1342,196 @@ SH_TEST(strict_cannot_reach_the_host)
 	as_nobody(strict_cannot_reach_the_host);
 }
 
-/* Processes whose environment holds marker. */
+/* issue 31.1: every way into a live strict extension of a root host that
+ * another local user has (uid 65534, the real nobody other daemons run
+ * as, another unprivileged uid, and even its own uid): ptrace, its
+ * memory through /proc/<pid>/mem, read and written, its descriptors
+ * through pidfd_getfd and by reopening /proc/<pid>/fd/N, map_files, its
+ * environment. Each is tried on a control first, a process of the
+ * attacker's own uid that is dumpable, so the attack is shown to work. */
+enum {
+	INTO_ATTACH = 1,
+	INTO_MEM_READ = 2,
+	INTO_MEM_WRITE = 4,
+	INTO_GETFD = 8,
+	INTO_FD = 16,
+	INTO_MAP_FILES = 32,
+	INTO_ENVIRON = 64
+};
+
+/* What of the above works against pid, as this process is: a mask. */
+static int ways_into(pid_t pid)
+{
+	int got = 0;
+	char path[96];
+	if (ptrace(PTRACE_ATTACH, pid, NULL, NULL) == 0) {
+		got |= INTO_ATTACH;
+		waitpid(pid, NULL, __WALL);
+		ptrace(PTRACE_DETACH, pid, NULL, NULL);
+	}
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		got |= INTO_MEM_READ;
+		close(fd);
+	}
+	if ((fd = open(path, O_RDWR | O_CLOEXEC)) >= 0) {
+		got |= INTO_MEM_WRITE;
+		close(fd);
+	}
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	for (int k = 0; pfd >= 0 && k < 16; k++) {
+		int stolen = (int)syscall(SYS_pidfd_getfd, pfd, k, 0);
+		if (stolen >= 0) {
+			got |= INTO_GETFD;
+			close(stolen);
+		}
+	}
+	if (pfd >= 0)
+		close(pfd);
+	for (int k = 0; k < 16; k++) {
+		snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, k);
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+			got |= INTO_FD;
+			close(fd);
+		}
+	}
+	snprintf(path, sizeof(path), "/proc/%d/map_files", (int)pid);
+	DIR *d = opendir(path);
+	if (d) {
+		for (struct dirent *e; (e = readdir(d)) != NULL;)
+			if (e->d_name[0] != '.') {
+				char f[400];
+				snprintf(f, sizeof(f), "%s/%s", path, e->d_name);
+				if ((fd = open(f, O_RDONLY | O_CLOEXEC)) >= 0) {
+					got |= INTO_MAP_FILES;
+					close(fd);
+				}
+			}
+		closedir(d);
+	}
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	char buf[64];
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+		if (read(fd, buf, sizeof(buf)) > 0)
+			got |= INTO_ENVIRON;
+		close(fd);
+	}
+	return got;
+}
+
+/* The uid in /proc/pid/status, or -1. */
+static long uid_of(pid_t pid)
+{
+	char path[64], buf[2048];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	const char *u = strstr(buf, "\nUid:");
+	return u ? strtol(u + 5, NULL, 10) : -1;
+}
+
+/* The confined process of strict extension e: the one of its tree that
+ * runs as a uid of the range. */
+static pid_t confined_of(shoal_ext *e, long *uid)
+{
+	pid_t kids[16];
+	int n = descendants(shoal_ext_pid(e), kids, 16);
+	for (int i = 0; i < n; i++)
+		if ((*uid = uid_of(kids[i])) >= 61184 && *uid <= 65519)
+			return kids[i];
+	sh_test_fail(__FILE__, __LINE__, "no process of the extension runs as a uid of its own");
+}
+
+/* A child of uid, dumpable, asleep: the control target. */
+static pid_t sleeper_as(uid_t uid)
+{
+	pid_t p = fork();
+	CHECK(p >= 0);
+	if (p == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		sh_test_drop_to(uid, uid, NULL, 0);
+		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+		for (;;)
+			pause();
+	}
+	usleep(50 * 1000); /* it has dropped */
+	return p;
+}
+
+/* fork: as uid, what works into target and into a control of its own
+ * uid; the child's exit status is (into target) | (into control) << 7. */
+static int attack_as(uid_t uid, pid_t target)
+{
+	pid_t control = sleeper_as(uid);
+	fflush(NULL);
+	pid_t p = fork();
+	CHECK(p >= 0);
+	if (p == 0) {
+		sh_test_drop_to(uid, uid, NULL, 0);
+		_exit(ways_into(target) | (ways_into(control) & 1) << 7);
+	}
+	int st;
+	CHECK_EQ(waitpid(p, &st, 0), p);
+	kill(control, SIGKILL);
+	waitpid(control, NULL, 0);
+	CHECK(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+SH_TEST(strict_extension_is_no_one_elses)
+{
+	if (geteuid() != 0)
+		SH_SKIP("needs root (a root host's strict extension runs as a uid of its own)");
+	shoal_ext_config c = config();
+	c.path = attack;
+	char *env[] = {"ASAN_OPTIONS=handle_segv=0:handle_abort=0:detect_leaks=0", no_handlers[1],
+		       NULL};
+	c.env = env;
+	c.sandbox = SHOAL_SANDBOX_STRICT;
+	/* two at once: never one uid */
+	shoal_ext *e = start(&c), *f = start(&c);
+	long uid_e, uid_f;
+	pid_t pe = confined_of(e, &uid_e), pf = confined_of(f, &uid_f);
+	CHECK(uid_e != uid_f);
+	CHECK(pe != pf);
+	/* nobody (65534), another unprivileged uid, and its own uid */
+	uid_t attackers[] = {65534, 4242, (uid_t)uid_e};
+	for (size_t i = 0; i < 3; i++) {
+		int got = attack_as(attackers[i], pe);
+		if (!(got >> 7))
+			sh_test_fail(__FILE__, __LINE__, "uid %u: the attack fails on its control",
+				     (unsigned)attackers[i]);
+		if (got & 0x7f)
+			sh_test_fail(__FILE__, __LINE__,
+				     "uid %u got into the strict extension (uid %ld): ways 0x%x",
+				     (unsigned)attackers[i], uid_e, got & 0x7f);
+	}
+	/* and it still works */
+	shoal_vbuf *vb;
+	CHECK_OK(shoal_vbuf_create(&vb));
+	const shoal_value *r;
+	CHECK_OK(call(e, "caps", NULL, vb, &r));
+	CHECK_EQ(r->v.items[5].v.i, uid_e);
+	CHECK_OK(shoal_ext_stop(e));
+	CHECK_OK(shoal_ext_stop(f));
+	shoal_vbuf_free(vb);
+	/* its uid is free again once it is gone: a lock nobody holds */
+	char lock[64];
+	snprintf(lock, sizeof(lock), "/run/shoal/uid/%ld", uid_e);
+	int fd = open(lock, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+	close(fd);
+}
+
+/* The processes whose name (comm, which anyone may read, even of a
+ * process that is not dumpable) is marker. */
 static int marked(const char *marker)
 {
 	DIR *d = opendir("/proc");
@@ -1343,26 +1540,26 @@ static int marked(const char *marker)
 	for (struct dirent *de; (de = readdir(d)) != NULL;) {
 		if (de->d_name[0] < '1' || de->d_name[0] > '9')
 			continue;
-		char path[300], buf[8192];
-		snprintf(path, sizeof(path), "/proc/%s/environ", de->d_name);
+		char path[300], buf[64];
+		snprintf(path, sizeof(path), "/proc/%s/comm", de->d_name);
 		int fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			continue;
 		ssize_t got = read(fd, buf, sizeof(buf) - 1);
 		close(fd);
-		for (ssize_t i = 0; got > 0 && i < got; i += (ssize_t)strlen(buf + i) + 1) {
-			buf[got] = 0;
-			if (!strcmp(buf + i, marker)) {
-				n++;
-				break;
-			}
-		}
+		if (got <= 0)
+			continue;
+		buf[got] = 0;
+		buf[strcspn(buf, "\n")] = 0;
+		n += strcmp(buf, marker) == 0;
 	}
 	closedir(d);
 	return n;
 }
 
-/* issue 16.11: an extension forks 200 sleepers, half of them daemons;
+/* issue 16.11: an extension forks 200 sleepers, half of them daemons
+ * (each named by SHOAL_ORPHAN_COMM, which a tree that is not dumpable
+ * still shows);
  * after stop (and after a kill past a deadline) none is left, at every
  * sandbox: its cgroup is killed whole, or (no cgroup: a host that is
  * not root) the runner's subreaper kills them, or (strict) its pid
@@ -1371,10 +1568,12 @@ static void stop_ends_the_tree(void)
 {
 	for (int sb = SHOAL_SANDBOX_NONE; sb <= SHOAL_SANDBOX_STRICT; sb++) {
 		for (int how = 0; how < 2; how++) {
-			char marker[96];
-			snprintf(marker, sizeof(marker), "SHOAL_ORPHAN_MARK=%d-%d-%d",
-				 (int)getpid(), sb, how);
-			char *env[] = {marker,
+			/* the extension names itself and what it forks so */
+			char marker[16], env_mark[48];
+			snprintf(marker, sizeof(marker), "o%05d-%d-%d", (int)getpid() % 100000, sb,
+				 how);
+			snprintf(env_mark, sizeof(env_mark), "SHOAL_ORPHAN_COMM=%s", marker);
+			char *env[] = {env_mark,
 				       "ASAN_OPTIONS=handle_segv=0:handle_abort=0:detect_leaks=0",
 				       no_handlers[1], NULL};
 			shoal_ext_config c = config();
@@ -1540,8 +1739,9 @@ SH_TEST(extensions_do_not_share_the_hosts_stdio)
 	as_nobody(no_host_stdio);
 }
 
-/* A strict extension of a root host cannot take every pid: uid 65534's
- * processes are bounded (4096), so a fork bomb stops there. */
+/* A strict extension of a root host cannot take every pid: the processes
+ * of its uid (its own) are bounded (SH_SB_NPROC, 4096), so a fork bomb
+ * stops there. */
 SH_TEST_T(strict_fork_bomb_is_bounded, 120)
 {
 	if (sh_test_sanitized())

@@ -796,7 +796,9 @@ static void ext_free(shoal_ext *e)
 }
 
 /* The child's environment: ours (sandbox none) or an allow-list (basic),
- * then the config's entries and library path. */
+ * then the config's entries and library path. Strict writes only its own
+ * private directories (sandbox.h): its TMPDIR is /var/tmp, one of them,
+ * unless the config says otherwise. */
 static int build_env(shoal_ext *e)
 {
 	static const char *const allow[] = {"PATH", "HOME",   "LANG",	   "LC_ALL",
@@ -806,16 +808,21 @@ static int build_env(shoal_ext *e)
 		cap++;
 	for (char *const *p = e->cfg.env; p && *p; p++)
 		cap++;
-	cap += 2;
+	cap += 3;
 	e->env = shoal_calloc(cap + 1, sizeof(char *));
 	if (!e->env)
 		return SHOAL_ENOMEM;
+	bool strict = e->cfg.sandbox == SHOAL_SANDBOX_STRICT, own_tmp = false;
+	for (char *const *q = e->cfg.env; q && *q; q++)
+		own_tmp |= strncmp(*q, "TMPDIR=", 7) == 0;
 	for (char **p = environ; *p; p++) {
 		bool keep = e->cfg.sandbox == SHOAL_SANDBOX_NONE;
 		for (size_t i = 0; !keep && allow[i]; i++) {
 			size_t l = strlen(allow[i]);
 			keep = strncmp(*p, allow[i], l) == 0 && (*p)[l] == '=';
 		}
+		if (strict && strncmp(*p, "TMPDIR=", 7) == 0)
+			keep = false;
 		/* The config's entries win over ours of the same name. */
 		size_t nl = strcspn(*p, "=");
 		for (char *const *q = e->cfg.env; keep && q && *q; q++)
@@ -826,6 +833,8 @@ static int build_env(shoal_ext *e)
 	for (char *const *p = e->cfg.env; p && *p; p++)
 		if (!(e->env[n++] = dup_str(*p)))
 			return SHOAL_ENOMEM;
+	if (strict && !own_tmp && !(e->env[n++] = dup_str("TMPDIR=/var/tmp")))
+		return SHOAL_ENOMEM;
 	if (e->libpath) {
 		size_t l = strlen(e->libpath) + 20;
 		if (!(e->env[n] = shoal_alloc(l)))

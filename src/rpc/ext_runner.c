@@ -1,39 +1,30 @@
 /* The extension side: what shoal-ext runs (its command line is
  * tools/lib/ext_runner.c), and a Python extension's python3 with the
- * module's functions built in (cfg->init). It applies the limits and the
- * sandbox (basic: a session of its own, no new privileges; strict:
- * namespaces and a pid namespace of its own, another uid without
- * capabilities, a syscall filter), loads the extension, reports ready (or
- * why not), then serves calls from the ring, and passes on the calls of
- * host services they make, nested, until told to stop or the host goes
- * (it dies with the host: PR_SET_PDEATHSIG). Nothing here trusts the host
- * more than any peer: frames and values are validated the same way. */
+ * module's functions built in (cfg->init). It puts itself in its sandbox
+ * (sandbox.c: limits, a cgroup, basic's session and no new privileges,
+ * strict's namespaces, uid of its own and filter), loads the extension,
+ * reports ready (or why not), then serves calls from the ring, and passes
+ * on the calls of host services they make, nested, until told to stop or
+ * the host goes (it dies with the host: PR_SET_PDEATHSIG). Nothing here
+ * trusts the host more than any peer: frames and values are validated
+ * the same way. */
 #include "ring/ring.h"
 #include "rpc/ext_lib.h"
+#include "rpc/sandbox.h"
 #include "ring/msg.h"
 #include "shm/shm.h"
 
 #include <shoal/ext.h>
 
-#include <dlfcn.h>
-#include <sched.h>
-#include <seccomp.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <grp.h>
-#include <linux/capability.h>
-#include <sys/ioctl.h>
-#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <fcntl.h>
 
@@ -47,12 +38,6 @@ static void ready(int status, const char *fmt, ...)
 	va_end(ap);
 	if (sh_fd_send(SH_EXT_FD_SOCK, &m, sizeof(m), NULL, 0) != 0)
 		_exit(3); /* the host is gone */
-}
-
-static int limit(int res, uint64_t v)
-{
-	struct rlimit rl = {.rlim_cur = v, .rlim_max = v};
-	return setrlimit(res, &rl) == 0 ? 0 : shoal_errno();
 }
 
 /* Calls nest both ways (host -> ext -> host -> ext ...): each level of
@@ -342,599 +327,29 @@ static void runner_free(runner *R)
 	}
 }
 
-/* The strict sandbox's filter, an allow-list: what a C or Python
- * extension needs (memory, threads, files through the descriptors and
- * paths it may open, time, signals, polling, local sockets) is allowed;
- * everything else fails with EPERM (not a kill, so an extension can
- * report what it was refused), io_uring included: its SOCKET op would
- * make sockets the socket() rule never sees. Sockets are AF_UNIX only
- * unless network; clone may not make namespaces, and clone3, whose flags
- * a filter cannot read, says ENOSYS, on which glibc falls back to clone.
- * Another architecture's system calls kill the process. */
-static int strict_filter(bool network, char *why, size_t whylen)
+/* The bytes of the library at so, read as this process's user, into a
+ * sealed memfd (*fd) that any uid may open through /proc/self/fd. */
+static int so_into_memfd(const char *so, int *fd, char *why, size_t wl)
 {
-	static const char *const allow[] = {
-		/* descriptors and files */
-		"read",
-		"write",
-		"readv",
-		"writev",
-		"pread64",
-		"pwrite64",
-		"preadv",
-		"pwritev",
-		"preadv2",
-		"pwritev2",
-		"lseek",
-		"_llseek",
-		"close",
-		"close_range",
-		"dup",
-		"dup2",
-		"dup3",
-		"fcntl",
-		"fcntl64",
-		"open",
-		"openat",
-		"openat2",
-		"creat",
-		"stat",
-		"fstat",
-		"lstat",
-		"newfstatat",
-		"fstatat64",
-		"stat64",
-		"fstat64",
-		"lstat64",
-		"statx",
-		"statfs",
-		"fstatfs",
-		"statfs64",
-		"fstatfs64",
-		"access",
-		"faccessat",
-		"faccessat2",
-		"readlink",
-		"readlinkat",
-		"getdents",
-		"getdents64",
-		"getcwd",
-		"chdir",
-		"fchdir",
-		"mkdir",
-		"mkdirat",
-		"rmdir",
-		"unlink",
-		"unlinkat",
-		"rename",
-		"renameat",
-		"renameat2",
-		"link",
-		"linkat",
-		"symlink",
-		"symlinkat",
-		"chmod",
-		"fchmod",
-		"fchmodat",
-		"fchmodat2",
-		"chown",
-		"fchown",
-		"lchown",
-		"fchownat",
-		"truncate",
-		"ftruncate",
-		"truncate64",
-		"ftruncate64",
-		"fallocate",
-		"fsync",
-		"fdatasync",
-		"sync_file_range",
-		"flock",
-		"utime",
-		"utimes",
-		"utimensat",
-		"futimesat",
-		"umask",
-		"getxattr",
-		"lgetxattr",
-		"fgetxattr",
-		"listxattr",
-		"llistxattr",
-		"flistxattr",
-		"sendfile",
-		"sendfile64",
-		"copy_file_range",
-		"splice",
-		"tee",
-		"vmsplice", /* how the runner rings the host's doorbell */
-		"readahead",
-		"fadvise64",
-		"fadvise64_64",
-		"memfd_create",
-		"pipe",
-		"pipe2",
-		"eventfd",
-		"eventfd2",
-		"inotify_init",
-		"inotify_init1",
-		"inotify_add_watch",
-		"inotify_rm_watch",
-		/* memory */
-		"brk",
-		"mmap",
-		"mmap2",
-		"munmap",
-		"mremap",
-		"mprotect",
-		"madvise",
-		"mlock",
-		"mlock2",
-		"munlock",
-		"mlockall",
-		"munlockall",
-		"mincore",
-		"msync",
-		"membarrier",
-		"get_mempolicy",
-		"set_mempolicy",
-		"mbind",
-		"pkey_alloc",
-		"pkey_free",
-		"pkey_mprotect",
-		/* processes and threads (their own: pids are of its namespace) */
-		"fork",
-		"vfork",
-		"execve",
-		"execveat",
-		"exit",
-		"exit_group",
-		"wait4",
-		"waitid",
-		"kill",
-		"tgkill",
-		"tkill",
-		"getpid",
-		"getppid",
-		"gettid",
-		"getuid",
-		"geteuid",
-		"getgid",
-		"getegid",
-		"getgroups",
-		"getresuid",
-		"getresgid",
-		"getuid32",
-		"geteuid32",
-		"getgid32",
-		"getegid32",
-		"getgroups32",
-		"getresuid32",
-		"getresgid32",
-		"setsid",
-		"getsid",
-		"getpgid",
-		"setpgid",
-		"getpgrp",
-		"set_tid_address",
-		"set_robust_list",
-		"get_robust_list",
-		"rseq",
-		"futex",
-		"futex_time64",
-		"futex_waitv",
-		"futex_wait",
-		"futex_wake",
-		"futex_requeue",
-		"sched_yield",
-		"sched_getaffinity",
-		"sched_setaffinity",
-		"sched_getparam",
-		"sched_getscheduler",
-		"sched_get_priority_max",
-		"sched_get_priority_min",
-		"sched_getattr",
-		"getpriority",
-		"prctl",
-		"arch_prctl",
-		"capget",
-		"uname",
-		"sysinfo",
-		"getrlimit",
-		"ugetrlimit",
-		"setrlimit",
-		"getrusage",
-		"times",
-		"getcpu",
-		"getrandom",
-		"set_thread_area",
-		"get_thread_area",
-		/* signals and time */
-		"rt_sigaction",
-		"rt_sigprocmask",
-		"rt_sigreturn",
-		"sigreturn",
-		"rt_sigsuspend",
-		"rt_sigpending",
-		"rt_sigtimedwait",
-		"rt_sigtimedwait_time64",
-		"rt_sigqueueinfo",
-		"rt_tgsigqueueinfo",
-		"sigaltstack",
-		"signalfd",
-		"signalfd4",
-		"restart_syscall",
-		"pause",
-		"alarm",
-		"clock_gettime",
-		"clock_gettime64",
-		"clock_getres",
-		"clock_getres_time64",
-		"clock_nanosleep",
-		"clock_nanosleep_time64",
-		"nanosleep",
-		"gettimeofday",
-		"time",
-		"timer_create",
-		"timer_settime",
-		"timer_settime64",
-		"timer_gettime",
-		"timer_gettime64",
-		"timer_getoverrun",
-		"timer_delete",
-		"timerfd_create",
-		"timerfd_settime",
-		"timerfd_settime64",
-		"timerfd_gettime",
-		"timerfd_gettime64",
-		"getitimer",
-		"setitimer",
-		/* waiting */
-		"poll",
-		"ppoll",
-		"ppoll_time64",
-		"select",
-		"_newselect",
-		"pselect6",
-		"pselect6_time64",
-		"epoll_create",
-		"epoll_create1",
-		"epoll_ctl",
-		"epoll_wait",
-		"epoll_pwait",
-		"epoll_pwait2",
-		/* sockets it has or may make (socket() below) */
-		"connect",
-		"bind",
-		"listen",
-		"accept",
-		"accept4",
-		"sendto",
-		"recvfrom",
-		"sendmsg",
-		"recvmsg",
-		"sendmmsg",
-		"recvmmsg",
-		"recvmmsg_time64",
-		"shutdown",
-		"getsockname",
-		"getpeername",
-		"setsockopt",
-		"getsockopt",
-		/* System V IPC: the namespace's own */
-		"shmget",
-		"shmat",
-		"shmdt",
-		"shmctl",
-		"semget",
-		"semop",
-		"semtimedop",
-		"semctl",
-		"msgget",
-		"msgsnd",
-		"msgrcv",
-		"msgctl",
-	};
-	scmp_filter_ctx f = seccomp_init(SCMP_ACT_ERRNO(EPERM));
-	if (!f) {
-		snprintf(why, whylen, "seccomp_init failed");
-		return SHOAL_ENOMEM;
+	int in = open(so, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	int rc = in < 0 || fstat(in, &st) != 0 ? shoal_errno() : 0;
+	if (rc) {
+		snprintf(why, wl, "%s: %s", so, strerror(errno));
+		if (in >= 0)
+			close(in);
+		return rc;
 	}
-	int rc = 0;
-	for (size_t i = 0; rc == 0 && i < sizeof(allow) / sizeof(allow[0]); i++) {
-		int nr = seccomp_syscall_resolve_name(allow[i]);
-		if (nr == __NR_SCMP_ERROR)
-			continue; /* not on this architecture */
-		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, nr, 0);
-	}
-	/* ioctl: its own session has no terminal to type into (TIOCSTI needs
-	 * one, or CAP_SYS_ADMIN), so no command of it reaches the host */
-	if (rc == 0)
-		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 0);
-	/* clone for threads and processes, without new namespaces */
-	const scmp_datum_t newns = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |
-				   CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET;
-	if (rc == 0)
-		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
-				      SCMP_A0(SCMP_CMP_MASKED_EQ, newns, 0));
-	int clone3 = seccomp_syscall_resolve_name("clone3");
-	if (rc == 0 && clone3 != __NR_SCMP_ERROR)
-		rc = seccomp_rule_add(f, SCMP_ACT_ERRNO(ENOSYS), clone3, 0);
-	/* limits of itself only (pid 0) */
-	int prlimit = seccomp_syscall_resolve_name("prlimit64");
-	if (rc == 0 && prlimit != __NR_SCMP_ERROR)
-		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, prlimit, 1, SCMP_A0(SCMP_CMP_EQ, 0, 0));
-	/* sockets: local ones; IP ones only when the config allows them */
-	static const int families[] = {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK};
-	size_t nfam = network ? 4 : 1;
-	for (size_t i = 0; rc == 0 && i < nfam; i++) {
-		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
-				      SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i], 0));
-		if (rc == 0)
-			rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(socketpair), 1,
-					      SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i], 0));
-	}
-	if (rc == 0)
-		rc = seccomp_load(f);
-	seccomp_release(f);
+	if (!S_ISREG(st.st_mode))
+		rc = SHOAL_EINVAL;
+	else if ((rc = sh_memfd_create("shoal-ext-so", (size_t)st.st_size, true, fd)) == 0 &&
+		 (rc = sh_fd_copy(*fd, 0, in, 0, (uint64_t)st.st_size)) == 0)
+		rc = sh_memfd_seal(*fd);
+	close(in);
 	if (rc)
-		snprintf(why, whylen, "loading the seccomp filter: %s", strerror(-rc));
+		snprintf(why, wl, "%s: %s", so,
+			 rc == SHOAL_EINVAL ? "not a regular file" : shoal_strerror(rc));
 	return rc;
-}
-
-/* strict, in the runner's first process: namespaces of its own for the
- * network (unless network), mounts, cgroups, System V IPC and the host
- * name; as root directly, else inside a new user namespace that maps
- * only our own ids. Where the kernel refuses them the start fails: a
- * security option fails closed. */
-static int own_namespaces(bool network, bool *userns, char *why, size_t wl)
-{
-	int flags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWIPC | CLONE_NEWUTS |
-		    (network ? 0 : CLONE_NEWNET);
-	uid_t uid = geteuid();
-	gid_t gid = getegid();
-	*userns = false;
-	if (unshare(flags) != 0) {
-		int direct = errno;
-		if (unshare(CLONE_NEWUSER | flags) != 0) {
-			snprintf(why, wl,
-				 "the strict sandbox needs namespaces of its own (%smount, "
-				 "cgroup), and the kernel refused them (%s; in a user "
-				 "namespace: %s)%s",
-				 network ? "" : "network, ", strerror(direct), strerror(errno),
-				 network ? ""
-					 : ": without allow_network it does not start where "
-					   "it could reach the host's network");
-			return SHOAL_EPERM;
-		}
-		*userns = true;
-		char map[64];
-		int rc;
-		snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)uid, (unsigned)uid);
-		if ((rc = sh_ext_write_file("/proc/self/setgroups", "deny")) != 0 ||
-		    (rc = sh_ext_write_file("/proc/self/uid_map", map)) != 0 ||
-		    (snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)gid, (unsigned)gid),
-		     (rc = sh_ext_write_file("/proc/self/gid_map", map)) != 0)) {
-			snprintf(why, wl, "mapping its ids in a user namespace: %s",
-				 shoal_strerror(rc));
-			return rc;
-		}
-	}
-	/* Nothing it mounts reaches the host's namespace. */
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
-		int rc = shoal_errno();
-		snprintf(why, wl, "making its mounts private: %s", strerror(errno));
-		return rc;
-	}
-	return 0;
-}
-
-/* strict, in the extension's process (inside its pid namespace): a /proc
- * of that namespace over the host's, so no host process is there to
- * open (/proc/<host>/mem, its fds); then no capabilities, in no set, and
- * another uid: 65534 when the runner is root, else the user namespace's
- * mapping of our own (whose capabilities go). Checked after: any left
- * is a failed start. */
-#define STRICT_UID 65534
-#define STRICT_NPROC 4096
-static int confine(bool userns, char *why, size_t wl)
-{
-	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
-		int rc = shoal_errno();
-		snprintf(why, wl, "mounting a /proc of its own: %s", strerror(errno));
-		return rc;
-	}
-	for (int c = 0; c <= 63; c++)
-		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL) {
-			int rc = shoal_errno();
-			snprintf(why, wl, "dropping capability %d: %s", c, strerror(errno));
-			return rc;
-		}
-	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-	if (!userns && geteuid() == 0) {
-		/* Processes (and threads) of uid 65534 are bounded: a fork bomb
-		 * would otherwise take every pid of the host. The count is the
-		 * uid's, across all strict extensions of every host. */
-		struct rlimit np;
-		if (getrlimit(RLIMIT_NPROC, &np) == 0 && np.rlim_cur > STRICT_NPROC) {
-			np.rlim_cur = np.rlim_max = STRICT_NPROC;
-			setrlimit(RLIMIT_NPROC, &np);
-		}
-		if (setgroups(0, NULL) != 0 || setresgid(STRICT_UID, STRICT_UID, STRICT_UID) != 0 ||
-		    setresuid(STRICT_UID, STRICT_UID, STRICT_UID) != 0) {
-			int rc = shoal_errno();
-			snprintf(why, wl, "becoming uid %d: %s", STRICT_UID, strerror(errno));
-			return rc;
-		}
-		/* A change of uid clears both: it still dies with the host, and
-		 * its own /proc/self stays its own (a process that is not
-		 * dumpable finds /proc/self/fd owned by root). */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
-	}
-	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
-	struct __user_cap_data_struct d[2];
-	memset(d, 0, sizeof(d));
-	if (syscall(SYS_capset, &h, d) != 0 || syscall(SYS_capget, &h, d) != 0) {
-		int rc = shoal_errno();
-		snprintf(why, wl, "clearing its capabilities: %s", strerror(errno));
-		return rc;
-	}
-	if (d[0].effective | d[1].effective | d[0].permitted | d[1].permitted | d[0].inheritable |
-		    d[1].inheritable ||
-	    geteuid() == 0 || getuid() == 0) {
-		snprintf(why, wl, "capabilities or root left after dropping them");
-		return SHOAL_EPERM;
-	}
-	return 0;
-}
-
-/* Mirrors a wait status as this process's own end, so that the host
- * reads the extension's signal or exit code from its child. */
-static _Noreturn void end_like(int st)
-{
-	if (WIFSIGNALED(st)) {
-		struct rlimit none = {0, 0};
-		setrlimit(RLIMIT_CORE, &none); /* the extension dumped its own */
-		signal(WTERMSIG(st), SIG_DFL);
-		sigset_t all;
-		sigfillset(&all);
-		sigprocmask(SIG_UNBLOCK, &all, NULL);
-		raise(WTERMSIG(st));
-	}
-	_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
-}
-
-/* A pid namespace of our own (or the start fails). This process stays
- * outside, the one the host watches; its child is the
- * namespace's init, which reaps and reports; the init's child runs the
- * extension (as pid 2: the init of a namespace ignores the signals it
- * raises itself, which would turn an abort() into something else). Only
- * the extension's process returns from here. */
-static int own_pids(char *why, size_t wl)
-{
-	int p[2];
-	if (unshare(CLONE_NEWPID) != 0 || pipe2(p, O_CLOEXEC) != 0) {
-		int rc = shoal_errno();
-		snprintf(why, wl, "the strict sandbox needs a pid namespace of its own: %s",
-			 strerror(errno));
-		return rc;
-	}
-	pid_t init = fork();
-	if (init < 0) {
-		int rc = shoal_errno();
-		snprintf(why, wl, "starting its pid namespace: fork: %s", strerror(errno));
-		return rc;
-	}
-	if (init > 0) {
-		/* Outside: holds nothing of the connection, waits, reports. */
-		close(p[1]);
-		close_range(3, (unsigned)p[0] - 1, 0);
-		close_range((unsigned)p[0] + 1, ~0u, 0);
-		int st = 0, ext_st;
-		while (waitpid(init, &st, 0) < 0 && errno == EINTR)
-			;
-		if (read(p[0], &ext_st, sizeof(ext_st)) == (ssize_t)sizeof(ext_st))
-			st = ext_st;
-		end_like(st);
-	}
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	close(p[0]);
-	pid_t ext = fork();
-	if (ext == 0) {
-		close(p[1]);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		return 0;
-	}
-	/* The init: no descriptor of the connection, reaps every orphan, and
-	 * when the extension ends says how, then ends (which ends the rest). */
-	close_range(3, (unsigned)p[1] - 1, 0);
-	close_range((unsigned)p[1] + 1, ~0u, 0);
-	for (;;) {
-		int st;
-		pid_t w = wait(&st);
-		if (w == ext || (w < 0 && errno == ECHILD)) {
-			if (w == ext && write(p[1], &st, sizeof(st)) < 0)
-				_exit(1);
-			_exit(0);
-		}
-	}
-}
-
-/* Without a cgroup (the host could not make one) and a pid namespace
- * (none or basic), the runner ends the extension's tree itself: its first
- * process, the one the host watches, becomes a subreaper that holds
- * nothing of the connection and runs nothing of the extension. Whatever
- * the extension forks, daemons that double-forked included, ends up its
- * child once its parent goes; when the extension ends, or the host asks
- * with SIGTERM, it kills its children until none is left, then ends the
- * way the extension did. Only the extension's process returns. */
-static volatile sig_atomic_t tree_term;
-static void on_term(int sig)
-{
-	(void)sig;
-	tree_term = 1;
-}
-
-/* SIGKILL to every child of this (single-threaded) process: 0 when it
- * has none left to kill. */
-static int kill_children(void)
-{
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
-	FILE *f = fopen(path, "re");
-	int n = 0, pid;
-	while (f && fscanf(f, "%d", &pid) == 1)
-		n += kill(pid, SIGKILL) == 0;
-	if (f)
-		fclose(f);
-	return n;
-}
-
-static void own_tree(const char *name)
-{
-	struct sigaction sa = {.sa_handler = on_term}; /* no SA_RESTART: wakes waitpid */
-	pid_t ext;
-	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 ||
-	    (ext = fork()) < 0) {
-		fprintf(stderr,
-			"shoal-ext %s: warning: no subreaper (%s): what it forks may outlive it\n",
-			name, strerror(errno));
-		return;
-	}
-	if (ext == 0) {
-		signal(SIGTERM, SIG_DFL);
-		prctl(PR_SET_CHILD_SUBREAPER, 0);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		return;
-	}
-	close_range(3, ~0u, 0);
-	int ext_st = 0;
-	bool ending = false;
-	for (;;) {
-		int st;
-		pid_t w = waitpid(-1, &st, 0);
-		if (w == ext)
-			ext_st = st, ending = true;
-		if (tree_term && !ending) {
-			kill(ext, SIGKILL);
-			ending = true;
-		}
-		if (w < 0 && errno == ECHILD)
-			break;
-		if (ending)
-			kill_children();
-	}
-	end_like(ext_st);
-}
-
-/* Moves this process into the cgroup the host made for it, before it
- * allocates anything that counts. */
-static int join_cgroup(const char *dir)
-{
-	char path[512], pid[24];
-	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
-	snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
-	return sh_ext_write_file(path, pid);
 }
 
 int sh_ext_runner_main(const sh_ext_runner_cfg *cfg)
@@ -959,41 +374,27 @@ int sh_ext_runner_main(const sh_ext_runner_cfg *cfg)
 	}
 	/* strict: the extension runs as a uid of its own, which may not read
 	 * the file nor reach its directory (a build under a 0700 home); the
-	 * host's user chose it, so it is read now into a sealed memfd (which
-	 * any uid may open through /proc/self/fd) and loaded from there once
-	 * confined. */
+	 * host's user chose it, so it is read now and loaded from that copy
+	 * once confined. */
 	int so_fd = -1;
 	if (strict && !cfg->init) {
-		int in = open(so, O_RDONLY | O_CLOEXEC);
-		struct stat st;
-		int rc = in < 0 || fstat(in, &st) != 0 ? shoal_errno() : 0;
+		char why[SH_EXT_MSG_MAX - 64];
+		int rc = so_into_memfd(so, &so_fd, why, sizeof(why));
 		if (rc) {
-			ready(rc, "%s: %s: %s", name, so, strerror(errno));
-			return 1;
-		}
-		if (!S_ISREG(st.st_mode))
-			rc = SHOAL_EINVAL;
-		else if ((rc = sh_memfd_create("shoal-ext-so", (size_t)st.st_size, true, &so_fd)) ==
-			 0)
-			rc = sh_fd_copy(so_fd, 0, in, 0, (uint64_t)st.st_size);
-		if (rc == 0)
-			rc = sh_memfd_seal(so_fd);
-		close(in);
-		if (rc) {
-			ready(rc, "%s: %s: %s", name, so,
-			      rc == SHOAL_EINVAL ? "not a regular file" : shoal_strerror(rc));
+			ready(rc, "%s: %s", name, why);
 			return 1;
 		}
 	}
 	int rc = 0;
-	if (cgroup && (rc = join_cgroup(cgroup)) != 0) {
+	if (cgroup && (rc = sh_sb_join_cgroup(cgroup)) != 0) {
 		ready(rc, "%s: joining its memory cgroup %s: %s", name, cgroup, shoal_strerror(rc));
 		return 1;
 	}
 	if (!strict && !cgroup)
-		own_tree(name);
-	if ((mem && (rc = limit(RLIMIT_AS, mem))) || (cpu && (rc = limit(RLIMIT_CPU, cpu))) ||
-	    (files && (rc = limit(RLIMIT_NOFILE, files)))) {
+		sh_sb_own_tree(name);
+	if ((mem && (rc = sh_sb_limit(RLIMIT_AS, mem))) ||
+	    (cpu && (rc = sh_sb_limit(RLIMIT_CPU, cpu))) ||
+	    (files && (rc = sh_sb_limit(RLIMIT_NOFILE, files)))) {
 		ready(rc, "%s: setting limits: %s", name, shoal_strerror(rc));
 		return 1;
 	}
@@ -1015,10 +416,10 @@ int sh_ext_runner_main(const sh_ext_runner_cfg *cfg)
 	 * too): namespaces, then, in the extension's process, the store
 	 * connection while it may still connect as us, then no privileges
 	 * and the filter. */
-	bool userns = false;
+	sh_sb_strict sb = {.network = network, .uid_lock = -1};
 	char why[SH_EXT_MSG_MAX - 64];
-	if (strict && ((rc = own_namespaces(network, &userns, why, sizeof(why))) != 0 ||
-		       (rc = own_pids(why, sizeof(why))) != 0)) {
+	if (strict && ((rc = sh_sb_namespaces(&sb, why, sizeof(why))) != 0 ||
+		       (rc = sh_sb_own_pids(&sb, why, sizeof(why))) != 0)) {
 		ready(rc, "%s: %s", name, why);
 		return 1;
 	}
@@ -1028,8 +429,8 @@ int sh_ext_runner_main(const sh_ext_runner_cfg *cfg)
 		      shoal_strerror(rc));
 		return 1;
 	}
-	if (strict && ((rc = confine(userns, why, sizeof(why))) != 0 ||
-		       (rc = strict_filter(network, why, sizeof(why))) != 0)) {
+	if (strict && ((rc = sh_sb_confine(&sb, why, sizeof(why))) != 0 ||
+		       (rc = sh_sb_filter(network, why, sizeof(why))) != 0)) {
 		ready(rc < 0 ? rc : SHOAL_EIO, "%s: %s", name, why);
 		return 1;
 	}

@@ -1,0 +1,821 @@
+/* The sandboxes of an extension's runner (sandbox.h): limits, a cgroup, a
+ * tree that ends whole, and strict. Strict runs in three processes: the
+ * runner's first (namespaces, the uid's lock, then outside the pid
+ * namespace, watched by the host), the namespace's init (reaps, reports),
+ * and the extension's (pid 2: confined, filtered, then the extension's
+ * code). A strict extension of a root host gets a uid no account and no
+ * other extension has, so no process of the machine's users (nobody's
+ * included) shares an identity with it; it is not dumpable, so not even
+ * a process of its own uid may look into it; and the only places it can
+ * write are tmpfs of its own. */
+#include "rpc/sandbox.h"
+#include "rpc/ext_proto.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <linux/capability.h>
+#include <linux/mount.h>
+#include <pwd.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int sh_sb_limit(int res, uint64_t v)
+{
+	struct rlimit rl = {.rlim_cur = v, .rlim_max = v};
+	return setrlimit(res, &rl) == 0 ? 0 : shoal_errno();
+}
+
+/* The strict sandbox's filter, an allow-list: what a C or Python
+ * extension needs (memory, threads, files through the descriptors and
+ * paths it may open, time, signals, polling, local sockets) is allowed;
+ * everything else fails with EPERM (not a kill, so an extension can
+ * report what it was refused), io_uring included: its SOCKET op would
+ * make sockets the socket() rule never sees. Sockets are AF_UNIX only
+ * unless network; clone may not make namespaces, and clone3, whose flags
+ * a filter cannot read, says ENOSYS, on which glibc falls back to clone.
+ * Another architecture's system calls kill the process. */
+int sh_sb_filter(bool network, char *why, size_t whylen)
+{
+	static const char *const allow[] = {
+		/* descriptors and files */
+		"read",
+		"write",
+		"readv",
+		"writev",
+		"pread64",
+		"pwrite64",
+		"preadv",
+		"pwritev",
+		"preadv2",
+		"pwritev2",
+		"lseek",
+		"_llseek",
+		"close",
+		"close_range",
+		"dup",
+		"dup2",
+		"dup3",
+		"fcntl",
+		"fcntl64",
+		"open",
+		"openat",
+		"openat2",
+		"creat",
+		"stat",
+		"fstat",
+		"lstat",
+		"newfstatat",
+		"fstatat64",
+		"stat64",
+		"fstat64",
+		"lstat64",
+		"statx",
+		"statfs",
+		"fstatfs",
+		"statfs64",
+		"fstatfs64",
+		"access",
+		"faccessat",
+		"faccessat2",
+		"readlink",
+		"readlinkat",
+		"getdents",
+		"getdents64",
+		"getcwd",
+		"chdir",
+		"fchdir",
+		"mkdir",
+		"mkdirat",
+		"rmdir",
+		"unlink",
+		"unlinkat",
+		"rename",
+		"renameat",
+		"renameat2",
+		"link",
+		"linkat",
+		"symlink",
+		"symlinkat",
+		"chmod",
+		"fchmod",
+		"fchmodat",
+		"fchmodat2",
+		"chown",
+		"fchown",
+		"lchown",
+		"fchownat",
+		"truncate",
+		"ftruncate",
+		"truncate64",
+		"ftruncate64",
+		"fallocate",
+		"fsync",
+		"fdatasync",
+		"sync_file_range",
+		"flock",
+		"utime",
+		"utimes",
+		"utimensat",
+		"futimesat",
+		"umask",
+		"getxattr",
+		"lgetxattr",
+		"fgetxattr",
+		"listxattr",
+		"llistxattr",
+		"flistxattr",
+		"sendfile",
+		"sendfile64",
+		"copy_file_range",
+		"splice",
+		"tee",
+		"vmsplice", /* how the runner rings the host's doorbell */
+		"readahead",
+		"fadvise64",
+		"fadvise64_64",
+		"memfd_create",
+		"pipe",
+		"pipe2",
+		"eventfd",
+		"eventfd2",
+		"inotify_init",
+		"inotify_init1",
+		"inotify_add_watch",
+		"inotify_rm_watch",
+		/* memory */
+		"brk",
+		"mmap",
+		"mmap2",
+		"munmap",
+		"mremap",
+		"mprotect",
+		"madvise",
+		"mlock",
+		"mlock2",
+		"munlock",
+		"mlockall",
+		"munlockall",
+		"mincore",
+		"msync",
+		"membarrier",
+		"get_mempolicy",
+		"set_mempolicy",
+		"mbind",
+		"pkey_alloc",
+		"pkey_free",
+		"pkey_mprotect",
+		/* processes and threads (their own: pids are of its namespace) */
+		"fork",
+		"vfork",
+		"execve",
+		"execveat",
+		"exit",
+		"exit_group",
+		"wait4",
+		"waitid",
+		"kill",
+		"tgkill",
+		"tkill",
+		"getpid",
+		"getppid",
+		"gettid",
+		"getuid",
+		"geteuid",
+		"getgid",
+		"getegid",
+		"getgroups",
+		"getresuid",
+		"getresgid",
+		"getuid32",
+		"geteuid32",
+		"getgid32",
+		"getegid32",
+		"getgroups32",
+		"getresuid32",
+		"getresgid32",
+		"setsid",
+		"getsid",
+		"getpgid",
+		"setpgid",
+		"getpgrp",
+		"set_tid_address",
+		"set_robust_list",
+		"get_robust_list",
+		"rseq",
+		"futex",
+		"futex_time64",
+		"futex_waitv",
+		"futex_wait",
+		"futex_wake",
+		"futex_requeue",
+		"sched_yield",
+		"sched_getaffinity",
+		"sched_setaffinity",
+		"sched_getparam",
+		"sched_getscheduler",
+		"sched_get_priority_max",
+		"sched_get_priority_min",
+		"sched_getattr",
+		"getpriority",
+		"prctl",
+		"arch_prctl",
+		"capget",
+		"uname",
+		"sysinfo",
+		"getrlimit",
+		"ugetrlimit",
+		"setrlimit",
+		"getrusage",
+		"times",
+		"getcpu",
+		"getrandom",
+		"set_thread_area",
+		"get_thread_area",
+		/* signals and time */
+		"rt_sigaction",
+		"rt_sigprocmask",
+		"rt_sigreturn",
+		"sigreturn",
+		"rt_sigsuspend",
+		"rt_sigpending",
+		"rt_sigtimedwait",
+		"rt_sigtimedwait_time64",
+		"rt_sigqueueinfo",
+		"rt_tgsigqueueinfo",
+		"sigaltstack",
+		"signalfd",
+		"signalfd4",
+		"restart_syscall",
+		"pause",
+		"alarm",
+		"clock_gettime",
+		"clock_gettime64",
+		"clock_getres",
+		"clock_getres_time64",
+		"clock_nanosleep",
+		"clock_nanosleep_time64",
+		"nanosleep",
+		"gettimeofday",
+		"time",
+		"timer_create",
+		"timer_settime",
+		"timer_settime64",
+		"timer_gettime",
+		"timer_gettime64",
+		"timer_getoverrun",
+		"timer_delete",
+		"timerfd_create",
+		"timerfd_settime",
+		"timerfd_settime64",
+		"timerfd_gettime",
+		"timerfd_gettime64",
+		"getitimer",
+		"setitimer",
+		/* waiting */
+		"poll",
+		"ppoll",
+		"ppoll_time64",
+		"select",
+		"_newselect",
+		"pselect6",
+		"pselect6_time64",
+		"epoll_create",
+		"epoll_create1",
+		"epoll_ctl",
+		"epoll_wait",
+		"epoll_pwait",
+		"epoll_pwait2",
+		/* sockets it has or may make (socket() below) */
+		"connect",
+		"bind",
+		"listen",
+		"accept",
+		"accept4",
+		"sendto",
+		"recvfrom",
+		"sendmsg",
+		"recvmsg",
+		"sendmmsg",
+		"recvmmsg",
+		"recvmmsg_time64",
+		"shutdown",
+		"getsockname",
+		"getpeername",
+		"setsockopt",
+		"getsockopt",
+		/* System V IPC: the namespace's own */
+		"shmget",
+		"shmat",
+		"shmdt",
+		"shmctl",
+		"semget",
+		"semop",
+		"semtimedop",
+		"semctl",
+		"msgget",
+		"msgsnd",
+		"msgrcv",
+		"msgctl",
+	};
+	scmp_filter_ctx f = seccomp_init(SCMP_ACT_ERRNO(EPERM));
+	if (!f) {
+		snprintf(why, whylen, "seccomp_init failed");
+		return SHOAL_ENOMEM;
+	}
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < sizeof(allow) / sizeof(allow[0]); i++) {
+		int nr = seccomp_syscall_resolve_name(allow[i]);
+		if (nr == __NR_SCMP_ERROR)
+			continue; /* not on this architecture */
+		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, nr, 0);
+	}
+	/* ioctl: its own session has no terminal to type into (TIOCSTI needs
+	 * one, or CAP_SYS_ADMIN), so no command of it reaches the host */
+	if (rc == 0)
+		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 0);
+	/* clone for threads and processes, without new namespaces */
+	const scmp_datum_t newns = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |
+				   CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET;
+	if (rc == 0)
+		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
+				      SCMP_A0(SCMP_CMP_MASKED_EQ, newns, 0));
+	int clone3 = seccomp_syscall_resolve_name("clone3");
+	if (rc == 0 && clone3 != __NR_SCMP_ERROR)
+		rc = seccomp_rule_add(f, SCMP_ACT_ERRNO(ENOSYS), clone3, 0);
+	/* limits of itself only (pid 0) */
+	int prlimit = seccomp_syscall_resolve_name("prlimit64");
+	if (rc == 0 && prlimit != __NR_SCMP_ERROR)
+		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, prlimit, 1, SCMP_A0(SCMP_CMP_EQ, 0, 0));
+	/* sockets: local ones; IP ones only when the config allows them */
+	static const int families[] = {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK};
+	size_t nfam = network ? 4 : 1;
+	for (size_t i = 0; rc == 0 && i < nfam; i++) {
+		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
+				      SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i], 0));
+		if (rc == 0)
+			rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(socketpair), 1,
+					      SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i], 0));
+	}
+	if (rc == 0)
+		rc = seccomp_load(f);
+	seccomp_release(f);
+	if (rc)
+		snprintf(why, whylen, "loading the seccomp filter: %s", strerror(-rc));
+	return rc;
+}
+
+/* ---- a uid of its own ---- */
+
+/* The directory of uid locks, made (root's, 0700) or checked: it must be
+ * a directory of root's that nobody else may write. */
+static int uid_dir(char *why, size_t wl)
+{
+	static const char *const dirs[] = {"/run/shoal", SH_SB_UID_DIR};
+	for (size_t i = 0; i < 2; i++) {
+		struct stat st;
+		if (mkdir(dirs[i], i ? 0700 : 0755) != 0 && errno != EEXIST) {
+			int rc = shoal_errno();
+			snprintf(why, wl,
+				 "a strict extension's uid is locked in %s, which could not be "
+				 "made: %s",
+				 dirs[i], strerror(errno));
+			return rc;
+		}
+		if (lstat(dirs[i], &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
+		    (st.st_mode & 022)) {
+			snprintf(why, wl,
+				 "%s is not a directory of root's that only root may write: "
+				 "refused as the place of strict extensions' uid locks",
+				 dirs[i]);
+			return SHOAL_EPERM;
+		}
+	}
+	return 0;
+}
+
+/* The uids of the range that a live process has (real, effective, saved
+ * or file system; or as a gid), one bit each. */
+#define NUIDS (SH_SB_UID_LAST - SH_SB_UID_FIRST + 1)
+static void uids_of_processes(unsigned char used[(NUIDS + 7) / 8])
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	char path[64], buf[2048];
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%.20s/status", e->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+		if (fd >= 0)
+			close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		static const char *const keys[] = {"\nUid:", "\nGid:"};
+		for (int k = 0; k < 2; k++) {
+			const char *p = strstr(buf, keys[k]);
+			unsigned long v[4];
+			if (!p || sscanf(p + 5, "%lu %lu %lu %lu", &v[0], &v[1], &v[2], &v[3]) != 4)
+				continue;
+			for (int j = 0; j < 4; j++)
+				if (v[j] >= SH_SB_UID_FIRST && v[j] <= SH_SB_UID_LAST)
+					used[(v[j] - SH_SB_UID_FIRST) / 8] |=
+						(unsigned char)(1u
+								<< ((v[j] - SH_SB_UID_FIRST) % 8));
+		}
+	}
+	if (d)
+		closedir(d);
+}
+
+/* Whether an account or a group has id. */
+static bool id_named(unsigned id)
+{
+	char buf[4096];
+	struct passwd pw, *pwp = NULL;
+	struct group gr, *grp = NULL;
+	getpwuid_r((uid_t)id, &pw, buf, sizeof(buf), &pwp);
+	if (pwp)
+		return true;
+	getgrgid_r((gid_t)id, &gr, buf, sizeof(buf), &grp);
+	return grp != NULL;
+}
+
+/* A free uid of the range, locked: from a random place in it, the first
+ * whose lock file this process could lock and that nothing else has. The
+ * lock (an open file description with flock) lasts while any process
+ * holds it: the one outside the extension's pid namespace keeps it until
+ * the namespace is gone. */
+static int uid_take(sh_sb_strict *sb, char *why, size_t wl)
+{
+	int rc = uid_dir(why, wl);
+	if (rc)
+		return rc;
+	unsigned char used[(NUIDS + 7) / 8] = {0};
+	uids_of_processes(used);
+	uint32_t start = 0;
+	if (getrandom(&start, sizeof(start), 0) != sizeof(start))
+		start = (uint32_t)getpid();
+	for (uint32_t i = 0; i < NUIDS; i++) {
+		uint32_t k = (start + i) % NUIDS;
+		unsigned uid = SH_SB_UID_FIRST + k;
+		if (used[k / 8] & (1u << (k % 8)))
+			continue;
+		char path[64];
+		snprintf(path, sizeof(path), "%s/%u", SH_SB_UID_DIR, uid);
+		/* read-only: a file open for writing on a mount would keep
+		 * sh_sb_confine from making that mount read-only */
+		int fd = open(path, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			rc = shoal_errno();
+			snprintf(why, wl, "locking uid %u (%s): %s", uid, path, strerror(errno));
+			return rc;
+		}
+		if (flock(fd, LOCK_EX | LOCK_NB) != 0 || id_named(uid)) {
+			close(fd);
+			continue;
+		}
+		sb->uid = uid;
+		sb->uid_lock = fd;
+		sb->own_uid = true;
+		return 0;
+	}
+	snprintf(why, wl,
+		 "no uid of %u..%u is free for a strict extension (each live one has its own)",
+		 SH_SB_UID_FIRST, SH_SB_UID_LAST);
+	return SHOAL_EBUSY;
+}
+
+/* ---- namespaces ---- */
+
+int sh_sb_namespaces(sh_sb_strict *sb, char *why, size_t wl)
+{
+	bool network = sb->network;
+	int flags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWIPC | CLONE_NEWUTS |
+		    (network ? 0 : CLONE_NEWNET);
+	uid_t uid = geteuid();
+	gid_t gid = getegid();
+	sb->userns = false;
+	sb->uid = uid;
+	sb->uid_lock = -1;
+	sb->own_uid = false;
+	if (unshare(flags) != 0) {
+		int direct = errno;
+		if (unshare(CLONE_NEWUSER | flags) != 0) {
+			snprintf(why, wl,
+				 "the strict sandbox needs namespaces of its own (%smount, "
+				 "cgroup), and the kernel refused them (%s; in a user "
+				 "namespace: %s)%s",
+				 network ? "" : "network, ", strerror(direct), strerror(errno),
+				 network ? ""
+					 : ": without allow_network it does not start where "
+					   "it could reach the host's network");
+			return SHOAL_EPERM;
+		}
+		sb->userns = true;
+		char map[64];
+		int rc;
+		snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)uid, (unsigned)uid);
+		if ((rc = sh_ext_write_file("/proc/self/setgroups", "deny")) != 0 ||
+		    (rc = sh_ext_write_file("/proc/self/uid_map", map)) != 0 ||
+		    (snprintf(map, sizeof(map), "%u %u 1\n", (unsigned)gid, (unsigned)gid),
+		     (rc = sh_ext_write_file("/proc/self/gid_map", map)) != 0)) {
+			snprintf(why, wl, "mapping its ids in a user namespace: %s",
+				 shoal_strerror(rc));
+			return rc;
+		}
+	}
+	/* Nothing it mounts reaches the host's namespace. */
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+		int rc = shoal_errno();
+		snprintf(why, wl, "making its mounts private: %s", strerror(errno));
+		return rc;
+	}
+	return sb->userns || uid != 0 ? 0 : uid_take(sb, why, wl);
+}
+
+/* ---- the extension's process ---- */
+
+/* Its private writable directories: a tmpfs of its own over each that
+ * exists, everything else read-only (recursively: every mount it sees). */
+static const char *const private_dirs[] = {"/var/tmp", "/dev/shm", "/run/lock"};
+
+static int read_only_but_its_own(const sh_sb_strict *sb, char *why, size_t wl)
+{
+	struct mount_attr ro = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID};
+	if (syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &ro, sizeof(ro)) != 0) {
+		int rc = shoal_errno();
+		snprintf(why, wl,
+			 "making the host's files read-only to it (mount_setattr, Linux 5.12): "
+			 "%s",
+			 strerror(errno));
+		return rc;
+	}
+	for (size_t i = 0; i < sizeof(private_dirs) / sizeof(private_dirs[0]); i++) {
+		struct stat st;
+		char opts[128];
+		if (stat(private_dirs[i], &st) != 0 || !S_ISDIR(st.st_mode))
+			continue;
+		snprintf(opts, sizeof(opts),
+			 "mode=0700,uid=%u,gid=%u,size=%" PRIu64 ",nr_inodes=%u", (unsigned)sb->uid,
+			 (unsigned)sb->uid, SH_SB_TMP_BYTES, 1u << 16);
+		if (mount("tmpfs", private_dirs[i], "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0) {
+			int rc = shoal_errno();
+			snprintf(why, wl, "a private %s: %s", private_dirs[i], strerror(errno));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+int sh_sb_confine(const sh_sb_strict *sb, char *why, size_t wl)
+{
+	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
+		int rc = shoal_errno();
+		snprintf(why, wl, "mounting a /proc of its own: %s", strerror(errno));
+		return rc;
+	}
+	int rc = read_only_but_its_own(sb, why, wl);
+	if (rc)
+		return rc;
+	for (int c = 0; c <= 63; c++)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL) {
+			rc = shoal_errno();
+			snprintf(why, wl, "dropping capability %d: %s", c, strerror(errno));
+			return rc;
+		}
+	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+	if (!sb->userns && geteuid() == 0) {
+		/* Its processes (and threads) are bounded: a fork bomb would
+		 * otherwise take every pid of the host. The uid is its alone. */
+		struct rlimit np;
+		if (getrlimit(RLIMIT_NPROC, &np) == 0 && np.rlim_cur > SH_SB_NPROC) {
+			np.rlim_cur = np.rlim_max = SH_SB_NPROC;
+			setrlimit(RLIMIT_NPROC, &np);
+		}
+		if (!sb->own_uid || sb->uid < SH_SB_UID_FIRST || sb->uid > SH_SB_UID_LAST) {
+			snprintf(why, wl, "no uid of its own was taken");
+			return SHOAL_EPERM;
+		}
+		if (setgroups(0, NULL) != 0 || setresgid(sb->uid, sb->uid, sb->uid) != 0 ||
+		    setresuid(sb->uid, sb->uid, sb->uid) != 0) {
+			rc = shoal_errno();
+			snprintf(why, wl, "becoming uid %u: %s", (unsigned)sb->uid,
+				 strerror(errno));
+			return rc;
+		}
+		/* A change of uid clears the death signal: it still dies with
+		 * the host. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+	}
+	/* Not dumpable, set after the last change of uid (a change of uid
+	 * sets it from fs.suid_dumpable): no process of another uid, nor of
+	 * its own, may ptrace it or open its /proc/<pid>/mem, fd/ or
+	 * map_files/ (its own /proc/self/fd stays open to it). */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 || prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0) {
+		snprintf(why, wl, "making it not dumpable: %s", strerror(errno));
+		return SHOAL_EPERM;
+	}
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[2];
+	memset(d, 0, sizeof(d));
+	if (syscall(SYS_capset, &h, d) != 0 || syscall(SYS_capget, &h, d) != 0) {
+		rc = shoal_errno();
+		snprintf(why, wl, "clearing its capabilities: %s", strerror(errno));
+		return rc;
+	}
+	if (d[0].effective | d[1].effective | d[0].permitted | d[1].permitted | d[0].inheritable |
+		    d[1].inheritable ||
+	    geteuid() == 0 || getuid() == 0) {
+		snprintf(why, wl, "capabilities or root left after dropping them");
+		return SHOAL_EPERM;
+	}
+	return 0;
+}
+
+/* Mirrors a wait status as this process's own end, so that the host
+ * reads the extension's signal or exit code from its child. */
+static _Noreturn void end_like(int st)
+{
+	if (WIFSIGNALED(st)) {
+		struct rlimit none = {0, 0};
+		setrlimit(RLIMIT_CORE, &none); /* the extension dumped its own */
+		signal(WTERMSIG(st), SIG_DFL);
+		sigset_t all;
+		sigfillset(&all);
+		sigprocmask(SIG_UNBLOCK, &all, NULL);
+		raise(WTERMSIG(st));
+	}
+	_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+}
+
+/* Closes every descriptor from 3 on but a and b (b may be -1). */
+static void keep_only(int a, int b)
+{
+	int lo = a < b ? a : b, hi = a < b ? b : a;
+	if (lo < 0) {
+		close_range(3, (unsigned)hi - 1, 0);
+		close_range((unsigned)hi + 1, ~0u, 0);
+		return;
+	}
+	close_range(3, (unsigned)lo - 1, 0);
+	if (hi > lo + 1)
+		close_range((unsigned)lo + 1, (unsigned)hi - 1, 0);
+	close_range((unsigned)hi + 1, ~0u, 0);
+}
+
+/* A pid namespace of our own (or the start fails). This process stays
+ * outside, the one the host watches; its child is the
+ * namespace's init, which reaps and reports; the init's child runs the
+ * extension (as pid 2: the init of a namespace ignores the signals it
+ * raises itself, which would turn an abort() into something else). Only
+ * the extension's process returns from here. */
+int sh_sb_own_pids(sh_sb_strict *sb, char *why, size_t wl)
+{
+	int p[2];
+	if (unshare(CLONE_NEWPID) != 0 || pipe2(p, O_CLOEXEC) != 0) {
+		int rc = shoal_errno();
+		snprintf(why, wl, "the strict sandbox needs a pid namespace of its own: %s",
+			 strerror(errno));
+		return rc;
+	}
+	pid_t init = fork();
+	if (init < 0) {
+		int rc = shoal_errno();
+		snprintf(why, wl, "starting its pid namespace: fork: %s", strerror(errno));
+		return rc;
+	}
+	if (init > 0) {
+		/* Outside: holds nothing of the connection but the uid's lock,
+		 * waits until the namespace is gone (its init's end kills and
+		 * reaps every process in it), reports, and lets the uid go. */
+		close(p[1]);
+		keep_only(p[0], sb->uid_lock);
+		int st = 0, ext_st;
+		while (waitpid(init, &st, 0) < 0 && errno == EINTR)
+			;
+		if (read(p[0], &ext_st, sizeof(ext_st)) == (ssize_t)sizeof(ext_st))
+			st = ext_st;
+		end_like(st);
+	}
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	close(p[0]);
+	if (sb->uid_lock >= 0) {
+		close(sb->uid_lock); /* the outside process's alone */
+		sb->uid_lock = -1;
+	}
+	pid_t ext = fork();
+	if (ext == 0) {
+		close(p[1]);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		return 0;
+	}
+	/* The init: no descriptor of the connection, reaps every orphan, and
+	 * when the extension ends says how, then ends (which ends the rest). */
+	close_range(3, (unsigned)p[1] - 1, 0);
+	close_range((unsigned)p[1] + 1, ~0u, 0);
+	for (;;) {
+		int st;
+		pid_t w = wait(&st);
+		if (w == ext || (w < 0 && errno == ECHILD)) {
+			if (w == ext && write(p[1], &st, sizeof(st)) < 0)
+				_exit(1);
+			_exit(0);
+		}
+	}
+}
+
+/* Without a cgroup (the host could not make one) and a pid namespace
+ * (none or basic), the runner ends the extension's tree itself: its first
+ * process, the one the host watches, becomes a subreaper that holds
+ * nothing of the connection and runs nothing of the extension. Whatever
+ * the extension forks, daemons that double-forked included, ends up its
+ * child once its parent goes; when the extension ends, or the host asks
+ * with SIGTERM, it kills its children until none is left, then ends the
+ * way the extension did. Only the extension's process returns. */
+static volatile sig_atomic_t tree_term;
+static void on_term(int sig)
+{
+	(void)sig;
+	tree_term = 1;
+}
+
+/* SIGKILL to every child of this (single-threaded) process: 0 when it
+ * has none left to kill. */
+static int kill_children(void)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
+	FILE *f = fopen(path, "re");
+	int n = 0, pid;
+	while (f && fscanf(f, "%d", &pid) == 1)
+		n += kill(pid, SIGKILL) == 0;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+void sh_sb_own_tree(const char *name)
+{
+	struct sigaction sa = {.sa_handler = on_term}; /* no SA_RESTART: wakes waitpid */
+	pid_t ext;
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0 || sigaction(SIGTERM, &sa, NULL) != 0 ||
+	    (ext = fork()) < 0) {
+		fprintf(stderr,
+			"shoal-ext %s: warning: no subreaper (%s): what it forks may outlive it\n",
+			name, strerror(errno));
+		return;
+	}
+	if (ext == 0) {
+		signal(SIGTERM, SIG_DFL);
+		prctl(PR_SET_CHILD_SUBREAPER, 0);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		return;
+	}
+	close_range(3, ~0u, 0);
+	int ext_st = 0;
+	bool ending = false;
+	for (;;) {
+		int st;
+		pid_t w = waitpid(-1, &st, 0);
+		if (w == ext)
+			ext_st = st, ending = true;
+		if (tree_term && !ending) {
+			kill(ext, SIGKILL);
+			ending = true;
+		}
+		if (w < 0 && errno == ECHILD)
+			break;
+		if (ending)
+			kill_children();
+	}
+	end_like(ext_st);
+}
+
+/* Moves this process into the cgroup the host made for it, before it
+ * allocates anything that counts. */
+int sh_sb_join_cgroup(const char *dir)
+{
+	char path[512], pid[24];
+	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+	snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	return sh_ext_write_file(path, pid);
+}
