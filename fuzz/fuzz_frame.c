@@ -356,6 +356,7 @@ static void frame_seeds(void)
 	frame_seed("req-list-after", SH_OP_LIST, 0, 0, body_list, "model/b");
 	frame_seed("req-stat", SH_OP_STAT, 0, 0, body_empty, NULL);
 	frame_seed("req-claim", SH_OP_CLAIM, 0, 0, body_empty, NULL);
+	frame_seed("req-restrict", SH_OP_RESTRICT, 0, 0, body_id, &id);
 	/* replies, as the store sends them */
 	seed_root = &dict;
 	frame_seed("rep-get", SH_OP_GET, 0, 0, body_get_reply, NULL);

@@ -2,6 +2,7 @@
  * (issue 16) and reports what the kernel let it do, so that the test can
  * check the defence is really in force, not that a call returned. */
 #include <shoal/ext.h>
+#include <shoal/store.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,70 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* echo_tensor(x): x back (a tensor the host shared: read through the
+ * store by reference, and returned so). */
+static int echo_tensor(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	(void)ctx;
+	*out = (shoal_value *)a;
+	return 0;
+}
+
+/* store_try([op, key]): what a hostile strict extension would do with
+ * its runner's store connection; key is a name (a string) or an id (an
+ * int). op: "get", "delete", "list", "persist" (key's id), "replace"
+ * (seals an object of its own over key's name), "own" (puts an object of
+ * its own named key, gets and deletes it again). Returns the code it got
+ * (0 when the store let it). */
+static int list_one(const shoal_entry *e, void *ctx)
+{
+	(void)e;
+	(void)ctx;
+	return 0;
+}
+
+static int store_try(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out)
+{
+	shoal_client *c = shoal_ext_store(ctx);
+	if (!c)
+		return shoal_ext_fail(ctx, SHOAL_EINVAL, "no store connection");
+	if (!a || a->type != SHOAL_V_ARRAY || a->n != 2 || a->v.items[0].type != SHOAL_V_STR)
+		return shoal_ext_fail(ctx, SHOAL_EINVAL, "expected [op, name or id]");
+	const char *op = a->v.items[0].v.s;
+	const shoal_value *k = &a->v.items[1];
+	char name[256] = "";
+	shoal_id id = 0;
+	if (k->type == SHOAL_V_STR)
+		snprintf(name, sizeof(name), "%.*s", (int)k->n, k->v.s);
+	else if (k->type == SHOAL_V_INT)
+		id = (shoal_id)k->v.i;
+	int rc;
+	shoal_object *o = NULL;
+	if (!strcmp(op, "get")) {
+		rc = name[0] ? shoal_get_by_name(c, name, &o) : shoal_get(c, id, &o);
+		if (o)
+			shoal_object_release(o);
+	} else if (!strcmp(op, "delete")) {
+		rc = name[0] ? shoal_delete(c, name) : shoal_delete_id(c, id);
+	} else if (!strcmp(op, "list")) {
+		rc = shoal_list(c, "", list_one, NULL);
+	} else if (!strcmp(op, "persist")) {
+		rc = shoal_persist(c, id);
+	} else if (!strcmp(op, "replace")) {
+		rc = shoal_put_bytes(c, name, "forged", 6, SHOAL_REPLACE, &id);
+	} else if (!strcmp(op, "own")) {
+		if ((rc = shoal_put_bytes(c, name, "mine", 4, 0, &id)) == 0 &&
+		    (rc = shoal_get(c, id, &o)) == 0) {
+			shoal_object_release(o);
+			rc = shoal_delete_id(c, id);
+		}
+	} else {
+		return shoal_ext_fail(ctx, SHOAL_EINVAL, "no op %s", op);
+	}
+	*out = shoal_v_int(shoal_ext_vbuf(ctx), rc);
+	return 0;
+}
 
 int shoal_ext_init(shoal_ext_registry *r);
 
@@ -449,6 +514,8 @@ int shoal_ext_init(shoal_ext_registry *r)
 {
 	int rc = 0;
 	rc |= shoal_ext_register(r, "fork_tree", fork_tree);
+	rc |= shoal_ext_register(r, "store_try", store_try);
+	rc |= shoal_ext_register(r, "echo_tensor", echo_tensor);
 	rc |= shoal_ext_register(r, "nap", nap);
 	rc |= shoal_ext_register(r, "usable", usable);
 	rc |= shoal_ext_register(r, "say", say);

@@ -1874,6 +1874,97 @@ SH_TEST(strict_shares_payloads)
 	CHECK_OK(shoal_store_close(s));
 }
 
+/* What store_try got for [op, key] (a name, or an id when name is NULL). */
+static int64_t store_try(shoal_ext *e, shoal_vbuf *vb, const char *op, const char *name,
+			 shoal_id id)
+{
+	shoal_vbuf_reset(vb);
+	shoal_value *a = shoal_v_array(vb, 2);
+	shoal_v_set(a, 0, shoal_v_cstr(vb, op));
+	shoal_v_set(a, 1, name ? shoal_v_cstr(vb, name) : shoal_v_int(vb, (int64_t)id));
+	const shoal_value *r;
+	int rc = call(e, "store_try", a, vb, &r);
+	if (rc)
+		sh_test_fail(__FILE__, __LINE__, "store_try %s: %s: %s", op, shoal_strerror(rc),
+			     shoal_ext_last_error(e));
+	return r->v.i;
+}
+
+/* issue 31.1: a strict extension's store connection carries only what
+ * its host grants: it reads what it is handed and makes objects of its
+ * own, but cannot read, delete or name over the host's other objects,
+ * list names, persist or migrate. The control, sandbox none, shows the
+ * same requests work on a connection that is not restricted. */
+static void strict_store_is_restricted(void)
+{
+	shoal_store_opts so;
+	shoal_store_opts_init(&so);
+	so.size = 64u << 20;
+	shoal_store *s;
+	CHECK_OK(shoal_store_open_embedded(&s, &so));
+	shoal_client *h;
+	CHECK_OK(shoal_connect(&h, shoal_store_socket(s)));
+	shoal_id secret;
+	CHECK_OK(shoal_put_bytes(h, "host-secret", "secret", 6, 0, &secret));
+	char *env[] = {"ASAN_OPTIONS=handle_segv=0:handle_abort=0:detect_leaks=0", no_handlers[1],
+		       NULL};
+	for (int strict = 0; strict < 2; strict++) {
+		shoal_vbuf *vb; /* (one a connection: the store's objects in it are e's) */
+		CHECK_OK(shoal_vbuf_create(&vb));
+		shoal_ext_config c = config();
+		c.path = attack;
+		c.env = env;
+		c.sandbox = strict ? SHOAL_SANDBOX_STRICT : SHOAL_SANDBOX_NONE;
+		c.store_socket = shoal_store_socket(s);
+		c.payload = SHOAL_PAYLOAD_SHARED;
+		shoal_ext *e = start(&c);
+		int want = strict ? SHOAL_EPERM : 0;
+		CHECK_EQ(store_try(e, vb, "get", "host-secret", 0), want);
+		CHECK_EQ(store_try(e, vb, "get", NULL, secret), want);
+		CHECK_EQ(store_try(e, vb, "list", "", 0), want);
+		if (strict) {
+			CHECK_EQ(store_try(e, vb, "delete", "host-secret", 0), SHOAL_EPERM);
+			CHECK_EQ(store_try(e, vb, "delete", NULL, secret), SHOAL_EPERM);
+			CHECK_EQ(store_try(e, vb, "replace", "host-secret", 0), SHOAL_EPERM);
+			CHECK_EQ(store_try(e, vb, "persist", NULL, secret), SHOAL_EPERM);
+		}
+		/* what is its own, and what it is handed, it may */
+		CHECK_EQ(store_try(e, vb, "own", "ext-own", 0), 0);
+		shoal_vbuf *out;
+		CHECK_OK(shoal_vbuf_create(&out));
+		int64_t n = 4096;
+		float *f = calloc((size_t)n, 4);
+		CHECK(f != NULL);
+		f[7] = 3.5f;
+		shoal_vbuf_reset(vb);
+		shoal_value *t = shoal_v_tensor(vb, SHOAL_DT_F32, 1, &n, f);
+		const shoal_value *r;
+		CHECK_OK(call(e, "echo_tensor", t, out, &r));
+		CHECK(shoal_v_equal(r, t));
+		shoal_vbuf_free(out);
+		free(f);
+		CHECK_OK(shoal_ext_stop(e));
+		shoal_vbuf_free(vb);
+	}
+	/* the host's object is as it was */
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(h, "host-secret", &o));
+	const void *data;
+	size_t size;
+	CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &data, &size));
+	CHECK(size == 6 && memcmp(data, "secret", 6) == 0);
+	CHECK_EQ(shoal_object_id(o), secret);
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_disconnect(h));
+	CHECK_OK(shoal_store_close(s));
+}
+
+SH_TEST(strict_store_connection_is_restricted)
+{
+	strict_store_is_restricted();
+	as_nobody(strict_store_is_restricted);
+}
+
 struct killer {
 	pid_t pid;
 	int ms;

@@ -60,6 +60,11 @@ SHOAL_API bool shoal_ext_cancelled(const shoal_ext_ctx *ctx);
  * thread, to a depth of 128. On failure the message is the context's. */
 SHOAL_API int shoal_ext_call_host(shoal_ext_ctx *ctx, const char *method, const shoal_value *args,
 				  const shoal_value **result);
+/* The extension's own connection to its host's store, or NULL (no
+ * config store_socket; a task engine). A strict extension's is restricted
+ * (shoal_restrict): it reads what its host holds (the objects passed to
+ * it) and its own, makes objects of its own, deletes only those. */
+SHOAL_API shoal_client *shoal_ext_store(shoal_ext_ctx *ctx);
 /* The message of the last failure within this call (shoal_ext_fail, a
  * failed shoal_ext_call_host). */
 SHOAL_API const char *shoal_ext_ctx_error(const shoal_ext_ctx *ctx);
@@ -141,13 +146,18 @@ typedef struct shoal_ext_config {
 	shoal_restart restart;
 	shoal_payload payload;	  /* the default of its calls */
 	const char *store_socket; /* the store shared payloads go through */
-	bool log_output;	  /* its stdout and stderr go into our log (shoal_log,
-				     component "ext"), a line at a time prefixed with its
-				     name: stdout at SHOAL_LOG_INFO, stderr at
-				     SHOAL_LOG_WARN; control bytes show as '?'. false: they
-				     are our own stdout and stderr, except at strict,
-				     where they always go into our log. From basic on,
-				     its stdin is /dev/null */
+	/* strict: the connection (its shoal_claim token) whose objects the
+	 * extension may read besides its own, through its restricted one
+	 * (shoal_restrict); 0: this host's own connection to store_socket,
+	 * which shoal_v_share and shared calls put objects through */
+	uint64_t store_grant;
+	bool log_output; /* its stdout and stderr go into our log (shoal_log,
+			    component "ext"), a line at a time prefixed with its
+			    name: stdout at SHOAL_LOG_INFO, stderr at
+			    SHOAL_LOG_WARN; control bytes show as '?'. false: they
+			    are our own stdout and stderr, except at strict,
+			    where they always go into our log. From basic on,
+			    its stdin is /dev/null */
 } shoal_ext_config;
 
 SHOAL_API void shoal_ext_config_init(shoal_ext_config *c);

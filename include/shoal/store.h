@@ -406,6 +406,16 @@ SHOAL_API int shoal_persist(shoal_client *c, shoal_id id);
  * seal objects for it with shoal_builder_seal_for. */
 /* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_claim(shoal_client *c, uint64_t *token);
+/* Restricts this connection for good, before it is handed to code that is
+ * not trusted (a strict extension's runner does so with its host's
+ * token): from then on it reads only objects it made and what the
+ * connection whose shoal_claim gave grant (not 0) holds or made,
+ * makes objects of its own (a name only when it is free), deletes only
+ * those, and every other request (listing names, replacing one, persist,
+ * migrate, sealing for another owner, restricting again) fails with
+ * SHOAL_EPERM. */
+/* Blocks: a round trip to the store, at most the connection's timeout. */
+SHOAL_API int shoal_restrict(shoal_client *c, uint64_t grant);
 
 typedef struct shoal_entry {
 	const char *name;

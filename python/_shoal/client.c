@@ -949,6 +949,23 @@ static PyObject *client_stat(ShClient *self, PyObject *args, PyObject *kw)
 		"peers", (unsigned long long)st.peers, "registry", (unsigned long long)st.registry);
 }
 
+static int do_claim(ShClient *c, void *arg)
+{
+	return shoal_claim(c->c, arg);
+}
+
+static PyObject *client_claim(ShClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"timeout", NULL};
+	PyObject *timeout = NULL;
+	int64_t tmo;
+	uint64_t token = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$O:claim", kwlist, &timeout) ||
+	    parse_timeout(timeout, &tmo) != 0 || call(self, do_claim, &token, tmo) != 0)
+		return NULL;
+	return PyLong_FromUnsignedLongLong(token);
+}
+
 typedef struct {
 	const char *path, *name;
 	unsigned flags;
@@ -1078,6 +1095,9 @@ static PyMethodDef client_methods[] = {
 	 "bound name starting with prefix, in name order."},
 	{"stat", KW client_stat, METH_VARARGS | METH_KEYWORDS,
 	 "stat(*, timeout=) -> dict[str, int]\n\nThe store's counters."},
+	{"claim", KW client_claim, METH_VARARGS | METH_KEYWORDS,
+	 "claim(*, timeout=) -> int\n\nThis connection's owner token (the same every time): "
+	 "what a strict extension is granted to read (the objects this connection holds)."},
 	{"import_safetensors", KW client_import_safetensors, METH_VARARGS | METH_KEYWORDS,
 	 "import_safetensors(path, name=None, persist=True, replace=False, *, timeout=) -> int"},
 	{"export_safetensors", KW client_export_safetensors, METH_VARARGS | METH_KEYWORDS,

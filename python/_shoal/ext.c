@@ -115,7 +115,8 @@ static PyObject *ext_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	if (!keep || opt_str(d, "path", &c.path, &keep) || opt_str(d, "name", &c.name, &keep) ||
 	    opt_str(d, "runner", &c.runner, &keep) || opt_str(d, "cwd", &c.cwd, &keep) ||
 	    opt_str(d, "store_socket", &c.store_socket, &keep) ||
-	    opt_u64(d, "mem_max", &c.mem_max) || opt_u64(d, "mem_limit", &c.mem_limit) ||
+	    opt_u64(d, "store_grant", &c.store_grant) || opt_u64(d, "mem_max", &c.mem_max) ||
+	    opt_u64(d, "mem_limit", &c.mem_limit) ||
 	    opt_ns(d, "call_timeout", &c.call_timeout_ns) ||
 	    opt_ns(d, "start_timeout", &c.start_timeout_ns))
 		goto out;

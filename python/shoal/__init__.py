@@ -331,6 +331,11 @@ class Client:
         """The store's figures: capacity, bytes used, objects, names, clients..."""
         return self._c.stat(**_tmo(timeout))
 
+    def claim(self, *, timeout: CallTimeout = CONNECTION_TIMEOUT) -> int:
+        """This connection's owner token (the same every time): what a strict isolated
+        extension is granted, to read the objects this connection holds."""
+        return int(self._c.claim(**_tmo(timeout)))
+
     def import_safetensors(
         self, path: Union[str, "os.PathLike[str]"], name: Optional[str] = None, *,
         persist: bool = True, replace: bool = False,

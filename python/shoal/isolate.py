@@ -429,6 +429,10 @@ class _Extension:
             "max_files": config.max_files, "call_timeout": config.call_timeout,
             "start_timeout": config.start_timeout, "restart": config.restart == "on_crash",
             "log_output": config.log_output, "store_socket": store,
+            # what a strict one may read of the store: what this process's connection
+            # holds, the tensors it shares with it
+            "store_grant": manager.client.claim() if store and config.sandbox == "strict"
+            else 0,
             "shared": config.share_torch,
         }
         try:

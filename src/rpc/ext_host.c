@@ -808,7 +808,7 @@ static int build_env(shoal_ext *e)
 		cap++;
 	for (char *const *p = e->cfg.env; p && *p; p++)
 		cap++;
-	cap += 3;
+	cap += 4; /* TMPDIR, LD_LIBRARY_PATH, SHOAL_EXT_STORE_GRANT (env_add) */
 	e->env = shoal_calloc(cap + 1, sizeof(char *));
 	if (!e->env)
 		return SHOAL_ENOMEM;
@@ -848,6 +848,17 @@ static int build_env(shoal_ext *e)
 	}
 	e->nenv = cap; /* the array's size for the free; unused slots are NULL */
 	return 0;
+}
+
+/* One more entry in the child's environment (build_env left room). */
+static int env_add(shoal_ext *e, const char *entry)
+{
+	size_t n = 0;
+	while (n < e->nenv && e->env[n])
+		n++;
+	if (n == e->nenv)
+		return SHOAL_ENOMEM;
+	return (e->env[n] = dup_str(entry)) ? 0 : SHOAL_ENOMEM;
 }
 
 int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg)
@@ -901,6 +912,17 @@ int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg)
 	if (e->store_path && (rc = shoal_connect(&e->store, e->store_path)) != 0)
 		return fail(e, rc, "%s: no store at %s for shared payloads: %s", e->name,
 			    e->store_path, shoal_strerror(rc));
+	/* A strict extension's runner restricts its own store connection to
+	 * what this one holds (shoal_restrict): the token that names this
+	 * connection goes in its environment, which only it (and root) reads. */
+	uint64_t grant = e->cfg.store_grant;
+	char entry[64];
+	if (e->store && e->cfg.sandbox == SHOAL_SANDBOX_STRICT &&
+	    ((!grant && (rc = shoal_claim(e->store, &grant)) != 0) ||
+	     (snprintf(entry, sizeof(entry), "SHOAL_EXT_STORE_GRANT=%016" PRIx64, grant),
+	      (rc = env_add(e, entry)) != 0)))
+		return fail(e, rc, "%s: a grant of the store for it: %s", e->name,
+			    shoal_strerror(rc));
 	rc = spawn_child(e);
 	if (rc == 0)
 		rc = await_ready(e);

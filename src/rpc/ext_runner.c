@@ -217,6 +217,12 @@ bool shoal_ext_cancelled(const shoal_ext_ctx *ctx)
 	return R && atomic_load_explicit(R->cancel, memory_order_acquire) == ctx->seq;
 }
 
+shoal_client *shoal_ext_store(shoal_ext_ctx *ctx)
+{
+	runner *R = ctx ? ctx->runner : NULL;
+	return R ? R->store : NULL;
+}
+
 int shoal_ext_call_host(shoal_ext_ctx *ctx, const char *method, const shoal_value *args,
 			const shoal_value **result)
 {
@@ -327,6 +333,25 @@ static void runner_free(runner *R)
 	}
 }
 
+/* Restricts sc to its host's grant ($SHOAL_EXT_STORE_GRANT: the host's
+ * connection's token, which the host sets for a strict extension). */
+static int restrict_store(shoal_client *sc, char *why, size_t wl)
+{
+	const char *g = getenv("SHOAL_EXT_STORE_GRANT");
+	char *end = NULL;
+	uint64_t grant = g ? strtoull(g, &end, 16) : 0;
+	if (!g || !*g || *end || !grant) {
+		snprintf(why, wl,
+			 "expected SHOAL_EXT_STORE_GRANT (16 hex digits) from its host, got %s",
+			 g ? "something else" : "nothing");
+		return SHOAL_EINVAL;
+	}
+	int rc = shoal_restrict(sc, grant);
+	if (rc)
+		snprintf(why, wl, "%s", shoal_client_error(sc));
+	return rc;
+}
+
 /* The bytes of the library at so, read as this process's user, into a
  * sealed memfd (*fd) that any uid may open through /proc/self/fd. */
 static int so_into_memfd(const char *so, int *fd, char *why, size_t wl)
@@ -427,6 +452,13 @@ int sh_ext_runner_main(const sh_ext_runner_cfg *cfg)
 	if (store && (rc = shoal_connect(&sc, store)) != 0) {
 		ready(rc, "%s: no store at %s for shared payloads: %s", name, store,
 		      shoal_strerror(rc));
+		return 1;
+	}
+	/* strict: the connection reads what the host holds and makes objects
+	 * of its own, nothing more (shoal_restrict), before the extension's
+	 * code can use it */
+	if (sc && strict && (rc = restrict_store(sc, why, sizeof(why))) != 0) {
+		ready(rc, "%s: restricting its store connection: %s", name, why);
 		return 1;
 	}
 	if (strict && ((rc = sh_sb_confine(&sb, why, sizeof(why))) != 0 ||

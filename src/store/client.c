@@ -887,6 +887,22 @@ int shoal_claim(shoal_client *c, uint64_t *token)
 	return rc;
 }
 
+int shoal_restrict(shoal_client *c, uint64_t grant)
+{
+	if (!c)
+		return SHOAL_EINVAL;
+	msgpack_packer pk;
+	sh_client_begin(c, &pk);
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_uint64(&pk, grant);
+	sh_mp m;
+	uint32_t n;
+	int rc = sh_client_call(c, SH_OP_RESTRICT, false, &m);
+	if (rc == 0 && (sh_mp_array(&m, &n) || n != 0 || sh_mp_done(&m)))
+		rc = sh_client_fail(c, SHOAL_EPROTO, "RESTRICT reply: expected []");
+	return rc;
+}
+
 /* One ask at a time, each answered within wait_ms: the whole wait is the
  * connection's timeout, and a progress callback hears between asks. */
 int shoal_migrate(shoal_client *c, const char *name, shoal_id id, const shoal_migrate_opts *opts,

@@ -26,6 +26,10 @@
  *                                           pending, sent, sent_bytes, fetched,
  *                                           fetched_bytes, migrating, peers, registry]
  *   CLAIM   []                          -> [token]  (this connection's owner token)
+ *   RESTRICT [grant]                    -> []  (for good: this connection may from
+ *                                           now on read only its own objects and
+ *                                           what the one whose CLAIM gave grant
+ *                                           holds; server.h says what else)
  *   MIGRATE [id | name, from|nil, streams, wait_ms]
  *                                       -> [true, id] | [false, ticket, received, total]
  *   MIGWAIT [ticket, wait_ms]           -> the same
@@ -72,6 +76,7 @@ enum {
 	SH_OP_CLAIM,
 	SH_OP_MIGRATE,
 	SH_OP_MIGWAIT,
+	SH_OP_RESTRICT,
 	SH_OP_MAX_
 };
 

@@ -684,6 +684,12 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 			 "no connection claims owner %016" PRIx64 " (it is gone)", token);
 		rc = SHOAL_ENOENT;
 	}
+	if (rc == 0 && c->restricted && (token || (flags & (SHOAL_PERSIST | SHOAL_REPLACE)))) {
+		snprintf(why, sizeof(c->why),
+			 "this connection is restricted (a strict extension's): it seals only "
+			 "objects of its own, never PERSIST, REPLACE nor for another owner");
+		rc = SHOAL_EPERM;
+	}
 	if (rc == 0 && token && (flags & SHOAL_PERSIST)) {
 		snprintf(why, sizeof(c->why), "an object with an owner cannot be PERSIST");
 		rc = SHOAL_EINVAL;
@@ -804,6 +810,25 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	return sh_st_reply_ok(c, req, &pk);
 }
 
+/* Whether restricted c may read o (write: delete it): its own always; to
+ * read, also what its grantor holds or made. */
+static bool restricted_may(st_conn *c, const st_obj *o, bool write)
+{
+	if (sh_map_get(&c->created, o->id) || (!write && sh_map_get(&c->refs, o->id)))
+		return true;
+	st_conn *g = write ? NULL : sh_map_get(&c->srv->claims, c->grant);
+	return g && (sh_map_get(&g->refs, o->id) || sh_map_get(&g->created, o->id));
+}
+
+static int restricted_refuse(st_conn *c, const sh_frame *req, const char *what)
+{
+	return sh_st_reply_err(c, req, SHOAL_EPERM,
+			       "%s: this connection is restricted (a strict extension's): it reads "
+			       "only what its host holds and its own objects, and deletes only its "
+			       "own",
+			       what);
+}
+
 /* An object by [id | name]: the key of GET and DELETE. */
 int sh_st_lookup(st_conn *c, const sh_frame *req, sh_mp *m, const char *what, st_obj **out)
 {
@@ -882,7 +907,7 @@ static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 {
 	shoal_store *s = c->srv;
 	st_obj *o = NULL;
-	if ((s->reg || s->opts.peers) && !s->stopping) {
+	if ((s->reg || s->opts.peers) && !s->stopping && !c->restricted) {
 		/* not here: from the cluster first, then as any get */
 		sh_mp k = *m;
 		uint32_t n, nl = 0;
@@ -903,6 +928,8 @@ static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 	int rc = sh_st_lookup(c, req, m, "GET", &o);
 	if (!o)
 		return rc;
+	if (c->restricted && !restricted_may(c, o, false))
+		return restricted_refuse(c, req, "GET");
 	uintptr_t held = (uintptr_t)sh_map_get(&c->refs, o->id);
 	if (sh_map_put(&c->refs, o->id, (void *)(held + 1)) != 0)
 		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "GET: out of memory");
@@ -993,6 +1020,8 @@ static int op_delete(st_conn *c, const sh_frame *req, sh_mp *m)
 	int rc = sh_st_lookup(c, req, m, "DELETE", &o);
 	if (!o)
 		return rc;
+	if (c->restricted && !restricted_may(c, o, true))
+		return restricted_refuse(c, req, "DELETE");
 	shoal_store *s = c->srv;
 	if (o->global && o->name && s->reg) {
 		/* the cluster's name goes first: while etcd is away, the
@@ -1065,6 +1094,28 @@ static int op_claim(st_conn *c, const sh_frame *req, sh_mp *m)
 	sh_st_begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 1);
 	msgpack_pack_uint64(&pk, c->claim);
+	return sh_st_reply_ok(c, req, &pk);
+}
+
+/* RESTRICT [grant]: this connection is restricted from now on (a strict
+ * extension's runner makes its connection so, naming its host's): see
+ * st_conn. Once only. */
+static int op_restrict(st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	uint32_t n;
+	uint64_t grant;
+	if (sh_mp_array(m, &n) || n != 1 || sh_mp_uint(m, &grant) || grant == 0 || sh_mp_done(m))
+		return sh_st_reply_err(
+			c, req, SHOAL_EBADMSG,
+			"RESTRICT: expected [grant] (another connection's CLAIM token)");
+	if (!sh_map_get(&c->srv->claims, grant) || grant == c->claim)
+		return sh_st_reply_err(c, req, SHOAL_ENOENT,
+				       "RESTRICT: no other connection claims %016" PRIx64, grant);
+	c->restricted = true;
+	c->grant = grant;
+	msgpack_packer pk;
+	sh_st_begin_reply(c, &pk);
+	msgpack_pack_array(&pk, 0);
 	return sh_st_reply_ok(c, req, &pk);
 }
 
@@ -1170,6 +1221,7 @@ static const op_fn ops[SH_OP_MAX_] = {
 	[SH_OP_CLAIM] = op_claim,
 	[SH_OP_MIGRATE] = sh_st_op_migrate,
 	[SH_OP_MIGWAIT] = sh_st_op_migwait,
+	[SH_OP_RESTRICT] = op_restrict,
 };
 
 /* Handles one request record. A nonzero return ends the connection: only
@@ -1200,6 +1252,17 @@ static int handle(st_conn *c, size_t len)
 	if (f.op == 0 || f.op >= SH_OP_MAX_ || !ops[f.op])
 		return sh_st_reply_err(c, &f, SHOAL_EBADMSG, "unknown op %u, expected 1 to %d",
 				       f.op, SH_OP_MAX_ - 1);
+	/* a restricted connection asks only what a strict extension needs */
+	static const char *const refused[SH_OP_MAX_] = {
+		[SH_OP_PERSIST] = "PERSIST",   [SH_OP_LIST] = "LIST",
+		[SH_OP_MIGRATE] = "MIGRATE",   [SH_OP_MIGWAIT] = "MIGWAIT",
+		[SH_OP_RESTRICT] = "RESTRICT",
+	};
+	if (c->restricted && refused[f.op])
+		return sh_st_reply_err(c, &f, SHOAL_EPERM,
+				       "%s: this connection is restricted (a strict extension's): "
+				       "it may not list, persist, migrate or restrict again",
+				       refused[f.op]);
 	sh_mp m;
 	sh_mp_init(&m, c->in + SH_FRAME_HDR, f.body_len);
 	return ops[f.op](c, &f, &m);

@@ -63,6 +63,13 @@ struct st_conn {
 	sh_map regions; /* unsealed segments it created: id -> st_seg */
 	sh_map created; /* its transient objects: id -> st_obj */
 	uint64_t claim; /* the owner token it claimed (shoal_claim), or 0 */
+	/* A connection restricted (RESTRICT) to what another grants: it reads
+	 * only its own objects and what the connection that claimed grant
+	 * holds or made, makes objects of its own, deletes only those, and
+	 * may not list, name over, persist, migrate or seal for others (a
+	 * strict extension's). */
+	bool restricted;
+	uint64_t grant;
 	sh_wbuf out;
 	unsigned char *in;
 	size_t in_cap;
