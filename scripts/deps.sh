@@ -7,7 +7,7 @@
 #   scripts/deps.sh cross    plus the aarch64 cross compiler and qemu-user
 set -euo pipefail
 
-pkgs=(gcc make cmake pkg-config libc6-dev clang-format libmsgpack-dev libcjson-dev libssl-dev libdlpack-dev libseccomp-dev libcurl4-openssl-dev etcd-server python3
+pkgs=(gcc make cmake pkg-config libc6-dev clang-format libmsgpack-dev libcjson-dev libssl-dev openssl libdlpack-dev libseccomp-dev libcurl4-openssl-dev etcd-server python3
 	libboost-context-dev python3-dev python3-pytest python3-numpy python3-torch python3-cloudpickle
 	openmpi-bin openssh-client openssh-server slurmd slurmctld slurm-client)
 case "${1:-}" in

@@ -1,100 +1,32 @@
-/* The secure channel: every byte of a TCP link after the handshake goes in
- * records sealed with AES-256-GCM (OpenSSL's EVP), under a key per
- * direction that HKDF derives from the secret and the hash of the whole
- * handshake. The record layout, nonces and additional data are TLS 1.3's
- * (RFC 8446 5.2), so a kernel with kernel TLS could be handed the same keys
- * and take the records over (see net.h); here the kernel has none and the
- * records are sealed and opened in user space. */
+/* The secure channel: every byte of a TCP link after the TLS 1.3
+ * handshake (tls.c) goes in TLS 1.3 records (RFC 8446 5.2) of
+ * TLS_AES_128_GCM_SHA256, sealed and opened here with libcrypto's EVP
+ * under the handshake's traffic keys: the header as additional data, the
+ * plaintext and its content type, the tag; the nonce the IV xor the
+ * record's number. Records of the peer's stack other than data are read
+ * as TLS 1.3 says: a close_notify alert ends the channel cleanly, another
+ * alert fails it, a NewSessionTicket is let go, and padding is taken off.
+ * Sealing happens in place where bytes come from a file (send_fd reads
+ * the kernel's copy straight into the records' slots), opening where they
+ * were received (recv_fd writes them to the file from there). */
 #include "net/net.h"
+#include "net/ossl.h"
 
 #include <shoal/fiber.h>
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <openssl/evp.h>
-#include <openssl/kdf.h>
-#include <openssl/core_names.h>
-#include <openssl/params.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-/* libcrypto is loaded at the first channel, not linked: every program of
- * the library would otherwise load it at start, the extension runner
- * included (an extension's start went from 3 to 6-7 ms here, its idle
- * memory from 0.5 to 1 MiB), though only TCP links use it. */
-#define CRYPTO_FNS(X)                        \
-	X(EVP_CIPHER_CTX_new)                \
-	X(EVP_CIPHER_CTX_free)               \
-	X(EVP_CIPHER_CTX_ctrl)               \
-	X(EVP_CipherInit_ex)                 \
-	X(EVP_aes_256_gcm)                   \
-	X(EVP_EncryptInit_ex)                \
-	X(EVP_EncryptUpdate)                 \
-	X(EVP_EncryptFinal_ex)               \
-	X(EVP_DecryptInit_ex)                \
-	X(EVP_DecryptUpdate)                 \
-	X(EVP_DecryptFinal_ex)               \
-	X(EVP_KDF_fetch)                     \
-	X(EVP_KDF_free)                      \
-	X(EVP_KDF_CTX_new)                   \
-	X(EVP_KDF_CTX_free)                  \
-	X(EVP_KDF_derive)                    \
-	X(OSSL_PARAM_construct_octet_string) \
-	X(OSSL_PARAM_construct_utf8_string)  \
-	X(OSSL_PARAM_construct_end)          \
-	X(OPENSSL_cleanse)
-
-static struct {
-#define X(f) __typeof__(f) *f;
-	CRYPTO_FNS(X)
-#undef X
-} C;
-static pthread_once_t crypto_once = PTHREAD_ONCE_INIT;
-static char crypto_err[200];
-
-static void crypto_load(void)
-{
-	void *h = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-	if (!h) {
-		snprintf(crypto_err, sizeof(crypto_err), "%s", dlerror());
-		return;
-	}
-#define X(f)                                                    \
-	if (!crypto_err[0] && !(*(void **)&C.f = dlsym(h, #f))) \
-		snprintf(crypto_err, sizeof(crypto_err), "libcrypto.so.3 lacks %s", #f);
-	CRYPTO_FNS(X)
-#undef X
-}
-
-#define EVP_CIPHER_CTX_new (C.EVP_CIPHER_CTX_new)
-#define EVP_CIPHER_CTX_free (C.EVP_CIPHER_CTX_free)
-#define EVP_CIPHER_CTX_ctrl (C.EVP_CIPHER_CTX_ctrl)
-#define EVP_CipherInit_ex (C.EVP_CipherInit_ex)
-#define EVP_aes_256_gcm (C.EVP_aes_256_gcm)
-#define EVP_EncryptInit_ex (C.EVP_EncryptInit_ex)
-#define EVP_EncryptUpdate (C.EVP_EncryptUpdate)
-#define EVP_EncryptFinal_ex (C.EVP_EncryptFinal_ex)
-#define EVP_DecryptInit_ex (C.EVP_DecryptInit_ex)
-#define EVP_DecryptUpdate (C.EVP_DecryptUpdate)
-#define EVP_DecryptFinal_ex (C.EVP_DecryptFinal_ex)
-#define EVP_KDF_fetch (C.EVP_KDF_fetch)
-#define EVP_KDF_free (C.EVP_KDF_free)
-#define EVP_KDF_CTX_new (C.EVP_KDF_CTX_new)
-#define EVP_KDF_CTX_free (C.EVP_KDF_CTX_free)
-#define EVP_KDF_derive (C.EVP_KDF_derive)
-#define OSSL_PARAM_construct_octet_string (C.OSSL_PARAM_construct_octet_string)
-#define OSSL_PARAM_construct_utf8_string (C.OSSL_PARAM_construct_utf8_string)
-#define OSSL_PARAM_construct_end (C.OSSL_PARAM_construct_end)
-#undef OPENSSL_cleanse
-#define OPENSSL_cleanse (C.OPENSSL_cleanse)
-
 #define REC_HDR 5
 #define REC_TAG 16
 #define REC_TYPE_DATA 0x17
+#define REC_TYPE_ALERT 0x15
+#define REC_TYPE_HANDSHAKE 0x16
 /* Plaintext of one record at most (TLS's limit, which kernel TLS enforces)
  * and the largest record a peer may announce. */
 #define REC_PLAIN SH_CHANNEL_RECORD
@@ -149,20 +81,23 @@ static int64_t bound(const sh_channel *ch, int64_t deadline)
 	return deadline == SHOAL_FOREVER || s < deadline ? s : deadline;
 }
 
-int sh_channel_fd(const sh_channel *ch)
-{
-	return ch->fd;
-}
-
 const char *sh_channel_error(const sh_channel *ch)
 {
 	return ch->why;
 }
 
+static int seal_record(sh_channel *ch, unsigned char *h, size_t len, unsigned char type);
+
 void sh_channel_free(sh_channel *ch)
 {
 	if (!ch)
 		return;
+	/* The end, as TLS says it (a close_notify alert), when the socket
+	 * takes it now: a peer of another stack then sees a clean close. */
+	unsigned char bye[REC_HDR + 2 + 1 + REC_TAG];
+	bye[REC_HDR] = 1, bye[REC_HDR + 1] = 0; /* warning, close_notify */
+	if (ch->tx && !ch->broken && seal_record(ch, bye, 2, REC_TYPE_ALERT) == 0)
+		(void)!send(ch->fd, bye, sizeof(bye), MSG_DONTWAIT | MSG_NOSIGNAL);
 	EVP_CIPHER_CTX_free(ch->tx);
 	EVP_CIPHER_CTX_free(ch->rx);
 	if (ch->wbuf)
@@ -174,41 +109,21 @@ void sh_channel_free(sh_channel *ch)
 	SH_DELETE(ch);
 }
 
-/* HKDF-SHA256 (RFC 5869) of the secret, salted with the transcript's
- * hash: n bytes for info. */
-static int hkdf(const void *key, size_t klen, const unsigned char salt[32], const char *info,
-		unsigned char *out, size_t n)
-{
-	EVP_KDF *kdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
-	EVP_KDF_CTX *k = kdf ? EVP_KDF_CTX_new(kdf) : NULL;
-	OSSL_PARAM p[] = {
-		OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, (char *)"SHA256", 0),
-		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, (void *)key, klen),
-		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, (void *)salt, 32),
-		OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, (void *)info, strlen(info)),
-		OSSL_PARAM_construct_end()};
-	int ok = k && EVP_KDF_derive(k, out, n, p) > 0;
-	EVP_KDF_CTX_free(k);
-	EVP_KDF_free(kdf);
-	return ok ? 0 : SHOAL_EIO;
-}
-
-static EVP_CIPHER_CTX *cipher(const unsigned char key[32], bool enc)
+static EVP_CIPHER_CTX *cipher(const unsigned char key[16], bool enc)
 {
 	EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
-	if (c && EVP_CipherInit_ex(c, EVP_aes_256_gcm(), NULL, key, NULL, enc) == 1)
+	if (c && EVP_CipherInit_ex(c, EVP_aes_128_gcm(), NULL, key, NULL, enc) == 1)
 		return c;
 	EVP_CIPHER_CTX_free(c);
 	return NULL;
 }
 
-int sh_channel_open(sh_channel **out, int fd, const void *key, size_t klen,
-		    const unsigned char transcript[32], bool server, bool encrypt)
+int sh_channel_open(sh_channel **out, int fd, const sh_channel_keys *k, bool encrypt)
 {
 	*out = NULL;
-	pthread_once(&crypto_once, crypto_load);
-	if (crypto_err[0]) {
-		sh_error("net", "TCP links need OpenSSL's libcrypto 3: %s", crypto_err);
+	char why[200];
+	if (sh_ossl_load(false, why, sizeof(why)) != 0) {
+		sh_error("net", "TCP links need %s", why);
 		return SHOAL_ENOSYS;
 	}
 	sh_channel *ch = SH_NEW(sh_channel);
@@ -216,25 +131,15 @@ int sh_channel_open(sh_channel **out, int fd, const void *key, size_t klen,
 		return SHOAL_ENOMEM;
 	ch->fd = fd;
 	ch->encrypt = encrypt;
-	/* both directions' keys and IVs: client to server, then server to
-	 * client; the mode is in the label, so the two sides agree on it or
-	 * share no key */
-	unsigned char km[2 * 44];
-	int rc = hkdf(key, klen, transcript,
-		      encrypt ? "shoal channel 1 aes-256-gcm" : "shoal channel 1 gmac", km,
-		      sizeof(km));
-	const unsigned char *mine = km + (server ? 44 : 0), *theirs = km + (server ? 0 : 44);
-	if (rc == 0) {
-		ch->tx = cipher(mine, true);
-		ch->rx = cipher(theirs, false);
-		memcpy(ch->tx_iv, mine + 32, 12);
-		memcpy(ch->rx_iv, theirs + 32, 12);
-		ch->wbuf = shoal_alloc(WBUF_RECORDS * REC_MAX);
-		ch->rbuf = shoal_alloc(RBUF_BYTES);
-		if (!ch->tx || !ch->rx || !ch->wbuf || !ch->rbuf)
-			rc = SHOAL_ENOMEM;
-	}
-	OPENSSL_cleanse(km, sizeof(km));
+	int rc = 0;
+	ch->tx = cipher(k->tx_key, true);
+	ch->rx = cipher(k->rx_key, false);
+	memcpy(ch->tx_iv, k->tx_iv, 12);
+	memcpy(ch->rx_iv, k->rx_iv, 12);
+	ch->wbuf = shoal_alloc(WBUF_RECORDS * REC_MAX);
+	ch->rbuf = shoal_alloc(RBUF_BYTES);
+	if (!ch->tx || !ch->rx || !ch->wbuf || !ch->rbuf)
+		rc = SHOAL_ENOMEM;
 	if (rc) {
 		sh_channel_free(ch);
 		return rc;
@@ -399,13 +304,13 @@ int sh_channel_write(sh_channel *ch, const void *p, size_t n, bool fiber, int64_
  * sit at h + REC_HDR: its whole length is REC_HDR + len + 1 + REC_TAG.
  * Touches only the sending key and sequence (a reader thread may call it
  * while the caller sends what it sealed before). */
-static int seal_record(sh_channel *ch, unsigned char *h, size_t len)
+static int seal_record(sh_channel *ch, unsigned char *h, size_t len, unsigned char type)
 {
 	unsigned char *o = h + REC_HDR, iv[12];
 	size_t rlen = len + 1 + REC_TAG;
 	h[0] = REC_TYPE_DATA, h[1] = 3, h[2] = 3, h[3] = (unsigned char)(rlen >> 8);
 	h[4] = (unsigned char)rlen;
-	o[len] = REC_TYPE_DATA;
+	o[len] = type;
 	nonce(ch->tx_iv, ch->tx_seq, iv);
 	int l, ok = EVP_EncryptInit_ex(ch->tx, NULL, NULL, NULL, iv) == 1 &&
 		    EVP_EncryptUpdate(ch->tx, NULL, &l, h, REC_HDR) == 1 &&
@@ -417,6 +322,16 @@ static int seal_record(sh_channel *ch, unsigned char *h, size_t len)
 		return SHOAL_EIO;
 	ch->tx_seq++;
 	return 0;
+}
+
+int sh_channel_seal_record(sh_channel *ch, unsigned char type, const void *p, size_t n,
+			   unsigned char *out, size_t *len)
+{
+	if (n > REC_PLAIN)
+		return SHOAL_EINVAL;
+	memcpy(out + REC_HDR, p, n);
+	*len = REC_HDR + n + 1 + REC_TAG;
+	return seal_record(ch, out, n, type);
 }
 
 /* Reads up to a buffer's worth of records of the file's bytes (pieces
@@ -458,7 +373,7 @@ static int fill_records(sh_channel *ch, unsigned char *buf, size_t maxrec, const
 			unsigned char *h = (unsigned char *)iov[j].iov_base - REC_HDR;
 			if (h != buf + *used)
 				memmove(buf + *used + REC_HDR, h + REC_HDR, len);
-			if (seal_record(ch, buf + *used, len) != 0) {
+			if (seal_record(ch, buf + *used, len, REC_TYPE_DATA) != 0) {
 				snprintf(why, whylen, "sealing a record failed");
 				return SHOAL_EIO;
 			}
@@ -619,12 +534,49 @@ int sh_channel_send_pieces(sh_channel *ch, const sh_fd_piece *p, size_t np, int6
 	return rc;
 }
 
-int sh_channel_flush(sh_channel *ch, int64_t deadline)
-{
-	return ch->broken ? ch->broken : push(ch, true, false, deadline);
-}
-
 /* ---- receiving ---- */
+
+/* A record other than data, opened (body, n bytes): a close_notify ends
+ * the channel (SHOAL_ECLOSED); a NewSessionTicket of the peer's stack is
+ * let go (*plain 0); anything else fails it, saying what came. */
+static int control_record(sh_channel *ch, unsigned char type, const unsigned char *body, size_t n,
+			  size_t *plain)
+{
+	*plain = 0;
+	if (type == REC_TYPE_ALERT) {
+		if (n == 2 && body[1] == 0) {
+			ch->broken = SHOAL_ECLOSED; /* a clean end: no error to say */
+			return SHOAL_ECLOSED;
+		}
+		char what[96];
+		snprintf(what, sizeof(what), "the peer sent TLS alert %d (level %d): it gave up",
+			 n == 2 ? body[1] : -1, n == 2 ? body[0] : -1);
+		return fail(ch, SHOAL_EPROTO, "%s", what);
+	}
+	if (type == REC_TYPE_HANDSHAKE) {
+		/* whole messages only, each [type, 3-byte length, body] */
+		for (size_t i = 0; i + 4 <= n;) {
+			size_t l =
+				(size_t)body[i + 1] << 16 | (size_t)body[i + 2] << 8 | body[i + 3];
+			if (l > n - i - 4)
+				break;
+			if (body[i] != 4) /* NewSessionTicket: we resume nothing */
+				return fail(
+					ch, SHOAL_EPROTO, "%s",
+					body[i] == 24
+						? "the peer asked for a KeyUpdate, which this "
+						  "channel does not take: a new link has new keys"
+						: "a TLS handshake message after the handshake");
+			i += 4 + l;
+			if (i == n)
+				return 0;
+		}
+		return fail(ch, SHOAL_EPROTO, "%s", "a cut TLS handshake message");
+	}
+	char what[64];
+	snprintf(what, sizeof(what), "a record of content type %d, expected data", type);
+	return fail(ch, SHOAL_EBADMSG, "%s", what);
+}
 
 int sh_channel_open_record(sh_channel *ch, unsigned char *rec, size_t len, size_t *plain)
 {
@@ -644,12 +596,19 @@ int sh_channel_open_record(sh_channel *ch, unsigned char *rec, size_t len, size_
 	if (!ok)
 		return fail(ch, SHOAL_EBADMSG,
 			    "a record failed its authentication (%s): the link was tampered with, "
-			    "replayed or reordered, or the peer's secret differs",
-			    ch->encrypt ? "AES-256-GCM" : "GMAC");
-	if (body[blen - 1] != REC_TYPE_DATA)
-		return fail(ch, SHOAL_EBADMSG, "%s", "a record of an unknown type");
+			    "replayed or reordered, or the peer's keys differ",
+			    ch->encrypt ? "AES-128-GCM" : "GMAC");
 	ch->rx_seq++;
-	*plain = blen - 1;
+	/* the content type is the last byte that is not padding */
+	size_t end = blen;
+	while (end > 0 && body[end - 1] == 0)
+		end--;
+	if (end == 0)
+		return fail(ch, SHOAL_EBADMSG, "%s", "a record of padding alone");
+	unsigned char type = body[end - 1];
+	if (type != REC_TYPE_DATA)
+		return control_record(ch, type, body, end - 1, plain);
+	*plain = end - 1;
 	return 0;
 }
 

@@ -1,54 +1,31 @@
-/* net: TCP for peers on other hosts (the task farm's engines and clients,
- * stores fetching objects from each other). Listening and connecting;
- * whole frames (wire.h headers) over a stream, from a fiber (non-blocking,
- * waiting in the poller) or from a thread; the shared-secret handshake
- * that every TCP path goes through before a byte of protocol (a peer that
- * does not know the secret can neither submit, run nor fetch anything);
- * and the secure channel every byte after it travels in.
+/* net: TCP for peers on other hosts (task engines, clients, and stores
+ * that fetch from one another). Listening and connecting; whole frames
+ * (wire.h headers) over a stream, from a fiber (non-blocking, waiting in
+ * the poller) or from a thread; the TLS 1.3 handshake that every TCP path
+ * goes through before a byte of protocol (tls.c: libssl, with an external
+ * PSK from the cluster secret, or certificates both ways: a peer that does
+ * not know the secret can neither submit, run nor fetch anything); and the
+ * secure channel every byte after it travels in.
  *
- * Handshake (K the secret, Ns and Nc 32 random bytes of each side, Fs and
- * Fc 4 bytes of flags: bit 0, "this side may go without encryption"):
- *   server -> client  "SHA1", version, Ns, Fs
- *   client -> server  "SHA1", proto, Nc, Fc, HMAC-SHA256(K, "shoal-client" Ns Nc proto)
- *   server -> client  0 and HMAC-SHA256(K, "shoal-server" Nc Ns), or 1 and zeros
- * so each side proves it knows K without sending it, and a recorded
- * exchange cannot be replayed (fresh nonces).
- *
- * Channel (channel.c): then both sides derive, with HKDF-SHA256 keyed by K
- * and salted with SHA-256 of the three messages as sent and received, an
- * AES-256-GCM key and IV per direction, and every byte goes in records
- * laid out as TLS 1.3's (a 5-byte header as additional data, the
- * plaintext and a type byte, a 16-byte tag; the nonce is the IV xor the
- * record's number). A changed, dropped, replayed, reordered or spliced
- * record, or a changed handshake (the keys then differ), fails the
- * record's tag: the channel is over (SHOAL_EBADMSG, sh_channel_error says
- * what). The records are encrypted unless BOTH sides were told that the
- * network is trusted (Fs and Fc bit 0); then they travel in clear, each
- * still authenticated (GMAC: the same AEAD over no ciphertext). Since the
- * records are TLS 1.3's byte for byte, kernel TLS (TCP_ULP "tls",
- * TLS_TX/TLS_RX with tls12_crypto_info_aes_gcm_256: the key, the IV split
- * into salt and iv, rec_seq 0) could take a channel over where the kernel
- * has it; this one has not (no CONFIG_TLS), so records are sealed in user
- * space, 16 of them a system call. */
+ * Channel (channel.c): TLS 1.3's record layer (RFC 8446 5) under the
+ * traffic keys of that handshake, TLS_AES_128_GCM_SHA256: each record a
+ * 5-byte header as additional data, the plaintext and its content type,
+ * a 16-byte tag; the nonce is the IV xor the record's number. A changed,
+ * dropped, replayed, reordered or spliced record fails its tag: the
+ * channel is over (SHOAL_EBADMSG, sh_channel_error says what); a peer's
+ * close_notify ends it cleanly (SHOAL_ECLOSED). The records are encrypted
+ * unless BOTH sides were told that the network is trusted (ALPN
+ * "shoal-clear/..."); then their plaintext travels in clear, each still
+ * authenticated (GMAC: the same AEAD over no ciphertext). The channel
+ * seals and opens records itself, in user space, 64 of them a system call
+ * and in place where bytes come from or go to files (send_fd, recv_fd):
+ * this kernel has no kernel TLS (no CONFIG_TLS), which could otherwise be
+ * handed the same keys (TCP_ULP "tls"). */
 #ifndef SHOAL_NET_NET_H
 #define SHOAL_NET_NET_H
 
 #include "ring/msg.h"
 #include "shoal_impl.h"
-
-typedef struct sh_sha256 {
-	uint32_t h[8];
-	uint64_t len;
-	unsigned char buf[64];
-	size_t used;
-} sh_sha256;
-
-void sh_sha256_init(sh_sha256 *s);
-void sh_sha256_update(sh_sha256 *s, const void *data, size_t n);
-void sh_sha256_final(sh_sha256 *s, unsigned char out[32]);
-/* HMAC-SHA256 of the concatenation of nparts parts. */
-void sh_hmac_sha256(const void *key, size_t klen, const void *const *parts, const size_t *lens,
-		    int nparts, unsigned char out[32]);
 
 #define SH_SECRET_MAX 4096
 
@@ -102,17 +79,21 @@ typedef struct sh_channel sh_channel;
 /* The most plaintext in one record (TLS's limit). */
 #define SH_CHANNEL_RECORD 16384
 
-/* A channel on the connected socket fd (which stays the caller's), after a
- * handshake whose hash is transcript; server: which side this is. */
-int sh_channel_open(sh_channel **out, int fd, const void *key, size_t klen,
-		    const unsigned char transcript[32], bool server, bool encrypt);
+/* The keys of one link's records (TLS_AES_128_GCM_SHA256): what this side
+ * seals with, what it opens with. */
+typedef struct sh_channel_keys {
+	unsigned char tx_key[16], tx_iv[12], rx_key[16], rx_iv[12];
+} sh_channel_keys;
+
+/* A channel on the connected socket fd (which stays the caller's), under
+ * the keys of its handshake (tls.c). encrypt: else in clear, authenticated. */
+int sh_channel_open(sh_channel **out, int fd, const sh_channel_keys *k, bool encrypt);
 void sh_channel_free(sh_channel *ch);
 /* Bounds every wait once bytes are on the move (writing, or reading past
  * a message's first byte) to ns without progress: a peer that stops
  * taking or sending mid-way is SHOAL_ETIMEDOUT. 0 (the default): only the
  * callers' deadlines. */
 void sh_channel_set_stall(sh_channel *ch, int64_t ns);
-int sh_channel_fd(const sh_channel *ch);
 bool sh_channel_encrypted(const sh_channel *ch);
 /* Why the channel failed (a record that failed its check), or "". */
 const char *sh_channel_error(const sh_channel *ch);
@@ -174,8 +155,6 @@ typedef struct sh_fd_range {
 } sh_fd_range;
 int sh_channel_recv_ranges(sh_channel *ch, int fd, const sh_fd_range *r, size_t nr,
 			   int64_t deadline, _Atomic uint64_t *got);
-/* Pushes the records sealed so far into the socket (a thread's). */
-int sh_channel_flush(sh_channel *ch, int64_t deadline);
 /* Relays: head, n bytes read from from, tail, written to to.
  * Each record is opened and sealed again for to (the two links have their
  * own keys); a fiber. */
@@ -184,18 +163,26 @@ int sh_channel_relay(sh_channel *from, sh_channel *to, const void *head, size_t 
 /* Opens the record rec of len bytes in place (the next one expected):
  * *plain bytes of plaintext at rec + 5. For the fuzzer. */
 int sh_channel_open_record(sh_channel *ch, unsigned char *rec, size_t len, size_t *plain);
+/* Seals n bytes (at most SH_CHANNEL_RECORD) as the next record, of TLS
+ * content type type, into out (n + 22 bytes): *len its bytes. For the
+ * fuzzer: what a peer's stack may send besides data. */
+int sh_channel_seal_record(sh_channel *ch, unsigned char type, const void *p, size_t n,
+			   unsigned char *out, size_t *len);
 
-/* ---- the handshake ---- */
+/* ---- the handshake (tls.c) ---- */
 
 /* Where a handshake may take at most this long. */
 #define SH_AUTH_TIMEOUT_NS 5000000000LL
 
-/* Server: a fiber on a non-blocking fd, at most SH_AUTH_TIMEOUT_NS; *proto
- * gets what the client says it is. Client: a thread on a blocking fd,
- * until deadline. plain: this side may go without encryption (an
- * explicit option: a trusted network). Either side fails with SHOAL_EACCES
- * when the other does not know the secret, and why says so; on success
- * *ch is the channel for everything after. */
+/* TLS 1.3 with the PSK of the secret key (klen bytes), or certificates
+ * (SHOAL_TLS_CERT, SHOAL_TLS_KEY, SHOAL_TLS_CA all set; then key is not
+ * used). Server: a fiber on a non-blocking fd, at most SH_AUTH_TIMEOUT_NS;
+ * *proto gets the protocol the client names (ALPN). Client: a thread on a
+ * blocking fd, until deadline; proto: the protocol it speaks. plain: this
+ * side may go without encryption (an explicit option: a trusted network).
+ * Either side fails with SHOAL_EACCES when the other does not know the
+ * secret (or has no certificate the CA signed), and why says so; on
+ * success *ch is the channel for everything after. */
 int sh_auth_server(int fd, const void *key, size_t klen, bool plain, uint32_t *proto,
 		   sh_channel **ch, char *why, size_t whylen);
 int sh_auth_client(int fd, const void *key, size_t klen, uint32_t proto, bool plain,

@@ -1,5 +1,6 @@
-/* TCP streams: listening and connecting, frames over a stream, and the
- * shared-secret handshake that opens the secure channel (see net.h). */
+/* TCP streams: the cluster secret, listening, accepting (with the refusal
+ * log), connecting, and a client's whole way in (connect, then the TLS
+ * handshake of tls.c); see net.h. */
 #include "net/net.h"
 
 #include <shoal/fiber.h>
@@ -13,15 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define AUTH_MAGIC 0x31414853u /* "SHA1" */
-#define AUTH_VERSION 2
-#define AUTH_PLAIN 1u /* flag: this side may go without encryption */
 
 int sh_secret_load(unsigned char *buf, size_t *len, char *why, size_t whylen)
 {
@@ -263,176 +259,6 @@ int sh_stream_write(int fd, const void *p, size_t n, bool fiber)
 		if ((rc = shoal_fd_wait(fd, SHOAL_FD_OUT, SHOAL_FOREVER, NULL)) != 0)
 			return rc;
 	}
-}
-
-/* Exactly n bytes into p; SHOAL_ECLOSED when the stream ends first (at
- * once: *any stays false). */
-static int read_full(int fd, unsigned char *p, size_t n, bool fiber, int64_t deadline, bool *any)
-{
-	while (n) {
-		ssize_t k = recv(fd, p, n, MSG_DONTWAIT);
-		if (k > 0) {
-			p += k, n -= (size_t)k;
-			*any = true;
-			continue;
-		}
-		if (k == 0)
-			return SHOAL_ECLOSED;
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return errno == ECONNRESET ? SHOAL_ECLOSED : shoal_errno();
-		int rc = sh_net_wait(fd, SHOAL_FD_IN, fiber, deadline);
-		if (rc)
-			return rc;
-	}
-	return 0;
-}
-
-/* ---- the handshake ---- */
-
-static int random_bytes(unsigned char *p, size_t n)
-{
-	while (n) {
-		ssize_t k = getrandom(p, n, 0);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return shoal_errno();
-		p += k, n -= (size_t)k;
-	}
-	return 0;
-}
-
-static void mac(const void *key, size_t klen, const char *label, const unsigned char *a,
-		const unsigned char *b, const uint32_t *proto, unsigned char out[32])
-{
-	const void *parts[4] = {label, a, b, proto};
-	size_t lens[4] = {strlen(label), 32, 32, 4};
-	sh_hmac_sha256(key, klen, parts, lens, proto ? 4 : 3, out);
-}
-
-static bool same(const unsigned char *a, const unsigned char *b, size_t n)
-{
-	unsigned char d = 0; /* in constant time: no early exit to time */
-	for (size_t i = 0; i < n; i++)
-		d |= a[i] ^ b[i];
-	return d == 0;
-}
-
-/* SHA-256 of the handshake's three messages, as this side saw them. */
-static int transcript(const unsigned char *hello, size_t hl, const unsigned char *answer, size_t al,
-		      const unsigned char *verdict, size_t vl, unsigned char out[32])
-{
-	sh_sha256 h;
-	sh_sha256_init(&h);
-	sh_sha256_update(&h, hello, hl);
-	sh_sha256_update(&h, answer, al);
-	sh_sha256_update(&h, verdict, vl);
-	sh_sha256_final(&h, out);
-	return 0;
-}
-
-#define HELLO_LEN 44
-#define ANSWER_LEN 76
-#define VERDICT_LEN 36
-
-int sh_auth_server(int fd, const void *key, size_t klen, bool plain, uint32_t *proto,
-		   sh_channel **ch, char *why, size_t whylen)
-{
-	unsigned char hello[HELLO_LEN], answer[ANSWER_LEN], verdict[VERDICT_LEN] = {0}, want[32];
-	uint32_t magic = AUTH_MAGIC, version = AUTH_VERSION, flags = plain ? AUTH_PLAIN : 0, theirs;
-	int64_t deadline = shoal_deadline_in(SH_AUTH_TIMEOUT_NS);
-	*ch = NULL;
-	memcpy(hello, &magic, 4);
-	memcpy(hello + 4, &version, 4);
-	memcpy(hello + 40, &flags, 4);
-	int rc = random_bytes(hello + 8, 32);
-	bool any = false;
-	if (rc == 0)
-		rc = sh_stream_write(fd, hello, sizeof(hello), true);
-	if (rc == 0)
-		rc = read_full(fd, answer, sizeof(answer), true, deadline, &any);
-	if (rc) {
-		snprintf(why, whylen, "no handshake: %s",
-			 rc == SHOAL_ETIMEDOUT ? "nothing within 5 s" : shoal_strerror(rc));
-		return rc;
-	}
-	memcpy(&magic, answer, 4);
-	memcpy(proto, answer + 4, 4);
-	memcpy(&theirs, answer + 40, 4);
-	mac(key, klen, "shoal-client", hello + 8, answer + 8, proto, want);
-	if (magic != AUTH_MAGIC || !same(want, answer + 44, 32)) {
-		uint32_t no = 1;
-		memcpy(verdict, &no, 4);
-		sh_stream_write(fd, verdict, sizeof(verdict), true);
-		snprintf(why, whylen, "%s",
-			 magic != AUTH_MAGIC ? "not a shoal peer" : "wrong secret");
-		return SHOAL_EACCES;
-	}
-	mac(key, klen, "shoal-server", answer + 8, hello + 8, NULL, verdict + 4);
-	unsigned char th[32];
-	bool encrypt = !(plain && (theirs & AUTH_PLAIN));
-	if ((rc = sh_stream_write(fd, verdict, sizeof(verdict), true)) != 0 ||
-	    (rc = transcript(hello, sizeof(hello), answer, sizeof(answer), verdict, sizeof(verdict),
-			     th)) != 0 ||
-	    (rc = sh_channel_open(ch, fd, key, klen, th, true, encrypt)) != 0)
-		snprintf(why, whylen, "handshake: %s", shoal_strerror(rc));
-	return rc;
-}
-
-int sh_auth_client(int fd, const void *key, size_t klen, uint32_t proto, bool plain,
-		   int64_t deadline, sh_channel **ch, char *why, size_t whylen)
-{
-	unsigned char hello[HELLO_LEN], answer[ANSWER_LEN], verdict[VERDICT_LEN], want[32];
-	bool any = false;
-	*ch = NULL;
-	int rc = read_full(fd, hello, sizeof(hello), false, deadline, &any);
-	uint32_t magic, version, flags = plain ? AUTH_PLAIN : 0, theirs;
-	if (rc) {
-		snprintf(why, whylen, "no handshake from the server: %s",
-			 rc == SHOAL_ETIMEDOUT ? "it said nothing before the deadline"
-					       : shoal_strerror(rc));
-		return rc;
-	}
-	memcpy(&magic, hello, 4);
-	memcpy(&version, hello + 4, 4);
-	memcpy(&theirs, hello + 40, 4);
-	if (magic != AUTH_MAGIC || version != AUTH_VERSION) {
-		snprintf(why, whylen, "the server is not a shoal peer of version %d", AUTH_VERSION);
-		return SHOAL_EPROTO;
-	}
-	memcpy(answer, &magic, 4);
-	memcpy(answer + 4, &proto, 4);
-	memcpy(answer + 40, &flags, 4);
-	if ((rc = random_bytes(answer + 8, 32)) != 0)
-		return rc;
-	mac(key, klen, "shoal-client", hello + 8, answer + 8, &proto, answer + 44);
-	if ((rc = sh_stream_write(fd, answer, sizeof(answer), false)) != 0 ||
-	    (rc = read_full(fd, verdict, sizeof(verdict), false, deadline, &any)) != 0) {
-		snprintf(why, whylen, "handshake: %s",
-			 rc == SHOAL_ETIMEDOUT ? "no verdict from the server before the deadline"
-					       : shoal_strerror(rc));
-		return rc == SHOAL_ECLOSED ? SHOAL_EACCES : rc;
-	}
-	uint32_t status;
-	memcpy(&status, verdict, 4);
-	mac(key, klen, "shoal-server", answer + 8, hello + 8, NULL, want);
-	if (status != 0) {
-		snprintf(why, whylen, "the server refused us: wrong secret");
-		return SHOAL_EACCES;
-	}
-	if (!same(want, verdict + 4, 32)) {
-		snprintf(why, whylen, "the server does not know the secret");
-		return SHOAL_EACCES;
-	}
-	unsigned char th[32];
-	bool encrypt = !(plain && (theirs & AUTH_PLAIN));
-	if ((rc = transcript(hello, sizeof(hello), answer, sizeof(answer), verdict, sizeof(verdict),
-			     th)) != 0 ||
-	    (rc = sh_channel_open(ch, fd, key, klen, th, false, encrypt)) != 0)
-		snprintf(why, whylen, "handshake: %s", shoal_strerror(rc));
-	return rc;
 }
 
 int sh_tcp_connect_auth(const char *hostport, uint32_t proto, int64_t deadline, int *fd,
