@@ -562,3 +562,115 @@ SH_TEST(the_log_says_where_records_are_sealed)
 	CHECK_HAS(info_lines, strstr(ulp, "tls") ? "has kernel TLS" : "has no kernel TLS");
 	shoal_log_set_sink(NULL, NULL);
 }
+
+/* openssl with these arguments (NULL-terminated), in dir: 0 or the case
+ * fails, with what it said. */
+static void openssl_in(const char *dir, const char *const *args)
+{
+	char cmd[2048] = "", out[4096];
+	int n = snprintf(cmd, sizeof(cmd), "cd %s && /usr/bin/openssl", dir);
+	for (size_t i = 0; args[i]; i++)
+		n += snprintf(cmd + n, sizeof(cmd) - (size_t)n, " %s", args[i]);
+	char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+	if (sh_test_run(argv, NULL, out, sizeof(out)) != 0)
+		sh_test_fail(__FILE__, __LINE__, "%s:\n%s", cmd, out);
+}
+
+/* A CA (NAME-ca.pem, its key) and a certificate it signs (NAME.pem,
+ * NAME.key), P-256, in dir. */
+static void pki(const char *dir, const char *name)
+{
+	char ca[64], cakey[64], pkey[64], csr[64], crt[64], subj[64], casubj[64];
+	snprintf(ca, sizeof(ca), "%s-ca.pem", name);
+	snprintf(cakey, sizeof(cakey), "%s-ca.key", name);
+	snprintf(pkey, sizeof(pkey), "%s.key", name);
+	snprintf(csr, sizeof(csr), "%s.csr", name);
+	snprintf(crt, sizeof(crt), "%s.pem", name);
+	snprintf(subj, sizeof(subj), "/CN=%s-peer", name);
+	snprintf(casubj, sizeof(casubj), "/CN=%s-ca", name);
+	const char *a1[] = {
+		"req",	  "-x509", "-newkey", "ec",    "-pkeyopt", "ec_paramgen_curve:P-256",
+		"-nodes", "-days", "2",	      "-subj", casubj,	   "-keyout",
+		cakey,	  "-out",  ca,	      NULL};
+	openssl_in(dir, a1);
+	const char *a2[] = {"req",    "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+			    "-nodes", "-subj",	 subj, "-keyout",  pkey,
+			    "-out",   csr,	 NULL};
+	openssl_in(dir, a2);
+	const char *a3[] = {
+		"x509",	 "-req", "-in",	 csr, "-CA", ca, "-CAkey", cakey, "-CAcreateserial",
+		"-days", "2",	 "-out", crt, NULL};
+	openssl_in(dir, a3);
+}
+
+/* Mutual TLS: with SHOAL_TLS_CERT, SHOAL_TLS_KEY and SHOAL_TLS_CA the
+ * links authenticate by certificate, both ways: shoal to shoal, and
+ * `openssl s_client` with a certificate of the same CA; one of another
+ * CA is refused, and so is none. */
+SH_TEST(mutual_tls_with_certificates)
+{
+	need_openssl();
+	char dir[] = "/tmp/shoal-test-pki-XXXXXX", path[3][128];
+	CHECK(mkdtemp(dir) != NULL);
+	pki(dir, "site");
+	pki(dir, "other");
+	snprintf(path[0], sizeof(path[0]), "%s/site.pem", dir);
+	snprintf(path[1], sizeof(path[1]), "%s/site.key", dir);
+	snprintf(path[2], sizeof(path[2]), "%s/site-ca.pem", dir);
+	setenv("SHOAL_TLS_CERT", path[0], 1);
+	setenv("SHOAL_TLS_KEY", path[1], 1);
+	setenv("SHOAL_TLS_CA", path[2], 1);
+	/* shoal to shoal: the secrets may even differ, the certificates decide */
+	side s, c;
+	handshake(key, "another secret, which certificates do not need", &s, &c);
+	if (s.rc || c.rc)
+		sh_test_fail(__FILE__, __LINE__, "server: %s; client: %s", s.why, c.why);
+	CHECK_EQ(s.proto, 0x1234);
+	/* openssl s_client with the site's certificate, then another CA's,
+	 * then none */
+	static const char *const who[3] = {"site", "other", NULL};
+	for (int i = 0; i < 3; i++) {
+		listener l;
+		listener_start(&l);
+		char cmd[1024], out[8192];
+		int n = snprintf(
+			cmd, sizeof(cmd),
+			"cd %s && (printf 'hello\\n'; sleep 1) | /usr/bin/openssl s_client "
+			"-connect 127.0.0.1:%s -tls1_3 -alpn shoal/00001234 -CAfile "
+			"site-ca.pem -verify_return_error -quiet -no_ign_eof",
+			dir, l.port);
+		if (who[i])
+			snprintf(cmd + n, sizeof(cmd) - (size_t)n, " -cert %s.pem -key %s.key",
+				 who[i], who[i]);
+		char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+		sh_test_run(argv, NULL, out, sizeof(out));
+		listener_end(&l);
+		if (i == 0) {
+			if (l.rc)
+				sh_test_fail(__FILE__, __LINE__, "the listener: %s\n%s", l.s.why,
+					     out);
+			CHECK(!memcmp(l.got, "hello\n", 6));
+			CHECK_HAS(out, "world");
+		} else {
+			CHECK_RC(l.rc, SHOAL_EACCES);
+			CHECK(!strstr(out, "world"));
+		}
+	}
+	char rm[160];
+	snprintf(rm, sizeof(rm), "rm -rf %s", dir);
+	char *argv[] = {"/bin/sh", "-c", rm, NULL}, out[256];
+	CHECK_EQ(sh_test_run(argv, NULL, out, sizeof(out)), 0);
+}
+
+/* One or two of the three is an error at the first link, never the PSK
+ * instead. */
+SH_TEST(mutual_tls_half_configured_fails_closed)
+{
+	setenv("SHOAL_TLS_CERT", "/nonexistent/cert.pem", 1);
+	unsetenv("SHOAL_TLS_KEY");
+	unsetenv("SHOAL_TLS_CA");
+	side s, c;
+	handshake(key, key, &s, &c);
+	CHECK(s.rc != 0 && c.rc != 0);
+	CHECK(strstr(c.why, "go together") != NULL);
+}
