@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -611,6 +613,105 @@ SH_TEST(a_peer_port_needs_a_secret)
 	unsetenv("SHOAL_SECRET_FILE");
 	CHECK_EQ(sh_test_run(argv, NULL, out, sizeof(out)), 1);
 	CHECK_HAS(out, "SHOAL_SECRET_FILE");
+	cleanup();
+}
+
+/* issue 31.4: strangers from other addresses fill the peer port's
+ * handshakes with silent connections (held open, more than there are
+ * slots); a legitimate migration still goes through, at once or after a
+ * retry (a silent stranger gives its slot up), and the refusals are told
+ * at most 10 lines in 10 s, the rest counted. As root and as nobody. */
+typedef struct flood {
+	const char *peer;
+	int ready[2], done[2];
+} flood;
+
+#define FLOOD_SOURCES 5
+#define FLOOD_EACH 16
+
+static void silent_strangers(void *arg)
+{
+	flood *f = arg;
+	const char *colon = strrchr(f->peer, ':');
+	struct sockaddr_in to = {.sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)atoi(colon + 1)),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int held = 0;
+	for (int src = 0; src < FLOOD_SOURCES; src++)
+		for (int i = 0; i < FLOOD_EACH; i++) {
+			int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			struct sockaddr_in from = {.sin_family = AF_INET,
+						   .sin_addr.s_addr =
+							   htonl(0x7f000002 + (uint32_t)src)};
+			if (fd < 0 || bind(fd, (struct sockaddr *)&from, sizeof(from)) != 0 ||
+			    connect(fd, (struct sockaddr *)&to, sizeof(to)) != 0)
+				_exit(2);
+			held++; /* kept open, saying nothing */
+		}
+	char x = (char)held;
+	if (write(f->ready[1], &x, 1) != 1 || read(f->done[0], &x, 1) < 0)
+		_exit(3);
+	_exit(0);
+}
+
+static int count_lines(const char *log, const char *needle)
+{
+	int n = 0;
+	for (const char *p = log; (p = strstr(p, needle)) != NULL; p++)
+		n++;
+	return n;
+}
+
+SH_TEST_T(silent_strangers_do_not_fail_a_migration, 120)
+{
+	setup();
+	node a, b;
+	node_start(&a, "a", "256M", SECRET, NULL);
+	node_start(&b, "b", "256M", SECRET, NULL);
+	put_blob(&a, "x", 100000, 1);
+	for (int who = 0; who < 2; who++) {
+		flood f = {.peer = a.peer};
+		CHECK_OK(pipe(f.ready));
+		CHECK_OK(pipe(f.done));
+		fflush(NULL);
+		pid_t p = fork();
+		CHECK(p >= 0);
+		if (p == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (who)
+				sh_test_drop_to(SH_TEST_NOBODY, SH_TEST_NOBODY, NULL, 0);
+			silent_strangers(&f);
+		}
+		char x;
+		CHECK_EQ(read(f.ready[0], &x, 1), 1);
+		usleep(100 * 1000); /* the store has taken them all */
+		shoal_id got;
+		char err[512];
+		int rc = migrate(&b, "x", 0, &a, NULL, &got, err, sizeof(err));
+		if (rc)
+			sh_test_fail(__FILE__, __LINE__,
+				     "%s: the migration failed beside the "
+				     "strangers: %s",
+				     who ? "nobody" : "root", err);
+		check_blob(&b, "x", 100000, 1);
+		shoal_client *c = client_of(&b);
+		CHECK_OK(shoal_delete(c, "x"));
+		shoal_disconnect(c);
+		CHECK_EQ(write(f.done[1], "x", 1), 1);
+		int st;
+		CHECK_EQ(waitpid(p, &st, 0), p);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		close(f.ready[0]), close(f.ready[1]), close(f.done[0]), close(f.done[1]);
+	}
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	char log[1 << 16];
+	read_file(a.log, log, sizeof(log));
+	/* 2 x 80 strangers in well under 10 s: 10 told, the rest counted */
+	int told = count_lines(log, "refused peer ");
+	if (told < 1 || told > 10)
+		sh_test_fail(__FILE__, __LINE__, "%d refusals told one by one:\n%s", told, log);
+	CHECK_HAS(log, "from 127.0.0.");
 	cleanup();
 }
 

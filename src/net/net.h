@@ -48,14 +48,41 @@ int sh_tcp_connect(const char *hostport, int *fd, int64_t deadline, char *why, s
  * under area and tried again every 100 ms. SHOAL_ECANCELED when the fiber
  * is cancelled. */
 int sh_tcp_accept(int lsock, const char *area, char *who, size_t wholen);
-/* A peer refused, logged under area: past 10 in a second, the rest of that
- * second's are counted and said in one line (a flood of strangers must not
- * flood the log). */
+/* A peer refused, logged under area: at most 10 lines every 10 s, each
+ * with who and why; the rest of those 10 s are counted and said in one
+ * line at the next refusal after them (a flood of strangers must not flood
+ * the log). */
+#define SH_REFUSALS_WINDOW_NS (10 * 1000000000LL)
+#define SH_REFUSALS_TOLD 10
 typedef struct sh_refusals {
-	int64_t since; /* when the current second of refusals began */
-	uint64_t n;    /* in it */
+	int64_t since; /* when the current 10 s of refusals began */
+	uint64_t n;    /* in them */
 } sh_refusals;
 void sh_tcp_refused(sh_refusals *r, const char *area, const char *who, const char *why);
+
+/* The handshakes in progress on a TCP listener: strangers until they
+ * prove the secret, so their slots are bounded, in all (max) and from one
+ * source address (per_source). When every slot is taken, the oldest
+ * handshake whose peer has sent nothing (a silent one) gives its slot up
+ * to the newcomer: its socket is shut down, which ends its handshake at
+ * once. A fiber's listener's (one thread). */
+typedef struct sh_hello {
+	int fd;	       /* -1: free */
+	int64_t since; /* accepted */
+	char source[64];
+} sh_hello;
+typedef struct sh_hellos {
+	uint32_t max, per_source, n;
+	sh_hello *slots;
+	uint64_t evicted; /* silent handshakes shut down for a newcomer */
+} sh_hellos;
+int sh_hellos_init(sh_hellos *h, uint32_t max, uint32_t per_source);
+void sh_hellos_fini(sh_hellos *h);
+/* A slot for fd, accepted from who ("HOST:PORT"): its index, or -1 with
+ * why (the caller closes fd and says so). */
+int sh_hellos_take(sh_hellos *h, int fd, const char *who, char *why, size_t whylen);
+/* The handshake in slot i is over (proved, or failed). */
+void sh_hellos_drop(sh_hellos *h, int i);
 
 /* Waits until fd is ready for ev (SHOAL_FD_IN or SHOAL_FD_OUT) or
  * deadline: in the poller (fiber) or in poll (a thread). */
@@ -187,11 +214,18 @@ int sh_auth_server(int fd, const void *key, size_t klen, bool plain, uint32_t *p
 		   sh_channel **ch, char *why, size_t whylen);
 int sh_auth_client(int fd, const void *key, size_t klen, uint32_t proto, bool plain,
 		   int64_t deadline, sh_channel **ch, char *why, size_t whylen);
+/* Connects to addr ("HOST:PORT") and runs the handshake as proto, until
+ * deadline; a listener that closes the link during the handshake (one
+ * turning strangers away under a flood) is tried again, after 20 ms, 40,
+ * ... up to 500 ms between tries, while the deadline allows. on_fd (may
+ * be NULL) hears each socket before its handshake (a caller that may cut
+ * the link from another thread). *fd is -1 and *ch NULL on failure. */
+int sh_tcp_open_auth(const char *addr, const void *key, size_t klen, uint32_t proto, bool plain,
+		     int64_t deadline, void (*on_fd)(int fd, void *arg), void *arg, int *fd,
+		     sh_channel **ch, char *why, size_t whylen);
 /* A client's whole way in: the secret from the environment
- * (sh_secret_load), a connection to "HOST:PORT" and the handshake as
- * proto, until deadline. "HOST:PORT?encrypt=false" asks to go without
- * encryption (only if the server was told so too). *fd is -1 and *ch NULL
- * on failure. */
+ * (sh_secret_load), then sh_tcp_open_auth. "HOST:PORT?encrypt=false" asks
+ * to go without encryption (only if the server was told so too). */
 int sh_tcp_connect_auth(const char *hostport, uint32_t proto, int64_t deadline, int *fd,
 			sh_channel **ch, char *why, size_t whylen);
 

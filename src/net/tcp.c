@@ -11,12 +11,14 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int sh_secret_load(unsigned char *buf, size_t *len, char *why, size_t whylen)
@@ -142,14 +144,17 @@ int sh_tcp_accept(int lsock, const char *area, char *who, size_t wholen)
 void sh_tcp_refused(sh_refusals *r, const char *area, const char *who, const char *why)
 {
 	int64_t now = shoal_now_ns();
-	if (now - r->since >= 1000000000LL) {
-		if (r->n > 10)
-			sh_warn(area, "refused %llu more TCP peers in the second before",
-				(unsigned long long)(r->n - 10));
+	if (now - r->since >= SH_REFUSALS_WINDOW_NS) {
+		if (r->n > SH_REFUSALS_TOLD)
+			sh_warn(area,
+				"refused %llu more TCP peers in the 10 s before (%d a 10 s are "
+				"told "
+				"one by one)",
+				(unsigned long long)(r->n - SH_REFUSALS_TOLD), SH_REFUSALS_TOLD);
 		r->since = now;
 		r->n = 0;
 	}
-	if (++r->n <= 10)
+	if (++r->n <= SH_REFUSALS_TOLD)
 		sh_warn(area, "refused %s over TCP: %s", who, why);
 }
 
@@ -284,11 +289,39 @@ int sh_tcp_connect_auth(const char *hostport, uint32_t proto, int64_t deadline, 
 	memcpy(addr, hostport, hl);
 	addr[hl] = 0;
 	int rc = sh_secret_load(key, &klen, why, whylen);
-	if (rc == 0 && (rc = sh_tcp_connect(addr, fd, deadline, why, whylen)) == 0 &&
-	    (rc = sh_auth_client(*fd, key, klen, proto, plain, deadline, ch, why, whylen)) != 0) {
-		close(*fd);
-		*fd = -1;
-	}
+	if (rc == 0)
+		rc = sh_tcp_open_auth(addr, key, klen, proto, plain, deadline, NULL, NULL, fd, ch,
+				      why, whylen);
 	explicit_bzero(key, sizeof(key));
 	return rc;
+}
+
+int sh_tcp_open_auth(const char *addr, const void *key, size_t klen, uint32_t proto, bool plain,
+		     int64_t deadline, void (*on_fd)(int fd, void *arg), void *arg, int *fd,
+		     sh_channel **ch, char *why, size_t whylen)
+{
+	int64_t pause = 20 * 1000000LL;
+	for (;;) {
+		*fd = -1;
+		*ch = NULL;
+		int rc = sh_tcp_connect(addr, fd, deadline, why, whylen);
+		if (rc)
+			return rc;
+		if (on_fd)
+			on_fd(*fd, arg);
+		rc = sh_auth_client(*fd, key, klen, proto, plain, deadline, ch, why, whylen);
+		if (rc == 0)
+			return 0;
+		close(*fd);
+		*fd = -1;
+		if (on_fd)
+			on_fd(-1, arg);
+		if ((rc != SHOAL_ECLOSED && rc != SHOAL_ECONNRESET) ||
+		    shoal_now_ns() + pause >= deadline)
+			return rc;
+		struct timespec t = {0, (long)pause};
+		while (nanosleep(&t, &t) != 0 && errno == EINTR)
+			;
+		pause = pause * 2 < 500 * 1000000LL ? pause * 2 : 500 * 1000000LL;
+	}
 }

@@ -386,14 +386,17 @@ static int handshake(SSL *ssl, int fd, bool server, bool fiber, int64_t deadline
 			 server ? "nothing within 5 s"
 				: "the server said nothing before the deadline");
 	else if (rc == SHOAL_ECLOSED)
-		snprintf(why, whylen, "the TLS handshake: the peer closed the link%s%s",
+		snprintf(why, whylen,
+			 "the peer closed the link during the TLS handshake (it may be turning "
+			 "strangers away while many handshakes are under way, or is no shoal "
+			 "peer)%s%s",
 			 e[0] ? ": " : "", e);
 	else
 		snprintf(why, whylen,
 			 "the TLS 1.3 handshake failed (%s): the peer has another secret (or "
 			 "certificate), or is not a shoal peer",
 			 e[0] ? e : "refused");
-	return rc == SHOAL_ECLOSED && !server ? SHOAL_EACCES : rc;
+	return rc;
 }
 
 /* After the handshake: the suite, both traffic secrets, nothing left in

@@ -362,20 +362,33 @@ int sh_mig_parse_reply(const void *buf, size_t len, sh_mig_reply *out, sh_bump *
 
 /* A link to the source, the secret proven: its socket is in fds[slot]
  * (under mu), which a stop or a failed share shuts down. */
-static int link_open(mig *g, uint32_t slot, sh_channel **ch, char *why, size_t whylen)
+typedef struct link_slot {
+	mig *g;
+	uint32_t slot;
+} link_slot;
+
+/* The link's socket, where a stop can end it (cut). */
+static void link_fd(int fd, void *arg)
 {
-	shoal_store *s = g->s;
-	int64_t deadline = shoal_deadline_in(MIG_CONNECT_NS);
-	int fd = -1;
-	int rc = sh_tcp_connect(g->from, &fd, deadline, why, whylen);
+	link_slot *ls = arg;
+	mig *g = ls->g;
 	pthread_mutex_lock(&g->mu);
-	g->fds[slot] = fd;
+	g->fds[ls->slot] = fd;
 	if (g->cut && fd >= 0)
 		shutdown(fd, SHUT_RDWR);
 	pthread_mutex_unlock(&g->mu);
-	if (rc == 0)
-		rc = sh_auth_client(fd, s->key, s->klen, SH_PEER_PROTO, s->opts.peer_no_encrypt,
-				    deadline, ch, why, whylen);
+}
+
+/* A link to the source: tried again with backoff while the source turns
+ * strangers away (sh_tcp_open_auth), within MIG_CONNECT_NS. */
+static int link_open(mig *g, uint32_t slot, sh_channel **ch, char *why, size_t whylen)
+{
+	shoal_store *s = g->s;
+	link_slot ls = {g, slot};
+	int fd = -1;
+	int rc = sh_tcp_open_auth(g->from, s->key, s->klen, SH_PEER_PROTO, s->opts.peer_no_encrypt,
+				  shoal_deadline_in(MIG_CONNECT_NS), link_fd, &ls, &fd, ch, why,
+				  whylen);
 	if (rc == 0)
 		sh_channel_set_stall(*ch, MIG_STALL_NS);
 	return rc;

@@ -20,8 +20,11 @@
 #include <unistd.h>
 
 /* Strangers may not crowd out anyone: at most this many handshakes at once
- * (5 s each at most), and a peer link counts against the descriptors. */
+ * (5 s each at most), this many from one address, and a silent one gives
+ * its place up to a newcomer when all are taken (sh_hellos); a peer link
+ * counts against the descriptors. */
 #define PEER_HELLOS 32
+#define PEER_HELLOS_PER_SOURCE 8
 /* A peer that takes nothing for this long, in the middle of a transfer,
  * is gone. */
 #define PEER_STALL_NS (10 * 1000000000LL)
@@ -45,7 +48,8 @@ struct sh_peers {
 	int lsock;
 	char bound[64];
 	shoal_fiber *acceptor;
-	uint32_t hellos, nconns;
+	sh_hellos hellos; /* handshakes in progress */
+	uint32_t nconns;
 	peer_conn *conns;
 	sh_map xfers; /* token -> xfer waiting for its other links */
 	uint64_t next_token;
@@ -56,6 +60,7 @@ struct peer_conn {
 	shoal_store *s;
 	peer_conn *prev, *next;
 	int fd;
+	int hello; /* its handshake's slot, until it is over */
 	sh_channel *ch;
 	char addr[80];
 	/* a share in flight: its thread, its transfer, how it ended */
@@ -395,7 +400,7 @@ static void *peer_main(void *arg)
 	uint32_t proto = 0;
 	int rc = sh_auth_server(pc->fd, s->key, s->klen, s->opts.peer_no_encrypt, &proto, &pc->ch,
 				why, sizeof(why));
-	p->hellos--;
+	sh_hellos_drop(&p->hellos, pc->hello);
 	if (rc)
 		refused(p, pc->addr, why);
 	else if (proto != SH_PEER_PROTO) {
@@ -458,21 +463,26 @@ static void *accept_main(void *arg)
 		if (fd < 0)
 			return NULL; /* cancelled */
 		/* a link holds its socket; keep room for local clients */
-		if (p->hellos >= PEER_HELLOS ||
-		    s->nclients * 5 + s->segs.n + p->nconns + 64 > s->fd_budget) {
+		char why[160];
+		int slot = -1;
+		if (s->nclients * 5 + s->segs.n + p->nconns + 64 > s->fd_budget)
+			snprintf(why, sizeof(why), "out of descriptors");
+		else
+			slot = sh_hellos_take(&p->hellos, fd, who, why, sizeof(why));
+		if (slot < 0) {
 			close(fd);
-			refused(p, who,
-				p->hellos >= PEER_HELLOS ? "too many handshakes at once"
-							 : "out of descriptors");
+			refused(p, who, why);
 			continue;
 		}
 		peer_conn *pc = SH_NEW(peer_conn);
 		if (!pc) {
+			sh_hellos_drop(&p->hellos, slot);
 			close(fd);
 			continue;
 		}
 		pc->s = s;
 		pc->fd = fd;
+		pc->hello = slot;
 		snprintf(pc->addr, sizeof(pc->addr), "%s", who);
 		sh_wbuf_init(&pc->out);
 		pc->next = p->conns;
@@ -480,10 +490,9 @@ static void *accept_main(void *arg)
 			p->conns->prev = pc;
 		p->conns = pc;
 		p->nconns++;
-		p->hellos++;
 		if (shoal_spawn(NULL, peer_main, pc,
 				&(shoal_fiber_opts){.name = "store-peer", .detached = 1}) != 0) {
-			p->hellos--;
+			sh_hellos_drop(&p->hellos, slot);
 			p->conns = pc->next;
 			if (pc->next)
 				pc->next->prev = NULL;
@@ -519,8 +528,11 @@ int sh_peers_start(shoal_store *s)
 		return SHOAL_EACCES;
 	}
 	sh_peers *p = SH_NEW(sh_peers);
-	if (!p)
+	if (!p || sh_hellos_init(&p->hellos, PEER_HELLOS, PEER_HELLOS_PER_SOURCE) != 0) {
+		if (p)
+			SH_DELETE(p);
 		return SHOAL_ENOMEM;
+	}
 	p->lsock = -1;
 	s->peers = p;
 	if ((rc = sh_tcp_listen(s->opts.peer, &p->lsock, p->bound, sizeof(p->bound), why,
@@ -572,6 +584,7 @@ void sh_peers_free(shoal_store *s)
 	if (s->peers->lsock >= 0)
 		close(s->peers->lsock);
 	sh_map_fini(&s->peers->xfers);
+	sh_hellos_fini(&s->peers->hellos);
 	SH_DELETE(s->peers);
 	s->peers = NULL;
 }

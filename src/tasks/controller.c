@@ -86,6 +86,7 @@ typedef struct tk_conn {
 	shoal_controller *ctl;
 	sh_link l;
 	int tcp;	/* a peer over TCP: its socket (then l is unused); else -1 */
+	int hello;	/* over TCP: its handshake's slot (sh_hellos), until it is over */
 	sh_channel *ch; /* and the secure channel on it, which all its bytes go through */
 	char peer[96];	/* its address, for messages */
 	pid_t pid;
@@ -161,7 +162,7 @@ struct shoal_controller {
 	tk_engine *engines;
 	tk_client *clients;
 	uint32_t nconns, next_engine, next_client;
-	uint32_t tcp_hellos;  /* TCP peers still in their handshake */
+	sh_hellos tcp_hellos; /* TCP peers still in their handshake */
 	uint64_t conn_budget; /* connections the descriptor limit allows */
 	sh_refusals refusals; /* TCP peers refused, for the log */
 	sh_map tasks;	      /* tid -> tk_task */
@@ -1462,7 +1463,7 @@ static void *conn_main(void *arg)
 		char why[128];
 		rc = sh_auth_server(hello->tcp, ctl->key, ctl->klen, ctl->opts.no_encrypt, &proto,
 				    &hello->ch, why, sizeof(why));
-		ctl->tcp_hellos--;
+		sh_hellos_drop(&ctl->tcp_hellos, hello->hello);
 		if (rc != 0)
 			sh_tcp_refused(&ctl->refusals, "tasks", hello->peer, why);
 		else /* a message half moved may not hold its peer (or an engine) */
@@ -1668,9 +1669,12 @@ static void *accept_main(void *arg)
 
 /* Peers on other hosts: each proves it knows the secret first. Strangers
  * may not crowd out anyone: at most TCP_HELLOS of them at once in their
- * handshake (5 s each at most), and TCP takes no connection that would
- * leave fewer than LOCAL_SPARE descriptors' worth of local ones. */
+ * handshake (5 s each at most), TCP_HELLOS_PER_SOURCE from one address, a
+ * silent one giving its place up to a newcomer when all are taken
+ * (sh_hellos), and TCP takes no connection that would leave fewer than
+ * LOCAL_SPARE descriptors' worth of local ones. */
 #define TCP_HELLOS 64
+#define TCP_HELLOS_PER_SOURCE 16
 #define FDS_PER_CONN 6
 #define LOCAL_SPARE 32
 
@@ -1684,29 +1688,33 @@ static void *tcp_accept_main(void *arg)
 			return NULL; /* cancelled */
 		uint64_t spare =
 			ctl->conn_budget / 4 < LOCAL_SPARE ? ctl->conn_budget / 4 : LOCAL_SPARE;
-		if (ctl->tcp_hellos >= TCP_HELLOS ||
-		    (uint64_t)ctl->nconns + spare >= ctl->conn_budget) {
+		char why[160];
+		int slot = -1;
+		if ((uint64_t)ctl->nconns + spare >= ctl->conn_budget)
+			snprintf(why, sizeof(why), "out of descriptors");
+		else
+			slot = sh_hellos_take(&ctl->tcp_hellos, fd, who, why, sizeof(why));
+		if (slot < 0) {
 			close(fd);
-			sh_tcp_refused(&ctl->refusals, "tasks", who,
-				       ctl->tcp_hellos >= TCP_HELLOS ? "too many handshakes at once"
-								     : "out of descriptors");
+			sh_tcp_refused(&ctl->refusals, "tasks", who, why);
 			continue;
 		}
 		tk_conn *h = SH_NEW(tk_conn);
 		if (!h) {
+			sh_hellos_drop(&ctl->tcp_hellos, slot);
 			close(fd);
 			continue;
 		}
-		ctl->tcp_hellos++;
 		h->ctl = ctl;
 		h->tcp = fd;
+		h->hello = slot;
 		sh_link_init(&h->l, -1);
 		snprintf(h->peer, sizeof(h->peer), "%s", who);
 		ctl->nconns++;
 		if (shoal_spawn(NULL, conn_main, h,
 				&(shoal_fiber_opts){.name = "tasks-tcp", .detached = 1}) != 0) {
 			ctl->nconns--;
-			ctl->tcp_hellos--;
+			sh_hellos_drop(&ctl->tcp_hellos, slot);
 			close(fd);
 			SH_DELETE(h);
 		}
@@ -1861,6 +1869,7 @@ static void controller_free(shoal_controller *ctl)
 		close(ctl->stop_efd);
 	if (ctl->tcp_lsock >= 0)
 		close(ctl->tcp_lsock);
+	sh_hellos_fini(&ctl->tcp_hellos);
 	memset(ctl->key, 0, sizeof(ctl->key));
 	SH_DELETE(ctl);
 }
@@ -1877,11 +1886,16 @@ int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o
 	else
 		shoal_controller_opts_init(&ctl->opts);
 	ctl->lsock = ctl->stop_efd = ctl->tcp_lsock = -1;
+	if (sh_hellos_init(&ctl->tcp_hellos, TCP_HELLOS, TCP_HELLOS_PER_SOURCE) != 0) {
+		SH_DELETE(ctl);
+		return SHOAL_ENOMEM;
+	}
 	ctl->rng = (uint64_t)shoal_now_ns() | 1;
 	ctl->window = ctl->opts.window ? ctl->opts.window : SH_TASKS_WINDOW;
 	if (ctl->window > SH_TASKS_WINDOW_MAX) {
 		sh_error("tasks", "a window of %u tasks: expected at most %u", ctl->window,
 			 SH_TASKS_WINDOW_MAX);
+		sh_hellos_fini(&ctl->tcp_hellos);
 		SH_DELETE(ctl);
 		return SHOAL_EINVAL;
 	}
