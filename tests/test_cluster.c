@@ -6,8 +6,13 @@
  * secret, garbage and no secret at all; a destination too small. */
 #include "test.h"
 
+#include <shoal/fiber.h>
+
 #include "net/net.h"
 #include "store/proto.h"
+#include "net/ossl.h"
+#include "store/etcd.h"
+#include "store/server.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -175,11 +180,12 @@ static shoal_id put_dict(const node *n, const char *name, int count)
 }
 
 /* Every tensor of the dict named name at n, element by element. */
+/* The dict of put_dict at n, by name (NULL: by id alone). */
 static void check_dict(const node *n, const char *name, int count, shoal_id id, uint64_t sig)
 {
 	shoal_client *c = client_of(n);
 	shoal_object *o;
-	CHECK_OK(shoal_get_by_name(c, name, &o));
+	CHECK_OK(name ? shoal_get_by_name(c, name, &o) : shoal_get(c, id, &o));
 	CHECK_EQ(shoal_object_id(o), id);
 	CHECK_EQ(shoal_object_signature(o), sig);
 	const shoal_node *r = shoal_object_root(o);
@@ -306,10 +312,14 @@ SH_TEST_T(a_dict_of_1000_tensors_migrates_byte_for_byte, 240)
 	CHECK_EQ(got, id);
 	CHECK_EQ(stat_of(&a).sent, 1u);
 
-	/* on to a third store, from the copy, by id */
+	/* on to a third store, from the copy, by id: asked for an id, it
+	 * binds no name (a source names nothing at its destination) */
 	CHECK_OK(migrate(&c3, NULL, id, &b, NULL, &got, err, sizeof(err)));
 	CHECK_EQ(got, id);
-	check_dict(&c3, "model", 1000, id, sig);
+	check_dict(&c3, NULL, 1000, id, sig);
+	shoal_client *cc = client_of(&c3);
+	CHECK_RC(shoal_get_by_name(cc, "model", &o), SHOAL_ENOENT);
+	shoal_disconnect(cc);
 	CHECK_EQ(stat_of(&b).sent, 1u);
 
 	/* an object that is nowhere: the peer says so */
@@ -751,6 +761,131 @@ SH_TEST_T(a_copy_that_does_not_fit_is_refused, 120)
 	cleanup();
 }
 
+/* ---- a lying source ---- */
+
+/* A source that knows the secret and lies: it answers a FETCH for any name
+ * with an object of one 100-byte blob named `answer_name`, sends its
+ * bytes, then `extra` bytes more. A thread with a fiber of its own. */
+typedef struct liar {
+	int lsock;
+	char addr[64];
+	const char *answer_name;
+	size_t extra;
+	pthread_t th;
+	int rc;
+} liar;
+
+static void *liar_fiber(void *arg)
+{
+	liar *l = arg;
+	char who[96], why[256];
+	const char *secret = SECRET + strlen("SHOAL_SECRET=");
+	int fd = sh_tcp_accept(l->lsock, "test", who, sizeof(who));
+	sh_channel *ch = NULL;
+	uint32_t proto;
+	unsigned char *in = NULL;
+	size_t cap = 0, len;
+	if (fd < 0 ||
+	    (l->rc = sh_auth_server(fd, secret, strlen(secret), false, &proto, &ch, why,
+				    sizeof(why))) != 0 ||
+	    (l->rc = sh_channel_read_frame(ch, &in, &cap, &len, 1 << 16, true,
+					   shoal_deadline_in(10000 * MS))) != 0)
+		goto out;
+	sh_blobref blob = {.seg = 1, .off = 0, .size = 100};
+	shoal_node root = {.type = "bytes", .nblobs = 1, .blobs = &blob};
+	sh_peer_fetch_reply r = {.id = 0x4242000000000001ull,
+				 .sig = 0x4242000000000001ull,
+				 .region = 100,
+				 .name = l->answer_name,
+				 .root = &root,
+				 .k = 1};
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	unsigned char bytes[200];
+	memset(bytes, 7, sizeof(bytes));
+	if ((l->rc = sh_peer_pack_reply(&w, 1, &r)) == 0 &&
+	    (l->rc = sh_channel_write(ch, w.p, w.len, true, shoal_deadline_in(5000 * MS))) == 0)
+		l->rc = sh_channel_write(ch, bytes, 100 + l->extra, true,
+					 shoal_deadline_in(5000 * MS));
+	sh_wbuf_fini(&w);
+	shoal_sleep_until(shoal_deadline_in(500 * MS)); /* the destination reads, then we go */
+out:
+	if (in)
+		free(in);
+	sh_channel_free(ch);
+	if (fd >= 0) {
+		shoal_fd_forget(fd);
+		close(fd);
+	}
+	return NULL;
+}
+
+static void *liar_main(void *arg)
+{
+	shoal_sched *s = sh_test_sched_new();
+	shoal_fiber *f;
+	CHECK_OK(shoal_spawn(&f, liar_fiber, arg, NULL));
+	CHECK_OK(shoal_join(f, NULL));
+	shoal_sched_destroy(s);
+	return NULL;
+}
+
+static void liar_start(liar *l, const char *answer_name, size_t extra)
+{
+	*l = (liar){.answer_name = answer_name, .extra = extra};
+	char why[128];
+	CHECK_OK(sh_tcp_listen("127.0.0.1:0", &l->lsock, l->addr, sizeof(l->addr), why,
+			       sizeof(why)));
+	CHECK_OK(pthread_create(&l->th, NULL, liar_main, l));
+}
+
+static void liar_end(liar *l)
+{
+	pthread_join(l->th, NULL);
+	close(l->lsock);
+}
+
+/* issue 31.2: a source that holds the secret answers a fetch of "model"
+ * with another name: the fetch fails saying so, and the destination binds
+ * nothing; one that sends bytes after those its answer announced fails
+ * the fetch too, and nothing is bound either. */
+SH_TEST_T(a_lying_source_names_nothing, 60)
+{
+	setup();
+	node b;
+	node_start(&b, "b", "256M", SECRET, NULL);
+	static const struct {
+		const char *name;
+		size_t extra;
+		const char *says;
+	} lies[] = {
+		{"other", 0, "expected the object named \"model\""},
+		{NULL, 0, "an unnamed object"},
+		{"model", 50, "bytes came after the 100 its answer announced"},
+	};
+	for (size_t i = 0; i < sizeof(lies) / sizeof(lies[0]); i++) {
+		liar l;
+		liar_start(&l, lies[i].name, lies[i].extra);
+		node src = {0};
+		snprintf(src.peer, sizeof(src.peer), "%s", l.addr);
+		shoal_id got;
+		char err[512];
+		int rc = migrate(&b, "model", 0, &src, NULL, &got, err, sizeof(err));
+		liar_end(&l);
+		CHECK_RC(rc, SHOAL_EPROTO);
+		CHECK_HAS(err, lies[i].says);
+		CHECK_HAS(err, l.addr);
+		shoal_client *c = client_of(&b);
+		shoal_object *o;
+		CHECK_RC(shoal_get_by_name(c, "model", &o), SHOAL_ENOENT);
+		CHECK_RC(shoal_get_by_name(c, "other", &o), SHOAL_ENOENT);
+		CHECK_EQ(stat_of(&b).objects, 0u);
+		shoal_disconnect(c);
+	}
+	CHECK_EQ(node_stop(&b), 0);
+	cleanup();
+}
+
 /* ---- the registry in etcd ---- */
 
 typedef struct etcd_proc {
@@ -834,6 +969,127 @@ static void node_start_etcd(node *n, const char *name, const etcd_proc *e, const
 		}                                                               \
 		st_;                                                            \
 	})
+
+/* The record etcd keeps for name in cluster "test" (JSON), or NULL. */
+static cJSON *etcd_record(sh_etcd *et, const char *name)
+{
+	char key[256], why[256];
+	snprintf(key, sizeof(key), "/shoal/test/names/%s", name);
+	cJSON *req = cJSON_CreateObject(), *ans = NULL;
+	sh_json_b64(req, "key", key, strlen(key));
+	CHECK_OK(sh_etcd_call(et, "/v3/kv/range", req, shoal_deadline_in(5000 * MS), &ans, why,
+			      sizeof(why)));
+	cJSON_Delete(req);
+	const cJSON *kv = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(ans, "kvs"), 0),
+		    *v = cJSON_GetObjectItemCaseSensitive(kv, "value");
+	unsigned char *dec = NULL;
+	size_t n;
+	cJSON *rec = NULL;
+	if (cJSON_IsString(v) && sh_b64_decode(v->valuestring, &dec, &n) == 0)
+		rec = cJSON_Parse((char *)dec);
+	free(dec);
+	cJSON_Delete(ans);
+	return rec;
+}
+
+static void etcd_put_record(sh_etcd *et, const char *name, const cJSON *rec)
+{
+	char key[256], why[256], *text = cJSON_PrintUnformatted(rec);
+	snprintf(key, sizeof(key), "/shoal/test/names/%s", name);
+	cJSON *req = cJSON_CreateObject(), *ans = NULL;
+	sh_json_b64(req, "key", key, strlen(key));
+	sh_json_b64(req, "value", text, strlen(text));
+	CHECK_OK(sh_etcd_call(et, "/v3/kv/put", req, shoal_deadline_in(5000 * MS), &ans, why,
+			      sizeof(why)));
+	cJSON_Delete(req);
+	cJSON_Delete(ans);
+	free(text);
+}
+
+/* The record's mac as SECURITY.md says any holder of the secret makes it:
+ * HMAC-SHA256 of the fields, one a line. */
+static void sign_record(cJSON *rec)
+{
+	const char *secret = SECRET + strlen("SHOAL_SECRET=");
+	char buf[2048], mac[65];
+	int n = snprintf(buf, sizeof(buf), "shoal-registry-record-1\n%s\n%s\n%s\n%s\n%s\n%.0f\n%s",
+			 cJSON_GetObjectItem(rec, "name")->valuestring,
+			 cJSON_GetObjectItem(rec, "peer")->valuestring,
+			 cJSON_GetObjectItem(rec, "id")->valuestring,
+			 cJSON_GetObjectItem(rec, "sig")->valuestring,
+			 cJSON_GetObjectItem(rec, "type")->valuestring,
+			 cJSON_GetObjectItem(rec, "bytes")->valuedouble,
+			 cJSON_GetObjectItem(rec, "meta")->valuestring);
+	unsigned char d[32];
+	char why[128];
+	CHECK_OK(sh_ossl_load(false, why, sizeof(why)));
+	CHECK_OK(sh_hmac_sha256(secret, strlen(secret), buf, (size_t)n, d));
+	for (int i = 0; i < 32; i++)
+		sprintf(mac + 2 * i, "%02x", d[i]);
+	cJSON_ReplaceItemInObject(rec, "mac", cJSON_CreateString(mac));
+}
+
+/* issue 31.2: a name's record in etcd is signed with the cluster's
+ * secret and says what the object is: one that anyone who may write etcd
+ * forged (unsigned, or signed for another name) is refused, and an object
+ * that is not what its signed record says (another tree: what a lying
+ * source would send) is refused before a byte of it is taken. */
+SH_TEST_T(the_registrys_records_are_signed, 180)
+{
+	setup();
+	etcd_proc e = {0};
+	etcd_start(&e);
+	node a, b;
+	node_start_etcd(&a, "a", &e, "5");
+	node_start_etcd(&b, "b", &e, "5");
+	CHECK_EQ(STAT_UNTIL(&b, peers, 2u, 10000).peers, 2u);
+	put_dict(&a, "model", 20);
+	put_dict(&a, "spare", 20);
+	char why[256], ep[64];
+	snprintf(ep, sizeof(ep), "127.0.0.1:%d", e.cport);
+	sh_etcd *et;
+	CHECK_OK(sh_etcd_open(ep, &et, why, sizeof(why)));
+	cJSON *good = etcd_record(et, "model");
+	CHECK(good != NULL);
+	CHECK(cJSON_GetObjectItem(good, "mac") && cJSON_GetObjectItem(good, "meta"));
+	shoal_client *cb = client_of(&b);
+	shoal_object *o;
+	/* 1. forged: the mac of nothing */
+	cJSON *forged = cJSON_Duplicate(good, 1);
+	cJSON_ReplaceItemInObject(forged, "mac",
+				  cJSON_CreateString("00000000000000000000000000000"
+						     "00000000000000000000000000000"
+						     "000000"));
+	etcd_put_record(et, "model", forged);
+	CHECK_RC(shoal_get_by_name(cb, "model", &o), SHOAL_EPERM);
+	CHECK_HAS(shoal_client_error(cb), "not signed with this cluster's secret");
+	/* 2. signed, but for another name (a record copied under this one) */
+	cJSON *other = etcd_record(et, "spare");
+	etcd_put_record(et, "model", other);
+	CHECK_RC(shoal_get_by_name(cb, "model", &o), SHOAL_EPERM);
+	CHECK_HAS(shoal_client_error(cb), "names spare");
+	/* 3. signed for it, but another tree than the source sends */
+	cJSON *lie = cJSON_Duplicate(good, 1);
+	cJSON_ReplaceItemInObject(lie, "meta",
+				  cJSON_CreateString("11111111111111111111111111111111"
+						     "11111111111111111111111111111111"));
+	sign_record(lie);
+	etcd_put_record(et, "model", lie);
+	CHECK_RC(shoal_get_by_name(cb, "model", &o), SHOAL_EPROTO);
+	CHECK_HAS(shoal_client_error(cb), "another metadata (its digest) than the registry's");
+	CHECK_EQ(stat_of(&b).objects, 0u);
+	/* the true record: the get migrates it */
+	etcd_put_record(et, "model", good);
+	CHECK_OK(shoal_get_by_name(cb, "model", &o));
+	CHECK_OK(shoal_object_release(o));
+	shoal_disconnect(cb);
+	cJSON_Delete(good), cJSON_Delete(forged), cJSON_Delete(other), cJSON_Delete(lie);
+	sh_etcd_close(et);
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	etcd_kill(&e);
+	cleanup();
+}
 
 SH_TEST_T(names_are_the_clusters_and_a_get_migrates, 180)
 {

@@ -752,6 +752,13 @@ int sh_channel_read_frame(sh_channel *ch, unsigned char **buf, size_t *cap, size
 	return 0;
 }
 
+bool sh_channel_pending(sh_channel *ch)
+{
+	char b;
+	return ch->ppos != ch->pend || ch->rpos != ch->rend ||
+	       recv(ch->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
 /* Whether a whole record waits in rbuf (so opening it reads nothing). */
 static bool record_at_hand(const sh_channel *ch)
 {

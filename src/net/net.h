@@ -149,6 +149,11 @@ int sh_channel_read(sh_channel *ch, void *p, size_t n, bool fiber, int64_t deadl
  * bytes (SHOAL_EMSGSIZE); SHOAL_ECLOSED at a clean end between frames. */
 int sh_channel_read_frame(sh_channel *ch, unsigned char **buf, size_t *cap, size_t *len, size_t max,
 			  bool fiber, int64_t deadline);
+/* Whether bytes wait on the channel now, beyond what was read: opened or
+ * received and not taken, or in the socket (without waiting). A peer's
+ * stream that should be over (a transfer's last byte read) must have
+ * none. */
+bool sh_channel_pending(sh_channel *ch);
 /* The opened plaintext at hand (waiting for a record if none): *n bytes
  * at *p, valid until the next read; consume takes k of them. */
 int sh_channel_peek(sh_channel *ch, const unsigned char **p, size_t *n, bool fiber,

@@ -93,7 +93,13 @@ struct mig {
 	sh_bump a;
 	sh_mig_reply r;
 	shoal_node *root;
-	char *name; /* the source's name of it (NUL-terminated), or NULL */
+	char *name; /* the name the copy is bound to (NUL-terminated), or NULL */
+	/* what the registry says the object is (has_expect), checked before a
+	 * byte of it is taken */
+	bool has_expect;
+	uint64_t x_sig, x_bytes;
+	char x_type[SH_NODE_MAX_KEY + 1];
+	unsigned char x_meta[32];
 	unsigned char *in;
 	size_t in_cap;
 	/* the hand-over between the thread and the store's: verdict 0 go on,
@@ -298,6 +304,12 @@ int sh_mig_parse_reply(const void *buf, size_t len, sh_mig_reply *out, sh_bump *
 		const char *msg;
 		if (r.status > 0 || sh_mp_array(&m, &n) || n != 1 || sh_mp_str(&m, &msg, &ml)) {
 			snprintf(why, whylen, "a failure without a message");
+			return SHOAL_EPROTO;
+		}
+		if (sh_mp_done(&m)) {
+			snprintf(why, whylen,
+				 "a failure (%s) with bytes after its message: expected [message]",
+				 shoal_strerror(r.status));
 			return SHOAL_EPROTO;
 		}
 		/* its own codes only: a peer's status goes on to our clients */
@@ -506,6 +518,11 @@ static void *share_main(void *arg)
 		shoal_free(in, cap);
 	if (rc == 0 && (rc = recv_share(g, ch, sh->i)) != 0)
 		snprintf(sh->why, sizeof(sh->why), "%s", sh_channel_error(ch));
+	if (rc == 0 && sh_channel_pending(ch)) {
+		rc = SHOAL_EPROTO;
+		snprintf(sh->why, sizeof(sh->why),
+			 "bytes came after share %u's: expected it to end there", sh->i);
+	}
 	if (rc)
 		cut(g);
 	link_close(g, sh->i, ch);
@@ -596,9 +613,44 @@ static int ask(mig *g, size_t *len, char *why, size_t whylen)
 			kept = false;
 			continue;
 		}
+		if (rc == SHOAL_EMSGSIZE)
+			return mig_fail(
+				g, rc,
+				"the store at %s answered FETCH with a frame over %u bytes: "
+				"expected an answer of at most %u (a metadata tree of at most "
+				"%u bytes)",
+				g->from, SH_PEER_META_MAX + 4096, SH_PEER_META_MAX + 4096,
+				SH_PEER_META_MAX);
 		return mig_fail(g, rc, "the store at %s: %s%s%s", g->from, shoal_strerror(rc),
 				sh_channel_error(ch)[0] ? ": " : "", sh_channel_error(ch));
 	}
+}
+
+/* What came against what the registry's signed record says: the same id,
+ * signature, type, bytes and tree (its digest). */
+static int expect_check(mig *g, char *why, size_t wl)
+{
+	if (!g->has_expect)
+		return 0;
+	unsigned char d[32];
+	int rc = sh_node_digest(g->r.root, d);
+	if (rc) {
+		snprintf(why, wl, "the answer's tree could not be digested: %s",
+			 shoal_strerror(rc));
+		return rc;
+	}
+	const char *what = g->r.sig != g->x_sig			? "signature"
+			   : strcmp(g->r.root->type, g->x_type) ? "type"
+			   : g->r.total != g->x_bytes		? "bytes"
+			   : memcmp(d, g->x_meta, 32) != 0	? "metadata (its digest)"
+								: NULL;
+	if (!what)
+		return 0;
+	snprintf(why, wl,
+		 "object %016" PRIx64 " came with another %s than the registry's signed record "
+		 "(type %.40s, %" PRIu64 " bytes; the record: %.40s, %" PRIu64 " bytes): refused",
+		 g->r.id, what, g->r.root->type, g->r.total, g->x_type, g->x_bytes);
+	return SHOAL_EPROTO;
 }
 
 static int fetch(mig *g)
@@ -614,19 +666,31 @@ static int fetch(mig *g)
 		return g->in_step ? mig_fail(g, rc, "%s", why)
 				  : mig_fail(g, rc, "the store at %s: %s", g->from, why);
 	}
+	/* What comes is what was asked for: the id, or the name, which the
+	 * copy is bound to (never a name the source gives instead) */
 	if (g->key_id && g->r.id != g->key_id)
 		return mig_fail(g, SHOAL_EPROTO,
-				"the store at %s sent object %016" PRIx64 " for %016" PRIx64,
+				"the store at %s sent object %016" PRIx64 " for %016" PRIx64
+				": expected the object asked for",
 				g->from, g->r.id, g->key_id);
+	if (g->key_name && (!g->r.name || strcmp(g->r.name, g->key_name) != 0))
+		return mig_fail(g, SHOAL_EPROTO,
+				"the store at %s answered for \"%.200s\" with %s%.200s%s: expected "
+				"the object named \"%.200s\"",
+				g->from, g->key_name, g->r.name ? "\"" : "",
+				g->r.name ? g->r.name : "an unnamed object", g->r.name ? "\"" : "",
+				g->key_name);
+	if ((rc = expect_check(g, why, sizeof(why))) != 0)
+		return mig_fail(g, rc, "the store at %s: %s", g->from, why);
 	g->id = g->r.id;
 	g->sig = g->r.sig;
 	g->region = g->r.region;
 	g->root = g->r.root;
 	g->total = g->r.total;
-	if (g->r.name && !(g->name = shoal_alloc(strlen(g->r.name) + 1)))
+	if (g->key_name && !(g->name = shoal_alloc(g->key_len + 1)))
 		return mig_fail(g, SHOAL_ENOMEM, "out of memory");
-	if (g->r.name)
-		memcpy(g->name, g->r.name, strlen(g->r.name) + 1);
+	if (g->key_name)
+		memcpy(g->name, g->key_name, g->key_len + 1);
 	/* is it here already, is there room? */
 	g->answered = false;
 	g->mail.fn = on_meta;
@@ -669,6 +733,11 @@ static int fetch(mig *g)
 				" of %" PRIu64 " bytes: %s%s%s",
 				g->id, g->from, (uint64_t)atomic_load(&g->received), g->total,
 				shoal_strerror(rc), cause[0] ? ": " : "", cause);
+	if (sh_channel_pending(ch))
+		return mig_fail(g, SHOAL_EPROTO,
+				"object %016" PRIx64 " from %s: bytes came after the %" PRIu64
+				" its answer announced: expected the transfer to end there",
+				g->id, g->from, g->total);
 	g->in_step = g->r.k == 1; /* every byte of the one link read */
 	if ((rc = sh_memfd_seal(g->region_fd)) != 0)
 		return mig_fail(g, rc, "object %016" PRIx64 ": sealing its region: %s", g->id,
@@ -699,7 +768,7 @@ static void *mig_main(void *arg)
 
 /* The transfer of (from, name or id): on its way already, or started. */
 static int mig_get(shoal_store *s, const char *name, size_t nl, uint64_t id, const char *from,
-		   size_t fl, uint32_t streams, mig **out)
+		   size_t fl, uint32_t streams, const sh_mig_expect *x, mig **out)
 {
 	migs_reap(s);
 	for (mig *g = s->migs->list; g; g = g->next)
@@ -721,6 +790,13 @@ static int mig_get(shoal_store *s, const char *name, size_t nl, uint64_t id, con
 		g->fds[i] = -1;
 	memcpy(g->from, from, fl);
 	g->key_id = id;
+	if (x) {
+		g->has_expect = true;
+		g->x_sig = x->sig;
+		g->x_bytes = x->bytes;
+		snprintf(g->x_type, sizeof(g->x_type), "%s", x->type ? x->type : "");
+		memcpy(g->x_meta, x->meta, 32);
+	}
 	pthread_mutex_init(&g->mu, NULL);
 	pthread_cond_init(&g->cv, NULL);
 	int rc = shoal_chan_create(&g->done, 1, 0);
@@ -754,8 +830,8 @@ static int mig_get(shoal_store *s, const char *name, size_t nl, uint64_t id, con
 	return 0;
 }
 
-int sh_st_fetch(st_conn *c, const char *name, size_t nl, uint64_t id, const char *from, char *why,
-		size_t whylen)
+int sh_st_fetch(st_conn *c, const char *name, size_t nl, uint64_t id, const char *from,
+		const sh_mig_expect *x, char *why, size_t whylen)
 {
 	shoal_store *s = c->srv;
 	if (!s->klen) {
@@ -764,19 +840,26 @@ int sh_st_fetch(st_conn *c, const char *name, size_t nl, uint64_t id, const char
 		return SHOAL_EACCES;
 	}
 	mig *g = NULL;
-	int rc = mig_get(s, name, nl, id, from, strlen(from), 0, &g);
+	int rc = mig_get(s, name, nl, id, from, strlen(from), 0, x, &g);
 	if (rc) {
 		snprintf(why, whylen, "fetching from %s: %s", from, shoal_strerror(rc));
 		return rc;
 	}
 	g->users++; /* g stays while we wait on it */
-	char x;
+	char b;
 	while (g->state != MIG_DONE)
-		shoal_chan_recv(g->done, &x, SHOAL_FOREVER);
+		shoal_chan_recv(g->done, &b, SHOAL_FOREVER);
 	g->users--;
 	rc = g->rc;
 	if (rc)
 		snprintf(why, whylen, "%s", g->why[0] ? g->why : shoal_strerror(rc));
+	/* fetched by id for the name the registry was asked: the copy is
+	 * known by it here too, when it is free */
+	st_obj *o = rc == 0 && x && x->name ? sh_map_get(&s->objs, g->id) : NULL;
+	if (o && !o->deleted && !o->name && !sh_st_name_find(s, x->name, x->nl) &&
+	    sh_st_name_bind(s, o, x->name, x->nl) != 0)
+		sh_warn("store", "object %016" PRIx64 ": out of memory naming it %.*s", o->id,
+			(int)x->nl, x->name);
 	migs_reap(s);
 	return rc;
 }
@@ -869,7 +952,7 @@ int sh_st_op_migrate(st_conn *c, const sh_frame *req, sh_mp *m)
 	if (wait_ms > MIG_WAIT_MAX_MS)
 		wait_ms = MIG_WAIT_MAX_MS;
 	mig *g = NULL;
-	int rc = mig_get(s, name, nl, id, from, fl, (uint32_t)streams, &g);
+	int rc = mig_get(s, name, nl, id, from, fl, (uint32_t)streams, NULL, &g);
 	if (rc)
 		return sh_st_reply_err(c, req, rc, "MIGRATE: %s", shoal_strerror(rc));
 	return reply(c, req, g, wait_ms, false);

@@ -1,10 +1,12 @@
 /* Metadata trees: the bump allocator they live in, their one decoder with
  * every bound checked, the built-in type rules, and the encoder. */
 #include "store/node.h"
+#include "net/ossl.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- decoding ---- */
 
@@ -360,4 +362,99 @@ void sh_node_pack(msgpack_packer *pk, const shoal_node *n)
 		sh_mp_pack_cstr(pk, n->names[i]);
 		sh_node_pack(pk, n->members[i]);
 	}
+}
+
+/* ---- the digest ---- */
+
+typedef struct canon {
+	unsigned char *p;
+	size_t len, cap;
+	bool err;
+} canon;
+
+static void put(canon *c, const void *p, size_t n)
+{
+	if (c->err)
+		return;
+	if (c->len + n > c->cap) {
+		size_t nc = c->cap ? c->cap : 4096;
+		while (nc < c->len + n)
+			nc *= 2;
+		unsigned char *q = shoal_realloc(c->p, c->cap, nc);
+		if (!q) {
+			c->err = true;
+			return;
+		}
+		c->p = q, c->cap = nc;
+	}
+	memcpy(c->p + c->len, p, n);
+	c->len += n;
+}
+
+static void put_u64(canon *c, uint64_t v)
+{
+	unsigned char b[8];
+	for (int i = 0; i < 8; i++)
+		b[i] = (unsigned char)(v >> (8 * i));
+	put(c, b, 8);
+}
+
+static void put_str(canon *c, const char *s, size_t n)
+{
+	put_u64(c, n);
+	put(c, s, n);
+}
+
+static void canon_node(canon *c, const shoal_node *n)
+{
+	put_str(c, n->type, strlen(n->type));
+	put_u64(c, n->nfields);
+	for (uint32_t i = 0; i < n->nfields; i++) {
+		const sh_field *f = &n->fields[i];
+		put_str(c, f->key, strlen(f->key));
+		put_u64(c, (uint64_t)f->kind);
+		switch (f->kind) {
+		case SH_F_BOOL:
+			put_u64(c, f->v.b);
+			break;
+		case SH_F_INT:
+			put_u64(c, (uint64_t)f->v.i);
+			break;
+		case SH_F_FLOAT: {
+			uint64_t bits;
+			memcpy(&bits, &f->v.f, 8);
+			put_u64(c, bits);
+			break;
+		}
+		case SH_F_STR:
+			put_str(c, f->v.s, f->n);
+			break;
+		case SH_F_INTS:
+			put_u64(c, f->n);
+			for (uint32_t k = 0; k < f->n; k++)
+				put_u64(c, (uint64_t)f->v.ints[k]);
+			break;
+		default:
+			break;
+		}
+	}
+	put_u64(c, n->nblobs);
+	for (uint32_t i = 0; i < n->nblobs; i++)
+		put_u64(c, n->blobs[i].size);
+	put_u64(c, n->nmembers);
+	for (uint32_t i = 0; i < n->nmembers; i++) {
+		put_str(c, n->names[i], strlen(n->names[i]));
+		canon_node(c, n->members[i]);
+	}
+}
+
+int sh_node_digest(const shoal_node *n, unsigned char out[32])
+{
+	canon c = {0};
+	put(&c, "shoal-node-1", 12);
+	canon_node(&c, n);
+	int rc = c.err ? SHOAL_ENOMEM : sh_sha256(c.p, c.len, out);
+	if (c.p)
+		shoal_free(c.p, c.cap);
+	return rc;
 }

@@ -70,5 +70,9 @@ void sh_node_pack(msgpack_packer *pk, const shoal_node *n);
 const sh_field *sh_node_field(const shoal_node *n, const char *key);
 /* Bytes of all blobs of the tree. */
 uint64_t sh_node_bytes(const shoal_node *n);
+/* SHA-256 of the tree's canonical form: types, fields, member names and
+ * blob sizes, in order, never where the blobs are: the same for an object
+ * and its copy in another store. libcrypto must be loaded (ossl.h). */
+int sh_node_digest(const shoal_node *n, unsigned char out[32]);
 
 #endif

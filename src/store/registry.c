@@ -1,7 +1,11 @@
 /* The cluster's registry (--meta etcd://HOST:PORT[,...] --cluster NAME):
  * etcd holds, under /shoal/NAME/,
  *   peers/ID16     {"peer": "HOST:PORT", "pid": N}        this store, while it lives
- *   names/NAME     {"peer", "id", "sig", "type", "bytes"} a persistent named object
+ *   names/NAME     {"peer", "id", "sig", "type", "bytes", "name", "meta", "mac"}
+ *                                                         a persistent named object:
+ *                  meta the SHA-256 of its tree (sh_node_digest), mac the
+ *                  HMAC-SHA256 of the rest under the cluster's secret (a
+ *                  get checks both: record_mac)
  *   ids/ID16       the same, by id
  * all under a lease this store keeps alive, so a dead store's entries go
  * when the lease expires, and every store sees it through its watch on
@@ -16,6 +20,7 @@
  * old one expired) every name is registered again. Local gets, puts and
  * migrations never wait for etcd. */
 #include "store/etcd.h"
+#include "net/ossl.h"
 #include "store/server.h"
 
 #include <inttypes.h>
@@ -309,25 +314,123 @@ static void keepalive(sh_registry *r)
 	r->next_keepalive = shoal_now_ns() + r->ttl_s * 1000000000LL / 3;
 }
 
-static void record_of(const sh_reg_job *j, const char *peer, char *out, size_t len)
+static void hex32(const unsigned char *d, char *out)
 {
-	snprintf(out, len,
-		 "{\"peer\":\"%s\",\"id\":\"%016" PRIx64 "\",\"sig\":\"%016" PRIx64
-		 "\",\"type\":\"%s\",\"bytes\":%" PRIu64 "}",
-		 peer, j->id, j->sig, j->type, j->bytes);
+	for (int i = 0; i < 32; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
 }
 
-/* Reads a record's peer and id. */
-static int parse_record(const char *rec, sh_reg_job *j)
+/* The MAC of a name's record: HMAC-SHA256 under the cluster's secret of
+ * every field but itself, in a fixed order; 64 hex digits into out. */
+static int record_mac(const unsigned char *key, size_t klen, const char *name, size_t nl,
+		      const char *peer, uint64_t id, uint64_t sig, const char *type, uint64_t bytes,
+		      const char *meta, char *out)
+{
+	size_t cap = nl + strlen(peer) + strlen(type) + strlen(meta) + 200;
+	char *buf = malloc(cap);
+	if (!buf)
+		return SHOAL_ENOMEM;
+	int n = snprintf(buf, cap,
+			 "shoal-registry-record-1\n%.*s\n%s\n%016" PRIx64 "\n%016" PRIx64
+			 "\n%s\n%" PRIu64 "\n%s",
+			 (int)nl, name, peer, id, sig, type, bytes, meta);
+	unsigned char d[32];
+	char why[200];
+	int rc = n < 0 || (size_t)n >= cap ? SHOAL_EINVAL : sh_ossl_load(false, why, sizeof(why));
+	if (rc == 0)
+		rc = sh_hmac_sha256(key, klen, buf, (size_t)n, d);
+	free(buf);
+	if (rc == 0)
+		hex32(d, out);
+	return rc;
+}
+
+char *sh_reg_record(const unsigned char *key, size_t klen, const sh_reg_job *j, const char *peer)
+{
+	char idh[17], sigh[17], meta[65], mac[65];
+	snprintf(idh, sizeof(idh), "%016" PRIx64, j->id);
+	snprintf(sigh, sizeof(sigh), "%016" PRIx64, j->sig);
+	hex32(j->meta, meta);
+	if (record_mac(key, klen, j->name, j->nl, peer, j->id, j->sig, j->type, j->bytes, meta,
+		       mac) != 0)
+		return NULL;
+	cJSON *o = cJSON_CreateObject();
+	char *name = strndup(j->name, j->nl), *out = NULL;
+	if (o && name && cJSON_AddStringToObject(o, "peer", peer) &&
+	    cJSON_AddStringToObject(o, "id", idh) && cJSON_AddStringToObject(o, "sig", sigh) &&
+	    cJSON_AddStringToObject(o, "type", j->type) &&
+	    cJSON_AddNumberToObject(o, "bytes", (double)j->bytes) &&
+	    cJSON_AddStringToObject(o, "name", name) && cJSON_AddStringToObject(o, "meta", meta) &&
+	    cJSON_AddStringToObject(o, "mac", mac))
+		out = cJSON_PrintUnformatted(o);
+	free(name);
+	cJSON_Delete(o);
+	return out;
+}
+
+static bool unhex32(const char *h, unsigned char *out)
+{
+	if (!h || strlen(h) != 64)
+		return false;
+	for (int i = 0; i < 32; i++) {
+		unsigned v;
+		if (sscanf(h + 2 * i, "%2x", &v) != 1)
+			return false;
+		out[i] = (unsigned char)v;
+	}
+	return true;
+}
+
+static const char *str_of(const cJSON *o, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+int sh_reg_parse_record(const unsigned char *key, size_t klen, const char *rec, const char *name,
+			size_t nl, sh_reg_job *j, char *why, size_t whylen)
 {
 	cJSON *o = cJSON_Parse(rec);
-	const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "peer"),
-		    *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+	const char *peer = str_of(o, "peer"), *id = str_of(o, "id"), *sig = str_of(o, "sig"),
+		   *type = str_of(o, "type"), *rname = str_of(o, "name"), *meta = str_of(o, "meta"),
+		   *mac = str_of(o, "mac");
+	const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(o, "bytes");
 	int rc = SHOAL_EPROTO;
-	if (cJSON_IsString(p) && strlen(p->valuestring) < sizeof(j->peer) && cJSON_IsString(id)) {
-		snprintf(j->peer, sizeof(j->peer), "%s", p->valuestring);
-		j->got_id = strtoull(id->valuestring, NULL, 16);
-		rc = j->got_id ? 0 : SHOAL_EPROTO;
+	snprintf(why, whylen, "a record in etcd that is not a shoal name's: %.200s", rec);
+	if (peer && strlen(peer) < sizeof(j->peer) && id && sig && type &&
+	    strlen(type) < sizeof(j->got_type) && rname && strlen(rname) <= SH_NODE_MAX_NAME &&
+	    meta && strlen(meta) == 64 && mac && strlen(mac) == 64 && cJSON_IsNumber(bytes) &&
+	    bytes->valuedouble >= 0 && bytes->valuedouble < 9007199254740992.0 /* 2^53 */ &&
+	    bytes->valuedouble == (double)(uint64_t)bytes->valuedouble) {
+		char want[65];
+		uint64_t gid = strtoull(id, NULL, 16), gsig = strtoull(sig, NULL, 16),
+			 gbytes = (uint64_t)bytes->valuedouble;
+		if ((rc = record_mac(key, klen, rname, strlen(rname), peer, gid, gsig, type, gbytes,
+				     meta, want)) != 0) {
+			snprintf(why, whylen, "checking a record's signature: %s",
+				 shoal_strerror(rc));
+		} else if (CRYPTO_memcmp(want, mac, 64) != 0 || !unhex32(meta, j->got_meta) ||
+			   gid == 0) {
+			rc = SHOAL_EPERM;
+			snprintf(why, whylen,
+				 "the registry's record of %.200s is not signed with this "
+				 "cluster's secret: refused",
+				 rname);
+		} else if (name && (strlen(rname) != nl || memcmp(rname, name, nl) != 0)) {
+			rc = SHOAL_EPERM;
+			snprintf(why, whylen,
+				 "the registry's record for %.*s names %.200s: refused", (int)nl,
+				 name, rname);
+		} else {
+			snprintf(j->peer, sizeof(j->peer), "%s", peer);
+			snprintf(j->got_type, sizeof(j->got_type), "%s", type);
+			j->got_id = gid;
+			j->got_sig = gsig;
+			j->got_bytes = gbytes;
+			j->got_record = true;
+			why[0] = 0;
+			rc = 0;
+		}
 	}
 	cJSON_Delete(o);
 	return rc;
@@ -349,17 +452,23 @@ static void run_job(sh_registry *r, sh_reg_job *j)
 			 down ? down_why : "no lease yet");
 		return;
 	}
-	char why[300], rec[512];
+	char why[300];
 	switch (j->kind) {
 	case SH_REG_NAME: {
-		char *taken = NULL;
-		record_of(j, r->peer, rec, sizeof(rec));
+		char *taken = NULL, *rec = sh_reg_record(r->s->key, r->s->klen, j, r->peer);
+		if (!rec) {
+			j->rc = SHOAL_ENOMEM;
+			snprintf(j->why, sizeof(j->why), "signing the name's record failed");
+			break;
+		}
 		j->rc = put_name(r, j->name, j->nl, j->id, rec, false, &taken, why, sizeof(why));
 		if (j->rc == SHOAL_EEXIST && taken) {
 			sh_reg_job other = {0};
+			char w2[300];
 			/* ours (a replace): overwrite */
-			if (parse_record(taken, &other) == 0 && !strcmp(other.peer, r->peer) &&
-			    j->replace) {
+			if (sh_reg_parse_record(r->s->key, r->s->klen, taken, j->name, j->nl,
+						&other, w2, sizeof(w2)) == 0 &&
+			    !strcmp(other.peer, r->peer) && j->replace) {
 				char oh[17];
 				snprintf(oh, sizeof(oh), "%016" PRIx64, other.got_id);
 				j->rc = put_name(r, j->name, j->nl, j->id, rec, true, NULL, why,
@@ -377,6 +486,7 @@ static void run_job(sh_registry *r, sh_reg_job *j)
 		free(taken);
 		if (j->rc == 0)
 			remember_name(r, j->name, j->nl, j->id, rec);
+		free(rec);
 		break;
 	}
 	case SH_REG_UNNAME: {
@@ -419,10 +529,9 @@ static void run_job(sh_registry *r, sh_reg_job *j)
 				break;
 			}
 		}
-		if (j->rc == 0 && parse_record(got, j) != 0) {
-			j->rc = SHOAL_EPROTO;
-			snprintf(j->why, sizeof(j->why),
-				 "a record in etcd that is not ours: %.200s", got);
+		if (j->rc == 0 && (j->rc = sh_reg_parse_record(r->s->key, r->s->klen, got, j->name,
+							       j->nl, j, why, sizeof(why))) != 0) {
+			snprintf(j->why, sizeof(j->why), "%s", why);
 		} else if (j->rc == SHOAL_ENOENT) {
 			snprintf(j->why, sizeof(j->why), "not in the cluster's registry");
 		} else if (j->rc) {
@@ -704,15 +813,17 @@ int sh_reg_start(shoal_store *s)
 }
 
 void sh_reg_note(shoal_store *s, const char *name, uint64_t id, uint64_t sig, const char *type,
-		 uint64_t bytes)
+		 uint64_t bytes, const unsigned char meta[32])
 {
 	if (!s->reg)
 		return;
 	sh_reg_job j = {.name = name, .nl = strlen(name), .id = id, .sig = sig, .bytes = bytes};
 	snprintf(j.type, sizeof(j.type), "%s", type);
-	char rec[512];
-	record_of(&j, s->reg->peer, rec, sizeof(rec));
-	remember_name(s->reg, name, j.nl, id, rec);
+	memcpy(j.meta, meta, 32);
+	char *rec = sh_reg_record(s->key, s->klen, &j, s->reg->peer);
+	if (rec)
+		remember_name(s->reg, name, j.nl, id, rec);
+	free(rec);
 }
 
 int sh_reg_serve(shoal_store *s)

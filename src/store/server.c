@@ -21,6 +21,7 @@
  * (the registry's, else the --peers-file stores'), fetched here as a
  * migration (migrate.c). */
 #include "store/server.h"
+#include "net/ossl.h"
 #include "store/node.h"
 #include "store/proto.h"
 #include "store/spare.h"
@@ -615,8 +616,25 @@ static int persist_obj(shoal_store *s, st_obj *o, const char *name, size_t name_
 }
 
 /* A call of the cluster's registry, waited for in this request's fiber. */
+/* The digest of o's tree (sh_node_digest), for the registry's record. */
+static int obj_digest(const st_obj *o, unsigned char out[32], char *why, size_t whylen)
+{
+	sh_bump a = {0};
+	shoal_node *root;
+	sh_mp m;
+	sh_mp_init(&m, o->meta, o->meta_len);
+	int rc = sh_ossl_load(false, why, whylen);
+	if (rc == 0 && (rc = sh_node_decode(&m, &a, &root, why, whylen)) == 0 &&
+	    (rc = sh_node_digest(root, out)) != 0)
+		snprintf(why, whylen, "digesting object %016" PRIx64 "'s tree: %s", o->id,
+			 shoal_strerror(rc));
+	sh_bump_fini(&a);
+	return rc;
+}
+
 static int reg_job(shoal_store *s, int kind, const char *name, size_t nl, uint64_t id,
-		   uint64_t bytes, const char *type, bool replace, char *why, size_t whylen)
+		   uint64_t bytes, const char *type, const unsigned char *meta, bool replace,
+		   char *why, size_t whylen)
 {
 	sh_reg_job j = {.kind = kind,
 			.name = name,
@@ -626,6 +644,8 @@ static int reg_job(shoal_store *s, int kind, const char *name, size_t nl, uint64
 			.bytes = bytes,
 			.replace = replace};
 	snprintf(j.type, sizeof(j.type), "%s", type);
+	if (meta)
+		memcpy(j.meta, meta, 32);
 	int rc = sh_reg_run(s, &j);
 	if (rc)
 		snprintf(why, whylen, "%s", j.why);
@@ -636,9 +656,13 @@ static int reg_job(shoal_store *s, int kind, const char *name, size_t nl, uint64
  * by another client cannot free it under us. */
 static int reg_obj(shoal_store *s, st_obj *o, int kind, char *why, size_t whylen)
 {
+	unsigned char meta[32];
+	int rc = kind == SH_REG_NAME ? obj_digest(o, meta, why, whylen) : 0;
+	if (rc)
+		return rc;
 	o->refs++;
-	int rc = reg_job(s, kind, o->name, strlen(o->name), o->id, o->bytes, o->type, false, why,
-			 whylen);
+	rc = reg_job(s, kind, o->name, strlen(o->name), o->id, o->bytes, o->type, meta, false, why,
+		     whylen);
 	sh_st_obj_unref(s, o, 1);
 	return rc;
 }
@@ -711,8 +735,11 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	uint64_t pre_id = 0;
 	if (rc == 0 && name && (flags & SHOAL_PERSIST) && s->reg) {
 		pre_id = s->instance | s->next_id++;
-		rc = reg_job(s, SH_REG_NAME, name, name_len, pre_id, sh_node_bytes(root),
-			     root->type, flags & SHOAL_REPLACE, why, sizeof(c->why));
+		unsigned char meta[32];
+		if ((rc = sh_ossl_load(false, why, sizeof(c->why))) == 0 &&
+		    (rc = sh_node_digest(root, meta)) == 0)
+			rc = reg_job(s, SH_REG_NAME, name, name_len, pre_id, sh_node_bytes(root),
+				     root->type, meta, flags & SHOAL_REPLACE, why, sizeof(c->why));
 		old = sh_st_name_find(s, name, name_len);
 		if (rc == 0 && old && !(flags & SHOAL_REPLACE)) {
 			snprintf(why, sizeof(c->why), "name %.*s is taken by object %016" PRIx64,
@@ -749,7 +776,7 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 			obj_shell_free(o);
 		if (pre_id) { /* registered for nothing: undone, as far as etcd lets us */
 			char w2[600];
-			reg_job(s, SH_REG_UNNAME, name, name_len, pre_id, 0, "", false, w2,
+			reg_job(s, SH_REG_UNNAME, name, name_len, pre_id, 0, "", NULL, false, w2,
 				sizeof(w2));
 		}
 		sh_bump_fini(&a);
@@ -868,7 +895,7 @@ static int fetch_missing(st_conn *c, const char *name, size_t nl, uint64_t id, c
 	/* an id names the store that made it: where that one is, the watch
 	 * knows (a task's arguments, asked for again and again) */
 	if (s->reg && !name && sh_reg_peer_of(s, id, owner, sizeof(owner))) {
-		int rc = sh_st_fetch(c, NULL, 0, id, owner, why, whylen);
+		int rc = sh_st_fetch(c, NULL, 0, id, owner, NULL, why, whylen);
 		if (rc != SHOAL_ENOENT)
 			return rc;
 	}
@@ -884,7 +911,16 @@ static int fetch_missing(st_conn *c, const char *name, size_t nl, uint64_t id, c
 				 "the registry names this store, which has it no more");
 			return SHOAL_ENOENT;
 		}
-		return sh_st_fetch(c, NULL, 0, j.got_id, j.peer, why, whylen);
+		/* what comes must be what the (signed) record says */
+		sh_mig_expect x = {.name = name,
+				   .nl = nl,
+				   .id = j.got_id,
+				   .sig = j.got_sig,
+				   .bytes = j.got_bytes,
+				   .type = j.got_type};
+		memcpy(x.meta, j.got_meta, 32);
+		return sh_st_fetch(c, NULL, 0, j.got_id, j.peer, j.got_record ? &x : NULL, why,
+				   whylen);
 	}
 	int rc = SHOAL_ENOENT;
 	for (const char *p = s->opts.peers; p && *p;) {
@@ -894,7 +930,7 @@ static int fetch_missing(st_conn *c, const char *name, size_t nl, uint64_t id, c
 		if (n && n < sizeof(from)) {
 			memcpy(from, p, n);
 			from[n] = 0;
-			rc = sh_st_fetch(c, name, nl, id, from, why, whylen);
+			rc = sh_st_fetch(c, name, nl, id, from, NULL, why, whylen);
 			if (rc != SHOAL_ENOENT && rc != SHOAL_ECONNREFUSED && rc != SHOAL_ETIMEDOUT)
 				return rc;
 		}
@@ -1941,8 +1977,11 @@ int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
 		void *v;
 		while (sh_map_next(&s->objs, &it, &k, &v)) {
 			st_obj *o = v;
-			if (o->persistent && o->name) {
-				sh_reg_note(s, o->name, o->id, o->sig, o->type, o->bytes);
+			unsigned char meta[32];
+			char why[200];
+			if (o->persistent && o->name &&
+			    obj_digest(o, meta, why, sizeof(why)) == 0) {
+				sh_reg_note(s, o->name, o->id, o->sig, o->type, o->bytes, meta);
 				o->global = true;
 			}
 		}

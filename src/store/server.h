@@ -187,7 +187,7 @@ int sh_st_op_migwait(st_conn *c, const sh_frame *req, sh_mp *m);
  * back at start, registered with the rest once etcd answers. */
 int sh_reg_start(shoal_store *s);
 void sh_reg_note(shoal_store *s, const char *name, uint64_t id, uint64_t sig, const char *type,
-		 uint64_t bytes);
+		 uint64_t bytes, const unsigned char meta[32]);
 int sh_reg_serve(shoal_store *s);
 void sh_reg_stop(shoal_store *s);
 void sh_reg_free(shoal_store *s);
@@ -208,20 +208,48 @@ typedef struct sh_reg_job {
 	size_t nl;
 	uint64_t id, sig, bytes;
 	char type[SH_NODE_MAX_KEY + 1];
+	unsigned char meta[32]; /* NAME: the tree's digest (sh_node_digest) */
 	bool replace;
-	/* the outcome: rc and why; a LOOKUP's owner and id */
+	/* the outcome: rc and why; a LOOKUP's owner and id, and what its
+	 * signed record says the object is */
 	int rc;
 	char why[600];
 	char peer[64];
-	uint64_t got_id;
+	uint64_t got_id, got_sig, got_bytes;
+	char got_type[SH_NODE_MAX_KEY + 1];
+	unsigned char got_meta[32];
+	bool got_record; /* a name's record (signed), not only a store's address */
 	sh_st_mail mail;
 	shoal_chan *done;
 } sh_reg_job;
 int sh_reg_run(shoal_store *s, sh_reg_job *j);
+/* A name's record as etcd keeps it (JSON) for j (name, id, sig, type,
+ * bytes, meta) at peer, signed under key: malloc'd, or NULL. */
+char *sh_reg_record(const unsigned char *key, size_t klen, const sh_reg_job *j, const char *peer);
+/* Reads a name's record (what etcd gave back: outside bytes): its peer and
+ * id into j, and, when it is signed under key, what it says the object is
+ * (j->got_*). A record not signed so, or not of name (NULL: any), is
+ * refused (SHOAL_EPERM), one that is not a name's record at all is
+ * SHOAL_EPROTO; why says which. */
+int sh_reg_parse_record(const unsigned char *key, size_t klen, const char *rec, const char *name,
+			size_t nl, sh_reg_job *j, char *why, size_t whylen);
+
+/* What a fetch by id expects to come, from the registry's signed record:
+ * the name it looked up (which the copy is bound to), the id, signature,
+ * type, bytes and the tree's digest. */
+typedef struct sh_mig_expect {
+	const char *name;
+	size_t nl;
+	uint64_t id, sig, bytes;
+	const char *type;
+	unsigned char meta[32];
+} sh_mig_expect;
 
 /* migrate.c: a copy of the object name (or id) from the store at from,
- * started or joined, waited for until it is here (a get that missed). */
-int sh_st_fetch(st_conn *c, const char *name, size_t nl, uint64_t id, const char *from, char *why,
-		size_t whylen);
+ * started or joined, waited for until it is here (a get that missed); x
+ * (may be NULL): what the registry says must come, checked before a byte
+ * of it is taken. */
+int sh_st_fetch(st_conn *c, const char *name, size_t nl, uint64_t id, const char *from,
+		const sh_mig_expect *x, char *why, size_t whylen);
 
 #endif

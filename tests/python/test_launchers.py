@@ -414,6 +414,8 @@ def test_another_user_cannot_reach_the_control_socket(name, nobody_can_run):
     # the cluster is untouched, and still its own
     assert "engines: 1 registered" in shoal("status", "--name", name).stdout
     ctl = os.path.join(os.path.dirname(url), "control.sock")
+    assert os.stat(ctl).st_mode & 0o777 == 0o600  # as every socket of shoal's
+    assert os.stat(os.path.dirname(ctl)).st_mode & 0o777 == 0o700
     r = subprocess.run(["/usr/bin/python3", "-c", "import socket,sys; s=socket.socket("
                         "socket.AF_UNIX, socket.SOCK_SEQPACKET); s.connect(sys.argv[1])", ctl],
                        capture_output=True, text=True, preexec_fn=as_nobody, timeout=60)

@@ -363,7 +363,9 @@ static int control_listen(const char *dir)
 	if (fd < 0)
 		return -1;
 	unlink(a.sun_path);
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 16) != 0) {
+	/* 0600, as every socket of shoal's, inside the cluster's 0700 directory */
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || chmod(a.sun_path, 0600) != 0 ||
+	    listen(fd, 16) != 0) {
 		close(fd);
 		return -1;
 	}
