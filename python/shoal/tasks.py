@@ -61,6 +61,7 @@ __all__ = [
 # the C layer's codes of the farm's own failures, and of a function that raised
 _ETIMEDOUT, _EENGINE, _EDEPFAIL = _shoal.ETIMEDOUT, _shoal.EENGINE, _shoal.EDEPFAIL
 _ERAISED = _shoal.ERAISED
+_EPERM = -1  # SHOAL_EPERM (errno-compatible)
 _FN = "py"  # the one function of a Python engine
 
 
@@ -159,10 +160,16 @@ def _raised(text: str, where: str) -> Any:
     return _unwrap([1, err], where)
 
 
-def _result(env: Any, where: str) -> Any:
+def _result(env: Any, where: str, accept_pickle: bool = True) -> Any:
     """A task's value from its engine's envelope: [0, value], [1, error] or [2, pickle,
-    buffers] (the engine is the user's, past the controller's handshake)."""
+    buffers] (the engine is the user's, past the controller's handshake). A pickle runs
+    code of the engine's choosing here: a client made with ``accept_pickle=False``
+    refuses it, unread."""
     if isinstance(env, list) and len(env) == 3 and env[0] == 2:
+        if not accept_pickle:
+            raise TaskError("%s: its engine sent a pickled value, which this client refuses "
+                            "(accept_pickle=False: only plain values, arrays, tensors, "
+                            "registered types and store objects)" % where, _EPERM)
         return pickle.loads(env[1], buffers=env[2])
     return _unwrap(env, where)
 
@@ -293,7 +300,7 @@ class AsyncResult(concurrent.futures.Future):  # type: ignore[type-arg]
                 _raised(value, self._where)
             if status != 0:
                 raise _farm_error(status, value)
-            value, ok = _result(value, self._where), True
+            value, ok = _result(value, self._where, self._client._accept_pickle), True
         except BaseException as e:
             value = e
         with _LAZY:
@@ -392,10 +399,17 @@ class Client:
     and tensors then go by reference through it both ways, arriving as read-only views
     (an argument is put there once, at its submit, even a view of another object: the
     object made for a task goes once its result is taken). Blocks: the connects (at most
-    ``timeout`` seconds). A context manager; ``close()`` drops its tasks not yet run."""
+    ``timeout`` seconds). A context manager; ``close()`` drops its tasks not yet run.
 
-    def __init__(self, url: str, timeout: float = 10.0, *, store: Optional[str] = None) -> None:
+    ``accept_pickle=False``: results an engine sends as a pickle (what is not a plain
+    value, an array, a tensor, a registered type or a store object) are refused, unread,
+    with a ``TaskError``: a pickle runs code of the sender's choosing, so an engine that
+    holds the cluster's secret could run code in this process through one."""
+
+    def __init__(self, url: str, timeout: float = 10.0, *, store: Optional[str] = None,
+                 accept_pickle: bool = True) -> None:
         self.url = url
+        self._accept_pickle = accept_pickle
         self._farm = _shoal.Farm(url, timeout)
         self._store: Any = None
         if store is not None:

@@ -61,3 +61,18 @@ def view_info(x):
     import numpy as np
     a = np.asarray(x)
     return (bool(a.flags.writeable), float(a.sum()))
+
+
+class Trap:
+    """A value whose unpickling opens (creates) the file it names: what a rogue engine with
+    the cluster's secret could send a client in a result."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def trap(path):
+    return Trap(path)

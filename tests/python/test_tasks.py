@@ -266,3 +266,27 @@ def test_the_stubs_name_every_public_name():
                   for a in n.names}
         assert set(mod.__all__) <= names, set(mod.__all__) - names
         assert all(getattr(mod, n).__doc__ for n in mod.__all__)
+
+
+def test_a_client_may_refuse_pickled_results(cluster, tmp_path):
+    # A result that is not a plain value goes by pickle, which runs code of the sender's
+    # choosing where it is read: here it would create a file. A client made with
+    # accept_pickle=False refuses it unread; plain values still come.
+    marker = str(tmp_path / "owned-by-a-pickle")
+    strict = st.Client(cluster.url, accept_pickle=False)
+    try:
+        v = strict.load_balanced_view()
+        with pytest.raises(st.TaskError, match="accept_pickle=False"):
+            v.apply_sync(task_app.trap, marker)
+        assert not os.path.exists(marker)
+        assert v.apply_sync(task_app.add, 2, 3) == 5
+        assert v.apply_sync(task_app.scale, np.arange(4), 2).tolist() == [0, 2, 4, 6]
+    finally:
+        strict.close()
+    # the default takes it (and so runs its code: the price of pickle)
+    c = cluster.client()
+    try:
+        c.load_balanced_view().apply_sync(task_app.trap, marker)
+        assert os.path.exists(marker)
+    finally:
+        c.close()
