@@ -735,11 +735,19 @@ SH_TEST_T(a_copy_that_does_not_fit_is_refused, 120)
 	shoal_store_stat base = stat_of(&b);
 	shoal_id got;
 	char err[512];
+	/* more than copies may hold (half of --size by default) */
 	CHECK_RC(migrate(&b, "big", 0, &a, NULL, &got, err, sizeof(err)), SHOAL_ENOSPC);
-	CHECK_HAS(err, "store full");
+	CHECK_HAS(err, "no room for copies coming from other stores");
+	CHECK_HAS(err, "--peer-room");
 	shoal_store_stat sb = stat_of(&b);
 	CHECK_EQ(sb.used, base.used);
 	CHECK_EQ(sb.objects, base.objects);
+	/* and more than the store holds, whatever copies may */
+	node c3;
+	node_start(&c3, "c", "64M", SECRET, "--peer-room=1G");
+	CHECK_RC(migrate(&c3, "big", 0, &a, NULL, &got, err, sizeof(err)), SHOAL_ENOSPC);
+	CHECK_HAS(err, "store full");
+	CHECK_EQ(node_stop(&c3), 0);
 	/* a store without a source named cannot know where to look */
 	shoal_client *c = client_of(&b);
 	shoal_migrate_opts none = {0};
@@ -771,6 +779,10 @@ typedef struct liar {
 	char addr[64];
 	const char *answer_name;
 	size_t extra;
+	/* a trickle: the object is `size` bytes (0: 100), of which it sends
+	 * trickle bytes every 100 ms, until the link fails */
+	uint64_t size;
+	size_t trickle;
 	pthread_t th;
 	int rc;
 } liar;
@@ -791,22 +803,28 @@ static void *liar_fiber(void *arg)
 	    (l->rc = sh_channel_read_frame(ch, &in, &cap, &len, 1 << 16, true,
 					   shoal_deadline_in(10000 * MS))) != 0)
 		goto out;
-	sh_blobref blob = {.seg = 1, .off = 0, .size = 100};
+	uint64_t size = l->size ? l->size : 100;
+	sh_blobref blob = {.seg = 1, .off = 0, .size = size};
 	shoal_node root = {.type = "bytes", .nblobs = 1, .blobs = &blob};
 	sh_peer_fetch_reply r = {.id = 0x4242000000000001ull,
 				 .sig = 0x4242000000000001ull,
-				 .region = 100,
+				 .region = size,
 				 .name = l->answer_name,
 				 .root = &root,
 				 .k = 1};
 	sh_wbuf w;
 	sh_wbuf_init(&w);
-	unsigned char bytes[200];
+	unsigned char bytes[4096];
 	memset(bytes, 7, sizeof(bytes));
 	if ((l->rc = sh_peer_pack_reply(&w, 1, &r)) == 0 &&
-	    (l->rc = sh_channel_write(ch, w.p, w.len, true, shoal_deadline_in(5000 * MS))) == 0)
+	    (l->rc = sh_channel_write(ch, w.p, w.len, true, shoal_deadline_in(5000 * MS))) == 0 &&
+	    !l->trickle)
 		l->rc = sh_channel_write(ch, bytes, 100 + l->extra, true,
 					 shoal_deadline_in(5000 * MS));
+	for (int i = 0; l->rc == 0 && l->trickle && i < 600; i++) {
+		shoal_sleep_until(shoal_deadline_in(100 * MS));
+		l->rc = sh_channel_write(ch, bytes, l->trickle, true, shoal_deadline_in(5000 * MS));
+	}
 	sh_wbuf_fini(&w);
 	shoal_sleep_until(shoal_deadline_in(500 * MS)); /* the destination reads, then we go */
 out:
@@ -830,13 +848,19 @@ static void *liar_main(void *arg)
 	return NULL;
 }
 
-static void liar_start(liar *l, const char *answer_name, size_t extra)
+static void liar_start_ex(liar *l, const char *answer_name, size_t extra, uint64_t size,
+			  size_t trickle)
 {
-	*l = (liar){.answer_name = answer_name, .extra = extra};
+	*l = (liar){.answer_name = answer_name, .extra = extra, .size = size, .trickle = trickle};
 	char why[128];
 	CHECK_OK(sh_tcp_listen("127.0.0.1:0", &l->lsock, l->addr, sizeof(l->addr), why,
 			       sizeof(why)));
 	CHECK_OK(pthread_create(&l->th, NULL, liar_main, l));
+}
+
+static void liar_start(liar *l, const char *answer_name, size_t extra)
+{
+	liar_start_ex(l, answer_name, extra, 0, 0);
 }
 
 static void liar_end(liar *l)
@@ -881,6 +905,77 @@ SH_TEST_T(a_lying_source_names_nothing, 60)
 		CHECK_RC(shoal_get_by_name(c, "other", &o), SHOAL_ENOENT);
 		CHECK_EQ(stat_of(&b).objects, 0u);
 		shoal_disconnect(c);
+	}
+	CHECK_EQ(node_stop(&b), 0);
+	cleanup();
+}
+
+typedef struct migration {
+	const node *to, *from;
+	int rc;
+	char err[512];
+	double secs;
+} migration;
+
+static void *migration_main(void *arg)
+{
+	migration *m = arg;
+	shoal_id got;
+	int64_t t0 = shoal_now_ns();
+	m->rc = migrate(m->to, "model", 0, m->from, NULL, &got, m->err, sizeof(m->err));
+	m->secs = (double)(shoal_now_ns() - t0) / 1e9;
+	return NULL;
+}
+
+/* issue 31.3: a source that trickles (20 KB a second) may hold the room it
+ * was given only until the rate check ends its copy (5 s under 1 MB/s); a
+ * local put meanwhile that needs that room ends the copy at once and gets
+ * it (local puts come first). */
+SH_TEST_T(a_trickling_source_holds_no_room, 120)
+{
+	setup();
+	node b;
+	node_start(&b, "b", "64M", SECRET, "--peer-room=60M");
+	for (int put = 1; put >= 0; put--) {
+		liar l;
+		liar_start_ex(&l, "model", 0, 48u << 20, 2048);
+		node src = {0};
+		snprintf(src.peer, sizeof(src.peer), "%s", l.addr);
+		migration m = {.to = &b, .from = &src};
+		pthread_t t;
+		CHECK_OK(pthread_create(&t, NULL, migration_main, &m));
+		/* the copy holds its 48 MiB: a local put of 32 MiB needs them */
+		shoal_store_stat st = stat_of(&b);
+		for (int i = 0; i < 500 && st.used < (48u << 20); i++) {
+			usleep(10000);
+			st = stat_of(&b);
+		}
+		CHECK(st.used >= (48u << 20));
+		if (put) {
+			shoal_client *c = client_of(&b);
+			char *big = calloc(1, 32u << 20);
+			CHECK(big != NULL);
+			shoal_id id;
+			int64_t t0 = shoal_now_ns();
+			CHECK_OK(shoal_put_bytes(c, "local", big, 32u << 20, 0, &id));
+			CHECK((shoal_now_ns() - t0) / MS <
+			      3000); /* at once, not after the trickle */
+			free(big);
+			pthread_join(t, NULL);
+			CHECK_RC(m.rc, SHOAL_ENOSPC);
+			CHECK_HAS(m.err, "its room went to a local put");
+			CHECK_OK(shoal_delete(c, "local"));
+			shoal_disconnect(c);
+		} else {
+			pthread_join(t, NULL);
+			CHECK_RC(m.rc, SHOAL_ETIMEDOUT);
+			if (!strstr(m.err, "below the least rate"))
+				sh_test_fail(__FILE__, __LINE__, "%s", m.err);
+			CHECK(m.secs > 4 && m.secs < 30);
+		}
+		liar_end(&l);
+		/* and the room is back */
+		CHECK_EQ(stat_of(&b).used, 0u);
 	}
 	CHECK_EQ(node_stop(&b), 0);
 	cleanup();

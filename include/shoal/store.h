@@ -100,10 +100,18 @@ typedef struct shoal_store_opts {
 	 * else $SHOAL_SECRET, as for the task farm); the store will not listen
 	 * without one. The same secret lets this store fetch from others. */
 	const char *peer;
-	/* Every byte between stores is encrypted and authenticated (AES-256-GCM)
-	 * unless both ends set this: then it goes in clear, still
+	/* Every byte between stores is encrypted and authenticated (TLS 1.3,
+	 * AES-128-GCM) unless both ends set this: then it goes in clear, still
 	 * authenticated. For a trusted network only. */
 	bool peer_no_encrypt;
+	/* The least rate, in bytes a second over each 5 s, of a copy coming
+	 * from another store: one slower is ended and gives back its room;
+	 * 0: 1 MB/s. */
+	uint64_t peer_min_rate;
+	/* The most room copies coming from other stores may hold at once; 0:
+	 * half of size. A local put that needs room they hold ends the newest
+	 * of them first: local puts come first. */
+	uint64_t peer_room;
 	/* Where the cluster's names live. NULL or "local": this store's only;
 	 * an object of another host is reached by naming its store
 	 * (shoal_migrate_opts.from). "etcd://HOST:PORT[,HOST:PORT...]": in

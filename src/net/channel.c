@@ -15,6 +15,7 @@
 #include <shoal/fiber.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -51,11 +52,17 @@ struct sh_channel {
 	size_t rpos, rend, ppos, pend;
 	_Atomic int broken; /* a record failed its check: the channel is over */
 	int64_t stall_ns;   /* the longest wait without progress once bytes move; 0: none */
-	char why[160];
+	/* the least a peer must send while the channel waits for it: min_rate
+	 * bytes a second over each window of rate_ns (sh_channel_set_min_rate) */
+	uint64_t min_rate, rx_bytes, win_bytes;
+	int64_t rate_ns, win_start;
+	char why[240];
 };
 
 static int fail(sh_channel *ch, int rc, const char *fmt, const char *what)
 {
+	if (ch->broken && ch->why[0]) /* the first reason stays */
+		return ch->broken;
 	ch->broken = rc;
 	snprintf(ch->why, sizeof(ch->why), fmt, what);
 	return rc;
@@ -69,6 +76,39 @@ bool sh_channel_encrypted(const sh_channel *ch)
 void sh_channel_set_stall(sh_channel *ch, int64_t ns)
 {
 	ch->stall_ns = ns > 0 ? ns : 0;
+}
+
+void sh_channel_set_min_rate(sh_channel *ch, uint64_t bytes_per_s, int64_t window_ns)
+{
+	ch->min_rate = window_ns > 0 ? bytes_per_s : 0;
+	ch->rate_ns = window_ns;
+	ch->win_start = shoal_now_ns();
+	ch->win_bytes = ch->rx_bytes;
+}
+
+/* Whether the peer kept its rate over the window that ended: a window
+ * that has not ended yet, or no rate set, passes. */
+static int rate_check(sh_channel *ch)
+{
+	if (!ch->min_rate)
+		return 0;
+	int64_t now = shoal_now_ns();
+	if (now - ch->win_start < ch->rate_ns)
+		return 0;
+	uint64_t got = ch->rx_bytes - ch->win_bytes,
+		 want = (uint64_t)((double)ch->min_rate * (double)(now - ch->win_start) / 1e9);
+	if (got < want) {
+		char what[180];
+		snprintf(what, sizeof(what),
+			 "the peer sent %" PRIu64
+			 " bytes in %.1f s, below the least rate of %" PRIu64
+			 " bytes a second a transfer must keep",
+			 got, (double)(now - ch->win_start) / 1e9, ch->min_rate);
+		return fail(ch, SHOAL_ETIMEDOUT, "%s", what);
+	}
+	ch->win_start = now;
+	ch->win_bytes = ch->rx_bytes;
+	return 0;
 }
 
 /* The deadline of one wait while bytes are on the move: the caller's, or
@@ -650,6 +690,10 @@ static int next_record(sh_channel *ch, bool fiber, int64_t deadline, bool starte
 		ssize_t k = recv(ch->fd, ch->rbuf + ch->rend, RBUF_BYTES - ch->rend, MSG_DONTWAIT);
 		if (k > 0) {
 			ch->rend += (size_t)k;
+			ch->rx_bytes += (uint64_t)k;
+			int rc = rate_check(ch);
+			if (rc)
+				return rc;
 			continue;
 		}
 		if (k == 0)
@@ -660,8 +704,12 @@ static int next_record(sh_channel *ch, bool fiber, int64_t deadline, bool starte
 			continue;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
 			return errno == ECONNRESET ? SHOAL_ECLOSED : shoal_errno();
-		int rc = sh_net_wait(ch->fd, SHOAL_FD_IN, fiber,
-				     started || have ? bound(ch, deadline) : deadline);
+		int64_t until = started || have ? bound(ch, deadline) : deadline;
+		int64_t window_end = ch->win_start + ch->rate_ns;
+		bool rated = ch->min_rate && (started || have) && window_end < until;
+		int rc = sh_net_wait(ch->fd, SHOAL_FD_IN, fiber, rated ? window_end : until);
+		if (rc == SHOAL_ETIMEDOUT && rated)
+			rc = rate_check(ch);
 		if (rc)
 			return rc;
 	}

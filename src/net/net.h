@@ -121,6 +121,11 @@ void sh_channel_free(sh_channel *ch);
  * taking or sending mid-way is SHOAL_ETIMEDOUT. 0 (the default): only the
  * callers' deadlines. */
 void sh_channel_set_stall(sh_channel *ch, int64_t ns);
+/* From now on, a read that waits for the peer with bytes on the move fails
+ * (SHOAL_ETIMEDOUT, sh_channel_error says so) when the peer sent fewer than
+ * bytes_per_s a second over a window of window_ns: a peer trickling a few
+ * bytes a second cannot hold what the reader set aside for it. 0: none. */
+void sh_channel_set_min_rate(sh_channel *ch, uint64_t bytes_per_s, int64_t window_ns);
 bool sh_channel_encrypted(const sh_channel *ch);
 /* Why the channel failed (a record that failed its check), or "". */
 const char *sh_channel_error(const sh_channel *ch);

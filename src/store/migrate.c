@@ -82,6 +82,7 @@ struct mig {
 	int64_t done_at;   /* when it finished */
 	shoal_chan *done;  /* closed when it finishes: wakes every waiter */
 	uint64_t reserved; /* room taken for the region */
+	bool yielded;	   /* a local put took its room back: it is ended */
 	uint32_t streams;  /* the most links asked for; 0: SHOAL_MIGRATE_STREAMS */
 	bool in_step;	   /* the first link ended its exchange cleanly: it may be kept */
 	/* the thread's */
@@ -149,6 +150,7 @@ static void finish(shoal_store *s, mig *g, int rc)
 	g->done_at = shoal_now_ns();
 	if (g->reserved) {
 		s->used -= g->reserved;
+		s->incoming -= g->reserved;
 		g->reserved = 0;
 	}
 	shoal_chan_close(g->done);
@@ -184,7 +186,17 @@ static void on_meta(shoal_store *s, sh_st_mail *m)
 		return;
 	}
 	uint64_t charged = (g->region + PAGE - 1) & ~(uint64_t)(PAGE - 1);
-	if (!sh_store_make_room(s, charged)) {
+	uint64_t room = s->opts.peer_room ? s->opts.peer_room : s->capacity / 2;
+	if (s->incoming + charged > room) {
+		snprintf(g->why, sizeof(g->why),
+			 "no room for copies coming from other stores: object %016" PRIx64
+			 " from %s needs %" PRIu64 " bytes, copies on their way hold %" PRIu64
+			 " of the %" PRIu64 " they may (--peer-room)",
+			 g->id, g->from, g->region, s->incoming, room);
+		answer(g, SHOAL_ENOSPC);
+		return;
+	}
+	if (!sh_store_make_room(s, charged, false)) {
 		snprintf(g->why, sizeof(g->why),
 			 "store full: object %016" PRIx64 " from %s needs %" PRIu64
 			 " bytes, %" PRIu64 " of %" PRIu64 " free",
@@ -193,6 +205,7 @@ static void on_meta(shoal_store *s, sh_st_mail *m)
 		return;
 	}
 	s->used += charged;
+	s->incoming += charged;
 	g->reserved = charged;
 	g->region_total = g->total;
 	g->state = MIG_BYTES;
@@ -207,9 +220,17 @@ static void on_end(shoal_store *s, sh_st_mail *m)
 	s->migs->running--;
 	s->migrating--;
 	int rc = g->rc;
+	s->used -= g->reserved; /* adopt counts the region itself */
+	s->incoming -= g->reserved;
+	g->reserved = 0;
+	if (g->yielded) /* its room went to a local put meanwhile: that is why it ended */
+		rc = SHOAL_ENOSPC;
+	if (g->yielded)
+		snprintf(g->why, sizeof(g->why),
+			 "object %016" PRIx64 " from %s: its room went to a local put (local puts "
+			 "come first)",
+			 g->id, g->from);
 	if (rc == 0 && g->region_fd >= 0) {
-		s->used -= g->reserved; /* adopt counts the region itself */
-		g->reserved = 0;
 		st_obj *o = NULL;
 		uint64_t size = g->region ? g->region : 1;
 		rc = sh_store_adopt(s, g->id, g->sig, g->root, 1, &g->region_fd, &size, &o, g->why,
@@ -246,6 +267,31 @@ static void on_end(shoal_store *s, sh_st_mail *m)
 		shoal_free(g->name, strlen(g->name) + 1);
 	g->name = NULL;
 	finish(s, g, rc);
+}
+
+static void cut(mig *g);
+
+bool sh_migs_yield_room(shoal_store *s, uint64_t bytes)
+{
+	sh_migs *ms = s->migs;
+	while (ms && bytes > s->capacity - s->used) {
+		mig *newest = NULL;
+		for (mig *g = ms->list; g; g = g->next)
+			if (g->reserved && !g->yielded && (!newest || g->ticket > newest->ticket))
+				newest = g;
+		if (!newest)
+			return false;
+		sh_warn("store",
+			"object %016" PRIx64 " from %s: ended, its room (%" PRIu64
+			" bytes) going to a local put",
+			newest->id, newest->from, newest->reserved);
+		newest->yielded = true;
+		s->used -= newest->reserved;
+		s->incoming -= newest->reserved;
+		newest->reserved = 0;
+		cut(newest);
+	}
+	return true;
 }
 
 /* ---- the thread ---- */
@@ -452,9 +498,15 @@ static int send_request(sh_channel *ch, uint16_t op, uint64_t a, const char *nam
 }
 
 /* Share i of the blobs' bytes, written at their places in the region. */
+/* A source must keep this rate while its bytes come (--peer-min-rate). */
+#define MIG_RATE_WINDOW_NS (5 * 1000000000LL)
+#define MIG_MIN_RATE 1000000u
+
 static int recv_share(mig *g, sh_channel *ch, uint32_t i)
 {
 	const sh_mig_reply *r = &g->r;
+	uint64_t rate = g->s->opts.peer_min_rate ? g->s->opts.peer_min_rate : MIG_MIN_RATE;
+	sh_channel_set_min_rate(ch, rate, MIG_RATE_WINDOW_NS);
 	uint64_t lo, hi, at = 0;
 	sh_peer_share(r->total, r->k, i, &lo, &hi);
 	size_t n = 0, cap = 0;
@@ -481,6 +533,7 @@ static int recv_share(mig *g, sh_channel *ch, uint32_t i)
 	}
 	if (rc == 0)
 		rc = sh_channel_recv_ranges(ch, g->region_fd, v, n, SHOAL_FOREVER, &g->received);
+	sh_channel_set_min_rate(ch, 0, 0); /* a link kept idle owes no rate */
 	if (v)
 		shoal_free(v, cap * sizeof(*v));
 	return rc;

@@ -314,7 +314,7 @@ static int send_fds(st_conn *c, st_seg **g, size_t n)
 
 /* ---- request handlers ---- */
 
-bool sh_store_make_room(shoal_store *s, uint64_t bytes)
+bool sh_store_make_room(shoal_store *s, uint64_t bytes, bool local)
 {
 	/* copies fetched from other stores are a cache: those no one reads
 	 * go, least recently got first, before anything is refused */
@@ -329,8 +329,8 @@ bool sh_store_make_room(shoal_store *s, uint64_t bytes)
 			    (!victim || o->last_get < victim->last_get))
 				victim = o;
 		}
-		if (!victim)
-			return false;
+		if (!victim) /* local puts come first: copies on their way give way */
+			return local && sh_migs_yield_room(s, bytes);
 		sh_debug("store", "copy %016" PRIx64 " (%" PRIu64 " bytes) evicted for room",
 			 victim->id, victim->bytes);
 		sh_st_obj_delete(s, victim);
@@ -357,7 +357,7 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 	uint64_t charged = (size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
 	if (size == 0)
 		return sh_st_reply_err(c, req, SHOAL_EINVAL, "CREATE: size 0, expected at least 1");
-	if (charged < size || !sh_store_make_room(s, charged))
+	if (charged < size || !sh_store_make_room(s, charged, true))
 		return no_space(c, req, size);
 	if (fds_held(s) + 1 + FD_SPARE_CONNS * FDS_PER_CONN > s->fd_budget)
 		return sh_st_reply_err(c, req, SHOAL_ENOSPC,

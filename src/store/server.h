@@ -106,6 +106,7 @@ struct shoal_store {
 	sh_ptrstack arena_free[ARENA_CLASSES];
 	uint64_t capacity, used, nobjs, nnames, nclients, pending;
 	uint64_t sent, sent_bytes, fetched, fetched_bytes, migrating; /* STAT's */
+	uint64_t incoming; /* room held by copies on their way here (within used) */
 	st_conn *conns;
 	struct sh_state *state;	  /* the state directory, or NULL */
 	struct sh_spares *spares; /* NULL: none */
@@ -123,8 +124,13 @@ struct shoal_store {
 	sh_registry *reg; /* --meta etcd, or NULL */
 };
 
-/* Whether bytes more fit --size, evicting copies no one reads if need be. */
-bool sh_store_make_room(shoal_store *s, uint64_t bytes);
+/* Whether bytes more fit --size, evicting copies no one reads if need be;
+ * local (a client's put, not a copy coming): then also taking room back
+ * from copies on their way here. */
+bool sh_store_make_room(shoal_store *s, uint64_t bytes, bool local);
+/* migrate.c: room for a local put, taken back from copies on their way
+ * here (the newest first, each ended): true once bytes are free. */
+bool sh_migs_yield_room(shoal_store *s, uint64_t bytes);
 /* Any thread: runs m->fn in the store's thread, soon. */
 void sh_store_post(shoal_store *s, sh_st_mail *m);
 

@@ -190,7 +190,8 @@ static void daemon_usage(FILE *f)
 	fprintf(f,
 		"usage: %s [--socket PATH] [--size BYTES] [--reserve] [--spares BYTES]\n"
 		"          [--group GROUP] [--state-dir DIR]\n"
-		"          [--peer HOST:PORT [--peer-no-encrypt]\n"
+		"          [--peer HOST:PORT [--peer-no-encrypt] [--peer-min-rate R]\n"
+		"           [--peer-room BYTES]\n"
 		"           [--meta local|etcd://HOST:PORT[,...] [--cluster NAME] [--lease-ttl "
 		"S]]\n"
 		"           [--peers-file FILE]]\n"
@@ -217,6 +218,10 @@ static void daemon_usage(FILE *f)
 		"                   to copy from them\n"
 		"  --peer-no-encrypt  send objects to stores that also ask for it in clear\n"
 		"                   (still authenticated): for a trusted network only\n"
+		"  --peer-min-rate R  end a copy from another store that comes slower than R\n"
+		"                   bytes a second over 5 s, e.g. 100K, 1M (default 1M)\n"
+		"  --peer-room BYTES  the most room copies from other stores hold at once\n"
+		"                   (default: half of --size); local puts come first\n"
 		"  --meta etcd://H:P[,H:P...]  the cluster's registry in etcd: this store\n"
 		"                   registers itself under a lease, a persistent name is unique\n"
 		"                   in the cluster, and a get of an object of another host\n"
@@ -278,6 +283,8 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 					     {"tasks", required_argument, NULL, 't'},
 					     {"peer", required_argument, NULL, 'p'},
 					     {"peer-no-encrypt", no_argument, NULL, 'P'},
+					     {"peer-min-rate", required_argument, NULL, 'R'},
+					     {"peer-room", required_argument, NULL, 'O'},
 					     {"meta", required_argument, NULL, 'm'},
 					     {"cluster", required_argument, NULL, 'c'},
 					     {"lease-ttl", required_argument, NULL, 'L'},
@@ -342,6 +349,21 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 			break;
 		case 'P':
 			o.peer_no_encrypt = true;
+			break;
+		case 'R':
+			if (sh_tools_parse_size(v, &o.peer_min_rate) != 0 || o.peer_min_rate == 0)
+				sh_cli_fail(
+					&cli,
+					"--peer-min-rate '%s': expected bytes a second, at least "
+					"1, like 100K or 1M",
+					v);
+			break;
+		case 'O':
+			if (sh_tools_parse_size(v, &o.peer_room) != 0 || o.peer_room < 4096)
+				sh_cli_fail(&cli,
+					    "--peer-room '%s': expected a byte count of at least "
+					    "4096, like 256M or 8G",
+					    v);
 			break;
 		case 'm':
 			o.meta = v;
