@@ -531,13 +531,16 @@ SH_TEST(a_shoal_client_talks_to_openssl_s_server)
 }
 
 static char info_lines[4096];
+static pthread_mutex_t info_mu = PTHREAD_MUTEX_INITIALIZER;
 static void info_sink(shoal_log_level level, const char *component, const char *line, void *ctx)
 {
 	(void)ctx;
 	(void)level;
+	pthread_mutex_lock(&info_mu); /* both sides' threads log */
 	if (!strcmp(component, "net"))
 		snprintf(info_lines + strlen(info_lines), sizeof(info_lines) - strlen(info_lines),
 			 "%s\n", line);
+	pthread_mutex_unlock(&info_mu);
 }
 
 /* This kernel has no kernel TLS: the log says which way records are
@@ -561,6 +564,8 @@ SH_TEST(the_log_says_where_records_are_sealed)
 	}
 	CHECK_HAS(info_lines, strstr(ulp, "tls") ? "has kernel TLS" : "has no kernel TLS");
 	shoal_log_set_sink(NULL, NULL);
+	/* once a process, not a link nor a side */
+	CHECK(strstr(strstr(info_lines, "TCP links:") + 1, "TCP links:") == NULL);
 }
 
 /* openssl with these arguments (NULL-terminated), in dir: 0 or the case

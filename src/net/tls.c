@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +265,9 @@ static void make_ctx(tls_ctx *t, bool server)
 		return;
 	}
 	t->ctx = c;
+	static _Atomic bool told; /* once a process: the server's and the client's context */
+	if (atomic_exchange(&told, true))
+		return;
 	char ulp[128];
 	bool ktls = kernel_tls(ulp, sizeof(ulp));
 	sh_info("net",
