@@ -730,12 +730,12 @@ SH_TEST_T(a_copy_that_does_not_fit_is_refused, 120)
 	setup();
 	node a, b;
 	node_start(&a, "a", "256M", SECRET, NULL);
-	node_start(&b, "b", "64M", SECRET, NULL);
+	node_start(&b, "b", "64M", SECRET, "--peer-room=32M");
 	put_blob(&a, "big", 100u << 20, 2);
 	shoal_store_stat base = stat_of(&b);
 	shoal_id got;
 	char err[512];
-	/* more than copies may hold (half of --size by default) */
+	/* more than copies may hold */
 	CHECK_RC(migrate(&b, "big", 0, &a, NULL, &got, err, sizeof(err)), SHOAL_ENOSPC);
 	CHECK_HAS(err, "no room for copies coming from other stores");
 	CHECK_HAS(err, "--peer-room");
@@ -744,7 +744,7 @@ SH_TEST_T(a_copy_that_does_not_fit_is_refused, 120)
 	CHECK_EQ(sb.objects, base.objects);
 	/* and more than the store holds, whatever copies may */
 	node c3;
-	node_start(&c3, "c", "64M", SECRET, "--peer-room=1G");
+	node_start(&c3, "c", "64M", SECRET, NULL);
 	CHECK_RC(migrate(&c3, "big", 0, &a, NULL, &got, err, sizeof(err)), SHOAL_ENOSPC);
 	CHECK_HAS(err, "store full");
 	CHECK_EQ(node_stop(&c3), 0);

@@ -109,8 +109,9 @@ typedef struct shoal_store_opts {
 	 * 0: 1 MB/s. */
 	uint64_t peer_min_rate;
 	/* The most room copies coming from other stores may hold at once; 0:
-	 * half of size. A local put that needs room they hold ends the newest
-	 * of them first: local puts come first. */
+	 * all of size (a store that takes one copy as large as itself). A local
+	 * put that needs room they hold ends the newest of them first: local
+	 * puts come first, whatever this is. */
 	uint64_t peer_room;
 	/* Where the cluster's names live. NULL or "local": this store's only;
 	 * an object of another host is reached by naming its store

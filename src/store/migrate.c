@@ -186,8 +186,8 @@ static void on_meta(shoal_store *s, sh_st_mail *m)
 		return;
 	}
 	uint64_t charged = (g->region + PAGE - 1) & ~(uint64_t)(PAGE - 1);
-	uint64_t room = s->opts.peer_room ? s->opts.peer_room : s->capacity / 2;
-	if (s->incoming + charged > room) {
+	uint64_t room = s->opts.peer_room ? s->opts.peer_room : s->capacity;
+	if (room < s->capacity && s->incoming + charged > room) {
 		snprintf(g->why, sizeof(g->why),
 			 "no room for copies coming from other stores: object %016" PRIx64
 			 " from %s needs %" PRIu64 " bytes, copies on their way hold %" PRIu64

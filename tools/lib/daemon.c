@@ -221,7 +221,7 @@ static void daemon_usage(FILE *f)
 		"  --peer-min-rate R  end a copy from another store that comes slower than R\n"
 		"                   bytes a second over 5 s, e.g. 100K, 1M (default 1M)\n"
 		"  --peer-room BYTES  the most room copies from other stores hold at once\n"
-		"                   (default: half of --size); local puts come first\n"
+		"                   (default: all of --size); local puts come first anyway\n"
 		"  --meta etcd://H:P[,H:P...]  the cluster's registry in etcd: this store\n"
 		"                   registers itself under a lease, a persistent name is unique\n"
 		"                   in the cluster, and a get of an object of another host\n"
