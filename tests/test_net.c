@@ -15,6 +15,7 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -126,6 +127,58 @@ SH_TEST(handshake_needs_the_secret)
 }
 
 static const char key[] = "the shared secret, long enough";
+
+/* A peer that goes mid-handshake: the side left writes into a socket
+ * nobody reads, which raises SIGPIPE unless the write says otherwise, and
+ * SIGPIPE's default ends the process (this one keeps the default). Each
+ * side only fails, with ECLOSED: the client writing its hello to a closed
+ * peer, the server answering a hello whose sender has gone. */
+SH_TEST(a_peer_gone_mid_handshake_kills_nothing)
+{
+	struct sigaction dfl = {.sa_handler = SIG_DFL};
+	CHECK_OK(sigaction(SIGPIPE, &dfl, NULL));
+	int sv[2];
+	CHECK_OK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+	close(sv[0]);
+	side c = {.fd = sv[1], .key = key};
+	client_main(&c);
+	CHECK_RC(c.rc, SHOAL_ECLOSED);
+	close(sv[1]);
+
+	/* a real client's hello, taken off the wire */
+	CHECK_OK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+	c = (side){.fd = sv[1], .key = key};
+	pthread_t t;
+	CHECK_OK(pthread_create(&t, NULL, client_main, &c));
+	unsigned char hello[4096];
+	size_t got = 0;
+	while (got < 5 || got < 5 + (size_t)(hello[3] << 8 | hello[4])) {
+		struct pollfd p = {.fd = sv[0], .events = POLLIN};
+		CHECK(poll(&p, 1, 5000) == 1);
+		ssize_t k = read(sv[0], hello + got, sizeof(hello) - got);
+		CHECK(k > 0);
+		got += (size_t)k;
+	}
+	close(sv[0]);
+	pthread_join(t, NULL);
+	CHECK(c.rc != 0);
+	close(sv[1]);
+
+	CHECK_OK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+	CHECK_EQ((size_t)write(sv[1], hello, got), got);
+	close(sv[1]);
+	CHECK_OK(fcntl(sv[0], F_SETFL, O_NONBLOCK));
+	side s = {.fd = sv[0], .key = key};
+	shoal_sched *sched = sh_test_sched_new();
+	shoal_fiber *f;
+	CHECK_OK(shoal_spawn(&f, server_fiber, &s, NULL));
+	CHECK_OK(shoal_join(f, NULL));
+	shoal_fd_forget(sv[0]);
+	shoal_sched_destroy(sched);
+	CHECK_RC(s.rc, SHOAL_ECLOSED);
+	CHECK(strstr(s.why, "closed") != NULL);
+	close(sv[0]);
+}
 
 /* Both channels of a fresh handshake, on a socketpair the test holds. */
 static void pair(bool splain, bool cplain, side *s, side *c)

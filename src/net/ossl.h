@@ -50,7 +50,17 @@
 	X(CRYPTO_get_ex_new_index)           \
 	X(ERR_get_error)                     \
 	X(ERR_clear_error)                   \
-	X(ERR_error_string_n)
+	X(ERR_error_string_n)                \
+	X(BIO_get_new_index)                 \
+	X(BIO_meth_new)                      \
+	X(BIO_meth_set_write_ex)             \
+	X(BIO_meth_set_ctrl)                 \
+	X(BIO_new)                           \
+	X(BIO_set_data)                      \
+	X(BIO_get_data)                      \
+	X(BIO_set_init)                      \
+	X(BIO_set_flags)                     \
+	X(BIO_clear_flags)
 
 #define SH_OSSL_SSL(X)                           \
 	X(TLS_method)                            \
@@ -72,7 +82,8 @@
 	X(SSL_CTX_set_verify)                    \
 	X(SSL_new)                               \
 	X(SSL_free)                              \
-	X(SSL_set_fd)                            \
+	X(SSL_set_rfd)                           \
+	X(SSL_set0_wbio)                         \
 	X(SSL_set_alpn_protos)                   \
 	X(SSL_accept)                            \
 	X(SSL_connect)                           \
@@ -144,6 +155,16 @@ int sh_hmac_sha256(const void *key, size_t klen, const void *p, size_t n, unsign
 #define ERR_get_error (sh_ossl_fns.ERR_get_error)
 #define ERR_clear_error (sh_ossl_fns.ERR_clear_error)
 #define ERR_error_string_n (sh_ossl_fns.ERR_error_string_n)
+#define BIO_get_new_index (sh_ossl_fns.BIO_get_new_index)
+#define BIO_meth_new (sh_ossl_fns.BIO_meth_new)
+#define BIO_meth_set_write_ex (sh_ossl_fns.BIO_meth_set_write_ex)
+#define BIO_meth_set_ctrl (sh_ossl_fns.BIO_meth_set_ctrl)
+#define BIO_new (sh_ossl_fns.BIO_new)
+#define BIO_set_data (sh_ossl_fns.BIO_set_data)
+#define BIO_get_data (sh_ossl_fns.BIO_get_data)
+#define BIO_set_init (sh_ossl_fns.BIO_set_init)
+#define BIO_set_flags (sh_ossl_fns.BIO_set_flags)
+#define BIO_clear_flags (sh_ossl_fns.BIO_clear_flags)
 #define TLS_method (sh_ossl_fns.TLS_method)
 #define SSL_CTX_new (sh_ossl_fns.SSL_CTX_new)
 #define SSL_CTX_free (sh_ossl_fns.SSL_CTX_free)
@@ -163,7 +184,8 @@ int sh_hmac_sha256(const void *key, size_t klen, const void *p, size_t n, unsign
 #define SSL_CTX_set_verify (sh_ossl_fns.SSL_CTX_set_verify)
 #define SSL_new (sh_ossl_fns.SSL_new)
 #define SSL_free (sh_ossl_fns.SSL_free)
-#define SSL_set_fd (sh_ossl_fns.SSL_set_fd)
+#define SSL_set_rfd (sh_ossl_fns.SSL_set_rfd)
+#define SSL_set0_wbio (sh_ossl_fns.SSL_set0_wbio)
 #define SSL_set_alpn_protos (sh_ossl_fns.SSL_set_alpn_protos)
 #define SSL_accept (sh_ossl_fns.SSL_accept)
 #define SSL_connect (sh_ossl_fns.SSL_connect)

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define PSK_IDENTITY "shoal-psk-1"
 #define PSK_SALT "shoal"
@@ -425,6 +426,60 @@ static int check_done(SSL *ssl, const side *s, char *why, size_t whylen)
 	return 0;
 }
 
+/* libssl's socket BIO writes with write(2), and a write to a socket whose
+ * peer has gone raises SIGPIPE, which ends a process that did not ignore
+ * it: a stranger turned away mid-handshake killed a test program so. The
+ * handshake's writes go through send with MSG_NOSIGNAL instead (and fail
+ * with EPIPE); reads stay libssl's. */
+static BIO_METHOD *quiet_method;
+static pthread_once_t quiet_once = PTHREAD_ONCE_INIT;
+
+static int quiet_write(BIO *b, const char *p, size_t n, size_t *done)
+{
+	int fd = (int)(intptr_t)BIO_get_data(b);
+	BIO_clear_retry_flags(b);
+	ssize_t k = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (k < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+			BIO_set_retry_write(b);
+		*done = 0;
+		return 0;
+	}
+	*done = (size_t)k;
+	return 1;
+}
+
+static long quiet_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	(void)b;
+	(void)num;
+	(void)ptr;
+	/* a flush has nothing to do (every write went to the socket); what
+	 * else libssl may ask (kernel TLS, pending counts) is "no" */
+	return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+static void make_quiet(void)
+{
+	BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "shoal-send");
+	if (m && BIO_meth_set_write_ex(m, quiet_write) && BIO_meth_set_ctrl(m, quiet_ctrl))
+		quiet_method = m;
+}
+
+static bool set_socket(SSL *ssl, int fd)
+{
+	pthread_once(&quiet_once, make_quiet);
+	if (!quiet_method || !SSL_set_rfd(ssl, fd))
+		return false;
+	BIO *w = BIO_new(quiet_method);
+	if (!w)
+		return false;
+	BIO_set_data(w, (void *)(intptr_t)fd);
+	BIO_set_init(w, 1);
+	SSL_set0_wbio(ssl, w); /* freed with ssl */
+	return true;
+}
+
 static int prepare(bool server, const void *key, size_t klen, side *s, SSL **ssl, int fd, char *why,
 		   size_t whylen)
 {
@@ -443,7 +498,7 @@ static int prepare(bool server, const void *key, size_t klen, side *s, SSL **ssl
 		return rc;
 	}
 	if (!(*ssl = SSL_new(t->ctx)) || !SSL_set_ex_data(*ssl, ex_index, s) ||
-	    !SSL_set_fd(*ssl, fd)) {
+	    !set_socket(*ssl, fd)) {
 		snprintf(why, whylen, "setting up a TLS link: out of memory");
 		return SHOAL_ENOMEM;
 	}
