@@ -19,7 +19,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pwd.h>
-#include <grp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -1501,7 +1500,12 @@ SH_TEST(strict_extension_is_no_one_elses)
 	CHECK(uid_e != uid_f);
 	CHECK(pe != pf);
 	/* nobody (65534), another unprivileged uid, and its own uid */
-	uid_t attackers[] = {65534, 4242, (uid_t)uid_e};
+	/* "another unprivileged uid" must be no account's: borrowing one
+	 * would act as it */
+	uid_t other = 4242;
+	while (getpwuid(other) != NULL || getgrgid((gid_t)other) != NULL)
+		other++;
+	uid_t attackers[] = {65534, other, (uid_t)uid_e};
 	for (size_t i = 0; i < 3; i++) {
 		int got = attack_as(attackers[i], pe);
 		if (!(got >> 7))
