@@ -892,6 +892,17 @@ int sh_st_fetch(st_conn *c, const char *name, size_t nl, uint64_t id, const char
 			 from);
 		return SHOAL_EACCES;
 	}
+	/* the registry's record names an object here already (a copy fetched
+	 * by id before): no transfer, only the name */
+	st_obj *here = x && x->name ? sh_map_get(&s->objs, x->id) : NULL;
+	if (here && !here->deleted && here->sig == x->sig) {
+		if (!here->name && !sh_st_name_find(s, x->name, x->nl) &&
+		    sh_st_name_bind(s, here, x->name, x->nl) != 0) {
+			snprintf(why, whylen, "out of memory naming object %016" PRIx64, here->id);
+			return SHOAL_ENOMEM;
+		}
+		return 0;
+	}
 	mig *g = NULL;
 	int rc = mig_get(s, name, nl, id, from, strlen(from), 0, x, &g);
 	if (rc) {
