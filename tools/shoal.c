@@ -895,6 +895,7 @@ static int cmd_stat(int argc, char **argv)
 	       " objects (%s) from them, %" PRIu64 " on their way\n",
 	       st.sent, sh_tools_fmt_bytes(st.sent_bytes, b3, sizeof(b3)), st.fetched,
 	       sh_tools_fmt_bytes(st.fetched_bytes, b4, sizeof(b4)), st.migrating);
+	printf("pages:     %s (%s)\n", shoal_pages_name(st.pages), st.pages_why);
 	if (st.registry)
 		printf("cluster:   %" PRIu64 " stores; etcd %s\n", st.peers,
 		       st.registry == 1 ? "answers"

@@ -67,11 +67,26 @@ typedef struct shoal_store shoal_store;
  * or squat this user's sockets. */
 SHOAL_API int shoal_socket_dir(char *buf, size_t len);
 
+/* The pages a store's segments of 2 MiB and more live on. */
+typedef enum shoal_pages {
+	SHOAL_PAGES_4K = 0,	 /* the default: shmem's 4 KiB pages */
+	SHOAL_PAGES_THP = 1,	 /* transparent huge pages of shmem */
+	SHOAL_PAGES_HUGETLB = 2, /* 2 MiB pages of the kernel's hugetlb pool */
+} shoal_pages;
+/* "4k", "thp" or "hugetlb". */
+SHOAL_API const char *shoal_pages_name(shoal_pages p);
+
 typedef struct shoal_store_opts {
 	const char *socket_path; /* NULL: a fresh path in shoal_socket_dir() */
 	size_t size;		 /* hard limit on the bytes of all blobs; 0: 1 GiB */
-	bool reserve;		 /* pre-fault the small-object arena at start */
-	gid_t group;		 /* also admit peers of this group ((gid_t)-1: none) */
+	/* At start, before serving: fault the small-object arena in, and
+	 * touch size bytes of the pages large segments will take (on huge
+	 * pages with huge_pages) and give them back, so that no put or copy
+	 * from another store meets memory the VM never touched (on a VM its
+	 * first touch costs seconds a GiB: the host backs it then). The start
+	 * takes 0.1-0.7 s a GiB, seconds a GiB the first time. */
+	bool reserve;
+	gid_t group; /* also admit peers of this group ((gid_t)-1: none) */
 	/* NULL: objects live as long as the store. Else persistent objects
 	 * (SHOAL_PERSIST, shoal_persist) are also written to files in this
 	 * directory when they become persistent, removed when deleted, and
@@ -94,6 +109,16 @@ typedef struct shoal_store_opts {
 	 * SHOAL_STORE_SPARES_AUTO (the default): half the capacity, at most
 	 * 1 GiB (a store of 2 GiB keeps one for a put of 1 GiB). */
 	size_t spares;
+	/* Segments of 2 MiB and more on huge pages: from the hugetlb pool
+	 * (vm.nr_hugepages) while it has free pages, else shmem's transparent
+	 * huge pages where shmem_enabled allows them (advise, always,
+	 * within_size), else 4 KiB pages; the store's log and
+	 * shoal_store_stat.pages_why say which and why. A huge segment's pages
+	 * are allocated when it is created, so a put or a copy from another
+	 * store only copies: on a VM, faulting fresh 4 KiB pages in costs
+	 * several times the copy. Seals hold on every kind. The store never
+	 * changes the system's settings itself. */
+	bool huge_pages;
 	/* Also serve other stores on TCP here ("HOST:PORT"; port 0: any; NULL:
 	 * not): they fetch objects from this one (shoal_migrate). Each must
 	 * prove it knows the cluster's shared secret first ($SHOAL_SECRET_FILE,
@@ -144,6 +169,9 @@ SHOAL_API const char *shoal_store_socket(const shoal_store *s);
 /* Where other stores reach this one ("HOST:PORT" as bound), or NULL
  * without opts.peer. */
 SHOAL_API const char *shoal_store_peer(const shoal_store *s);
+/* What its segments of 2 MiB and more live on, and in *why (when not
+ * NULL) why, and how the system would allow a better kind. */
+SHOAL_API shoal_pages shoal_store_pages(const shoal_store *s, const char **why);
 /* Stops serving: every client sees SHOAL_ECLOSED, every object is freed
  * and the socket is removed. */
 SHOAL_API int shoal_store_close(shoal_store *s);
@@ -208,6 +236,8 @@ typedef struct shoal_store_stat {
 	 * its watch sees them, and 1 while etcd answers, 2 while it does not;
 	 * 0 and 0 without */
 	uint64_t peers, registry;
+	shoal_pages pages;   /* what segments of 2 MiB and more live on */
+	char pages_why[256]; /* why, and how to enable a better kind */
 } shoal_store_stat;
 /* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st);

@@ -939,14 +939,15 @@ static PyObject *client_stat(ShClient *self, PyObject *args, PyObject *kw)
 	    parse_timeout(timeout, &tmo) != 0 || call(self, do_stat, &st, tmo) != 0)
 		return NULL;
 	return Py_BuildValue(
-		"{sKsKsKsKsKsKsKsKsKsKsKsKsK}", "capacity", (unsigned long long)st.capacity, "used",
-		(unsigned long long)st.used, "objects", (unsigned long long)st.objects, "names",
-		(unsigned long long)st.names, "clients", (unsigned long long)st.clients,
+		"{sKsKsKsKsKsKsKsKsKsKsKsKsKssss}", "capacity", (unsigned long long)st.capacity,
+		"used", (unsigned long long)st.used, "objects", (unsigned long long)st.objects,
+		"names", (unsigned long long)st.names, "clients", (unsigned long long)st.clients,
 		"pending_frees", (unsigned long long)st.pending_frees, "sent",
 		(unsigned long long)st.sent, "sent_bytes", (unsigned long long)st.sent_bytes,
 		"fetched", (unsigned long long)st.fetched, "fetched_bytes",
 		(unsigned long long)st.fetched_bytes, "migrating", (unsigned long long)st.migrating,
-		"peers", (unsigned long long)st.peers, "registry", (unsigned long long)st.registry);
+		"peers", (unsigned long long)st.peers, "registry", (unsigned long long)st.registry,
+		"pages", shoal_pages_name(st.pages), "pages_why", st.pages_why);
 }
 
 static int do_claim(ShClient *c, void *arg)

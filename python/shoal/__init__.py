@@ -327,8 +327,10 @@ class Client:
         """The bound names starting with prefix: (name, id, type, bytes)."""
         return [(n, ObjectID(i), t, b) for n, i, t, b in self._c.names(prefix, **_tmo(timeout))]
 
-    def stat(self, *, timeout: CallTimeout = CONNECTION_TIMEOUT) -> Dict[str, int]:
-        """The store's figures: capacity, bytes used, objects, names, clients..."""
+    def stat(self, *, timeout: CallTimeout = CONNECTION_TIMEOUT) -> Dict[str, Any]:
+        """The store's figures: capacity, bytes used, objects, names, clients...; and
+        ``pages``, what its segments of 2 MiB and more live on ("4k", "thp" or
+        "hugetlb", see shoald --huge-pages), with ``pages_why`` saying why."""
         return self._c.stat(**_tmo(timeout))
 
     def claim(self, *, timeout: CallTimeout = CONNECTION_TIMEOUT) -> int:

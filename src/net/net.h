@@ -186,12 +186,16 @@ typedef struct sh_fd_piece {
 } sh_fd_piece;
 int sh_channel_send_pieces(sh_channel *ch, const sh_fd_piece *p, size_t np, int64_t deadline);
 /* recv_fd for several places in fd at once, in this order: the bytes of
- * a stream that fill them one after another. */
+ * a stream that fill them one after another. With map (fd mapped
+ * writable, its pages there already: huge pages, or a reserve) the bytes
+ * are copied into the mapping instead, which then costs no fault and no
+ * system call; a file of huge pages (hugetlbfs) takes no write(2) at all.
+ * The caller checks every range lies inside the mapping. */
 typedef struct sh_fd_range {
 	uint64_t off, len;
 } sh_fd_range;
-int sh_channel_recv_ranges(sh_channel *ch, int fd, const sh_fd_range *r, size_t nr,
-			   int64_t deadline, _Atomic uint64_t *got);
+int sh_channel_recv_ranges(sh_channel *ch, int fd, unsigned char *map, const sh_fd_range *r,
+			   size_t nr, int64_t deadline, _Atomic uint64_t *got);
 /* Relays: head, n bytes read from from, tail, written to to.
  * Each record is opened and sealed again for to (the two links have their
  * own keys); a fiber. */

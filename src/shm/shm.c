@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -34,19 +35,38 @@ int sh_memfd_create(const char *name, size_t size, bool sealable, int *fd_out)
 	return 0;
 }
 
-int sh_shm_map(int fd, size_t size, bool writable, void **out)
+int sh_shm_map_len(int fd, size_t *size, bool writable, void **out)
 {
-	if (size == 0)
+	if (*size == 0)
 		return SHOAL_EINVAL;
-	void *p = mmap(NULL, size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return shoal_errno();
+	/* a file of huge pages (hugetlbfs) is mapped in whole pages of its
+	 * own: another length would not unmap */
+	size_t len = *size;
+	if (st.st_blksize > 4096 && (st.st_blksize & (st.st_blksize - 1)) == 0)
+		len = (len + (size_t)st.st_blksize - 1) & ~((size_t)st.st_blksize - 1);
+	/* a writer of pages that exist takes them all in one call rather
+	 * than a fault a page (on a VM, 0.07 s a GiB against 0.25 s) */
+	int pop = writable && st.st_size > 0 && (uint64_t)st.st_blocks * 512 >= (uint64_t)st.st_size
+			  ? MAP_POPULATE
+			  : 0;
+	void *p = mmap(NULL, len, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED | pop, fd, 0);
 	if (p == MAP_FAILED) {
 		int e = -errno;
-		sh_error("shm", "mmap(%zu bytes, %s): %s", size, writable ? "rw" : "ro",
+		sh_error("shm", "mmap(%zu bytes, %s): %s", len, writable ? "rw" : "ro",
 			 strerror(errno));
 		return e;
 	}
+	*size = len;
 	*out = p;
 	return 0;
+}
+
+int sh_shm_map(int fd, size_t size, bool writable, void **out)
+{
+	return sh_shm_map_len(fd, &size, writable, out);
 }
 
 void sh_shm_unmap(void *p, size_t size)
@@ -133,9 +153,12 @@ int sh_fd_pread_all(int fd, void *p, size_t n, uint64_t off)
 
 int sh_fd_copy(int out, uint64_t out_off, int in, uint64_t in_off, uint64_t len)
 {
+	enum { BUF = 1u << 20 };
 	loff_t ioff = (loff_t)in_off, ooff = (loff_t)out_off;
-	bool cfr = true;
-	while (len > 0) {
+	bool cfr = true, sf = true;
+	unsigned char *buf = NULL;
+	int rc = 0;
+	while (len > 0 && rc == 0) {
 		size_t chunk = len > (1u << 30) ? (1u << 30) : (size_t)len;
 		ssize_t n = -1;
 		if (cfr) {
@@ -145,26 +168,44 @@ int sh_fd_copy(int out, uint64_t out_off, int in, uint64_t in_off, uint64_t len)
 				cfr = false; /* across file systems: try sendfile */
 				continue;
 			}
-		} else {
+		} else if (sf) {
 			if (lseek(out, ooff, SEEK_SET) < 0)
 				return shoal_errno();
 			off_t o = (off_t)ioff;
 			n = sendfile(out, in, &o, chunk);
+			if (n < 0 && errno == EINVAL) {
+				sf = false; /* hugetlbfs splices nothing: through a buffer */
+				continue;
+			}
 			if (n > 0) {
 				ioff = o;
+				ooff += n;
+			}
+		} else {
+			if (!buf && !(buf = shoal_alloc(BUF)))
+				return SHOAL_ENOMEM;
+			n = pread(in, buf, chunk < BUF ? chunk : BUF, ioff);
+			if (n > 0 &&
+			    (rc = sh_fd_pwrite_all(out, buf, (size_t)n, (uint64_t)ooff)) != 0)
+				break;
+			if (n > 0) {
+				ioff += n;
 				ooff += n;
 			}
 		}
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			return shoal_errno();
+			rc = shoal_errno();
+		} else if (n == 0) {
+			rc = SHOAL_EIO; /* the file shrank under us */
+		} else {
+			len -= (uint64_t)n;
 		}
-		if (n == 0)
-			return SHOAL_EIO; /* the file shrank under us */
-		len -= (uint64_t)n;
 	}
-	return 0;
+	if (buf)
+		shoal_free(buf, BUF);
+	return rc;
 }
 
 int sh_fd_send(int sock, const void *buf, size_t len, const int *fds, int nfds)

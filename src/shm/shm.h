@@ -15,8 +15,13 @@
  * sealable, sh_memfd_seal() can later make it immutable. */
 int sh_memfd_create(const char *name, size_t size, bool sealable, int *fd_out);
 
-/* Maps size bytes of fd shared, read-write or read-only. */
+/* Maps size bytes of fd shared, read-write or read-only. A writable
+ * mapping of a file whose pages all exist is populated at once. */
 int sh_shm_map(int fd, size_t size, bool writable, void **out);
+/* The same for a file that may be of huge pages (a store segment): *size
+ * becomes the length mapped, rounded up to a whole huge page for a
+ * hugetlbfs file, which is what sh_shm_unmap must be given. */
+int sh_shm_map_len(int fd, size_t *size, bool writable, void **out);
 void sh_shm_unmap(void *p, size_t size);
 
 /* Seals fd against every change of contents or size. Fails with

@@ -8,6 +8,7 @@
  * fails while a writable mapping exists. */
 #include "store/client.h"
 #include "shm/shm.h"
+#include "store/pages.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -15,7 +16,8 @@
 
 typedef struct region {
 	uint64_t id;
-	int fd; /* kept until the seal: importers write through it */
+	int fd;	    /* kept until the seal: importers write through it */
+	bool ready; /* its pages existed and are mapped: copies go by memcpy */
 	unsigned char *addr;
 	size_t size, used;
 } region;
@@ -111,7 +113,9 @@ static int new_region(shoal_builder *b, size_t bytes)
 	int fd;
 	if ((rc = sh_client_recv_fds(c, &r->id, &fd, 1)) != 0)
 		return rc;
-	rc = sh_shm_map(fd, bytes, true, (void **)&r->addr);
+	size_t mapped = bytes;
+	r->ready = sh_pages_ready(fd);
+	rc = sh_shm_map_len(fd, &mapped, true, (void **)&r->addr);
 	r->fd = fd;
 	if (rc) {
 		close(fd);
@@ -124,7 +128,7 @@ static int new_region(shoal_builder *b, size_t bytes)
 		sh_client_call(c, SH_OP_ABORT, true, &m);
 		return rc;
 	}
-	r->size = bytes;
+	r->size = mapped;
 	b->nregions++;
 	return 0;
 }
@@ -349,7 +353,7 @@ int shoal_builder_write(shoal_builder *b, void *dst, const void *src, size_t n)
 		uintptr_t a = (uintptr_t)r->addr;
 		if (!r->addr || d < a || d - a > r->size || n > r->size - (d - a))
 			continue;
-		if (n < WRITE_THROUGH_FD || r->fd < 0) {
+		if (n < WRITE_THROUGH_FD || r->fd < 0 || r->ready) {
 			memcpy(dst, src, n);
 			return 0;
 		}

@@ -17,6 +17,7 @@
 #include "store/proto.h"
 #include "shm/shm.h"
 #include "net/net.h"
+#include "store/pages.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -90,6 +91,9 @@ struct mig {
 	int fds[SH_PEER_STREAMS_MAX]; /* the links' sockets (under mu: a stop ends them) */
 	bool cut;		      /* (under mu) one failed: no more links */
 	int region_fd;
+	uint64_t region_size;	   /* its file's: whole huge pages on hugetlb */
+	unsigned char *region_map; /* its pages exist (huge): received into here */
+	size_t region_maplen;
 	sh_channel *ch;
 	sh_bump a;
 	sh_mig_reply r;
@@ -185,7 +189,8 @@ static void on_meta(shoal_store *s, sh_st_mail *m)
 		answer(g, 1);
 		return;
 	}
-	uint64_t charged = (g->region + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+	uint64_t charged =
+		sh_pages_round(&s->pages, (g->region + PAGE - 1) & ~(uint64_t)(PAGE - 1));
 	uint64_t room = s->opts.peer_room ? s->opts.peer_room : s->capacity;
 	if (room < s->capacity && s->incoming + charged > room) {
 		snprintf(g->why, sizeof(g->why),
@@ -232,7 +237,7 @@ static void on_end(shoal_store *s, sh_st_mail *m)
 			 g->id, g->from);
 	if (rc == 0 && g->region_fd >= 0) {
 		st_obj *o = NULL;
-		uint64_t size = g->region ? g->region : 1;
+		uint64_t size = g->region_size;
 		rc = sh_store_adopt(s, g->id, g->sig, g->root, 1, &g->region_fd, &size, &o, g->why,
 				    sizeof(g->why));
 		if (rc == SHOAL_EEXIST) { /* another transfer brought it meanwhile */
@@ -532,7 +537,8 @@ static int recv_share(mig *g, sh_channel *ch, uint32_t i)
 		at += b->size;
 	}
 	if (rc == 0)
-		rc = sh_channel_recv_ranges(ch, g->region_fd, v, n, SHOAL_FOREVER, &g->received);
+		rc = sh_channel_recv_ranges(ch, g->region_fd, g->region_map, v, n, SHOAL_FOREVER,
+					    &g->received);
 	sh_channel_set_min_rate(ch, 0, 0); /* a link kept idle owes no rate */
 	if (v)
 		shoal_free(v, cap * sizeof(*v));
@@ -756,10 +762,20 @@ static int fetch(mig *g)
 		return 0; /* a copy is here: nothing to receive (the link is out of step) */
 	if (g->verdict)
 		return g->verdict;
-	if ((rc = sh_memfd_create("shoal-migrated", g->region ? g->region : 1, true,
-				  &g->region_fd)) != 0)
+	shoal_pages kind;
+	if ((rc = sh_pages_segment(&g->s->pages, "shoal-migrated", g->region ? g->region : 1,
+				   &g->region_fd, &g->region_size, &kind)) != 0)
 		return mig_fail(g, rc, "object %016" PRIx64 ": a region of %" PRIu64 " bytes: %s",
 				g->id, g->region, shoal_strerror(rc));
+	/* huge pages exist already: the bytes go straight into a mapping
+	 * (no fault, no write(2), which hugetlbfs has not); 4 KiB pages
+	 * would be faulted one by one there, the kernel's pwritev is cheaper */
+	g->region_maplen = g->region_size;
+	if (kind != SHOAL_PAGES_4K &&
+	    sh_shm_map_len(g->region_fd, &g->region_maplen, true, (void **)&g->region_map) != 0)
+		return mig_fail(g, SHOAL_ENOMEM,
+				"object %016" PRIx64 ": mapping its region of %" PRIu64 " bytes",
+				g->id, g->region_size);
 	share sh[SH_PEER_STREAMS_MAX];
 	uint32_t started = 1;
 	for (; started < g->r.k; started++) {
@@ -780,6 +796,10 @@ static int fetch(mig *g)
 			cause = sh[i].why;
 		}
 	}
+	/* no writable mapping may remain for the seal */
+	if (g->region_map)
+		sh_shm_unmap(g->region_map, g->region_maplen);
+	g->region_map = NULL;
 	if (rc)
 		return mig_fail(g, rc,
 				"object %016" PRIx64 " from %s: the transfer broke after %" PRIu64

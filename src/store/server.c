@@ -24,6 +24,7 @@
 #include "net/ossl.h"
 #include "store/node.h"
 #include "store/proto.h"
+#include "store/pages.h"
 #include "store/spare.h"
 #include "store/state.h"
 #include "shm/shm.h"
@@ -354,9 +355,10 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 	uint64_t size;
 	if (sh_mp_array(m, &n) || n != 1 || sh_mp_uint(m, &size) || sh_mp_done(m))
 		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "CREATE: expected [size]");
-	uint64_t charged = (size + PAGE - 1) & ~(uint64_t)(PAGE - 1);
 	if (size == 0)
 		return sh_st_reply_err(c, req, SHOAL_EINVAL, "CREATE: size 0, expected at least 1");
+	/* whole pages: huge ones where the segment will be on them */
+	uint64_t charged = sh_pages_round(&s->pages, (size + PAGE - 1) & ~(uint64_t)(PAGE - 1));
 	if (charged < size || !sh_store_make_room(s, charged, true))
 		return no_space(c, req, size);
 	if (fds_held(s) + 1 + FD_SPARE_CONNS * FDS_PER_CONN > s->fd_budget)
@@ -369,12 +371,14 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 	if (!g)
 		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "CREATE: out of memory");
 	int rc = 0;
-	g->fd = s->spares ? sh_spares_take(s->spares, size) : -1;
+	uint64_t got = sh_pages_round(&s->pages, size);
+	shoal_pages kind;
+	g->fd = s->spares ? sh_spares_take(s->spares, got) : -1;
 	if (g->fd < 0) {
 		/* the capacity spares hold is this create's first */
 		if (s->spares)
 			sh_spares_fit(s->spares, s->capacity - s->used - charged);
-		rc = sh_memfd_create("shoal-segment", size, true, &g->fd);
+		rc = sh_pages_segment(&s->pages, "shoal-segment", size, &g->fd, &got, &kind);
 	}
 	/* Its size is fixed from the start: a creator that shrank it before
 	 * the seal would leave readers mapping pages past its end (SIGBUS). */
@@ -385,8 +389,15 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 		return sh_st_reply_err(c, req, rc, "CREATE: memfd of %" PRIu64 " bytes: %s", size,
 				       shoal_strerror(rc));
 	}
+	if (rc == 0 && kind != s->pages.kind && size >= SH_HUGE_MIN && !s->pages.short_said) {
+		s->pages.short_said = true;
+		sh_warn("store",
+			"a segment of %" PRIu64 " bytes went on 4 KiB pages: the hugetlb pool has "
+			"no room for it (vm.nr_hugepages; said once)",
+			size);
+	}
 	g->id = s->next_seg++;
-	g->size = size;
+	g->size = got;
 	g->charged = charged;
 	g->creator = c;
 	if (sh_map_put(&s->segs, g->id, g) || sh_map_put(&c->regions, g->id, g)) {
@@ -1226,7 +1237,7 @@ static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
 	uint64_t peers;
 	bool up;
 	sh_reg_stat(s, &peers, &up);
-	msgpack_pack_array(&pk, 13);
+	msgpack_pack_array(&pk, 15);
 	msgpack_pack_uint64(&pk, s->capacity);
 	msgpack_pack_uint64(&pk, s->used);
 	msgpack_pack_uint64(&pk, s->nobjs);
@@ -1240,6 +1251,10 @@ static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
 	msgpack_pack_uint64(&pk, s->migrating);
 	msgpack_pack_uint64(&pk, peers);
 	msgpack_pack_uint64(&pk, s->reg ? (up ? 1 : 2) : 0);
+	msgpack_pack_uint64(&pk, (uint64_t)s->pages.kind);
+	size_t wl = strlen(s->pages.why);
+	msgpack_pack_str(&pk, wl);
+	msgpack_pack_str_body(&pk, s->pages.why, wl);
 	return sh_st_reply_ok(c, req, &pk);
 }
 
@@ -1934,6 +1949,13 @@ static void store_free(shoal_store *s)
 	SH_DELETE(s);
 }
 
+shoal_pages shoal_store_pages(const shoal_store *s, const char **why)
+{
+	if (why)
+		*why = s->pages.why;
+	return s->pages.kind;
+}
+
 int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
 {
 	shoal_store *s = SH_NEW(shoal_store);
@@ -1954,12 +1976,16 @@ int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
 	s->next_id = 1;
 	s->next_seg = 1;
 	s->fd_budget = sh_link_fd_budget();
+	sh_pages_choose(&s->pages, s->opts.huge_pages);
 	int rc = make_arena(s);
 	uint64_t spares = s->opts.spares;
 	if (spares == SHOAL_STORE_SPARES_AUTO)
 		spares = s->capacity / 2 < (1ull << 30) ? s->capacity / 2 : (1ull << 30);
 	if (rc == 0 && spares >= SH_SPARE_MIN)
-		rc = sh_spares_start(&s->spares, spares);
+		rc = sh_spares_start(&s->spares, spares, &s->pages);
+	/* the capacity's first touch at start, before a client can ask */
+	if (rc == 0 && s->opts.reserve)
+		sh_pages_warm(&s->pages, s->capacity);
 	if (rc == 0 && s->opts.state_dir)
 		rc = open_state(s);
 	if (rc == 0 && (s->stop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)

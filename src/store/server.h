@@ -9,6 +9,7 @@
 
 #include "ring/link.h"
 #include "store/node.h"
+#include "store/pages.h"
 #include "wire/wire.h"
 
 #include <pthread.h>
@@ -110,6 +111,7 @@ struct shoal_store {
 	st_conn *conns;
 	struct sh_state *state;	  /* the state directory, or NULL */
 	struct sh_spares *spares; /* NULL: none */
+	sh_pages pages;		  /* what large segments live on */
 	bool stopping;
 	/* the mailbox of other threads (sh_store_post) */
 	pthread_mutex_t mail_mu;

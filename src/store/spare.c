@@ -5,6 +5,7 @@
  * of ms for a GiB) is the worker's. */
 #include "store/spare.h"
 #include "shm/shm.h"
+#include "store/pages.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +23,7 @@ typedef struct spare {
 } spare;
 
 struct sh_spares {
+	const sh_pages *pages; /* the store's: spares are on the same pages */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	pthread_t thread;
@@ -70,8 +72,12 @@ static void give_up(sh_spares *sp, uint32_t i)
 static int make(sh_spares *sp, uint64_t size)
 {
 	int fd;
-	if (sh_memfd_create("shoal-segment", size, true, &fd) != 0)
+	uint64_t got;
+	shoal_pages kind;
+	if (sh_pages_segment(sp->pages, "shoal-segment", size, &fd, &got, &kind) != 0)
 		return -1;
+	if (kind != SHOAL_PAGES_4K)
+		return fd; /* its pages exist already */
 	for (uint64_t off = 0; off < size; off += CHUNK) {
 		if (atomic_load_explicit(&sp->cancel, memory_order_relaxed))
 			break;
@@ -139,12 +145,13 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-int sh_spares_start(sh_spares **out, uint64_t budget)
+int sh_spares_start(sh_spares **out, uint64_t budget, const sh_pages *pages)
 {
 	sh_spares *sp = SH_NEW(sh_spares);
 	if (!sp)
 		return SHOAL_ENOMEM;
 	sp->budget = budget;
+	sp->pages = pages;
 	atomic_init(&sp->cancel, false);
 	pthread_mutex_init(&sp->mu, NULL);
 	pthread_cond_init(&sp->cv, NULL);

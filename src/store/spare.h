@@ -20,8 +20,10 @@
 
 typedef struct sh_spares sh_spares;
 
-/* Starts the worker; budget: the most bytes held in spares at once. */
-int sh_spares_start(sh_spares **out, uint64_t budget);
+typedef struct sh_pages sh_pages;
+/* Starts the worker; budget: the most bytes held in spares at once; pages:
+ * what they are made on (the store's, read only, outliving the worker). */
+int sh_spares_start(sh_spares **out, uint64_t budget, const sh_pages *pages);
 /* Stops it and frees every spare. NULL is a no-op. */
 void sh_spares_stop(sh_spares *sp);
 

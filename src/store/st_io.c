@@ -147,9 +147,15 @@ int shoal_import_safetensors(shoal_client *c, const char *path, const char *name
 			rc = shoal_node_add_blob(m, 0, &p);
 		}
 	}
-	if (rc == 0 && f->data_len > 0 &&
-	    (rc = sh_fd_copy(rfd, 0, fd, f->data_start, f->data_len)) != 0)
-		snprintf(err, sizeof(err), "copying the data: %s", shoal_strerror(rc));
+	if (rc == 0 && f->data_len > 0) {
+		rc = sh_fd_copy(rfd, 0, fd, f->data_start, f->data_len);
+		/* a region of huge pages (hugetlbfs) takes no write(2): read
+		 * into its mapping, whose pages exist */
+		if (rc == SHOAL_EINVAL && addr)
+			rc = sh_fd_pread_all(fd, addr, (size_t)f->data_len, f->data_start);
+		if (rc)
+			snprintf(err, sizeof(err), "copying the data: %s", shoal_strerror(rc));
+	}
 	if (b && rc == 0) {
 		rc = shoal_builder_seal(b, name, flags, id);
 		b = NULL;

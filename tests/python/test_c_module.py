@@ -191,8 +191,11 @@ def test_names_delete_persist_stat(client, store):
         "migrating",
         "peers",
         "registry",
+        "pages",
+        "pages_why",
     }
     assert st["capacity"] == 64 << 20 and st["names"] == 4 and st["clients"] == 1
+    assert st["pages"] == "4k" and "--huge-pages" in st["pages_why"]
     client.delete("n/0")
     client.delete(ids[1])
     assert [n[0] for n in client.names("n/")] == ["n/2"]

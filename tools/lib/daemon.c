@@ -162,25 +162,6 @@ static void say_tasks(const char *prog, const shoal_controller *ctl, shoal_schem
  * so: large puts copy at about a third of memcpy's speed and first reads
  * of a GiB take a second. In 2 MiB pages both are close to memcpy's. Only
  * the machine's owner can choose that for all its shared memory: say so. */
-static void say_page_size(const char *prog)
-{
-	static const char *const knob = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
-	char buf[128];
-	FILE *f = fopen(knob, "r");
-	if (!f)
-		return;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	const char *mode = strstr(buf, "[never]") ? "never" : strstr(buf, "[deny]") ? "deny" : NULL;
-	if (mode)
-		fprintf(stderr,
-			"%s: shared memory uses 4 KiB pages (%s: %s): puts of large arrays copy "
-			"at about a third of memcpy's speed; 'echo within_size > %s' (as root) "
-			"makes them about as fast\n",
-			prog, knob, mode, knob);
-}
-
 /* The name the daemon runs under ("shoald" or "shoal daemon"), for its
  * usage. */
 static const char *daemon_prog;
@@ -189,6 +170,7 @@ static void daemon_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: %s [--socket PATH] [--size BYTES] [--reserve] [--spares BYTES]\n"
+		"          [--huge-pages]\n"
 		"          [--group GROUP] [--state-dir DIR]\n"
 		"          [--peer HOST:PORT [--peer-no-encrypt] [--peer-min-rate R]\n"
 		"           [--peer-room BYTES]\n"
@@ -204,10 +186,17 @@ static void daemon_usage(FILE *f)
 		"                   shoald.sock in $XDG_RUNTIME_DIR/shoal, /run/shoal or\n"
 		"                   /tmp/shoal-UID)\n"
 		"  --size BYTES     hard limit on stored bytes, e.g. 512M, 16G (default 1G)\n"
-		"  --reserve        fault in the small-object arena at start\n"
+		"  --reserve        at start, before serving: fault in the small-object arena\n"
+		"                   and touch --size of the pages large objects take (huge\n"
+		"                   ones with --huge-pages), so no put or copy meets memory\n"
+		"                   never touched (on a VM: seconds a GiB, paid at start)\n"
 		"  --spares BYTES   free capacity kept allocated ahead for puts of 1 MiB and\n"
 		"                   more, in segments the size of recent ones, so a put only\n"
 		"                   copies (default: half of --size, at most 1G; 0: none)\n"
+		"  --huge-pages     segments of 2 MiB and more on huge pages: the hugetlb pool\n"
+		"                   (vm.nr_hugepages) while it has room, else shmem's\n"
+		"                   transparent huge pages where shmem_enabled allows them;\n"
+		"                   the log says which (default: 4 KiB pages)\n"
 		"  --state-dir DIR  keep persistent objects in DIR (made 0700; on tmpfs,\n"
 		"                   e.g. /dev/shm/NAME) and serve them again after a restart\n"
 		"  --group GROUP    also admit processes of this group (name or gid); the\n"
@@ -278,6 +267,7 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 					     {"size", required_argument, NULL, 'z'},
 					     {"reserve", no_argument, NULL, 'r'},
 					     {"spares", required_argument, NULL, 'S'},
+					     {"huge-pages", no_argument, NULL, 'H'},
 					     {"group", required_argument, NULL, 'g'},
 					     {"state-dir", required_argument, NULL, 'd'},
 					     {"tasks", required_argument, NULL, 't'},
@@ -310,6 +300,9 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 			break;
 		case 'r':
 			o.reserve = true;
+			break;
+		case 'H':
+			o.huge_pages = true;
 			break;
 		case 'S': {
 			uint64_t n;
@@ -425,7 +418,9 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 		shoal_store_peer(s) ? shoal_store_peer(s) : "", (int)getpid());
 	if (ctl)
 		say_tasks(prog, ctl, co.scheme);
-	say_page_size(prog);
+	const char *why;
+	shoal_store_pages(s, &why);
+	fprintf(stderr, "%s: segments of 2 MiB and more: %s\n", prog, why);
 	wait_stop(prog, &set);
 	shoal_controller_close(ctl);
 	shoal_store_close(s);

@@ -1,0 +1,210 @@
+/* The page kind of a store's segments (see pages.h): reading what the
+ * system allows (the hugetlb pool, shmem's THP setting), making segments
+ * on it, and faulting huge ones in at once. */
+#include "store/pages.h"
+#include "shm/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 0x0004U
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define HUGETLB_DIR "/sys/kernel/mm/hugepages/hugepages-2048kB/"
+#define SHMEM_THP "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+
+const char *shoal_pages_name(shoal_pages p)
+{
+	switch (p) {
+	case SHOAL_PAGES_HUGETLB:
+		return "hugetlb";
+	case SHOAL_PAGES_THP:
+		return "thp";
+	default:
+		return "4k";
+	}
+}
+
+static long read_long(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	long v = -1;
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+/* shmem_enabled's chosen word ("[advise]" of the list), or "" */
+static void shmem_thp(char *out, size_t n)
+{
+	out[0] = 0;
+	char line[256] = "";
+	FILE *f = fopen(SHMEM_THP, "r");
+	if (!f)
+		return;
+	if (!fgets(line, sizeof(line), f))
+		line[0] = 0;
+	fclose(f);
+	const char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
+	if (a && b && (size_t)(b - a - 1) < n) {
+		memcpy(out, a + 1, (size_t)(b - a - 1));
+		out[b - a - 1] = 0;
+	}
+}
+
+static bool thp_allowed(const char *mode)
+{
+	return !strcmp(mode, "always") || !strcmp(mode, "within_size") ||
+	       !strcmp(mode, "advise") || !strcmp(mode, "force");
+}
+
+void sh_pages_choose(sh_pages *p, bool want_huge)
+{
+	memset(p, 0, sizeof(*p));
+	p->kind = SHOAL_PAGES_4K;
+	char mode[32];
+	shmem_thp(mode, sizeof(mode));
+	long total = read_long(HUGETLB_DIR "nr_hugepages"),
+	     free_ = read_long(HUGETLB_DIR "free_hugepages");
+	if (!want_huge) {
+		snprintf(p->why, sizeof(p->why),
+			 "4 KiB pages, the default (--huge-pages asks for huge ones, which a put or "
+			 "a copy from another store fills several times faster on a VM)");
+		return;
+	}
+	if (free_ > 0) {
+		p->kind = SHOAL_PAGES_HUGETLB;
+		snprintf(p->why, sizeof(p->why),
+			 "hugetlb pages of 2 MiB for segments of 2 MiB and more: %ld of the pool's "
+			 "%ld free now (a segment the pool cannot hold goes on 4 KiB pages)",
+			 free_, total);
+		return;
+	}
+	if (thp_allowed(mode)) {
+		p->kind = SHOAL_PAGES_THP;
+		snprintf(p->why, sizeof(p->why),
+			 "transparent huge pages of shmem (shmem_enabled is %s); the hugetlb pool "
+			 "is empty (vm.nr_hugepages=N reserves N pages of 2 MiB)",
+			 mode);
+		return;
+	}
+	snprintf(p->why, sizeof(p->why),
+		 "4 KiB pages: --huge-pages asked for huge ones, but the hugetlb pool is empty "
+		 "(vm.nr_hugepages=N reserves N pages of 2 MiB) and shmem's transparent huge "
+		 "pages are off (shmem_enabled is %s; 'advise' allows them)",
+		 mode[0] ? mode : "not there");
+}
+
+static uint64_t round_up(uint64_t x, uint64_t to)
+{
+	return (x + to - 1) & ~(to - 1);
+}
+
+uint64_t sh_pages_round(const sh_pages *p, uint64_t size)
+{
+	if (p->kind != SHOAL_PAGES_HUGETLB || size < SH_HUGE_MIN)
+		return size;
+	return round_up(size, SH_HUGE_PAGE);
+}
+
+/* Faults every page of fd in through a mapping of its own, advised huge:
+ * shmem gives huge pages only to a fault through such a mapping (when
+ * shmem_enabled is advise), and they stay in the file after the unmap. */
+static int populate(int fd, uint64_t size, bool advise)
+{
+	void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return shoal_errno();
+	int rc = 0;
+	if (advise)
+		(void)madvise(m, size, MADV_HUGEPAGE); /* a kernel without: 4 KiB */
+	if (madvise(m, size, MADV_POPULATE_WRITE) != 0)
+		rc = shoal_errno();
+	munmap(m, size);
+	return rc;
+}
+
+int sh_pages_segment(const sh_pages *p, const char *name, uint64_t size, int *fd,
+		     uint64_t *got_size, shoal_pages *kind)
+{
+	uint64_t want = sh_pages_round(p, size);
+	if (p->kind == SHOAL_PAGES_HUGETLB && size >= SH_HUGE_MIN) {
+		int h = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+		/* fallocate takes the pages from the pool now, or fails: a
+		 * page taken at a client's fault instead would be SIGBUS there */
+		if (h >= 0 && ftruncate(h, (off_t)want) == 0 && fallocate(h, 0, 0, (off_t)want) == 0) {
+			*fd = h;
+			*got_size = want;
+			*kind = SHOAL_PAGES_HUGETLB;
+			return 0;
+		}
+		if (h >= 0)
+			close(h);
+		/* the pool is short: this one on 4 KiB pages */
+		want = size;
+	}
+	int rc = sh_memfd_create(name, want, true, fd);
+	if (rc)
+		return rc;
+	*got_size = want;
+	*kind = SHOAL_PAGES_4K;
+	if (p->kind == SHOAL_PAGES_THP && size >= SH_HUGE_MIN) {
+		if ((rc = populate(*fd, want, true)) != 0) {
+			close(*fd);
+			return rc;
+		}
+		*kind = SHOAL_PAGES_THP;
+	}
+	return 0;
+}
+
+bool sh_pages_ready(int fd)
+{
+	struct stat st;
+	return fstat(fd, &st) == 0 && st.st_size > 0 &&
+	       (uint64_t)st.st_blocks * 512 >= (uint64_t)st.st_size;
+}
+
+/* ---- warming ---- */
+
+#define WARM_CHUNK ((uint64_t)64 << 20)
+
+void sh_pages_warm(const sh_pages *p, uint64_t bytes)
+{
+	bool huge = p->kind == SHOAL_PAGES_HUGETLB;
+	int fd = huge ? memfd_create("shoal-warm", MFD_CLOEXEC | MFD_HUGETLB)
+		      : memfd_create("shoal-warm", MFD_CLOEXEC);
+	uint64_t size = round_up(bytes, SH_HUGE_PAGE);
+	if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	void *m = huge ? NULL : mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		m = NULL;
+	if (m && p->kind == SHOAL_PAGES_THP)
+		(void)madvise(m, size, MADV_HUGEPAGE);
+	for (uint64_t off = 0; off < size; off += WARM_CHUNK) {
+		uint64_t n = size - off < WARM_CHUNK ? size - off : WARM_CHUNK;
+		/* a pool or memory that runs out ends it: what was touched is warm */
+		if (huge ? fallocate(fd, 0, (off_t)off, (off_t)n) != 0
+			 : !m || madvise((char *)m + off, n, MADV_POPULATE_WRITE) != 0)
+			break;
+	}
+	if (m)
+		munmap(m, size);
+	close(fd); /* the pages go back, warm: the next segments take them */
+}

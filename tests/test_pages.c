@@ -1,0 +1,441 @@
+/* shoal-test: threaded. A store's pages (shoal_store_opts.huge_pages,
+ * shoald --huge-pages): each kind chosen from what the system allows, and
+ * said with its reason (hugetlb from the pool, shmem's transparent huge
+ * pages, 4 KiB pages with what would enable better ones); objects on each
+ * byte for byte; a pool too small for a segment falls back to 4 KiB pages;
+ * the seals hold on huge pages against root's own writes; a hugetlb
+ * object persists to a state directory and comes back; a copy from
+ * another store lands on huge pages byte for byte and by signature. The
+ * cases set the pool (vm.nr_hugepages) and shmem_enabled themselves, as
+ * root, and a guard process outside the case puts them back whatever
+ * becomes of it; without root they skip with that reason. */
+#include "test.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NR "/proc/sys/vm/nr_hugepages"
+#define FREE "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
+#define SHMEM "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+#define HUGETLBFS_MAGIC 0x958458f6
+#define MB (1u << 20)
+
+static long read_long(const char *p)
+{
+	long v = -1;
+	FILE *f = fopen(p, "r");
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+static void write_str(const char *p, const char *v)
+{
+	FILE *f = fopen(p, "w");
+	CHECK(f != NULL);
+	CHECK(fputs(v, f) >= 0);
+	CHECK(fclose(f) == 0);
+}
+
+static void shmem_mode(char *out, size_t n)
+{
+	char line[256] = "";
+	FILE *f = fopen(SHMEM, "r");
+	CHECK(f != NULL && fgets(line, sizeof(line), f) != NULL);
+	fclose(f);
+	const char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
+	CHECK(a && b && (size_t)(b - a - 1) < n);
+	memcpy(out, a + 1, (size_t)(b - a - 1));
+	out[b - a - 1] = 0;
+}
+
+/* Root, a pool of 2 MiB pages and shmem's THP switch, or the case skips;
+ * then a guard in a session of its own (the case's process group is
+ * killed when it ends) that puts both back once the case is gone. */
+static void settings_guarded(void)
+{
+	if (geteuid() != 0)
+		SH_SKIP("the pool and shmem_enabled are set by root only");
+	if (read_long(NR) < 0 || access(SHMEM, W_OK) != 0)
+		SH_SKIP("this kernel has no pool of 2 MiB pages or no THP for shmem");
+	/* the guard of the case before may still be putting them back: its
+	 * lock goes when it has */
+	int lk = open("/tmp/shoal-test-pages.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	CHECK(lk >= 0);
+	while (flock(lk, LOCK_EX) != 0)
+		CHECK(errno == EINTR);
+	long nr = read_long(NR);
+	char mode[32];
+	shmem_mode(mode, sizeof(mode));
+	int p[2];
+	CHECK(pipe2(p, O_CLOEXEC) == 0);
+	fflush(NULL);
+	pid_t g = fork();
+	CHECK(g >= 0);
+	if (g == 0) {
+		setsid();
+		close(p[1]);
+		char x;
+		while (read(p[0], &x, 1) != 0 && errno == EINTR)
+			;
+		char b[32];
+		snprintf(b, sizeof(b), "%ld", nr);
+		FILE *f = fopen(NR, "w");
+		if (f)
+			fputs(b, f), fclose(f);
+		if ((f = fopen(SHMEM, "w")))
+			fputs(mode, f), fclose(f);
+		_exit(0); /* the lock, shared with the case, goes with both */
+	}
+	close(p[0]); /* p[1] stays open until this process ends */
+}
+
+static void set_pool(long pages)
+{
+	char b[32];
+	snprintf(b, sizeof(b), "%ld", pages);
+	write_str(NR, b);
+	if (read_long(FREE) < pages)
+		SH_SKIP("the pool did not grow to %ld pages of 2 MiB (%ld free): memory too "
+			"fragmented",
+			pages, read_long(FREE));
+}
+
+static shoal_store *open_huge(size_t size, bool huge, const char *state_dir)
+{
+	shoal_store_opts o;
+	shoal_store_opts_init(&o);
+	o.size = size;
+	o.huge_pages = huge;
+	o.spares = 0; /* what a create gets, not a spare made beside it */
+	o.state_dir = state_dir;
+	shoal_store *s;
+	CHECK_OK(shoal_store_open_embedded(&s, &o));
+	return s;
+}
+
+static shoal_store_stat stat_of(shoal_client *c)
+{
+	shoal_store_stat st;
+	CHECK_OK(shoal_store_stat_get(c, &st));
+	return st;
+}
+
+static void expect_why(shoal_client *c, shoal_pages kind, const char *a, const char *b)
+{
+	shoal_store_stat st = stat_of(c);
+	if (st.pages != kind || !strstr(st.pages_why, a) || (b && !strstr(st.pages_why, b)))
+		sh_test_fail(__FILE__, __LINE__,
+			     "pages %s (%s); expected %s, its reason naming '%s'%s%s",
+			     shoal_pages_name(st.pages), st.pages_why, shoal_pages_name(kind), a,
+			     b ? " and " : "", b ? b : "");
+}
+
+static unsigned char byte_at(size_t i, int seed)
+{
+	return (unsigned char)((i * 131 + (size_t)seed) >> 3);
+}
+
+static shoal_id put(shoal_client *c, const char *name, size_t size, int seed, unsigned flags)
+{
+	unsigned char *d = malloc(size);
+	CHECK(d != NULL);
+	for (size_t i = 0; i < size; i++)
+		d[i] = byte_at(i, seed);
+	shoal_id id;
+	CHECK_OK(shoal_put_bytes(c, name, d, size, flags, &id));
+	free(d);
+	return id;
+}
+
+/* The object's blob, byte for byte, and what its file is: 1 hugetlbfs,
+ * 0 shmem (on the blob's mapping, through /proc/self/map_files). Through a
+ * connection of its own: a client keeps the mappings of segments it read
+ * for a while, and with them their pages. */
+static int check_bytes(const char *sock, const char *name, size_t size, int seed)
+{
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, sock));
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(c, name, &o));
+	const void *v;
+	size_t n;
+	CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &v, &n));
+	CHECK_EQ(n, size);
+	const unsigned char *p = v;
+	for (size_t i = 0; i < size; i++)
+		if (p[i] != byte_at(i, seed))
+			sh_test_fail(__FILE__, __LINE__, "%s: byte %zu is %u, expected %u", name, i,
+				     p[i], byte_at(i, seed));
+	int kind = -1;
+	FILE *f = fopen("/proc/self/maps", "r");
+	CHECK(f != NULL);
+	char line[512];
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)p >= lo &&
+		    (uintptr_t)p < hi) {
+			char path[128];
+			snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", lo, hi);
+			struct statfs fs;
+			CHECK(statfs(path, &fs) == 0);
+			kind = (unsigned long)fs.f_type == HUGETLBFS_MAGIC;
+		}
+	}
+	fclose(f);
+	CHECK(kind >= 0);
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_disconnect(c));
+	return kind;
+}
+
+SH_TEST(the_kind_is_said_with_its_reason)
+{
+	settings_guarded();
+	write_str(NR, "0");
+	write_str(SHMEM, "never");
+	shoal_store *s = open_huge(64 * MB, false, NULL);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, shoal_store_socket(s)));
+	expect_why(c, SHOAL_PAGES_4K, "--huge-pages", NULL);
+	const char *why;
+	CHECK_EQ(shoal_store_pages(s, &why), SHOAL_PAGES_4K);
+	shoal_disconnect(c);
+	shoal_store_close(s);
+	/* asked for, but nothing allows them: what would */
+	s = open_huge(64 * MB, true, NULL);
+	CHECK_OK(shoal_connect(&c, shoal_store_socket(s)));
+	expect_why(c, SHOAL_PAGES_4K, "vm.nr_hugepages", "shmem_enabled is never");
+	put(c, "a", 4 * MB, 1, 0);
+	CHECK_EQ(check_bytes(shoal_store_socket(s), "a", 4 * MB, 1), 0);
+	shoal_disconnect(c);
+	shoal_store_close(s);
+}
+
+SH_TEST(hugetlb_pages_hold_objects_and_fall_back_when_the_pool_is_short)
+{
+	settings_guarded();
+	write_str(SHMEM, "never");
+	set_pool(8); /* 16 MiB */
+	shoal_store *s = open_huge(256 * MB, true, NULL);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, shoal_store_socket(s)));
+	expect_why(c, SHOAL_PAGES_HUGETLB, "8 of the pool's 8 free", NULL);
+	/* 3 MiB takes two pages, charged whole; 1 MiB stays on 4 KiB pages */
+	put(c, "three", 3 * MB, 2, 0);
+	CHECK_EQ(check_bytes(shoal_store_socket(s), "three", 3 * MB, 2), 1);
+	CHECK_EQ(read_long(FREE), 6);
+	CHECK_EQ(stat_of(c).used, 4 * MB);
+	put(c, "one", 1 * MB, 3, 0);
+	CHECK_EQ(check_bytes(shoal_store_socket(s), "one", 1 * MB, 3), 0);
+	/* 14 MiB more than the pool has left: on 4 KiB pages, said in the log */
+	put(c, "big", 14 * MB, 4, 0);
+	CHECK_EQ(check_bytes(shoal_store_socket(s), "big", 14 * MB, 4), 0);
+	CHECK_EQ(read_long(FREE), 6);
+	/* a delete gives the pages back to the pool */
+	CHECK_OK(shoal_delete(c, "three"));
+	for (int i = 0; i < 500 && read_long(FREE) != 8; i++)
+		usleep(10000);
+	CHECK_EQ(read_long(FREE), 8);
+	shoal_disconnect(c);
+	shoal_store_close(s);
+}
+
+SH_TEST(thp_pages_hold_objects)
+{
+	settings_guarded();
+	write_str(NR, "0");
+	write_str(SHMEM, "advise");
+	shoal_store *s = open_huge(256 * MB, true, NULL);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, shoal_store_socket(s)));
+	expect_why(c, SHOAL_PAGES_THP, "shmem_enabled is advise", NULL);
+	long before = -1, after = -1;
+	char line[256];
+	FILE *f = fopen("/proc/meminfo", "r");
+	while (f && fgets(line, sizeof(line), f))
+		sscanf(line, "ShmemHugePages: %ld kB", &before);
+	fclose(f);
+	put(c, "a", 32 * MB, 5, 0);
+	f = fopen("/proc/meminfo", "r");
+	while (f && fgets(line, sizeof(line), f))
+		sscanf(line, "ShmemHugePages: %ld kB", &after);
+	fclose(f);
+	CHECK_EQ(check_bytes(shoal_store_socket(s), "a", 32 * MB, 5), 0);
+	/* the kernel may give fewer when memory is fragmented, not none */
+	if (after - before < 2048)
+		sh_test_fail(__FILE__, __LINE__,
+			     "ShmemHugePages grew by %ld kB for a 32 MiB object on THP",
+			     after - before);
+	shoal_disconnect(c);
+	shoal_store_close(s);
+}
+
+SH_TEST(seals_hold_on_hugetlb_pages)
+{
+	settings_guarded();
+	set_pool(4);
+	shoal_store *s = open_huge(64 * MB, true, NULL);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, shoal_store_socket(s)));
+	put(c, "sealed", 4 * MB, 6, 0);
+	CHECK_EQ(check_bytes(shoal_store_socket(s), "sealed", 4 * MB, 6), 1);
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(c, "sealed", &o));
+	const void *v;
+	size_t n;
+	CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &v, &n));
+	/* root's own attempts, through the mapping and the file behind it */
+	void *huge = (void *)((uintptr_t)v & ~(uintptr_t)(2 * MB - 1));
+	CHECK(mprotect(huge, 2 * MB, PROT_READ | PROT_WRITE) != 0);
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512], path[128] = "";
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)v >= lo &&
+		    (uintptr_t)v < hi)
+			snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", lo, hi);
+	}
+	fclose(f);
+	int fd = open(path, O_RDWR);
+	CHECK(fd >= 0);
+	CHECK(mmap(NULL, 4 * MB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED);
+	CHECK(pwrite(fd, "x", 1, 0) < 0);
+	CHECK(ftruncate(fd, 0) != 0);
+	CHECK(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 2 * MB) != 0);
+	close(fd);
+	CHECK_OK(shoal_object_release(o));
+	CHECK_EQ(check_bytes(shoal_store_socket(s), "sealed", 4 * MB, 6), 1);
+	shoal_disconnect(c);
+	shoal_store_close(s);
+}
+
+SH_TEST(a_hugetlb_object_persists_and_comes_back)
+{
+	settings_guarded();
+	set_pool(8);
+	char dir[64];
+	snprintf(dir, sizeof(dir), "/tmp/shoal-pages-XXXXXX");
+	CHECK(mkdtemp(dir) != NULL);
+	char state[96];
+	snprintf(state, sizeof(state), "%s/state", dir);
+	shoal_store *s = open_huge(64 * MB, true, state);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, shoal_store_socket(s)));
+	put(c, "kept", 6 * MB, 7, SHOAL_PERSIST);
+	CHECK_EQ(check_bytes(shoal_store_socket(s), "kept", 6 * MB, 7), 1);
+	shoal_disconnect(c);
+	shoal_store_close(s);
+	/* back on 4 KiB pages, from the file the hugetlb segment was copied to */
+	s = open_huge(64 * MB, false, state);
+	CHECK_OK(shoal_connect(&c, shoal_store_socket(s)));
+	CHECK_EQ(check_bytes(shoal_store_socket(s), "kept", 6 * MB, 7), 0);
+	shoal_disconnect(c);
+	shoal_store_close(s);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CHECK(system(cmd) == 0);
+}
+
+/* shoald on DIR/NAME.sock with peers on loopback and the secret, x its
+ * other options; n_peer gets where its peers connect. */
+static pid_t node_start(const char *dir, const char *name, const char *x, char *sock,
+			size_t slen, char *peer, size_t plen)
+{
+	char exe[4096], log[128];
+	sh_test_bin(exe, sizeof(exe), "tools/shoald");
+	snprintf(sock, slen, "%s/%s.sock", dir, name);
+	snprintf(log, sizeof(log), "%s/%s.log", dir, name);
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(fd, 2);
+		setenv("SHOAL_SECRET", "pages-test-secret-0123456789abcdef", 1);
+		unsetenv("SHOAL_SECRET_FILE");
+		execl(exe, exe, "--socket", sock, "--size", "256M", "--peer", "127.0.0.1:0",
+		      x ? x : (char *)NULL, (char *)NULL);
+		_exit(127);
+	}
+	char text[4096] = "";
+	for (int i = 0; i < 1000; i++) {
+		FILE *f = fopen(log, "r");
+		if (f) {
+			text[fread(text, 1, sizeof(text) - 1, f)] = 0;
+			fclose(f);
+		}
+		const char *p = strstr(text, "peers on ");
+		char fmt[16];
+		snprintf(fmt, sizeof(fmt), "%%%zu[0-9.:]", plen - 1);
+		if (p && sscanf(p + 9, fmt, peer) == 1)
+			return pid;
+		usleep(10000);
+	}
+	sh_test_fail(__FILE__, __LINE__, "shoald %s did not start:\n%s", name, text);
+}
+
+SH_TEST_T(a_copy_from_another_store_lands_on_huge_pages, 120)
+{
+	settings_guarded();
+	set_pool(64); /* 128 MiB: the object at a, a spare beside it, the copy at b */
+	char dir[64], sa[128], sb[128], pa[64], pb[64];
+	snprintf(dir, sizeof(dir), "/tmp/shoal-pages-XXXXXX");
+	CHECK(mkdtemp(dir) != NULL);
+	/* the source reads from huge pages, the destination receives into them */
+	pid_t a = node_start(dir, "a", "--huge-pages", sa, sizeof(sa), pa, sizeof(pa));
+	pid_t b = node_start(dir, "b", "--huge-pages", sb, sizeof(sb), pb, sizeof(pb));
+	shoal_client *ca, *cb;
+	CHECK_OK(shoal_connect(&ca, sa));
+	CHECK_OK(shoal_connect(&cb, sb));
+	expect_why(cb, SHOAL_PAGES_HUGETLB, "hugetlb", NULL);
+	shoal_id id = put(ca, "model", 40 * MB, 8, SHOAL_PERSIST);
+	CHECK_EQ(check_bytes(sa, "model", 40 * MB, 8), 1);
+	shoal_object *o;
+	CHECK_OK(shoal_get(ca, id, &o));
+	uint64_t sig = shoal_object_signature(o);
+	CHECK_OK(shoal_object_release(o));
+	for (int k = 0; k < 2; k++) {
+		/* a copy, then another after the first was deleted: its pages
+		 * went back to the pool */
+		shoal_migrate_opts mo = {.from = pa};
+		shoal_id got;
+		CHECK_OK(shoal_migrate(cb, "model", 0, &mo, &got));
+		CHECK_EQ(got, id);
+		shoal_client *cr; /* its own: a client keeps what it mapped a while */
+		CHECK_OK(shoal_connect(&cr, sb));
+		CHECK_OK(shoal_get(cr, id, &o));
+		CHECK_EQ(shoal_object_signature(o), sig);
+		CHECK_OK(shoal_object_release(o));
+		CHECK_OK(shoal_disconnect(cr));
+		if (check_bytes(sb, "model", 40 * MB, 8) != 1)
+			sh_test_fail(__FILE__, __LINE__, "copy %d is not on hugetlb pages (%ld free)",
+				     k + 1, read_long(FREE));
+		CHECK_OK(shoal_delete(cb, "model"));
+		for (int i = 0; i < 500 && stat_of(cb).objects; i++)
+			usleep(10000);
+	}
+	shoal_disconnect(ca);
+	shoal_disconnect(cb);
+	kill(a, SIGTERM);
+	kill(b, SIGTERM);
+	int st;
+	CHECK(waitpid(a, &st, 0) == a && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(waitpid(b, &st, 0) == b && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CHECK(system(cmd) == 0);
+}
