@@ -41,6 +41,8 @@ const char sh_bench_opts_usage[] =
 	"                   ring, py-store, py-rpc and cluster sweep nothing: asking\n"
 	"                   for the plot of one of them alone is an error\n"
 	"  --large          include the sizes that need many GiB of memory\n"
+	"  --only TEST      only the tests of that name in the suites that have it\n"
+	"                   (cluster: migrate, link, dedup, peer_loss, task_buffers)\n"
 	"Both paths are checked before the run. Tables: times show mean, std dev,\n"
 	"min (best) and max; rates the same with max (best); amounts one value.\n";
 
@@ -109,10 +111,18 @@ int sh_bench_parse_opts(int argc, char **argv, int first, sh_bench_opts *o, char
 					 o->plot);
 				return -1;
 			}
+		} else if (strncmp(a, "--only", 6) == 0 && (a[6] == '\0' || a[6] == '=')) {
+			err[0] = '\0';
+			o->only = opt_value(argc, argv, &i, "--only", err, errlen);
+			if (!o->only) {
+				if (!err[0])
+					snprintf(err, errlen, "--only= needs a test's name");
+				return -1;
+			}
 		} else if (a[0] == '-' && a[1] != '\0') {
 			snprintf(err, errlen,
 				 "unknown option '%s' (expected --quick, --json, --csv FILE, "
-				 "--plot FILE.svg or --large)",
+				 "--plot FILE.svg, --large or --only TEST)",
 				 a);
 			return -1;
 		} else {

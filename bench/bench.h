@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/types.h>
 
 /* ---- options ------------------------------------------------------------ */
@@ -23,7 +24,14 @@ typedef struct sh_bench_opts {
 	const char *csv;  /* write the results as CSV here, or NULL */
 	const char *plot; /* write an SVG plot here, or NULL */
 	int progress;	  /* say on stderr what runs (when it is a tty) */
+	const char *only; /* only this part of a suite that has parts; NULL: all */
 } sh_bench_opts;
+
+/* Whether part of a suite runs (--only). */
+static inline bool sh_bench_wants(const sh_bench_opts *o, const char *part)
+{
+	return !o->only || strcmp(o->only, part) == 0;
+}
 
 /* Nonzero when argv[1..] holds -h or --help. */
 int sh_bench_wants_help(int argc, char **argv);
@@ -42,7 +50,7 @@ extern const char sh_bench_opts_usage[];
 
 enum { SH_BENCH_OK = 0, SH_BENCH_FAILED = 1, SH_BENCH_SKIPPED = 2 };
 
-#define SH_BENCH_MAX_PARAMS 4
+#define SH_BENCH_MAX_PARAMS 8
 #define SH_BENCH_MAX_METRICS 16
 
 typedef struct sh_bench_param {
@@ -237,6 +245,34 @@ void sh_bench_rm_tree(const char *path);
 
 /* Monotonic clock in seconds. */
 double sh_bench_now(void);
+
+/* Makes kind ("4k", "thp", "hugetlb") available to stores started from
+ * now on, for bytes of segments: as root, grows the hugetlb pool or lets
+ * shmem take transparent huge pages, until sh_bench_pages_reset (or exit,
+ * or SIGINT/SIGTERM), which puts every setting back. 0, or -1 with why
+ * (not root, a kernel without them, a pool that did not grow): the row is
+ * then skipped with it. "4k" needs nothing. */
+int sh_bench_pages_set(const char *kind, uint64_t bytes, char *why, size_t whylen);
+void sh_bench_pages_reset(void);
+
+/* Two network namespaces of the run's own joined by a veth pair (see
+ * link.c): side 0 at addr[0], side 1 at addr[1]. name: "veth", or
+ * "veth-RATE" once shaped. */
+typedef struct sh_bench_link {
+	int home, ns[2], hold[2];
+	pid_t pid[2];
+	char addr[2][16];
+	char tc[64];
+	char name[32];
+} sh_bench_link;
+/* 0, or -1 with why (not root, no tc, no namespaces): the rows skip. */
+int sh_bench_link_up(sh_bench_link *l, char *why, size_t whylen);
+/* Shapes both ends to rate (tc's words: "4gbit"). */
+int sh_bench_link_shape(sh_bench_link *l, const char *rate, char *why, size_t whylen);
+/* The calling thread enters side's namespace (-1: the run's own again):
+ * what it starts from now on, and the sockets it makes, are there. */
+int sh_bench_link_enter(const sh_bench_link *l, int side);
+void sh_bench_link_down(sh_bench_link *l);
 
 /* ---- suites ------------------------------------------------------------- */
 
