@@ -64,10 +64,9 @@ static pid_t holder(int *ns, int *wr)
 }
 
 /* Runs a command (ip, tc) in namespace ns: its output in why on failure. */
-static int run_in(const sh_bench_link *l, int side, char *why, size_t whylen, const char *fmt,
-		  ...) __attribute__((format(printf, 5, 6)));
-static int run_in(const sh_bench_link *l, int side, char *why, size_t whylen, const char *fmt,
-		  ...)
+static int run_in(const sh_bench_link *l, int side, char *why, size_t whylen, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+static int run_in(const sh_bench_link *l, int side, char *why, size_t whylen, const char *fmt, ...)
 {
 	char cmd[512];
 	va_list ap;
@@ -108,8 +107,8 @@ int sh_bench_link_up(sh_bench_link *l, char *why, size_t whylen)
 		return -1;
 	}
 	const char *tc = access("/usr/sbin/tc", X_OK) == 0 ? "/usr/sbin/tc"
-			 : access("/sbin/tc", X_OK) == 0	  ? "/sbin/tc"
-							  : NULL;
+			 : access("/sbin/tc", X_OK) == 0   ? "/sbin/tc"
+							   : NULL;
 	if (!tc || access("/usr/sbin/ip", X_OK) != 0) {
 		snprintf(why, whylen, "no ip or tc (Debian's iproute2) to build the link");
 		return -1;
@@ -146,7 +145,8 @@ int sh_bench_link_shape(sh_bench_link *l, const char *rate, char *why, size_t wh
 	/* both ends: the data one way, the acknowledgements the other. A
 	 * burst of 4 MB covers a tick of the qdisc's timer at this rate. */
 	for (int i = 0; i < 2; i++)
-		if (run_in(l, i, why, whylen, "%s qdisc replace dev sh%d root tbf rate %s burst 4mb "
+		if (run_in(l, i, why, whylen,
+			   "%s qdisc replace dev sh%d root tbf rate %s burst 4mb "
 			   "latency 20ms",
 			   l->tc, i, rate) != 0)
 			return -1;

@@ -111,7 +111,8 @@ int sh_bench_pages_set(const char *kind, uint64_t bytes, char *why, size_t whyle
 		snprintf(b, sizeof(b), "%ld", now + (want > free_ ? want - free_ : 0));
 		if (write_str(NR, b) != 0 || read_long(FREE) < want) {
 			snprintf(why, whylen,
-				 "the hugetlb pool did not grow to %ld free pages of 2 MiB (%ld free): "
+				 "the hugetlb pool did not grow to %ld free pages of 2 MiB (%ld "
+				 "free): "
 				 "memory too fragmented or too small",
 				 want, read_long(FREE));
 			put_back();

@@ -513,7 +513,8 @@ static void bench_link(sh_bench_report *r, uint64_t bytes, const char *rate)
 		return;
 	}
 	set_rate(x, s, 3, bytes);
-	double shaped = sh_bench_metric_get(x, "mb_s", 0), free_ = sh_bench_metric_get(u, "mb_s", 0);
+	double shaped = sh_bench_metric_get(x, "mb_s", 0),
+	       free_ = sh_bench_metric_get(u, "mb_s", 0);
 	if (free_ > 0)
 		snprintf(x->aside, sizeof(x->aside), "%.2fx the unshaped veth", shaped / free_);
 	for (int k = 0; k <= 4; k++)
@@ -521,10 +522,10 @@ static void bench_link(sh_bench_report *r, uint64_t bytes, const char *rate)
 	cur_link = l.name;
 	/* the best memory this machine gives: huge pages when root can set
 	 * them up, else the default */
-	const char *pages = sh_bench_pages_set("hugetlb", 2 * (bytes + (64u << 20)), err,
-					       sizeof(err)) == 0
-				    ? "hugetlb"
-				    : "4k";
+	const char *pages =
+		sh_bench_pages_set("hugetlb", 2 * (bytes + (64u << 20)), err, sizeof(err)) == 0
+			? "hugetlb"
+			: "4k";
 	for (int plain = 1; plain >= 0; plain--) {
 		daemon_t a = {0}, b = {0};
 		uint64_t size = bytes + (64u << 20);

@@ -107,7 +107,8 @@ typedef struct shoal_store_opts {
 	 * free capacity (a create that needs it gives spares up first), so what
 	 * they cost is resident memory, not room. 0: none;
 	 * SHOAL_STORE_SPARES_AUTO (the default): half the capacity, at most
-	 * 1 GiB (a store of 2 GiB keeps one for a put of 1 GiB). */
+	 * 1 GiB (a store of 2 GiB keeps one for a put of 1 GiB); with reserve,
+	 * half the capacity whatever it is. */
 	size_t spares;
 	/* Segments of 2 MiB and more on huge pages: from the hugetlb pool
 	 * (vm.nr_hugepages) while it has free pages, else shmem's transparent

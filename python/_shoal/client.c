@@ -1141,10 +1141,12 @@ typedef struct {
 
 static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"size", "socket", NULL};
+	static char *kwlist[] = {"size", "socket", "huge_pages", "reserve", NULL};
 	unsigned long long size;
 	PyObject *sock = Py_None, *path = NULL;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "K|O:Store", kwlist, &size, &sock))
+	int huge = 0, reserve = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "K|O$pp:Store", kwlist, &size, &sock, &huge,
+					 &reserve))
 		return NULL;
 	if (size == 0 || size > SIZE_MAX / 2)
 		return sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "size is %llu: expected > 0",
@@ -1162,6 +1164,8 @@ static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	shoal_store_opts_init(&o);
 	o.size = (size_t)size;
 	o.socket_path = path ? PyBytes_AS_STRING(path) : NULL;
+	o.huge_pages = huge;
+	o.reserve = reserve;
 	int rc;
 	shoal_store *s = NULL;
 	PyThreadState *ts_ = PyEval_SaveThread();
@@ -1225,6 +1229,15 @@ static PyObject *store_closed(ShStore *self, void *unused)
 	return PyBool_FromLong(self->s == NULL);
 }
 
+static PyObject *store_pages(ShStore *self, void *why)
+{
+	if (!self->s)
+		return sh_py_raisef(ShClosed, SHOAL_ECLOSED, "the store is closed");
+	const char *w;
+	shoal_pages k = shoal_store_pages(self->s, &w);
+	return PyUnicode_FromString(why ? w : shoal_pages_name(k));
+}
+
 static PyMethodDef store_methods[] = {
 	{"close", (PyCFunction)store_close, METH_NOARGS,
 	 "close()\n\nStops serving: clients see Closed, objects are freed, the socket goes."},
@@ -1236,6 +1249,9 @@ static PyMethodDef store_methods[] = {
 static PyGetSetDef store_getset[] = {
 	{"socket", (getter)store_socket, NULL, "The socket clients connect to.", NULL},
 	{"closed", (getter)store_closed, NULL, "True after close().", NULL},
+	{"pages", (getter)store_pages, NULL,
+	 "What objects of 2 MiB and more live on: \"4k\", \"thp\" or \"hugetlb\".", NULL},
+	{"pages_why", (getter)store_pages, NULL, "Why, and how to enable better pages.", (void *)1},
 	{NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1243,8 +1259,9 @@ PyTypeObject ShStore_Type = {
 	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shoal._shoal.Store",
 	.tp_basicsize = sizeof(ShStore),
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-	.tp_doc = "Store(size, socket=None)\n\nA store served by a thread of this process "
-		  "(size: bytes of all blobs; socket: None for a fresh path).",
+	.tp_doc = "Store(size, socket=None, *, huge_pages=False, reserve=False)\n\nA store "
+		  "served by a thread of this process (size: bytes of all blobs; socket: None "
+		  "for a fresh path; huge_pages, reserve: shoald's --huge-pages, --reserve).",
 	.tp_new = store_new,
 	.tp_dealloc = (destructor)store_dealloc,
 	.tp_methods = store_methods,

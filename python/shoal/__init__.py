@@ -383,10 +383,27 @@ class Store:
         with shoal.Store(size=1 << 30) as store:
             client = store.connect()
 
-    Other processes connect to ``store.socket``; the store ends with ``close()``."""
+    Other processes connect to ``store.socket``; the store ends with ``close()``.
 
-    def __init__(self, size: int = 1 << 30, socket: Optional[str] = None) -> None:
-        self._s = _shoal.Store(size, socket)
+    ``huge_pages=True`` puts objects of 2 MiB and more on huge pages (shoald's
+    ``--huge-pages``: the hugetlb pool while it has room, else shmem's transparent huge
+    pages where ``shmem_enabled`` allows them, else 4 KiB pages); ``pages`` and
+    ``pages_why`` say which, and why. ``reserve=True`` touches ``size`` bytes of those
+    pages at start (shoald's ``--reserve``), so no put meets memory never touched."""
+
+    def __init__(self, size: int = 1 << 30, socket: Optional[str] = None, *,
+                 huge_pages: bool = False, reserve: bool = False) -> None:
+        self._s = _shoal.Store(size, socket, huge_pages=huge_pages, reserve=reserve)
+
+    @property
+    def pages(self) -> str:
+        """What objects of 2 MiB and more live on: "4k", "thp" or "hugetlb"."""
+        return str(self._s.pages)
+
+    @property
+    def pages_why(self) -> str:
+        """Why those pages, and how the system would allow better ones."""
+        return str(self._s.pages_why)
 
     @property
     def socket(self) -> str:

@@ -11,7 +11,16 @@ rpc`` (``shoal bench py-rpc``) is in shoal.bench_rpc and ``python3 -m shoal.benc
 - put_array: numpy arrays, MB/s and the ratio to memcpy (``numpy.copyto``) of the same
   size, with the kernel's huge-page mode for shared memory (``shmem_huge``), which
   decides most of it.
+- put_state_dict: a state dict of 1 000 torch tensors (1.21 GB; --quick 128 MiB) put,
+  against copying the same tensors into ones that exist (memcpy of the same bytes).
+- fetch_state_dict_first: that state dict fetched into a store just started (a second
+  shoald on loopback, encrypted), until it is torch tensors here; baseline: plain Python
+  sockets moving its bytes into a fresh bytearray.
 - readers: N processes holding the same tensor: what each adds (Uss) as a share of it.
+
+put_array, put_state_dict and fetch_state_dict_first run on the machine's default pages
+(``pages: 4k``), then, as root, on huge pages with ``--reserve`` (the hugetlb pool grown
+for them and put back after; skipped with the reason otherwise).
 
 Output as every shoal benchmark: a table for people, ``--json`` for machines (one object
 a result: suite, test, params, status, baseline, metrics with their unit in their name).
@@ -174,6 +183,144 @@ def state_dict(client: shoal.Client, tensors: int, total: int, rounds: int) -> N
     client.delete("bench-sd")
 
 
+def put_state_dict(client: shoal.Client, tensors: int, total: int, rounds: int,
+                   pages: str, reserve: bool) -> None:
+    """A put of a state dict of tensors against copying the same tensors into ones that
+    exist (memcpy of the same bytes); the best of rounds, the first one apart."""
+    try:
+        import torch
+    except ImportError:
+        result("put_state_dict", {}, {}, status="skipped", why="needs python3-torch")
+        return
+    sd = {"layers.%d.weight" % i: torch.rand(total // tensors // 4) for i in range(tensors)}
+    nbytes = sum(t.numel() * 4 for t in sd.values())
+    dst = {k: torch.empty_like(v) for k, v in sd.items()}
+
+    def copy() -> None:
+        for k, v in sd.items():
+            dst[k].copy_(v)
+    copy()  # the copies' pages faulted in, as the store's are once it holds them
+    memcpy = min(timed(copy, rounds))
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        oid = client.put(sd)
+        times.append((time.perf_counter_ns() - t0) / 1000)
+        client.delete(oid)
+        time.sleep(0.2)  # the store frees it (and makes a spare) between rounds
+    params = {"tensors": tensors, "bytes": nbytes, "pages": pages, "reserve": reserve}
+    best = min(times[1:]) if len(times) > 1 else times[0]
+    result("put_state_dict", params, {"mb_s": nbytes / best, "best_us": best,
+                                      "first_us": times[0], "ratio_vs_memcpy": memcpy / best})
+    result("put_state_dict", params, {"mb_s": nbytes / memcpy, "best_us": memcpy},
+           baseline=True, impl="memcpy")
+
+
+def _shoald_start(d: str, name: str, size: int, *extra: str) -> Any:
+    """A shoald of this build on d/name.sock with peers on loopback, once it serves:
+    (its Popen, its socket, where its peers connect)."""
+    exe = os.environ.get("SHOAL_SHOALD") or "shoald"
+    sock, log = os.path.join(d, name + ".sock"), os.path.join(d, name + ".log")
+    with open(log, "w") as lf:
+        p = subprocess.Popen([exe, "--socket", sock, "--size", str(size), "--peer", "127.0.0.1:0",
+                              *extra], stderr=lf, stdin=subprocess.DEVNULL)
+    for _ in range(6000):
+        with open(log) as lf:
+            text = lf.read()
+        if "peers on " in text:
+            peer = text.split("peers on ", 1)[1].split()[0].rstrip(",")
+            return p, sock, peer.split(" ")[0].rstrip(")")
+        if p.poll() is not None:
+            raise RuntimeError("shoald exited at start: " + text.strip()[-300:])
+        time.sleep(0.02)
+    p.kill()
+    raise RuntimeError("shoald did not start")
+
+
+def _tcp_copy(nbytes: int) -> float:
+    """Seconds for plain Python sockets to move nbytes from another process into a fresh
+    bytearray here, on loopback."""
+    import socket
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    code = """
+        import socket, sys
+        n = int(sys.argv[2]); buf = bytearray(b"\\7") * (1 << 20)
+        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+        view = memoryview(buf)
+        while n:
+            k = min(n, len(buf)); s.sendall(view[:k]); n -= k
+        s.close()
+    """
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(shoal.__file__)))
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code),
+                          str(ls.getsockname()[1]), str(nbytes)], env=env)
+    c, _ = ls.accept()
+    t0 = time.perf_counter()
+    dst = bytearray(nbytes)
+    view, got = memoryview(dst), 0
+    while got < nbytes:
+        k = c.recv_into(view[got:], min(nbytes - got, 4 << 20))
+        if k == 0:
+            break
+        got += k
+    t = time.perf_counter() - t0
+    c.close()
+    ls.close()
+    p.wait()
+    if got != nbytes:
+        raise RuntimeError("plain TCP: %d of %d bytes came" % (got, nbytes))
+    return t
+
+
+def fetch_state_dict(tensors: int, total: int, pages: str, reserve: bool) -> None:
+    """The first fetch of a state dict into a store just started (another shoald on
+    loopback, encrypted as by default), until its tensors are torch tensors here,
+    against plain TCP moving its bytes into a fresh bytearray in the same run."""
+    try:
+        import torch
+    except ImportError:
+        result("fetch_state_dict_first", {}, {}, status="skipped", why="needs python3-torch")
+        return
+    extra = (["--huge-pages"] if pages != "4k" else []) + (["--reserve"] if reserve else [])
+    secret = os.urandom(16).hex()
+    os.environ["SHOAL_SECRET"] = secret
+    sd = {"layers.%d.weight" % i: torch.rand(total // tensors // 4) for i in range(tensors)}
+    nbytes = sum(t.numel() * 4 for t in sd.values())
+    params = {"tensors": tensors, "bytes": nbytes, "encrypted": True, "pages": pages,
+              "reserve": reserve}
+    procs = []
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            size = nbytes + (256 << 20)
+            a, asock, apeer = _shoald_start(d, "a", size, *extra)
+            procs.append(a)
+            ca = shoal.connect(asock)
+            ca.put(sd, name="bench-sd-fetch")
+            b, bsock, _ = _shoald_start(d, "b", size, *extra)
+            procs.append(b)
+            cb = shoal.connect(bsock, timeout=600)
+            t0 = time.perf_counter()
+            got = cb.get("bench-sd-fetch", fetch=True, source=apeer, framework="torch")
+            t = time.perf_counter() - t0
+            assert len(got) == tensors
+            del got
+            cb.close()
+            ca.close()
+        tcp = min(_tcp_copy(nbytes) for _ in range(2))
+        result("fetch_state_dict_first", params, {"s": t, "mb_s": nbytes / t / 1e6,
+                                                  "ratio_vs_tcp_copy": t / tcp})
+        result("fetch_state_dict_first", {"bytes": nbytes}, {"s": tcp, "mb_s": nbytes / tcp / 1e6},
+               baseline=True, impl="python_tcp")
+    except (RuntimeError, OSError, shoal.Error) as e:
+        result("fetch_state_dict_first", params, {}, status="failed", why=str(e))
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait()
+
+
 def shmem_huge() -> str:
     """The kernel's huge-page mode for shared memory: a put into 4 KiB pages ("never",
     the default) allocates 16 times more pages than into 64 KiB ones, 512 times more
@@ -186,7 +333,64 @@ def shmem_huge() -> str:
         return "unknown"
 
 
-def put_array(client: shoal.Client, sizes: List[int], rounds: int) -> None:
+NR_HUGEPAGES = "/proc/sys/vm/nr_hugepages"
+FREE_HUGEPAGES = "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
+SHMEM_ENABLED = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+
+
+class HugePages:
+    """As root, the hugetlb pool grown to hold nbytes for the rows inside ``with``, its
+    pages touched once (as each host's store would with --reserve), and put back when
+    they end, fail or are interrupted (atexit and SIGTERM too). ``why`` says why not
+    (not root, no pool, memory too fragmented): the rows are then skipped with it."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes, self.saved, self.why = nbytes, None, ""
+
+    def __enter__(self) -> "HugePages":
+        import atexit
+        import signal
+        if os.geteuid() != 0:
+            self.why = "huge pages are set up by root only"
+            return self
+        try:
+            with open(NR_HUGEPAGES) as f:
+                self.saved = int(f.read())
+            with open(FREE_HUGEPAGES) as f:
+                free = int(f.read())
+            want = (self.nbytes + (2 << 20) - 1) >> 21
+            with open(NR_HUGEPAGES, "w") as f:
+                f.write(str(self.saved + max(0, want - free)))
+            atexit.register(self.restore)
+            signal.signal(signal.SIGTERM, lambda *_: (self.restore(), os._exit(143)))
+            with open(FREE_HUGEPAGES) as f:
+                if int(f.read()) < want:
+                    self.why = "the hugetlb pool did not grow to %d pages" % want
+                    self.restore()
+                    return self
+            fd = os.memfd_create("bench-pool", os.MFD_HUGETLB)
+            try:
+                os.ftruncate(fd, want << 21)
+                os.posix_fallocate(fd, 0, want << 21)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            self.why = "no hugetlb pool here: %s" % e
+            self.restore()
+        return self
+
+    def restore(self) -> None:
+        if self.saved is not None:
+            with open(NR_HUGEPAGES, "w") as f:
+                f.write(str(self.saved))
+            self.saved = None
+
+    def __exit__(self, *exc: Any) -> None:
+        self.restore()
+
+
+def put_array(client: shoal.Client, sizes: List[int], rounds: int,
+              pages: str = "4k", reserve: bool = False) -> None:
     import numpy as np
     huge = shmem_huge()
     for size in sizes:
@@ -201,7 +405,7 @@ def put_array(client: shoal.Client, sizes: List[int], rounds: int) -> None:
             best.append((time.perf_counter_ns() - t0) / 1000)
             client.delete(oid)
         t = min(best)
-        params = {"bytes": size, "shmem_huge": huge}
+        params = {"bytes": size, "pages": pages, "reserve": reserve, "shmem_huge": huge}
         result("put_array", params, {"mb_s": size / t, "best_us": t,
                                      "ratio_vs_memcpy": memcpy / t})
         result("put_array", params, {"mb_s": size / memcpy, "best_us": memcpy},
@@ -291,10 +495,49 @@ def table(out) -> None:
     if pa:
         parts.append("put_array from 64 MiB %.2f-%.2f of memcpy, shared memory huge pages: %s "
                      "(goal >= 0.5)" % (min(pa), max(pa), shmem_huge()))
+    for r in RESULTS:
+        if r["status"] != "ok" or r["baseline"]:
+            continue
+        m, pp = r["metrics"], r["params"]
+        if r["test"] == "put_array" and pp["bytes"] >= 1 << 30:
+            parts.append("put_array 1 GiB on %s pages%s %.2f of memcpy (goal >= %s)" % (
+                pp["pages"], " with --reserve" if pp["reserve"] else "",
+                m["ratio_vs_memcpy"], "0.9" if pp["reserve"] else "0.6"))
+        elif r["test"] == "put_state_dict":
+            parts.append("put_state_dict (%d tensors) on %s pages %.2f of memcpy (goal >= 0.8)"
+                         % (pp["tensors"], pp["pages"], m["ratio_vs_memcpy"]))
+        elif r["test"] == "fetch_state_dict_first":
+            parts.append("first fetch of it into a fresh store on %s pages %.2fx a plain TCP "
+                         "copy (goal <= 1.25)" % (pp["pages"], m["ratio_vs_tcp_copy"]))
     rd = [m["uss_per_reader_pct"] for (t, i), m in ok.items() if t == "readers"]
     if rd:
         parts.append("a reader adds %.3f%% of the tensor at most (goal <= 1%%)" % max(rd))
     print("summary: " + "; ".join(parts), file=out)
+
+
+def huge_rows(a: Any, sizes: List[int], sd_bytes: int, d: str) -> None:
+    """The same puts into a store on huge pages with --reserve, and the first fetch of a
+    state dict on the default pages and on huge ones."""
+    fetch_state_dict(1000, sd_bytes, "4k", False)
+    size = (3 << 30) if not a.quick else (1 << 30)
+    # the store's capacity, a spare as large as the largest put beside it, and the
+    # fetch's two stores each holding the state dict
+    with HugePages(size + max(sizes) + 2 * sd_bytes + (64 << 20)) as hp:
+        if hp.why:
+            for t in ("put_array", "put_state_dict", "fetch_state_dict_first"):
+                result(t, {"pages": "hugetlb", "reserve": True}, {}, status="skipped",
+                       why=hp.why)
+            return
+        store = shoal.Store(size=size, socket=os.path.join(d, "h.sock"), huge_pages=True,
+                            reserve=True)
+        try:
+            client = store.connect()
+            put_array(client, sizes, 3 if a.quick else 10, store.pages, True)
+            put_state_dict(client, 1000, sd_bytes, 3 if a.quick else 5, store.pages, True)
+            client.close()
+        finally:
+            store.close()
+        fetch_state_dict(1000, sd_bytes, "hugetlb", True)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -326,12 +569,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             state_dict(client, 1100, (128 << 20) if a.quick else (2 << 30), 3 if a.quick else 5)
             sizes = [1 << 20, 64 << 20] + ([1 << 30] if a.large or not a.quick else [])
             put_array(client, sizes, 3 if a.quick else 10)
+            sd_bytes = (128 << 20) if a.quick else 1210 * 10**6
+            put_state_dict(client, 1000, sd_bytes, 3 if a.quick else 5, "4k", False)
             readers(client, [1, 5] if a.quick else [1, 5, 20, 50],
                     (64 << 20) if a.quick else (256 << 20))
             client.close()
         finally:
             if store:
                 store.close()
+        if not a.socket:
+            huge_rows(a, sizes, sd_bytes, d)
     if a.json:
         for r in RESULTS:
             print(json.dumps(r))

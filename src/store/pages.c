@@ -66,8 +66,8 @@ static void shmem_thp(char *out, size_t n)
 
 static bool thp_allowed(const char *mode)
 {
-	return !strcmp(mode, "always") || !strcmp(mode, "within_size") ||
-	       !strcmp(mode, "advise") || !strcmp(mode, "force");
+	return !strcmp(mode, "always") || !strcmp(mode, "within_size") || !strcmp(mode, "advise") ||
+	       !strcmp(mode, "force");
 }
 
 void sh_pages_choose(sh_pages *p, bool want_huge)
@@ -79,9 +79,10 @@ void sh_pages_choose(sh_pages *p, bool want_huge)
 	long total = read_long(HUGETLB_DIR "nr_hugepages"),
 	     free_ = read_long(HUGETLB_DIR "free_hugepages");
 	if (!want_huge) {
-		snprintf(p->why, sizeof(p->why),
-			 "4 KiB pages, the default (--huge-pages asks for huge ones, which a put or "
-			 "a copy from another store fills several times faster on a VM)");
+		snprintf(
+			p->why, sizeof(p->why),
+			"4 KiB pages, the default (--huge-pages asks for huge ones, which a put or "
+			"a copy from another store fills several times faster on a VM)");
 		return;
 	}
 	if (free_ > 0) {
@@ -144,7 +145,8 @@ int sh_pages_segment(const sh_pages *p, const char *name, uint64_t size, int *fd
 		int h = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
 		/* fallocate takes the pages from the pool now, or fails: a
 		 * page taken at a client's fault instead would be SIGBUS there */
-		if (h >= 0 && ftruncate(h, (off_t)want) == 0 && fallocate(h, 0, 0, (off_t)want) == 0) {
+		if (h >= 0 && ftruncate(h, (off_t)want) == 0 &&
+		    fallocate(h, 0, 0, (off_t)want) == 0) {
 			*fd = h;
 			*got_size = want;
 			*kind = SHOAL_PAGES_HUGETLB;

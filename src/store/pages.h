@@ -19,7 +19,7 @@
 
 typedef struct sh_pages {
 	shoal_pages kind;
-	char why[256]; /* what was chosen, why, and how to enable a better kind */
+	char why[256];	 /* what was chosen, why, and how to enable a better kind */
 	bool short_said; /* a segment the pool could not hold was logged */
 } sh_pages;
 

@@ -1979,8 +1979,11 @@ int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
 	sh_pages_choose(&s->pages, s->opts.huge_pages);
 	int rc = make_arena(s);
 	uint64_t spares = s->opts.spares;
+	/* with --reserve the memory is the store's to hold: spares up to half
+	 * of it, whatever their size (a checkpoint of several GiB) */
 	if (spares == SHOAL_STORE_SPARES_AUTO)
-		spares = s->capacity / 2 < (1ull << 30) ? s->capacity / 2 : (1ull << 30);
+		spares = s->opts.reserve || s->capacity / 2 < (1ull << 30) ? s->capacity / 2
+									   : (1ull << 30);
 	if (rc == 0 && spares >= SH_SPARE_MIN)
 		rc = sh_spares_start(&s->spares, spares, &s->pages);
 	/* the capacity's first touch at start, before a client can ask */
