@@ -400,7 +400,8 @@ SH_TEST_T(eight_asks_for_one_object_make_one_transfer, 240)
 typedef struct during {
 	node *a, *b;
 	bool seen;
-	shoal_store_stat mid;
+	shoal_store_stat mid, coming; /* the source's after the delete; the destination's */
+	uint64_t total;
 } during;
 
 static void delete_meanwhile(void *arg, uint64_t got, uint64_t total)
@@ -409,6 +410,8 @@ static void delete_meanwhile(void *arg, uint64_t got, uint64_t total)
 	if (d->seen || got == 0 || got >= total)
 		return;
 	d->seen = true;
+	d->total = total;
+	d->coming = stat_of(d->b); /* the transfer, as the destination's STAT shows it */
 	/* both stores serve their clients while the bytes move: a put and a
 	 * get at each, well within a second (a generous bound) */
 	node *both[2] = {d->a, d->b};
@@ -452,6 +455,12 @@ SH_TEST_T(a_delete_at_the_source_waits_for_the_transfer, 240)
 			     "%zu MiB came in under 100 ms: no moment to delete during the "
 			     "transfer",
 			     size >> 20);
+	/* the destination showed it coming, with its rate */
+	CHECK_EQ(d.coming.migrating, 1u);
+	CHECK_EQ(d.coming.incoming_total, d.total);
+	CHECK(d.coming.incoming_bytes > 0 && d.coming.incoming_bytes <= d.total);
+	CHECK(d.coming.incoming_rate > 0);
+	CHECK_EQ(stat_of(&b).incoming_total, 0u);
 	/* meanwhile: the name gone, the object held for the transfer */
 	CHECK_EQ(d.mid.names, 0u);
 	CHECK_EQ(d.mid.objects, 1u);

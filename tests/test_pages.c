@@ -351,8 +351,8 @@ SH_TEST(a_hugetlb_object_persists_and_comes_back)
 
 /* shoald on DIR/NAME.sock with peers on loopback and the secret, x its
  * other options; n_peer gets where its peers connect. */
-static pid_t node_start(const char *dir, const char *name, const char *x, char *sock,
-			size_t slen, char *peer, size_t plen)
+static pid_t node_start(const char *dir, const char *name, const char *x, char *sock, size_t slen,
+			char *peer, size_t plen)
 {
 	char exe[4096], log[128];
 	sh_test_bin(exe, sizeof(exe), "tools/shoald");
@@ -422,8 +422,9 @@ SH_TEST_T(a_copy_from_another_store_lands_on_huge_pages, 120)
 		CHECK_OK(shoal_object_release(o));
 		CHECK_OK(shoal_disconnect(cr));
 		if (check_bytes(sb, "model", 40 * MB, 8) != 1)
-			sh_test_fail(__FILE__, __LINE__, "copy %d is not on hugetlb pages (%ld free)",
-				     k + 1, read_long(FREE));
+			sh_test_fail(__FILE__, __LINE__,
+				     "copy %d is not on hugetlb pages (%ld free)", k + 1,
+				     read_long(FREE));
 		CHECK_OK(shoal_delete(cb, "model"));
 		for (int i = 0; i < 500 && stat_of(cb).objects; i++)
 			usleep(10000);

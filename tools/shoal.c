@@ -895,6 +895,13 @@ static int cmd_stat(int argc, char **argv)
 	       " objects (%s) from them, %" PRIu64 " on their way\n",
 	       st.sent, sh_tools_fmt_bytes(st.sent_bytes, b3, sizeof(b3)), st.fetched,
 	       sh_tools_fmt_bytes(st.fetched_bytes, b4, sizeof(b4)), st.migrating);
+	if (st.incoming_total) {
+		char b5[32], b6[32], b7[32];
+		printf("coming:    %s of %s, at %s/s\n",
+		       sh_tools_fmt_bytes(st.incoming_bytes, b5, sizeof(b5)),
+		       sh_tools_fmt_bytes(st.incoming_total, b6, sizeof(b6)),
+		       sh_tools_fmt_bytes(st.incoming_rate, b7, sizeof(b7)));
+	}
 	printf("pages:     %s (%s)\n", shoal_pages_name(st.pages), st.pages_why);
 	if (st.registry)
 		printf("cluster:   %" PRIu64 " stores; etcd %s\n", st.peers,

@@ -237,6 +237,9 @@ typedef struct shoal_store_stat {
 	 * its watch sees them, and 1 while etcd answers, 2 while it does not;
 	 * 0 and 0 without */
 	uint64_t peers, registry;
+	/* the copies on their way here (migrating): bytes received so far of
+	 * their total, and their rate (bytes a second, since their bytes began) */
+	uint64_t incoming_bytes, incoming_total, incoming_rate;
 	shoal_pages pages;   /* what segments of 2 MiB and more live on */
 	char pages_why[256]; /* why, and how to enable a better kind */
 } shoal_store_stat;

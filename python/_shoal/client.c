@@ -939,15 +939,19 @@ static PyObject *client_stat(ShClient *self, PyObject *args, PyObject *kw)
 	    parse_timeout(timeout, &tmo) != 0 || call(self, do_stat, &st, tmo) != 0)
 		return NULL;
 	return Py_BuildValue(
-		"{sKsKsKsKsKsKsKsKsKsKsKsKsKssss}", "capacity", (unsigned long long)st.capacity,
-		"used", (unsigned long long)st.used, "objects", (unsigned long long)st.objects,
-		"names", (unsigned long long)st.names, "clients", (unsigned long long)st.clients,
-		"pending_frees", (unsigned long long)st.pending_frees, "sent",
-		(unsigned long long)st.sent, "sent_bytes", (unsigned long long)st.sent_bytes,
-		"fetched", (unsigned long long)st.fetched, "fetched_bytes",
+		"{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKssss}", "capacity",
+		(unsigned long long)st.capacity, "used", (unsigned long long)st.used, "objects",
+		(unsigned long long)st.objects, "names", (unsigned long long)st.names, "clients",
+		(unsigned long long)st.clients, "pending_frees",
+		(unsigned long long)st.pending_frees, "sent", (unsigned long long)st.sent,
+		"sent_bytes", (unsigned long long)st.sent_bytes, "fetched",
+		(unsigned long long)st.fetched, "fetched_bytes",
 		(unsigned long long)st.fetched_bytes, "migrating", (unsigned long long)st.migrating,
 		"peers", (unsigned long long)st.peers, "registry", (unsigned long long)st.registry,
-		"pages", shoal_pages_name(st.pages), "pages_why", st.pages_why);
+		"incoming_bytes", (unsigned long long)st.incoming_bytes, "incoming_total",
+		(unsigned long long)st.incoming_total, "incoming_rate",
+		(unsigned long long)st.incoming_rate, "pages", shoal_pages_name(st.pages),
+		"pages_why", st.pages_why);
 }
 
 static int do_claim(ShClient *c, void *arg)
@@ -1028,7 +1032,27 @@ typedef struct mig_job {
 	shoal_id id, out;
 	const char *name;
 	shoal_migrate_opts o;
+	PyObject *progress;		/* a callable(received, total), or NULL */
+	PyObject *etype, *evalue, *etb; /* what it raised first */
 } mig_job;
+
+/* Calls the Python progress callback from the migrating thread, which let
+ * go of the GIL: it takes it for the call. What it raises ends nothing
+ * here (the copy goes on); the first exception is raised by migrate. */
+static void mig_progress(void *arg, uint64_t received, uint64_t total)
+{
+	mig_job *j = arg;
+	PyGILState_STATE g = PyGILState_Ensure();
+	if (!j->etype) {
+		PyObject *r = PyObject_CallFunction(j->progress, "KK", (unsigned long long)received,
+						    (unsigned long long)total);
+		if (r)
+			Py_DECREF(r);
+		else
+			PyErr_Fetch(&j->etype, &j->evalue, &j->etb);
+	}
+	PyGILState_Release(g);
+}
 
 static int do_migrate(ShClient *c, void *arg)
 {
@@ -1038,13 +1062,13 @@ static int do_migrate(ShClient *c, void *arg)
 
 static PyObject *client_migrate(ShClient *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"key", "source", "streams", "timeout", NULL};
-	PyObject *key, *source, *timeout = NULL;
+	static char *kwlist[] = {"key", "source", "streams", "progress", "timeout", NULL};
+	PyObject *key, *source, *timeout = NULL, *progress = Py_None;
 	unsigned int streams = 0;
 	int64_t tmo;
 	mig_job j = {0};
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|I$O:migrate", kwlist, &key, &source,
-					 &streams, &timeout) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|I$OO:migrate", kwlist, &key, &source,
+					 &streams, &progress, &timeout) ||
 	    parse_timeout(timeout, &tmo) != 0 || parse_key(key, &j.id, &j.name) != 0 ||
 	    !(j.o.from = sh_py_cstr(source, "source")))
 		return NULL;
@@ -1054,7 +1078,26 @@ static PyObject *client_migrate(ShClient *self, PyObject *args, PyObject *kw)
 		return NULL;
 	}
 	j.o.streams = streams;
-	if (call(self, do_migrate, &j, tmo) != 0)
+	if (progress != Py_None) {
+		if (!PyCallable_Check(progress)) {
+			PyErr_Format(PyExc_TypeError,
+				     "progress: expected a callable(received, total), got %s",
+				     Py_TYPE(progress)->tp_name);
+			return NULL;
+		}
+		j.progress = progress;
+		j.o.progress = mig_progress;
+		j.o.progress_arg = &j;
+	}
+	int rc = call(self, do_migrate, &j, tmo);
+	if (j.etype) {
+		/* the callback's exception, over the copy's own outcome */
+		if (rc)
+			PyErr_Clear();
+		PyErr_Restore(j.etype, j.evalue, j.etb);
+		return NULL;
+	}
+	if (rc != 0)
 		return NULL;
 	return PyLong_FromUnsignedLongLong(j.out);
 }
@@ -1083,8 +1126,9 @@ static PyMethodDef client_methods[] = {
 	{"get", KW client_get, METH_FASTCALL | METH_KEYWORDS,
 	 "get(key, *, timeout=) -> Object\n\nMaps the object with this id (int) or name (str)."},
 	{"migrate", KW client_migrate, METH_VARARGS | METH_KEYWORDS,
-	 "migrate(key, source, streams=0, *, timeout=None): copies the object of another "
-	 "host's store at source (HOST:PORT) into this one; its id here (the same)"},
+	 "migrate(key, source, streams=0, *, progress=None, timeout=None): copies the object "
+	 "of another host's store at source (HOST:PORT) into this one; its id here (the "
+	 "same). progress(received, total) is called about every 100 ms while bytes come."},
 	{"delete", KW client_delete, METH_FASTCALL | METH_KEYWORDS,
 	 "delete(key, *, timeout=)\n\nDeletes the object with this id or name; readers keep "
 	 "reading."},

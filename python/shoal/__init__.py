@@ -18,7 +18,7 @@ import sys
 # 15 ms, which an isolated extension's start would pay.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+    from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _shoal
 from ._shoal import (
@@ -225,6 +225,7 @@ class Client:
 
     # -- getting ---------------------------------------------------------------
     def migrate(self, key: Key, source: str, *, streams: int = 0,
+                progress: Optional[Callable[[int, int], None]] = None,
                 timeout: CallTimeout = CONNECTION_TIMEOUT) -> ObjectID:
         """Copies the object ``key`` (a name or an id) of another host's store into this
         one and returns its id (the same as there). ``source`` is that store's
@@ -233,11 +234,15 @@ class Client:
         own shared memory in one region, keeps its id, signature and name (when free
         here), and later gets here are local. Many asks for one object share one
         transfer; an object already here costs nothing. ``streams``: TCP links at once (0:
-        the store's choice). Blocks until the copy is here, at most ``timeout``."""
-        return ObjectID(self._c.migrate(key, source, streams, **_tmo(timeout)))
+        the store's choice). ``progress(received, total)`` is called about every 100 ms
+        while bytes come, in this thread (an exception it raises is raised here once the
+        copy ends). Blocks until the copy is here, at most ``timeout``."""
+        return ObjectID(self._c.migrate(key, source, streams, progress=progress,
+                                        **_tmo(timeout)))
 
     def get(self, key: Key, *, framework: Optional[str] = "numpy", copy: bool = False,
             fetch: bool = False, source: Optional[str] = None,
+            progress: Optional[Callable[[int, int], None]] = None,
             timeout: CallTimeout = CONNECTION_TIMEOUT) -> Any:
         """Gets an object by id or name, mapped read-only without a copy: a tensor as a
         numpy array (``framework="numpy"``, not writable), a torch tensor
@@ -250,13 +255,16 @@ class Client:
         of another host's store is copied into this one first (``migrate``) from
         ``source`` (``HOST:PORT``); without ``source``, from where the store's cluster
         registry says it is (a shoald with ``--meta etcd`` does that for every get, or
-        ``--peers-file``). ``timeout``: as for ``put``, the copy included."""
+        ``--peers-file``). ``progress``: as for ``migrate``, with ``source``. ``timeout``:
+        as for ``put``, the copy included."""
         if framework not in ("numpy", "torch", None):
             raise InvalidInput("framework %r: expected 'numpy', 'torch' or None" % (framework,))
         if source is not None and not fetch:
             raise InvalidInput("source=%r goes with fetch=True" % (source,))
+        if progress is not None and source is None:
+            raise InvalidInput("progress goes with fetch=True and a source")
         if fetch and source is not None:
-            self.migrate(key, source, timeout=timeout)
+            self.migrate(key, source, progress=progress, timeout=timeout)
         obj = self._c.get(key) if timeout is CONNECTION_TIMEOUT else \
             self._c.get(key, timeout=timeout)
         try:

@@ -78,6 +78,7 @@ struct mig {
 	uint64_t region_total; /* the same, the store's */
 	char why[512];
 	_Atomic uint64_t received;
+	int64_t bytes_at;  /* when its bytes began to come (MIG_BYTES) */
 	uint64_t tickets;  /* asks told to come back */
 	uint32_t users;	   /* requests waiting on it now */
 	int64_t done_at;   /* when it finished */
@@ -213,6 +214,7 @@ static void on_meta(shoal_store *s, sh_st_mail *m)
 	s->incoming += charged;
 	g->reserved = charged;
 	g->region_total = g->total;
+	g->bytes_at = shoal_now_ns();
 	g->state = MIG_BYTES;
 	answer(g, 0);
 }
@@ -946,6 +948,21 @@ int sh_st_fetch(st_conn *c, const char *name, size_t nl, uint64_t id, const char
 			(int)x->nl, x->name);
 	migs_reap(s);
 	return rc;
+}
+
+void sh_migs_progress(shoal_store *s, uint64_t *received, uint64_t *total, uint64_t *rate)
+{
+	*received = *total = *rate = 0;
+	int64_t now = shoal_now_ns();
+	for (mig *g = s->migs ? s->migs->list : NULL; g; g = g->next) {
+		if (g->state != MIG_BYTES)
+			continue;
+		uint64_t r = atomic_load(&g->received);
+		*received += r;
+		*total += g->region_total;
+		if (now > g->bytes_at)
+			*rate += (uint64_t)((double)r * 1e9 / (double)(now - g->bytes_at));
+	}
 }
 
 /* ---- requests ---- */

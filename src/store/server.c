@@ -1237,7 +1237,9 @@ static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
 	uint64_t peers;
 	bool up;
 	sh_reg_stat(s, &peers, &up);
-	msgpack_pack_array(&pk, 15);
+	uint64_t in_got, in_total, in_rate;
+	sh_migs_progress(s, &in_got, &in_total, &in_rate);
+	msgpack_pack_array(&pk, 18);
 	msgpack_pack_uint64(&pk, s->capacity);
 	msgpack_pack_uint64(&pk, s->used);
 	msgpack_pack_uint64(&pk, s->nobjs);
@@ -1251,6 +1253,9 @@ static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
 	msgpack_pack_uint64(&pk, s->migrating);
 	msgpack_pack_uint64(&pk, peers);
 	msgpack_pack_uint64(&pk, s->reg ? (up ? 1 : 2) : 0);
+	msgpack_pack_uint64(&pk, in_got);
+	msgpack_pack_uint64(&pk, in_total);
+	msgpack_pack_uint64(&pk, in_rate);
 	msgpack_pack_uint64(&pk, (uint64_t)s->pages.kind);
 	size_t wl = strlen(s->pages.why);
 	msgpack_pack_str(&pk, wl);

@@ -184,6 +184,9 @@ typedef struct sh_mig_reply {
  * status), SHOAL_EPROTO or SHOAL_EBADMSG. */
 int sh_mig_parse_reply(const void *buf, size_t len, sh_mig_reply *out, sh_bump *a, char *why,
 		       size_t whylen);
+/* The copies whose bytes are on their way here: bytes received of their
+ * total, and the sum of their rates since their bytes began (bytes/s). */
+void sh_migs_progress(shoal_store *s, uint64_t *received, uint64_t *total, uint64_t *rate);
 int sh_migs_start(shoal_store *s);
 void sh_migs_stop(shoal_store *s);
 void sh_migs_free(shoal_store *s);

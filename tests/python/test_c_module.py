@@ -191,6 +191,9 @@ def test_names_delete_persist_stat(client, store):
         "migrating",
         "peers",
         "registry",
+        "incoming_bytes",
+        "incoming_total",
+        "incoming_rate",
         "pages",
         "pages_why",
     }

@@ -43,3 +43,27 @@ def test_migrate_of_nothing_says_where_it_looked(two_stores):
         assert a.peer in str(e.value)
         with pytest.raises(shoal.Error):
             cb.migrate("nothing", "127.0.0.1:1")  # nobody there
+
+
+def test_migrate_reports_progress_and_its_callbacks_errors(two_stores):
+    a, b = two_stores
+    with shoal.Client(a.sock) as ca, shoal.Client(b.sock, timeout=120) as cb:
+        big = np.ones(384 << 20, dtype=np.uint8)  # longer than a report's 100 ms here
+        ca.put(big, name="big")
+        seen = []
+        cb.migrate("big", a.peer, progress=lambda got, total: seen.append((got, total)))
+        assert seen, "no progress in a transfer of 384 MiB"
+        assert all(t == big.nbytes and 0 <= g <= t for g, t in seen)
+        assert [g for g, _ in seen] == sorted(g for g, _ in seen)
+        cb.delete("big")
+
+        def fails(got, total):
+            raise KeyError("from the callback")
+        with pytest.raises(KeyError, match="from the callback"):
+            cb.migrate("big", a.peer, progress=fails)
+        # the copy itself went on and landed
+        assert cb.get("big").nbytes == big.nbytes
+        with pytest.raises(TypeError):
+            cb.migrate("big", a.peer, progress=42)
+        with pytest.raises(shoal.InvalidInput):
+            cb.get("big", progress=print)  # progress without fetch and a source
