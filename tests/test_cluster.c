@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -342,6 +343,15 @@ SH_TEST_T(a_dict_of_1000_tensors_migrates_byte_for_byte, 240)
 	CHECK_EQ(sh_test_run(argv, NULL, out, sizeof(out)), 0);
 	CHECK(strlen(out) == 17 && out[16] == '\n');
 	check_blob(&b, "small", 1000, 3);
+	/* shoal get --from: copied, then written as a file */
+	char file[128];
+	snprintf(file, sizeof(file), "%s/model.safetensors", dir);
+	char *gv[] = {shoal,	  "get",   "model", "--from", a.peer,
+		      "--socket", c3.sock, "--out", file,     NULL};
+	CHECK_EQ(sh_test_run(gv, NULL, out, sizeof(out)), 0);
+	check_dict(&c3, "model", 1000, id, sig);
+	struct stat fst;
+	CHECK(stat(file, &fst) == 0 && (uint64_t)fst.st_size > bytes);
 	CHECK_EQ(node_stop(&c3), 0);
 	CHECK_EQ(node_stop(&b), 0);
 	CHECK_EQ(node_stop(&a), 0);

@@ -67,12 +67,18 @@ static const command commands[] = {
 	 "  --replace         bind NAME even if it is taken (the old object goes once its\n"
 	 "                    readers release it)\n" STORE_OPTIONS,
 	 cmd_put},
-	{"get", "NAME --out FILE.safetensors [--force] [--socket PATH] [--server-uid UID]",
+	{"get",
+	 "NAME --out FILE.safetensors [--force] [--from HOST:PORT] [--socket PATH] "
+	 "[--server-uid UID]",
 	 "export a tensor_dict as a safetensors file",
 	 "Writes the tensor_dict bound to NAME as a safetensors file, laid out as the "
-	 "reference writer does. An existing file is kept unless --force is given.",
+	 "reference writer does. An existing file is kept unless --force is given. With "
+	 "--from, the store first copies it from the store at HOST:PORT (as shoal migrate; "
+	 "on a terminal a progress bar shows bytes, rate and time left once it lasts a "
+	 "second).",
 	 "  --out FILE        the file to write (required)\n"
-	 "  --force           overwrite FILE if it exists\n" STORE_OPTIONS,
+	 "  --force           overwrite FILE if it exists\n"
+	 "  --from HOST:PORT  copy it from that store first (shoald --peer there)\n" STORE_OPTIONS,
 	 cmd_get},
 	{"ls", "[PREFIX] [--socket PATH] [--server-uid UID]", "list names: name, type, bytes, id",
 	 "Lists the names bound in the store (those starting with PREFIX), one a line: name, "
@@ -101,7 +107,8 @@ static const command commands[] = {
 	 "store at HOST:PORT (a shoald started with --peer HOST:PORT, which knows the same "
 	 "secret: $SHOAL_SECRET_FILE or $SHOAL_SECRET in both daemons' environments) into its "
 	 "own shared memory, under the same id, signature and name: later gets here are local. "
-	 "On a terminal a progress bar shows bytes, rate and time left. Prints the id.",
+	 "On a terminal a progress bar shows bytes, rate and time left once it lasts a second. "
+	 "Prints the id.",
 	 "  --from HOST:PORT  the store that has the object (required)\n"
 	 "  --timeout SECONDS give up waiting after this long (default 600; the copy goes\n"
 	 "                    on in the store)\n" STORE_OPTIONS,
@@ -635,17 +642,66 @@ static int claim_out(const char *path, bool force, bool *made)
 	return SH_EXIT_IO;
 }
 
+/* The progress bar of a copy from another store (shoal migrate, shoal get
+ * --from), on a terminal only, once the copy has lasted a second. */
+typedef struct mig_bar {
+	int64_t start;
+	bool shown;
+} mig_bar;
+
+static void mig_progress(void *arg, uint64_t got, uint64_t total)
+{
+	mig_bar *b = arg;
+	double s = (double)(shoal_now_ns() - b->start) / 1e9;
+	if (s < 1 && !b->shown)
+		return;
+	double rate = s > 0 ? (double)got / s : 0;
+	char g[32], t[32], r[32], eta[32] = "?";
+	int width = 30, fill = total ? (int)((double)got / (double)total * width) : 0;
+	if (rate > 0 && total >= got)
+		snprintf(eta, sizeof(eta), "%.0f s", (double)(total - got) / rate);
+	char bar[64];
+	for (int i = 0; i < width; i++)
+		bar[i] = i < fill ? '#' : '.';
+	bar[width] = 0;
+	fprintf(stderr, "\r[%s] %s of %s  %s/s  %s left   ", bar,
+		sh_tools_fmt_bytes(got, g, sizeof(g)), sh_tools_fmt_bytes(total, t, sizeof(t)),
+		sh_tools_fmt_bytes((uint64_t)rate, r, sizeof(r)), eta);
+	b->shown = true;
+}
+
+/* Copies key (a name, or an id in hex) from the store at from into c's,
+ * with the bar: 0 or the error (c's message says why). */
+static int migrate_shown(shoal_client *c, const char *key, const char *from, shoal_id *out)
+{
+	/* an id is 16 hex digits; anything else is a name */
+	shoal_id id = 0;
+	if (strlen(key) == 16 && strspn(key, "0123456789abcdefABCDEF") == 16)
+		id = strtoull(key, NULL, 16);
+	mig_bar bar = {.start = shoal_now_ns()};
+	shoal_migrate_opts mo = {.from = from};
+	if (isatty(STDERR_FILENO)) {
+		mo.progress = mig_progress;
+		mo.progress_arg = &bar;
+	}
+	int rc = shoal_migrate(c, id ? NULL : key, id, &mo, out);
+	if (bar.shown)
+		fputc('\n', stderr);
+	return rc;
+}
+
 static int cmd_get(int argc, char **argv)
 {
 	static const struct option opts[] = {SH_CLI_STD,
 					     STORE_OPTS,
 					     {"out", required_argument, NULL, 'o'},
 					     {"force", no_argument, NULL, 'f'},
+					     {"from", required_argument, NULL, 'F'},
 					     {0}};
 	sh_cli cli = cli_of(find_command("get"), opts);
 	store_args a;
 	store_args_init(&a);
-	const char *out = NULL;
+	const char *out = NULL, *from = NULL;
 	bool force = false;
 	int o;
 	while ((o = sh_cli_next(&cli, argc, argv)) != -1) {
@@ -653,6 +709,8 @@ static int cmd_get(int argc, char **argv)
 			continue;
 		if (o == 'o')
 			out = optarg;
+		else if (o == 'F')
+			from = optarg;
 		else
 			force = true;
 	}
@@ -667,7 +725,13 @@ static int cmd_get(int argc, char **argv)
 		return code;
 	/* The name first: a missing one is 3, a file we cannot write 7. */
 	shoal_id id;
-	int rc = lookup(c, name, &id);
+	int rc = 0;
+	if (from) { /* copied here first; it lasts as long as it takes */
+		shoal_client_set_timeout(c, SHOAL_FOREVER);
+		rc = migrate_shown(c, name, from, &id);
+	}
+	if (rc == 0)
+		rc = lookup(c, name, &id);
 	bool made = false;
 	if (rc) {
 		code = fail("get", c, rc);
@@ -911,31 +975,6 @@ static int cmd_stat(int argc, char **argv)
 	return SH_EXIT_OK;
 }
 
-/* The progress bar of shoal migrate, on a terminal only. */
-typedef struct mig_bar {
-	int64_t start;
-	bool shown;
-} mig_bar;
-
-static void mig_progress(void *arg, uint64_t got, uint64_t total)
-{
-	mig_bar *b = arg;
-	double s = (double)(shoal_now_ns() - b->start) / 1e9;
-	double rate = s > 0 ? (double)got / s : 0;
-	char g[32], t[32], r[32], eta[32] = "?";
-	int width = 30, fill = total ? (int)((double)got / (double)total * width) : 0;
-	if (rate > 0 && total >= got)
-		snprintf(eta, sizeof(eta), "%.0f s", (double)(total - got) / rate);
-	char bar[64];
-	for (int i = 0; i < width; i++)
-		bar[i] = i < fill ? '#' : '.';
-	bar[width] = 0;
-	fprintf(stderr, "\r[%s] %s of %s  %s/s  %s left   ", bar,
-		sh_tools_fmt_bytes(got, g, sizeof(g)), sh_tools_fmt_bytes(total, t, sizeof(t)),
-		sh_tools_fmt_bytes((uint64_t)rate, r, sizeof(r)), eta);
-	b->shown = true;
-}
-
 static int cmd_migrate(int argc, char **argv)
 {
 	static const struct option opts[] = {SH_CLI_STD,
@@ -968,25 +1007,13 @@ static int cmd_migrate(int argc, char **argv)
 	if (!from)
 		sh_cli_fail(&cli, "--from HOST:PORT is required: the store that has the object");
 	const char *key = argv[optind];
-	/* an id is 16 hex digits; anything else is a name */
-	shoal_id id = 0;
-	if (strlen(key) == 16 && strspn(key, "0123456789abcdefABCDEF") == 16)
-		id = strtoull(key, NULL, 16);
 	int code;
 	shoal_client *c = connect_or_die("migrate", &a, &code);
 	if (!c)
 		return code;
 	shoal_client_set_timeout(c, (int64_t)(timeout * 1e9));
-	mig_bar bar = {.start = shoal_now_ns()};
-	shoal_migrate_opts mo = {.from = from};
-	if (isatty(STDERR_FILENO)) {
-		mo.progress = mig_progress;
-		mo.progress_arg = &bar;
-	}
 	shoal_id out;
-	int rc = shoal_migrate(c, id ? NULL : key, id, &mo, &out);
-	if (bar.shown)
-		fputc('\n', stderr);
+	int rc = migrate_shown(c, key, from, &out);
 	if (rc) {
 		code = fail("migrate", c, rc);
 	} else {

@@ -265,6 +265,15 @@ static void on_end(shoal_store *s, sh_st_mail *m)
 				 g->from, o->bytes);
 		}
 	}
+	/* asked by name for what is here already (a copy fetched by id, or
+	 * brought meanwhile): the name the source answered for binds it, as it
+	 * would a fresh copy */
+	st_obj *here = rc == 0 && g->name ? sh_map_get(&s->objs, g->id) : NULL;
+	if (here && !here->deleted && !here->name &&
+	    !sh_st_name_find(s, g->name, strlen(g->name)) &&
+	    sh_st_name_bind(s, here, g->name, strlen(g->name)) != 0)
+		sh_warn("store", "object %016" PRIx64 ": out of memory naming it %s", here->id,
+			g->name);
 	if (g->region_fd >= 0)
 		close(g->region_fd);
 	g->region_fd = -1;
