@@ -966,6 +966,9 @@ static int cmd_stat(int argc, char **argv)
 		       sh_tools_fmt_bytes(st.incoming_total, b6, sizeof(b6)),
 		       sh_tools_fmt_bytes(st.incoming_rate, b7, sizeof(b7)));
 	}
+	char b8[32];
+	printf("spares:    %s ready (pages allocated ahead for puts and copies)\n",
+	       sh_tools_fmt_bytes(st.spare_bytes, b8, sizeof(b8)));
 	printf("pages:     %s (%s)\n", shoal_pages_name(st.pages), st.pages_why);
 	if (st.registry)
 		printf("cluster:   %" PRIu64 " stores; etcd %s\n", st.peers,

@@ -240,6 +240,9 @@ typedef struct shoal_store_stat {
 	/* the copies on their way here (migrating): bytes received so far of
 	 * their total, and their rate (bytes a second, since their bytes began) */
 	uint64_t incoming_bytes, incoming_total, incoming_rate;
+	/* bytes of spare segments ready, their pages allocated ahead
+	 * (shoal_store_opts.spares): the next puts or copies of their sizes */
+	uint64_t spare_bytes;
 	shoal_pages pages;   /* what segments of 2 MiB and more live on */
 	char pages_why[256]; /* why, and how to enable a better kind */
 } shoal_store_stat;

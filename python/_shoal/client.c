@@ -939,7 +939,7 @@ static PyObject *client_stat(ShClient *self, PyObject *args, PyObject *kw)
 	    parse_timeout(timeout, &tmo) != 0 || call(self, do_stat, &st, tmo) != 0)
 		return NULL;
 	return Py_BuildValue(
-		"{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKssss}", "capacity",
+		"{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKssss}", "capacity",
 		(unsigned long long)st.capacity, "used", (unsigned long long)st.used, "objects",
 		(unsigned long long)st.objects, "names", (unsigned long long)st.names, "clients",
 		(unsigned long long)st.clients, "pending_frees",
@@ -950,7 +950,8 @@ static PyObject *client_stat(ShClient *self, PyObject *args, PyObject *kw)
 		"peers", (unsigned long long)st.peers, "registry", (unsigned long long)st.registry,
 		"incoming_bytes", (unsigned long long)st.incoming_bytes, "incoming_total",
 		(unsigned long long)st.incoming_total, "incoming_rate",
-		(unsigned long long)st.incoming_rate, "pages", shoal_pages_name(st.pages),
+		(unsigned long long)st.incoming_rate, "spare_bytes",
+		(unsigned long long)st.spare_bytes, "pages", shoal_pages_name(st.pages),
 		"pages_why", st.pages_why);
 }
 

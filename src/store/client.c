@@ -981,7 +981,7 @@ int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st)
 	uint64_t kind;
 	const char *why;
 	uint32_t wl;
-	if (sh_mp_array(&m, &n) || n != 18 || sh_mp_uint(&m, &st->capacity) ||
+	if (sh_mp_array(&m, &n) || n != 19 || sh_mp_uint(&m, &st->capacity) ||
 	    sh_mp_uint(&m, &st->used) || sh_mp_uint(&m, &st->objects) ||
 	    sh_mp_uint(&m, &st->names) || sh_mp_uint(&m, &st->clients) ||
 	    sh_mp_uint(&m, &st->pending_frees) || sh_mp_uint(&m, &st->sent) ||
@@ -989,11 +989,12 @@ int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st)
 	    sh_mp_uint(&m, &st->fetched_bytes) || sh_mp_uint(&m, &st->migrating) ||
 	    sh_mp_uint(&m, &st->peers) || sh_mp_uint(&m, &st->registry) ||
 	    sh_mp_uint(&m, &st->incoming_bytes) || sh_mp_uint(&m, &st->incoming_total) ||
-	    sh_mp_uint(&m, &st->incoming_rate) || sh_mp_uint(&m, &kind) ||
-	    kind > SHOAL_PAGES_HUGETLB || sh_mp_str(&m, &why, &wl) || wl >= sizeof(st->pages_why))
+	    sh_mp_uint(&m, &st->incoming_rate) || sh_mp_uint(&m, &st->spare_bytes) ||
+	    sh_mp_uint(&m, &kind) || kind > SHOAL_PAGES_HUGETLB || sh_mp_str(&m, &why, &wl) ||
+	    wl >= sizeof(st->pages_why))
 		return sh_client_fail(
 			c, SHOAL_EPROTO,
-			"STAT reply: expected 16 counters, a page kind and its reason");
+			"STAT reply: expected 17 counters, a page kind and its reason");
 	st->pages = (shoal_pages)kind;
 	memcpy(st->pages_why, why, wl);
 	st->pages_why[wl] = 0;

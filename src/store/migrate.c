@@ -18,6 +18,7 @@
 #include "shm/shm.h"
 #include "net/net.h"
 #include "store/pages.h"
+#include "store/spare.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -92,6 +93,7 @@ struct mig {
 	int fds[SH_PEER_STREAMS_MAX]; /* the links' sockets (under mu: a stop ends them) */
 	bool cut;		      /* (under mu) one failed: no more links */
 	int region_fd;
+	int spare_fd;		   /* a spare the store gave for the region, or -1 */
 	uint64_t region_size;	   /* its file's: whole huge pages on hugetlb */
 	unsigned char *region_map; /* its pages exist (huge): received into here */
 	size_t region_maplen;
@@ -210,6 +212,14 @@ static void on_meta(shoal_store *s, sh_st_mail *m)
 		answer(g, SHOAL_ENOSPC);
 		return;
 	}
+	/* a spare of its size, when one is ready: the bytes then land in pages
+	 * that exist (zeroed off the path), as a put's do */
+	g->spare_fd = -1;
+	if (s->spares) {
+		g->spare_fd = sh_spares_take(s->spares, sh_pages_round(&s->pages, g->region));
+		if (g->spare_fd < 0)
+			sh_spares_fit(s->spares, s->capacity - s->used - charged);
+	}
 	s->used += charged;
 	s->incoming += charged;
 	g->reserved = charged;
@@ -276,7 +286,9 @@ static void on_end(shoal_store *s, sh_st_mail *m)
 			g->name);
 	if (g->region_fd >= 0)
 		close(g->region_fd);
-	g->region_fd = -1;
+	if (g->spare_fd >= 0) /* given, and not taken: the thread ended first */
+		close(g->spare_fd);
+	g->region_fd = g->spare_fd = -1;
 	sh_bump_fini(&g->a);
 	g->root = NULL;
 	if (g->name)
@@ -774,15 +786,21 @@ static int fetch(mig *g)
 	if (g->verdict)
 		return g->verdict;
 	shoal_pages kind;
-	if ((rc = sh_pages_segment(&g->s->pages, "shoal-migrated", g->region ? g->region : 1,
-				   &g->region_fd, &g->region_size, &kind)) != 0)
+	if (g->spare_fd >= 0) {
+		g->region_fd = g->spare_fd;
+		g->spare_fd = -1;
+		g->region_size = sh_pages_round(&g->s->pages, g->region);
+	} else if ((rc = sh_pages_segment(&g->s->pages, "shoal-migrated", g->region ? g->region : 1,
+					  &g->region_fd, &g->region_size, &kind)) != 0) {
 		return mig_fail(g, rc, "object %016" PRIx64 ": a region of %" PRIu64 " bytes: %s",
 				g->id, g->region, shoal_strerror(rc));
-	/* huge pages exist already: the bytes go straight into a mapping
-	 * (no fault, no write(2), which hugetlbfs has not); 4 KiB pages
-	 * would be faulted one by one there, the kernel's pwritev is cheaper */
+	}
+	/* pages that exist already (huge ones, a spare): the bytes go straight
+	 * into a populated mapping (no fault, no write(2), which hugetlbfs has
+	 * not); fresh 4 KiB pages would be faulted one by one there, the
+	 * kernel's pwritev is cheaper */
 	g->region_maplen = g->region_size;
-	if (kind != SHOAL_PAGES_4K &&
+	if (sh_pages_ready(g->region_fd) &&
 	    sh_shm_map_len(g->region_fd, &g->region_maplen, true, (void **)&g->region_map) != 0)
 		return mig_fail(g, SHOAL_ENOMEM,
 				"object %016" PRIx64 ": mapping its region of %" PRIu64 " bytes",
@@ -868,7 +886,7 @@ static int mig_get(shoal_store *s, const char *name, size_t nl, uint64_t id, con
 	if (!g)
 		return SHOAL_ENOMEM;
 	g->s = s;
-	g->region_fd = -1;
+	g->region_fd = g->spare_fd = -1;
 	g->streams = streams;
 	for (int i = 0; i < SH_PEER_STREAMS_MAX; i++)
 		g->fds[i] = -1;

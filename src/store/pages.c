@@ -172,6 +172,15 @@ int sh_pages_segment(const sh_pages *p, const char *name, uint64_t size, int *fd
 	return 0;
 }
 
+bool sh_pages_spare_room(const sh_pages *p, uint64_t size)
+{
+	if (p->kind != SHOAL_PAGES_HUGETLB || size < SH_HUGE_MIN)
+		return true;
+	long free_ = read_long(HUGETLB_DIR "free_hugepages");
+	uint64_t pages = round_up(size, SH_HUGE_PAGE) / SH_HUGE_PAGE;
+	return free_ >= 0 && (uint64_t)free_ >= 2 * pages;
+}
+
 bool sh_pages_ready(int fd)
 {
 	struct stat st;

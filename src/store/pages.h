@@ -40,6 +40,12 @@ uint64_t sh_pages_round(const sh_pages *p, uint64_t size);
 int sh_pages_segment(const sh_pages *p, const char *name, uint64_t size, int *fd,
 		     uint64_t *got_size, shoal_pages *kind);
 
+/* Whether a spare of size may be made on p's pages now: on hugetlb, only
+ * while the pool would still hold a segment of that size beside it (a
+ * spare in the making holds its pages, and a create that finds none must
+ * not be pushed onto 4 KiB pages by it). */
+bool sh_pages_spare_room(const sh_pages *p, uint64_t size);
+
 /* Whether every page of fd's size exists already (a writer may map it
  * populated: one call instead of a fault a page). */
 bool sh_pages_ready(int fd);

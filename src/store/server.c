@@ -163,11 +163,18 @@ static void arena_free(shoal_store *s, uint64_t off, int c)
 static void seg_free(shoal_store *s, st_seg *g)
 {
 	sh_map_del(&s->segs, g->id);
-	if (s->spares && g->size >= SH_SPARE_MIN)
+	bool big = s->spares && g->size >= SH_SPARE_MIN;
+	if (big)
 		sh_spares_dispose(s->spares, g->fd); /* freeing a GiB takes ms */
 	else
 		close(g->fd);
 	s->used -= g->charged;
+	/* A sealed memfd cannot be written again, but a fresh one of its size
+	 * takes the pages it gives back (the worker closes it first; the pool
+	 * hands out the last freed first): the next put or copy of that size
+	 * (a model replaced, a checkpoint moved again) only copies. */
+	if (big && !s->stopping)
+		sh_spares_want(s->spares, g->size, s->capacity - s->used);
 	SH_DELETE(g);
 }
 
@@ -1239,7 +1246,7 @@ static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
 	sh_reg_stat(s, &peers, &up);
 	uint64_t in_got, in_total, in_rate;
 	sh_migs_progress(s, &in_got, &in_total, &in_rate);
-	msgpack_pack_array(&pk, 18);
+	msgpack_pack_array(&pk, 19);
 	msgpack_pack_uint64(&pk, s->capacity);
 	msgpack_pack_uint64(&pk, s->used);
 	msgpack_pack_uint64(&pk, s->nobjs);
@@ -1256,6 +1263,7 @@ static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
 	msgpack_pack_uint64(&pk, in_got);
 	msgpack_pack_uint64(&pk, in_total);
 	msgpack_pack_uint64(&pk, in_rate);
+	msgpack_pack_uint64(&pk, s->spares ? sh_spares_ready_bytes(s->spares) : 0);
 	msgpack_pack_uint64(&pk, (uint64_t)s->pages.kind);
 	size_t wl = strlen(s->pages.why);
 	msgpack_pack_str(&pk, wl);
@@ -1908,6 +1916,7 @@ static int make_arena(shoal_store *s)
 
 static void store_free(shoal_store *s)
 {
+	s->stopping = true; /* what is freed now makes no spares */
 	size_t it = 0;
 	uint64_t key;
 	void *val;

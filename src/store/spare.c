@@ -74,8 +74,13 @@ static int make(sh_spares *sp, uint64_t size)
 	int fd;
 	uint64_t got;
 	shoal_pages kind;
-	if (sh_pages_segment(sp->pages, "shoal-segment", size, &fd, &got, &kind) != 0)
+	if (!sh_pages_spare_room(sp->pages, size) ||
+	    sh_pages_segment(sp->pages, "shoal-segment", size, &fd, &got, &kind) != 0)
 		return -1;
+	if (kind == SHOAL_PAGES_4K && sp->pages->kind != SHOAL_PAGES_4K && size >= SH_HUGE_MIN) {
+		close(fd); /* the pool was short: a spare on other pages than creates get */
+		return -1;
+	}
 	if (kind != SHOAL_PAGES_4K)
 		return fd; /* its pages exist already */
 	for (uint64_t off = 0; off < size; off += CHUNK) {
@@ -258,6 +263,16 @@ void sh_spares_dispose(sh_spares *sp, int fd)
 	pthread_mutex_lock(&sp->mu);
 	to_close(sp, fd);
 	pthread_mutex_unlock(&sp->mu);
+}
+
+uint64_t sh_spares_ready_bytes(sh_spares *sp)
+{
+	pthread_mutex_lock(&sp->mu);
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < sp->nready; i++)
+		n += sp->ready[i].size;
+	pthread_mutex_unlock(&sp->mu);
+	return n;
 }
 
 uint32_t sh_spares_fds(sh_spares *sp)

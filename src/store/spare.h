@@ -39,6 +39,8 @@ void sh_spares_fit(sh_spares *sp, uint64_t room);
 /* Closes fd in the worker: the last close of a large memfd frees its pages,
  * which takes tens of ms for a GiB, not for the server thread to wait. */
 void sh_spares_dispose(sh_spares *sp, int fd);
+/* Bytes of the spares ready to be taken. */
+uint64_t sh_spares_ready_bytes(sh_spares *sp);
 /* Descriptors held: spares, the one being made, those to close. */
 uint32_t sh_spares_fds(sh_spares *sp);
 

@@ -194,6 +194,7 @@ def test_names_delete_persist_stat(client, store):
         "incoming_bytes",
         "incoming_total",
         "incoming_rate",
+        "spare_bytes",
         "pages",
         "pages_why",
     }

@@ -164,6 +164,8 @@ static shoal_id put(shoal_client *c, const char *name, size_t size, int seed, un
  * 0 shmem (on the blob's mapping, through /proc/self/map_files). Through a
  * connection of its own: a client keeps the mappings of segments it read
  * for a while, and with them their pages. */
+static char last_map[512]; /* the maps line of the blob check_bytes looked at */
+
 static int check_bytes(const char *sock, const char *name, size_t size, int seed)
 {
 	shoal_client *c;
@@ -192,6 +194,7 @@ static int check_bytes(const char *sock, const char *name, size_t size, int seed
 			struct statfs fs;
 			CHECK(statfs(path, &fs) == 0);
 			kind = (unsigned long)fs.f_type == HUGETLBFS_MAGIC;
+			snprintf(last_map, sizeof(last_map), "%s", line);
 		}
 	}
 	fclose(f);
@@ -391,7 +394,9 @@ static pid_t node_start(const char *dir, const char *name, const char *x, char *
 SH_TEST_T(a_copy_from_another_store_lands_on_huge_pages, 120)
 {
 	settings_guarded();
-	set_pool(64); /* 128 MiB: the object at a, a spare beside it, the copy at b */
+	/* 200 MiB: the object at a and a spare beside it, the copy at b, and
+	 * room beside it for the spare its pages make when it is deleted */
+	set_pool(100);
 	char dir[64], sa[128], sb[128], pa[64], pb[64];
 	snprintf(dir, sizeof(dir), "/tmp/shoal-pages-XXXXXX");
 	CHECK(mkdtemp(dir) != NULL);
@@ -425,9 +430,18 @@ SH_TEST_T(a_copy_from_another_store_lands_on_huge_pages, 120)
 			sh_test_fail(__FILE__, __LINE__,
 				     "copy %d is not on hugetlb pages (%ld free)", k + 1,
 				     read_long(FREE));
+		/* the second copy landed in the spare the first one's pages made */
+		if (k == 1 && !strstr(last_map, "shoal-segment"))
+			sh_test_fail(__FILE__, __LINE__, "the second copy is not in a spare: %s",
+				     last_map);
 		CHECK_OK(shoal_delete(cb, "model"));
 		for (int i = 0; i < 500 && stat_of(cb).objects; i++)
 			usleep(10000);
+		/* its pages come back as a spare of its size (a fresh memfd) */
+		for (int i = 0; i < 500 && stat_of(cb).spare_bytes < 40 * MB; i++)
+			usleep(10000);
+		if (stat_of(cb).spare_bytes < 40 * MB)
+			sh_test_fail(__FILE__, __LINE__, "no spare made of the freed copy's pages");
 	}
 	shoal_disconnect(ca);
 	shoal_disconnect(cb);
