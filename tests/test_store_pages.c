@@ -12,6 +12,9 @@
 #include "test.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -453,4 +456,66 @@ SH_TEST_T(a_copy_from_another_store_lands_on_huge_pages, 120)
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	CHECK(system(cmd) == 0);
+}
+
+typedef struct creator {
+	const char *sock;
+	_Atomic int state; /* 0 before, 1 creating, 2 done */
+	int64_t ns;
+} creator;
+
+static void *create_main(void *arg)
+{
+	creator *k = arg;
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, k->sock));
+	shoal_builder *b;
+	CHECK_OK(shoal_builder_create(c, "bytes", &b));
+	atomic_store(&k->state, 1);
+	int64_t t0 = shoal_now_ns();
+	CHECK_OK(shoal_builder_reserve(b, (size_t)1 << 30)); /* its CREATE: 512 pages zeroed */
+	k->ns = shoal_now_ns() - t0;
+	atomic_store(&k->state, 2);
+	shoal_builder_abort(b);
+	shoal_disconnect(c);
+	return NULL;
+}
+
+/* The huge pages of a large create are allocated off the store's thread:
+ * its other clients are served meanwhile, not after. */
+SH_TEST_T(a_large_create_on_huge_pages_holds_no_one_up, 120)
+{
+	settings_guarded();
+	set_pool(520);
+	shoal_store *s = open_huge((size_t)1100 << 20, true, NULL);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, shoal_store_socket(s)));
+	creator k = {.sock = shoal_store_socket(s)};
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, create_main, &k), 0);
+	while (atomic_load(&k.state) == 0)
+		sched_yield();
+	int64_t worst = 0;
+	int during = 0;
+	while (atomic_load(&k.state) == 1) {
+		int64_t t0 = shoal_now_ns();
+		shoal_store_stat st;
+		CHECK_OK(shoal_store_stat_get(c, &st));
+		int64_t t = shoal_now_ns() - t0;
+		if (atomic_load(&k.state) == 1) {
+			during++;
+			worst = t > worst ? t : worst;
+		}
+	}
+	pthread_join(th, NULL);
+	if (k.ns < 20 * MS)
+		SH_SKIP("1 GiB of huge pages came in %.1f ms: no time to look at anyone else",
+			(double)k.ns / 1e6);
+	if (during == 0 || worst > k.ns / 2)
+		sh_test_fail(__FILE__, __LINE__,
+			     "during a create of %.0f ms, %d requests, the slowest %.1f ms: "
+			     "expected several, each well within it",
+			     (double)k.ns / 1e6, during, (double)worst / 1e6);
+	shoal_disconnect(c);
+	shoal_store_close(s);
 }

@@ -5,6 +5,9 @@
 #include "shm/shm.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <shoal/fiber.h>
+#include <sys/eventfd.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -170,6 +173,59 @@ int sh_pages_segment(const sh_pages *p, const char *name, uint64_t size, int *fd
 		*kind = SHOAL_PAGES_THP;
 	}
 	return 0;
+}
+
+typedef struct seg_job {
+	const sh_pages *p;
+	const char *name;
+	uint64_t size, got;
+	int fd, rc, efd;
+	shoal_pages kind;
+} seg_job;
+
+static void *seg_main(void *arg)
+{
+	seg_job *j = arg;
+	pthread_setname_np(pthread_self(), "shoal-pages");
+	j->rc = sh_pages_segment(j->p, j->name, j->size, &j->fd, &j->got, &j->kind);
+	uint64_t one = 1;
+	while (write(j->efd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+	return NULL;
+}
+
+int sh_pages_segment_aside(const sh_pages *p, const char *name, uint64_t size, int *fd,
+			   uint64_t *got_size, shoal_pages *kind)
+{
+	if (p->kind == SHOAL_PAGES_4K || size < SH_HUGE_MIN)
+		return sh_pages_segment(p, name, size, fd, got_size, kind); /* no pages now */
+	seg_job j = {.p = p, .name = name, .size = size, .fd = -1};
+	pthread_t th;
+	if ((j.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+	    pthread_create(&th, NULL, seg_main, &j) != 0) {
+		if (j.efd >= 0)
+			close(j.efd);
+		return sh_pages_segment(p, name, size, fd, got_size, kind); /* here, then */
+	}
+	int w;
+	uint64_t v;
+	while ((w = shoal_fd_wait(j.efd, SHOAL_FD_IN, SHOAL_FOREVER, NULL)) == 0 &&
+	       read(j.efd, &v, sizeof(v)) != (ssize_t)sizeof(v))
+		;
+	pthread_join(th, NULL); /* at once, but for a cancel (the store stops) */
+	shoal_fd_forget(j.efd);
+	close(j.efd);
+	if (w != 0) {
+		if (j.rc == 0)
+			close(j.fd);
+		return w;
+	}
+	if (j.rc == 0) {
+		*fd = j.fd;
+		*got_size = j.got;
+		*kind = j.kind;
+	}
+	return j.rc;
 }
 
 bool sh_pages_spare_room(const sh_pages *p, uint64_t size)

@@ -40,6 +40,15 @@ uint64_t sh_pages_round(const sh_pages *p, uint64_t size);
 int sh_pages_segment(const sh_pages *p, const char *name, uint64_t size, int *fd,
 		     uint64_t *got_size, shoal_pages *kind);
 
+/* sh_pages_segment for a fiber of the store's thread: a segment of huge
+ * pages is made by a thread of its own while the fiber waits (blocks the
+ * fiber, not the thread: allocating and zeroing a GiB of huge pages takes
+ * 0.04-0.1 s here, seconds on memory the VM never touched, and the
+ * store's other clients must not wait for it). SHOAL_ECANCELED when the
+ * fiber is cancelled meanwhile (the store stops): nothing is left. */
+int sh_pages_segment_aside(const sh_pages *p, const char *name, uint64_t size, int *fd,
+			   uint64_t *got_size, shoal_pages *kind);
+
 /* Whether a spare of size may be made on p's pages now: on hugetlb, only
  * while the pool would still hold a segment of that size beside it (a
  * spare in the making holds its pages, and a create that finds none must

@@ -379,19 +379,21 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "CREATE: out of memory");
 	int rc = 0;
 	uint64_t got = sh_pages_round(&s->pages, size);
-	shoal_pages kind;
+	shoal_pages kind = s->pages.kind;
 	g->fd = s->spares ? sh_spares_take(s->spares, got) : -1;
-	if (g->fd < 0) {
-		/* the capacity spares hold is this create's first */
-		if (s->spares)
-			sh_spares_fit(s->spares, s->capacity - s->used - charged);
-		rc = sh_pages_segment(&s->pages, "shoal-segment", size, &g->fd, &got, &kind);
-	}
+	if (g->fd < 0 && s->spares) /* the capacity spares hold is this create's first */
+		sh_spares_fit(s->spares, s->capacity - s->used - charged);
+	/* the room is this create's from here: other fibers run while huge
+	 * pages are allocated for it off this thread */
+	s->used += charged;
+	if (g->fd < 0)
+		rc = sh_pages_segment_aside(&s->pages, "shoal-segment", size, &g->fd, &got, &kind);
 	/* Its size is fixed from the start: a creator that shrank it before
 	 * the seal would leave readers mapping pages past its end (SIGBUS). */
 	if (rc == 0 && (rc = sh_memfd_fix_size_open(g->fd)) != 0)
 		close(g->fd);
 	if (rc) {
+		s->used -= charged;
 		SH_DELETE(g);
 		return sh_st_reply_err(c, req, rc, "CREATE: memfd of %" PRIu64 " bytes: %s", size,
 				       shoal_strerror(rc));
@@ -411,9 +413,9 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 		sh_map_del(&s->segs, g->id);
 		close(g->fd);
 		SH_DELETE(g);
+		s->used -= charged;
 		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "CREATE: out of memory");
 	}
-	s->used += charged;
 	if ((rc = send_fds(c, &g, 1)) != 0)
 		return rc; /* the socket is broken: the connection ends */
 	msgpack_packer pk;
