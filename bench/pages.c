@@ -4,6 +4,7 @@
  * is put back when the rows are done, at exit, and on SIGINT/SIGTERM, so a
  * failed or interrupted run leaves the machine as it found it. */
 #include "bench.h"
+#include "store/pages.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -14,24 +15,11 @@
 #include <unistd.h>
 
 #define NR "/proc/sys/vm/nr_hugepages"
-#define FREE "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
-#define SHMEM "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+#define FREE SH_HUGETLB_DIR "free_hugepages"
 
 static long saved_nr = -1;
 static char saved_shmem[32];
 static bool hooked;
-
-static long read_long(const char *p)
-{
-	long v = -1;
-	FILE *f = fopen(p, "r");
-	if (f) {
-		if (fscanf(f, "%ld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
-}
 
 static int write_str(const char *p, const char *v)
 {
@@ -53,7 +41,7 @@ static void put_back(void)
 		saved_nr = -1;
 	}
 	if (saved_shmem[0]) {
-		(void)write_str(SHMEM, saved_shmem);
+		(void)write_str(SH_SHMEM_THP, saved_shmem);
 		saved_shmem[0] = 0;
 	}
 }
@@ -99,7 +87,7 @@ int sh_bench_pages_set(const char *kind, uint64_t bytes, char *why, size_t whyle
 	}
 	hook();
 	if (!strcmp(kind, "hugetlb")) {
-		long now = read_long(NR), free_ = read_long(FREE);
+		long now = sh_read_long(NR, -1), free_ = sh_read_long(FREE, -1);
 		long want = (long)((bytes + (2u << 20) - 1) >> 21);
 		if (now < 0 || free_ < 0) {
 			snprintf(why, whylen, "no hugetlb pool of 2 MiB pages on this kernel");
@@ -109,12 +97,12 @@ int sh_bench_pages_set(const char *kind, uint64_t bytes, char *why, size_t whyle
 			saved_nr = now;
 		char b[32];
 		snprintf(b, sizeof(b), "%ld", now + (want > free_ ? want - free_ : 0));
-		if (write_str(NR, b) != 0 || read_long(FREE) < want) {
+		if (write_str(NR, b) != 0 || sh_read_long(FREE, -1) < want) {
 			snprintf(why, whylen,
 				 "the hugetlb pool did not grow to %ld free pages of 2 MiB (%ld "
 				 "free): "
 				 "memory too fragmented or too small",
-				 want, read_long(FREE));
+				 want, sh_read_long(FREE, -1));
 			put_back();
 			return -1;
 		}
@@ -122,21 +110,15 @@ int sh_bench_pages_set(const char *kind, uint64_t bytes, char *why, size_t whyle
 		return 0;
 	}
 	if (!strcmp(kind, "thp")) {
-		char line[256] = "";
-		FILE *f = fopen(SHMEM, "r");
-		if (!f || !fgets(line, sizeof(line), f)) {
-			if (f)
-				fclose(f);
+		char mode[sizeof(saved_shmem)];
+		sh_pages_shmem_mode(mode, sizeof(mode));
+		if (!mode[0]) {
 			snprintf(why, whylen, "no transparent huge pages for shmem on this kernel");
 			return -1;
 		}
-		fclose(f);
-		const char *a = strchr(line, '['), *e = a ? strchr(a, ']') : NULL;
-		if (!saved_shmem[0] && a && e && (size_t)(e - a - 1) < sizeof(saved_shmem)) {
-			memcpy(saved_shmem, a + 1, (size_t)(e - a - 1));
-			saved_shmem[e - a - 1] = 0;
-		}
-		if (write_str(SHMEM, "advise") != 0) {
+		if (!saved_shmem[0])
+			snprintf(saved_shmem, sizeof(saved_shmem), "%s", mode);
+		if (write_str(SH_SHMEM_THP, "advise") != 0) {
 			snprintf(why, whylen, "shmem_enabled did not take 'advise'");
 			put_back();
 			return -1;

@@ -108,6 +108,9 @@ void sh_write_all(int fd, const void *buf, size_t len);
  * installed under (found from where libshoal.so, or the program linking
  * libshoal.a, lies), else beside it, else the build's install path. */
 const char *sh_program_path(const char *name, char *out, size_t len);
+/* The number a system file (/proc/sys/..., /sys/...) starts with, or def
+ * when it cannot be read or holds none. */
+long sh_read_long(const char *path, long def);
 
 /* Inside a spin loop: lets the sibling hyperthread run and saves power. */
 static inline void sh_cpu_relax(void)

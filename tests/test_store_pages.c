@@ -11,6 +11,8 @@
  * becomes of it; without root they skip with that reason. */
 #include "test.h"
 
+#include "store/pages.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -27,22 +29,10 @@
 #include <unistd.h>
 
 #define NR "/proc/sys/vm/nr_hugepages"
-#define FREE "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
-#define SHMEM "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+#define FREE SH_HUGETLB_DIR "free_hugepages"
+#define SHMEM SH_SHMEM_THP
 #define HUGETLBFS_MAGIC 0x958458f6
 #define MB (1u << 20)
-
-static long read_long(const char *p)
-{
-	long v = -1;
-	FILE *f = fopen(p, "r");
-	if (f) {
-		if (fscanf(f, "%ld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
-}
 
 static void write_str(const char *p, const char *v)
 {
@@ -54,14 +44,8 @@ static void write_str(const char *p, const char *v)
 
 static void shmem_mode(char *out, size_t n)
 {
-	char line[256] = "";
-	FILE *f = fopen(SHMEM, "r");
-	CHECK(f != NULL && fgets(line, sizeof(line), f) != NULL);
-	fclose(f);
-	const char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
-	CHECK(a && b && (size_t)(b - a - 1) < n);
-	memcpy(out, a + 1, (size_t)(b - a - 1));
-	out[b - a - 1] = 0;
+	sh_pages_shmem_mode(out, n);
+	CHECK(out[0] != 0);
 }
 
 /* Root, a pool of 2 MiB pages and shmem's THP switch, or the case skips;
@@ -71,7 +55,7 @@ static void settings_guarded(void)
 {
 	if (geteuid() != 0)
 		SH_SKIP("the pool and shmem_enabled are set by root only");
-	if (read_long(NR) < 0 || access(SHMEM, W_OK) != 0)
+	if (sh_read_long(NR, -1) < 0 || access(SHMEM, W_OK) != 0)
 		SH_SKIP("this kernel has no pool of 2 MiB pages or no THP for shmem");
 	/* the guard of the case before may still be putting them back: its
 	 * lock goes when it has */
@@ -79,7 +63,7 @@ static void settings_guarded(void)
 	CHECK(lk >= 0);
 	while (flock(lk, LOCK_EX) != 0)
 		CHECK(errno == EINTR);
-	long nr = read_long(NR);
+	long nr = sh_read_long(NR, -1);
 	char mode[32];
 	shmem_mode(mode, sizeof(mode));
 	int p[2];
@@ -110,10 +94,10 @@ static void set_pool(long pages)
 	char b[32];
 	snprintf(b, sizeof(b), "%ld", pages);
 	write_str(NR, b);
-	if (read_long(FREE) < pages)
+	if (sh_read_long(FREE, -1) < pages)
 		SH_SKIP("the pool did not grow to %ld pages of 2 MiB (%ld free): memory too "
 			"fragmented",
-			pages, read_long(FREE));
+			pages, sh_read_long(FREE, -1));
 }
 
 static shoal_store *open_huge(size_t size, bool huge, const char *state_dir)
@@ -242,19 +226,19 @@ SH_TEST(hugetlb_pages_hold_objects_and_fall_back_when_the_pool_is_short)
 	/* 3 MiB takes two pages, charged whole; 1 MiB stays on 4 KiB pages */
 	put(c, "three", 3 * MB, 2, 0);
 	CHECK_EQ(check_bytes(shoal_store_socket(s), "three", 3 * MB, 2), 1);
-	CHECK_EQ(read_long(FREE), 6);
+	CHECK_EQ(sh_read_long(FREE, -1), 6);
 	CHECK_EQ(stat_of(c).used, 4 * MB);
 	put(c, "one", 1 * MB, 3, 0);
 	CHECK_EQ(check_bytes(shoal_store_socket(s), "one", 1 * MB, 3), 0);
 	/* 14 MiB more than the pool has left: on 4 KiB pages, said in the log */
 	put(c, "big", 14 * MB, 4, 0);
 	CHECK_EQ(check_bytes(shoal_store_socket(s), "big", 14 * MB, 4), 0);
-	CHECK_EQ(read_long(FREE), 6);
+	CHECK_EQ(sh_read_long(FREE, -1), 6);
 	/* a delete gives the pages back to the pool */
 	CHECK_OK(shoal_delete(c, "three"));
-	for (int i = 0; i < 500 && read_long(FREE) != 8; i++)
+	for (int i = 0; i < 500 && sh_read_long(FREE, -1) != 8; i++)
 		usleep(10000);
-	CHECK_EQ(read_long(FREE), 8);
+	CHECK_EQ(sh_read_long(FREE, -1), 8);
 	shoal_disconnect(c);
 	shoal_store_close(s);
 }
@@ -432,7 +416,7 @@ SH_TEST_T(a_copy_from_another_store_lands_on_huge_pages, 120)
 		if (check_bytes(sb, "model", 40 * MB, 8) != 1)
 			sh_test_fail(__FILE__, __LINE__,
 				     "copy %d is not on hugetlb pages (%ld free)", k + 1,
-				     read_long(FREE));
+				     sh_read_long(FREE, -1));
 		/* the second copy landed in the spare the first one's pages made */
 		if (k == 1 && !strstr(last_map, "shoal-segment"))
 			sh_test_fail(__FILE__, __LINE__, "the second copy is not in a spare: %s",

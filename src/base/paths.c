@@ -1,7 +1,8 @@
 /* Where the library finds the programs installed with it (the extension
  * runner, the task engine): beside the library itself, wherever its prefix
  * was, so that an install under any PREFIX works without a path baked in
- * at build time being right. */
+ * at build time being right. And the numbers of the system's files the
+ * library reads (vm settings, the hugetlb pool). */
 #include "shoal_impl.h"
 
 #include <dlfcn.h>
@@ -46,4 +47,16 @@ const char *sh_program_path(const char *name, char *out, size_t len)
 	}
 	snprintf(out, len, "%s/%s", SHOAL_BINDIR, name);
 	return out;
+}
+
+long sh_read_long(const char *path, long def)
+{
+	FILE *f = fopen(path, "re");
+	long v = def;
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = def;
+		fclose(f);
+	}
+	return v;
 }

@@ -64,14 +64,7 @@ static _Atomic int warned_unguarded;
 
 static long read_max_map_count(void)
 {
-	long v = 65530;
-	FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
-	if (f) {
-		if (fscanf(f, "%ld", &v) != 1)
-			v = 65530;
-		fclose(f);
-	}
-	return v;
+	return sh_read_long("/proc/sys/vm/max_map_count", 65530);
 }
 
 int sh_stack_pools_init(void **out)

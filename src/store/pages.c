@@ -22,9 +22,6 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-#define HUGETLB_DIR "/sys/kernel/mm/hugepages/hugepages-2048kB/"
-#define SHMEM_THP "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
-
 const char *shoal_pages_name(shoal_pages p)
 {
 	switch (p) {
@@ -37,24 +34,11 @@ const char *shoal_pages_name(shoal_pages p)
 	}
 }
 
-static long read_long(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	long v = -1;
-	if (f) {
-		if (fscanf(f, "%ld", &v) != 1)
-			v = -1;
-		fclose(f);
-	}
-	return v;
-}
-
-/* shmem_enabled's chosen word ("[advise]" of the list), or "" */
-static void shmem_thp(char *out, size_t n)
+void sh_pages_shmem_mode(char *out, size_t n)
 {
 	out[0] = 0;
 	char line[256] = "";
-	FILE *f = fopen(SHMEM_THP, "r");
+	FILE *f = fopen(SH_SHMEM_THP, "re");
 	if (!f)
 		return;
 	if (!fgets(line, sizeof(line), f))
@@ -78,9 +62,9 @@ void sh_pages_choose(sh_pages *p, bool want_huge)
 	memset(p, 0, sizeof(*p));
 	p->kind = SHOAL_PAGES_4K;
 	char mode[32];
-	shmem_thp(mode, sizeof(mode));
-	long total = read_long(HUGETLB_DIR "nr_hugepages"),
-	     free_ = read_long(HUGETLB_DIR "free_hugepages");
+	sh_pages_shmem_mode(mode, sizeof(mode));
+	long total = sh_read_long(SH_HUGETLB_DIR "nr_hugepages", -1),
+	     free_ = sh_read_long(SH_HUGETLB_DIR "free_hugepages", -1);
 	if (!want_huge) {
 		snprintf(
 			p->why, sizeof(p->why),
@@ -232,7 +216,7 @@ bool sh_pages_spare_room(const sh_pages *p, uint64_t size)
 {
 	if (p->kind != SHOAL_PAGES_HUGETLB || size < SH_HUGE_MIN)
 		return true;
-	long free_ = read_long(HUGETLB_DIR "free_hugepages");
+	long free_ = sh_read_long(SH_HUGETLB_DIR "free_hugepages", -1);
 	uint64_t pages = round_up(size, SH_HUGE_PAGE) / SH_HUGE_PAGE;
 	return free_ >= 0 && (uint64_t)free_ >= 2 * pages;
 }

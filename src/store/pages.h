@@ -17,6 +17,15 @@
 #define SH_HUGE_MIN ((uint64_t)2 << 20)
 #define SH_HUGE_PAGE ((uint64_t)2 << 20)
 
+/* Where the system says what it allows: the pool of 2 MiB pages
+ * (nr_hugepages, free_hugepages) and shmem's THP mode. */
+#define SH_HUGETLB_DIR "/sys/kernel/mm/hugepages/hugepages-2048kB/"
+#define SH_SHMEM_THP "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+
+/* shmem_enabled's chosen word ("advise" of "always [advise] never"), or ""
+ * when the kernel has none. */
+void sh_pages_shmem_mode(char *out, size_t n);
+
 typedef struct sh_pages {
 	shoal_pages kind;
 	char why[256];	 /* what was chosen, why, and how to enable a better kind */
