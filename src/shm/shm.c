@@ -35,6 +35,17 @@ int sh_memfd_create(const char *name, size_t size, bool sealable, int *fd_out)
 	return 0;
 }
 
+static bool pages_exist(const struct stat *st)
+{
+	return st->st_size > 0 && (uint64_t)st->st_blocks * 512 >= (uint64_t)st->st_size;
+}
+
+bool sh_fd_pages_exist(int fd)
+{
+	struct stat st;
+	return fstat(fd, &st) == 0 && pages_exist(&st);
+}
+
 int sh_shm_map_len(int fd, size_t *size, bool writable, void **out)
 {
 	if (*size == 0)
@@ -49,9 +60,7 @@ int sh_shm_map_len(int fd, size_t *size, bool writable, void **out)
 		len = (len + (size_t)st.st_blksize - 1) & ~((size_t)st.st_blksize - 1);
 	/* a writer of pages that exist takes them all in one call rather
 	 * than a fault a page (on a VM, 0.07 s a GiB against 0.25 s) */
-	int pop = writable && st.st_size > 0 && (uint64_t)st.st_blocks * 512 >= (uint64_t)st.st_size
-			  ? MAP_POPULATE
-			  : 0;
+	int pop = writable && pages_exist(&st) ? MAP_POPULATE : 0;
 	void *p = mmap(NULL, len, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED | pop, fd, 0);
 	if (p == MAP_FAILED) {
 		int e = -errno;

@@ -23,6 +23,10 @@ int sh_shm_map(int fd, size_t size, bool writable, void **out);
  * hugetlbfs file, which is what sh_shm_unmap must be given. */
 int sh_shm_map_len(int fd, size_t *size, bool writable, void **out);
 void sh_shm_unmap(void *p, size_t size);
+/* Whether every page of fd's size exists already (huge pages allocated
+ * when made, a spare): a writer then maps it populated and copies by
+ * memcpy, which costs no fault a page. */
+bool sh_fd_pages_exist(int fd);
 
 /* Seals fd against every change of contents or size. Fails with
  * SHOAL_EBUSY while a writable shared mapping of it exists anywhere. */

@@ -8,7 +8,6 @@
  * fails while a writable mapping exists. */
 #include "store/client.h"
 #include "shm/shm.h"
-#include "store/pages.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -114,7 +113,7 @@ static int new_region(shoal_builder *b, size_t bytes)
 	if ((rc = sh_client_recv_fds(c, &r->id, &fd, 1)) != 0)
 		return rc;
 	size_t mapped = bytes;
-	r->ready = sh_pages_ready(fd);
+	r->ready = sh_fd_pages_exist(fd);
 	rc = sh_shm_map_len(fd, &mapped, true, (void **)&r->addr);
 	r->fd = fd;
 	if (rc) {

@@ -800,7 +800,7 @@ static int fetch(mig *g)
 	 * not); fresh 4 KiB pages would be faulted one by one there, the
 	 * kernel's pwritev is cheaper */
 	g->region_maplen = g->region_size;
-	if (sh_pages_ready(g->region_fd) &&
+	if (sh_fd_pages_exist(g->region_fd) &&
 	    sh_shm_map_len(g->region_fd, &g->region_maplen, true, (void **)&g->region_map) != 0)
 		return mig_fail(g, SHOAL_ENOMEM,
 				"object %016" PRIx64 ": mapping its region of %" PRIu64 " bytes",

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef MFD_HUGETLB
@@ -219,13 +218,6 @@ bool sh_pages_spare_room(const sh_pages *p, uint64_t size)
 	long free_ = sh_read_long(SH_HUGETLB_DIR "free_hugepages", -1);
 	uint64_t pages = round_up(size, SH_HUGE_PAGE) / SH_HUGE_PAGE;
 	return free_ >= 0 && (uint64_t)free_ >= 2 * pages;
-}
-
-bool sh_pages_ready(int fd)
-{
-	struct stat st;
-	return fstat(fd, &st) == 0 && st.st_size > 0 &&
-	       (uint64_t)st.st_blocks * 512 >= (uint64_t)st.st_size;
 }
 
 /* ---- warming ---- */

@@ -64,10 +64,6 @@ int sh_pages_segment_aside(const sh_pages *p, const char *name, uint64_t size, i
  * not be pushed onto 4 KiB pages by it). */
 bool sh_pages_spare_room(const sh_pages *p, uint64_t size);
 
-/* Whether every page of fd's size exists already (a writer may map it
- * populated: one call instead of a fault a page). */
-bool sh_pages_ready(int fd);
-
 /* Memory first touched now rather than in a put: makes a file of bytes on
  * p's kind of pages, faults it in and frees it (blocks: 0.1-0.7 s a GiB
  * here, seconds a GiB the first time). On a VM the first touch of memory

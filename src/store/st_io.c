@@ -148,11 +148,12 @@ int shoal_import_safetensors(shoal_client *c, const char *path, const char *name
 		}
 	}
 	if (rc == 0 && f->data_len > 0) {
-		rc = sh_fd_copy(rfd, 0, fd, f->data_start, f->data_len);
-		/* a region of huge pages (hugetlbfs) takes no write(2): read
-		 * into its mapping, whose pages exist */
-		if (rc == SHOAL_EINVAL && addr)
-			rc = sh_fd_pread_all(fd, addr, (size_t)f->data_len, f->data_start);
+		/* as shoal_builder_write: a region whose pages exist (huge ones,
+		 * which take no write(2); a spare) by its mapping, else by the
+		 * kernel's copy, which faults nothing into this process */
+		rc = sh_fd_pages_exist(rfd)
+			     ? sh_fd_pread_all(fd, addr, (size_t)f->data_len, f->data_start)
+			     : sh_fd_copy(rfd, 0, fd, f->data_start, f->data_len);
 		if (rc)
 			snprintf(err, sizeof(err), "copying the data: %s", shoal_strerror(rc));
 	}
