@@ -509,3 +509,24 @@ int sh_test_run_as(uid_t uid, const gid_t *groups, int ngroups, void (*fn)(void 
 		return 128 + WTERMSIG(st);
 	return WEXITSTATUS(st);
 }
+
+void sh_test_mapping_of(const void *p, char *path, size_t len, char *line, size_t linelen)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	CHECK(f != NULL);
+	char l[512];
+	bool found = false;
+	while (!found && fgets(l, sizeof(l), f)) {
+		unsigned long lo, hi;
+		if (sscanf(l, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)p >= lo &&
+		    (uintptr_t)p < hi) {
+			snprintf(path, len, "/proc/self/map_files/%lx-%lx", lo, hi);
+			if (line)
+				snprintf(line, linelen, "%s", l);
+			found = true;
+		}
+	}
+	fclose(f);
+	if (!found)
+		sh_test_fail(__FILE__, __LINE__, "no mapping in /proc/self/maps holds %p", p);
+}

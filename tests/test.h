@@ -112,6 +112,11 @@ void sh_test_bin(char *buf, size_t len, const char *rel);
 /* The same for a file of the source tree the calling uid reads
  * (rel: "tests/st_write.py"), through SHOAL_SRCDIR. */
 void sh_test_src(char *buf, size_t len, const char *rel);
+/* The file behind the mapping that holds p, as /proc/self/map_files/LO-HI
+ * into path (which root may reopen: the writable way to a segment), and
+ * its line of /proc/self/maps into line (may be NULL); the case fails
+ * when no mapping holds p. */
+void sh_test_mapping_of(const void *p, char *path, size_t len, char *line, size_t linelen);
 
 #define CHECK_HAS(hay, needle)                                                                 \
 	do {                                                                                   \

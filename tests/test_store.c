@@ -377,22 +377,9 @@ SH_TEST(readers_share_pages)
  * behind a mapping, through /proc/self/map_files. */
 static int open_mapping(const void *p, int flags)
 {
-	FILE *f = fopen("/proc/self/maps", "r");
-	CHECK(f != NULL);
-	char line[512];
-	int fd = -1;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)p >= lo &&
-		    (uintptr_t)p < hi) {
-			char path[128];
-			snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", lo, hi);
-			fd = open(path, flags);
-			break;
-		}
-	}
-	fclose(f);
-	return fd;
+	char path[128];
+	sh_test_mapping_of(p, path, sizeof(path), NULL, 0);
+	return open(path, flags);
 }
 
 SH_TEST(sealed_blobs_are_immutable)

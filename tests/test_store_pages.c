@@ -168,24 +168,11 @@ static int check_bytes(const char *sock, const char *name, size_t size, int seed
 		if (p[i] != byte_at(i, seed))
 			sh_test_fail(__FILE__, __LINE__, "%s: byte %zu is %u, expected %u", name, i,
 				     p[i], byte_at(i, seed));
-	int kind = -1;
-	FILE *f = fopen("/proc/self/maps", "r");
-	CHECK(f != NULL);
-	char line[512];
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)p >= lo &&
-		    (uintptr_t)p < hi) {
-			char path[128];
-			snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", lo, hi);
-			struct statfs fs;
-			CHECK(statfs(path, &fs) == 0);
-			kind = (unsigned long)fs.f_type == HUGETLBFS_MAGIC;
-			snprintf(last_map, sizeof(last_map), "%s", line);
-		}
-	}
-	fclose(f);
-	CHECK(kind >= 0);
+	char path[128];
+	sh_test_mapping_of(p, path, sizeof(path), last_map, sizeof(last_map));
+	struct statfs fs;
+	CHECK(statfs(path, &fs) == 0);
+	int kind = (unsigned long)fs.f_type == HUGETLBFS_MAGIC;
 	CHECK_OK(shoal_object_release(o));
 	CHECK_OK(shoal_disconnect(c));
 	return kind;
@@ -290,15 +277,8 @@ SH_TEST(seals_hold_on_hugetlb_pages)
 	/* root's own attempts, through the mapping and the file behind it */
 	void *huge = (void *)((uintptr_t)v & ~(uintptr_t)(2 * MB - 1));
 	CHECK(mprotect(huge, 2 * MB, PROT_READ | PROT_WRITE) != 0);
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512], path[128] = "";
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)v >= lo &&
-		    (uintptr_t)v < hi)
-			snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", lo, hi);
-	}
-	fclose(f);
+	char path[128];
+	sh_test_mapping_of(v, path, sizeof(path), NULL, 0);
 	int fd = open(path, O_RDWR);
 	CHECK(fd >= 0);
 	CHECK(mmap(NULL, 4 * MB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED);
@@ -337,6 +317,57 @@ SH_TEST(a_hugetlb_object_persists_and_comes_back)
 	char cmd[128];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	CHECK(system(cmd) == 0);
+}
+
+/* A safetensors file's data read into a region of hugetlb pages (which
+ * take no write(2)) through its mapping: the tensor byte for byte. */
+SH_TEST(a_safetensors_file_imports_into_hugetlb_pages)
+{
+	settings_guarded();
+	set_pool(8);
+	char dir[64], file[96];
+	snprintf(dir, sizeof(dir), "/tmp/shoal-pages-XXXXXX");
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(file, sizeof(file), "%s/t.safetensors", dir);
+	const size_t size = 6 * MB;
+	char head[128];
+	int hl = snprintf(head, sizeof(head),
+			  "{\"t\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}",
+			  size, size);
+	while (hl % 8)
+		head[hl++] = ' ';
+	FILE *f = fopen(file, "w");
+	CHECK(f != NULL);
+	uint64_t n = (uint64_t)hl; /* little-endian, as on every machine this runs on */
+	CHECK(fwrite(&n, 8, 1, f) == 1 && fwrite(head, 1, (size_t)hl, f) == (size_t)hl);
+	for (size_t i = 0; i < size; i++)
+		CHECK(fputc(byte_at(i, 9), f) != EOF);
+	CHECK(fclose(f) == 0);
+	shoal_store *s = open_huge(64 * MB, true, NULL);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, shoal_store_socket(s)));
+	shoal_id id;
+	CHECK_OK(shoal_import_safetensors(c, file, "st", 0, &id));
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(c, "st", &o));
+	const shoal_node *m = shoal_node_find(shoal_object_root(o), "t");
+	CHECK(m != NULL);
+	shoal_tensor ts;
+	CHECK_OK(shoal_node_tensor(m, &ts));
+	CHECK_EQ(ts.shape[0], (int64_t)size);
+	const unsigned char *p = ts.data;
+	for (size_t i = 0; i < size; i++)
+		if (p[i] != byte_at(i, 9))
+			sh_test_fail(__FILE__, __LINE__, "byte %zu is %u, expected %u", i, p[i],
+				     byte_at(i, 9));
+	char path[128];
+	sh_test_mapping_of(p, path, sizeof(path), NULL, 0);
+	struct statfs fs;
+	CHECK(statfs(path, &fs) == 0 && (unsigned long)fs.f_type == HUGETLBFS_MAGIC);
+	CHECK_OK(shoal_object_release(o));
+	shoal_disconnect(c);
+	shoal_store_close(s);
+	CHECK(unlink(file) == 0 && rmdir(dir) == 0);
 }
 
 /* shoald on DIR/NAME.sock with peers on loopback and the secret, x its
