@@ -216,7 +216,8 @@ static void on_meta(shoal_store *s, sh_st_mail *m)
 	 * that exist (zeroed off the path), as a put's do */
 	g->spare_fd = -1;
 	if (s->spares) {
-		g->spare_fd = sh_spares_take(s->spares, sh_pages_round(&s->pages, g->region));
+		g->region_size = sh_pages_round(&s->pages, g->region);
+		g->spare_fd = sh_spares_take(s->spares, g->region_size);
 		if (g->spare_fd < 0)
 			sh_spares_fit(s->spares, s->capacity - s->used - charged);
 	}
@@ -227,6 +228,13 @@ static void on_meta(shoal_store *s, sh_st_mail *m)
 	g->bytes_at = shoal_now_ns();
 	g->state = MIG_BYTES;
 	answer(g, 0);
+}
+
+/* Binds name to o, an object here, unless o has a name or another object
+ * has this one: false only when memory ran out. */
+static bool name_if_free(shoal_store *s, st_obj *o, const char *name, size_t nl)
+{
+	return o->name || sh_st_name_find(s, name, nl) || sh_st_name_bind(s, o, name, nl) == 0;
 }
 
 /* The thread is over: serve the copy, or tell every waiter why not. */
@@ -265,23 +273,16 @@ static void on_end(shoal_store *s, sh_st_mail *m)
 			o->last_get = shoal_now_ns();
 			s->fetched++;
 			s->fetched_bytes += o->bytes;
-			if (g->name && !sh_st_name_find(s, g->name, strlen(g->name)) &&
-			    sh_st_name_bind(s, o, g->name, strlen(g->name)) != 0)
-				sh_warn("store",
-					"object %016" PRIx64 ": out of memory naming it %s", o->id,
-					g->name);
 			sh_debug("store",
 				 "object %016" PRIx64 " migrated from %s: %" PRIu64 " bytes", o->id,
 				 g->from, o->bytes);
 		}
 	}
-	/* asked by name for what is here already (a copy fetched by id, or
-	 * brought meanwhile): the name the source answered for binds it, as it
-	 * would a fresh copy */
+	/* asked by name: the name the source answered for binds the object
+	 * here, whether this copy brought it, another did meanwhile, or one
+	 * fetched by id before was here already */
 	st_obj *here = rc == 0 && g->name ? sh_map_get(&s->objs, g->id) : NULL;
-	if (here && !here->deleted && !here->name &&
-	    !sh_st_name_find(s, g->name, strlen(g->name)) &&
-	    sh_st_name_bind(s, here, g->name, strlen(g->name)) != 0)
+	if (here && !here->deleted && !name_if_free(s, here, g->name, strlen(g->name)))
 		sh_warn("store", "object %016" PRIx64 ": out of memory naming it %s", here->id,
 			g->name);
 	if (g->region_fd >= 0)
@@ -786,10 +787,9 @@ static int fetch(mig *g)
 	if (g->verdict)
 		return g->verdict;
 	shoal_pages kind;
-	if (g->spare_fd >= 0) {
+	if (g->spare_fd >= 0) { /* of region_size, on_meta's */
 		g->region_fd = g->spare_fd;
 		g->spare_fd = -1;
-		g->region_size = sh_pages_round(&g->s->pages, g->region);
 	} else if ((rc = sh_pages_segment(&g->s->pages, "shoal-migrated", g->region ? g->region : 1,
 					  &g->region_fd, &g->region_size, &kind)) != 0) {
 		return mig_fail(g, rc, "object %016" PRIx64 ": a region of %" PRIu64 " bytes: %s",
@@ -945,8 +945,7 @@ int sh_st_fetch(st_conn *c, const char *name, size_t nl, uint64_t id, const char
 	 * by id before): no transfer, only the name */
 	st_obj *here = x && x->name ? sh_map_get(&s->objs, x->id) : NULL;
 	if (here && !here->deleted && here->sig == x->sig) {
-		if (!here->name && !sh_st_name_find(s, x->name, x->nl) &&
-		    sh_st_name_bind(s, here, x->name, x->nl) != 0) {
+		if (!name_if_free(s, here, x->name, x->nl)) {
 			snprintf(why, whylen, "out of memory naming object %016" PRIx64, here->id);
 			return SHOAL_ENOMEM;
 		}
@@ -969,8 +968,7 @@ int sh_st_fetch(st_conn *c, const char *name, size_t nl, uint64_t id, const char
 	/* fetched by id for the name the registry was asked: the copy is
 	 * known by it here too, when it is free */
 	st_obj *o = rc == 0 && x && x->name ? sh_map_get(&s->objs, g->id) : NULL;
-	if (o && !o->deleted && !o->name && !sh_st_name_find(s, x->name, x->nl) &&
-	    sh_st_name_bind(s, o, x->name, x->nl) != 0)
+	if (o && !o->deleted && !name_if_free(s, o, x->name, x->nl))
 		sh_warn("store", "object %016" PRIx64 ": out of memory naming it %.*s", o->id,
 			(int)x->nl, x->name);
 	migs_reap(s);

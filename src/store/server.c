@@ -398,7 +398,7 @@ static int op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 		return sh_st_reply_err(c, req, rc, "CREATE: memfd of %" PRIu64 " bytes: %s", size,
 				       shoal_strerror(rc));
 	}
-	if (rc == 0 && kind != s->pages.kind && size >= SH_HUGE_MIN && !s->pages.short_said) {
+	if (kind != s->pages.kind && size >= SH_HUGE_MIN && !s->pages.short_said) {
 		s->pages.short_said = true;
 		sh_warn("store",
 			"a segment of %" PRIu64 " bytes went on 4 KiB pages: the hugetlb pool has "
