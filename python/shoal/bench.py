@@ -80,6 +80,20 @@ def timed(fn, n: int) -> List[float]:
     return out
 
 
+def timed_puts(client: shoal.Client, value: Any, n: int, pause: float = 0.0) -> List[float]:
+    """n puts of value, each timed (microseconds) and its object deleted after, pause
+    seconds between them (for the store to free it and make a spare)."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        oid = client.put(value)
+        out.append((time.perf_counter_ns() - t0) / 1000)
+        client.delete(oid)
+        if pause:
+            time.sleep(pause)
+    return out
+
+
 def stats_us(samples: List[float]) -> Dict[str, float]:
     s = sorted(samples)
     return {"mean_us": statistics.fmean(s), "p50_us": s[len(s) // 2],
@@ -201,13 +215,7 @@ def put_state_dict(client: shoal.Client, tensors: int, total: int, rounds: int,
             dst[k].copy_(v)
     copy()  # the copies' pages faulted in, as the store's are once it holds them
     memcpy = min(timed(copy, rounds))
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter_ns()
-        oid = client.put(sd)
-        times.append((time.perf_counter_ns() - t0) / 1000)
-        client.delete(oid)
-        time.sleep(0.2)  # the store frees it (and makes a spare) between rounds
+    times = timed_puts(client, sd, rounds, pause=0.2)
     params = {"tensors": tensors, "bytes": nbytes, "pages": pages, "reserve": reserve}
     best = min(times[1:]) if len(times) > 1 else times[0]
     result("put_state_dict", params, {"mb_s": nbytes / best, "best_us": best,
@@ -398,13 +406,7 @@ def put_array(client: shoal.Client, sizes: List[int], rounds: int,
         dst = np.empty_like(a)
         np.copyto(dst, a)  # its pages faulted in, as the store's are after the first put
         memcpy = min(timed(lambda: np.copyto(dst, a), rounds))
-        best = []
-        for _ in range(rounds):
-            t0 = time.perf_counter_ns()
-            oid = client.put(a)
-            best.append((time.perf_counter_ns() - t0) / 1000)
-            client.delete(oid)
-        t = min(best)
+        t = min(timed_puts(client, a, rounds))
         params = {"bytes": size, "pages": pages, "reserve": reserve, "shmem_huge": huge}
         result("put_array", params, {"mb_s": size / t, "best_us": t,
                                      "ratio_vs_memcpy": memcpy / t})
