@@ -335,26 +335,60 @@ static void set_rate(sh_bench_result *x, const double *s, int n, uint64_t bytes)
 	sh_bench_show_samples(x, rate, n < 16 ? n : 16, "MB/s");
 }
 
+/* Row x: raw TCP moving bytes over streams 3 times (on loopback, or link),
+ * its rate set, or failed with why. 0 or -1. */
+static int raw_rate(sh_bench_result *x, const sh_bench_link *link, uint64_t bytes, int streams)
+{
+	char err[512];
+	double s[3];
+	for (int i = 0; i < 3; i++)
+		if (raw_tcp(link, bytes, streams, &s[i], err, sizeof(err)) != 0) {
+			sh_bench_fail(x, "%s", err);
+			return -1;
+		}
+	set_rate(x, s, 3, bytes);
+	return 0;
+}
+
 /* Raw TCP over 1, 2 and 4 streams, into raw_s[streams] (seconds, mean). */
 static void bench_raw(sh_bench_report *r, uint64_t bytes, double raw_s[5])
 {
-	char err[512];
 	for (int k = 1; k <= 4; k *= 2) {
 		sh_bench_result *x = sh_bench_add(r, SUITE, "migrate", "raw_tcp", 1);
 		sh_bench_param_num(x, "bytes", (double)bytes);
 		sh_bench_param_num(x, "streams", k);
-		double s[3];
-		int i = 0;
-		for (; i < 3; i++)
-			if (raw_tcp(NULL, bytes, k, &s[i], err, sizeof(err)) != 0)
-				break;
-		if (i < 3) {
-			sh_bench_fail(x, "%s", err);
-			continue;
-		}
-		set_rate(x, s, 3, bytes);
-		raw_s[k] = sh_bench_metric_get(x, "s", 0);
+		if (raw_rate(x, NULL, bytes, k) == 0)
+			raw_s[k] = sh_bench_metric_get(x, "s", 0);
 	}
+}
+
+/* Stores a and b of size, each with the options x (NULL-terminated, may be
+ * NULL): on loopback, or with link, a on its side 0 and b on its side 1,
+ * their peers on those sides' addresses. 0, or -1 with err. */
+static int pair_start(daemon_t *a, daemon_t *b, uint64_t size, bool plain, const char *const *x,
+		      const sh_bench_link *link, char *err, size_t errlen)
+{
+	daemon_t *d[2] = {a, b};
+	for (int side = 0; side < 2; side++) {
+		const char *argv[16];
+		int n = 0;
+		for (; x && x[n] && n < 13; n++)
+			argv[n] = x[n];
+		char peer[40];
+		if (link) {
+			snprintf(peer, sizeof(peer), "%s:0", link->addr[side]);
+			argv[n++] = "--peer"; /* the last --peer is the one taken */
+			argv[n++] = peer;
+			sh_bench_link_enter(link, side);
+		}
+		argv[n] = NULL;
+		int rc = daemon_start_x(d[side], size, plain, argv, err, errlen);
+		if (link)
+			sh_bench_link_enter(link, -1);
+		if (rc)
+			return -1;
+	}
+	return 0;
 }
 
 /* A dict of nblobs tensors migrated reps times over streams links. */
@@ -444,8 +478,7 @@ static void bench_migrate(sh_bench_report *r, uint64_t bytes, bool plain, const 
 		sh_bench_skip(y, "%s", err);
 		return;
 	}
-	if (daemon_start_x(&a, size, plain, x, err, sizeof(err)) ||
-	    daemon_start_x(&b, size, plain, x, err, sizeof(err))) {
+	if (pair_start(&a, &b, size, plain, x, NULL, err, sizeof(err))) {
 		sh_bench_result *y =
 			migrate_row(r, "migrate", bytes, 1, SHOAL_MIGRATE_STREAMS, plain, pages);
 		sh_bench_fail(y, "%s", err);
@@ -491,14 +524,7 @@ static void bench_link(const sh_bench_opts *o, sh_bench_report *r, uint64_t byte
 	sh_bench_param_num(u, "bytes", (double)bytes);
 	sh_bench_param_num(u, "streams", 1);
 	sh_bench_param_str(u, "link", "veth");
-	double s[3];
-	int i = 0;
-	for (; i < 3 && raw_tcp(&l, bytes, 1, &s[i], err, sizeof(err)) == 0; i++)
-		;
-	if (i < 3)
-		sh_bench_fail(u, "%s", err);
-	else
-		set_rate(u, s, 3, bytes);
+	raw_rate(u, &l, bytes, 1);
 	double raw_s[5] = {0};
 	sh_bench_result *x = sh_bench_add(r, SUITE, "migrate", "raw_tcp", 1);
 	sh_bench_param_num(x, "bytes", (double)bytes);
@@ -509,14 +535,10 @@ static void bench_link(const sh_bench_opts *o, sh_bench_report *r, uint64_t byte
 		sh_bench_link_down(&l);
 		return;
 	}
-	for (i = 0; i < 3 && raw_tcp(&l, bytes, 1, &s[i], err, sizeof(err)) == 0; i++)
-		;
-	if (i < 3) {
-		sh_bench_fail(x, "%s", err);
+	if (raw_rate(x, &l, bytes, 1) != 0) {
 		sh_bench_link_down(&l);
 		return;
 	}
-	set_rate(x, s, 3, bytes);
 	double shaped = sh_bench_metric_get(x, "mb_s", 0),
 	       free_ = sh_bench_metric_get(u, "mb_s", 0);
 	if (free_ > 0)
@@ -532,22 +554,10 @@ static void bench_link(const sh_bench_opts *o, sh_bench_report *r, uint64_t byte
 			: "4k";
 	for (int plain = 1; plain >= 0; plain--) {
 		daemon_t a = {0}, b = {0};
-		uint64_t size = bytes + (64u << 20);
-		char pa[40], pb[40];
-		snprintf(pa, sizeof(pa), "%s:0", l.addr[0]);
-		snprintf(pb, sizeof(pb), "%s:0", l.addr[1]);
 		bool huge = strcmp(pages, "4k") != 0;
-		const char *const xa[] = {"--peer", pa, "--reserve", huge ? "--huge-pages" : NULL,
-					  NULL};
-		const char *const xb[] = {"--peer", pb, "--reserve", huge ? "--huge-pages" : NULL,
-					  NULL};
-		sh_bench_link_enter(&l, 0);
-		int rc = daemon_start_x(&a, size, plain, xa, err, sizeof(err));
-		sh_bench_link_enter(&l, 1);
-		if (rc == 0)
-			rc = daemon_start_x(&b, size, plain, xb, err, sizeof(err));
-		sh_bench_link_enter(&l, -1);
-		if (rc != 0) {
+		const char *const opt[] = {"--reserve", huge ? "--huge-pages" : NULL, NULL};
+		if (pair_start(&a, &b, bytes + (64u << 20), plain, opt, &l, err, sizeof(err)) !=
+		    0) {
 			sh_bench_fail(migrate_row(r, "migrate", bytes, 1000, SHOAL_MIGRATE_STREAMS,
 						  plain, pages),
 				      "%s", err);
@@ -808,16 +818,10 @@ static void buffers_sweep(const sh_bench_opts *o, sh_bench_report *r, bool plain
 	size_t nsizes = o->quick ? 2 : 3;
 	char err[512], engine[PATH_MAX], lib[PATH_MAX];
 	daemon_t a = {0}, b = {0};
-	char peer_a[40] = "127.0.0.1:0", peer_b[40] = "127.0.0.1:0", tcp[40] = "127.0.0.1:0";
-	if (link) {
-		snprintf(peer_a, sizeof(peer_a), "%s:0", link->addr[0]);
-		snprintf(peer_b, sizeof(peer_b), "%s:0", link->addr[1]);
+	char tcp[40] = "127.0.0.1:0";
+	if (link)
 		snprintf(tcp, sizeof(tcp), "%s:0", link->addr[0]);
-	}
-	const char *args_a[] = {"--meta", meta,	  "--cluster", plain ? "bench-plain" : "bench",
-				"--peer", peer_a, NULL},
-		   *args_b[] = {"--meta", meta,	  "--cluster", plain ? "bench-plain" : "bench",
-				"--peer", peer_b, NULL};
+	const char *args[] = {"--meta", meta, "--cluster", plain ? "bench-plain" : "bench", NULL};
 	uint64_t total = o->quick ? 64ull << 20 : 256ull << 20;
 	shoal_controller *ctl = NULL;
 	shoal_farm *f = NULL;
@@ -829,16 +833,9 @@ static void buffers_sweep(const sh_bench_opts *o, sh_bench_report *r, bool plain
 			 "shoal-engine or rpc_ext.so not found beside this program");
 		rc = -1;
 	}
-	if (rc == 0 && link)
-		sh_bench_link_enter(link, 0);
-	if (rc == 0 && daemon_start_x(&a, 2 * total + (64u << 20), plain, args_a, err, sizeof(err)))
+	if (rc == 0 &&
+	    pair_start(&a, &b, 2 * total + (64u << 20), plain, args, link, err, sizeof(err)))
 		rc = -1;
-	if (rc == 0 && link)
-		sh_bench_link_enter(link, 1);
-	if (rc == 0 && daemon_start_x(&b, 2 * total + (64u << 20), plain, args_b, err, sizeof(err)))
-		rc = -1;
-	if (link)
-		sh_bench_link_enter(link, -1);
 	/* both see each other (the watch) before the first task */
 	for (int i = 0; rc == 0 && i < 1000 && peers_seen(&b) < 2; i++)
 		usleep(10000);
@@ -962,17 +959,8 @@ static void bench_task_buffers(const sh_bench_opts *o, sh_bench_report *r)
 	for (size_t k = 0; k < 3; k++) {
 		sh_bench_result *x = sh_bench_add(r, SUITE, "task_buffers", "raw_tcp", 1);
 		sh_bench_param_num(x, "bytes", (double)sizes[k]);
-		double s[3];
-		int i = 0;
-		for (; i < 3; i++)
-			if (raw_tcp(NULL, total, 1, &s[i], err, sizeof(err)) != 0)
-				break;
-		if (i < 3) {
-			sh_bench_fail(x, "%s", err);
-			continue;
-		}
-		set_rate(x, s, 3, total);
-		raw[k] = sh_bench_metric_get(x, "mb_s", 0);
+		if (raw_rate(x, NULL, total, 1) == 0)
+			raw[k] = sh_bench_metric_get(x, "mb_s", 0);
 	}
 	if (etcd < 0) {
 		sh_bench_result *x = sh_bench_add(r, SUITE, "task_buffers", "shoal", 0);
