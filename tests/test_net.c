@@ -18,6 +18,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -343,6 +345,187 @@ SH_TEST(channel_carries_large_writes)
 	free(a);
 	free(b);
 	unpair(&s, &c);
+}
+
+/* ---- bulk bytes: parts where they lie, ranges where they land ---- */
+
+typedef struct bulk_job {
+	sh_channel *ch;
+	const sh_bulk_part *parts;
+	size_t np;
+	const char *after; /* a frame's bytes written behind the bulk ones */
+	int rc;
+} bulk_job;
+
+static void *bulk_writer(void *arg)
+{
+	bulk_job *j = arg;
+	/* a frame first, so that some of the bulk bytes come with it into
+	 * the reader's buffer */
+	j->rc = sh_channel_write(j->ch, "head", 4, false, shoal_deadline_in(20000 * MS));
+	if (j->rc == 0)
+		j->rc = sh_channel_send_bulk(j->ch, j->parts, j->np, shoal_deadline_in(20000 * MS));
+	if (j->rc == 0 && j->after)
+		j->rc = sh_channel_write(j->ch, j->after, strlen(j->after), false,
+					 shoal_deadline_in(20000 * MS));
+	return NULL;
+}
+
+/* A file of n bytes of a pattern, and its mapping. */
+static int pattern_file(size_t n, unsigned seed, unsigned char **map)
+{
+	int fd = memfd_create("bulk", MFD_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK_OK(ftruncate(fd, (off_t)n));
+	*map = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK(*map != MAP_FAILED);
+	for (size_t i = 0; i < n; i++)
+		(*map)[i] = (unsigned char)(i * 131 + (i >> 13) + seed);
+	return fd;
+}
+
+/* The parts of a store's object as a source sends them: some in memory
+ * (a mapping of huge pages, the arena), some read from their files (4 KiB
+ * pages), of sizes that are and are not whole records, one empty, one
+ * over the size from which the receiver... and received into ranges of a
+ * region laid out otherwise, into its mapping (pages that exist) and into
+ * its file, in clear and encrypted: every byte where it goes, counted,
+ * and the channel in step after (a frame behind the bulk reads back). */
+SH_TEST(bulk_bytes_land_where_they_go)
+{
+	const size_t sizes[] = {100, 16384, 0, 3 * 16384 + 7, 5u << 20, 40000, 1};
+	enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+	size_t total = 0;
+	for (int i = 0; i < N; i++)
+		total += sizes[i];
+	unsigned char *src;
+	int sfd = pattern_file(total, 7, &src);
+	sh_bulk_part parts[N];
+	sh_fd_range ranges[N];
+	uint64_t at = 0, dst_at = 64;
+	for (int i = 0; i < N; i++) {
+		/* every other part from the file, the rest from memory */
+		parts[i] = i % 2 ? (sh_bulk_part){.fd = sfd, .off = at, .len = sizes[i]}
+				 : (sh_bulk_part){.p = src + at, .len = sizes[i]};
+		ranges[i] = (sh_fd_range){dst_at, sizes[i]};
+		at += sizes[i];
+		dst_at += sizes[i] + 4096 + 64 * (uint64_t)i; /* gaps, not aligned alike */
+	}
+	size_t region = (size_t)dst_at;
+	for (int mode = 0; mode < 4; mode++) {
+		bool plain = mode & 1, into_map = mode & 2;
+		side s, c;
+		pair(plain, plain, &s, &c);
+		CHECK_EQ(sh_channel_encrypted(s.ch), !plain);
+		CHECK_OK(fcntl(c.fd, F_SETFL, 0));
+		unsigned char *dst;
+		int dfd = pattern_file(region, 99, &dst);
+		memset(dst, 0xee, region);
+		bulk_job j = {c.ch, parts, N, "tail", -1};
+		pthread_t t;
+		CHECK_OK(pthread_create(&t, NULL, bulk_writer, &j));
+		char head[4], tail[4];
+		CHECK_OK(sh_channel_read(s.ch, head, 4, false, shoal_deadline_in(20000 * MS)));
+		CHECK(!memcmp(head, "head", 4));
+		_Atomic uint64_t got = 0;
+		CHECK_OK(sh_channel_recv_ranges(s.ch, dfd, into_map ? dst : NULL, ranges, N,
+						shoal_deadline_in(20000 * MS), &got));
+		CHECK_EQ(atomic_load(&got), total);
+		CHECK_OK(sh_channel_read(s.ch, tail, 4, false, shoal_deadline_in(20000 * MS)));
+		CHECK(!memcmp(tail, "tail", 4));
+		pthread_join(t, NULL);
+		CHECK_OK(j.rc);
+		at = 0;
+		for (int i = 0; i < N; i++) {
+			CHECK(!memcmp(dst + ranges[i].off, src + at, sizes[i]));
+			/* nothing written between the ranges */
+			if (i + 1 < N)
+				CHECK_EQ(dst[ranges[i].off + sizes[i]], 0xee);
+			at += sizes[i];
+		}
+		CHECK_EQ(dst[0], 0xee);
+		CHECK(!sh_channel_pending(s.ch));
+		munmap(dst, region);
+		close(dfd);
+		unpair(&s, &c);
+	}
+	munmap(src, total);
+	close(sfd);
+}
+
+/* The wire of a bulk send of n bytes from p, as the reader's socket has
+ * it (the writer's buffer holds it all). */
+static size_t bulk_wire(side *c, side *s, const void *p, size_t n, unsigned char *raw, size_t cap)
+{
+	sh_bulk_part part = {.p = p, .len = n};
+	CHECK_OK(sh_channel_send_bulk(c->ch, &part, 1, shoal_deadline_in(5000 * MS)));
+	size_t got = 0;
+	for (;;) {
+		ssize_t k = recv(s->fd, raw + got, cap - got, MSG_DONTWAIT);
+		if (k <= 0)
+			break;
+		got += (size_t)k;
+	}
+	return got;
+}
+
+/* Received straight into a mapping, the bytes are as guarded as any: a
+ * flipped bit or a record cut otherwise than a shoal sender cuts fails
+ * the transfer (SHOAL_EBADMSG, saying so), a stream cut short fails it,
+ * in clear and encrypted. */
+SH_TEST(bulk_bytes_received_in_place_are_checked)
+{
+	enum { N = 40000 };
+	unsigned char *src = malloc(N), *raw = malloc(1 << 17), *dst = malloc(N + 4096);
+	CHECK(src && raw && dst);
+	for (size_t i = 0; i < N; i++)
+		src[i] = (unsigned char)(i * 7);
+	sh_fd_range whole = {0, N};
+	for (int plain = 0; plain < 2; plain++) {
+		/* one bit flipped: in a header, the bytes, a tag */
+		const size_t flips[] = {2, 5 + 100, 5 + 16384 + 3, 2 * (16384 + 22) + 5 + 6000};
+		for (size_t f = 0; f < sizeof(flips) / sizeof(flips[0]); f++) {
+			side s, c;
+			pair(plain, plain, &s, &c);
+			size_t n = bulk_wire(&c, &s, src, N, raw, 1 << 17);
+			CHECK_EQ(n, N + 3 * 22);
+			raw[flips[f]] ^= 0x10;
+			CHECK_EQ(send(c.fd, raw, n, 0), (ssize_t)n);
+			_Atomic uint64_t got = 0;
+			CHECK_RC(sh_channel_recv_ranges(s.ch, -1, dst, &whole, 1,
+							shoal_deadline_in(5000 * MS), &got),
+				 SHOAL_EBADMSG);
+			CHECK(atomic_load(&got) < N);
+			CHECK(*sh_channel_error(s.ch));
+			unpair(&s, &c);
+		}
+		/* another cut: the same bytes written as one message of records
+		 * of 16 KiB, received as ranges of 100 and the rest */
+		side s, c;
+		pair(plain, plain, &s, &c);
+		size_t n = wire_of(&c, &s, src, N, raw, 1 << 17);
+		CHECK_EQ(send(c.fd, raw, n, 0), (ssize_t)n);
+		sh_fd_range two[2] = {{0, 100}, {200, N - 100}};
+		_Atomic uint64_t got = 0;
+		CHECK_RC(sh_channel_recv_ranges(s.ch, -1, dst, two, 2, shoal_deadline_in(5000 * MS),
+						&got),
+			 SHOAL_EBADMSG);
+		CHECK_HAS(sh_channel_error(s.ch), "cut its bytes otherwise");
+		unpair(&s, &c);
+		/* cut short: the stream ends inside the bytes */
+		pair(plain, plain, &s, &c);
+		n = bulk_wire(&c, &s, src, N, raw, 1 << 17);
+		CHECK_EQ(send(c.fd, raw, n - 30, 0), (ssize_t)(n - 30));
+		shutdown(c.fd, SHUT_WR);
+		CHECK_RC(sh_channel_recv_ranges(s.ch, -1, dst, &whole, 1,
+						shoal_deadline_in(5000 * MS), &got),
+			 SHOAL_EBADMSG);
+		CHECK_HAS(sh_channel_error(s.ch), "cut");
+		unpair(&s, &c);
+	}
+	free(src);
+	free(raw);
+	free(dst);
 }
 
 /* ---- interoperability: OpenSSL's own client and server ---- */

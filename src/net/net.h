@@ -164,33 +164,38 @@ bool sh_channel_pending(sh_channel *ch);
 int sh_channel_peek(sh_channel *ch, const unsigned char **p, size_t *n, bool fiber,
 		    int64_t deadline);
 void sh_channel_consume(sh_channel *ch, size_t k);
-/* Bulk bytes from and to files (a store's memfds), for a thread on a
- * blocking or non-blocking socket. send_fd: n bytes of fd at off, read by
- * the kernel straight into the records' slots and sealed there; flush:
- * and push every record into the socket before returning (else the last
- * ones may wait for the next write). recv_fd: n bytes into fd at off,
- * each record opened where it was received and written from there
- * (*got counts the bytes written as they are: another thread may watch).
- * Neither maps the file: on this kind of VM, user-space copies into or
- * out of a shared mapping cost several times the kernel's. deadline: the
- * whole transfer's; the stall bound (sh_channel_set_stall) applies too. */
-int sh_channel_send_fd(sh_channel *ch, int fd, uint64_t off, uint64_t n, bool flush,
-		       int64_t deadline);
-int sh_channel_recv_fd(sh_channel *ch, int fd, uint64_t off, uint64_t n, int64_t deadline,
-		       _Atomic uint64_t *got);
-/* send_fd for bytes of several files (or places in one), one after
- * another, and every record pushed into the socket at the end. */
-typedef struct sh_fd_piece {
+/* Bulk bytes, for a thread on a blocking or non-blocking socket: the
+ * parts' bytes one after another, every record pushed into the socket
+ * before it returns. A part is memory (p: a mapping of an object's,
+ * read-only is enough), read where it lies: in clear each record's header
+ * and tag go around the bytes in one sendmsg, so the kernel's copy into
+ * the socket is the only one; encrypted, the cipher reads them where they
+ * are. Or it is len bytes of fd at off (p NULL), read by the kernel
+ * straight into the records' places and sealed there: on a VM whose
+ * page tables the host shadows, a process's first touch of each 4 KiB
+ * page of a mapping costs a microsecond (0.3 s a GiB), three times the
+ * kernel's copy, so a file on 4 KiB pages goes this way and one on huge
+ * pages is mapped. Records are cut at SH_CHANNEL_RECORD bytes and at each
+ * part's end, so a receiver that knows the parts' sizes knows where each
+ * record begins. deadline: the whole transfer's; the stall bound
+ * (sh_channel_set_stall) applies too. */
+typedef struct sh_bulk_part {
+	const void *p;
 	int fd;
 	uint64_t off, len;
-} sh_fd_piece;
-int sh_channel_send_pieces(sh_channel *ch, const sh_fd_piece *p, size_t np, int64_t deadline);
-/* recv_fd for several places in fd at once, in this order: the bytes of
- * a stream that fill them one after another. With map (fd mapped
- * writable, its pages there already: huge pages, or a reserve) the bytes
- * are copied into the mapping instead, which then costs no fault and no
- * system call; a file of huge pages (hugetlbfs) takes no write(2) at all.
- * The caller checks every range lies inside the mapping. */
+} sh_bulk_part;
+int sh_channel_send_bulk(sh_channel *ch, const sh_bulk_part *parts, size_t np, int64_t deadline);
+/* The bytes of a stream sent so, received into places of fd in this
+ * order, one range after another (*got counts the bytes written as they
+ * are: another thread may watch). With map (fd mapped writable, its pages
+ * there already: huge pages, or a spare) each record is received straight
+ * into its place (its header and tag beside) and opened there: no copy
+ * but the kernel's, no fault, and a file of huge pages (hugetlbfs) takes
+ * no write(2) at all; the ranges must then be the parts the sender sent
+ * (its cut is checked). Without, each record is opened where it was
+ * received and written into fd by pwritev from there: fresh 4 KiB pages
+ * faulted into a mapping one by one cost more on a VM than the kernel's
+ * copy. The caller checks every range lies inside the mapping or file. */
 typedef struct sh_fd_range {
 	uint64_t off, len;
 } sh_fd_range;

@@ -73,6 +73,22 @@ int sh_shm_map_len(int fd, size_t *size, bool writable, void **out)
 	return 0;
 }
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+void sh_shm_populate_read(void *map, size_t maplen, uint64_t off, uint64_t len)
+{
+	/* whole huge pages, which a mapping of hugetlbfs needs and the
+	 * length of one always is */
+	const uint64_t huge = 2u << 20;
+	uint64_t a = off & ~(huge - 1), b = (off + len + huge - 1) & ~(huge - 1);
+	if (b > maplen)
+		b = maplen;
+	if (a < b)
+		(void)madvise((unsigned char *)map + a, b - a, MADV_POPULATE_READ);
+}
+
 int sh_shm_map(int fd, size_t size, bool writable, void **out)
 {
 	return sh_shm_map_len(fd, &size, writable, out);

@@ -23,6 +23,11 @@ int sh_shm_map(int fd, size_t size, bool writable, void **out);
  * hugetlbfs file, which is what sh_shm_unmap must be given. */
 int sh_shm_map_len(int fd, size_t *size, bool writable, void **out);
 void sh_shm_unmap(void *p, size_t size);
+/* Has the pages of [off, off + len) of a read-only mapping of maplen
+ * bytes mapped now, in one call (a reader that will touch them all: a
+ * fault a 4 KiB page would cost several times the copy). Where the kernel
+ * cannot, the reads fault them in as usual. */
+void sh_shm_populate_read(void *map, size_t maplen, uint64_t off, uint64_t len);
 /* Whether every page of fd's size exists already (huge pages allocated
  * when made, a spare): a writer then maps it populated and copies by
  * memcpy, which costs no fault a page. */

@@ -2,13 +2,15 @@
  * prove they know the cluster's secret, and FETCH objects. The store's
  * thread runs the handshake and the requests (fibers); the bytes go from a
  * thread per share (the FETCH's link sends the first, each link that JOINs
- * the transfer one more), straight from the object's files into the
- * channel's records, while the store goes on serving its clients. The
+ * the transfer one more), read where they lie (the object's segments
+ * mapped read-only by that thread), while the store goes on serving its
+ * clients. The
  * object is held (a read reference) until its last byte is in the socket:
  * a delete meanwhile only unbinds its name. */
 #include "store/server.h"
 #include "store/proto.h"
 #include "net/net.h"
+#include "shm/shm.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Strangers may not crowd out anyone: at most this many handshakes at once
@@ -30,11 +33,20 @@
 #define PEER_STALL_NS (10 * 1000000000LL)
 /* The least bytes a share is worth another link for. */
 #define SHARE_MIN (32ull << 20)
+/* Where a blob's bytes are here: in segment seg of the transfer's, or in
+ * the arena (seg -1). */
+typedef struct piece {
+	int32_t seg;
+	uint64_t off, len;
+} piece;
+
 /* One object on its way to a peer, in shares over one link or several. */
 typedef struct xfer {
 	st_obj *o;
-	sh_fd_piece *pieces; /* where its blobs' bytes are here, in the tree's order */
+	piece *pieces; /* its blobs, in the tree's order */
 	size_t npieces, cap;
+	st_seg **segs; /* the segments they are in (held with the object) */
+	uint32_t nsegs;
 	uint64_t total, token;
 	uint32_t k, joined; /* shares; links that joined besides the first */
 	uint32_t holds;	    /* links sending it, and the first while it waits */
@@ -92,22 +104,24 @@ static int layout(shoal_store *s, shoal_node *n, xfer *x, uint64_t *end)
 {
 	for (uint32_t i = 0; i < n->nblobs; i++) {
 		sh_blobref *b = &n->blobs[i];
-		int fd = s->arena_fd;
+		int32_t seg = -1;
 		if (b->seg) {
 			st_seg *g = sh_map_get(&s->segs, b->seg);
 			SH_ASSERT(g); /* the store wrote this tree */
-			fd = g->fd;
+			for (seg = 0; (uint32_t)seg < x->nsegs && x->segs[seg] != g; seg++)
+				;
+			SH_ASSERT((uint32_t)seg < x->nsegs); /* the object's own */
 		}
 		if (x->npieces == x->cap) {
 			size_t nc = x->cap ? x->cap * 2 : 16;
-			sh_fd_piece *q = shoal_realloc(x->pieces, x->cap * sizeof(sh_fd_piece),
-						       nc * sizeof(sh_fd_piece));
+			piece *q = shoal_realloc(x->pieces, x->cap * sizeof(piece),
+						 nc * sizeof(piece));
 			if (!q)
 				return SHOAL_ENOMEM;
 			x->pieces = q;
 			x->cap = nc;
 		}
-		x->pieces[x->npieces++] = (sh_fd_piece){fd, b->off, b->size};
+		x->pieces[x->npieces++] = (piece){seg, b->off, b->size};
 		x->total += b->size;
 		*end = (*end + SH_STORE_BLOB_ALIGN - 1) & ~(uint64_t)(SH_STORE_BLOB_ALIGN - 1);
 		b->seg = 1;
@@ -161,7 +175,7 @@ static void xfer_drop(shoal_store *s, xfer *x)
 	if (x->all_in)
 		shoal_chan_destroy(x->all_in);
 	if (x->pieces)
-		shoal_free(x->pieces, x->cap * sizeof(sh_fd_piece));
+		shoal_free(x->pieces, x->cap * sizeof(piece));
 	sh_st_obj_unref(s, x->o, 1);
 	SH_DELETE(x);
 }
@@ -188,26 +202,67 @@ static int send_error(peer_conn *pc, const sh_frame *req, int code, const char *
 				     shoal_deadline_in(PEER_STALL_NS));
 }
 
-/* The share's bytes: [lo, hi) of the blobs' bytes laid end to end. */
+/* Whether g is best read through a mapping: a segment of huge pages,
+ * which costs a fault for 512 pages (one of 4 KiB pages is read by the
+ * kernel instead: see sh_channel_send_bulk). */
+static bool map_it(const shoal_store *s, const st_seg *g)
+{
+	struct stat st;
+	return (fstat(g->fd, &st) == 0 && st.st_blksize > 4096) ||
+	       (s->pages.kind == SHOAL_PAGES_THP && g->size >= SH_HUGE_MIN);
+}
+
+/* The share's bytes: [lo, hi) of the blobs' bytes laid end to end: from
+ * the arena the store has mapped, from segments of huge pages mapped here
+ * (populated over what is sent), from the others' files. */
 static void *send_main(void *arg)
 {
 	peer_conn *pc = arg;
 	xfer *x = pc->x;
 	uint64_t lo, hi, at = 0;
 	sh_peer_share(x->total, x->k, pc->share, &lo, &hi);
-	sh_fd_piece *v = shoal_alloc((x->npieces ? x->npieces : 1) * sizeof(*v));
+	size_t np = x->npieces ? x->npieces : 1, ns = x->nsegs ? x->nsegs : 1;
+	sh_bulk_part *v = shoal_alloc(np * sizeof(*v));
+	void **maps = shoal_alloc(ns * sizeof(*maps));
+	size_t *lens = shoal_alloc(ns * sizeof(*lens));
 	size_t n = 0;
-	for (size_t i = 0; v && i < x->npieces && at < hi; i++) {
-		const sh_fd_piece *q = &x->pieces[i];
+	int rc = v && maps && lens ? 0 : SHOAL_ENOMEM;
+	for (uint32_t i = 0; rc == 0 && i < x->nsegs; i++) {
+		maps[i] = NULL;
+		lens[i] = x->segs[i]->size;
+		if (map_it(pc->s, x->segs[i]))
+			rc = sh_shm_map_len(x->segs[i]->fd, &lens[i], false, &maps[i]);
+	}
+	for (size_t i = 0; rc == 0 && i < x->npieces && at < hi; i++) {
+		const piece *q = &x->pieces[i];
 		uint64_t a = lo > at ? lo : at, b = at + q->len < hi ? at + q->len : hi;
-		if (a < b)
-			v[n++] = (sh_fd_piece){q->fd, q->off + (a - at), b - a};
 		at += q->len;
+		if (a >= b)
+			continue;
+		uint64_t off = q->off + (a - (at - q->len));
+		if (q->seg < 0) {
+			v[n++] = (sh_bulk_part){.p = pc->s->arena + off, .len = b - a};
+		} else if (maps[q->seg]) {
+			sh_shm_populate_read(maps[q->seg], lens[q->seg], off, b - a);
+			v[n++] = (sh_bulk_part){.p = (unsigned char *)maps[q->seg] + off,
+						.len = b - a};
+		} else {
+			v[n++] =
+				(sh_bulk_part){.fd = x->segs[q->seg]->fd, .off = off, .len = b - a};
+		}
 	}
 	/* bounded by the stall */
-	pc->rc = v ? sh_channel_send_pieces(pc->ch, v, n, SHOAL_FOREVER) : SHOAL_ENOMEM;
+	if (rc == 0)
+		rc = sh_channel_send_bulk(pc->ch, v, n, SHOAL_FOREVER);
+	pc->rc = rc;
+	for (uint32_t i = 0; maps && lens && i < x->nsegs; i++)
+		sh_shm_unmap(maps[i], lens[i]);
 	if (v)
-		shoal_free(v, (x->npieces ? x->npieces : 1) * sizeof(*v));
+		shoal_free(v, np * sizeof(*v));
+	if (maps)
+		shoal_free(maps, ns * sizeof(*maps));
+	if (lens)
+		shoal_free(lens, ns * sizeof(*lens));
 	sh_store_post(pc->s, &pc->mail);
 	return NULL;
 }
@@ -285,7 +340,9 @@ static int fetch(peer_conn *pc, const sh_frame *req, sh_mp *m)
 		return send_error(pc, req, SHOAL_ENOMEM, "FETCH: out of memory");
 	x->o = o;
 	x->holds = 1;
-	o->refs++; /* held until its last byte left: the pieces name its files */
+	x->segs = o->segs;
+	x->nsegs = o->nsegs;
+	o->refs++; /* held until its last byte left: the pieces name its segments */
 	sh_bump a = {0};
 	shoal_node *root;
 	sh_mp mm;
