@@ -473,6 +473,44 @@ SH_TEST_T(a_copy_from_another_store_lands_on_huge_pages, 120)
 	CHECK(system(cmd) == 0);
 }
 
+/* A copy whose region the pool cannot hold (its pages are reserved when
+ * the receiver maps it) lands on 4 KiB pages, whole, rather than failing
+ * or leaving a reader a page the pool cannot give. */
+SH_TEST_T(a_copy_the_pool_cannot_hold_lands_on_4k_pages, 120)
+{
+	settings_guarded();
+	set_pool(30);
+	char dir[64], sa[128], sb[128], pa[64], pb[64];
+	snprintf(dir, sizeof(dir), "/tmp/shoal-pages-XXXXXX");
+	CHECK(mkdtemp(dir) != NULL);
+	pid_t a = node_start(dir, "a", NULL, sa, sizeof(sa), pa, sizeof(pa));
+	pid_t b = node_start(dir, "b", "--huge-pages", sb, sizeof(sb), pb, sizeof(pb));
+	shoal_client *ca, *cb;
+	CHECK_OK(shoal_connect(&ca, sa));
+	CHECK_OK(shoal_connect(&cb, sb));
+	expect_why(cb, SHOAL_PAGES_HUGETLB, "hugetlb", NULL);
+	/* half the pool taken here, so 40 MiB more do not fit */
+	put(cb, "local", 30 * MB, 3, SHOAL_PERSIST);
+	CHECK_EQ(check_bytes(sb, "local", 30 * MB, 3), 1);
+	shoal_id id = put(ca, "model", 40 * MB, 8, SHOAL_PERSIST);
+	shoal_migrate_opts mo = {.from = pa};
+	shoal_id got;
+	CHECK_OK(shoal_migrate(cb, "model", 0, &mo, &got));
+	CHECK_EQ(got, id);
+	CHECK_EQ(check_bytes(sb, "model", 40 * MB, 8), 0);
+	CHECK_EQ(check_bytes(sb, "local", 30 * MB, 3), 1);
+	shoal_disconnect(ca);
+	shoal_disconnect(cb);
+	kill(a, SIGTERM);
+	kill(b, SIGTERM);
+	int st;
+	CHECK(waitpid(a, &st, 0) == a && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(waitpid(b, &st, 0) == b && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CHECK(system(cmd) == 0);
+}
+
 typedef struct creator {
 	const char *sock;
 	_Atomic int state; /* 0 before, 1 creating, 2 done */

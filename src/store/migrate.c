@@ -787,24 +787,28 @@ static int fetch(mig *g)
 	if (g->verdict)
 		return g->verdict;
 	shoal_pages kind;
-	if (g->spare_fd >= 0) { /* of region_size, on_meta's */
+	sh_pages_ahead *ahead = NULL;
+	if (g->spare_fd >= 0) { /* of region_size, on_meta's: its pages exist */
 		g->region_fd = g->spare_fd;
 		g->spare_fd = -1;
-	} else if ((rc = sh_pages_segment(&g->s->pages, "shoal-migrated", g->region ? g->region : 1,
-					  &g->region_fd, &g->region_size, &kind)) != 0) {
+		g->region_maplen = g->region_size;
+		if (sh_shm_map_len(g->region_fd, &g->region_maplen, true,
+				   (void **)&g->region_map) != 0)
+			return mig_fail(g, SHOAL_ENOMEM,
+					"object %016" PRIx64 ": mapping its region of %" PRIu64
+					" bytes",
+					g->id, g->region_size);
+	} else if ((rc = sh_pages_segment_ahead(&g->s->pages, "shoal-migrated",
+						g->region ? g->region : 1, &g->region_fd,
+						&g->region_size, &kind, (void **)&g->region_map,
+						&g->region_maplen, &ahead)) != 0) {
 		return mig_fail(g, rc, "object %016" PRIx64 ": a region of %" PRIu64 " bytes: %s",
 				g->id, g->region, shoal_strerror(rc));
 	}
-	/* pages that exist already (huge ones, a spare): the bytes go straight
-	 * into a populated mapping (no fault, no write(2), which hugetlbfs has
-	 * not); fresh 4 KiB pages would be faulted one by one there, the
-	 * kernel's pwritev is cheaper */
-	g->region_maplen = g->region_size;
-	if (sh_fd_pages_exist(g->region_fd) &&
-	    sh_shm_map_len(g->region_fd, &g->region_maplen, true, (void **)&g->region_map) != 0)
-		return mig_fail(g, SHOAL_ENOMEM,
-				"object %016" PRIx64 ": mapping its region of %" PRIu64 " bytes",
-				g->id, g->region_size);
+	/* with a mapping (huge pages, a spare) the bytes are received into it:
+	 * no fault a 4 KiB page, no write(2), which hugetlbfs has not; fresh 4
+	 * KiB pages would be faulted one by one there, the kernel's pwritev
+	 * is cheaper */
 	share sh[SH_PEER_STREAMS_MAX];
 	uint32_t started = 1;
 	for (; started < g->r.k; started++) {
@@ -825,7 +829,9 @@ static int fetch(mig *g)
 			cause = sh[i].why;
 		}
 	}
-	/* no writable mapping may remain for the seal */
+	/* every page the copy needs exists, and no writable mapping may
+	 * remain for the seal */
+	sh_pages_ahead_end(ahead, rc != 0);
 	if (g->region_map)
 		sh_shm_unmap(g->region_map, g->region_maplen);
 	g->region_map = NULL;

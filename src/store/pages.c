@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <shoal/fiber.h>
 #include <sys/eventfd.h>
 #include <fcntl.h>
@@ -156,6 +157,96 @@ int sh_pages_segment(const sh_pages *p, const char *name, uint64_t size, int *fd
 		*kind = SHOAL_PAGES_THP;
 	}
 	return 0;
+}
+
+/* ---- allocated ahead of a writer ---- */
+
+#define AHEAD_CHUNK ((uint64_t)64 << 20)
+
+struct sh_pages_ahead {
+	int fd;
+	unsigned char *map; /* THP: faulted in through it; hugetlb: fallocate on fd */
+	uint64_t size;
+	_Atomic bool stop;
+	pthread_t th;
+};
+
+static void *ahead_main(void *arg)
+{
+	sh_pages_ahead *a = arg;
+	pthread_setname_np(pthread_self(), "shoal-pages");
+	for (uint64_t off = 0; off < a->size && !atomic_load(&a->stop); off += AHEAD_CHUNK) {
+		uint64_t n = a->size - off < AHEAD_CHUNK ? a->size - off : AHEAD_CHUNK;
+		/* a failure leaves the rest to the writer's faults */
+		if (a->map ? madvise(a->map + off, n, MADV_POPULATE_WRITE) != 0
+			   : fallocate(a->fd, 0, (off_t)off, (off_t)n) != 0)
+			break;
+	}
+	return NULL;
+}
+
+int sh_pages_segment_ahead(const sh_pages *p, const char *name, uint64_t size, int *fd,
+			   uint64_t *got_size, shoal_pages *kind, void **map, size_t *maplen,
+			   sh_pages_ahead **ahead)
+{
+	*map = NULL;
+	*ahead = NULL;
+	uint64_t want = sh_pages_round(p, size);
+	int h = -1;
+	void *m = MAP_FAILED;
+	if (p->kind == SHOAL_PAGES_HUGETLB && size >= SH_HUGE_MIN) {
+		h = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+		/* the mapping reserves the file's pages in the pool, or fails */
+		if (h >= 0 && ftruncate(h, (off_t)want) == 0)
+			m = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, h, 0);
+		if (m != MAP_FAILED) {
+			*kind = SHOAL_PAGES_HUGETLB;
+		} else {
+			if (h >= 0)
+				close(h);
+			h = -1;
+			want = size; /* the pool is short: this one on 4 KiB pages */
+		}
+	}
+	if (h < 0) {
+		int rc = sh_memfd_create(name, want, true, &h);
+		if (rc)
+			return rc;
+		*kind = SHOAL_PAGES_4K;
+		if (p->kind == SHOAL_PAGES_THP && size >= SH_HUGE_MIN &&
+		    (m = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, h, 0)) !=
+			    MAP_FAILED) {
+			(void)madvise(m, want, MADV_HUGEPAGE); /* a kernel without: 4 KiB */
+			*kind = SHOAL_PAGES_THP;
+		}
+	}
+	*fd = h;
+	*got_size = want;
+	if (m == MAP_FAILED)
+		return 0;
+	*map = m;
+	*maplen = want;
+	sh_pages_ahead *a = SH_NEW(sh_pages_ahead);
+	if (a) {
+		a->fd = h;
+		a->map = *kind == SHOAL_PAGES_THP ? m : NULL;
+		a->size = want;
+		if (pthread_create(&a->th, NULL, ahead_main, a) == 0)
+			*ahead = a;
+		else
+			SH_DELETE(a); /* the writer's faults take them all */
+	}
+	return 0;
+}
+
+void sh_pages_ahead_end(sh_pages_ahead *a, bool stop)
+{
+	if (!a)
+		return;
+	if (stop)
+		atomic_store(&a->stop, true);
+	pthread_join(a->th, NULL);
+	SH_DELETE(a);
 }
 
 typedef struct seg_job {

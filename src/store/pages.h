@@ -58,6 +58,24 @@ int sh_pages_segment(const sh_pages *p, const char *name, uint64_t size, int *fd
 int sh_pages_segment_aside(const sh_pages *p, const char *name, uint64_t size, int *fd,
 			   uint64_t *got_size, shoal_pages *kind);
 
+/* A segment for bytes about to come in through a mapping (a copy from
+ * another store), mapped writable into *map (*maplen bytes; NULL on 4 KiB
+ * pages, which are written with pwrite): its huge pages are allocated and
+ * zeroed by a thread of their own, ahead of the writer, rather than all
+ * before the first byte (a GiB takes 0.1 s here, on the copy's path
+ * otherwise; the writer's own fault takes a page the thread has not come
+ * to yet). The pool's pages are reserved for the whole file when it is
+ * mapped, so no fault of a later reader can find the pool empty; when it
+ * cannot hold them, 4 KiB pages as sh_pages_segment. *ahead (NULL when no
+ * thread runs) must be ended with sh_pages_ahead_end before the mapping
+ * goes: stop asks it to leave what it did not allocate yet (the copy
+ * failed). */
+typedef struct sh_pages_ahead sh_pages_ahead;
+int sh_pages_segment_ahead(const sh_pages *p, const char *name, uint64_t size, int *fd,
+			   uint64_t *got_size, shoal_pages *kind, void **map, size_t *maplen,
+			   sh_pages_ahead **ahead);
+void sh_pages_ahead_end(sh_pages_ahead *a, bool stop);
+
 /* Whether a spare of size may be made on p's pages now: on hugetlb, only
  * while the pool would still hold a segment of that size beside it (a
  * spare in the making holds its pages, and a create that finds none must
