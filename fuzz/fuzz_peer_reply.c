@@ -16,7 +16,7 @@
  * message is one NUL byte, one with bytes after it, which once gave an
  * empty reason). */
 #include "store/proto.h"
-#include "store/server.h"
+#include "cluster/cluster.h"
 
 #include "seed.h"
 

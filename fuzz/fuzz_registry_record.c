@@ -12,7 +12,7 @@
  * "model" and another name, a forged mac, fields missing or of the wrong
  * kind, a name that needs escaping. */
 #include "net/ossl.h"
-#include "store/server.h"
+#include "cluster/cluster.h"
 
 #include "seed.h"
 

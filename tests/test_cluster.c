@@ -11,8 +11,8 @@
 #include "net/net.h"
 #include "store/proto.h"
 #include "net/ossl.h"
-#include "store/etcd.h"
-#include "store/server.h"
+#include "cluster/etcd.h"
+#include "cluster/cluster.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -909,7 +909,7 @@ int shoal_migrate(shoal_client *c, const char *name, shoal_id id, const shoal_mi
 		  shoal_id *out)
 {
 	if (!c || !out || (!name && !id) || (name && !*name) ||
-	    (opts && opts->streams > SH_PEER_STREAMS_MAX))
+	    (opts && opts->streams > SH_STORE_MIGRATE_STREAMS_MAX))
 		return SHOAL_EINVAL;
 	shoal_migrate_opts none = {0};
 	if (!opts)

@@ -40,21 +40,9 @@
  * SHOAL_MIGRATE_STREAMS); it answers when the copy is here (its id), or
  * after wait_ms with a ticket to wait on with MIGWAIT and the bytes so
  * far. Asks for one object while it is on its way wait for the same
- * transfer.
- *
- * Stores speak to each other over TCP (SH_PEER_PROTO, after the handshake
- * of net.h, in its channel), in frames of the same layout:
- *   FETCH   [id | name, streams]  -> [id, signature, region_bytes, meta: bin, token, streams]
- *                                    then share 0 of the blobs' bytes
- *   JOIN    [token, i]            -> []  then share i (1 <= i < streams)
- * meta is [name | nil, node] with every blob [1, offset, size] in one
- * region of region_bytes (the copy's layout: one segment, blobs 64-byte
- * aligned, in order). The blobs' bytes, one after another in the tree's
- * order, are cut into shares (sh_peer_share), as many as the reply says:
- * those asked for at most, each worth a link's set-up. The first travels
- * on the FETCH's link, each other one on a link of its own that JOINs the
- * transfer by its token (0 for one stream). The bytes go as the channel's
- * records, which the fetcher writes at their offsets as they come. */
+ * transfer. The store itself copies nothing: MIGRATE and MIGWAIT go to the
+ * layer above it that links stores (src/cluster), through its hooks
+ * (store/extend.h). */
 #ifndef SHOAL_STORE_PROTO_H
 #define SHOAL_STORE_PROTO_H
 
@@ -93,17 +81,7 @@ enum {
  * bounds the metadata of one object and a page of a listing. */
 #define SH_STORE_REPLY_MAX (64u << 20)
 
-#define SH_PEER_PROTO 0x52454550u /* "PEER": a store's link to another */
-#define SH_PEER_VERSION 1
-enum { SH_PEER_FETCH = 1, SH_PEER_JOIN };
-#define SH_PEER_STREAMS_MAX 16
-/* Share i of total bytes cut into k: [*lo, *hi). */
-static inline void sh_peer_share(uint64_t total, uint32_t k, uint32_t i, uint64_t *lo, uint64_t *hi)
-{
-	*lo = total / k * i;
-	*hi = i + 1 == k ? total : total / k * (i + 1);
-}
-/* The largest FETCH reply's metadata (one object's tree). */
-#define SH_PEER_META_MAX SH_STORE_REPLY_MAX
+/* The most links a MIGRATE may ask for. */
+#define SH_STORE_MIGRATE_STREAMS_MAX 16
 
 #endif

@@ -21,7 +21,6 @@
  * (the registry's, else the --peers-file stores'), fetched here as a
  * migration (migrate.c). */
 #include "store/server.h"
-#include "net/ossl.h"
 #include "store/node.h"
 #include "store/proto.h"
 #include "store/pages.h"
@@ -338,7 +337,8 @@ bool sh_store_make_room(shoal_store *s, uint64_t bytes, bool local)
 				victim = o;
 		}
 		if (!victim) /* local puts come first: copies on their way give way */
-			return local && sh_migs_yield_room(s, bytes);
+			return local && s->hooks.yield_room &&
+			       s->hooks.yield_room(s->hooks.ctx, bytes);
 		sh_debug("store", "copy %016" PRIx64 " (%" PRIu64 " bytes) evicted for room",
 			 victim->id, victim->bytes);
 		sh_st_obj_delete(s, victim);
@@ -637,53 +637,21 @@ static int persist_obj(shoal_store *s, st_obj *o, const char *name, size_t name_
 
 /* A call of the cluster's registry, waited for in this request's fiber. */
 /* The digest of o's tree (sh_node_digest), for the registry's record. */
-static int obj_digest(const st_obj *o, unsigned char out[32], char *why, size_t whylen)
+/* Names (or, with drop, lets go of) o's name in the cluster (the hooks'
+ * global names): o is held meanwhile, so that a delete by another client
+ * cannot free it under us. */
+static int name_global(shoal_store *s, st_obj *o, bool drop, char *why, size_t whylen)
 {
 	sh_bump a = {0};
-	shoal_node *root;
-	sh_mp m;
-	sh_mp_init(&m, o->meta, o->meta_len);
-	int rc = sh_ossl_load(false, why, whylen);
-	if (rc == 0 && (rc = sh_node_decode(&m, &a, &root, why, whylen)) == 0 &&
-	    (rc = sh_node_digest(root, out)) != 0)
-		snprintf(why, whylen, "digesting object %016" PRIx64 "'s tree: %s", o->id,
-			 shoal_strerror(rc));
+	shoal_node *root = NULL;
+	int rc = drop ? 0 : sh_store_tree(o, &a, &root, why, whylen);
+	if (rc == 0) {
+		o->refs++;
+		rc = s->hooks.name(s->hooks.ctx, drop, o->name, strlen(o->name), o->id, root, false,
+				   why, whylen);
+		sh_st_obj_unref(s, o, 1);
+	}
 	sh_bump_fini(&a);
-	return rc;
-}
-
-static int reg_job(shoal_store *s, int kind, const char *name, size_t nl, uint64_t id,
-		   uint64_t bytes, const char *type, const unsigned char *meta, bool replace,
-		   char *why, size_t whylen)
-{
-	sh_reg_job j = {.kind = kind,
-			.name = name,
-			.nl = nl,
-			.id = id,
-			.sig = id,
-			.bytes = bytes,
-			.replace = replace};
-	snprintf(j.type, sizeof(j.type), "%s", type);
-	if (meta)
-		memcpy(j.meta, meta, 32);
-	int rc = sh_reg_run(s, &j);
-	if (rc)
-		snprintf(why, whylen, "%s", j.why);
-	return rc;
-}
-
-/* The same for an object that exists: held meanwhile, so that a delete
- * by another client cannot free it under us. */
-static int reg_obj(shoal_store *s, st_obj *o, int kind, char *why, size_t whylen)
-{
-	unsigned char meta[32];
-	int rc = kind == SH_REG_NAME ? obj_digest(o, meta, why, whylen) : 0;
-	if (rc)
-		return rc;
-	o->refs++;
-	rc = reg_job(s, kind, o->name, strlen(o->name), o->id, o->bytes, o->type, meta, false, why,
-		     whylen);
-	sh_st_obj_unref(s, o, 1);
 	return rc;
 }
 
@@ -753,13 +721,10 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	/* A persistent name is the cluster's: taken there first (the wait
 	 * lets others run, so the name is looked at here again after). */
 	uint64_t pre_id = 0;
-	if (rc == 0 && name && (flags & SHOAL_PERSIST) && s->reg) {
+	if (rc == 0 && name && (flags & SHOAL_PERSIST) && s->hooks.global_names) {
 		pre_id = s->instance | s->next_id++;
-		unsigned char meta[32];
-		if ((rc = sh_ossl_load(false, why, sizeof(c->why))) == 0 &&
-		    (rc = sh_node_digest(root, meta)) == 0)
-			rc = reg_job(s, SH_REG_NAME, name, name_len, pre_id, sh_node_bytes(root),
-				     root->type, meta, flags & SHOAL_REPLACE, why, sizeof(c->why));
+		rc = s->hooks.name(s->hooks.ctx, false, name, name_len, pre_id, root,
+				   flags & SHOAL_REPLACE, why, sizeof(c->why));
 		old = sh_st_name_find(s, name, name_len);
 		if (rc == 0 && old && !(flags & SHOAL_REPLACE)) {
 			snprintf(why, sizeof(c->why), "name %.*s is taken by object %016" PRIx64,
@@ -796,8 +761,8 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 			obj_shell_free(o);
 		if (pre_id) { /* registered for nothing: undone, as far as etcd lets us */
 			char w2[600];
-			reg_job(s, SH_REG_UNNAME, name, name_len, pre_id, 0, "", NULL, false, w2,
-				sizeof(w2));
+			s->hooks.name(s->hooks.ctx, true, name, name_len, pre_id, NULL, false, w2,
+				      sizeof(w2));
 		}
 		sh_bump_fini(&a);
 		if (rc == SHOAL_ENOSPC)
@@ -905,65 +870,11 @@ int sh_st_lookup(st_conn *c, const sh_frame *req, sh_mp *m, const char *what, st
 	return 0;
 }
 
-/* An object that is not here but in the cluster: its owner, from the
- * registry, or each store of the static list in turn; fetched here. */
-static int fetch_missing(st_conn *c, const char *name, size_t nl, uint64_t id, char *why,
-			 size_t whylen)
-{
-	shoal_store *s = c->srv;
-	char owner[64];
-	/* an id names the store that made it: where that one is, the watch
-	 * knows (a task's arguments, asked for again and again) */
-	if (s->reg && !name && sh_reg_peer_of(s, id, owner, sizeof(owner))) {
-		int rc = sh_st_fetch(c, NULL, 0, id, owner, NULL, why, whylen);
-		if (rc != SHOAL_ENOENT)
-			return rc;
-	}
-	if (s->reg) {
-		sh_reg_job j = {.kind = SH_REG_LOOKUP, .name = name, .nl = nl, .id = id};
-		int rc = sh_reg_run(s, &j);
-		if (rc) {
-			snprintf(why, whylen, "%s", j.why);
-			return rc;
-		}
-		if (!strcmp(j.peer, shoal_store_peer(s))) {
-			snprintf(why, whylen,
-				 "the registry names this store, which has it no more");
-			return SHOAL_ENOENT;
-		}
-		/* what comes must be what the (signed) record says */
-		sh_mig_expect x = {.name = name,
-				   .nl = nl,
-				   .id = j.got_id,
-				   .sig = j.got_sig,
-				   .bytes = j.got_bytes,
-				   .type = j.got_type};
-		memcpy(x.meta, j.got_meta, 32);
-		return sh_st_fetch(c, NULL, 0, j.got_id, j.peer, j.got_record ? &x : NULL, why,
-				   whylen);
-	}
-	int rc = SHOAL_ENOENT;
-	for (const char *p = s->opts.peers; p && *p;) {
-		const char *e = strchr(p, ',');
-		size_t n = e ? (size_t)(e - p) : strlen(p);
-		char from[256];
-		if (n && n < sizeof(from)) {
-			memcpy(from, p, n);
-			from[n] = 0;
-			rc = sh_st_fetch(c, name, nl, id, from, NULL, why, whylen);
-			if (rc != SHOAL_ENOENT && rc != SHOAL_ECONNREFUSED && rc != SHOAL_ETIMEDOUT)
-				return rc;
-		}
-		p += n + (e ? 1 : 0);
-	}
-	return rc;
-}
-
 static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 {
 	shoal_store *s = c->srv;
 	st_obj *o = NULL;
-	if ((s->reg || s->opts.peers) && !s->stopping && !c->restricted) {
+	if (s->hooks.fetch_missing && !s->stopping && !c->restricted) {
 		/* not here: from the cluster first, then as any get */
 		sh_mp k = *m;
 		uint32_t n, nl = 0;
@@ -975,7 +886,8 @@ static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 			st_obj *here =
 				name ? sh_st_name_find(s, name, nl) : sh_map_get(&s->objs, id);
 			if (!here || here->deleted) {
-				int rc = fetch_missing(c, name, nl, id, c->why, sizeof(c->why));
+				int rc = s->hooks.fetch(s->hooks.ctx, c, name, nl, id, c->why,
+							sizeof(c->why));
 				if (rc && rc != SHOAL_ENOENT)
 					return sh_st_reply_err(c, req, rc, "GET: %s", c->why);
 			}
@@ -1079,11 +991,11 @@ static int op_delete(st_conn *c, const sh_frame *req, sh_mp *m)
 	if (c->restricted && !restricted_may(c, o, true))
 		return restricted_refuse(c, req, "DELETE");
 	shoal_store *s = c->srv;
-	if (o->global && o->name && s->reg) {
+	if (o->global && o->name && s->hooks.global_names) {
 		/* the cluster's name goes first: while etcd is away, the
 		 * object stays, named here and there alike */
 		uint64_t id = o->id;
-		if ((rc = reg_obj(s, o, SH_REG_UNNAME, c->why, sizeof(c->why))) != 0)
+		if ((rc = name_global(s, o, true, c->why, sizeof(c->why))) != 0)
 			return sh_st_reply_err(c, req, rc, "DELETE: %s", c->why);
 		if (!(o = sh_map_get(&s->objs, id)) || o->deleted) /* gone meanwhile */
 			o = NULL;
@@ -1103,9 +1015,9 @@ static int op_persist(st_conn *c, const sh_frame *req, sh_mp *m)
 	if (!o)
 		return rc;
 	shoal_store *s = c->srv;
-	if (!o->persistent && o->name && s->reg && !o->global) {
+	if (!o->persistent && o->name && s->hooks.global_names && !o->global) {
 		uint64_t id = o->id;
-		if ((rc = reg_obj(s, o, SH_REG_NAME, c->why, sizeof(c->why))) != 0)
+		if ((rc = name_global(s, o, false, c->why, sizeof(c->why))) != 0)
 			return sh_st_reply_err(c, req, rc, "PERSIST: %s", c->why);
 		if (!(o = sh_map_get(&s->objs, id)) || o->deleted)
 			return sh_st_reply_err(
@@ -1243,11 +1155,9 @@ static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
 		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "STAT: expected []");
 	msgpack_packer pk;
 	sh_st_begin_reply(c, &pk);
-	uint64_t peers;
-	bool up;
-	sh_reg_stat(s, &peers, &up);
-	uint64_t in_got, in_total, in_rate;
-	sh_migs_progress(s, &in_got, &in_total, &in_rate);
+	shoal_store_stat st = {0}; /* the layer above's figures */
+	if (s->hooks.stat)
+		s->hooks.stat(s->hooks.ctx, &st);
 	msgpack_pack_array(&pk, 19);
 	msgpack_pack_uint64(&pk, s->capacity);
 	msgpack_pack_uint64(&pk, s->used);
@@ -1255,16 +1165,16 @@ static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
 	msgpack_pack_uint64(&pk, s->nnames);
 	msgpack_pack_uint64(&pk, s->nclients);
 	msgpack_pack_uint64(&pk, s->pending);
-	msgpack_pack_uint64(&pk, s->sent);
-	msgpack_pack_uint64(&pk, s->sent_bytes);
-	msgpack_pack_uint64(&pk, s->fetched);
-	msgpack_pack_uint64(&pk, s->fetched_bytes);
-	msgpack_pack_uint64(&pk, s->migrating);
-	msgpack_pack_uint64(&pk, peers);
-	msgpack_pack_uint64(&pk, s->reg ? (up ? 1 : 2) : 0);
-	msgpack_pack_uint64(&pk, in_got);
-	msgpack_pack_uint64(&pk, in_total);
-	msgpack_pack_uint64(&pk, in_rate);
+	msgpack_pack_uint64(&pk, st.sent);
+	msgpack_pack_uint64(&pk, st.sent_bytes);
+	msgpack_pack_uint64(&pk, st.fetched);
+	msgpack_pack_uint64(&pk, st.fetched_bytes);
+	msgpack_pack_uint64(&pk, st.migrating);
+	msgpack_pack_uint64(&pk, st.peers);
+	msgpack_pack_uint64(&pk, st.registry);
+	msgpack_pack_uint64(&pk, st.incoming_bytes);
+	msgpack_pack_uint64(&pk, st.incoming_total);
+	msgpack_pack_uint64(&pk, st.incoming_rate);
 	msgpack_pack_uint64(&pk, s->spares ? sh_spares_ready_bytes(s->spares) : 0);
 	msgpack_pack_uint64(&pk, (uint64_t)s->pages.kind);
 	size_t wl = strlen(s->pages.why);
@@ -1273,20 +1183,24 @@ static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
 	return sh_st_reply_ok(c, req, &pk);
 }
 
+/* What the layer above handles (MIGRATE, MIGWAIT): the hooks' request. */
+static int op_above(st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	shoal_store *s = c->srv;
+	if (!s->hooks.request)
+		return sh_st_reply_err(c, req, SHOAL_ENOSYS,
+				       "op %u: this store copies nothing from other stores (it "
+				       "was opened without the cluster's layer)",
+				       req->op);
+	return s->hooks.request(s->hooks.ctx, c, req, m);
+}
+
 typedef int (*op_fn)(st_conn *c, const sh_frame *req, sh_mp *m);
 static const op_fn ops[SH_OP_MAX_] = {
-	[SH_OP_CREATE] = op_create,
-	[SH_OP_SEAL] = op_seal,
-	[SH_OP_ABORT] = op_abort,
-	[SH_OP_GET] = op_get,
-	[SH_OP_RELEASE] = op_release,
-	[SH_OP_DELETE] = op_delete,
-	[SH_OP_PERSIST] = op_persist,
-	[SH_OP_LIST] = op_list,
-	[SH_OP_STAT] = op_stat,
-	[SH_OP_CLAIM] = op_claim,
-	[SH_OP_MIGRATE] = sh_st_op_migrate,
-	[SH_OP_MIGWAIT] = sh_st_op_migwait,
+	[SH_OP_CREATE] = op_create,	[SH_OP_SEAL] = op_seal,	      [SH_OP_ABORT] = op_abort,
+	[SH_OP_GET] = op_get,		[SH_OP_RELEASE] = op_release, [SH_OP_DELETE] = op_delete,
+	[SH_OP_PERSIST] = op_persist,	[SH_OP_LIST] = op_list,	      [SH_OP_STAT] = op_stat,
+	[SH_OP_CLAIM] = op_claim,	[SH_OP_MIGRATE] = op_above,   [SH_OP_MIGWAIT] = op_above,
 	[SH_OP_RESTRICT] = op_restrict,
 };
 
@@ -1631,10 +1545,8 @@ static void *server_thread(void *arg)
 	if (rc == 0 &&
 	    (rc = shoal_spawn(&mail, mail_main, s, &(shoal_fiber_opts){.name = "store-mail"})))
 		sh_error("store", "mail fiber: %s", shoal_strerror(rc));
-	if (rc == 0 && (rc = sh_peers_serve(s)) != 0)
-		sh_error("store", "peers: %s", shoal_strerror(rc));
-	if (rc == 0 && (rc = sh_reg_serve(s)) != 0)
-		sh_error("store", "registry: %s", shoal_strerror(rc));
+	if (rc == 0 && s->hooks.serve && (rc = s->hooks.serve(s->hooks.ctx)) != 0)
+		sh_error("store", "what extends the store: %s", shoal_strerror(rc));
 	/* Until shoal_store_close rings stop_efd. */
 	while (rc == 0) {
 		uint64_t v;
@@ -1647,12 +1559,11 @@ static void *server_thread(void *arg)
 		shoal_cancel(acc);
 		shoal_join(acc, NULL);
 	}
-	/* the registry's and transfers' threads end first, and then the
-	 * connections (whose requests may wait on them): all post to the mail
-	 * fiber, which goes last */
-	sh_reg_stop(s);
-	sh_peers_stop(s);
-	sh_migs_stop(s);
+	/* what extends the store ends first (the registry's and transfers'
+	 * threads), and then the connections (whose requests may wait on
+	 * them): all post to the mail fiber, which goes last */
+	if (s->hooks.stop)
+		s->hooks.stop(s->hooks.ctx);
 	/* Closing a connection's rings ends its fiber, which frees it. */
 	for (st_conn *c = s->conns; c; c = c->next)
 		sh_link_shut(&c->l);
@@ -1957,11 +1868,9 @@ static void store_free(shoal_store *s)
 		close(s->stop_efd);
 	if (s->mail_efd >= 0)
 		close(s->mail_efd);
-	sh_reg_free(s);
-	sh_peers_free(s);
-	sh_migs_free(s);
+	if (s->hooks.free)
+		s->hooks.free(s->hooks.ctx);
 	pthread_mutex_destroy(&s->mail_mu);
-	explicit_bzero(s->key, sizeof(s->key));
 	SH_DELETE(s);
 }
 
@@ -1972,7 +1881,7 @@ shoal_pages shoal_store_pages(const shoal_store *s, const char **why)
 	return s->pages.kind;
 }
 
-int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
+int sh_store_create(shoal_store **out, const shoal_store_opts *opts)
 {
 	shoal_store *s = SH_NEW(shoal_store);
 	if (!s)
@@ -2011,36 +1920,30 @@ int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
 		rc = shoal_errno();
 	if (rc == 0 && (s->mail_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
 		rc = shoal_errno();
-	if (rc == 0)
-		rc = sh_migs_start(s);
-	if (rc == 0)
-		rc = sh_peers_start(s);
-	if (rc == 0 && (rc = sh_reg_start(s)) == 0 && s->reg) {
-		/* what the state directory gave back is the cluster's too */
-		size_t it = 0;
-		uint64_t k;
-		void *v;
-		while (sh_map_next(&s->objs, &it, &k, &v)) {
-			st_obj *o = v;
-			unsigned char meta[32];
-			char why[200];
-			if (o->persistent && o->name &&
-			    obj_digest(o, meta, why, sizeof(why)) == 0) {
-				sh_reg_note(s, o->name, o->id, o->sig, o->type, o->bytes, meta);
-				o->global = true;
-			}
-		}
-	}
-	if (rc == 0)
-		rc = make_socket(s);
-	if (rc == 0 && (rc = -pthread_create(&s->thread, NULL, server_thread, s)) != 0)
-		unlink(s->path);
 	if (rc) {
 		store_free(s);
 		return rc;
 	}
 	*out = s;
 	return 0;
+}
+
+void sh_store_set_hooks(shoal_store *s, const sh_store_hooks *h)
+{
+	s->hooks = *h;
+}
+
+void sh_store_destroy(shoal_store *s)
+{
+	store_free(s);
+}
+
+int sh_store_serve(shoal_store *s)
+{
+	int rc = make_socket(s);
+	if (rc == 0 && (rc = -pthread_create(&s->thread, NULL, server_thread, s)) != 0)
+		unlink(s->path);
+	return rc;
 }
 
 const char *shoal_store_socket(const shoal_store *s)

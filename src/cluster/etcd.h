@@ -1,7 +1,7 @@
 /* A client of etcd's HTTP/JSON gateway (etcd.c): the cluster's registry
  * speaks to etcd through it. */
-#ifndef SHOAL_STORE_ETCD_H
-#define SHOAL_STORE_ETCD_H
+#ifndef SHOAL_CLUSTER_ETCD_H
+#define SHOAL_CLUSTER_ETCD_H
 
 #include "shoal_impl.h"
 

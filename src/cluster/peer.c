@@ -7,10 +7,9 @@
  * clients. The
  * object is held (a read reference) until its last byte is in the socket:
  * a delete meanwhile only unbinds its name. */
-#include "store/server.h"
-#include "store/proto.h"
-#include "net/net.h"
+#include "cluster/cluster.h"
 #include "shm/shm.h"
+#include "store/proto.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -19,7 +18,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* Strangers may not crowd out anyone: at most this many handshakes at once
@@ -33,10 +31,11 @@
 #define PEER_STALL_NS (10 * 1000000000LL)
 /* The least bytes a share is worth another link for. */
 #define SHARE_MIN (32ull << 20)
-/* Where a blob's bytes are here: in segment seg of the transfer's, or in
- * the arena (seg -1). */
+/* Where a blob's bytes are here: in the store's memory (mem), or in
+ * segment seg of the object's, at off. */
 typedef struct piece {
-	int32_t seg;
+	const unsigned char *mem;
+	uint32_t seg;
 	uint64_t off, len;
 } piece;
 
@@ -45,8 +44,6 @@ typedef struct xfer {
 	st_obj *o;
 	piece *pieces; /* its blobs, in the tree's order */
 	size_t npieces, cap;
-	st_seg **segs; /* the segments they are in (held with the object) */
-	uint32_t nsegs;
 	uint64_t total, token;
 	uint32_t k, joined; /* shares; links that joined besides the first */
 	uint32_t holds;	    /* links sending it, and the first while it waits */
@@ -69,7 +66,7 @@ struct sh_peers {
 };
 
 struct peer_conn {
-	shoal_store *s;
+	sh_cluster *cl;
 	peer_conn *prev, *next;
 	int fd;
 	int hello; /* its handshake's slot, until it is over */
@@ -104,14 +101,8 @@ static int layout(shoal_store *s, shoal_node *n, xfer *x, uint64_t *end)
 {
 	for (uint32_t i = 0; i < n->nblobs; i++) {
 		sh_blobref *b = &n->blobs[i];
-		int32_t seg = -1;
-		if (b->seg) {
-			st_seg *g = sh_map_get(&s->segs, b->seg);
-			SH_ASSERT(g); /* the store wrote this tree */
-			for (seg = 0; (uint32_t)seg < x->nsegs && x->segs[seg] != g; seg++)
-				;
-			SH_ASSERT((uint32_t)seg < x->nsegs); /* the object's own */
-		}
+		sh_store_place at;
+		sh_store_blob_place(s, x->o, b, &at);
 		if (x->npieces == x->cap) {
 			size_t nc = x->cap ? x->cap * 2 : 16;
 			piece *q = shoal_realloc(x->pieces, x->cap * sizeof(piece),
@@ -121,7 +112,7 @@ static int layout(shoal_store *s, shoal_node *n, xfer *x, uint64_t *end)
 			x->pieces = q;
 			x->cap = nc;
 		}
-		x->pieces[x->npieces++] = (piece){seg, b->off, b->size};
+		x->pieces[x->npieces++] = (piece){at.mem, at.seg, at.off, b->size};
 		x->total += b->size;
 		*end = (*end + SH_STORE_BLOB_ALIGN - 1) & ~(uint64_t)(SH_STORE_BLOB_ALIGN - 1);
 		b->seg = 1;
@@ -166,17 +157,17 @@ int sh_peer_pack_reply(sh_wbuf *w, uint32_t seq, const sh_peer_fetch_reply *r)
 }
 
 /* Lets go of x once no link sends it: the object with it. */
-static void xfer_drop(shoal_store *s, xfer *x)
+static void xfer_drop(sh_cluster *cl, xfer *x)
 {
 	if (--x->holds)
 		return;
 	if (x->token)
-		sh_map_del(&s->peers->xfers, x->token);
+		sh_map_del(&cl->peers->xfers, x->token);
 	if (x->all_in)
 		shoal_chan_destroy(x->all_in);
 	if (x->pieces)
 		shoal_free(x->pieces, x->cap * sizeof(piece));
-	sh_st_obj_unref(s, x->o, 1);
+	sh_store_unhold(cl->s, x->o);
 	SH_DELETE(x);
 }
 
@@ -202,36 +193,34 @@ static int send_error(peer_conn *pc, const sh_frame *req, int code, const char *
 				     shoal_deadline_in(PEER_STALL_NS));
 }
 
-/* Whether g is best read through a mapping: a segment of huge pages,
- * which costs a fault for 512 pages (one of 4 KiB pages is read by the
- * kernel instead: see sh_channel_send_bulk). */
-static bool map_it(const shoal_store *s, const st_seg *g)
-{
-	struct stat st;
-	return (fstat(g->fd, &st) == 0 && st.st_blksize > 4096) ||
-	       (s->pages.kind == SHOAL_PAGES_THP && g->size >= SH_HUGE_MIN);
-}
-
 /* The share's bytes: [lo, hi) of the blobs' bytes laid end to end: from
- * the arena the store has mapped, from segments of huge pages mapped here
- * (populated over what is sent), from the others' files. */
+ * the memory the store has mapped (its arena's small blobs), from segments
+ * of huge pages mapped here (populated over what is sent), from the
+ * others' files (a mapping would fault 4 KiB pages in one by one: see
+ * sh_channel_send_bulk). */
 static void *send_main(void *arg)
 {
 	peer_conn *pc = arg;
 	xfer *x = pc->x;
 	uint64_t lo, hi, at = 0;
 	sh_peer_share(x->total, x->k, pc->share, &lo, &hi);
-	size_t np = x->npieces ? x->npieces : 1, ns = x->nsegs ? x->nsegs : 1;
+	uint32_t nsegs = sh_store_nsegs(x->o);
+	size_t np = x->npieces ? x->npieces : 1, ns = nsegs ? nsegs : 1;
 	sh_bulk_part *v = shoal_alloc(np * sizeof(*v));
 	void **maps = shoal_alloc(ns * sizeof(*maps));
 	size_t *lens = shoal_alloc(ns * sizeof(*lens));
+	int *fds = shoal_alloc(ns * sizeof(*fds));
 	size_t n = 0;
-	int rc = v && maps && lens ? 0 : SHOAL_ENOMEM;
-	for (uint32_t i = 0; rc == 0 && i < x->nsegs; i++) {
+	int rc = v && maps && lens && fds ? 0 : SHOAL_ENOMEM;
+	for (uint32_t i = 0; rc == 0 && i < nsegs; i++)
 		maps[i] = NULL;
-		lens[i] = x->segs[i]->size;
-		if (map_it(pc->s, x->segs[i]))
-			rc = sh_shm_map_len(x->segs[i]->fd, &lens[i], false, &maps[i]);
+	for (uint32_t i = 0; rc == 0 && i < nsegs; i++) {
+		uint64_t size;
+		bool huge;
+		sh_store_seg(pc->cl->s, x->o, i, &fds[i], &size, &huge);
+		lens[i] = size;
+		if (huge && size)
+			rc = sh_shm_map_len(fds[i], &lens[i], false, &maps[i]);
 	}
 	for (size_t i = 0; rc == 0 && i < x->npieces && at < hi; i++) {
 		const piece *q = &x->pieces[i];
@@ -240,22 +229,21 @@ static void *send_main(void *arg)
 		if (a >= b)
 			continue;
 		uint64_t off = q->off + (a - (at - q->len));
-		if (q->seg < 0) {
-			v[n++] = (sh_bulk_part){.p = pc->s->arena + off, .len = b - a};
+		if (q->mem) {
+			v[n++] = (sh_bulk_part){.p = q->mem + (a - (at - q->len)), .len = b - a};
 		} else if (maps[q->seg]) {
 			sh_shm_populate_read(maps[q->seg], lens[q->seg], off, b - a);
 			v[n++] = (sh_bulk_part){.p = (unsigned char *)maps[q->seg] + off,
 						.len = b - a};
 		} else {
-			v[n++] =
-				(sh_bulk_part){.fd = x->segs[q->seg]->fd, .off = off, .len = b - a};
+			v[n++] = (sh_bulk_part){.fd = fds[q->seg], .off = off, .len = b - a};
 		}
 	}
 	/* bounded by the stall */
 	if (rc == 0)
 		rc = sh_channel_send_bulk(pc->ch, v, n, SHOAL_FOREVER);
 	pc->rc = rc;
-	for (uint32_t i = 0; maps && lens && i < x->nsegs; i++)
+	for (uint32_t i = 0; maps && lens && i < nsegs; i++)
 		sh_shm_unmap(maps[i], lens[i]);
 	if (v)
 		shoal_free(v, np * sizeof(*v));
@@ -263,7 +251,9 @@ static void *send_main(void *arg)
 		shoal_free(maps, ns * sizeof(*maps));
 	if (lens)
 		shoal_free(lens, ns * sizeof(*lens));
-	sh_store_post(pc->s, &pc->mail);
+	if (fds)
+		shoal_free(fds, ns * sizeof(*fds));
+	sh_store_post(pc->cl->s, &pc->mail);
 	return NULL;
 }
 
@@ -304,15 +294,16 @@ static int send_share(peer_conn *pc)
 	if (rc)
 		sh_warn("store",
 			"peer %s: sending share %u of %u of object %016" PRIx64 " failed: %s%s%s",
-			pc->addr, pc->share, x->k, x->o->id, shoal_strerror(rc),
+			pc->addr, pc->share, x->k, sh_store_info(x->o).id, shoal_strerror(rc),
 			sh_channel_error(pc->ch)[0] ? ": " : "", sh_channel_error(pc->ch));
 	return rc;
 }
 
 static int fetch(peer_conn *pc, const sh_frame *req, sh_mp *m)
 {
-	shoal_store *s = pc->s;
-	sh_peers *p = s->peers;
+	sh_cluster *cl = pc->cl;
+	shoal_store *s = cl->s;
+	sh_peers *p = cl->peers;
 	uint32_t n;
 	uint64_t k;
 	st_obj *o = NULL;
@@ -325,32 +316,23 @@ static int fetch(peer_conn *pc, const sh_frame *req, sh_mp *m)
 		return send_error(pc, req, SHOAL_EBADMSG,
 				  "FETCH: expected [id or name, streams (1 to %d)]",
 				  SH_PEER_STREAMS_MAX);
-	if (name) {
-		if (!(o = sh_st_name_find(s, name, len)))
-			return send_error(pc, req, SHOAL_ENOENT, "no object named \"%.*s\" at %s",
-					  (int)(len > 200 ? 200 : len), name, p->bound);
-	} else {
-		o = id ? sh_map_get(&s->objs, id) : NULL;
-		if (!o || o->deleted)
-			return send_error(pc, req, SHOAL_ENOENT, "no object %016" PRIx64 " at %s%s",
-					  id, p->bound, o ? " (deleted)" : "");
-	}
+	if (!(o = sh_store_find(s, name, len, id)))
+		return name ? send_error(pc, req, SHOAL_ENOENT, "no object named \"%.*s\" at %s",
+					 (int)(len > 200 ? 200 : len), name, p->bound)
+			    : send_error(pc, req, SHOAL_ENOENT, "no object %016" PRIx64 " at %s",
+					 id, p->bound);
+	sh_store_objinfo oi = sh_store_info(o);
 	xfer *x = SH_NEW(xfer);
 	if (!x)
 		return send_error(pc, req, SHOAL_ENOMEM, "FETCH: out of memory");
 	x->o = o;
 	x->holds = 1;
-	x->segs = o->segs;
-	x->nsegs = o->nsegs;
-	o->refs++; /* held until its last byte left: the pieces name its segments */
+	sh_store_hold(s, o); /* until its last byte left: the pieces name its segments */
 	sh_bump a = {0};
 	shoal_node *root;
-	sh_mp mm;
 	char why[256];
-	sh_mp_init(&mm, o->meta, o->meta_len);
 	uint64_t end = 0;
-	int rc = sh_node_decode(&mm, &a, &root, why, sizeof(why));
-	SH_ASSERT(rc != SHOAL_EBADMSG); /* the store wrote it */
+	int rc = sh_store_tree(o, &a, &root, why, sizeof(why));
 	if (rc == 0)
 		rc = layout(s, root, x, &end);
 	/* as many links as asked, each with a share worth a link's set-up */
@@ -364,10 +346,10 @@ static int fetch(peer_conn *pc, const sh_frame *req, sh_mp *m)
 	}
 	if (rc == 0) {
 		sh_wbuf_reset(&pc->out);
-		sh_peer_fetch_reply r = {.id = o->id,
-					 .sig = o->sig,
+		sh_peer_fetch_reply r = {.id = oi.id,
+					 .sig = oi.sig,
 					 .region = end,
-					 .name = o->name,
+					 .name = oi.name,
 					 .root = root,
 					 .token = x->token,
 					 .k = x->k};
@@ -375,7 +357,7 @@ static int fetch(peer_conn *pc, const sh_frame *req, sh_mp *m)
 	}
 	sh_bump_fini(&a);
 	if (rc) {
-		xfer_drop(s, x);
+		xfer_drop(cl, x);
 		return send_error(pc, req, rc, "FETCH: %s", shoal_strerror(rc));
 	}
 	rc = sh_channel_write(pc->ch, pc->out.p, pc->out.len, true,
@@ -397,26 +379,26 @@ static int fetch(peer_conn *pc, const sh_frame *req, sh_mp *m)
 		x->token = 0;
 	}
 	if (rc == 0 && x->joined + 1 == x->k) {
-		s->sent++;
-		s->sent_bytes += o->bytes;
+		cl->sent++;
+		cl->sent_bytes += oi.bytes;
 		sh_debug("store",
 			 "peer %s: sent object %016" PRIx64 ", %" PRIu64 " bytes in %u "
 			 "shares",
-			 pc->addr, o->id, o->bytes, x->k);
+			 pc->addr, oi.id, oi.bytes, x->k);
 	}
-	xfer_drop(s, x);
+	xfer_drop(cl, x);
 	return rc;
 }
 
 static int join(peer_conn *pc, const sh_frame *req, sh_mp *m)
 {
-	shoal_store *s = pc->s;
+	sh_cluster *cl = pc->cl;
 	uint32_t n;
 	uint64_t token, i;
 	if (sh_mp_array(m, &n) || n != 2 || sh_mp_uint(m, &token) || sh_mp_uint(m, &i) ||
 	    sh_mp_done(m))
 		return send_error(pc, req, SHOAL_EBADMSG, "JOIN: expected [token, share]");
-	xfer *x = token ? sh_map_get(&s->peers->xfers, token) : NULL;
+	xfer *x = token ? sh_map_get(&cl->peers->xfers, token) : NULL;
 	if (!x || i == 0 || i >= x->k || x->joined + 1 >= x->k)
 		return send_error(pc, req, SHOAL_ENOENT,
 				  "JOIN: no transfer %" PRIu64 " waiting for share %" PRIu64, token,
@@ -442,7 +424,7 @@ static int join(peer_conn *pc, const sh_frame *req, sh_mp *m)
 		rc = send_share(pc);
 		pc->x = NULL;
 	}
-	xfer_drop(s, x);
+	xfer_drop(cl, x);
 	return rc;
 }
 
@@ -451,12 +433,12 @@ static int join(peer_conn *pc, const sh_frame *req, sh_mp *m)
 static void *peer_main(void *arg)
 {
 	peer_conn *pc = arg;
-	shoal_store *s = pc->s;
-	sh_peers *p = s->peers;
+	sh_cluster *cl = pc->cl;
+	sh_peers *p = cl->peers;
 	char why[160];
 	uint32_t proto = 0;
-	int rc = sh_auth_server(pc->fd, s->key, s->klen, s->opts.peer_no_encrypt, &proto, &pc->ch,
-				why, sizeof(why));
+	int rc = sh_auth_server(pc->fd, cl->key, cl->klen, cl->opts->peer_no_encrypt, &proto,
+				&pc->ch, why, sizeof(why));
 	sh_hellos_drop(&p->hellos, pc->hello);
 	if (rc)
 		refused(p, pc->addr, why);
@@ -512,8 +494,8 @@ static void *peer_main(void *arg)
 
 static void *accept_main(void *arg)
 {
-	shoal_store *s = arg;
-	sh_peers *p = s->peers;
+	sh_cluster *cl = arg;
+	sh_peers *p = cl->peers;
 	for (;;) {
 		char who[80];
 		int fd = sh_tcp_accept(p->lsock, "store", who, sizeof(who));
@@ -522,7 +504,7 @@ static void *accept_main(void *arg)
 		/* a link holds its socket; keep room for local clients */
 		char why[160];
 		int slot = -1;
-		if (s->nclients * 5 + s->segs.n + p->nconns + 64 > s->fd_budget)
+		if (!sh_store_fd_room(cl->s, p->nconns))
 			snprintf(why, sizeof(why), "out of descriptors");
 		else
 			slot = sh_hellos_take(&p->hellos, fd, who, why, sizeof(why));
@@ -537,7 +519,7 @@ static void *accept_main(void *arg)
 			close(fd);
 			continue;
 		}
-		pc->s = s;
+		pc->cl = cl;
 		pc->fd = fd;
 		pc->hello = slot;
 		snprintf(pc->addr, sizeof(pc->addr), "%s", who);
@@ -563,25 +545,26 @@ static void *accept_main(void *arg)
 
 /* ---- start and stop ---- */
 
-int sh_peers_start(shoal_store *s)
+int sh_peers_start(sh_cluster *cl)
 {
 	char why[256];
-	int rc = sh_secret_load(s->key, &s->klen, why, sizeof(why));
+	int rc = sh_secret_load(cl->key, &cl->klen, why, sizeof(why));
 	if (rc && rc != SHOAL_ENOENT) {
 		sh_error("store", "the cluster's secret: %s", why);
 		return rc;
 	}
 	if (rc) /* no secret: this store neither serves peers nor fetches */
-		s->klen = 0;
-	if (!s->opts.peer)
+		cl->klen = 0;
+	const char *peer = cl->opts->peer;
+	if (!peer)
 		return 0;
-	if (!s->klen) {
+	if (!cl->klen) {
 		sh_error(
 			"store",
 			"--peer %s: other stores must prove they know a shared secret, and none "
 			"is set: put one (16 bytes or more) in a file named by $SHOAL_SECRET_FILE, "
 			"or in $SHOAL_SECRET",
-			s->opts.peer);
+			peer);
 		return SHOAL_EACCES;
 	}
 	sh_peers *p = SH_NEW(sh_peers);
@@ -591,24 +574,24 @@ int sh_peers_start(shoal_store *s)
 		return SHOAL_ENOMEM;
 	}
 	p->lsock = -1;
-	s->peers = p;
-	if ((rc = sh_tcp_listen(s->opts.peer, &p->lsock, p->bound, sizeof(p->bound), why,
-				sizeof(why))) != 0)
-		sh_error("store", "--peer %s: %s", s->opts.peer, why);
+	cl->peers = p;
+	if ((rc = sh_tcp_listen(peer, &p->lsock, p->bound, sizeof(p->bound), why, sizeof(why))) !=
+	    0)
+		sh_error("store", "--peer %s: %s", peer, why);
 	return rc;
 }
 
-int sh_peers_serve(shoal_store *s)
+int sh_peers_serve(sh_cluster *cl)
 {
-	if (!s->peers)
+	if (!cl->peers)
 		return 0;
-	return shoal_spawn(&s->peers->acceptor, accept_main, s,
+	return shoal_spawn(&cl->peers->acceptor, accept_main, cl,
 			   &(shoal_fiber_opts){.name = "store-peers"});
 }
 
-void sh_peers_stop(shoal_store *s)
+void sh_peers_stop(sh_cluster *cl)
 {
-	sh_peers *p = s->peers;
+	sh_peers *p = cl->peers;
 	if (!p)
 		return;
 	if (p->acceptor) {
@@ -634,19 +617,20 @@ void sh_peers_stop(shoal_store *s)
 	shoal_fd_forget(p->lsock);
 }
 
-void sh_peers_free(shoal_store *s)
+void sh_peers_free(sh_cluster *cl)
 {
-	if (!s->peers)
+	if (!cl->peers)
 		return;
-	if (s->peers->lsock >= 0)
-		close(s->peers->lsock);
-	sh_map_fini(&s->peers->xfers);
-	sh_hellos_fini(&s->peers->hellos);
-	SH_DELETE(s->peers);
-	s->peers = NULL;
+	if (cl->peers->lsock >= 0)
+		close(cl->peers->lsock);
+	sh_map_fini(&cl->peers->xfers);
+	sh_hellos_fini(&cl->peers->hellos);
+	SH_DELETE(cl->peers);
+	cl->peers = NULL;
 }
 
 const char *shoal_store_peer(const shoal_store *s)
 {
-	return s && s->peers ? s->peers->bound : NULL;
+	sh_cluster *cl = s ? sh_cluster_of(s) : NULL;
+	return cl && cl->peers ? cl->peers->bound : NULL;
 }

@@ -19,9 +19,9 @@
  * thread tries again every second; when etcd is back (a new lease if the
  * old one expired) every name is registered again. Local gets, puts and
  * migrations never wait for etcd. */
-#include "store/etcd.h"
+#include "cluster/cluster.h"
+#include "cluster/etcd.h"
 #include "net/ossl.h"
-#include "store/server.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -42,7 +42,7 @@ typedef struct reg_name {
 } reg_name;
 
 struct sh_registry {
-	shoal_store *s;
+	sh_cluster *cl;
 	char prefix[300];
 	char peer[64]; /* this store's peer address */
 	int64_t ttl_s;
@@ -259,7 +259,7 @@ static int register_all(sh_registry *r, char *why, size_t whylen)
 	}
 	char rec[200], idhex[17];
 	snprintf(rec, sizeof(rec), "{\"peer\":\"%s\",\"pid\":%d}", r->peer, (int)getpid());
-	snprintf(idhex, sizeof(idhex), "%016" PRIx64, r->s->instance);
+	snprintf(idhex, sizeof(idhex), "%016" PRIx64, sh_store_instance(r->cl->s));
 	char k[340];
 	key_of(r, k, sizeof(k), "peers", idhex, 16);
 	if ((rc = call(r, "/v3/kv/put", kv_req(k, strlen(k), rec, r->lease), &ans, why, whylen)))
@@ -455,7 +455,7 @@ static void run_job(sh_registry *r, sh_reg_job *j)
 	char why[300];
 	switch (j->kind) {
 	case SH_REG_NAME: {
-		char *taken = NULL, *rec = sh_reg_record(r->s->key, r->s->klen, j, r->peer);
+		char *taken = NULL, *rec = sh_reg_record(r->cl->key, r->cl->klen, j, r->peer);
 		if (!rec) {
 			j->rc = SHOAL_ENOMEM;
 			snprintf(j->why, sizeof(j->why), "signing the name's record failed");
@@ -466,7 +466,7 @@ static void run_job(sh_registry *r, sh_reg_job *j)
 			sh_reg_job other = {0};
 			char w2[300];
 			/* ours (a replace): overwrite */
-			if (sh_reg_parse_record(r->s->key, r->s->klen, taken, j->name, j->nl,
+			if (sh_reg_parse_record(r->cl->key, r->cl->klen, taken, j->name, j->nl,
 						&other, w2, sizeof(w2)) == 0 &&
 			    !strcmp(other.peer, r->peer) && j->replace) {
 				char oh[17];
@@ -511,7 +511,7 @@ static void run_job(sh_registry *r, sh_reg_job *j)
 			 * (its top 24 bits), and that store says where it is */
 			char inst[17];
 			snprintf(inst, sizeof(inst), "%016" PRIx64,
-				 (uint64_t)(j->id & ~(uint64_t)ID_COUNTER));
+				 (uint64_t)(j->id & ~(uint64_t)SH_STORE_ID_COUNTER));
 			if ((j->rc = get_key(r, "peers", inst, 16, &got, why, sizeof(why))) == 0) {
 				cJSON *o = cJSON_Parse(got);
 				const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "peer");
@@ -529,8 +529,9 @@ static void run_job(sh_registry *r, sh_reg_job *j)
 				break;
 			}
 		}
-		if (j->rc == 0 && (j->rc = sh_reg_parse_record(r->s->key, r->s->klen, got, j->name,
-							       j->nl, j, why, sizeof(why))) != 0) {
+		if (j->rc == 0 &&
+		    (j->rc = sh_reg_parse_record(r->cl->key, r->cl->klen, got, j->name, j->nl, j,
+						 why, sizeof(why))) != 0) {
 			snprintf(j->why, sizeof(j->why), "%s", why);
 		} else if (j->rc == SHOAL_ENOENT) {
 			snprintf(j->why, sizeof(j->why), "not in the cluster's registry");
@@ -570,7 +571,7 @@ static void *reg_main(void *arg)
 				r->tail = NULL;
 			pthread_mutex_unlock(&r->mu);
 			run_job_said(r, j);
-			sh_store_post(r->s, &j->mail);
+			sh_store_post(r->cl->s, &j->mail);
 			pthread_mutex_lock(&r->mu);
 			continue;
 		}
@@ -595,7 +596,7 @@ static void *reg_main(void *arg)
 		r->head = j->next;
 		j->rc = SHOAL_ECANCELED;
 		snprintf(j->why, sizeof(j->why), "the store is stopping");
-		sh_store_post(r->s, &j->mail);
+		sh_store_post(r->cl->s, &j->mail);
 	}
 	r->tail = NULL;
 	pthread_mutex_unlock(&r->mu);
@@ -666,7 +667,7 @@ static void peers_set(sh_registry *r, uint64_t id, const char *addr)
 		r->peer_ids[i] = r->peer_ids[--r->npeers];
 		memcpy(r->peer_addrs[i], r->peer_addrs[r->npeers], sizeof(r->peer_addrs[0]));
 		r->peers_changed = shoal_now_ns();
-		if (id != r->s->instance)
+		if (id != sh_store_instance(r->cl->s))
 			sh_info("store",
 				"registry: store %06" PRIx64 " left the cluster (its lease "
 				"expired or it stopped)",
@@ -675,16 +676,17 @@ static void peers_set(sh_registry *r, uint64_t id, const char *addr)
 	pthread_mutex_unlock(&r->mu);
 }
 
-bool sh_reg_peer_of(shoal_store *s, uint64_t id, char *out, size_t len)
+bool sh_reg_peer_of(sh_cluster *cl, uint64_t id, char *out, size_t len)
 {
-	sh_registry *r = s->reg;
+	sh_registry *r = cl->reg;
 	if (!r)
 		return false;
-	uint64_t inst = id & ~(uint64_t)ID_COUNTER;
+	uint64_t inst = id & ~(uint64_t)SH_STORE_ID_COUNTER;
 	bool found = false;
 	pthread_mutex_lock(&r->mu);
 	for (uint32_t i = 0; i < r->npeers && !found; i++)
-		if (r->peer_ids[i] == inst && r->peer_addrs[i][0] && inst != s->instance) {
+		if (r->peer_ids[i] == inst && r->peer_addrs[i][0] &&
+		    inst != sh_store_instance(cl->s)) {
 			snprintf(out, len, "%s", r->peer_addrs[i]);
 			found = true;
 		}
@@ -762,9 +764,9 @@ static void *watch_main(void *arg)
 
 /* ---- the store's side ---- */
 
-int sh_reg_start(shoal_store *s)
+int sh_reg_start(sh_cluster *cl)
 {
-	const char *meta = s->opts.meta;
+	const char *meta = cl->opts->meta;
 	if (!meta || !strcmp(meta, "local"))
 		return 0;
 	if (strncmp(meta, "etcd://", 7) != 0) {
@@ -772,26 +774,26 @@ int sh_reg_start(shoal_store *s)
 			 meta);
 		return SHOAL_EINVAL;
 	}
-	if (!s->peers) {
+	if (!cl->peers) {
 		sh_error("store",
 			 "--meta %s: the cluster's stores fetch objects from each other: "
 			 "give --peer HOST:PORT too",
 			 meta);
 		return SHOAL_EINVAL;
 	}
-	const char *cl = s->opts.cluster ? s->opts.cluster : "default";
-	if (!*cl || strlen(cl) > 200 || strchr(cl, '/')) {
+	const char *name = cl->opts->cluster ? cl->opts->cluster : "default";
+	if (!*name || strlen(name) > 200 || strchr(name, '/')) {
 		sh_error("store", "--cluster '%s': expected a name of 1 to 200 bytes without '/'",
-			 cl);
+			 name);
 		return SHOAL_EINVAL;
 	}
 	sh_registry *r = calloc(1, sizeof(*r));
 	if (!r)
 		return SHOAL_ENOMEM;
-	r->s = s;
-	snprintf(r->prefix, sizeof(r->prefix), "/shoal/%s/", cl);
-	snprintf(r->peer, sizeof(r->peer), "%s", shoal_store_peer(s));
-	r->ttl_s = s->opts.lease_ttl_s ? s->opts.lease_ttl_s : 10;
+	r->cl = cl;
+	snprintf(r->prefix, sizeof(r->prefix), "/shoal/%s/", name);
+	snprintf(r->peer, sizeof(r->peer), "%s", shoal_store_peer(cl->s));
+	r->ttl_s = cl->opts->lease_ttl_s ? cl->opts->lease_ttl_s : 10;
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -808,27 +810,27 @@ int sh_reg_start(shoal_store *s)
 		free(r);
 		return rc;
 	}
-	s->reg = r;
+	cl->reg = r;
 	return 0;
 }
 
-void sh_reg_note(shoal_store *s, const char *name, uint64_t id, uint64_t sig, const char *type,
+void sh_reg_note(sh_cluster *cl, const char *name, uint64_t id, uint64_t sig, const char *type,
 		 uint64_t bytes, const unsigned char meta[32])
 {
-	if (!s->reg)
+	if (!cl->reg)
 		return;
 	sh_reg_job j = {.name = name, .nl = strlen(name), .id = id, .sig = sig, .bytes = bytes};
 	snprintf(j.type, sizeof(j.type), "%s", type);
 	memcpy(j.meta, meta, 32);
-	char *rec = sh_reg_record(s->key, s->klen, &j, s->reg->peer);
+	char *rec = sh_reg_record(cl->key, cl->klen, &j, cl->reg->peer);
 	if (rec)
-		remember_name(s->reg, name, j.nl, id, rec);
+		remember_name(cl->reg, name, j.nl, id, rec);
 	free(rec);
 }
 
-int sh_reg_serve(shoal_store *s)
+int sh_reg_serve(sh_cluster *cl)
 {
-	sh_registry *r = s->reg;
+	sh_registry *r = cl->reg;
 	if (!r)
 		return 0;
 	int rc = -pthread_create(&r->thread, NULL, reg_main, r);
@@ -842,9 +844,9 @@ int sh_reg_serve(shoal_store *s)
 	return rc;
 }
 
-void sh_reg_stop(shoal_store *s)
+void sh_reg_stop(sh_cluster *cl)
 {
-	sh_registry *r = s->reg;
+	sh_registry *r = cl->reg;
 	if (!r)
 		return;
 	pthread_mutex_lock(&r->mu);
@@ -855,9 +857,9 @@ void sh_reg_stop(shoal_store *s)
 	pthread_join(r->watcher, NULL);
 }
 
-void sh_reg_free(shoal_store *s)
+void sh_reg_free(sh_cluster *cl)
 {
-	sh_registry *r = s->reg;
+	sh_registry *r = cl->reg;
 	if (!r)
 		return;
 	while (r->names)
@@ -867,7 +869,7 @@ void sh_reg_free(shoal_store *s)
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
 	free(r);
-	s->reg = NULL;
+	cl->reg = NULL;
 }
 
 static void job_over(shoal_store *s, sh_st_mail *m)
@@ -877,9 +879,9 @@ static void job_over(shoal_store *s, sh_st_mail *m)
 	shoal_chan_close(j->done);
 }
 
-int sh_reg_run(shoal_store *s, sh_reg_job *j)
+int sh_reg_run(sh_cluster *cl, sh_reg_job *j)
 {
-	sh_registry *r = s->reg;
+	sh_registry *r = cl->reg;
 	int rc = shoal_chan_create(&j->done, 1, 0);
 	if (rc) {
 		snprintf(j->why, sizeof(j->why), "out of memory");
@@ -911,9 +913,9 @@ int sh_reg_run(shoal_store *s, sh_reg_job *j)
 	return j->rc;
 }
 
-void sh_reg_stat(shoal_store *s, uint64_t *peers, bool *up)
+void sh_reg_stat(sh_cluster *cl, uint64_t *peers, bool *up)
 {
-	sh_registry *r = s->reg;
+	sh_registry *r = cl->reg;
 	*peers = 0;
 	*up = false;
 	if (!r)

@@ -7,7 +7,7 @@
  * dozen libraries at start (an extension's start included), though only a
  * store with --meta etcd speaks to etcd. Not thread-safe: one sh_etcd per
  * thread. */
-#include "store/etcd.h"
+#include "cluster/etcd.h"
 
 /* the functions are called through pointers: no type-checking macros */
 #define CURL_DISABLE_TYPECHECK 1

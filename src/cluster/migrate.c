@@ -13,12 +13,9 @@
  * source named the object, same signature: a copy is as good as the
  * original). A transfer that fails fails every ask waiting on it, with the
  * peer and the bytes received; its region is closed, its room given back. */
-#include "store/server.h"
-#include "store/proto.h"
+#include "cluster/cluster.h"
 #include "shm/shm.h"
-#include "net/net.h"
-#include "store/pages.h"
-#include "store/spare.h"
+#include "store/proto.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -64,7 +61,7 @@ struct sh_migs {
 enum { MIG_CONNECTING, MIG_META, MIG_BYTES, MIG_DONE };
 
 struct mig {
-	shoal_store *s;
+	sh_cluster *cl;
 	mig *next;
 	uint64_t ticket;
 	/* what was asked: from whom, and an id or a name */
@@ -79,24 +76,20 @@ struct mig {
 	uint64_t region_total; /* the same, the store's */
 	char why[512];
 	_Atomic uint64_t received;
-	int64_t bytes_at;  /* when its bytes began to come (MIG_BYTES) */
-	uint64_t tickets;  /* asks told to come back */
-	uint32_t users;	   /* requests waiting on it now */
-	int64_t done_at;   /* when it finished */
-	shoal_chan *done;  /* closed when it finishes: wakes every waiter */
-	uint64_t reserved; /* room taken for the region */
-	bool yielded;	   /* a local put took its room back: it is ended */
-	uint32_t streams;  /* the most links asked for; 0: SHOAL_MIGRATE_STREAMS */
-	bool in_step;	   /* the first link ended its exchange cleanly: it may be kept */
+	int64_t bytes_at;   /* when its bytes began to come (MIG_BYTES) */
+	uint64_t tickets;   /* asks told to come back */
+	uint32_t users;	    /* requests waiting on it now */
+	int64_t done_at;    /* when it finished */
+	shoal_chan *done;   /* closed when it finishes: wakes every waiter */
+	sh_store_room room; /* taken for the region (room.charged, until it is the copy's) */
+	bool yielded;	    /* a local put took its room back: it is ended */
+	uint32_t streams;   /* the most links asked for; 0: SHOAL_MIGRATE_STREAMS */
+	bool in_step;	    /* the first link ended its exchange cleanly: it may be kept */
 	/* the thread's */
 	pthread_t thread;
 	int fds[SH_PEER_STREAMS_MAX]; /* the links' sockets (under mu: a stop ends them) */
 	bool cut;		      /* (under mu) one failed: no more links */
-	int region_fd;
-	int spare_fd;		   /* a spare the store gave for the region, or -1 */
-	uint64_t region_size;	   /* its file's: whole huge pages on hugetlb */
-	unsigned char *region_map; /* its pages exist (huge): received into here */
-	size_t region_maplen;
+	sh_store_region region_of;    /* the region's file, and mapping (huge pages) */
 	sh_channel *ch;
 	sh_bump a;
 	sh_mig_reply r;
@@ -121,9 +114,9 @@ struct mig {
 
 /* ---- the store's thread ---- */
 
-static void mig_free(shoal_store *s, mig *g)
+static void mig_free(sh_cluster *cl, mig *g)
 {
-	sh_migs *ms = s->migs;
+	sh_migs *ms = cl->migs;
 	for (mig **p = &ms->list; *p; p = &(*p)->next)
 		if (*p == g) {
 			*p = g->next;
@@ -139,26 +132,25 @@ static void mig_free(shoal_store *s, mig *g)
 }
 
 /* Drops finished transfers no ask will collect. */
-static void migs_reap(shoal_store *s)
+static void migs_reap(sh_cluster *cl)
 {
 	int64_t now = shoal_now_ns();
-	for (mig *g = s->migs->list, *next; g; g = next) {
+	for (mig *g = cl->migs->list, *next; g; g = next) {
 		next = g->next;
 		if (g->state == MIG_DONE && g->users == 0 &&
 		    (g->tickets == 0 || now - g->done_at > MIG_LINGER_NS))
-			mig_free(s, g);
+			mig_free(cl, g);
 	}
 }
 
-static void finish(shoal_store *s, mig *g, int rc)
+static void finish(sh_cluster *cl, mig *g, int rc)
 {
 	g->rc = rc;
 	g->state = MIG_DONE;
 	g->done_at = shoal_now_ns();
-	if (g->reserved) {
-		s->used -= g->reserved;
-		s->incoming -= g->reserved;
-		g->reserved = 0;
+	if (g->room.charged) {
+		sh_store_room_release(cl->s, g->room.charged);
+		g->room.charged = 0;
 	}
 	shoal_chan_close(g->done);
 }
@@ -177,77 +169,37 @@ static void answer(mig *g, int verdict)
 static void on_meta(shoal_store *s, sh_st_mail *m)
 {
 	mig *g = (mig *)((char *)m - offsetof(mig, mail));
-	st_obj *o = sh_map_get(&s->objs, g->id);
-	if (!o || o->deleted) {
-		o = NULL;
-		size_t it = 0;
-		uint64_t k;
-		void *v;
-		while (!o && sh_map_next(&s->objs, &it, &k, &v))
-			if (((st_obj *)v)->sig == g->sig && !((st_obj *)v)->deleted)
-				o = v;
-	}
+	st_obj *o = sh_store_find_copy(s, g->id, g->sig);
 	if (o) {
-		g->id = o->id;
+		g->id = sh_store_info(o).id;
 		answer(g, 1);
 		return;
 	}
-	uint64_t charged =
-		sh_pages_round(&s->pages, (g->region + PAGE - 1) & ~(uint64_t)(PAGE - 1));
-	uint64_t room = s->opts.peer_room ? s->opts.peer_room : s->capacity;
-	if (room < s->capacity && s->incoming + charged > room) {
-		snprintf(g->why, sizeof(g->why),
-			 "no room for copies coming from other stores: object %016" PRIx64
-			 " from %s needs %" PRIu64 " bytes, copies on their way hold %" PRIu64
-			 " of the %" PRIu64 " they may (--peer-room)",
-			 g->id, g->from, g->region, s->incoming, room);
-		answer(g, SHOAL_ENOSPC);
+	char why[400];
+	int rc = sh_store_room_for_copy(s, g->region, &g->room, why, sizeof(why));
+	if (rc) {
+		snprintf(g->why, sizeof(g->why), "object %016" PRIx64 " from %.200s: %.280s", g->id,
+			 g->from, why);
+		answer(g, rc);
 		return;
 	}
-	if (!sh_store_make_room(s, charged, false)) {
-		snprintf(g->why, sizeof(g->why),
-			 "store full: object %016" PRIx64 " from %s needs %" PRIu64
-			 " bytes, %" PRIu64 " of %" PRIu64 " free",
-			 g->id, g->from, g->region, s->capacity - s->used, s->capacity);
-		answer(g, SHOAL_ENOSPC);
-		return;
-	}
-	/* a spare of its size, when one is ready: the bytes then land in pages
-	 * that exist (zeroed off the path), as a put's do */
-	g->spare_fd = -1;
-	if (s->spares) {
-		g->region_size = sh_pages_round(&s->pages, g->region);
-		g->spare_fd = sh_spares_take(s->spares, g->region_size);
-		if (g->spare_fd < 0)
-			sh_spares_fit(s->spares, s->capacity - s->used - charged);
-	}
-	s->used += charged;
-	s->incoming += charged;
-	g->reserved = charged;
 	g->region_total = g->total;
 	g->bytes_at = shoal_now_ns();
 	g->state = MIG_BYTES;
 	answer(g, 0);
 }
 
-/* Binds name to o, an object here, unless o has a name or another object
- * has this one: false only when memory ran out. */
-static bool name_if_free(shoal_store *s, st_obj *o, const char *name, size_t nl)
-{
-	return o->name || sh_st_name_find(s, name, nl) || sh_st_name_bind(s, o, name, nl) == 0;
-}
-
 /* The thread is over: serve the copy, or tell every waiter why not. */
 static void on_end(shoal_store *s, sh_st_mail *m)
 {
 	mig *g = (mig *)((char *)m - offsetof(mig, mail));
+	sh_cluster *cl = g->cl;
 	pthread_join(g->thread, NULL);
-	s->migs->running--;
-	s->migrating--;
+	cl->migs->running--;
+	cl->migrating--;
 	int rc = g->rc;
-	s->used -= g->reserved; /* adopt counts the region itself */
-	s->incoming -= g->reserved;
-	g->reserved = 0;
+	sh_store_room_release(s, g->room.charged); /* adopt counts the region itself */
+	g->room.charged = 0;
 	if (g->yielded) /* its room went to a local put meanwhile: that is why it ended */
 		rc = SHOAL_ENOSPC;
 	if (g->yielded)
@@ -255,11 +207,10 @@ static void on_end(shoal_store *s, sh_st_mail *m)
 			 "object %016" PRIx64 " from %s: its room went to a local put (local puts "
 			 "come first)",
 			 g->id, g->from);
-	if (rc == 0 && g->region_fd >= 0) {
+	if (rc == 0 && g->region_of.fd >= 0) {
 		st_obj *o = NULL;
-		uint64_t size = g->region_size;
-		rc = sh_store_adopt(s, g->id, g->sig, g->root, 1, &g->region_fd, &size, &o, g->why,
-				    sizeof(g->why));
+		rc = sh_store_adopt_copy(s, g->id, g->sig, g->root, g->region_of.fd,
+					 g->region_of.size, &o, g->why, sizeof(g->why));
 		if (rc == SHOAL_EEXIST) { /* another transfer brought it meanwhile */
 			rc = 0;
 		} else if (rc) {
@@ -268,56 +219,55 @@ static void on_end(shoal_store *s, sh_st_mail *m)
 			snprintf(g->why, sizeof(g->why), "object %016" PRIx64 " from %.255s: %s",
 				 g->id, g->from, tmp);
 		} else {
-			g->region_fd = -1; /* the store's now */
-			o->copy = true;
-			o->last_get = shoal_now_ns();
-			s->fetched++;
-			s->fetched_bytes += o->bytes;
+			g->region_of.fd = -1; /* the store's now */
+			sh_store_objinfo oi = sh_store_info(o);
+			cl->fetched++;
+			cl->fetched_bytes += oi.bytes;
 			sh_debug("store",
-				 "object %016" PRIx64 " migrated from %s: %" PRIu64 " bytes", o->id,
-				 g->from, o->bytes);
+				 "object %016" PRIx64 " migrated from %s: %" PRIu64 " bytes", oi.id,
+				 g->from, oi.bytes);
 		}
 	}
 	/* asked by name: the name the source answered for binds the object
 	 * here, whether this copy brought it, another did meanwhile, or one
 	 * fetched by id before was here already */
-	st_obj *here = rc == 0 && g->name ? sh_map_get(&s->objs, g->id) : NULL;
-	if (here && !here->deleted && !name_if_free(s, here, g->name, strlen(g->name)))
-		sh_warn("store", "object %016" PRIx64 ": out of memory naming it %s", here->id,
+	st_obj *here = rc == 0 && g->name ? sh_store_find(s, NULL, 0, g->id) : NULL;
+	if (here && !sh_store_name_if_free(s, here, g->name, strlen(g->name)))
+		sh_warn("store", "object %016" PRIx64 ": out of memory naming it %s", g->id,
 			g->name);
-	if (g->region_fd >= 0)
-		close(g->region_fd);
-	if (g->spare_fd >= 0) /* given, and not taken: the thread ended first */
-		close(g->spare_fd);
-	g->region_fd = g->spare_fd = -1;
+	if (g->region_of.fd >= 0)
+		close(g->region_of.fd);
+	if (g->room.spare_fd >= 0) /* given, and not taken: the thread ended first */
+		close(g->room.spare_fd);
+	g->region_of.fd = g->room.spare_fd = -1;
 	sh_bump_fini(&g->a);
 	g->root = NULL;
 	if (g->name)
 		shoal_free(g->name, strlen(g->name) + 1);
 	g->name = NULL;
-	finish(s, g, rc);
+	finish(cl, g, rc);
 }
 
 static void cut(mig *g);
 
-bool sh_migs_yield_room(shoal_store *s, uint64_t bytes)
+bool sh_migs_yield_room(sh_cluster *cl, uint64_t bytes)
 {
-	sh_migs *ms = s->migs;
-	while (ms && bytes > s->capacity - s->used) {
+	sh_migs *ms = cl->migs;
+	while (ms && bytes > sh_store_free_bytes(cl->s)) {
 		mig *newest = NULL;
 		for (mig *g = ms->list; g; g = g->next)
-			if (g->reserved && !g->yielded && (!newest || g->ticket > newest->ticket))
+			if (g->room.charged && !g->yielded &&
+			    (!newest || g->ticket > newest->ticket))
 				newest = g;
 		if (!newest)
 			return false;
 		sh_warn("store",
 			"object %016" PRIx64 " from %s: ended, its room (%" PRIu64
 			" bytes) going to a local put",
-			newest->id, newest->from, newest->reserved);
+			newest->id, newest->from, newest->room.charged);
 		newest->yielded = true;
-		s->used -= newest->reserved;
-		s->incoming -= newest->reserved;
-		newest->reserved = 0;
+		sh_store_room_release(cl->s, newest->room.charged);
+		newest->room.charged = 0;
 		cut(newest);
 	}
 	return true;
@@ -470,12 +420,12 @@ static void link_fd(int fd, void *arg)
  * strangers away (sh_tcp_open_auth), within MIG_CONNECT_NS. */
 static int link_open(mig *g, uint32_t slot, sh_channel **ch, char *why, size_t whylen)
 {
-	shoal_store *s = g->s;
+	sh_cluster *cl = g->cl;
 	link_slot ls = {g, slot};
 	int fd = -1;
-	int rc = sh_tcp_open_auth(g->from, s->key, s->klen, SH_PEER_PROTO, s->opts.peer_no_encrypt,
-				  shoal_deadline_in(MIG_CONNECT_NS), link_fd, &ls, &fd, ch, why,
-				  whylen);
+	int rc = sh_tcp_open_auth(g->from, cl->key, cl->klen, SH_PEER_PROTO,
+				  cl->opts->peer_no_encrypt, shoal_deadline_in(MIG_CONNECT_NS),
+				  link_fd, &ls, &fd, ch, why, whylen);
 	if (rc == 0)
 		sh_channel_set_stall(*ch, MIG_STALL_NS);
 	return rc;
@@ -534,7 +484,7 @@ static int send_request(sh_channel *ch, uint16_t op, uint64_t a, const char *nam
 static int recv_share(mig *g, sh_channel *ch, uint32_t i)
 {
 	const sh_mig_reply *r = &g->r;
-	uint64_t rate = g->s->opts.peer_min_rate ? g->s->opts.peer_min_rate : MIG_MIN_RATE;
+	uint64_t rate = g->cl->opts->peer_min_rate ? g->cl->opts->peer_min_rate : MIG_MIN_RATE;
 	sh_channel_set_min_rate(ch, rate, MIG_RATE_WINDOW_NS);
 	uint64_t lo, hi, at = 0;
 	sh_peer_share(r->total, r->k, i, &lo, &hi);
@@ -561,8 +511,8 @@ static int recv_share(mig *g, sh_channel *ch, uint32_t i)
 		at += b->size;
 	}
 	if (rc == 0)
-		rc = sh_channel_recv_ranges(ch, g->region_fd, g->region_map, v, n, SHOAL_FOREVER,
-					    &g->received);
+		rc = sh_channel_recv_ranges(ch, g->region_of.fd, g->region_of.map, v, n,
+					    SHOAL_FOREVER, &g->received);
 	sh_channel_set_min_rate(ch, 0, 0); /* a link kept idle owes no rate */
 	if (v)
 		shoal_free(v, cap * sizeof(*v));
@@ -616,7 +566,7 @@ static void *share_main(void *arg)
 /* An idle link to g->from, as slot 0 of g's: true if there was one. */
 static bool link_take(mig *g, sh_channel **ch)
 {
-	sh_migs *ms = g->s->migs;
+	sh_migs *ms = g->cl->migs;
 	int64_t now = shoal_now_ns();
 	int fd = -1;
 	pthread_mutex_lock(&ms->pool_mu);
@@ -646,7 +596,7 @@ static bool link_take(mig *g, sh_channel **ch)
 /* Keeps g's first link for the next fetch from the same store. */
 static void link_keep(mig *g, sh_channel *ch)
 {
-	sh_migs *ms = g->s->migs;
+	sh_migs *ms = g->cl->migs;
 	pthread_mutex_lock(&g->mu);
 	int fd = g->fds[0];
 	g->fds[0] = -1;
@@ -777,7 +727,7 @@ static int fetch(mig *g)
 	/* is it here already, is there room? */
 	g->answered = false;
 	g->mail.fn = on_meta;
-	sh_store_post(g->s, &g->mail);
+	sh_store_post(g->cl->s, &g->mail);
 	pthread_mutex_lock(&g->mu);
 	while (!g->answered)
 		pthread_cond_wait(&g->cv, &g->mu);
@@ -786,29 +736,13 @@ static int fetch(mig *g)
 		return 0; /* a copy is here: nothing to receive (the link is out of step) */
 	if (g->verdict)
 		return g->verdict;
-	shoal_pages kind;
-	sh_pages_ahead *ahead = NULL;
-	if (g->spare_fd >= 0) { /* of region_size, on_meta's: its pages exist */
-		g->region_fd = g->spare_fd;
-		g->spare_fd = -1;
-		g->region_maplen = g->region_size;
-		if (sh_shm_map_len(g->region_fd, &g->region_maplen, true,
-				   (void **)&g->region_map) != 0)
-			return mig_fail(g, SHOAL_ENOMEM,
-					"object %016" PRIx64 ": mapping its region of %" PRIu64
-					" bytes",
-					g->id, g->region_size);
-	} else if ((rc = sh_pages_segment_ahead(&g->s->pages, "shoal-migrated",
-						g->region ? g->region : 1, &g->region_fd,
-						&g->region_size, &kind, (void **)&g->region_map,
-						&g->region_maplen, &ahead)) != 0) {
+	/* the room's spare, or a fresh region: with a mapping (huge pages, a
+	 * spare) the bytes are received into it, no fault a 4 KiB page, no
+	 * write(2), which hugetlbfs has not; fresh 4 KiB pages would be faulted
+	 * one by one there, the kernel's pwritev is cheaper */
+	if ((rc = sh_store_copy_region(g->cl->s, g->region, &g->room, &g->region_of)) != 0)
 		return mig_fail(g, rc, "object %016" PRIx64 ": a region of %" PRIu64 " bytes: %s",
 				g->id, g->region, shoal_strerror(rc));
-	}
-	/* with a mapping (huge pages, a spare) the bytes are received into it:
-	 * no fault a 4 KiB page, no write(2), which hugetlbfs has not; fresh 4
-	 * KiB pages would be faulted one by one there, the kernel's pwritev
-	 * is cheaper */
 	share sh[SH_PEER_STREAMS_MAX];
 	uint32_t started = 1;
 	for (; started < g->r.k; started++) {
@@ -831,10 +765,7 @@ static int fetch(mig *g)
 	}
 	/* every page the copy needs exists, and no writable mapping may
 	 * remain for the seal */
-	sh_pages_ahead_end(ahead, rc != 0);
-	if (g->region_map)
-		sh_shm_unmap(g->region_map, g->region_maplen);
-	g->region_map = NULL;
+	sh_store_copy_region_done(&g->region_of, rc != 0);
 	if (rc)
 		return mig_fail(g, rc,
 				"object %016" PRIx64 " from %s: the transfer broke after %" PRIu64
@@ -847,7 +778,7 @@ static int fetch(mig *g)
 				" its answer announced: expected the transfer to end there",
 				g->id, g->from, g->total);
 	g->in_step = g->r.k == 1; /* every byte of the one link read */
-	if ((rc = sh_memfd_seal(g->region_fd)) != 0)
+	if ((rc = sh_memfd_seal(g->region_of.fd)) != 0)
 		return mig_fail(g, rc, "object %016" PRIx64 ": sealing its region: %s", g->id,
 				shoal_strerror(rc));
 	return 0;
@@ -857,9 +788,9 @@ static void *mig_main(void *arg)
 {
 	mig *g = arg;
 	g->rc = fetch(g);
-	if ((g->rc || g->verdict == 1) && g->region_fd >= 0) {
-		close(g->region_fd);
-		g->region_fd = -1;
+	if ((g->rc || g->verdict == 1) && g->region_of.fd >= 0) {
+		close(g->region_of.fd);
+		g->region_of.fd = -1;
 	}
 	if (g->in_step && g->ch)
 		link_keep(g, g->ch);
@@ -870,29 +801,29 @@ static void *mig_main(void *arg)
 		shoal_free(g->in, g->in_cap);
 	g->in = NULL;
 	g->mail.fn = on_end;
-	sh_store_post(g->s, &g->mail);
+	sh_store_post(g->cl->s, &g->mail);
 	return NULL;
 }
 
 /* The transfer of (from, name or id): on its way already, or started. */
-static int mig_get(shoal_store *s, const char *name, size_t nl, uint64_t id, const char *from,
+static int mig_get(sh_cluster *cl, const char *name, size_t nl, uint64_t id, const char *from,
 		   size_t fl, uint32_t streams, const sh_mig_expect *x, mig **out)
 {
-	migs_reap(s);
-	for (mig *g = s->migs->list; g; g = g->next)
+	migs_reap(cl);
+	for (mig *g = cl->migs->list; g; g = g->next)
 		if (g->state != MIG_DONE && strlen(g->from) == fl && !memcmp(g->from, from, fl) &&
 		    (name ? g->key_name && g->key_len == nl && !memcmp(g->key_name, name, nl)
 			  : !g->key_name && g->key_id == id)) {
 			*out = g;
 			return 0;
 		}
-	if (s->stopping)
+	if (sh_store_stopping(cl->s))
 		return SHOAL_ECANCELED;
 	mig *g = SH_NEW(mig);
 	if (!g)
 		return SHOAL_ENOMEM;
-	g->s = s;
-	g->region_fd = g->spare_fd = -1;
+	g->cl = cl;
+	g->region_of.fd = g->room.spare_fd = -1;
 	g->streams = streams;
 	for (int i = 0; i < SH_PEER_STREAMS_MAX; i++)
 		g->fds[i] = -1;
@@ -929,36 +860,36 @@ static int mig_get(shoal_store *s, const char *name, size_t nl, uint64_t id, con
 		SH_DELETE(g);
 		return rc;
 	}
-	g->ticket = ++s->migs->next_ticket;
-	g->next = s->migs->list;
-	s->migs->list = g;
-	s->migs->running++;
-	s->migrating++;
+	g->ticket = ++cl->migs->next_ticket;
+	g->next = cl->migs->list;
+	cl->migs->list = g;
+	cl->migs->running++;
+	cl->migrating++;
 	*out = g;
 	return 0;
 }
 
-int sh_st_fetch(st_conn *c, const char *name, size_t nl, uint64_t id, const char *from,
-		const sh_mig_expect *x, char *why, size_t whylen)
+int sh_migs_fetch(sh_cluster *cl, const char *name, size_t nl, uint64_t id, const char *from,
+		  const sh_mig_expect *x, char *why, size_t whylen)
 {
-	shoal_store *s = c->srv;
-	if (!s->klen) {
+	shoal_store *s = cl->s;
+	if (!cl->klen) {
 		snprintf(why, whylen, "this store has no cluster secret to prove itself to %s",
 			 from);
 		return SHOAL_EACCES;
 	}
 	/* the registry's record names an object here already (a copy fetched
 	 * by id before): no transfer, only the name */
-	st_obj *here = x && x->name ? sh_map_get(&s->objs, x->id) : NULL;
-	if (here && !here->deleted && here->sig == x->sig) {
-		if (!name_if_free(s, here, x->name, x->nl)) {
-			snprintf(why, whylen, "out of memory naming object %016" PRIx64, here->id);
+	st_obj *here = x && x->name ? sh_store_find(s, NULL, 0, x->id) : NULL;
+	if (here && sh_store_info(here).sig == x->sig) {
+		if (!sh_store_name_if_free(s, here, x->name, x->nl)) {
+			snprintf(why, whylen, "out of memory naming object %016" PRIx64, x->id);
 			return SHOAL_ENOMEM;
 		}
 		return 0;
 	}
 	mig *g = NULL;
-	int rc = mig_get(s, name, nl, id, from, strlen(from), 0, x, &g);
+	int rc = mig_get(cl, name, nl, id, from, strlen(from), 0, x, &g);
 	if (rc) {
 		snprintf(why, whylen, "fetching from %s: %s", from, shoal_strerror(rc));
 		return rc;
@@ -973,19 +904,19 @@ int sh_st_fetch(st_conn *c, const char *name, size_t nl, uint64_t id, const char
 		snprintf(why, whylen, "%s", g->why[0] ? g->why : shoal_strerror(rc));
 	/* fetched by id for the name the registry was asked: the copy is
 	 * known by it here too, when it is free */
-	st_obj *o = rc == 0 && x && x->name ? sh_map_get(&s->objs, g->id) : NULL;
-	if (o && !o->deleted && !name_if_free(s, o, x->name, x->nl))
-		sh_warn("store", "object %016" PRIx64 ": out of memory naming it %.*s", o->id,
+	st_obj *o = rc == 0 && x && x->name ? sh_store_find(s, NULL, 0, g->id) : NULL;
+	if (o && !sh_store_name_if_free(s, o, x->name, x->nl))
+		sh_warn("store", "object %016" PRIx64 ": out of memory naming it %.*s", g->id,
 			(int)x->nl, x->name);
-	migs_reap(s);
+	migs_reap(cl);
 	return rc;
 }
 
-void sh_migs_progress(shoal_store *s, uint64_t *received, uint64_t *total, uint64_t *rate)
+void sh_migs_progress(sh_cluster *cl, uint64_t *received, uint64_t *total, uint64_t *rate)
 {
 	*received = *total = *rate = 0;
 	int64_t now = shoal_now_ns();
-	for (mig *g = s->migs ? s->migs->list : NULL; g; g = g->next) {
+	for (mig *g = cl->migs ? cl->migs->list : NULL; g; g = g->next) {
 		if (g->state != MIG_BYTES)
 			continue;
 		uint64_t r = atomic_load(&g->received);
@@ -999,9 +930,9 @@ void sh_migs_progress(shoal_store *s, uint64_t *received, uint64_t *total, uint6
 /* ---- requests ---- */
 
 /* Replies with where g stands, waiting up to wait_ms for it to finish. */
-static int reply(st_conn *c, const sh_frame *req, mig *g, uint64_t wait_ms, bool ticketed)
+static int reply(sh_cluster *cl, st_conn *c, const sh_frame *req, mig *g, uint64_t wait_ms,
+		 bool ticketed)
 {
-	shoal_store *s = c->srv;
 	if (g->state != MIG_DONE && wait_ms) {
 		char x;
 		int64_t until = shoal_deadline_in((int64_t)wait_ms * 1000000);
@@ -1034,13 +965,12 @@ static int reply(st_conn *c, const sh_frame *req, mig *g, uint64_t wait_ms, bool
 		msgpack_pack_uint64(&pk, g->id);
 		rc = sh_st_reply_ok(c, req, &pk);
 	}
-	migs_reap(s);
+	migs_reap(cl);
 	return rc;
 }
 
-int sh_st_op_migrate(st_conn *c, const sh_frame *req, sh_mp *m)
+static int op_migrate(sh_cluster *cl, st_conn *c, const sh_frame *req, sh_mp *m)
 {
-	shoal_store *s = c->srv;
 	uint32_t n, nl = 0, fl = 0;
 	const char *name = NULL, *from = NULL;
 	uint64_t id = 0, wait_ms, streams;
@@ -1057,13 +987,13 @@ int sh_st_op_migrate(st_conn *c, const sh_frame *req, sh_mp *m)
 				       "MIGRATE: a name of 1 to %d bytes, or a nonzero id",
 				       SH_NODE_MAX_NAME);
 	/* here already? */
-	st_obj *o = name ? sh_st_name_find(s, name, nl) : sh_map_get(&s->objs, id);
-	if (o && !o->deleted) {
+	st_obj *o = sh_store_find(cl->s, name, nl, id);
+	if (o) {
 		msgpack_packer pk;
 		sh_st_begin_reply(c, &pk);
 		msgpack_pack_array(&pk, 2);
 		msgpack_pack_true(&pk);
-		msgpack_pack_uint64(&pk, o->id);
+		msgpack_pack_uint64(&pk, sh_store_info(o).id);
 		return sh_st_reply_ok(c, req, &pk);
 	}
 	if (!from)
@@ -1075,7 +1005,7 @@ int sh_st_op_migrate(st_conn *c, const sh_frame *req, sh_mp *m)
 	if (fl == 0 || fl >= sizeof(((mig *)0)->from) || memchr(from, 0, fl))
 		return sh_st_reply_err(c, req, SHOAL_EBADMSG,
 				       "MIGRATE: from must be HOST:PORT, 1 to 255 bytes");
-	if (!s->klen)
+	if (!cl->klen)
 		return sh_st_reply_err(c, req, SHOAL_EACCES,
 				       "this store has no cluster secret, so it cannot prove "
 				       "itself to %.*s: start it with $SHOAL_SECRET_FILE or "
@@ -1084,15 +1014,14 @@ int sh_st_op_migrate(st_conn *c, const sh_frame *req, sh_mp *m)
 	if (wait_ms > MIG_WAIT_MAX_MS)
 		wait_ms = MIG_WAIT_MAX_MS;
 	mig *g = NULL;
-	int rc = mig_get(s, name, nl, id, from, fl, (uint32_t)streams, NULL, &g);
+	int rc = mig_get(cl, name, nl, id, from, fl, (uint32_t)streams, NULL, &g);
 	if (rc)
 		return sh_st_reply_err(c, req, rc, "MIGRATE: %s", shoal_strerror(rc));
-	return reply(c, req, g, wait_ms, false);
+	return reply(cl, c, req, g, wait_ms, false);
 }
 
-int sh_st_op_migwait(st_conn *c, const sh_frame *req, sh_mp *m)
+static int op_migwait(sh_cluster *cl, st_conn *c, const sh_frame *req, sh_mp *m)
 {
-	shoal_store *s = c->srv;
 	uint32_t n;
 	uint64_t ticket, wait_ms;
 	if (sh_mp_array(m, &n) || n != 2 || sh_mp_uint(m, &ticket) || sh_mp_uint(m, &wait_ms) ||
@@ -1101,47 +1030,53 @@ int sh_st_op_migwait(st_conn *c, const sh_frame *req, sh_mp *m)
 				       "MIGWAIT: expected [ticket, wait_ms]");
 	if (wait_ms > MIG_WAIT_MAX_MS)
 		wait_ms = MIG_WAIT_MAX_MS;
-	for (mig *g = s->migs->list; g; g = g->next)
+	for (mig *g = cl->migs->list; g; g = g->next)
 		if (g->ticket == ticket)
-			return reply(c, req, g, wait_ms, true);
+			return reply(cl, c, req, g, wait_ms, true);
 	return sh_st_reply_err(c, req, SHOAL_ENOENT,
 			       "MIGWAIT: no migration %" PRIu64 " (it ended over %lld s ago)",
 			       ticket, MIG_LINGER_NS / 1000000000LL);
 }
 
+int sh_migs_request(sh_cluster *cl, st_conn *c, const sh_frame *req, sh_mp *m)
+{
+	return req->op == SH_OP_MIGRATE ? op_migrate(cl, c, req, m) : op_migwait(cl, c, req, m);
+}
+
 /* ---- start and stop ---- */
 
-int sh_migs_start(shoal_store *s)
+int sh_migs_start(sh_cluster *cl)
 {
-	if (!(s->migs = SH_NEW(sh_migs)))
+	if (!(cl->migs = SH_NEW(sh_migs)))
 		return SHOAL_ENOMEM;
-	pthread_mutex_init(&s->migs->pool_mu, NULL);
+	pthread_mutex_init(&cl->migs->pool_mu, NULL);
 	return 0;
 }
 
-void sh_migs_stop(shoal_store *s)
+void sh_migs_stop(sh_cluster *cl)
 {
-	if (!s->migs)
+	if (!cl->migs)
 		return;
 	/* a transfer's threads end when their sockets do */
-	for (mig *g = s->migs->list; g; g = g->next)
+	for (mig *g = cl->migs->list; g; g = g->next)
 		if (g->state != MIG_DONE)
 			cut(g);
-	while (s->migs->running)
+	while (cl->migs->running)
 		shoal_sleep_until(shoal_deadline_in(1000000));
 }
 
-void sh_migs_free(shoal_store *s)
+void sh_migs_free(sh_cluster *cl)
 {
-	if (!s->migs)
+	sh_migs *ms = cl->migs;
+	if (!ms)
 		return;
-	while (s->migs->list)
-		mig_free(s, s->migs->list);
-	for (int i = 0; i < s->migs->npool; i++) {
-		sh_channel_free(s->migs->pool[i].ch);
-		close(s->migs->pool[i].fd);
+	while (ms->list)
+		mig_free(cl, ms->list);
+	for (int i = 0; i < ms->npool; i++) {
+		sh_channel_free(ms->pool[i].ch);
+		close(ms->pool[i].fd);
 	}
-	pthread_mutex_destroy(&s->migs->pool_mu);
-	SH_DELETE(s->migs);
-	s->migs = NULL;
+	pthread_mutex_destroy(&ms->pool_mu);
+	SH_DELETE(ms);
+	cl->migs = NULL;
 }
