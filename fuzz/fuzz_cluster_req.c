@@ -1,7 +1,7 @@
 /* Fuzzes what a cluster's supervisor reads from its control socket
- * (tools/lib/cluster_req.c, sh_cluster_parse_request): one request from
+ * (src/cluster/control.c, sh_cluster_parse_request): one request from
  * whoever of its uid connects. What parses must be a request the
- * supervisor can act on: a known operation, 1 to SH_CLUSTER_MAX_ENGINES
+ * supervisor can act on: a known operation, 1 to SHOAL_CLUSTER_MAX_ENGINES
  * engines and a known launcher for add, and no hosts file but an absolute
  * path; what does not must say why. A parsed request formats back to the
  * same request (sh_cluster_format_request, what `shoal cluster` sends).
@@ -10,8 +10,8 @@
  *
  * Seeds: the requests `shoal cluster status|stop|add` sends, by its own
  * encoder, and a few it never sends. */
-#include "lib/cluster.h"
-#include "lib/launch.h"
+#include "cluster/supervise.h"
+#include "cluster/launch.h"
 
 #include "seed.h"
 
@@ -34,8 +34,8 @@ static int parse(const uint8_t *in, size_t n)
 	if (r.op != SH_CLUSTER_STATUS && r.op != SH_CLUSTER_STOP && r.op != SH_CLUSTER_ADD)
 		abort();
 	if (r.op == SH_CLUSTER_ADD) {
-		if (r.n == 0 || r.n > SH_CLUSTER_MAX_ENGINES || r.launcher < 0 ||
-		    r.launcher > SH_LAUNCH_SLURM || (r.hosts[0] && r.hosts[0] != '/') ||
+		if (r.n == 0 || r.n > SHOAL_CLUSTER_MAX_ENGINES || r.launcher < 0 ||
+		    r.launcher > SHOAL_LAUNCH_SLURM || (r.hosts[0] && r.hosts[0] != '/') ||
 		    !memchr(r.hosts, 0, sizeof(r.hosts)))
 			abort();
 	}
@@ -80,8 +80,8 @@ static void cluster_seeds(void)
 	seed_req("stop", &(sh_cluster_req){.op = SH_CLUSTER_STOP});
 	seed_req("add-local", &(sh_cluster_req){.op = SH_CLUSTER_ADD, .n = 2});
 	seed_req("add-slurm",
-		 &(sh_cluster_req){.op = SH_CLUSTER_ADD, .n = 8, .launcher = SH_LAUNCH_SLURM});
-	sh_cluster_req ssh = {.op = SH_CLUSTER_ADD, .n = 3, .launcher = SH_LAUNCH_SSH};
+		 &(sh_cluster_req){.op = SH_CLUSTER_ADD, .n = 8, .launcher = SHOAL_LAUNCH_SLURM});
+	sh_cluster_req ssh = {.op = SH_CLUSTER_ADD, .n = 3, .launcher = SHOAL_LAUNCH_SSH};
 	strcpy(ssh.hosts, "/home/me/hosts");
 	seed_req("add-ssh-hosts", &ssh);
 	seed_raw("add-zero", "add\n0\nlocal", false);

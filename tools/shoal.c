@@ -19,7 +19,6 @@
 #include <shoal/shoal.h>
 
 #include "bench.h"
-#include "lib/cluster.h"
 #include "lib/tools.h"
 
 typedef struct command {
@@ -318,16 +317,7 @@ static int cmd_controller(int argc, char **argv)
 
 static int cmd_cluster(int argc, char **argv)
 {
-	/* the supervisor `start` leaves is this program again */
-	static char exe[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0) {
-		fprintf(stderr, "shoal cluster: cannot find this program: %s\n", strerror(errno));
-		return SH_EXIT_FAIL;
-	}
-	exe[n] = 0;
-	const char *self[] = {exe, "cluster", NULL};
-	return sh_cluster_cli(self, argc, argv);
+	return sh_cluster_cli(argc, argv);
 }
 
 static int cmd_daemon(int argc, char **argv)

@@ -3,6 +3,7 @@
 #define SHOAL_SHOAL_H
 
 #include <shoal/base.h>
+#include <shoal/cluster.h>
 #include <shoal/ext.h>
 #include <shoal/fiber.h>
 #include <shoal/rpc.h>

@@ -16,14 +16,13 @@
  *
  * The same way, _run_engine is shoal-engine's code (tools/lib/engine.c)
  * with one function built in, "py", which runs a task through
- * shoal._engine: `python3 -m shoal.engine`; and _run_cluster is `shoal
- * cluster` (tools/lib/cluster.c) in a python3 process, for
- * shoal.tasks.Cluster with a launcher, whose supervisor is that python3
- * again. */
+ * shoal._engine: `python3 -m shoal.engine`; and _cluster_supervise is a
+ * cluster's supervisor (shoal_cluster_supervise) in a python3 process, for
+ * shoal.tasks.Cluster with a launcher. */
 #include "module.h"
-#include "lib/cluster.h"
 #include "lib/tools.h"
 
+#include <shoal/cluster.h>
 #include <shoal/ext.h>
 
 #include <signal.h>
@@ -281,44 +280,17 @@ PyObject *sh_py_run_engine(PyObject *mod, PyObject *args)
 		       py_engine_init);
 }
 
-/* `shoal cluster` in a python3 process: self is the command line that runs
- * it again (the supervisor `start` leaves is this python3, whose engines
- * are Python engines of the same interpreter). */
-static const char *cluster_self[16];
-
-static int cluster_cli(int argc, char **argv, shoal_ext_init_fn init)
+/* A cluster's supervisor in a python3 process (shoal_cluster_supervise:
+ * the options shoal_cluster_start gives it), for shoal.tasks.Cluster with
+ * a launcher: its Python engines are of the same interpreter. */
+static int supervise_cli(int argc, char **argv, shoal_ext_init_fn init)
 {
 	(void)init;
-	return sh_cluster_cli(cluster_self, argc, argv);
+	return shoal_cluster_supervise(argc - 1, argv + 1);
 }
 
-PyObject *sh_py_run_cluster(PyObject *mod, PyObject *args)
+PyObject *sh_py_cluster_supervise(PyObject *mod, PyObject *args)
 {
 	(void)mod;
-	PyObject *argv, *self;
-	if (!PyArg_ParseTuple(args, "O!O!:_run_cluster", &PyList_Type, &argv, &PyList_Type, &self))
-		return NULL;
-	Py_ssize_t n = PyList_GET_SIZE(self);
-	if (n < 1 || n >= (Py_ssize_t)(sizeof(cluster_self) / sizeof(cluster_self[0]))) {
-		PyErr_SetString(PyExc_ValueError, "_run_cluster: self: 1 to 15 words");
-		return NULL;
-	}
-	for (Py_ssize_t i = 0; i < n; i++) {
-		PyObject *w = PyList_GET_ITEM(self, i);
-		/* kept for the process's life: the supervisor runs until its end */
-		const char *c = PyUnicode_Check(w) ? PyUnicode_AsUTF8(w) : NULL;
-		if (!c) {
-			PyErr_SetString(PyExc_TypeError, "_run_cluster: self: a list of str");
-			return NULL;
-		}
-		Py_INCREF(w);
-		cluster_self[i] = c;
-	}
-	cluster_self[n] = NULL;
-	PyObject *t = PyTuple_Pack(1, argv);
-	if (!t)
-		return NULL;
-	PyObject *r = run_cli(t, "O!:_run_cluster", "cluster", cluster_cli, NULL);
-	Py_DECREF(t);
-	return r;
+	return run_cli(args, "O!:_cluster_supervise", "cluster supervisor", supervise_cli, NULL);
 }

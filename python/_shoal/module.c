@@ -221,10 +221,30 @@ static PyMethodDef module_methods[] = {
 	 "_run_engine(argv) -> int\n\npython3 -m shoal.engine: shoal-engine's options "
 	 "(but --so); runs the controller's tasks until it goes (blocks), returns the exit "
 	 "code."},
-	{"_run_cluster", sh_py_run_cluster, METH_VARARGS,
-	 "_run_cluster(argv, self) -> int\n\n`shoal cluster` (argv: start|status|add|stop "
-	 "and its options); self: the command line that runs this again, for the supervisor "
-	 "start leaves running. Blocks (start: until the engines registered)."},
+	{"_cluster_supervise", sh_py_cluster_supervise, METH_VARARGS,
+	 "_cluster_supervise(argv) -> int\n\nA cluster's supervisor (argv: the options "
+	 "cluster_start gives the program it runs); blocks until the cluster is stopped, "
+	 "returns the exit code."},
+	{"cluster_start", (PyCFunction)(void (*)(void))sh_py_cluster_start,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "cluster_start(engines, name=None, launcher='local', hosts=None, tcp=None, so=None, "
+	 "ssh=None, python=None, pythonpath=None, scheme='leastload', timeout=0, stores=False, "
+	 "store_size=None, store_args=None, supervisor=None) -> dict\n\nStarts a cluster "
+	 "(shoal_cluster_start): blocks until every engine registered; what its supervisor "
+	 "says of it (controller, tcp, secret_file, store, engines, asked, supervisor_pid, "
+	 "text)."},
+	{"cluster_status", (PyCFunction)(void (*)(void))sh_py_cluster_status,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "cluster_status(name=None) -> dict\n\nWhat a cluster's supervisor says of it; "
+	 "NotFound when none of that name runs."},
+	{"cluster_add", (PyCFunction)(void (*)(void))sh_py_cluster_add,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "cluster_add(engines, name=None, launcher='local', hosts=None, timeout=0) -> dict\n\n"
+	 "More engines, through a launcher; blocks until they registered."},
+	{"cluster_stop", (PyCFunction)(void (*)(void))sh_py_cluster_stop,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "cluster_stop(name=None, timeout=0) -> None\n\nEnds every process of the cluster; "
+	 "NotFound when none of that name runs."},
 	{"default_socket", default_socket, METH_NOARGS,
 	 "default_socket() -> str\n\nThe socket the shoal CLI uses: $SHOAL_SOCKET, else "
 	 "shoald.sock in this user's socket directory."},

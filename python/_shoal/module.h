@@ -2,10 +2,10 @@
  * (module.c: init, exceptions; client.c: Client, Store; object.c: Object,
  * Tensor, Blob; value.c: Python values as call values; ext.c and child.c:
  * isolated extensions, the host's side and the extension's, and in child.c
- * the entries of the Python engine and `shoal cluster`; farm.c:
- * Controller, Farm). The module is the thin C layer the pure-Python
- * package `shoal` builds on: every store, extension and task call goes
- * through here, with the GIL released while it blocks. */
+ * the entries of the Python engine and a cluster's supervisor; farm.c:
+ * Controller, Farm; cluster.c: clusters started through a launcher). The module is the thin C layer
+ * the pure-Python package `shoal` builds on: every store, extension and task call goes through
+ * here, with the GIL released while it blocks. */
 #ifndef SHOAL_PY_MODULE_H
 #define SHOAL_PY_MODULE_H
 
@@ -100,7 +100,12 @@ PyObject *sh_py_unregister_service(PyObject *mod, PyObject *args);
 PyObject *sh_py_call_host(PyObject *mod, PyObject *args);
 PyObject *sh_py_run_extension(PyObject *mod, PyObject *args);
 PyObject *sh_py_run_engine(PyObject *mod, PyObject *args);
-PyObject *sh_py_run_cluster(PyObject *mod, PyObject *args);
+PyObject *sh_py_cluster_supervise(PyObject *mod, PyObject *args);
+/* cluster.c: clusters of the task farm (shoal/cluster.h). */
+PyObject *sh_py_cluster_start(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *sh_py_cluster_status(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *sh_py_cluster_add(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *sh_py_cluster_stop(PyObject *mod, PyObject *args, PyObject *kw);
 
 /* ---- the task farm (farm.c) ---- */
 

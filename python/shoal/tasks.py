@@ -697,11 +697,10 @@ class _Executor(concurrent.futures.Executor):
 
 _PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# `shoal cluster` in a python3 process (Cluster with a launcher): its supervisor runs this
-# again, so its Python engines are of this interpreter
-_CLUSTER_BOOT = ("import sys; from shoal import _shoal, tasks; "
-                 "sys.exit(_shoal._run_cluster(sys.argv[1:], "
-                 "[sys.executable, '-c', tasks._CLUSTER_BOOT]))")
+# A cluster's supervisor in a python3 process (Cluster with a launcher), so that its Python
+# engines are of this interpreter and this package
+_CLUSTER_BOOT = ("import sys; sys.path.insert(0, %r); from shoal import _shoal; "
+                 "sys.exit(_shoal._cluster_supervise(sys.argv[1:]))" % _PKG_PARENT)
 
 
 def engine_command(url: str, *, store: Optional[str] = None, name: Optional[str] = None,
@@ -714,6 +713,17 @@ def engine_command(url: str, *, store: Optional[str] = None, name: Optional[str]
     if name:
         cmd += ["--name", name]
     return cmd
+
+
+def _launched(call: Any, *args: Any, **kw: Any) -> Any:
+    """A call of shoal's clusters (shoal/cluster.h), its failure an EngineError that says
+    what the launchers and the engines said."""
+    try:
+        return call(*args, **kw)
+    except _shoal.NotFound:
+        raise
+    except _shoal.Error as e:
+        raise EngineError(str(e)) from None
 
 
 class Cluster:
@@ -766,19 +776,13 @@ class Cluster:
             raise RuntimeError("the cluster is not started")
         return str(self.controller.socket)
 
-    def _supervised(self, *args: str, timeout: float, gone_ok: bool = False) -> str:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [_PKG_PARENT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        r = subprocess.run([sys.executable, "-c", _CLUSTER_BOOT, *args, "--name", self.name],
-                           env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=timeout)
-        if r.returncode == 3 and gone_ok:  # no such cluster: it ended already
-            return ""
-        if r.returncode:
-            raise EngineError((r.stderr or r.stdout).strip() or
-                              "shoal cluster %s exited %d" % (args[0], r.returncode))
-        return r.stdout
+    def status(self) -> Dict[str, Any]:
+        """With a launcher, what the cluster's supervisor says of it (blocks: a round trip):
+        ``controller``, ``tcp``, ``secret_file``, ``store``, ``engines`` (registered),
+        ``asked``, ``supervisor_pid`` and ``text`` (all of it, for people)."""
+        if self.launcher is None:
+            raise RuntimeError("status() is for a cluster with a launcher")
+        return _launched(_shoal.cluster_status, name=self.name)
 
     def start(self) -> "Cluster":
         """Starts the controller and the engines; returns once every engine is connected
@@ -786,20 +790,12 @@ class Cluster:
         ``EngineError`` naming the engines that did not come and why, everything
         stopped)."""
         if self.launcher is not None:
-            args = ["start", "-n", str(self.n), "--launcher", self.launcher,
-                    "--scheme", self.scheme, "--timeout", str(self.engine_timeout),
-                    "--python", sys.executable, "--pythonpath", _PKG_PARENT]
-            if self.hosts:
-                args += ["--hosts", os.path.abspath(self.hosts)]
-            if self.tcp:
-                args += ["--tcp", self.tcp]
-            out = self._supervised(*args, timeout=self.engine_timeout + 30)
-            for line in out.splitlines():
-                if line.startswith("controller: "):
-                    self._url = line[len("controller: "):].split(" and ")[0]
-            if self._url is None:
-                self._supervised("stop", timeout=60)
-                raise EngineError("shoal cluster start said no controller: %r" % out)
+            info = _launched(
+                _shoal.cluster_start, self.n, name=self.name, launcher=self.launcher,
+                hosts=os.path.abspath(self.hosts) if self.hosts else None, tcp=self.tcp,
+                scheme=self.scheme, timeout=self.engine_timeout, python=sys.executable,
+                pythonpath=_PKG_PARENT, supervisor=[sys.executable, "-c", _CLUSTER_BOOT])
+            self._url = info["controller"]
             return self
         self.controller = _shoal.Controller(scheme=self.scheme)
         s = self._store_arg
@@ -823,10 +819,9 @@ class Cluster:
         """Starts n more engines (they connect on their own: see wait_for_engines). With a
         launcher, through it, and returns once they registered (blocks)."""
         if self.launcher is not None:
-            self._supervised("add", "-n", str(n), "--launcher", self.launcher,
-                             *(["--hosts", os.path.abspath(self.hosts)] if self.hosts else []),
-                             "--timeout", str(self.engine_timeout),
-                             timeout=self.engine_timeout + 30)
+            _launched(_shoal.cluster_add, n, name=self.name, launcher=self.launcher,
+                      hosts=os.path.abspath(self.hosts) if self.hosts else None,
+                      timeout=self.engine_timeout)
             self.n += n
             return
         env = dict(os.environ)
@@ -851,7 +846,10 @@ class Cluster:
         self._clients = []
         if self._url is not None:
             self._url = None
-            self._supervised("stop", timeout=60, gone_ok=True)
+            try:
+                _launched(_shoal.cluster_stop, name=self.name)
+            except _shoal.NotFound:  # no such cluster: it ended already
+                pass
         for p in self.engines:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)

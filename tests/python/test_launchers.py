@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from shoal import tasks
+from shoal import NotFound, _shoal, tasks
 
 import task_app  # tests/python: engines import it by name
 from conftest import as_nobody
@@ -231,7 +231,18 @@ def test_python_cluster_with_a_launcher():
         assert len(processes_of(c.name)) == 4
         c.add_engines(1)
         assert "engines: 3 registered" in shoal("status", "--name", c.name).stdout
+        st = c.status()
+        assert (st["engines"], st["asked"], st["controller"]) == (3, 3, c.url)
+        assert os.path.exists("/proc/%d" % st["supervisor_pid"])
+        # the supervisor is no child of this process: nothing is left to reap
+        with pytest.raises(ChildProcessError):
+            os.waitpid(st["supervisor_pid"], os.WNOHANG)
+        # a second cluster of the same name is refused, saying so
+        with pytest.raises(tasks.EngineError, match="is running"):
+            tasks.Cluster(1, launcher="local", name=c.name).start()
     assert_none_left(c.name)
+    with pytest.raises(NotFound):
+        _shoal.cluster_status(name=c.name)
     # a cluster stopped from outside stops again quietly
     c = tasks.Cluster(1, launcher="local", name="py2-%d" % os.getpid())
     with c:

@@ -93,5 +93,8 @@ int sh_ext_runner_cli(int argc, char **argv, shoal_ext_init_fn init);
 int sh_engine_cli(int argc, char **argv, shoal_ext_init_fn init);
 /* `shoal controller`: a task controller alone, until SIGTERM or SIGINT. */
 int sh_controller_main(const char *prog, int argc, char **argv);
+/* `shoal cluster ARGS` (argv[0] is "cluster"): shoal/cluster.h's calls,
+ * and `serve`, the supervisor they run. */
+int sh_cluster_cli(int argc, char **argv);
 
 #endif

@@ -6,22 +6,21 @@
  * reports in the launcher's own words. The shared secret reaches engines
  * through their environment or ssh's standard input, never a command
  * line. */
-#ifndef SHOAL_TOOLS_LAUNCH_H
-#define SHOAL_TOOLS_LAUNCH_H
+#ifndef SHOAL_CLUSTER_LAUNCH_H
+#define SHOAL_CLUSTER_LAUNCH_H
+
+#include <shoal/cluster.h>
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { SH_LAUNCH_LOCAL, SH_LAUNCH_MPI, SH_LAUNCH_SSH, SH_LAUNCH_SLURM } sh_launcher;
-
-/* "local", "mpi", "ssh", "slurm", NULL: for sh_cli_choice. */
+/* "local", "mpi", "ssh", "slurm", NULL: shoal_launcher's names, in its
+ * order (for sh_cli_choice). */
 extern const char *const sh_launcher_names[];
-/* The launcher named, or -1. */
-int sh_launcher_parse(const char *name);
 
 typedef struct sh_launch_cfg {
-	sh_launcher kind;
+	shoal_launcher kind;
 	uint32_t n; /* engines */
 	/* An engine's command line (its program an absolute path); each
 	 * engine gets "--name NAME" after it where the launcher can say one. */

@@ -5,7 +5,7 @@
  * stop reaches what it started even when a launcher forked (mpiexec's
  * daemons, ssh's session). */
 
-#include "lib/launch_impl.h"
+#include "cluster/launch_impl.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -391,12 +391,12 @@ int sh_launch_start(sh_launch **out, const sh_launch_cfg *cfg, char *why, size_t
 				"a launch needs engines, an absolute engine "
 				"command, a directory and a name"),
 		       SHOAL_EINVAL;
-	if (cfg->kind == SH_LAUNCH_SSH && !cfg->secret)
+	if (cfg->kind == SHOAL_LAUNCH_SSH && !cfg->secret)
 		return snprintf(why, whylen,
 				"ssh: engines on other hosts need the controller "
 				"on TCP (--tcp HOST:PORT) and its secret"),
 		       SHOAL_EINVAL;
-	uint32_t units = cfg->kind == SH_LAUNCH_LOCAL ? cfg->n : MAX_UNITS;
+	uint32_t units = cfg->kind == SHOAL_LAUNCH_LOCAL ? cfg->n : MAX_UNITS;
 	if (units > MAX_UNITS * 64)
 		return snprintf(why, whylen, "at most %d local engines at once", MAX_UNITS * 64),
 		       SHOAL_EINVAL;
@@ -413,16 +413,16 @@ int sh_launch_start(sh_launch **out, const sh_launch_cfg *cfg, char *why, size_t
 	l->cfg = *cfg;
 	int rc;
 	switch (cfg->kind) {
-	case SH_LAUNCH_LOCAL:
+	case SHOAL_LAUNCH_LOCAL:
 		rc = start_local(l, env, why, whylen);
 		break;
-	case SH_LAUNCH_MPI:
+	case SHOAL_LAUNCH_MPI:
 		rc = sh_ln_start_mpi(l, env, why, whylen);
 		break;
-	case SH_LAUNCH_SSH:
+	case SHOAL_LAUNCH_SSH:
 		rc = sh_ln_start_ssh(l, env, why, whylen);
 		break;
-	case SH_LAUNCH_SLURM:
+	case SHOAL_LAUNCH_SLURM:
 		rc = sh_ln_start_slurm(l, env, why, whylen);
 		break;
 	default:

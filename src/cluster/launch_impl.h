@@ -1,10 +1,10 @@
 /* What launch.c and launch_remote.c share: a launch, its units, and the
  * helpers that start processes and build shell commands. Not for other
  * files: they use launch.h. */
-#ifndef SHOAL_TOOLS_LAUNCH_IMPL_H
-#define SHOAL_TOOLS_LAUNCH_IMPL_H
+#ifndef SHOAL_CLUSTER_LAUNCH_IMPL_H
+#define SHOAL_CLUSTER_LAUNCH_IMPL_H
 
-#include "lib/launch.h"
+#include "cluster/launch.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,14 +1,14 @@
-/* The supervisor of a cluster (`shoal cluster serve`, started by `shoal
- * cluster start`): runs the controller in a thread, starts and follows the
+/* The supervisor of a cluster (shoal_cluster_supervise, in the process
+ * shoal_cluster_start runs: `shoal cluster serve`, or a python3): runs the
+ * controller in a thread, starts and follows the
  * launches (launch.h), answers `status`, `add` and `stop` on the control
  * socket in the cluster's directory, and ends every process it started
  * when told to stop or signalled. With --tcp its engines get a secret (the
  * user's, else one made for this cluster, kept in the directory); with
  * --stores, a store on each node (on this host a shoald of its own). It
  * tells `start` on the ready descriptor whether the engines registered. */
-#include "lib/cluster.h"
-#include "lib/launch.h"
-#include "lib/tools.h"
+#include "cluster/launch.h"
+#include "cluster/supervise.h"
 #include "net/net.h"
 #include "shoal_impl.h"
 
@@ -44,7 +44,7 @@ extern char **environ;
 typedef struct sup {
 	const char *name, *dir;
 	uint32_t n; /* engines asked for at start */
-	sh_launcher kind;
+	shoal_launcher kind;
 	const char *hosts, *ssh, *tcp, *so, *python, *pkgdir;
 	shoal_scheme scheme;
 	int64_t timeout_ns;
@@ -154,19 +154,19 @@ static int engine_argv(sup *s, bool local, const char **a, const char **env, cha
 	return 0;
 }
 
-static int sup_launch(sup *s, sh_launcher kind, uint32_t n, const char *hosts, char *why,
+static int sup_launch(sup *s, shoal_launcher kind, uint32_t n, const char *hosts, char *why,
 		      size_t whylen)
 {
 	if (s->nlaunch == MAX_LAUNCHES)
 		return snprintf(why, whylen, "at most %d launches in a cluster", MAX_LAUNCHES), -1;
-	if (kind == SH_LAUNCH_SSH && !s->tcp)
+	if (kind == SHOAL_LAUNCH_SSH && !s->tcp)
 		return snprintf(why, whylen,
 				"ssh: engines on other hosts need the controller on TCP: give "
 				"--tcp HOST:PORT (an address they reach)"),
 		       -1;
 	const char *argv[16], *env[8];
 	static char envbuf[2 * PATH_MAX + 16];
-	engine_argv(s, kind == SH_LAUNCH_LOCAL, argv, env, envbuf, sizeof(envbuf));
+	engine_argv(s, kind == SHOAL_LAUNCH_LOCAL, argv, env, envbuf, sizeof(envbuf));
 	sh_launch_cfg c = {
 		.kind = kind,
 		.n = n,
@@ -183,7 +183,7 @@ static int sup_launch(sup *s, sh_launcher kind, uint32_t n, const char *hosts, c
 	/* local Python engines: forked from one interpreter (argv is
 	 * python3 -m shoal.engine ARGS: the forker takes ARGS) */
 	static const char *forker[4];
-	if (kind == SH_LAUNCH_LOCAL && !s->so && n > 1) {
+	if (kind == SHOAL_LAUNCH_LOCAL && !s->so && n > 1) {
 		forker[0] = s->python;
 		forker[1] = "-c";
 		forker[2] = "import sys; from shoal import _engine; "
@@ -192,7 +192,7 @@ static int sup_launch(sup *s, sh_launcher kind, uint32_t n, const char *hosts, c
 		c.fork_argv = forker;
 	}
 	static const char *store_argv[STORE_ARGS];
-	if (s->stores && kind != SH_LAUNCH_LOCAL) {
+	if (s->stores && kind != SHOAL_LAUNCH_LOCAL) {
 		store_argv[store_command(s, store_argv)] = NULL;
 		c.store_argv = store_argv;
 	}
@@ -412,7 +412,7 @@ static bool sup_answer(sup *s, int lfd)
 		shoal_controller_stat st;
 		shoal_controller_stat_get(s->ctl, &st);
 		uint32_t want = s->asked + r.n;
-		if (sup_launch(s, (sh_launcher)r.launcher, r.n, r.hosts[0] ? r.hosts : NULL, why,
+		if (sup_launch(s, (shoal_launcher)r.launcher, r.n, r.hosts[0] ? r.hosts : NULL, why,
 			       sizeof(why)) != 0)
 			snprintf(reply, sizeof(reply), "error: %s\n", why);
 		else if (sup_wait(s, st.engines + r.n, s->nlaunch - 1,
@@ -553,7 +553,8 @@ static int serve(sup *s, int ready_fd)
 			 shoal_controller_tcp(s->ctl));
 	sup_log(s, "cluster %s: controller on %s%s%s", s->name, s->ctl_sock,
 		s->tcp ? " and tcp://" : "", s->tcp ? s->engine_addr : "");
-	if (s->stores && s->kind == SH_LAUNCH_LOCAL && local_store_start(s, why, sizeof(why)) != 0)
+	if (s->stores && s->kind == SHOAL_LAUNCH_LOCAL &&
+	    local_store_start(s, why, sizeof(why)) != 0)
 		goto out;
 	if (sup_launch(s, s->kind, s->n, s->hosts, why, sizeof(why)) != 0 ||
 	    sup_wait(s, s->n, 0, s->started_ns + s->timeout_ns, why, sizeof(why)) != 0)
@@ -561,9 +562,11 @@ static int serve(sup *s, int ready_fd)
 	rc = 0;
 	{
 		char msg[8192];
-		int k = snprintf(msg, sizeof(msg), "ok %u engines in %.0f ms\ncontroller: %s%s%s\n",
-				 s->n, (shoal_now_ns() - s->started_ns) / 1e6, s->ctl_sock,
-				 s->tcp ? " and tcp://" : "", s->tcp ? s->engine_addr : "");
+		int k = snprintf(
+			msg, sizeof(msg),
+			"ok %u engines in %.0f ms\nsupervisor: pid %d\ncontroller: %s%s%s\n", s->n,
+			(shoal_now_ns() - s->started_ns) / 1e6, (int)getpid(), s->ctl_sock,
+			s->tcp ? " and tcp://" : "", s->tcp ? s->engine_addr : "");
 		if (s->have_secret && k > 0 && (size_t)k < sizeof(msg))
 			k += snprintf(msg + k, sizeof(msg) - (size_t)k, "secret: %s/secret\n",
 				      s->dir);
@@ -615,7 +618,7 @@ out:
 	sh_cluster_cleanup_dir(s->dir);
 	if (sfd >= 0)
 		close(sfd);
-	return rc ? SH_EXIT_FAIL : SH_EXIT_OK;
+	return rc ? 1 : 0;
 }
 
 int sh_cluster_serve(const sh_cluster_cfg *c, int ready_fd)
@@ -624,14 +627,14 @@ int sh_cluster_serve(const sh_cluster_cfg *c, int ready_fd)
 	s.name = c->name;
 	s.dir = c->dir;
 	s.n = c->n;
-	s.kind = (sh_launcher)c->launcher;
+	s.kind = c->launcher;
 	s.hosts = c->hosts;
 	s.ssh = c->ssh;
 	s.tcp = c->tcp;
 	s.so = c->so;
 	s.python = c->python;
 	s.pkgdir = c->pkgdir;
-	s.scheme = (shoal_scheme)c->scheme;
+	s.scheme = c->scheme;
 	s.timeout_ns = c->timeout_ns;
 	s.stores = c->stores;
 	s.store_size = c->store_size;

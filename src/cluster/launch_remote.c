@@ -2,7 +2,7 @@
  * host of a hosts file, and one Slurm job; and the store each node may run
  * for its engines (--stores). Each builds a shell command its launcher runs
  * on the node: words quoted (sh_ln_sq), the secret never among them. */
-#include "lib/launch_impl.h"
+#include "cluster/launch_impl.h"
 
 #include <ctype.h>
 #include <errno.h>
