@@ -1,5 +1,5 @@
 /* Fuzzes what a store reads from another store when it migrates an object:
- * the answer to FETCH (store/migrate.c, sh_mig_parse_reply), whatever the
+ * the answer to FETCH (src/cluster/migrate.c, sh_mig_parse_reply), whatever the
  * peer sends once it knows the secret: the frame header, the source's
  * failure and its message, the object's id, signature, region size, the
  * shares, and the metadata tree with every blob placed in the one region.

@@ -1,6 +1,6 @@
 """The Python engine's side of shoal.tasks (``python3 -m shoal.engine``): how a task's
 function is found and its result sent back, and the fork of N engines from one interpreter
-that ``shoal cluster``'s local launcher runs for Python engines (tools/lib/supervisor.c).
+that ``shoal cluster``'s local launcher runs for Python engines (src/cluster/supervisor.c).
 Apart from shoal.tasks so that an engine starts without the client's imports
 (concurrent.futures and logging: about 17 ms here), which counts when a launcher starts
 many at once."""
