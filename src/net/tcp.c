@@ -120,6 +120,11 @@ int sh_tcp_accept(int lsock, const char *area, char *who, size_t wholen)
 		socklen_t sl = sizeof(ss);
 		int fd = accept4(lsock, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd >= 0) {
+			/* the thread's other fibers first: a flood of connections
+			 * that never lets accept wait would have this loop alone
+			 * run (the local peers, and every link in progress,
+			 * crowded out by strangers) */
+			shoal_yield();
 			int one = 1;
 			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 			char host[64] = "?", port[16] = "?";

@@ -1458,6 +1458,7 @@ static void *accept_main(void *arg)
 			sh_error("store", "accept: %s", strerror(errno));
 			return NULL;
 		}
+		shoal_yield(); /* a flood of connects must not crowd out the rest (tcp.c) */
 		pid_t pid = 0;
 		st_conn *c = NULL;
 		if (fds_held(s) + FDS_PER_CONN > s->fd_budget) {

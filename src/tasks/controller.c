@@ -1646,6 +1646,7 @@ static void *accept_main(void *arg)
 			sh_error("tasks", "accept: %s", strerror(errno));
 			return NULL;
 		}
+		shoal_yield(); /* a flood of connects must not crowd out the rest (tcp.c) */
 		pid_t pid = 0;
 		tk_conn *h = NULL;
 		if (!sh_link_peer_allowed(fd, (gid_t)-1, "tasks", &pid) || !(h = SH_NEW(tk_conn))) {
