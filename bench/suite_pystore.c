@@ -180,16 +180,19 @@ int sh_bench_python(const sh_bench_opts *o, sh_bench_report *r, const char *suit
 	if (sh_bench_find_tool("shoald", shoald, lib, sizeof(shoald)) == 0)
 		snprintf(env_shoald, sizeof(env_shoald), "SHOAL_SHOALD=%s", shoald);
 	char *env[] = {env_path, env_shoald, "PYTHONDONTWRITEBYTECODE=1", NULL};
-	char *argv[] = {PYTHON,
-			"-m",
-			"shoal.bench",
-			(char *)pysuite,
-			"--json",
-			o->quick ? "--quick" : NULL,
-			o->large ? "--large" : NULL,
-			NULL};
-	if (!argv[5]) /* --large without --quick */
-		argv[5] = argv[6], argv[6] = NULL;
+	/* the suite's parts (py-rpc's: calls, shared, readers, start, idle) */
+	char only[96] = "";
+	if (o->only && !strcmp(pysuite, "rpc"))
+		snprintf(only, sizeof(only), "--only=%s", o->only);
+	char *argv[8] = {PYTHON, "-m", "shoal.bench", (char *)pysuite, "--json"};
+	int na = 5;
+	if (o->quick)
+		argv[na++] = "--quick";
+	if (o->large)
+		argv[na++] = "--large";
+	if (only[0])
+		argv[na++] = only;
+	argv[na] = NULL;
 	size_t cap = 1 << 20;
 	char *out = malloc(cap);
 	if (!out)

@@ -552,6 +552,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--large", action="store_true",
                     help="store: the 1 GiB array with --quick too; rpc: the 6 GiB tensor")
     ap.add_argument("--socket", help="a running store (default: one in this process)")
+    ap.add_argument("--only", metavar="PART",
+                    help="rpc: only calls, shared (calls with share_torch), readers, start "
+                         "or idle")
     a = ap.parse_args(argv)
     if a.suite == "rpc":
         # As shoal.bench: under -m this module is __main__, a copy of shoal.bench

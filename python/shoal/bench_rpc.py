@@ -461,11 +461,19 @@ def run(a: Any) -> int:
                 f.write(textwrap.dedent(text))
         sys.path.insert(0, d)
         import shoal_bench_rpc_node as mod
-        calls(mod, d, a.quick, a.large, "standard")
-        calls(mod, d, a.quick, a.large, "shared")
-        shared_memory_tests(mod, d, a.quick)
-        start(mod, d, a.quick)
-        idle(mod, d, a.quick)
+        parts = {"calls": lambda: calls(mod, d, a.quick, a.large, "standard"),
+                 "shared": lambda: calls(mod, d, a.quick, a.large, "shared"),
+                 "readers": lambda: shared_memory_tests(mod, d, a.quick),
+                 "start": lambda: start(mod, d, a.quick),
+                 "idle": lambda: idle(mod, d, a.quick)}
+        only = getattr(a, "only", None)
+        if only and only not in parts:
+            print("python3 -m shoal.bench rpc: --only %s: expected %s"
+                  % (only, ", ".join(parts)), file=sys.stderr)
+            return 2
+        for name, part in parts.items():
+            if not only or name == only:
+                part()
     B.emit(a.json, "shoal bench py-rpc: isolated Python extensions (%s)" % sys.executable)
     if not a.json:
         print(summary())

@@ -38,3 +38,21 @@ def test_booleans_stay_booleans(rows, capsys):
     assert line["params"] == {"n": 1, "torch": False}
     B.emit(False, "title")
     assert "torch=false" in capsys.readouterr().out
+
+
+def test_rpc_runs_only_the_part_asked_for(tmp_path):
+    """--only runs one part of the rpc suite (the others' rows are absent), and an
+    unknown part is refused, naming the parts there are."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(B.__file__)))
+    r = subprocess.run([sys.executable, "-m", "shoal.bench", "rpc", "--only", "bogus"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "calls, shared, readers, start, idle" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "shoal.bench", "rpc", "--quick", "--json",
+                        "--only", "start"], capture_output=True, text=True, env=env,
+                       timeout=600)
+    tests = {json.loads(line)["test"] for line in r.stdout.splitlines()}
+    assert r.returncode == 0, r.stderr
+    assert tests == {"extension_start"}, tests
