@@ -218,6 +218,14 @@ static int cmd_start(const sh_cli *cli, int argc, char **argv)
 	co.stores = o.stores;
 	co.store_size = o.store_size;
 	co.store_args = o.store_args;
+	/* the supervisor is this program again (`shoal cluster serve`) */
+	static char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	const char *self[] = {exe, "cluster", "serve", NULL};
+	if (n > 0) {
+		exe[n] = 0;
+		co.supervisor = self;
+	}
 	static shoal_cluster_info info;
 	char why[SH_CLUSTER_REPLY_MAX];
 	int rc = shoal_cluster_start(&co, &info, why, sizeof(why));
