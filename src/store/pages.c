@@ -163,9 +163,13 @@ int sh_pages_segment(const sh_pages *p, const char *name, uint64_t size, int *fd
 
 #define AHEAD_CHUNK ((uint64_t)64 << 20)
 
+/* Pages faulted in through the writer's own mapping, 64 MiB at a time: in
+ * it they are then mapped already, as a populated mapping's are (on this
+ * VM a fault of its own in a fresh mapping costs far more than the page's
+ * zeroing, though another process allocated it), and a pool's pages are
+ * taken as shmem's are. */
 struct sh_pages_ahead {
-	int fd;
-	unsigned char *map; /* THP: faulted in through it; hugetlb: fallocate on fd */
+	unsigned char *map;
 	uint64_t size;
 	_Atomic bool stop;
 	pthread_t th;
@@ -178,8 +182,7 @@ static void *ahead_main(void *arg)
 	for (uint64_t off = 0; off < a->size && !atomic_load(&a->stop); off += AHEAD_CHUNK) {
 		uint64_t n = a->size - off < AHEAD_CHUNK ? a->size - off : AHEAD_CHUNK;
 		/* a failure leaves the rest to the writer's faults */
-		if (a->map ? madvise(a->map + off, n, MADV_POPULATE_WRITE) != 0
-			   : fallocate(a->fd, 0, (off_t)off, (off_t)n) != 0)
+		if (madvise(a->map + off, n, MADV_POPULATE_WRITE) != 0)
 			break;
 	}
 	return NULL;
@@ -228,8 +231,7 @@ int sh_pages_segment_ahead(const sh_pages *p, const char *name, uint64_t size, i
 	*maplen = want;
 	sh_pages_ahead *a = SH_NEW(sh_pages_ahead);
 	if (a) {
-		a->fd = h;
-		a->map = *kind == SHOAL_PAGES_THP ? m : NULL;
+		a->map = m;
 		a->size = want;
 		if (pthread_create(&a->th, NULL, ahead_main, a) == 0)
 			*ahead = a;
