@@ -201,19 +201,25 @@ static void unpair(side *s, side *c)
 	close(c->fd);
 }
 
-/* What the client's channel put on the wire for msg: read raw from the
- * server's socket. */
-static size_t wire_of(side *c, side *s, const void *msg, size_t n, unsigned char *raw, size_t cap)
+/* What the socket fd holds now, without waiting, into raw. */
+static size_t take_sent(int fd, unsigned char *raw, size_t cap)
 {
-	CHECK_OK(sh_channel_write(c->ch, msg, n, false, shoal_deadline_in(5000 * MS)));
 	size_t got = 0;
 	for (;;) {
-		ssize_t k = recv(s->fd, raw + got, cap - got, MSG_DONTWAIT);
+		ssize_t k = recv(fd, raw + got, cap - got, MSG_DONTWAIT);
 		if (k <= 0)
 			break;
 		got += (size_t)k;
 	}
 	return got;
+}
+
+/* What the client's channel put on the wire for msg: read raw from the
+ * server's socket. */
+static size_t wire_of(side *c, side *s, const void *msg, size_t n, unsigned char *raw, size_t cap)
+{
+	CHECK_OK(sh_channel_write(c->ch, msg, n, false, shoal_deadline_in(5000 * MS)));
+	return take_sent(s->fd, raw, cap);
 }
 
 static bool contains(const unsigned char *hay, size_t n, const char *needle)
@@ -459,14 +465,7 @@ static size_t bulk_wire(side *c, side *s, const void *p, size_t n, unsigned char
 {
 	sh_bulk_part part = {.p = p, .len = n};
 	CHECK_OK(sh_channel_send_bulk(c->ch, &part, 1, shoal_deadline_in(5000 * MS)));
-	size_t got = 0;
-	for (;;) {
-		ssize_t k = recv(s->fd, raw + got, cap - got, MSG_DONTWAIT);
-		if (k <= 0)
-			break;
-		got += (size_t)k;
-	}
-	return got;
+	return take_sent(s->fd, raw, cap);
 }
 
 /* Received straight into a mapping, the bytes are as guarded as any: a
