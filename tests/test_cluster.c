@@ -1260,6 +1260,68 @@ SH_TEST_T(names_are_the_clusters_and_a_get_migrates, 180)
 	cleanup();
 }
 
+/* issue 33: a name deleted at its store and bound there again to another
+ * object names that one everywhere: a store holding a copy fetched under
+ * the old binding fetches the new one (it served its stale copy), a name
+ * dropped in the cluster is dropped from the copy too, and with the
+ * registry away the copy serves under its name. */
+SH_TEST_T(a_name_bound_again_names_its_new_object_everywhere, 180)
+{
+	setup();
+	etcd_proc e = {0};
+	etcd_start(&e);
+	node a, b;
+	node_start_etcd(&a, "a", &e, "5");
+	node_start_etcd(&b, "b", &e, "5");
+	CHECK_EQ(STAT_UNTIL(&b, peers, 2u, 10000).peers, 2u);
+	shoal_id first = put_blob(&a, "weights", 100000, 1);
+	check_blob(&b, "weights", 100000, 1);
+	check_blob(&b, "weights", 100000, 1);
+	CHECK_EQ(stat_of(&b).fetched, 1u); /* the registry asked, no second copy */
+
+	shoal_client *ca = client_of(&a);
+	CHECK_OK(shoal_delete(ca, "weights"));
+	shoal_disconnect(ca);
+	shoal_id second = put_blob(&a, "weights", 200000, 2);
+	CHECK(second != first);
+	check_blob(&b, "weights", 200000, 2);
+	CHECK_EQ(stat_of(&b).fetched, 2u);
+	shoal_client *cb = client_of(&b);
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(cb, "weights", &o));
+	CHECK_EQ(shoal_object_id(o), second);
+	CHECK_OK(shoal_object_release(o));
+
+	/* dropped in the cluster: not found by it here either, though the
+	 * copy stays, by its id */
+	ca = client_of(&a);
+	CHECK_OK(shoal_delete(ca, "weights"));
+	shoal_disconnect(ca);
+	CHECK_RC(shoal_get_by_name(cb, "weights", &o), SHOAL_ENOENT);
+	CHECK_OK(shoal_get(cb, second, &o));
+	CHECK_OK(shoal_object_release(o));
+	/* a name of b's own is b's, whatever the registry says (a transient
+	 * object lives as long as its creator's connection) */
+	shoal_id mine;
+	CHECK_OK(shoal_put_bytes(cb, "scratch", "b", 1, 0, &mine));
+	put_blob(&a, "scratch", 3000, 5); /* the cluster's "scratch" is a's */
+	CHECK_OK(shoal_get_by_name(cb, "scratch", &o));
+	CHECK_EQ(shoal_object_id(o), mine);
+	CHECK_OK(shoal_object_release(o));
+
+	put_blob(&a, "kept", 5000, 3);
+	check_blob(&b, "kept", 5000, 3);
+	etcd_kill(&e);
+	check_blob(&b, "kept", 5000, 3);
+	CHECK_OK(shoal_get_by_name(cb, "scratch", &o));
+	CHECK_EQ(shoal_object_id(o), mine);
+	CHECK_OK(shoal_object_release(o));
+	shoal_disconnect(cb);
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
+
 SH_TEST_T(a_dead_stores_names_vanish_with_its_lease, 180)
 {
 	setup();

@@ -879,10 +879,10 @@ int sh_migs_fetch(sh_cluster *cl, const char *name, size_t nl, uint64_t id, cons
 		return SHOAL_EACCES;
 	}
 	/* the registry's record names an object here already (a copy fetched
-	 * by id before): no transfer, only the name */
+	 * by id before, or by this name): no transfer, only the name */
 	st_obj *here = x && x->name ? sh_store_find(s, NULL, 0, x->id) : NULL;
 	if (here && sh_store_info(here).sig == x->sig) {
-		if (!sh_store_name_if_free(s, here, x->name, x->nl)) {
+		if (!sh_store_name_from_registry(s, here, x->name, x->nl)) {
 			snprintf(why, whylen, "out of memory naming object %016" PRIx64, x->id);
 			return SHOAL_ENOMEM;
 		}
@@ -903,9 +903,9 @@ int sh_migs_fetch(sh_cluster *cl, const char *name, size_t nl, uint64_t id, cons
 	if (rc)
 		snprintf(why, whylen, "%s", g->why[0] ? g->why : shoal_strerror(rc));
 	/* fetched by id for the name the registry was asked: the copy is
-	 * known by it here too, when it is free */
+	 * known by it here too (a copy it named before loses it) */
 	st_obj *o = rc == 0 && x && x->name ? sh_store_find(s, NULL, 0, g->id) : NULL;
-	if (o && !sh_store_name_if_free(s, o, x->name, x->nl))
+	if (o && !sh_store_name_from_registry(s, o, x->name, x->nl))
 		sh_warn("store", "object %016" PRIx64 ": out of memory naming it %.*s", g->id,
 			(int)x->nl, x->name);
 	migs_reap(cl);

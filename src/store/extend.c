@@ -122,6 +122,25 @@ bool sh_store_name_if_free(shoal_store *s, st_obj *o, const char *name, size_t n
 	return o->name || sh_st_name_find(s, name, nl) || sh_st_name_bind(s, o, name, nl) == 0;
 }
 
+bool sh_store_name_from_registry(shoal_store *s, st_obj *o, const char *name, size_t nl)
+{
+	st_obj *had = sh_st_name_find(s, name, nl);
+	if (had == o) {
+		o->name_cached = o->copy && !o->global;
+		return true;
+	}
+	if (had && !had->name_cached)
+		return true; /* a name of this store's own stays its own */
+	if (had)
+		sh_st_name_unbind(s, had);
+	if (o->name)
+		return true; /* known here by another name already */
+	if (sh_st_name_bind(s, o, name, nl) != 0)
+		return false;
+	o->name_cached = o->copy && !o->global;
+	return true;
+}
+
 void sh_store_each_persistent_named(shoal_store *s,
 				    bool (*fn)(void *arg, const sh_store_objinfo *i,
 					       const shoal_node *root),

@@ -126,6 +126,12 @@ void sh_store_seg(const shoal_store *s, const st_obj *o, uint32_t i, int *fd, ui
 /* Binds name to o unless o has a name or another object has this one:
  * false only when memory ran out. */
 bool sh_store_name_if_free(shoal_store *s, st_obj *o, const char *name, size_t nl);
+/* Binds name, as the cluster's registry names o now, to o (a copy): taken
+ * from a copy it named before (the name was bound again elsewhere), never
+ * from an object of this store's own. A get by that name asks the registry
+ * again (the hooks' fetch) whether it still names o. false only when
+ * memory ran out. */
+bool sh_store_name_from_registry(shoal_store *s, st_obj *o, const char *name, size_t nl);
 
 /* ---- copies coming from elsewhere ---- */
 

@@ -63,7 +63,7 @@ st_obj *sh_st_name_find(shoal_store *s, const char *name, size_t n)
 	return NULL;
 }
 
-static void name_unbind(shoal_store *s, st_obj *o)
+void sh_st_name_unbind(shoal_store *s, st_obj *o)
 {
 	if (!o->name)
 		return;
@@ -84,6 +84,7 @@ static void name_unbind(shoal_store *s, st_obj *o)
 	shoal_free(o->name, strlen(o->name) + 1);
 	o->name = NULL;
 	o->name_next = NULL;
+	o->name_cached = false;
 	s->nnames--;
 }
 
@@ -190,7 +191,7 @@ static void obj_shell_free(st_obj *o)
 
 static void obj_free(shoal_store *s, st_obj *o)
 {
-	name_unbind(s, o);
+	sh_st_name_unbind(s, o);
 	if (o->creator)
 		sh_map_del(&o->creator->created, o->id);
 	for (uint32_t i = 0; i < o->nsegs; i++)
@@ -211,7 +212,7 @@ static void obj_free(shoal_store *s, st_obj *o)
 /* Deletes o: unbinds its name now, frees it when its last reader lets go. */
 void sh_st_obj_delete(shoal_store *s, st_obj *o)
 {
-	name_unbind(s, o);
+	sh_st_name_unbind(s, o);
 	if (o->creator) {
 		sh_map_del(&o->creator->created, o->id);
 		o->creator = NULL;
@@ -885,11 +886,18 @@ static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 						 : !sh_mp_uint(&k, &id) && id)) {
 			st_obj *here =
 				name ? sh_st_name_find(s, name, nl) : sh_map_get(&s->objs, id);
-			if (!here || here->deleted) {
+			/* a name the registry gave a copy here may have been bound
+			 * again to another object since, or dropped: asked again */
+			bool cached = here && !here->deleted && here->name_cached;
+			if (!here || here->deleted || cached) {
 				int rc = s->hooks.fetch(s->hooks.ctx, c, name, nl, id, c->why,
 							sizeof(c->why));
-				if (rc && rc != SHOAL_ENOENT)
+				if (cached && rc == SHOAL_ENOENT &&
+				    (here = sh_st_name_find(s, name, nl)) && here->name_cached)
+					sh_st_name_unbind(s, here); /* no longer the cluster's */
+				else if (rc && rc != SHOAL_ENOENT && !cached)
 					return sh_st_reply_err(c, req, rc, "GET: %s", c->why);
+				/* cached, the registry away: the copy here serves */
 			}
 		}
 	}

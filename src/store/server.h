@@ -44,6 +44,9 @@ struct st_obj {
 	bool deleted, persistent;
 	bool global;	   /* its name is registered in the cluster (etcd) */
 	bool copy;	   /* fetched from another store: evicted when room is short */
+	/* a copy whose name came from the cluster's registry: the registry
+	 * says at each get by that name whether it still names this object */
+	bool name_cached;
 	uint64_t last_get; /* when a client last got it (ns) */
 	uint64_t gen;	   /* with a state directory: when its file was written */
 	st_conn *creator;  /* NULL once persistent or the creator is gone */
@@ -113,6 +116,7 @@ bool sh_store_make_room(shoal_store *s, uint64_t bytes, bool local);
 
 st_obj *sh_st_name_find(shoal_store *s, const char *name, size_t n);
 int sh_st_name_bind(shoal_store *s, st_obj *o, const char *name, size_t n);
+void sh_st_name_unbind(shoal_store *s, st_obj *o);
 void sh_st_obj_delete(shoal_store *s, st_obj *o);
 void sh_st_obj_unref(shoal_store *s, st_obj *o, uint64_t n);
 /* An object by [id | name] (GET, DELETE, ...): *out, or an error reply. */
