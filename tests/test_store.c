@@ -105,6 +105,79 @@ static shoal_store_stat stat_of(shoal_client *c)
 	return st;
 }
 
+/* Writes through a copy-on-write view: the writer's own pages; the sealed
+ * bytes stay for the object, other views and other clients. */
+static void cow_writes(shoal_client *c, shoal_client *other, const char *name, size_t size)
+{
+	shoal_object *o, *v, *w;
+	CHECK_OK(shoal_get_by_name(c, name, &o));
+	CHECK_OK(shoal_object_cow(o, &v));
+	CHECK_OK(shoal_object_cow(v, &w)); /* a view of a view: one of the object */
+	const void *po, *pv, *pw;
+	size_t n;
+	CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &po, &n));
+	CHECK_OK(shoal_node_blob(shoal_object_root(v), 0, &pv, &n));
+	CHECK_OK(shoal_node_blob(shoal_object_root(w), 0, &pw, &n));
+	CHECK_EQ(n, size);
+	CHECK(pv != po && pw != pv);
+	CHECK(memcmp(pv, po, size) == 0);
+	memset((void *)pv, 0x5a, size);
+	((unsigned char *)pw)[size - 1] ^= 1;
+	const unsigned char *bo = po, *bv = pv, *bw = pw;
+	for (size_t i = 0; i < size; i++) {
+		CHECK_EQ(bo[i], (unsigned char)(i * 7));
+		CHECK_EQ(bv[i], 0x5a);
+		CHECK_EQ(bw[i], (unsigned char)(i * 7 ^ (i == size - 1)));
+	}
+	/* released in any order; another client reads the sealed bytes */
+	CHECK_OK(shoal_object_release(o));
+	shoal_object *x;
+	CHECK_OK(shoal_get_by_name(other, name, &x));
+	CHECK_OK(shoal_node_blob(shoal_object_root(x), 0, &po, &n));
+	for (size_t i = 0; i < size; i++)
+		CHECK_EQ(((const unsigned char *)po)[i], (unsigned char)(i * 7));
+	CHECK_OK(shoal_object_release(x));
+	CHECK_OK(shoal_object_release(v));
+	CHECK_OK(shoal_object_release(w));
+}
+
+static void put_pattern(shoal_client *c, const char *name, size_t size)
+{
+	unsigned char *d = malloc(size);
+	CHECK(d != NULL);
+	for (size_t i = 0; i < size; i++)
+		d[i] = (unsigned char)(i * 7);
+	CHECK_OK(shoal_put_bytes(c, name, d, size, 0, NULL));
+	free(d);
+}
+
+SH_TEST(a_copy_on_write_view_keeps_its_writes_its_own)
+{
+	shoal_store *s = open_store(64 << 20);
+	shoal_client *c = connect_to(s), *other = connect_to(s);
+	put_pattern(c, "big", 8 << 20); /* a segment of its own */
+	put_pattern(c, "small", 100);	/* in the arena */
+	cow_writes(c, other, "big", 8 << 20);
+	cow_writes(c, other, "small", 100);
+	/* segments whose descriptors were not kept (a client holding hundreds):
+	 * the view is a copy, with the same answers */
+	shoal_client *late;
+	int fds[600], nfd = 0;
+	while (nfd < 600 && (fds[nfd] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0 &&
+	       fds[nfd] < SH_CLIENT_KEEP_FD_MAX + 8)
+		nfd++;
+	CHECK(nfd < 600 && fds[nfd] >= SH_CLIENT_KEEP_FD_MAX);
+	late = connect_to(s);
+	put_pattern(c, "later", 4 << 20);
+	cow_writes(late, other, "later", 4 << 20);
+	for (int i = 0; i <= nfd; i++)
+		close(fds[i]);
+	shoal_disconnect(late);
+	shoal_disconnect(other);
+	shoal_disconnect(c);
+	shoal_store_close(s);
+}
+
 SH_TEST(put_get_bytes)
 {
 	shoal_store *s = open_store(0);

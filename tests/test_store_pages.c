@@ -292,6 +292,47 @@ SH_TEST(seals_hold_on_hugetlb_pages)
 	shoal_store_close(s);
 }
 
+/* A copy-on-write view of a hugetlb object: a private mapping reserves its
+ * pages in the pool, and a pool without them gives the view a copy; a
+ * write through either is the writer's, and nobody is killed. */
+static void cow_write(shoal_client *c, const char *name, size_t size, int seed)
+{
+	shoal_object *o, *v;
+	CHECK_OK(shoal_get_by_name(c, name, &o));
+	CHECK_OK(shoal_object_cow(o, &v));
+	const void *p;
+	size_t n;
+	CHECK_OK(shoal_node_blob(shoal_object_root(v), 0, &p, &n));
+	CHECK_EQ(n, size);
+	const unsigned char *b = p;
+	for (size_t i = 0; i < size; i += 4093)
+		CHECK_EQ(b[i], byte_at(i, seed));
+	memset((void *)p, 0xee, size);
+	CHECK_EQ(b[size / 2], 0xee);
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_object_release(v));
+}
+
+SH_TEST(a_copy_on_write_view_of_hugetlb_pages_writes_without_a_crash)
+{
+	settings_guarded();
+	set_pool(6);
+	shoal_store *s = open_huge(64 * MB, true, NULL);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, shoal_store_socket(s)));
+	put(c, "h", 4 * MB, 7, 0); /* 2 of the pool's 6 */
+	CHECK_EQ(check_bytes(shoal_store_socket(s), "h", 4 * MB, 7), 1);
+	cow_write(c, "h", 4 * MB, 7); /* 4 free: reserved, private */
+	CHECK_EQ(check_bytes(shoal_store_socket(s), "h", 4 * MB, 7), 1);
+	CHECK_EQ(sh_read_long(FREE, -1), 4);
+	put(c, "fill", 8 * MB, 8, 0); /* the pool is empty now */
+	CHECK_EQ(sh_read_long(FREE, -1), 0);
+	cow_write(c, "h", 4 * MB, 7); /* nothing to reserve: a copy */
+	CHECK_EQ(check_bytes(shoal_store_socket(s), "h", 4 * MB, 7), 1);
+	shoal_disconnect(c);
+	shoal_store_close(s);
+}
+
 SH_TEST(a_hugetlb_object_persists_and_comes_back)
 {
 	settings_guarded();

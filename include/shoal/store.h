@@ -333,6 +333,16 @@ SHOAL_API int shoal_get(shoal_client *c, shoal_id id, shoal_object **out);
 /* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_get_by_name(shoal_client *c, const char *name, shoal_object **out);
 SHOAL_API int shoal_object_release(shoal_object *o);
+/* A copy-on-write view of o, for readers that may write (torch has no
+ * read-only tensors): the same bytes mapped again, privately and
+ * writable. A write makes the pages it touches the view's own: o, other
+ * views and other processes keep reading the sealed bytes, and a view
+ * never written costs no copy. Where no private mapping can be made (on
+ * hugetlb pages, a private mapping reserves its pages in the pool; a
+ * client holding hundreds of segments keeps no descriptor for more), the
+ * view's bytes are copied once. The view holds o; release both with
+ * shoal_object_release, in any order. Does not block. */
+SHOAL_API int shoal_object_cow(shoal_object *o, shoal_object **out);
 
 /* ---- objects of other hosts --------------------------------------------- */
 

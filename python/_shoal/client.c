@@ -802,6 +802,41 @@ static PyObject *client_get(ShClient *self, PyObject *const *args, Py_ssize_t na
 	return (PyObject *)o;
 }
 
+typedef struct {
+	shoal_object *base, *o;
+} cow_job;
+
+static int do_cow(ShClient *c, void *arg)
+{
+	cow_job *j = arg;
+	int rc = shoal_object_cow(j->base, &j->o);
+	if (rc == 0)
+		c->nobjs++;
+	return rc;
+}
+
+PyObject *sh_py_object_cow(ShObject *base)
+{
+	ShClient *self = base->client;
+	ShObject *o = PyObject_GC_New(ShObject, &ShObject_Type);
+	if (!o)
+		return NULL;
+	o->client = (ShClient *)Py_NewRef(self);
+	o->o = NULL;
+	o->id = base->id;
+	o->nbytes = base->nbytes;
+	o->views = 0;
+	o->release_asked = false;
+	PyObject_GC_Track(o);
+	cow_job j = {base->o, NULL};
+	if (call(self, do_cow, &j, CONN_TIMEOUT) != 0) {
+		Py_DECREF(o);
+		return NULL;
+	}
+	o->o = j.o;
+	return (PyObject *)o;
+}
+
 static int do_delete(ShClient *c, void *arg)
 {
 	get_job *j = arg;

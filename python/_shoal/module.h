@@ -65,6 +65,8 @@ bool sh_py_client_foreign(const ShClient *c);
 int sh_py_client_check(ShClient *c);
 /* Lets go of o's store reference (takes the client's mutex). GIL held. */
 void sh_py_object_drop(ShObject *o);
+/* Object.cow(): a copy-on-write view of o (shoal_object_cow), an Object too. */
+PyObject *sh_py_object_cow(ShObject *o);
 
 /* A tensor's memory as a Py_buffer (owner: what keeps it), with the struct
  * format fmt (empty: none for this dtype) and dims: shape, then strides in

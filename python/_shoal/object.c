@@ -74,6 +74,13 @@ static PyObject *object_release(ShObject *self, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
+static PyObject *object_cow(ShObject *self, PyObject *unused)
+{
+	if (live(self) != 0)
+		return NULL;
+	return sh_py_object_cow(self);
+}
+
 static PyObject *object_enter(PyObject *self, PyObject *unused)
 {
 	if (live((ShObject *)self) != 0)
@@ -250,6 +257,10 @@ static PyMethodDef object_methods[] = {
 	 "views share one allocation and hold the object until the last goes."},
 	{"blob", KW object_blob, METH_VARARGS | METH_KEYWORDS,
 	 "blob(i=0) -> Blob\n\nThe root's i-th blob as read-only bytes."},
+	{"cow", (PyCFunction)object_cow, METH_NOARGS,
+	 "cow() -> Object\n\nA copy-on-write view of the object: the same bytes mapped again, "
+	 "privately and writable. A write makes the pages it touches this view's own; the "
+	 "object, its other views and other processes keep the sealed bytes. Release both."},
 	{"release", (PyCFunction)object_release, METH_NOARGS,
 	 "release()\n\nLets go of the store's reference once no Tensor or Blob of it lives."},
 	{"__enter__", object_enter, METH_NOARGS, NULL},

@@ -249,9 +249,11 @@ class Client:
         (``framework="torch"``) or shoal's own tensor (``None``, which numpy and torch
         read through the buffer protocol and DLPack); a tensor_dict as a dict of those;
         a blob as a read-only memoryview. The object stays referenced in the store while
-        any of them lives. torch has no read-only tensors: one got from the store must
-        not be written (the pages are read-only: a write kills the process with
-        SIGSEGV); ``copy=True`` gives private, writable copies. ``fetch=True``: an object
+        any of them lives. torch has no read-only tensors: they map the object
+        copy-on-write, so a write (``t.add_(1)``) makes the pages it touches this
+        tensor's own (the first write to a page copies it); the store's object, other
+        gets and other processes keep reading the original bytes, and a tensor never
+        written costs no copy. ``copy=True`` gives private copies at once. ``fetch=True``: an object
         of another host's store is copied into this one first (``migrate``) from
         ``source`` (``HOST:PORT``); without ``source``, from where the store's cluster
         registry says it is (a shoald with ``--meta etcd`` does that for every get, or
@@ -267,6 +269,14 @@ class Client:
             self.migrate(key, source, progress=progress, timeout=timeout)
         obj = self._c.get(key) if timeout is CONNECTION_TIMEOUT else \
             self._c.get(key, timeout=timeout)
+        if framework == "torch" and not copy and obj.type != "blob":
+            # torch has no read-only tensors: they map the object copy-on-write, so
+            # that a write (t.add_(1)) makes private pages rather than a SIGSEGV
+            try:
+                view = obj.cow()
+            finally:
+                obj.release()
+            obj = view
         try:
             if obj.type == "tensor":
                 return self._convert(obj.tensor(), framework, copy)

@@ -27,17 +27,6 @@
 #define REPLY_SPIN_NS 30000	    /* a store round trip is a few us when both spin */
 #define LIVENESS_SLICE_NS 100000000 /* how often a sleeping client checks the socket */
 
-struct shoal_object {
-	shoal_client *c;
-	shoal_id id;
-	uint64_t sig, bytes;
-	shoal_node *root;
-	sh_bump a;
-	uint64_t *segs; /* distinct segments its blobs are in */
-	uint32_t nsegs;
-	uint32_t refs; /* the caller's, plus one per live DLPack view */
-};
-
 int sh_client_fail(shoal_client *c, int code, const char *fmt, ...)
 {
 	va_list ap;
@@ -60,12 +49,16 @@ static void client_free(shoal_client *c)
 	while (sh_map_next(&c->segs, &it, &k, &v)) {
 		sh_cseg *g = v;
 		sh_shm_unmap(g->addr, g->size);
+		if (g->fd >= 0)
+			close(g->fd);
 		SH_DELETE(g);
 	}
 	sh_map_fini(&c->segs);
 	sh_map_fini(&c->objs);
 	if (c->arena)
 		sh_shm_unmap((void *)c->arena, c->arena_size);
+	if (c->arena_fd >= 0)
+		close(c->arena_fd);
 	sh_link_fini(&c->l);
 	sh_wbuf_fini(&c->out);
 	if (c->in)
@@ -109,6 +102,7 @@ int shoal_connect_with(shoal_client **out, const char *path, const shoal_connect
 	shoal_client *c = SH_NEW(shoal_client);
 	if (!c)
 		return SHOAL_ENOMEM;
+	c->arena_fd = -1;
 	sh_link_init(&c->l, -1);
 	sh_wbuf_init(&c->out);
 	c->timeout_ns = o.timeout_ns;
@@ -144,7 +138,7 @@ int shoal_connect_with(shoal_client **out, const char *path, const shoal_connect
 		c->arena = NULL;
 		goto fail;
 	}
-	close(arena);
+	c->arena_fd = arena;
 	arena = -1;
 	/* Descriptors come ahead of replies on the socket: bounded as well. */
 	if ((rc = sh_link_sock_timeouts(c->l.sock, shoal_deadline_in(c->timeout_ns))) != 0)
@@ -327,6 +321,8 @@ static void unmap_seg(shoal_client *c, sh_cseg *g, sh_wbuf *dropped)
 {
 	sh_map_del(&c->segs, g->id);
 	sh_shm_unmap(g->addr, g->size);
+	if (g->fd >= 0)
+		close(g->fd);
 	if (dropped)
 		sh_wbuf_append(dropped, &g->id, 8); /* the store may send it again */
 	SH_DELETE(g);
@@ -462,6 +458,10 @@ static int call_key(shoal_client *c, uint16_t op, const char *name, shoal_id id,
  * the store, its memory. */
 static void object_drop(shoal_object *o)
 {
+	if (o->base) {
+		sh_cow_drop(o);
+		return;
+	}
 	shoal_client *c = o->c;
 	sh_wbuf dropped;
 	sh_wbuf_init(&dropped);
@@ -533,10 +533,16 @@ static int get(shoal_client *c, const char *name, shoal_id id, shoal_object **ou
 			} else {
 				g->id = ids[i];
 				g->size = sizes[i];
+				/* kept for copy-on-write views while descriptors
+				 * are plentiful; past that a view copies */
+				g->fd = fds[i] < SH_CLIENT_KEEP_FD_MAX ? fds[i] : -1;
+				if (g->fd >= 0)
+					fds[i] = -1;
 			}
 		}
 		for (uint32_t i = 0; i < k; i++)
-			close(fds[i]);
+			if (fds[i] >= 0)
+				close(fds[i]);
 		done += k;
 	}
 	char why[256] = "";

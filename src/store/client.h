@@ -16,18 +16,45 @@
  * is evicted, so both are bounded. */
 #define SH_CLIENT_IDLE_SEGS 8
 #define SH_CLIENT_IDLE_MAX_BYTES (1ull << 30)
+/* A segment's descriptor is kept (for copy-on-write views) only when its
+ * number is below this: a client holding many segments must not exhaust
+ * a soft limit of 1024 descriptors; a view of one not kept copies. */
+#define SH_CLIENT_KEEP_FD_MAX 512
 
 typedef struct sh_cseg {
 	uint64_t id;
 	void *addr;
 	size_t size;
 	uint32_t users; /* objects of ours that have blobs in it */
+	int fd;		/* kept for copy-on-write views (cow.c); -1: not kept */
 } sh_cseg;
+
+/* A copy-on-write view (cow.c) maps the object's pages privately: where. */
+typedef struct sh_cow_map {
+	void *addr;
+	size_t len;
+} sh_cow_map;
+
+struct shoal_object {
+	shoal_client *c;
+	shoal_id id;
+	uint64_t sig, bytes;
+	shoal_node *root;
+	sh_bump a;
+	uint64_t *segs; /* distinct segments its blobs are in */
+	uint32_t nsegs;
+	uint32_t refs; /* the caller's, plus one per live DLPack view */
+	/* A copy-on-write view: the object it views (held), its mappings. */
+	struct shoal_object *base;
+	sh_cow_map *maps;
+	uint32_t nmaps;
+};
 
 struct shoal_client {
 	sh_link l; /* up: requests, down: replies */
 	const unsigned char *arena;
 	size_t arena_size;
+	int arena_fd; /* kept, as the segments' (sh_cseg.fd) */
 	uint64_t instance;
 	uint32_t id, seq;
 	sh_wbuf out;
@@ -47,6 +74,9 @@ struct shoal_client {
 	bool broken; /* the store is gone, spoke garbage or stopped answering */
 	char err[512];
 };
+
+/* Frees a copy-on-write view (cow.c), releasing what it views. */
+void sh_cow_drop(shoal_object *o);
 
 /* Starts a request: packs into c->out after the frame header. */
 void sh_client_begin(shoal_client *c, msgpack_packer *pk);

@@ -104,3 +104,58 @@ def test_getting_state_dicts_does_not_leak(client):
     assert grown < 64 << 10, "Python memory grew by %d bytes in 300 gets" % grown
     client.delete("sd")  # freed only if no get left a reference behind
     assert client.stat()["used"] == base
+
+
+# A reader that writes in place: before copy-on-write views the pages were mapped
+# read-only and t.add_(1) killed the process with SIGSEGV.
+_WRITER = r"""
+import sys, torch, shoal
+c = shoal.connect(sys.argv[1])
+t = c.get("t", framework="torch")
+t.add_(1)
+sd = c.get("sd", framework="torch")
+sd["w"].mul_(-1)
+print(int(t.sum()), float(sd["w"].sum()), int(c.get("t", framework="torch").sum()))
+"""
+
+
+def test_a_write_to_a_tensor_got_from_the_store_is_the_writers_own(client, tmp_path):
+    import subprocess
+    import sys
+    t = torch.arange(1 << 20, dtype=torch.int64)  # 8 MiB: a segment of its own
+    w = torch.ones(1000, dtype=torch.float64)
+    client.put(t, name="t")
+    client.put({"w": w, "b": torch.zeros(3)}, name="sd")
+    # another process writes to what it got: it lives, and sees its own writes
+    out = subprocess.run([sys.executable, "-c", _WRITER, client.socket], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    s_t, s_w, again = out.stdout.split()
+    assert int(s_t) == int(t.sum()) + t.numel() and float(s_w) == -1000.0
+    assert int(again) == int(t.sum())  # its next get maps the original again
+    # here, in this process: a write to one get is seen by no other get
+    a = client.get("t", framework="torch")
+    b = client.get("t", framework="torch")
+    n = client.get("t")  # numpy: read-only, the same sealed bytes
+    a.add_(1)
+    a[0] = 42
+    assert torch.equal(b, t) and np.array_equal(n, t.numpy())
+    assert a[0].item() == 42 and a[1].item() == 2
+    sd = client.get("sd", framework="torch")
+    sd["w"].zero_()
+    assert torch.equal(client.get("sd", framework="torch")["w"], w)
+    assert torch.equal(torch.from_numpy(client.get("sd")["w"].copy()), w)
+    del a, b, n, sd
+    gc.collect()
+
+
+def test_a_written_tensor_lets_go_of_its_pages(client):
+    base = client.stat()["used"]
+    client.put(torch.zeros(1 << 20), name="z")
+    a = client.get("z", framework="torch")
+    a.fill_(3)
+    client.delete("z")
+    assert client.stat()["used"] > base  # the view holds the object
+    del a
+    gc.collect()
+    assert client.stat()["used"] == base
