@@ -64,8 +64,9 @@ static int map_seg(shoal_client *c, cow_seg *s, int fd, const unsigned char *sha
 	if (fd >= 0)
 		m = mmap(NULL, b - a, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, (off_t)a);
 	if (m == MAP_FAILED) {
-		sh_debug("store", "copy-on-write view of segment %" PRIu64 ": %s; copying %" PRIu64
-			 " bytes", s->seg, fd < 0 ? "its descriptor was not kept" : strerror(errno),
+		sh_debug("store",
+			 "copy-on-write view of segment %" PRIu64 ": %s; copying %" PRIu64 " bytes",
+			 s->seg, fd < 0 ? "its descriptor was not kept" : strerror(errno),
 			 s->hi - s->lo);
 		page = 4096;
 		a = s->lo & ~(page - 1);
@@ -74,7 +75,8 @@ static int map_seg(shoal_client *c, cow_seg *s, int fd, const unsigned char *sha
 		if (m == MAP_FAILED)
 			return sh_client_fail(c, SHOAL_ENOMEM,
 					      "copy-on-write view: no memory for a copy of %" PRIu64
-					      " bytes", s->hi - s->lo);
+					      " bytes",
+					      s->hi - s->lo);
 		memcpy((unsigned char *)m + (s->lo - a), shared + s->lo, s->hi - s->lo);
 	}
 	s->map = m;
@@ -98,7 +100,8 @@ static shoal_node *clone(sh_bump *a, const shoal_node *n, const cow_seg *v, uint
 			sh_blobref *b = &m->blobs[i];
 			for (uint32_t k = 0; k < nv && b->size; k++)
 				if (v[k].seg == b->seg)
-					b->ptr = (unsigned char *)v[k].map + (b->off - v[k].map_off);
+					b->ptr =
+						(unsigned char *)v[k].map + (b->off - v[k].map_off);
 		}
 	}
 	if (n->nmembers) {

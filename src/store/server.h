@@ -42,8 +42,8 @@ struct st_obj {
 	uint64_t *arena; /* offset << 8 | size class, per arena blob */
 	uint64_t refs;
 	bool deleted, persistent;
-	bool global;	   /* its name is registered in the cluster (etcd) */
-	bool copy;	   /* fetched from another store: evicted when room is short */
+	bool global; /* its name is registered in the cluster (etcd) */
+	bool copy;   /* fetched from another store: evicted when room is short */
 	/* a copy whose name came from the cluster's registry: the registry
 	 * says at each get by that name whether it still names this object */
 	bool name_cached;
