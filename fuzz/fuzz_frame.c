@@ -189,6 +189,29 @@ static void body_id(msgpack_packer *pk, const void *arg)
 	msgpack_pack_uint64(pk, *(const uint64_t *)arg);
 }
 
+static void body_get_local(msgpack_packer *pk, const void *arg)
+{
+	msgpack_pack_array(pk, 2);
+	sh_mp_pack_cstr(pk, arg);
+	msgpack_pack_uint64(pk, SH_GET_LOCAL);
+}
+
+static void body_rename(msgpack_packer *pk, const void *arg)
+{
+	msgpack_pack_array(pk, 3);
+	msgpack_pack_uint64(pk, *(const uint64_t *)arg);
+	sh_mp_pack_cstr(pk, "model/sd15-final");
+	msgpack_pack_true(pk);
+}
+
+static void body_unname(msgpack_packer *pk, const void *arg)
+{
+	msgpack_pack_array(pk, 3);
+	sh_mp_pack_cstr(pk, arg);
+	msgpack_pack_nil(pk);
+	msgpack_pack_false(pk);
+}
+
 static void body_empty(msgpack_packer *pk, const void *arg)
 {
 	(void)arg;
@@ -349,6 +372,9 @@ static void frame_seeds(void)
 	frame_seed("req-abort", SH_OP_ABORT, SH_FRAME_NOREPLY, 0, body_id, &seg);
 	frame_seed("req-get-name", SH_OP_GET, 0, 0, body_name, "model/sd15");
 	frame_seed("req-get-id", SH_OP_GET, 0, 0, body_id, &id);
+	frame_seed("req-get-local", SH_OP_GET, 0, 0, body_get_local, "model/sd15");
+	frame_seed("req-name", SH_OP_NAME, 0, 0, body_rename, &id);
+	frame_seed("req-unname", SH_OP_NAME, 0, 0, body_unname, "model/sd15");
 	frame_seed("req-release", SH_OP_RELEASE, SH_FRAME_NOREPLY, 0, body_release, NULL);
 	frame_seed("req-delete", SH_OP_DELETE, 0, 0, body_name, "model/sd15");
 	frame_seed("req-persist", SH_OP_PERSIST, 0, 0, body_id, &id);

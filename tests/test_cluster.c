@@ -1322,6 +1322,64 @@ SH_TEST_T(a_name_bound_again_names_its_new_object_everywhere, 180)
 	cleanup();
 }
 
+/* A get that may not fetch (SHOAL_GET_LOCAL, Python's get without
+ * fetch=True) says where the object is and copies nothing; names bound
+ * and let go of with NAME are the cluster's for persistent objects. */
+SH_TEST_T(a_local_get_says_where_the_object_is_and_fetches_nothing, 180)
+{
+	setup();
+	etcd_proc e = {0};
+	etcd_start(&e);
+	node a, b;
+	node_start_etcd(&a, "a", &e, "5");
+	node_start_etcd(&b, "b", &e, "5");
+	CHECK_EQ(STAT_UNTIL(&b, peers, 2u, 10000).peers, 2u);
+	shoal_id id = put_blob(&a, "weights", 100000, 1);
+	shoal_client *cb = client_of(&b);
+	shoal_object *o;
+	CHECK_RC(shoal_get_with(cb, "weights", 0, SHOAL_GET_LOCAL, &o), SHOAL_ENOENT);
+	const char *err = shoal_client_error(cb);
+	if (!strstr(err, a.peer) || !strstr(err, "fetch"))
+		sh_test_fail(__FILE__, __LINE__, "the error names no store at %s: %s", a.peer, err);
+	CHECK_RC(shoal_get_with(cb, NULL, id, SHOAL_GET_LOCAL, &o), SHOAL_ENOENT);
+	CHECK(strstr(shoal_client_error(cb), a.peer) != NULL);
+	CHECK_EQ(stat_of(&b).fetched, 0u);
+	CHECK_RC(shoal_get_with(cb, "nowhere", 0, SHOAL_GET_LOCAL, &o), SHOAL_ENOENT);
+	/* fetched on purpose, then local */
+	check_blob(&b, "weights", 100000, 1);
+	CHECK_EQ(stat_of(&b).fetched, 1u);
+	CHECK_OK(shoal_get_with(cb, "weights", 0, SHOAL_GET_LOCAL, &o));
+	CHECK_EQ(shoal_object_id(o), id);
+	CHECK_OK(shoal_object_release(o));
+	/* the name bound again in a: the copy here no longer answers to it */
+	shoal_client *ca = client_of(&a);
+	CHECK_OK(shoal_unname(ca, "weights"));
+	shoal_id other;
+	CHECK_OK(shoal_put_bytes(ca, NULL, "v2", 2, SHOAL_PERSIST, &other));
+	CHECK_OK(shoal_name(ca, other, "weights", false));
+	CHECK_RC(shoal_get_with(cb, "weights", 0, SHOAL_GET_LOCAL, &o), SHOAL_ENOENT);
+	CHECK(strstr(shoal_client_error(cb), a.peer) != NULL);
+	/* a name let go of in a is let go of in the cluster */
+	CHECK_OK(shoal_unname(ca, "weights"));
+	CHECK_RC(shoal_get_by_name(cb, "weights", &o), SHOAL_ENOENT);
+	/* and one bound with NAME is the cluster's: b fetches by it */
+	CHECK_OK(shoal_name(ca, id, "renamed", false));
+	CHECK_OK(shoal_get_by_name(cb, "renamed", &o));
+	CHECK_EQ(shoal_object_id(o), id);
+	CHECK_OK(shoal_object_release(o));
+	/* b's own persistent names are the cluster's too: a name taken
+	 * there refuses, or moves with replace */
+	CHECK_RC(shoal_name(cb, id, "taken", false), SHOAL_EEXIST); /* the copy has "renamed" */
+	shoal_id mine;
+	CHECK_OK(shoal_put_bytes(cb, NULL, "b's", 3, SHOAL_PERSIST, &mine));
+	CHECK_RC(shoal_name(cb, mine, "renamed", false), SHOAL_EEXIST);
+	shoal_disconnect(ca);
+	shoal_disconnect(cb);
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
+
 SH_TEST_T(a_dead_stores_names_vanish_with_its_lease, 180)
 {
 	setup();

@@ -1093,6 +1093,80 @@ SH_TEST(malformed_frames_get_errors)
 	sh_test_leak_check();
 }
 
+static shoal_id id_of(shoal_client *c, const char *name)
+{
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(c, name, &o));
+	shoal_id id = shoal_object_id(o);
+	CHECK_OK(shoal_object_release(o));
+	return id;
+}
+
+SH_TEST(names_are_bound_moved_and_let_go_of_without_the_objects)
+{
+	char dir[64];
+	snprintf(dir, sizeof(dir), "/tmp/shoal-names-XXXXXX");
+	CHECK(mkdtemp(dir) != NULL);
+	shoal_store_opts o;
+	shoal_store_opts_init(&o);
+	o.size = 64 << 20;
+	o.state_dir = dir;
+	shoal_store *s;
+	CHECK_OK(shoal_store_open_embedded(&s, &o));
+	shoal_client *c = connect_to(s);
+	shoal_id a, b;
+	CHECK_OK(shoal_put_bytes(c, "a", "first", 5, SHOAL_PERSIST, &a));
+	CHECK_OK(shoal_put_bytes(c, NULL, "second", 6, SHOAL_PERSIST, &b));
+	CHECK_OK(shoal_name(c, b, "b", false));
+	CHECK_EQ(id_of(c, "b"), b);
+	CHECK_OK(shoal_name(c, b, "b", false)); /* the name it has: nothing to do */
+	/* one name an object */
+	CHECK_RC(shoal_name(c, b, "b2", false), SHOAL_EEXIST);
+	CHECK(strstr(shoal_client_error(c), "named \"b\"") != NULL);
+	/* let go of: the object stays */
+	CHECK_OK(shoal_unname(c, "b"));
+	shoal_object *x;
+	CHECK_RC(shoal_get_by_name(c, "b", &x), SHOAL_ENOENT);
+	CHECK_OK(shoal_get(c, b, &x));
+	CHECK_OK(shoal_object_release(x));
+	CHECK_RC(shoal_unname(c, "b"), SHOAL_ENOENT);
+	/* a taken name moves only with replace; the object it named stays */
+	CHECK_RC(shoal_name(c, b, "a", false), SHOAL_EEXIST);
+	CHECK(strstr(shoal_client_error(c), "replace") != NULL);
+	CHECK_OK(shoal_name(c, b, "a", true));
+	CHECK_EQ(id_of(c, "a"), b);
+	CHECK_OK(shoal_get(c, a, &x));
+	CHECK_OK(shoal_object_release(x));
+	CHECK_OK(shoal_name(c, a, "old-a", false));
+	CHECK_RC(shoal_name(c, 0x1234, "x", false), SHOAL_ENOENT);
+	CHECK_RC(shoal_name(c, a, "", false), SHOAL_EINVAL);
+	/* malformed NAME bodies get errors, not a crash */
+	CHECK_RC(raw_op(c, SH_OP_NAME, "\x93\x01\xa0\xc2", 4), SHOAL_EBADMSG);	/* empty name */
+	CHECK_RC(raw_op(c, SH_OP_NAME, "\x93\x01\xa1x\x01", 5), SHOAL_EBADMSG); /* replace 1 */
+	CHECK_RC(raw_op(c, SH_OP_NAME, "\x92\x01\xa1x", 4), SHOAL_EBADMSG);	/* 2 items */
+	CHECK_RC(raw_op(c, SH_OP_GET,
+			"\x92\xa1"
+			"a\x07",
+			4),
+		 SHOAL_EBADMSG); /* flags */
+	shoal_store_stat st = stat_of(c);
+	CHECK_EQ(st.objects, 2);
+	CHECK_EQ(st.names, 2);
+	/* the names are written with the persistent objects: back at start */
+	shoal_disconnect(c);
+	shoal_store_close(s);
+	CHECK_OK(shoal_store_open_embedded(&s, &o));
+	c = connect_to(s);
+	CHECK_EQ(id_of(c, "a"), b);
+	CHECK_EQ(id_of(c, "old-a"), a);
+	CHECK_RC(shoal_get_by_name(c, "b", &x), SHOAL_ENOENT);
+	shoal_disconnect(c);
+	shoal_store_close(s);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CHECK_EQ(system(cmd), 0);
+}
+
 /* An idle client and store burn no CPU: after the spin, both sleep. */
 SH_TEST(idle_burns_no_cpu)
 {

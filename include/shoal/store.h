@@ -332,6 +332,16 @@ typedef struct shoal_object shoal_object;
 SHOAL_API int shoal_get(shoal_client *c, shoal_id id, shoal_object **out);
 /* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_get_by_name(shoal_client *c, const char *name, shoal_object **out);
+/* Where the store is one of a cluster (shoald --meta, --peers-file), a
+ * get of an object that is elsewhere fetches it into this store first (a
+ * migration); with SHOAL_GET_LOCAL it does not: the object must be here,
+ * and the error (SHOAL_ENOENT) says in which store it is. */
+enum { SHOAL_GET_LOCAL = 1 };
+/* By name, or by id when name is NULL. Blocks: a round trip to the
+ * store, and without SHOAL_GET_LOCAL maybe a copy from another host, at
+ * most the connection's timeout. */
+SHOAL_API int shoal_get_with(shoal_client *c, const char *name, shoal_id id, unsigned flags,
+			     shoal_object **out);
 SHOAL_API int shoal_object_release(shoal_object *o);
 /* A copy-on-write view of o, for readers that may write (torch has no
  * read-only tensors): the same bytes mapped again, privately and
@@ -453,6 +463,18 @@ SHOAL_API int shoal_export_safetensors(shoal_client *c, const char *name, const 
  * the memory is freed when the last lets go. */
 /* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_delete(shoal_client *c, const char *name);
+/* Binds name to object id, which stays as it was otherwise. An object has
+ * one name in a store: SHOAL_EEXIST if it has another, or if name names
+ * another object and not replace (with replace the name moves, and that
+ * object stays, unnamed). A persistent object's name is the cluster's
+ * where the store has a registry, as at its put. */
+/* Blocks: a round trip to the store (and the registry's), at most the
+ * connection's timeout. */
+SHOAL_API int shoal_name(shoal_client *c, shoal_id id, const char *name, bool replace);
+/* Lets go of name; its object stays (shoal_delete deletes it). */
+/* Blocks: a round trip to the store (and the registry's), at most the
+ * connection's timeout. */
+SHOAL_API int shoal_unname(shoal_client *c, const char *name);
 /* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_delete_id(shoal_client *c, shoal_id id);
 /* Makes an object outlive the connection that created it. */

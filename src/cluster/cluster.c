@@ -107,6 +107,31 @@ static int hook_fetch(void *ctx, st_conn *c, const char *name, size_t nl, uint64
 	return rc;
 }
 
+/* Where the registry says an object is, fetching nothing (a GET with
+ * SH_GET_LOCAL). */
+static int hook_locate(void *ctx, const char *name, size_t nl, uint64_t id, uint64_t *got_id,
+		       char *where, size_t wherelen, char *why, size_t whylen)
+{
+	sh_cluster *cl = ctx;
+	if (!name && sh_reg_peer_of(cl, id, where, wherelen)) {
+		*got_id = id;
+		return 0;
+	}
+	sh_reg_job j = {.kind = SH_REG_LOOKUP, .name = name, .nl = nl, .id = id};
+	int rc = sh_reg_run(cl, &j);
+	if (rc) {
+		snprintf(why, whylen, "%s", j.why);
+		return rc;
+	}
+	if (!strcmp(j.peer, shoal_store_peer(cl->s))) {
+		snprintf(why, whylen, "the registry names this store, which has it no more");
+		return SHOAL_ENOENT;
+	}
+	*got_id = j.got_id;
+	snprintf(where, wherelen, "%s", j.peer);
+	return 0;
+}
+
 static bool hook_yield_room(void *ctx, uint64_t bytes)
 {
 	return sh_migs_yield_room(ctx, bytes);
@@ -198,6 +223,7 @@ int shoal_store_open_embedded(shoal_store **out, const shoal_store_opts *opts)
 	if (rc == 0) {
 		/* what the store asks of the cluster, now that it is known */
 		h.fetch_missing = cl->reg || cl->opts->peers;
+		h.locate = cl->reg ? hook_locate : NULL;
 		h.global_names = cl->reg != NULL;
 		sh_store_set_hooks(s, &h);
 		rc = sh_store_serve(s);

@@ -266,7 +266,7 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 	}
 	c->in_len = len;
 	sh_frame r;
-	char why[160];
+	char why[160] = "";
 	if (sh_frame_decode(c->in, len, &r, why, sizeof(why)) != 0 || r.seq != f.seq ||
 	    r.op != op || r.oob) {
 		c->broken = true;
@@ -472,7 +472,7 @@ static void object_drop(shoal_object *o)
 	SH_DELETE(o);
 }
 
-static int get(shoal_client *c, const char *name, shoal_id id, shoal_object **out)
+static int get(shoal_client *c, const char *name, shoal_id id, unsigned flags, shoal_object **out)
 {
 	if (!c || !out || (!name && !id))
 		return SHOAL_EINVAL;
@@ -485,7 +485,20 @@ static int get(shoal_client *c, const char *name, shoal_id id, shoal_object **ou
 		return 0;
 	}
 	sh_mp m;
-	int rc = call_key(c, SH_OP_GET, name, id, &m);
+	int rc;
+	if (flags & SHOAL_GET_LOCAL) {
+		msgpack_packer pk;
+		sh_client_begin(c, &pk);
+		msgpack_pack_array(&pk, 2);
+		if (name)
+			sh_mp_pack_cstr(&pk, name);
+		else
+			msgpack_pack_uint64(&pk, id);
+		msgpack_pack_uint64(&pk, SH_GET_LOCAL);
+		rc = sh_client_call(c, SH_OP_GET, false, &m);
+	} else {
+		rc = call_key(c, SH_OP_GET, name, id, &m);
+	}
 	if (rc)
 		return rc;
 	shoal_object *o = SH_NEW(shoal_object);
@@ -578,14 +591,22 @@ static int get(shoal_client *c, const char *name, shoal_id id, shoal_object **ou
 
 int shoal_get(shoal_client *c, shoal_id id, shoal_object **out)
 {
-	return get(c, NULL, id, out);
+	return get(c, NULL, id, 0, out);
 }
 
 int shoal_get_by_name(shoal_client *c, const char *name, shoal_object **out)
 {
 	if (!name || !*name)
 		return SHOAL_EINVAL;
-	return get(c, name, 0, out);
+	return get(c, name, 0, 0, out);
+}
+
+int shoal_get_with(shoal_client *c, const char *name, shoal_id id, unsigned flags,
+		   shoal_object **out)
+{
+	if ((name && !*name) || (name && id) || (flags & ~(unsigned)SHOAL_GET_LOCAL))
+		return SHOAL_EINVAL;
+	return get(c, name, id, flags, out);
 }
 
 int shoal_object_release(shoal_object *o)
@@ -861,6 +882,40 @@ static int simple(shoal_client *c, uint16_t op, const char *name, shoal_id id)
 		return SHOAL_EINVAL;
 	sh_mp m;
 	return call_key(c, op, name, id, &m);
+}
+
+static int name_op(shoal_client *c, const char *key, shoal_id id, const char *name, bool replace)
+{
+	if (!c || (!key && !id) || (key && !*key) || (name && !*name))
+		return SHOAL_EINVAL;
+	msgpack_packer pk;
+	sh_client_begin(c, &pk);
+	msgpack_pack_array(&pk, 3);
+	if (key)
+		sh_mp_pack_cstr(&pk, key);
+	else
+		msgpack_pack_uint64(&pk, id);
+	if (name)
+		sh_mp_pack_cstr(&pk, name);
+	else
+		msgpack_pack_nil(&pk);
+	replace ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+	sh_mp m;
+	return sh_client_call(c, SH_OP_NAME, false, &m);
+}
+
+int shoal_name(shoal_client *c, shoal_id id, const char *name, bool replace)
+{
+	if (!name)
+		return SHOAL_EINVAL;
+	return name_op(c, NULL, id, name, replace);
+}
+
+int shoal_unname(shoal_client *c, const char *name)
+{
+	if (!name)
+		return SHOAL_EINVAL;
+	return name_op(c, name, 0, NULL, false);
 }
 
 int shoal_delete(shoal_client *c, const char *name)

@@ -48,6 +48,13 @@ typedef struct sh_store_hooks {
 	bool fetch_missing;
 	int (*fetch)(void *ctx, st_conn *c, const char *name, size_t nl, uint64_t id, char *why,
 		     size_t whylen);
+	/* Where an object that is not here is (a GET with SH_GET_LOCAL, which
+	 * fetches nothing): 0 with the id the cluster knows it by and the
+	 * peer address of a store that has it; SHOAL_ENOENT when the cluster
+	 * has no such object; else why it could not be asked (from a fiber:
+	 * waits). NULL: the layer above cannot say. */
+	int (*locate)(void *ctx, const char *name, size_t nl, uint64_t id, uint64_t *got_id,
+		      char *where, size_t wherelen, char *why, size_t whylen);
 	/* Room for a local put that copies on their way hold: those give it
 	 * back (sh_store_room_release) until bytes are free; false if they
 	 * cannot. */

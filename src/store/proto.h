@@ -18,9 +18,15 @@
  *   GET     [id | name]                 -> [id, signature, [[segment, size]...], node]
  *                                          the segments new to this connection,
  *                                          their descriptors after the reply
+ *           [id | name, flags]             flags SH_GET_LOCAL: only this store's
+ *                                          objects; of one elsewhere in the
+ *                                          cluster the error says where
  *   RELEASE [[id...], [segment...]]     (no reply)
  *   DELETE  [id | name]                 -> []
  *   PERSIST [id]                        -> []
+ *   NAME    [id | name, name|nil, replace]  -> []  binds name to the object (one
+ *                                          name an object), or with nil lets go of
+ *                                          its name; the object stays either way
  *   LIST    [prefix, after|nil, max]    -> [[[name, id, type, bytes]...], more]
  *   STAT    []                          -> [capacity, used, objects, names, clients,
  *                                           pending, sent, sent_bytes, fetched,
@@ -65,8 +71,11 @@ enum {
 	SH_OP_MIGRATE,
 	SH_OP_MIGWAIT,
 	SH_OP_RESTRICT,
+	SH_OP_NAME,
 	SH_OP_MAX_
 };
+
+enum { SH_GET_LOCAL = 1 };
 
 #define SH_STORE_RING_CAP (1u << 20) /* data bytes per direction */
 /* Blobs up to this size travel inside the seal request and are copied

@@ -45,68 +45,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* ---- names ---- */
-
-static uint64_t name_hash(const char *s, size_t n)
-{
-	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ (unsigned char)s[i]) * 0x100000001b3ULL;
-	return h ? h : 1;
-}
-
-st_obj *sh_st_name_find(shoal_store *s, const char *name, size_t n)
-{
-	for (st_obj *o = sh_map_get(&s->names, name_hash(name, n)); o; o = o->name_next)
-		if (strlen(o->name) == n && memcmp(o->name, name, n) == 0)
-			return o;
-	return NULL;
-}
-
-void sh_st_name_unbind(shoal_store *s, st_obj *o)
-{
-	if (!o->name)
-		return;
-	uint64_t h = name_hash(o->name, strlen(o->name));
-	st_obj *head = sh_map_get(&s->names, h);
-	if (head == o) {
-		if (o->name_next)
-			sh_map_put(&s->names, h, o->name_next); /* replaces: cannot fail */
-		else
-			sh_map_del(&s->names, h);
-	} else {
-		for (st_obj *p = head; p; p = p->name_next)
-			if (p->name_next == o) {
-				p->name_next = o->name_next;
-				break;
-			}
-	}
-	shoal_free(o->name, strlen(o->name) + 1);
-	o->name = NULL;
-	o->name_next = NULL;
-	o->name_cached = false;
-	s->nnames--;
-}
-
-int sh_st_name_bind(shoal_store *s, st_obj *o, const char *name, size_t n)
-{
-	char *copy = shoal_alloc(n + 1);
-	if (!copy)
-		return SHOAL_ENOMEM;
-	memcpy(copy, name, n);
-	copy[n] = 0;
-	uint64_t h = name_hash(name, n);
-	st_obj *head = sh_map_get(&s->names, h);
-	if (sh_map_put(&s->names, h, o) != 0) {
-		shoal_free(copy, n + 1);
-		return SHOAL_ENOMEM;
-	}
-	o->name = copy;
-	o->name_next = head;
-	s->nnames++;
-	return 0;
-}
-
 /* Every connection holds FDS_PER_CONN descriptors (its socket, two
  * doorbells' two ends) and every segment one, all within RLIMIT_NOFILE: a
  * client that made segments or connections until none was left would stop
@@ -580,8 +518,8 @@ static int blobs_for_state(shoal_store *s, const st_obj *o, shoal_node *n)
 /* Writes persistent object o, named name (or not), into the state
  * directory: its tree with the arena's blobs inline and its segments
  * numbered in the order of o->segs (state.h). */
-static int persist_obj(shoal_store *s, st_obj *o, const char *name, size_t name_len, char *why,
-		       size_t whylen)
+int sh_st_persist_obj(shoal_store *s, st_obj *o, const char *name, size_t name_len, char *why,
+		      size_t whylen)
 {
 	sh_bump a = {0};
 	shoal_node *root;
@@ -641,15 +579,15 @@ static int persist_obj(shoal_store *s, st_obj *o, const char *name, size_t name_
 /* Names (or, with drop, lets go of) o's name in the cluster (the hooks'
  * global names): o is held meanwhile, so that a delete by another client
  * cannot free it under us. */
-static int name_global(shoal_store *s, st_obj *o, bool drop, char *why, size_t whylen)
+int sh_st_name_global(shoal_store *s, st_obj *o, const char *name, size_t nl, bool drop,
+		      bool replace, char *why, size_t whylen)
 {
 	sh_bump a = {0};
 	shoal_node *root = NULL;
 	int rc = drop ? 0 : sh_store_tree(o, &a, &root, why, whylen);
 	if (rc == 0) {
 		o->refs++;
-		rc = s->hooks.name(s->hooks.ctx, drop, o->name, strlen(o->name), o->id, root, false,
-				   why, whylen);
+		rc = s->hooks.name(s->hooks.ctx, drop, name, nl, o->id, root, replace, why, whylen);
 		sh_st_obj_unref(s, o, 1);
 	}
 	sh_bump_fini(&a);
@@ -799,7 +737,7 @@ static int op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	/* Written before the old object of the name goes: a stop between the
 	 * two leaves both files, and the newer wins at the next start. */
 	if (o->persistent && s->state &&
-	    (rc = persist_obj(s, o, name, name_len, why, sizeof(c->why))) != 0) {
+	    (rc = sh_st_persist_obj(s, o, name, name_len, why, sizeof(c->why))) != 0) {
 		obj_free(s, o);
 		return sh_st_reply_err(c, req, rc, "SEAL: %s", why);
 	}
@@ -842,33 +780,91 @@ static int restricted_refuse(st_conn *c, const sh_frame *req, const char *what)
 			       what);
 }
 
-/* An object by [id | name]: the key of GET and DELETE. */
-int sh_st_lookup(st_conn *c, const sh_frame *req, sh_mp *m, const char *what, st_obj **out)
+/* An object by [id | name] (GET, DELETE), or with flags by [id | name,
+ * flags] too. */
+int sh_st_lookup_flags(st_conn *c, const sh_frame *req, sh_mp *m, const char *what, uint64_t *flags,
+		       st_obj **out)
 {
 	shoal_store *s = c->srv;
 	uint32_t n;
-	if (sh_mp_array(m, &n) || n != 1)
+	if (flags)
+		*flags = 0;
+	if (sh_mp_array(m, &n) || (n != 1 && !(flags && n == 2)))
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "%s: expected [id or name%s]", what,
+				       flags ? "] or [id or name, flags" : "");
+	const char *name = NULL;
+	uint32_t len = 0;
+	uint64_t id = 0;
+	if (sh_mp_kind(m) == SH_MP_STR ? sh_mp_str(m, &name, &len) : sh_mp_uint(m, &id))
 		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "%s: expected [id or name]", what);
-	if (sh_mp_kind(m) == SH_MP_STR) {
-		const char *name;
-		uint32_t len;
-		sh_mp_str(m, &name, &len);
-		if (sh_mp_done(m))
-			return sh_st_reply_err(c, req, SHOAL_EBADMSG, "%s: trailing bytes", what);
+	if ((n == 2 && (sh_mp_uint(m, flags) || (*flags & ~(uint64_t)SH_GET_LOCAL))) ||
+	    sh_mp_done(m))
+		return sh_st_reply_err(c, req, SHOAL_EBADMSG,
+				       "%s: trailing bytes, or flags other than LOCAL", what);
+	if (name) {
 		if (!(*out = sh_st_name_find(s, name, len)))
 			return sh_st_reply_err(c, req, SHOAL_ENOENT, "%s: no object named \"%.*s\"",
 					       what, (int)(len > 200 ? 200 : len), name);
 		return 0;
 	}
-	uint64_t id;
-	if (sh_mp_uint(m, &id) || sh_mp_done(m))
-		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "%s: expected [id or name]", what);
 	st_obj *o = id ? sh_map_get(&s->objs, id) : NULL;
 	if (!o || o->deleted)
 		return sh_st_reply_err(c, req, SHOAL_ENOENT, "%s: no object %016" PRIx64 "%s", what,
 				       id, o ? " (deleted)" : "");
 	*out = o;
 	return 0;
+}
+
+int sh_st_lookup(st_conn *c, const sh_frame *req, sh_mp *m, const char *what, st_obj **out)
+{
+	return sh_st_lookup_flags(c, req, m, what, NULL, out);
+}
+
+/* A GET with SH_GET_LOCAL of what is not here, or of a copy the registry
+ * named: where the cluster has it, said in the error; nothing fetched.
+ * *replied false: the lookup answers (here, nowhere, or a copy that still
+ * has the name or serves while the registry cannot be asked). */
+static int get_local_only(st_conn *c, const sh_frame *req, const char *name, uint32_t nl,
+			  uint64_t id, st_obj *here, bool *replied)
+{
+	*replied = false;
+	shoal_store *s = c->srv;
+	bool cached = here && here->name_cached;
+	if ((here && !cached) || !s->hooks.locate)
+		return 0;
+	uint64_t got = 0;
+	char where[256] = "";
+	int rc = s->hooks.locate(s->hooks.ctx, name, nl, id, &got, where, sizeof(where), c->why,
+				 sizeof(c->why));
+	if (cached) {
+		/* the wait let others in: the name's copy is looked for again */
+		here = sh_st_name_find(s, name, nl);
+		if (!here || !here->name_cached)
+			return 0;
+		if ((rc == 0 && got == here->id) || (rc && rc != SHOAL_ENOENT))
+			return 0;	    /* still this copy's, or the registry away: it serves */
+		sh_st_name_unbind(s, here); /* no longer what the cluster calls so */
+	}
+	if (rc == SHOAL_ENOENT)
+		return 0;
+	*replied = true;
+	int nlen = name ? (int)(nl > 200 ? 200 : nl) : 0;
+	if (rc)
+		return sh_st_reply_err(c, req, rc,
+				       "GET: %s%.*s%s is not in this store, and the cluster could "
+				       "not be asked where it is: %s",
+				       name ? "\"" : "", nlen, name ? name : "", name ? "\"" : "",
+				       c->why);
+	if (name)
+		return sh_st_reply_err(
+			c, req, SHOAL_ENOENT,
+			"GET: \"%.*s\" is object %016" PRIx64 " in the store at %s, "
+			"not in this one: get it with fetch (a copy into this store)",
+			nlen, name, got, where);
+	return sh_st_reply_err(c, req, SHOAL_ENOENT,
+			       "GET: object %016" PRIx64 " is in the store at %s, not in this one: "
+			       "get it with fetch (a copy into this store)",
+			       id, where);
 }
 
 static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
@@ -880,12 +876,22 @@ static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 		sh_mp k = *m;
 		uint32_t n, nl = 0;
 		const char *name = NULL;
-		uint64_t id = 0;
-		if (!sh_mp_array(&k, &n) && n == 1 &&
+		uint64_t id = 0, flags = 0;
+		if (!sh_mp_array(&k, &n) && (n == 1 || n == 2) &&
 		    (sh_mp_kind(&k) == SH_MP_STR ? !sh_mp_str(&k, &name, &nl) && nl
-						 : !sh_mp_uint(&k, &id) && id)) {
+						 : !sh_mp_uint(&k, &id) && id) &&
+		    (n == 1 || !sh_mp_uint(&k, &flags))) {
 			st_obj *here =
 				name ? sh_st_name_find(s, name, nl) : sh_map_get(&s->objs, id);
+			if (flags & SH_GET_LOCAL) {
+				bool replied;
+				int rc = get_local_only(c, req, name, nl, id,
+							here && !here->deleted ? here : NULL,
+							&replied);
+				if (replied)
+					return rc;
+				goto lookup;
+			}
 			/* a name the registry gave a copy here may have been bound
 			 * again to another object since, or dropped: asked again */
 			bool cached = here && !here->deleted && here->name_cached;
@@ -901,7 +907,9 @@ static int op_get(st_conn *c, const sh_frame *req, sh_mp *m)
 			}
 		}
 	}
-	int rc = sh_st_lookup(c, req, m, "GET", &o);
+lookup:;
+	uint64_t flags;
+	int rc = sh_st_lookup_flags(c, req, m, "GET", &flags, &o);
 	if (!o)
 		return rc;
 	if (c->restricted && !restricted_may(c, o, false))
@@ -1003,7 +1011,8 @@ static int op_delete(st_conn *c, const sh_frame *req, sh_mp *m)
 		/* the cluster's name goes first: while etcd is away, the
 		 * object stays, named here and there alike */
 		uint64_t id = o->id;
-		if ((rc = name_global(s, o, true, c->why, sizeof(c->why))) != 0)
+		if ((rc = sh_st_name_global(s, o, o->name, strlen(o->name), true, false, c->why,
+					    sizeof(c->why))) != 0)
 			return sh_st_reply_err(c, req, rc, "DELETE: %s", c->why);
 		if (!(o = sh_map_get(&s->objs, id)) || o->deleted) /* gone meanwhile */
 			o = NULL;
@@ -1025,7 +1034,8 @@ static int op_persist(st_conn *c, const sh_frame *req, sh_mp *m)
 	shoal_store *s = c->srv;
 	if (!o->persistent && o->name && s->hooks.global_names && !o->global) {
 		uint64_t id = o->id;
-		if ((rc = name_global(s, o, false, c->why, sizeof(c->why))) != 0)
+		if ((rc = sh_st_name_global(s, o, o->name, strlen(o->name), false, false, c->why,
+					    sizeof(c->why))) != 0)
 			return sh_st_reply_err(c, req, rc, "PERSIST: %s", c->why);
 		if (!(o = sh_map_get(&s->objs, id)) || o->deleted)
 			return sh_st_reply_err(
@@ -1034,8 +1044,8 @@ static int op_persist(st_conn *c, const sh_frame *req, sh_mp *m)
 		o->global = true;
 	}
 	if (!o->persistent && s->state &&
-	    (rc = persist_obj(s, o, o->name, o->name ? strlen(o->name) : 0, c->why,
-			      sizeof(c->why))) != 0)
+	    (rc = sh_st_persist_obj(s, o, o->name, o->name ? strlen(o->name) : 0, c->why,
+				    sizeof(c->why))) != 0)
 		return sh_st_reply_err(c, req, rc, "PERSIST: %s", c->why);
 	o->persistent = true;
 	if (o->creator) {
@@ -1209,7 +1219,7 @@ static const op_fn ops[SH_OP_MAX_] = {
 	[SH_OP_GET] = op_get,		[SH_OP_RELEASE] = op_release, [SH_OP_DELETE] = op_delete,
 	[SH_OP_PERSIST] = op_persist,	[SH_OP_LIST] = op_list,	      [SH_OP_STAT] = op_stat,
 	[SH_OP_CLAIM] = op_claim,	[SH_OP_MIGRATE] = op_above,   [SH_OP_MIGWAIT] = op_above,
-	[SH_OP_RESTRICT] = op_restrict,
+	[SH_OP_RESTRICT] = op_restrict, [SH_OP_NAME] = sh_st_op_name,
 };
 
 /* Handles one request record. A nonzero return ends the connection: only
@@ -1244,12 +1254,12 @@ static int handle(st_conn *c, size_t len)
 	static const char *const refused[SH_OP_MAX_] = {
 		[SH_OP_PERSIST] = "PERSIST",   [SH_OP_LIST] = "LIST",
 		[SH_OP_MIGRATE] = "MIGRATE",   [SH_OP_MIGWAIT] = "MIGWAIT",
-		[SH_OP_RESTRICT] = "RESTRICT",
+		[SH_OP_RESTRICT] = "RESTRICT", [SH_OP_NAME] = "NAME",
 	};
 	if (c->restricted && refused[f.op])
 		return sh_st_reply_err(c, &f, SHOAL_EPERM,
 				       "%s: this connection is restricted (a strict extension's): "
-				       "it may not list, persist, migrate or restrict again",
+				       "it may not list, persist, name, migrate or restrict again",
 				       refused[f.op]);
 	sh_mp m;
 	sh_mp_init(&m, c->in + SH_FRAME_HDR, f.body_len);

@@ -121,6 +121,19 @@ void sh_st_obj_delete(shoal_store *s, st_obj *o);
 void sh_st_obj_unref(shoal_store *s, st_obj *o, uint64_t n);
 /* An object by [id | name] (GET, DELETE, ...): *out, or an error reply. */
 int sh_st_lookup(st_conn *c, const sh_frame *req, sh_mp *m, const char *what, st_obj **out);
+/* The same by [id | name, flags] too, when flags is not NULL (0 if absent). */
+int sh_st_lookup_flags(st_conn *c, const sh_frame *req, sh_mp *m, const char *what, uint64_t *flags,
+		       st_obj **out);
+/* Writes persistent o, named name (or not), into the state directory. */
+int sh_st_persist_obj(shoal_store *s, st_obj *o, const char *name, size_t name_len, char *why,
+		      size_t whylen);
+/* Names o name in the cluster (replace: whatever the name named there
+ * before), or with drop lets go of the name there; o is held meanwhile.
+ * From a fiber: waits. */
+int sh_st_name_global(shoal_store *s, st_obj *o, const char *name, size_t nl, bool drop,
+		      bool replace, char *why, size_t whylen);
+/* NAME (names.c). */
+int sh_st_op_name(st_conn *c, const sh_frame *req, sh_mp *m);
 int sh_store_adopt(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *root, uint32_t nsegs,
 		   const int *fds, const uint64_t *sizes, st_obj **out, char *why, size_t whylen);
 
