@@ -101,6 +101,19 @@ SHOAL_API const shoal_value *shoal_v_map_get(const shoal_value *map, const char 
 /* Deep equality (floats bitwise, maps in order). */
 SHOAL_API bool shoal_v_equal(const shoal_value *a, const shoal_value *b);
 
+/* A value as bytes, to keep (a store object of plain values, a file): the
+ * encoding calls carry, every payload inline, tensors by value (one shared
+ * through a store too). *out points into b until it is reset or freed.
+ * Does not block. */
+SHOAL_API int shoal_value_encode(shoal_vbuf *b, const shoal_value *v, const void **out,
+				 size_t *len);
+/* Bytes from shoal_value_encode, or from anyone: checked as a value from
+ * outside is (SHOAL_EBADMSG with why: other ext types, invalid UTF-8,
+ * nesting too deep, trailing bytes); bytes and tensor data are copied into
+ * b. Does not block. */
+SHOAL_API int shoal_value_decode(shoal_vbuf *b, const void *data, size_t len, shoal_value **out,
+				 char *why, size_t whylen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1016,3 +1016,44 @@ int sh_value_decode_borrowing(sh_mp *m, shoal_vbuf *b, shoal_value **out, char *
 {
 	return decode(m, b, NULL, out, why, whylen, true);
 }
+
+int shoal_value_encode(shoal_vbuf *b, const shoal_value *v, const void **out, size_t *len)
+{
+	if (!b || !v || !out || !len)
+		return SHOAL_EINVAL;
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	msgpack_packer pk;
+	sh_wbuf_packer(&w, &pk);
+	pack(&pk, v, NULL, NULL, NULL); /* no store, no parts aside: all inline */
+	int rc = w.err;
+	void *p = rc ? NULL : sh_bump_alloc_raw(&b->a, w.len ? w.len : 1);
+	if (rc == 0 && !p)
+		rc = SHOAL_ENOMEM;
+	if (rc == 0) {
+		memcpy(p, w.p, w.len);
+		*out = p;
+		*len = w.len;
+	}
+	sh_wbuf_fini(&w);
+	return rc;
+}
+
+int shoal_value_decode(shoal_vbuf *b, const void *data, size_t len, shoal_value **out, char *why,
+		       size_t whylen)
+{
+	if (!b || (!data && len) || !out || !why || !whylen)
+		return SHOAL_EINVAL;
+	why[0] = 0;
+	sh_mp m;
+	sh_mp_init(&m, data, len);
+	shoal_client *store = b->store;
+	b->store = NULL; /* kept bytes name no object by reference */
+	int rc = decode(&m, b, NULL, out, why, whylen, false);
+	b->store = store;
+	if (rc == 0 && sh_mp_done(&m) != 0) {
+		snprintf(why, whylen, "trailing bytes after the value");
+		rc = SHOAL_EBADMSG;
+	}
+	return rc;
+}
