@@ -310,3 +310,53 @@ SH_TEST(hostile_bytes_rejected)
 	CHECK_RC(decode(deep, 66, why, sizeof(why)), SHOAL_EBADMSG);
 	CHECK(strstr(why, "nested") != NULL);
 }
+
+/* A value kept as bytes (shoal_value_encode) comes back equal from a vbuf
+ * of its own; bytes that are not one, or name a store object by
+ * reference, are refused with why. */
+SH_TEST(a_value_kept_as_bytes_comes_back)
+{
+	shoal_vbuf *b, *b2;
+	CHECK_OK(shoal_vbuf_create(&b));
+	CHECK_OK(shoal_vbuf_create(&b2));
+	shoal_value *a = shoal_v_array(b, 4);
+	shoal_v_set(a, 0, shoal_v_cstr(b, "state"));
+	shoal_v_set(a, 1, shoal_v_float(b, 0.5));
+	static const int64_t x[3] = {1, -2, 3};
+	int64_t shape[1] = {3};
+	shoal_v_set(a, 2, shoal_v_tensor(b, SHOAL_DT_I64, 1, shape, x));
+	shoal_value *m = shoal_v_map(b, 1);
+	shoal_v_map_set(m, 0, shoal_v_cstr(b, "k"), shoal_v_bytes(b, "\0\1", 2));
+	shoal_v_set(a, 3, m);
+	const void *p;
+	size_t n;
+	CHECK_OK(shoal_value_encode(b, a, &p, &n));
+	unsigned char *copy = malloc(n + 1);
+	CHECK(copy != NULL);
+	memcpy(copy, p, n);
+	shoal_vbuf_free(b); /* the bytes are all it needs */
+	shoal_value *r;
+	char why[200];
+	CHECK_OK(shoal_value_decode(b2, copy, n, &r, why, sizeof(why)));
+	CHECK_EQ(r->type, SHOAL_V_ARRAY);
+	CHECK_EQ(r->n, 4);
+	CHECK_STR(r->v.items[0].v.s, "state");
+	CHECK_EQ(((const int64_t *)r->v.items[2].v.t.data)[1], -2);
+	/* trailing bytes, a cut, garbage: refused, never read past */
+	copy[n] = 0xc0;
+	CHECK_RC(shoal_value_decode(b2, copy, n + 1, &r, why, sizeof(why)), SHOAL_EBADMSG);
+	CHECK(strstr(why, "trailing") != NULL);
+	for (size_t cut = 0; cut < n; cut++)
+		CHECK(shoal_value_decode(b2, copy, cut, &r, why, sizeof(why)) != 0);
+	CHECK(shoal_value_decode(b2, "\xc1", 1, &r, why, sizeof(why)) != 0);
+	free(copy);
+	/* a tensor by reference (ext 2: the tensor's header, then the object's
+	 * id, segment and offset) names an object no kept bytes may */
+	unsigned char ref[3 + 16 + 24] = {0xc7, 40, 2, (unsigned char)SHOAL_DT_I64, 1};
+	ref[3 + 8] = 4;	       /* shape [4] */
+	ref[3 + 16] = 7;       /* object 7 */
+	ref[3 + 16 + 8] = 1;   /* segment 1 */
+	CHECK_RC(shoal_value_decode(b2, ref, sizeof(ref), &r, why, sizeof(why)), SHOAL_EPROTO);
+	CHECK(strstr(why, "no store") != NULL);
+	shoal_vbuf_free(b2);
+}

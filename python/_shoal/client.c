@@ -489,7 +489,7 @@ static PyObject *client_socket(ShClient *self, void *unused)
 }
 
 typedef struct {
-	const char *name;
+	const char *name, *type; /* type NULL: "bytes" */
 	const void *data;
 	size_t size;
 	unsigned flags;
@@ -499,21 +499,34 @@ typedef struct {
 static int do_put_bytes(ShClient *c, void *arg)
 {
 	put_bytes_job *j = arg;
-	return shoal_put_bytes(c->c, j->name, j->data, j->size, j->flags, &j->id);
+	if (!j->type)
+		return shoal_put_bytes(c->c, j->name, j->data, j->size, j->flags, &j->id);
+	shoal_builder *b;
+	void *p;
+	int rc = shoal_builder_create(c->c, j->type, &b);
+	if (rc)
+		return rc;
+	if ((rc = shoal_node_add_blob(shoal_builder_root(b), j->size, &p)) != 0 ||
+	    (rc = shoal_builder_write(b, p, j->data, j->size)) != 0) {
+		shoal_builder_abort(b);
+		return rc;
+	}
+	return shoal_builder_seal(b, j->name, j->flags, &j->id);
 }
 
 static PyObject *client_put_bytes(ShClient *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"data", "name", "persist", "replace", "timeout", NULL};
-	PyObject *data, *name = Py_None, *timeout = NULL;
+	static char *kwlist[] = {"data", "name", "persist", "replace", "timeout", "type", NULL};
+	PyObject *data, *name = Py_None, *timeout = NULL, *type = Py_None;
 	int persist = 0, replace = 0;
 	int64_t tmo;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp$O:put_bytes", kwlist, &data, &name,
-					 &persist, &replace, &timeout) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp$OO:put_bytes", kwlist, &data, &name,
+					 &persist, &replace, &timeout, &type) ||
 	    parse_timeout(timeout, &tmo) != 0)
 		return NULL;
 	put_bytes_job j = {.flags = flags_of(persist, replace)};
-	if (name != Py_None && !(j.name = opt_name(name)))
+	if ((name != Py_None && !(j.name = opt_name(name))) ||
+	    (type != Py_None && !(j.type = sh_py_cstr(type, "type"))))
 		return NULL;
 	Py_buffer v;
 	if (get_buffer(data, &v, "data") != 0)
@@ -525,6 +538,79 @@ static PyObject *client_put_bytes(ShClient *self, PyObject *args, PyObject *kw)
 	return rc ? NULL : PyLong_FromUnsignedLongLong(j.id);
 }
 
+/* A put's string metadata (the root's fields), read from a dict[str, str]
+ * whose items keep holds: the job reads them with the GIL released. */
+typedef struct {
+	size_t n;
+	const char **keys, **vals;
+	size_t *vlens;
+} meta_kv;
+
+static void meta_free(meta_kv *m)
+{
+	PyMem_Free(m->keys);
+	PyMem_Free(m->vals);
+	PyMem_Free(m->vlens);
+	memset(m, 0, sizeof(*m));
+}
+
+static int parse_meta(PyObject *metadata, PyObject *keep, meta_kv *m)
+{
+	memset(m, 0, sizeof(*m));
+	if (metadata == Py_None)
+		return 0;
+	if (!PyDict_Check(metadata)) {
+		PyErr_Format(PyExc_TypeError, "metadata must be a dict[str, str], not %.100s",
+			     Py_TYPE(metadata)->tp_name);
+		return -1;
+	}
+	PyObject *items = PyDict_Items(metadata);
+	if (!items || PyList_Append(keep, items) != 0) {
+		Py_XDECREF(items);
+		return -1;
+	}
+	Py_DECREF(items); /* keep holds it */
+	m->n = (size_t)PyList_GET_SIZE(items);
+	if (m->n && (!(m->keys = PyMem_Calloc(m->n, sizeof(char *))) ||
+		     !(m->vals = PyMem_Calloc(m->n, sizeof(char *))) ||
+		     !(m->vlens = PyMem_Calloc(m->n, sizeof(size_t))))) {
+		meta_free(m);
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (size_t i = 0; i < m->n; i++) {
+		PyObject *kv = PyList_GET_ITEM(items, (Py_ssize_t)i);
+		Py_ssize_t vl;
+		if (!(m->keys[i] = sh_py_cstr(PyTuple_GET_ITEM(kv, 0), "a metadata key")))
+			goto fail;
+		if (!PyUnicode_Check(PyTuple_GET_ITEM(kv, 1))) {
+			PyErr_Format(PyExc_TypeError, "metadata['%.200s'] must be a str",
+				     m->keys[i]);
+			goto fail;
+		}
+		if (!(m->vals[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(kv, 1), &vl)))
+			goto fail;
+		m->vlens[i] = (size_t)vl;
+	}
+	return 0;
+fail:
+	meta_free(m);
+	return -1;
+}
+
+static int set_meta(shoal_node *root, const meta_kv *m, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < m->n; i++) {
+		int rc = shoal_node_set_str(root, m->keys[i], m->vals[i], m->vlens[i]);
+		if (rc) {
+			snprintf(err, errlen, "metadata key '%.300s': %s", m->keys[i],
+				 sh_py_strerror(rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
 typedef struct {
 	const char *name;
 	const void *data;
@@ -534,6 +620,8 @@ typedef struct {
 	unsigned flags;
 	int64_t shape[SHOAL_TENSOR_MAX_DIMS];
 	shoal_id id;
+	meta_kv meta;
+	char err[400];
 } put_tensor_job;
 
 static int do_put_tensor(ShClient *c, void *arg)
@@ -544,7 +632,9 @@ static int do_put_tensor(ShClient *c, void *arg)
 	int rc = shoal_builder_create(c->c, "tensor", &b);
 	if (rc)
 		return rc;
-	rc = shoal_node_set_tensor(shoal_builder_root(b), j->dt, j->ndim, j->shape, &p);
+	rc = set_meta(shoal_builder_root(b), &j->meta, j->err, sizeof(j->err));
+	if (rc == 0)
+		rc = shoal_node_set_tensor(shoal_builder_root(b), j->dt, j->ndim, j->shape, &p);
 	if (rc) {
 		shoal_builder_abort(b);
 		return rc;
@@ -558,13 +648,13 @@ static int do_put_tensor(ShClient *c, void *arg)
 
 static PyObject *client_put_tensor(ShClient *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"data",    "dtype",   "shape",	  "name",
-				 "persist", "replace", "timeout", NULL};
-	PyObject *data, *dtype, *shape, *name = Py_None, *timeout = NULL;
+	static char *kwlist[] = {"data",    "dtype",   "shape",	   "name", "persist",
+				 "replace", "timeout", "metadata", NULL};
+	PyObject *data, *dtype, *shape, *name = Py_None, *timeout = NULL, *metadata = Py_None;
 	int persist = 0, replace = 0;
 	int64_t tmo;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|Opp$O:put_tensor", kwlist, &data, &dtype,
-					 &shape, &name, &persist, &replace, &timeout) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|Opp$OO:put_tensor", kwlist, &data, &dtype,
+					 &shape, &name, &persist, &replace, &timeout, &metadata) ||
 	    parse_timeout(timeout, &tmo) != 0)
 		return NULL;
 	put_tensor_job j = {.flags = flags_of(persist, replace)};
@@ -572,20 +662,36 @@ static PyObject *client_put_tensor(ShClient *self, PyObject *args, PyObject *kw)
 	if ((name != Py_None && !(j.name = opt_name(name))) || parse_dtype(dtype, &j.dt) != 0 ||
 	    parse_shape(shape, j.dt, j.shape, &j.ndim, &need) != 0)
 		return NULL;
-	Py_buffer v;
-	if (get_buffer(data, &v, "data") != 0)
+	PyObject *keep = PyList_New(0);
+	if (!keep || parse_meta(metadata, keep, &j.meta) != 0) {
+		Py_XDECREF(keep);
 		return NULL;
-	if ((size_t)v.len != need) {
-		PyBuffer_Release(&v);
-		return sh_py_raisef(ShInvalidInput, SHOAL_EINVAL,
-				    "data has %zd bytes; a %s tensor of this shape needs %zu",
-				    v.len, shoal_dtype_name(j.dt), need);
 	}
-	j.data = v.buf;
-	j.size = need;
-	int rc = call(self, do_put_tensor, &j, tmo);
+	Py_buffer v;
+	if (get_buffer(data, &v, "data") != 0) {
+		meta_free(&j.meta);
+		Py_DECREF(keep);
+		return NULL;
+	}
+	PyObject *res = NULL;
+	if ((size_t)v.len != need) {
+		sh_py_raisef(ShInvalidInput, SHOAL_EINVAL,
+			     "data has %zd bytes; a %s tensor of this shape needs %zu", v.len,
+			     shoal_dtype_name(j.dt), need);
+	} else {
+		j.data = v.buf;
+		j.size = need;
+		char e2[600];
+		int rc = run(self, do_put_tensor, &j, e2, sizeof(e2), tmo);
+		if (rc == 0)
+			res = PyLong_FromUnsignedLongLong(j.id);
+		else if (rc != 1)
+			sh_py_raise(rc, j.err[0] ? j.err : e2);
+	}
 	PyBuffer_Release(&v);
-	return rc ? NULL : PyLong_FromUnsignedLongLong(j.id);
+	meta_free(&j.meta);
+	Py_DECREF(keep);
+	return res;
 }
 
 typedef struct {
@@ -598,9 +704,8 @@ typedef struct {
 
 typedef struct {
 	dict_item *items;
-	size_t n, nmeta, total;
-	const char **keys, **vals;
-	size_t *vlens;
+	size_t n, total;
+	meta_kv meta;
 	const char *name;
 	unsigned flags;
 	shoal_id id;
@@ -616,10 +721,7 @@ static int do_put_dict(ShClient *c, void *arg)
 	if (rc)
 		return rc;
 	shoal_node *root = shoal_builder_root(b);
-	for (size_t i = 0; rc == 0 && i < j->nmeta; i++)
-		if ((rc = shoal_node_set_str(root, j->keys[i], j->vals[i], j->vlens[i])) != 0)
-			snprintf(j->err, j->errlen, "metadata key '%.300s': %s", j->keys[i],
-				 sh_py_strerror(rc));
+	rc = set_meta(root, &j->meta, j->err, j->errlen);
 	/* one region for all the tensors: one mapping for every reader */
 	if (rc == 0 && j->total > 0)
 		rc = shoal_builder_reserve(b, j->total);
@@ -655,17 +757,13 @@ static PyObject *client_put_tensor_dict(ShClient *self, PyObject *args, PyObject
 					 &metadata, &name, &persist, &replace, &timeout) ||
 	    parse_timeout(timeout, &tmo) != 0)
 		return NULL;
-	if (metadata != Py_None && !PyDict_Check(metadata))
-		return PyErr_Format(PyExc_TypeError,
-				    "metadata must be a dict[str, str], not %.100s",
-				    Py_TYPE(metadata)->tp_name);
 	char err[600] = "";
 	put_dict_job j = {.flags = flags_of(persist, replace), .err = err, .errlen = sizeof(err)};
 	if (name != Py_None && !(j.name = opt_name(name)))
 		return NULL;
 	/* Everything the job reads is kept alive here: another thread may
 	 * change the caller's list or dict while the GIL is released. */
-	PyObject *keep = PyList_New(0), *seq = NULL, *mitems = NULL;
+	PyObject *keep = PyList_New(0), *seq = NULL;
 	size_t got = 0;
 	PyObject *res = NULL;
 	if (!keep || !(seq = PySequence_Fast(items, "items must be a list of tuples")) ||
@@ -714,31 +812,8 @@ static PyObject *client_put_tensor_dict(ShClient *self, PyObject *args, PyObject
 			goto out;
 		}
 	}
-	if (metadata != Py_None) {
-		if (!(mitems = PyDict_Items(metadata)) || PyList_Append(keep, mitems) != 0)
-			goto out;
-		j.nmeta = (size_t)PyList_GET_SIZE(mitems);
-		if (j.nmeta && (!(j.keys = PyMem_Calloc(j.nmeta, sizeof(char *))) ||
-				!(j.vals = PyMem_Calloc(j.nmeta, sizeof(char *))) ||
-				!(j.vlens = PyMem_Calloc(j.nmeta, sizeof(size_t))))) {
-			PyErr_NoMemory();
-			goto out;
-		}
-		for (size_t i = 0; i < j.nmeta; i++) {
-			PyObject *kv = PyList_GET_ITEM(mitems, (Py_ssize_t)i);
-			Py_ssize_t vl;
-			if (!(j.keys[i] = sh_py_cstr(PyTuple_GET_ITEM(kv, 0), "a metadata key")))
-				goto out;
-			if (!PyUnicode_Check(PyTuple_GET_ITEM(kv, 1))) {
-				PyErr_Format(PyExc_TypeError, "metadata['%.200s'] must be a str",
-					     j.keys[i]);
-				goto out;
-			}
-			if (!(j.vals[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(kv, 1), &vl)))
-				goto out;
-			j.vlens[i] = (size_t)vl;
-		}
-	}
+	if (parse_meta(metadata, keep, &j.meta) != 0)
+		goto out;
 	char e2[600];
 	int rc = run(self, do_put_dict, &j, e2, sizeof(e2), tmo);
 	if (rc == 0)
@@ -749,10 +824,7 @@ out:
 	for (size_t i = 0; i < got; i++)
 		PyBuffer_Release(&j.items[i].v);
 	PyMem_Free(j.items);
-	PyMem_Free(j.keys);
-	PyMem_Free(j.vals);
-	PyMem_Free(j.vlens);
-	Py_XDECREF(mitems);
+	meta_free(&j.meta);
 	Py_XDECREF(seq);
 	Py_XDECREF(keep);
 	return res;
@@ -762,24 +834,27 @@ typedef struct {
 	shoal_id id;
 	const char *name;
 	shoal_object *o;
+	unsigned flags;
 } get_job;
 
 static int do_get(ShClient *c, void *arg)
 {
 	get_job *j = arg;
-	int rc = j->name ? shoal_get_by_name(c->c, j->name, &j->o) : shoal_get(c->c, j->id, &j->o);
+	int rc = j->flags  ? shoal_get_with(c->c, j->name, j->name ? 0 : j->id, j->flags, &j->o)
+		 : j->name ? shoal_get_by_name(c->c, j->name, &j->o)
+			   : shoal_get(c->c, j->id, &j->o);
 	if (rc == 0)
 		c->nobjs++;
 	return rc;
 }
 
-static PyObject *client_get(ShClient *self, PyObject *const *args, Py_ssize_t nargs,
-			    PyObject *kwnames)
+static PyObject *get_with(ShClient *self, PyObject *const *args, Py_ssize_t nargs,
+			  PyObject *kwnames, const char *fname, unsigned flags)
 {
-	get_job j = {0};
+	get_job j = {.flags = flags};
 	PyObject *key;
 	int64_t tmo;
-	if (key_and_timeout("get", args, nargs, kwnames, &key, &tmo) != 0 ||
+	if (key_and_timeout(fname, args, nargs, kwnames, &key, &tmo) != 0 ||
 	    parse_key(key, &j.id, &j.name) != 0)
 		return NULL;
 	/* made first: once the store's reference is ours nothing may fail */
@@ -800,6 +875,65 @@ static PyObject *client_get(ShClient *self, PyObject *const *args, Py_ssize_t na
 	o->id = shoal_object_id(j.o);
 	o->nbytes = shoal_object_bytes(j.o);
 	return (PyObject *)o;
+}
+
+static PyObject *client_get(ShClient *self, PyObject *const *args, Py_ssize_t nargs,
+			    PyObject *kwnames)
+{
+	return get_with(self, args, nargs, kwnames, "get", 0);
+}
+
+static PyObject *client_get_local(ShClient *self, PyObject *const *args, Py_ssize_t nargs,
+				  PyObject *kwnames)
+{
+	return get_with(self, args, nargs, kwnames, "get_local", SHOAL_GET_LOCAL);
+}
+
+typedef struct {
+	shoal_id id;
+	const char *name;
+	bool replace;
+} name_job;
+
+static int do_name(ShClient *c, void *arg)
+{
+	name_job *j = arg;
+	return j->id ? shoal_name(c->c, j->id, j->name, j->replace) : shoal_unname(c->c, j->name);
+}
+
+static PyObject *client_name(ShClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"id", "name", "replace", "timeout", NULL};
+	unsigned long long id;
+	PyObject *name, *timeout = NULL;
+	int replace = 0;
+	int64_t tmo;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "KO|p$O:name", kwlist, &id, &name, &replace,
+					 &timeout) ||
+	    parse_timeout(timeout, &tmo) != 0)
+		return NULL;
+	name_job j = {.id = id, .replace = replace};
+	if (!(j.name = sh_py_cstr(name, "name")))
+		return NULL;
+	if (id == 0)
+		return sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "object id 0 names no object");
+	if (call(self, do_name, &j, tmo) != 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static PyObject *client_unname(ShClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"name", "timeout", NULL};
+	PyObject *name, *timeout = NULL;
+	int64_t tmo;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$O:unname", kwlist, &name, &timeout) ||
+	    parse_timeout(timeout, &tmo) != 0)
+		return NULL;
+	name_job j = {0};
+	if (!(j.name = sh_py_cstr(name, "name")) || call(self, do_name, &j, tmo) != 0)
+		return NULL;
+	Py_RETURN_NONE;
 }
 
 typedef struct {
@@ -1161,6 +1295,14 @@ static PyMethodDef client_methods[] = {
 	 "Stores a tensor_dict from [(name, data, dtype, shape), ...] and a dict[str, str]."},
 	{"get", KW client_get, METH_FASTCALL | METH_KEYWORDS,
 	 "get(key, *, timeout=) -> Object\n\nMaps the object with this id (int) or name (str)."},
+	{"get_local", KW client_get_local, METH_FASTCALL | METH_KEYWORDS,
+	 "get_local(key, *, timeout=) -> Object\n\nThe same, of this store's objects only: one "
+	 "elsewhere in the cluster is not fetched (NotFound says where it is)."},
+	{"name", KW client_name, METH_VARARGS | METH_KEYWORDS,
+	 "name(id, name, replace=False, *, timeout=)\n\nBinds name to the object id (one name "
+	 "an object); replace moves a taken name, whose object stays."},
+	{"unname", KW client_unname, METH_VARARGS | METH_KEYWORDS,
+	 "unname(name, *, timeout=)\n\nLets go of name; its object stays."},
 	{"migrate", KW client_migrate, METH_VARARGS | METH_KEYWORDS,
 	 "migrate(key, source, streams=0, *, progress=None, timeout=None): copies the object "
 	 "of another host's store at source (HOST:PORT) into this one; its id here (the "

@@ -203,6 +203,12 @@ static PyMethodDef module_methods[] = {
 	{"_set_value_hooks", sh_py_set_value_hooks, METH_VARARGS,
 	 "_set_value_hooks(encode, decode_tensor, decode_type)\n\nshoal.isolate's hooks for what "
 	 "msgpack lacks (arrays, tensors, registered types)."},
+	{"pack_value", sh_py_pack_value, METH_O,
+	 "pack_value(obj) -> bytes\n\nA value shoal passes (plain Python values, tuples, sets, "
+	 "arrays, registered types) as bytes to keep."},
+	{"unpack_value", sh_py_unpack_value, METH_O,
+	 "unpack_value(data) -> obj\n\nThe value back, checked as bytes from anyone are "
+	 "(InvalidInput when they are not one)."},
 	{"_roundtrip", sh_py_value_roundtrip, METH_O,
 	 "_roundtrip(obj) -> obj\n\nEncodes obj as a call's value and decodes it (tests)."},
 	{"register_service", sh_py_register_service, METH_VARARGS,

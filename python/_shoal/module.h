@@ -97,6 +97,9 @@ shoal_value *sh_py_to_value(shoal_vbuf *b, PyObject *o, PyObject *keep);
 PyObject *sh_py_from_value(const shoal_value *v);
 PyObject *sh_py_set_value_hooks(PyObject *mod, PyObject *args);
 PyObject *sh_py_value_roundtrip(PyObject *mod, PyObject *o);
+/* pack_value(obj) -> bytes, unpack_value(bytes) -> obj (stored.c). */
+PyObject *sh_py_pack_value(PyObject *mod, PyObject *o);
+PyObject *sh_py_unpack_value(PyObject *mod, PyObject *data);
 PyObject *sh_py_register_service(PyObject *mod, PyObject *args);
 PyObject *sh_py_unregister_service(PyObject *mod, PyObject *args);
 PyObject *sh_py_call_host(PyObject *mod, PyObject *args);

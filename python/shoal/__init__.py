@@ -134,6 +134,29 @@ def _is_torch(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
+def _have_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _is_tensor_dict(value: Any) -> bool:
+    """A dict of arrays or tensors with str keys (a state dict): a tensor_dict."""
+    return (isinstance(value, dict) and bool(value)
+            and all(isinstance(k, str) and (_is_numpy(v) or _is_torch(v))
+                    for k, v in value.items()))
+
+
+def _marked(metadata: Optional[Mapping[str, str]], torch_made: bool) -> Optional[Dict[str, str]]:
+    """The metadata of a put, with torch's mark (safetensors' ``format: pt``)."""
+    meta = dict(metadata) if metadata else {}
+    if torch_made:
+        meta.setdefault("format", "pt")
+    return meta or None
+
+
 def _as_tensor(value: Any, what: str) -> Tuple[Any, str, Tuple[int, ...]]:
     """A numpy array or a torch tensor as (C-contiguous buffer, store dtype, shape)."""
     if _is_torch(value):
@@ -173,6 +196,7 @@ class Client:
 
     def __init__(self, socket: Optional[str] = None, *, timeout: Optional[float] = 30.0) -> None:
         self.socket = socket or default_socket()
+        self._timeout = timeout
         try:
             self._c = _shoal.Client(self.socket, timeout)
         except NotFound as e:  # no socket there: no store, not a missing object
@@ -189,39 +213,52 @@ class Client:
         metadata: Optional[Mapping[str, str]] = None,
         timeout: CallTimeout = CONNECTION_TIMEOUT,
     ) -> ObjectID:
-        """Puts value into the store, sealed: bytes-like objects as a blob, a numpy
-        array or a CPU torch tensor as a tensor, a dict of them (a torch
-        ``state_dict()``) as a tensor_dict with optional string ``metadata``. The data
-        is written once, straight into shared memory. ``name`` binds it (``replace``
-        rebinds a taken name); ``persist`` makes it outlive this connection.
+        """Puts value into the store, sealed, and returns its id:
+
+        - a numpy array or a CPU torch tensor as a tensor, and a dict of them (a torch
+          ``state_dict()``) as a tensor_dict, written once, straight into shared memory,
+          with optional string ``metadata``; torch's are marked (``format: pt``, as
+          safetensors marks torch files) so that ``get`` gives torch back;
+        - bytes-like data (bytes, bytearray, memoryview) as a blob;
+        - any other value shoal passes (None, bool, int, float, str, list, tuple, set,
+          dict, arrays inside them, registered types: see shoal.isolate) as a value,
+          kept as bytes in shoal's encoding (never pickled), got back as a copy.
+
+        ``name`` binds it (``replace`` rebinds a taken name); ``persist`` makes it
+        outlive this connection.
 
         Like every call, it waits for the store at most ``timeout`` seconds (``None``:
         no bound; by default the connection's) and then raises ``Timeout``; Ctrl-C
         interrupts it. Either closes the connection (the store's answer may still
         come): connect again."""
         t = _tmo(timeout)
-        if isinstance(value, dict):
+        if _is_tensor_dict(value):
             items = []
+            torch_made = False
             for key, item in value.items():
-                if not isinstance(key, str):
-                    raise InvalidInput("tensor dict keys are names: got a %s" % type(key).__name__)
                 buf, dtype, shape = _as_tensor(item, "the tensor %r" % key)
+                torch_made = torch_made or _is_torch(item)
                 items.append((key, buf, dtype, shape))
-            meta = dict(metadata) if metadata else None
+            meta = _marked(metadata, torch_made)
             return ObjectID(self._c.put_tensor_dict(items, meta, name, persist, replace, **t))
-        if metadata:
-            raise InvalidInput("metadata goes with a dict of tensors, not a %s" % type(value).__name__)
         if _is_numpy(value) or _is_torch(value):
             buf, dtype, shape = _as_tensor(value, "the value")
-            return ObjectID(self._c.put_tensor(buf, dtype, shape, name, persist, replace, **t))
+            return ObjectID(self._c.put_tensor(buf, dtype, shape, name, persist, replace,
+                                               metadata=_marked(metadata, _is_torch(value)),
+                                               **t))
+        if metadata:
+            raise InvalidInput("metadata goes with a tensor or a dict of tensors, not a %s"
+                               % type(value).__name__)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return ObjectID(self._c.put_bytes(value, name, persist, replace, **t))
+        from . import _values  # noqa: F401  (its hooks encode tuples, sets, torch...)
         try:
-            memoryview(value)
-        except TypeError:
+            data = _shoal.pack_value(value)
+        except TypeError as e:
             raise InvalidInput(
-                "cannot put a %s: expected bytes-like data, a numpy array, a torch tensor or "
-                "a dict of arrays or tensors" % type(value).__name__
-            ) from None
-        return ObjectID(self._c.put_bytes(value, name, persist, replace, **t))
+                "cannot put a %s: expected a tensor, a dict of tensors, bytes-like data or "
+                "a value shoal passes (%s)" % (type(value).__name__, e)) from None
+        return ObjectID(self._c.put_bytes(data, name, persist, replace, type="value", **t))
 
     # -- getting ---------------------------------------------------------------
     def migrate(self, key: Key, source: str, *, streams: int = 0,
@@ -240,35 +277,61 @@ class Client:
         return ObjectID(self._c.migrate(key, source, streams, progress=progress,
                                         **_tmo(timeout)))
 
-    def get(self, key: Key, *, framework: Optional[str] = "numpy", copy: bool = False,
+    def get(self, key: Optional[Key] = None, *, name: Optional[str] = None,
+            framework: Optional[str] = "auto", copy: bool = False,
             fetch: bool = False, source: Optional[str] = None,
             progress: Optional[Callable[[int, int], None]] = None,
             timeout: CallTimeout = CONNECTION_TIMEOUT) -> Any:
-        """Gets an object by id or name, mapped read-only without a copy: a tensor as a
-        numpy array (``framework="numpy"``, not writable), a torch tensor
-        (``framework="torch"``) or shoal's own tensor (``None``, which numpy and torch
-        read through the buffer protocol and DLPack); a tensor_dict as a dict of those;
-        a blob as a read-only memoryview. The object stays referenced in the store while
-        any of them lives. torch has no read-only tensors: they map the object
-        copy-on-write, so a write (``t.add_(1)``) makes the pages it touches this
-        tensor's own (the first write to a page copies it); the store's object, other
-        gets and other processes keep reading the original bytes, and a tensor never
-        written costs no copy. ``copy=True`` gives private copies at once. ``fetch=True``: an object
-        of another host's store is copied into this one first (``migrate``) from
-        ``source`` (``HOST:PORT``); without ``source``, from where the store's cluster
-        registry says it is (a shoald with ``--meta etcd`` does that for every get, or
-        ``--peers-file``). ``progress``: as for ``migrate``, with ``source``. ``timeout``:
-        as for ``put``, the copy included."""
-        if framework not in ("numpy", "torch", None):
-            raise InvalidInput("framework %r: expected 'numpy', 'torch' or None" % (framework,))
+        """Gets an object by id or name (``key``, or ``name=``), mapped read-only without a
+        copy: a tensor as a numpy array (not writable) or a torch tensor, a tensor_dict
+        as a dict of those: ``framework="auto"`` gives torch for what was put from torch
+        (``format: pt``, a safetensors file of torch's too) when torch is installed, numpy
+        otherwise; ``"numpy"`` or ``"torch"`` choose; ``None`` gives shoal's own tensor
+        (which numpy and torch read through the buffer protocol and DLPack). A blob comes
+        as a read-only memoryview, a value (a plain Python value put) as a copy of it. The
+        object stays referenced in the store while any of them lives.
+
+        torch has no read-only tensors: they map the object copy-on-write, so a write
+        (``t.add_(1)``) makes the pages it touches this tensor's own (the first write to
+        a page copies it); the store's object, other gets and other processes keep
+        reading the original bytes, and a tensor never written costs no copy.
+        ``copy=True`` gives private copies at once.
+
+        An object of another host's store is copied into this one only with
+        ``fetch=True`` (a migration: the copy may be large), from ``source``
+        (``HOST:PORT``, shoald ``--peer``) or, without it, from where the store's cluster
+        registry says it is (shoald ``--meta etcd``, or ``--peers-file``); then gets are
+        local. Without ``fetch``, ``NotFound`` says in which store the object is.
+        ``progress``: as for ``migrate``, with ``source``. ``timeout``: as for ``put``,
+        the copy included."""
+        if name is not None:
+            if key is not None:
+                raise InvalidInput("get takes a key or name=, not both")
+            key = name
+        if key is None:
+            raise InvalidInput("get needs the object: its id or name (or name=)")
+        if framework not in ("auto", "numpy", "torch", None):
+            raise InvalidInput("framework %r: expected 'auto', 'numpy', 'torch' or None"
+                               % (framework,))
         if source is not None and not fetch:
             raise InvalidInput("source=%r goes with fetch=True" % (source,))
         if progress is not None and source is None:
             raise InvalidInput("progress goes with fetch=True and a source")
         if fetch and source is not None:
             self.migrate(key, source, progress=progress, timeout=timeout)
-        obj = self._c.get(key) if timeout is CONNECTION_TIMEOUT else \
-            self._c.get(key, timeout=timeout)
+        # without fetch the store copies nothing from elsewhere (get_local)
+        call = self._c.get if fetch else self._c.get_local
+        obj = call(key) if timeout is CONNECTION_TIMEOUT else call(key, timeout=timeout)
+        if obj.type == "value":
+            try:
+                from . import _values  # noqa: F401  (its hooks decode tuples, sets...)
+                return _shoal.unpack_value(obj.blob(0))
+            finally:
+                obj.release()
+        if framework == "auto":
+            framework = "torch" if (obj.type in ("tensor", "tensor_dict")
+                                    and obj.fields().get("format") == "pt"
+                                    and _have_torch()) else "numpy"
         if framework == "torch" and not copy and obj.type != "blob":
             # torch has no read-only tensors: they map the object copy-on-write, so
             # that a write (t.add_(1)) makes private pages rather than a SIGSEGV
@@ -325,6 +388,47 @@ class Client:
         return np.array(t) if copy else np.asarray(t)
 
     # -- names and the rest ----------------------------------------------------
+    def name(self, key: Key, name: str, *, replace: bool = False,
+             timeout: CallTimeout = CONNECTION_TIMEOUT) -> None:
+        """Binds ``name`` to the object ``key`` (an id, or a name it has). An object has
+        one name in a store: ``NameTaken`` if it has another, or if ``name`` names
+        another object and not ``replace`` (with ``replace`` the name moves; that object
+        stays, unnamed). A persistent object's name is the cluster's, as at its put."""
+        self._c.name(self.id_of(key, timeout=timeout) if isinstance(key, str) else int(key),
+                     name, replace, **_tmo(timeout))
+
+    def unname(self, name: str, *, timeout: CallTimeout = CONNECTION_TIMEOUT) -> None:
+        """Lets go of ``name``; its object stays (``delete`` deletes it)."""
+        self._c.unname(name, **_tmo(timeout))
+
+    def id_of(self, name: str, *, wait: bool = False,
+              timeout: CallTimeout = CONNECTION_TIMEOUT) -> ObjectID:
+        """The id of the object ``name`` names in this store (``NotFound`` if none);
+        ``wait=True``: until one is bound to it, at most ``timeout`` seconds (then
+        ``Timeout``)."""
+        import time
+        limit = (self._timeout if timeout is CONNECTION_TIMEOUT else timeout) if wait else 0
+        end = None if limit is None else time.monotonic() + limit
+        pause = 0.002
+        while True:
+            try:
+                obj = self._c.get_local(name, **_tmo(timeout))
+            except NotFound:
+                if not wait:
+                    raise
+                if end is not None and time.monotonic() >= end:
+                    raise Timeout("no object was named %r within %s s" % (name, limit)) \
+                        from None
+                # names are bound by other clients' puts: asked again, less often
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+                continue
+            try:
+                return ObjectID(obj.id)
+            finally:
+                obj.release()
+
+
     def delete(self, key: Key, *, timeout: CallTimeout = CONNECTION_TIMEOUT) -> None:
         """Deletes an object (by name, unbinding it, or by id): readers that hold it keep
         reading; its memory is freed when the last lets go."""

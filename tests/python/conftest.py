@@ -133,3 +133,46 @@ def stop(proc):
                 return
         time.sleep(0.005)
     raise AssertionError("shoald did not stop")
+
+
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+@pytest.fixture
+def etcd_stores(tmp_path):
+    """A real etcd on loopback ports and two shoalds that register with it (one
+    cluster, one secret), as on two hosts: (a, b)."""
+    import urllib.request
+    if not os.path.exists("/usr/bin/etcd"):
+        pytest.skip("etcd is not installed (Debian's etcd-server; make test installs it)")
+    cport, pport = free_port(), free_port()
+    client, peer = "http://127.0.0.1:%d" % cport, "http://127.0.0.1:%d" % pport
+    etcd = subprocess.Popen(["/usr/bin/etcd", "--data-dir", str(tmp_path / "etcd"),
+                             "--listen-client-urls", client, "--advertise-client-urls", client,
+                             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                             "--initial-cluster", "default=" + peer],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stores = []
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(client + "/health", timeout=2).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "etcd did not start"
+                time.sleep(0.05)
+        secret = "python-etcd-test-secret-0123456789"
+        meta = ("--meta", "etcd://127.0.0.1:%d" % cport, "--cluster", "pytest")
+        stores = [start_peer_store(tmp_path, n, secret, *meta) for n in ("a", "b")]
+        yield tuple(stores)
+    finally:
+        for p in stores:
+            p.send_signal(signal.SIGTERM)
+            p.wait(10)
+        etcd.kill()
+        etcd.wait()

@@ -67,3 +67,39 @@ def test_migrate_reports_progress_and_its_callbacks_errors(two_stores):
             cb.migrate("big", a.peer, progress=42)
         with pytest.raises(shoal.InvalidInput):
             cb.get("big", progress=print)  # progress without fetch and a source
+
+
+def test_a_get_without_fetch_says_where_the_object_is(etcd_stores):
+    """vineyard's meaning: only fetch=True copies an object from another host (the
+    store used to fetch on any get); the error names the store that has it."""
+    a, b = etcd_stores
+    with shoal.Client(a.sock) as ca, shoal.Client(b.sock) as cb:
+        arr = np.arange(1 << 16, dtype=np.int64)
+        oid = ca.put(arr, name="weights", persist=True)
+        with pytest.raises(shoal.NotFound) as e:
+            cb.get("weights")
+        assert a.peer in str(e.value) and "fetch" in str(e.value)
+        with pytest.raises(shoal.NotFound) as e:
+            cb.get(oid)
+        assert a.peer in str(e.value)
+        assert cb.stat()["fetched"] == 0
+        np.testing.assert_array_equal(cb.get(name="weights", fetch=True), arr)
+        np.testing.assert_array_equal(cb.get("weights"), arr)  # here now
+        assert cb.stat()["fetched"] == 1
+
+
+def test_names_bound_and_let_go_of_are_the_clusters(etcd_stores):
+    a, b = etcd_stores
+    with shoal.Client(a.sock) as ca, shoal.Client(b.sock) as cb:
+        oid = ca.put({"w": np.ones(10)}, persist=True)
+        ca.name(oid, "model")
+        assert ca.id_of("model") == oid
+        assert list(cb.get("model", fetch=True)) == ["w"]
+        with pytest.raises(shoal.NameTaken):
+            ca.name(oid, "other")  # one name an object
+        ca.unname("model")
+        with pytest.raises(shoal.NotFound):
+            ca.id_of("model")
+        assert ca.get(oid)["w"].sum() == 10  # the object stays
+        with pytest.raises(shoal.NotFound):
+            cb.get("model", fetch=True)  # let go of in the cluster too

@@ -350,3 +350,62 @@ def test_ctrl_c_interrupts_a_call_to_a_stalled_store(shoald_proc):
         p.kill()
     assert out.startswith("interrupted\nclosed:"), (out, err)
     assert took < 3, took  # the C client looks every 100 ms
+
+
+def test_plain_python_values_are_put_and_got_back(client):
+    values = [None, True, 7, -2.5, "a string", [1, "two", [3.0]], ("a", 1), {1, 2},
+              {"lr": 0.001, "layers": [64, 64], "name": "mlp", "nested": {"k": None}}, {}]
+    for i, v in enumerate(values):
+        oid = client.put(v, name="v%d" % i)
+        assert client.get("v%d" % i) == v and client.get(oid) == v
+        assert type(client.get(oid)) is type(v)
+    mixed = {"step": 3, "weights": np.arange(4.0)}  # not all tensors: a value
+    got = client.get(client.put(mixed))
+    assert got["step"] == 3 and np.array_equal(got["weights"], mixed["weights"])
+    assert client.names("v0")[0][2] == "value"
+    with pytest.raises(shoal.InvalidInput) as e:
+        client.put(object())
+    assert "object" in str(e.value)
+
+
+def test_get_by_name_keyword(client):
+    client.put(b"abc", name="blob")
+    assert bytes(client.get(name="blob")) == b"abc"
+    with pytest.raises(shoal.InvalidInput):
+        client.get("blob", name="blob")
+    with pytest.raises(shoal.InvalidInput):
+        client.get()
+
+
+def test_names_are_bound_and_let_go_of_without_the_objects(client):
+    oid = client.put(np.arange(3), persist=True)
+    client.name(oid, "a")
+    assert client.id_of("a") == oid
+    client.name("a", "a")  # the name it has
+    with pytest.raises(shoal.NameTaken):
+        client.name(oid, "b")
+    other = client.put(b"x", name="b")
+    with pytest.raises(shoal.NameTaken):
+        client.name(other, "a")
+    client.unname("b")
+    client.name(other, "a", replace=True)  # the name moves; oid stays
+    assert client.id_of("a") == other
+    assert client.get(oid).tolist() == [0, 1, 2]
+    client.unname("a")
+    with pytest.raises(shoal.NotFound):
+        client.id_of("a")
+    assert bytes(client.get(other)) == b"x"
+
+
+def test_id_of_waits_for_a_name(client, store):
+    def later():
+        time.sleep(0.2)
+        with store.connect() as c2:
+            c2.put(b"late", name="late", persist=True)
+    t = threading.Thread(target=later)
+    t.start()
+    oid = client.id_of("late", wait=True, timeout=20)
+    t.join()
+    assert bytes(client.get(oid)) == b"late"
+    with pytest.raises(shoal.Timeout):
+        client.id_of("never", wait=True, timeout=0.2)

@@ -32,8 +32,9 @@ def test_bfloat16_goes_through_torch_not_numpy(client):
     t = torch.tensor([1.5, -2.25, 3.0], dtype=torch.bfloat16)
     client.put(t, name="bf")
     assert torch.equal(client.get("bf", framework="torch"), t)
+    assert torch.equal(client.get("bf"), t)  # put from torch: torch back
     with pytest.raises(shoal.InvalidInput) as e:
-        client.get("bf")
+        client.get("bf", framework="numpy")
     assert "bfloat16" in str(e.value) and "torch" in str(e.value)
 
 
@@ -136,7 +137,7 @@ def test_a_write_to_a_tensor_got_from_the_store_is_the_writers_own(client, tmp_p
     # here, in this process: a write to one get is seen by no other get
     a = client.get("t", framework="torch")
     b = client.get("t", framework="torch")
-    n = client.get("t")  # numpy: read-only, the same sealed bytes
+    n = client.get("t", framework="numpy")  # read-only, the same sealed bytes
     a.add_(1)
     a[0] = 42
     assert torch.equal(b, t) and np.array_equal(n, t.numpy())
@@ -144,7 +145,7 @@ def test_a_write_to_a_tensor_got_from_the_store_is_the_writers_own(client, tmp_p
     sd = client.get("sd", framework="torch")
     sd["w"].zero_()
     assert torch.equal(client.get("sd", framework="torch")["w"], w)
-    assert torch.equal(torch.from_numpy(client.get("sd")["w"].copy()), w)
+    assert torch.equal(torch.from_numpy(client.get("sd", framework="numpy")["w"].copy()), w)
     del a, b, n, sd
     gc.collect()
 
@@ -159,3 +160,22 @@ def test_a_written_tensor_lets_go_of_its_pages(client):
     del a
     gc.collect()
     assert client.stat()["used"] == base
+
+
+def test_what_was_put_from_torch_comes_back_as_torch(client):
+    sd = {"w": torch.ones(3), "b": torch.zeros(2, dtype=torch.bfloat16)}
+    client.put(sd, name="sd")
+    client.put(torch.arange(5), name="t")
+    client.put({"w": np.ones(3)}, name="np")
+    got = client.get("sd")
+    assert all(isinstance(v, torch.Tensor) for v in got.values())
+    assert torch.equal(got["b"], sd["b"])
+    assert isinstance(client.get("t"), torch.Tensor)
+    assert isinstance(client.get("np")["w"], np.ndarray)
+    assert isinstance(client.get("t", framework="numpy"), np.ndarray)
+    # torch's mark is safetensors' own: a file torch saved comes back as torch too
+    obj = client._c.get("sd")
+    try:
+        assert obj.fields() == {"format": "pt"}
+    finally:
+        obj.release()
