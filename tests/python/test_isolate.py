@@ -151,6 +151,32 @@ def test_hooks_run_in_order_in_another_process(node):
     assert node.add(2, b=3) == 5
 
 
+def test_async_hooks_are_awaited_and_async_methods_share_their_loop(tmp_path):
+    with si.ExtensionManager(iso_app.AsyncNode) as m:
+        n = m.load_extension(si.ExtensionConfig(
+            name="hooks", module_path=module(tmp_path, "hooked", "def three():\n    return 3\n")))
+        # the module was handed over: a hook's coroutine ran to its end
+        assert n.order_of_hooks() == ["before-async", "loaded-async:hooks"]
+        assert n.run("three") == 3
+        assert n.same_loop() is True and n.same_loop() is True
+
+        async def main():
+            return await n.same_loop()
+        assert asyncio.run(main()) is True
+
+
+def test_apis_grant_the_hosts_singleton(tmp_path):
+    path = module(tmp_path, "granted", "x = 1")
+    with si.ExtensionManager(iso_app.AsyncNode) as m:
+        yes = m.load_extension(si.ExtensionConfig(name="yes", module_path=path,
+                                                  apis=[iso_app.Registry]))
+        no = m.load_extension(si.ExtensionConfig(name="no", module_path=path, apis=[]))
+        assert yes.registry_pid() == os.getpid()  # the host's instance
+        assert no.registry_pid() == no.pid()  # not granted: the extension's own
+    with pytest.raises(TypeError, match="ProxiedSingleton"):
+        si.ExtensionConfig(name="bad", module_path=path, apis=[dict])
+
+
 def test_environment_working_directory_and_sys_path(manager, tmp_path):
     lib = tmp_path / "lib"
     lib.mkdir()
@@ -288,6 +314,73 @@ def test_a_venv_with_system_site_packages(manager, tmp_path):
     n = manager.load_extension(si.ExtensionConfig(name="venv", module_path=path,
                                                   python=str(venv), dependencies=["numpy"]))
     assert n.run("prefix") == str(venv)
+
+
+def tiny_package(tmp_path, name="tinypkg_shoal", value="installed"):
+    """A package's source tree, for pip to install offline (setuptools, no build
+    isolation: what Debian's python3 has)."""
+    src = tmp_path / ("src_" + name)
+    (src / name).mkdir(parents=True)
+    (src / "pyproject.toml").write_text(textwrap.dedent("""
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "%s"
+        version = "0.1"
+    """ % name.replace("_", "-")))
+    (src / name / "__init__.py").write_text("VALUE = %r\n" % value)
+    return str(src)
+
+
+def test_venvs_made_per_extension_and_kept(tmp_path):
+    pkg = tiny_package(tmp_path)
+    root = tmp_path / "venvs"
+    path = module(tmp_path, "usespkg", """
+        import sys, tinypkg_shoal
+        def where():
+            return [tinypkg_shoal.VALUE, sys.prefix]
+    """)
+    cfg = si.ExtensionManagerConfig(venv_root_path=str(root))
+    venv = root / "with_pkg"
+    with si.ExtensionManager(iso_app.Node, cfg) as m:
+        n = m.load_extension(si.ExtensionConfig(name="with pkg", module_path=path,
+                                                dependencies=[pkg]))
+        assert n.run("where") == ["installed", str(venv)]
+    marker = venv / ".shoal-venv"
+    made = marker.stat().st_mtime_ns
+    (venv / "left-by-the-test").write_text("")
+    # the same dependencies again (another manager, as a new run of the program): kept
+    with si.ExtensionManager(iso_app.Node, {"venv_root_path": str(root)}) as m:
+        n = m.load_extension(si.ExtensionConfig(name="with pkg", module_path=path,
+                                                dependencies=[pkg]))
+        assert n.run("where") == ["installed", str(venv)]
+    assert marker.stat().st_mtime_ns == made and (venv / "left-by-the-test").exists()
+    # other dependencies: made again, here editable (-e), offline too
+    with si.ExtensionManager(iso_app.Node, cfg) as m:
+        n = m.load_extension(si.ExtensionConfig(name="with pkg", module_path=path,
+                                                dependencies=["-e", pkg]))
+        assert n.run("where") == ["installed", str(venv)]
+    assert not (venv / "left-by-the-test").exists()
+    # a requirement from a registry: pip tries; none answers here, and the error names it
+    with si.ExtensionManager(iso_app.Node, cfg) as m:
+        with pytest.raises(si.ExtensionLoadError, match="surely-not-a-shoal-pkg==1.0"):
+            m.load_extension(si.ExtensionConfig(
+                name="remote", module_path=path,
+                dependencies=[pkg, "surely-not-a-shoal-pkg==1.0"]))
+        assert not (root / "remote").exists()  # a venv that failed is not kept
+        with pytest.raises(ValueError, match="not a pip option"):
+            m.load_extension(si.ExtensionConfig(name="opt", module_path=path,
+                                                dependencies=["--index-url=http://x"]))
+        # isolated=False: the host's Python, no venv, nothing installed
+        n = m.load_extension(si.ExtensionConfig(name="host env", module_path=module(
+            tmp_path, "hostenv", "import sys\ndef prefix():\n    return sys.prefix\n"),
+            isolated=False))
+        assert n.run("prefix") == sys.prefix and not (root / "host_env").exists()
+        with pytest.raises(NotImplementedError, match="isolated=True"):
+            m.load_extension(si.ExtensionConfig(name="host deps", module_path=path,
+                                                isolated=False, dependencies=[pkg]))
 
 
 def test_a_hostile_reply_is_refused_or_data(node):
