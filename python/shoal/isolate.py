@@ -18,7 +18,9 @@ host calls.
 
 Values: None, bool, int, float, str, bytes, list, tuple, set, dict, numpy arrays and
 torch tensors (copied through shared-memory rings; with ``share_torch`` in its config,
-torch tensors by reference through a store), and types registered on both sides with
+the host's CPU torch tensors are shared both ways, mutable: an extension's in-place
+write is the host's tensor's, as with torch.multiprocessing; other arrays and tensors go
+by reference through a store, read-only), and types registered on both sides with
 :func:`register_type`. Nothing else is ever constructed from what an extension sends:
 the host never unpickles, imports or calls anything an extension names, so an extension
 cannot run code in its host. An exception in the extension is raised in the host as the
@@ -377,7 +379,11 @@ class ExtensionConfig:
     - apis: the :class:`ProxiedSingleton` classes whose ``Cls()`` in this extension is the
       host's instance (pyisolate's meaning); any other ProxiedSingleton there is a local
       one of the extension's. None (the default): every ProxiedSingleton is the host's.
-    - share_torch: pass tensors through the store rather than copying them.
+    - share_torch: the host's CPU torch tensors are shared with the extension both ways
+      (torch.multiprocessing's meaning): their storage moves into shared memory once
+      (``share_memory_()``) and the extension maps the same pages writable, so an
+      in-place write there is the host's tensor's (see :class:`ExtensionManager`); the
+      host's numpy arrays go by reference through the manager's store.
     - sandbox: "none", "basic" (hygiene: a cleared environment, no inherited
       descriptors) or "strict" (namespaces, no privileges, a seccomp allow-list);
       allow_network keeps IP sockets at strict.
@@ -700,11 +706,14 @@ class _Extension:
 
     def call(self, method: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         where = "%s.%s" % (self.config.name, method)
-        prev = _CTX.client, _CTX.cache
+        prev = _CTX.client, _CTX.cache, _CTX.host_share
         if self.config.share_torch:
             _CTX.client, _CTX.cache = self.manager.client, self.manager.shared
+            # a strict extension is a uid of its own, which cannot open the host's
+            # descriptors: its tensors go through the store, read-only, as copies there
+            _CTX.host_share = self.config.sandbox != "strict"
         else:
-            _CTX.client, _CTX.cache = None, None
+            _CTX.client, _CTX.cache, _CTX.host_share = None, None, False
         try:
             env = self.ext.call("call", [method, list(args), kwargs])
         except Error as e:
@@ -716,7 +725,7 @@ class _Extension:
             again.code, again.message = e.code, msg
             raise again from None
         finally:
-            _CTX.client, _CTX.cache = prev
+            _CTX.client, _CTX.cache, _CTX.host_share = prev
         return _unwrap(env, where)
 
     def stop(self) -> None:
@@ -751,11 +760,21 @@ class _Proxy:
 class ExtensionManager:
     """Starts, calls and stops extensions whose instances are of class base.
 
-    Extensions with ``share_torch`` pass tensors through a store: ``store`` (a socket
-    path, or a :class:`shoal.Store`), else one this manager starts in its process at the
-    first such extension, sized half the machine's memory (a limit, not an allocation).
-    A torch tensor of the host is put there once and passed by reference from then on,
-    until it changes; what arrives is a read-only view, on either side."""
+    Extensions with ``share_torch`` share the host's CPU torch tensors in place: the
+    tensor's storage moves into shared memory at its first call (torch's
+    ``share_memory_()``: every view of it follows; a tensor made with
+    ``torch.from_numpy`` no longer shares the array's memory after) and the extension
+    maps those pages writable, so that writes either side makes are the other's; these
+    tensors are mutable, outside the store and its immutability. What the extension
+    returns of such a tensor is a view of the host's. Under ``sandbox="strict"`` (a uid
+    of its own, which cannot open the host's memory) they go as below, and an in-place
+    write there is the extension's copy's alone.
+
+    The host's numpy arrays, and a strict extension's tensors, go through a store
+    (what an extension makes itself comes back copied): ``store`` (a socket path, or a :class:`shoal.Store`), else one this manager
+    starts in its process at the first such extension, sized half the machine's memory
+    (a limit, not an allocation); a host tensor put there once passes by reference until
+    it changes; what arrives is a read-only view, on either side."""
 
     def __class_getitem__(cls, item: Any) -> Any:
         return cls  # ExtensionManager[Node] in annotations; isolate.pyi types it

@@ -497,31 +497,85 @@ def strict_sandbox_refuses_sockets_and_ptrace(manager, d):
     assert torch.equal(s.echo(t), t) and torch.equal(s.echo([t, t])[1], t)
 
 
-def test_shared_tensors_go_by_reference(tmp_path):
+SHARED_MODULE = """
+def bump(t, by=1):
+    t.add_(by)
+
+def first(t):
+    return float(t.reshape(-1)[0])
+
+def ptr(t):
+    return t.data_ptr()
+
+def back(t):
+    return t[1:]
+
+def fresh():
+    import torch
+    return torch.ones(3)
+
+def forge_ref(kind, t=None):
+    import shoal.isolate as si
+    from shoal import _values
+    if kind == "unshared":
+        payload = [3, 1, 0, [1], [1], "torch.float32"]
+    else:  # a view of what the host did share, past its end
+        fd, ino, _ = _values._MAPPED_AT[t.storage().data_ptr()]
+        payload = [fd, ino, 0, [t.numel() + 1], [1], str(t.dtype)]
+    si.register_type(complex, lambda c: payload, complex,
+                     name="shoal.isolate.host_tensor_ref")
+    return 1j
+"""
+
+
+def test_shared_tensors_are_shared_both_ways(tmp_path):
+    """share_torch: torch.multiprocessing's meaning, pyisolate's. The host's tensor moves
+    into shared memory in place and the extension maps it writable: its in-place writes
+    are the host's tensor's (before: the tensor arrived read-only from the store and
+    t.add_(1) killed the extension with SIGSEGV)."""
     torch = pytest.importorskip("torch")
     with shoal.Store(size=1 << 30, socket=str(tmp_path / "s.sock")) as store, \
             si.ExtensionManager(iso_app.Node, store=store) as manager:
         n = manager.load_extension(si.ExtensionConfig(
-            name="shared", module_path=module(tmp_path, "sh", "x = 1"), share_torch=True))
+            name="shared", module_path=module(tmp_path, "sh", SHARED_MODULE),
+            share_torch=True, env={"ASAN_OPTIONS": "handle_segv=0:detect_leaks=0"}))
         client = manager.client
         base = client.stat()
-        t = torch.rand(256, 1024)
-        r1 = n.echo(t)
-        assert torch.equal(r1, t) and r1.data_ptr() != t.data_ptr()
-        objects = client.stat()["objects"]
-        for _ in range(20):
-            r2 = n.echo(t)
-            # the same store pages every time: put once, mapped, never copied
-            assert r2.data_ptr() == r1.data_ptr()
-        assert client.stat()["objects"] == objects
-        t += 1  # changed: shared again, the next call sees the new values
-        r3 = n.echo(t)
-        assert torch.equal(r3, t) and not torch.equal(r3, r1)
-        a = np.arange(1000.0)  # numpy has no version counter: shared anew each call
+        t = torch.zeros(256, 1024)
+        view = t[3:5]  # a view the host keeps: it follows the storage into shared memory
+        assert n.run("bump", t) is None
+        assert float(t.sum()) == t.numel() and float(view.sum()) == view.numel()
+        n.run("bump", t[10], 5)  # a view of it, written there
+        assert torch.equal(t[10], torch.full((1024,), 6.0)) and float(t[11, 0]) == 1
+        t += 1  # the host's write is seen there
+        assert n.run("first", t) == 2.0
+        nc = t.t()  # not contiguous: the same storage
+        n.run("bump", nc)
+        assert float(t[0, 0]) == 3.0
+        # passed call after call: mapped once, the same pages each time
+        p = n.run("ptr", t)
+        assert all(n.run("ptr", t) == p for _ in range(20))
+        assert client.stat()["objects"] == base["objects"]  # torch goes outside the store
+        # what the extension returns of it is a view of the host's own tensor
+        r = n.run("back", t)
+        assert r.data_ptr() == t[1:].data_ptr() and torch.equal(r, t[1:])
+        r.add_(1)
+        assert float(t[1, 0]) == 4.0 and float(t[0, 0]) == 3.0
+        assert torch.equal(n.echo(t), t) and n.echo(t).data_ptr() == t.data_ptr()
+        assert torch.equal(n.run("fresh"), torch.ones(3))  # its own: copied
+        for dt in (torch.int64, torch.bfloat16, torch.bool, torch.uint8):
+            x = torch.zeros(5, dtype=dt)
+            assert torch.equal(n.echo(x), x) and n.echo(x).data_ptr() == x.data_ptr()
+        # the extension may name only what the host shared with it, within its bounds
+        with pytest.raises(ValueError, match="did not share"):
+            n.run("forge_ref", "unshared")
+        with pytest.raises(RuntimeError, match="out of bounds"):
+            n.run("forge_ref", "past_end", t)
+        a = np.arange(1000.0)  # numpy arrays: through the store, as before
         got = n.echo([a, {"t": torch.ones(3)}])
         assert np.array_equal(got[0], a)
         assert torch.equal(got[1]["t"], torch.ones(3))
-        del t, r1, r2, r3, got
+        del t, view, nc, r, got, a
         n.add(1, 1)  # an extension holds the last result it returned until its next call
         gc.collect()
         assert client.stat()["used"] == base["used"]  # everything shared is freed
