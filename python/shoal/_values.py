@@ -141,16 +141,20 @@ _HOST_TENSOR = "shoal.isolate.host_tensor"
 _SHARED_OUT: Dict[Tuple[int, int], Any] = {}
 # extension: (pid, fd, inode, dtype) -> a weak reference to the newest view made of it
 _MAPPED: Dict[Tuple[int, int, int, str], Any] = {}
-# extension: the address of each mapping of host memory -> (fd, inode), while mapped (any
-# tensor on that storage, a slice made there too, goes back as a view of the host's)
-_MAPPED_AT: Dict[int, Tuple[int, int]] = {}
+# extension: the address of each mapping of host memory -> (fd, inode, a weak reference
+# to the mmap), while mapped (any tensor on that storage, a slice made there too, goes
+# back as a view of the host's)
+_MAPPED_AT: Dict[int, Tuple[int, int, Any]] = {}
 
 
 def _host_shared(o: Any) -> Any:
     """The ("type", ...) value of a host tensor shared in place, or None where it cannot
     be (not CPU, not strided, empty)."""
     try:
-        if o.device.type != "cpu" or o.layout is not _torch().strided or o.numel() == 0:
+        # a conjugate or negative view is a bit on the tensor, not in its bytes, and a
+        # quantized one has its scale outside them: those go as values (copied or stored)
+        if (o.device.type != "cpu" or o.layout is not _torch().strided or o.numel() == 0
+                or o.is_conj() or o.is_neg() or o.is_quantized):
             return None
         st = _storage(o)
         if st.nbytes() == 0:
@@ -235,7 +239,7 @@ def _decode_host_ref(p: Any) -> Any:
     base = ref() if ref is not None else None
     if base is None:
         raise ValueError("an extension returned a view of host memory that this host did "
-                         "not share with it (or no longer holds)")
+                         "not share (or no longer holds)")
     if _dtype(dtname) != base.dtype:
         raise ValueError("an extension returned a view of host memory as %s; the host "
                          "shared it as %s" % (dtname, base.dtype))

@@ -571,7 +571,7 @@ def test_shared_tensors_are_shared_both_ways(tmp_path):
             n.run("forge_ref", "unshared")
         with pytest.raises(RuntimeError, match="out of bounds"):
             n.run("forge_ref", "past_end", t)
-        a = np.arange(1000.0)  # numpy arrays: through the store, as before
+        a = np.arange(1000.0)  # numpy arrays: copied, as before
         got = n.echo([a, {"t": torch.ones(3)}])
         assert np.array_equal(got[0], a)
         assert torch.equal(got[1]["t"], torch.ones(3))
