@@ -148,11 +148,14 @@ from shared_app import AppExtensionBase, AuditLog, DatabaseSingleton, Tally
 
 
 async def async_main(venv_root, data_dir, torch_dir, pkg):
+    # pyisolate's example installs pyisolate itself into each venv, from its source
+    pyisolate_dir = os.path.dirname(os.path.dirname(os.path.realpath(pyisolate.__file__)))
     config = pyisolate.ExtensionManagerConfig(venv_root_path=venv_root)
     manager = pyisolate.ExtensionManager(AppExtensionBase, config)
     out = {}
     data = manager.load_extension(pyisolate.ExtensionConfig(
-        name="data processor", module_path=data_dir, isolated=True, dependencies=[pkg],
+        name="data processor", module_path=data_dir, isolated=True,
+        dependencies=[pkg, "-e", pyisolate_dir],
         apis=[DatabaseSingleton], share_torch=False))
     # pyisolate's README awaits load_extension
     tensors = await manager.load_extension(pyisolate.ExtensionConfig(
@@ -274,6 +277,8 @@ def test_what_it_does_not_cover_says_so(app, tmp_path):
                               "isolated": False, "call_timeout": 30, "sandbox": "basic"})
         # a coroutine wherever it is called, as pyisolate's: asyncio.run takes it
         assert asyncio.run(n.do_stuff(2)) == 4
+        with pytest.raises(NotImplementedError, match="ProxiedSingleton"):
+            n.register_callee(object(), "id")  # plain in pyisolate: raises at once
         asyncio.run(n.stop())
         assert "limited" not in m._loaded
     finally:

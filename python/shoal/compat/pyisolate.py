@@ -15,7 +15,10 @@ What maps, with pyisolate's meaning:
   (kept while they stay the same; see :class:`shoal.isolate.ExtensionManagerConfig`);
   ``isolated=False`` runs it in the host's Python environment, in a process of its own
   (pyisolate's documented meaning; its v0.1 code makes a venv either way), and takes no
-  dependencies (NotImplementedError: install them into the host's Python). ``apis`` lists the
+  dependencies (NotImplementedError: install them into the host's Python). A dependency
+  naming pyisolate's own directory (``-e dirname(dirname(pyisolate.__file__))``, as
+  pyisolate's example installs itself) is dropped: that is shoal's, which every
+  extension has from its host. ``apis`` lists the
   ProxiedSingletons whose ``Cls()`` in the extension is the host's instance (others are
   the extension's own); ``share_torch`` shares the host's CPU tensors both ways (an
   extension's in-place write is seen by the host) and runs the extension under
@@ -40,8 +43,9 @@ What maps, with pyisolate's meaning:
 
 What it does not cover (each raises ``NotImplementedError`` naming the shoal call to use):
 
-- ``ExtensionBase.register_callee``, ``create_caller`` and ``use_remote`` (pyisolate's
-  low-level RPC objects): use a :class:`ProxiedSingleton` and the config's ``apis``.
+- ``register_callee``, ``create_caller`` and ``use_remote`` of ExtensionBase and of the
+  host's proxy (pyisolate's low-level RPC objects): use a :class:`ProxiedSingleton` and
+  the config's ``apis``.
 - ``ProxiedSingleton.get_remote_id`` overridden, ``inject_instance`` and ``use_remote``:
   shoal names a singleton's methods by the class's qualified name; use distinct class
   names.
@@ -59,6 +63,7 @@ bare ``Exception(str(e))``. The extension's module is registered in ``sys.module
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, TypedDict
 
 from .. import isolate as _si
@@ -182,6 +187,20 @@ class _HostExtension:
         remote.__name__ = method
         return remote
 
+    # pyisolate's host-side proxy has ExtensionLocal's plain methods: here they would be
+    # coroutines nobody awaits, so they raise at once
+    def register_callee(self, object_instance: object, object_id: str) -> None:
+        raise _unsupported("register_callee on the host's proxy",
+                           "make the object a shoal.isolate.ProxiedSingleton of the host")
+
+    def create_caller(self, object_type: type, object_id: str) -> Any:
+        raise _unsupported("create_caller on the host's proxy",
+                           "call the extension's public methods on this proxy")
+
+    def use_remote(self, proxied_singleton: type) -> None:
+        raise _unsupported("use_remote on the host's proxy",
+                           "list the class in ExtensionConfig(apis=[...])")
+
     async def stop(self) -> None:
         """Stops the extension (a coroutine, as pyisolate's is)."""
         if self._name in self._manager._loaded:
@@ -193,6 +212,25 @@ class _HostExtension:
 
     def __repr__(self) -> str:
         return repr(self._proxy)
+
+
+_SHOAL_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+
+
+def _without_self(deps: List[str]) -> List[str]:
+    """The dependencies less pyisolate itself: pyisolate's example installs it into each
+    venv from ``os.path.dirname(os.path.dirname(pyisolate.__file__))``, which here is
+    shoal's package, and every extension has shoal from its host already."""
+    out: List[str] = []
+    for d in deps:
+        p = d[3:].strip() if d.startswith("-e ") else d
+        if os.path.isdir(p) and os.path.realpath(p) in (_SHOAL_DIR, os.path.join(
+                _SHOAL_DIR, "shoal")):
+            if out and out[-1] == "-e":
+                out.pop()
+            continue
+        out.append(d)
+    return out
 
 
 def _shoal_config(config: Dict[str, Any]) -> _si.ExtensionConfig:
@@ -211,6 +249,7 @@ def _shoal_config(config: Dict[str, Any]) -> _si.ExtensionConfig:
             raise KeyError("ExtensionConfig: expected %s; the config has %s"
                            % (key, ", ".join(sorted(config)) or "no keys"))
     kw = dict(config)
+    kw["dependencies"] = _without_self(list(kw.get("dependencies") or []))
     kw.setdefault("isolated", True)
     kw.setdefault("apis", [])
     kw.setdefault("sandbox", "none")  # pyisolate's process inherits the host's environment
