@@ -12,7 +12,7 @@ call beside the same function called in the host (the baseline, impl ``local``).
   keeps); ``singleton``: the extension calls a host ``ProxiedSingleton`` method.
 - ``NAME_shared``: the same with ``share_torch``: a host torch tensor moves into shared
   memory at its first call (torch's share_memory_()) and the extension maps it, writable
-  (torch.multiprocessing's meaning); numpy arrays go through the store by reference.
+  (torch.multiprocessing's meaning); numpy arrays are copied as without it.
 - tensor_2gb: one 2 GiB tensor handed, shared, to 5 and 50 extensions that each keep
   it and read every page: what that adds to each (Uss, beside its Uss holding a
   16-element tensor, torch imported), as a share of the tensor.
