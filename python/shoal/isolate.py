@@ -19,8 +19,8 @@ host calls.
 Values: None, bool, int, float, str, bytes, list, tuple, set, dict, numpy arrays and
 torch tensors (copied through shared-memory rings; with ``share_torch`` in its config,
 the host's CPU torch tensors are shared both ways, mutable: an extension's in-place
-write is the host's tensor's, as with torch.multiprocessing; other arrays and tensors go
-by reference through a store, read-only), and types registered on both sides with
+write is the host's tensor's, as with torch.multiprocessing; views of store objects go
+by reference through the store, read-only), and types registered on both sides with
 :func:`register_type`. Nothing else is ever constructed from what an extension sends:
 the host never unpickles, imports or calls anything an extension names, so an extension
 cannot run code in its host. An exception in the extension is raised in the host as the
@@ -382,8 +382,8 @@ class ExtensionConfig:
     - share_torch: the host's CPU torch tensors are shared with the extension both ways
       (torch.multiprocessing's meaning): their storage moves into shared memory once
       (``share_memory_()``) and the extension maps the same pages writable, so an
-      in-place write there is the host's tensor's (see :class:`ExtensionManager`); the
-      host's numpy arrays go by reference through the manager's store.
+      in-place write there is the host's tensor's (see :class:`ExtensionManager`);
+      numpy arrays are copied.
     - sandbox: "none", "basic" (hygiene: a cleared environment, no inherited
       descriptors) or "strict" (namespaces, no privileges, a seccomp allow-list);
       allow_network keeps IP sockets at strict.
@@ -770,11 +770,12 @@ class ExtensionManager:
     of its own, which cannot open the host's memory) they go as below, and an in-place
     write there is the extension's copy's alone.
 
-    The host's numpy arrays, and a strict extension's tensors, go through a store
-    (what an extension makes itself comes back copied): ``store`` (a socket path, or a :class:`shoal.Store`), else one this manager
-    starts in its process at the first such extension, sized half the machine's memory
-    (a limit, not an allocation); a host tensor put there once passes by reference until
-    it changes; what arrives is a read-only view, on either side."""
+    A strict extension's host tensors, and views of store objects either side passes,
+    go through a store (numpy arrays and what an extension makes itself are copied):
+    ``store`` (a socket path, or a :class:`shoal.Store`), else one this manager starts
+    in its process at the first such extension, sized half the machine's memory (a
+    limit, not an allocation); a host tensor put there once passes by reference until it
+    changes; what arrives is a read-only view, on either side."""
 
     def __class_getitem__(cls, item: Any) -> Any:
         return cls  # ExtensionManager[Node] in annotations; isolate.pyi types it
