@@ -17,7 +17,7 @@ import pytest
 import shoal.compat.pyisolate as pyisolate_compat
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_isolate import tiny_package  # noqa: E402
+from test_isolate import tiny_package, venv_root  # noqa: E402,F401  (a fixture)
 
 
 SHARED = '''
@@ -218,9 +218,9 @@ def app(tmp_path):
             sys.modules.pop(m, None)
 
 
-def test_a_pyisolate_program_runs_with_its_imports_changed(app, tmp_path):
+def test_a_pyisolate_program_runs_with_its_imports_changed(app, venv_root):
     host_app, d, pkg = app
-    venvs = tmp_path / "venvs"
+    venvs = venv_root
     out = host_app.main(str(venvs), str(d / "data_ext"), str(d / "torch_ext"), pkg)
     assert out["reply"] == "processed hello"
     # the extension's dependency, pip-installed offline into its own venv, and the
@@ -247,12 +247,12 @@ def test_a_pyisolate_program_runs_with_its_imports_changed(app, tmp_path):
     assert marker.stat().st_mtime_ns == made
 
 
-def test_what_it_does_not_cover_says_so(app, tmp_path):
+def test_what_it_does_not_cover_says_so(app, venv_root):
     host_app, d, pkg = app
     p = pyisolate_compat
     import shared_app
     m = p.ExtensionManager(shared_app.AppExtensionBase,
-                           p.ExtensionManagerConfig(venv_root_path=str(tmp_path / "v")))
+                           p.ExtensionManagerConfig(venv_root_path=str(venv_root)))
     try:
         with pytest.raises(NotImplementedError, match="shoal.isolate.ExtensionConfig"):
             m.load_extension({"name": "x", "module_path": str(d / "torch_ext"),

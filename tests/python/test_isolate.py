@@ -334,9 +334,17 @@ def tiny_package(tmp_path, name="tinypkg_shoal", value="installed"):
     return str(src)
 
 
-def test_venvs_made_per_extension_and_kept(tmp_path):
-    pkg = tiny_package(tmp_path)
+@pytest.fixture
+def venv_root(tmp_path):
+    """Where the test's venvs go; removed after it (pytest keeps its tmp directories)."""
     root = tmp_path / "venvs"
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_venvs_made_per_extension_and_kept(tmp_path, venv_root):
+    pkg = tiny_package(tmp_path)
+    root = venv_root
     path = module(tmp_path, "usespkg", """
         import sys, tinypkg_shoal
         def where():
