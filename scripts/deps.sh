@@ -9,6 +9,8 @@ set -euo pipefail
 
 pkgs=(gcc make cmake pkg-config libc6-dev clang-format libmsgpack-dev libcjson-dev libssl-dev openssl libdlpack-dev libseccomp-dev libcurl4-openssl-dev etcd-server python3
 	libboost-context-dev python3-dev python3-pytest python3-numpy python3-torch python3-cloudpickle
+	# an isolated extension's venv (shoal.isolate venv_root_path), pip installing local packages offline
+	python3-venv python3-pip python3-setuptools
 	openmpi-bin openssh-client openssh-server slurmd slurmctld slurm-client)
 case "${1:-}" in
 bench) pkgs+=(golang-go python3-ipyparallel python3-mpi4py) ;;

@@ -5,6 +5,7 @@ shoal.tasks; nothing is made from what another process sends but msgpack's kinds
 sets, tensors and registered types."""
 from __future__ import annotations
 
+import os
 import weakref
 from _thread import _local as _ThreadLocal  # threading.local, without importing threading
 
@@ -46,6 +47,9 @@ class _Sharing(_ThreadLocal):
     # client deletes the objects made for a task once its result is taken (a view of
     # one outlives the object's id, which then cannot be got)
     views = True
+    # the host's CPU torch tensors go as shared memory the extension maps writable
+    # (share_torch, where the extension can open the host's descriptors: not strict)
+    host_share = False
 
 
 _CTX = _Sharing()
@@ -119,7 +123,141 @@ def _forget(entry: Tuple[int, int, int, Any]) -> None:
         pass
 
 
+# ---- the host's tensors, shared both ways (share_torch) ----
+#
+# torch.multiprocessing's meaning, which pyisolate users rely on: an extension's in-place
+# write to a tensor the host passed is the host's tensor's. The host moves the tensor's
+# storage into shared memory in place (torch's own _share_fd_cpu_, what share_memory_()
+# does: every tensor on that storage follows, and it is done once: the next call finds
+# it there) and sends the descriptor's number, its inode and the view's geometry; the
+# extension opens /proc/HOST/fd/N (the same uid: basic or no sandbox) and maps it
+# writable. These tensors are mutable, outside the store and its immutability. A tensor
+# the extension sends back that is a view of such memory comes back as a view of the
+# host's own tensor (only of what the host shared: anything else the extension names is
+# refused).
+
+_HOST_TENSOR = "shoal.isolate.host_tensor"
+# host: (fd, inode) -> a weak reference to a tensor on that storage
+_SHARED_OUT: Dict[Tuple[int, int], Any] = {}
+# extension: (pid, fd, inode, dtype) -> a weak reference to the newest view made of it
+_MAPPED: Dict[Tuple[int, int, int, str], Any] = {}
+# extension: the address of each mapping of host memory -> (fd, inode, a weak reference
+# to the mmap), while mapped (any tensor on that storage, a slice made there too, goes
+# back as a view of the host's)
+_MAPPED_AT: Dict[int, Tuple[int, int, Any]] = {}
+
+
+def _host_shared(o: Any) -> Any:
+    """The ("type", ...) value of a host tensor shared in place, or None where it cannot
+    be (not CPU, not strided, empty)."""
+    try:
+        # a conjugate or negative view is a bit on the tensor, not in its bytes, and a
+        # quantized one has its scale outside them: those go as values (copied or stored)
+        if (o.device.type != "cpu" or o.layout is not _torch().strided or o.numel() == 0
+                or o.is_conj() or o.is_neg() or o.is_quantized):
+            return None
+        st = _storage(o)
+        if st.nbytes() == 0:
+            return None
+        fd, size = st._share_fd_cpu_()
+        ino = os.fstat(fd).st_ino
+    except (AttributeError, RuntimeError, NotImplementedError, OSError):
+        return None
+    key = (int(fd), int(ino))
+    ref = _SHARED_OUT.get(key)
+    if ref is None or ref() is None:
+        _SHARED_OUT[key] = weakref.ref(o, lambda _r, k=key: _SHARED_OUT.pop(k, None)
+                                       if _SHARED_OUT.get(k) is _r else None)
+    return ("type", _HOST_TENSOR, [os.getpid(), key[0], key[1], int(size),
+                                   o.storage_offset(), list(o.shape), list(o.stride()),
+                                   str(o.dtype)])
+
+
+def _storage(o: Any) -> Any:
+    """A tensor's untyped storage (torch 2's call, or torch 1.13's, which lacks it)."""
+    f = getattr(o, "untyped_storage", None)
+    return f() if f is not None else o.storage().untyped()
+
+
+def _torch() -> Any:
+    import torch
+    return torch
+
+
+def _dtype(name: Any) -> Any:
+    torch = _torch()
+    dt = getattr(torch, name[6:], None) if isinstance(name, str) and \
+        name.startswith("torch.") else None
+    if not isinstance(dt, torch.dtype):
+        raise ValueError("a shared tensor of dtype %r: expected a torch dtype" % (name,))
+    return dt
+
+
+def _decode_host_tensor(p: Any) -> Any:
+    """In the extension: the host's tensor, mapped writable."""
+    torch = _torch()
+    pid, fd, ino, size, offset, shape, stride, dtname = p
+    dt = _dtype(dtname)
+    key = (pid, fd, ino, dtname)
+    ref = _MAPPED.get(key)
+    old = ref() if ref is not None else None
+    if old is None:
+        import mmap
+        path = "/proc/%d/fd/%d" % (pid, fd)
+        try:
+            f = os.open(path, os.O_RDWR)
+        except OSError as e:
+            raise PermissionError(
+                "a tensor the host shares (share_torch) could not be mapped: %s (the "
+                "extension opens the host's shared memory as the host's uid: sandbox none "
+                "or basic)" % e) from None
+        try:
+            if os.fstat(f).st_ino != ino:
+                raise ValueError("a tensor the host shares was gone before it was mapped")
+            mm = mmap.mmap(f, size)
+        finally:
+            os.close(f)
+        itemsize = torch.empty((), dtype=dt).element_size()
+        old = torch.frombuffer(mm, dtype=dt, count=size // itemsize)
+        addr = old.data_ptr()
+        # the mapping lives as long as a tensor on it does (the storage holds the mmap)
+        _MAPPED_AT[addr] = (fd, ino, weakref.ref(mm, lambda _r, a=addr: _MAPPED_AT.pop(a, None)
+                                                 if _MAPPED_AT.get(a, (0, 0, None))[2] is _r
+                                                 else None))
+    v = torch.as_strided(old, shape, stride, offset)
+    _MAPPED[key] = weakref.ref(v, lambda _r, k=key: _MAPPED.pop(k, None)
+                               if _MAPPED.get(k) is _r else None)
+    _MADE.append(v)  # kept until the next call's arguments: the mapping is reused
+    return v
+
+
+def _decode_host_ref(p: Any) -> Any:
+    """In the host: a view of a tensor this host shared, which the extension returns."""
+    torch = _torch()
+    fd, ino, offset, shape, stride, dtname = p
+    ref = _SHARED_OUT.get((fd, ino))
+    base = ref() if ref is not None else None
+    if base is None:
+        raise ValueError("an extension returned a view of host memory that this host did "
+                         "not share (or no longer holds)")
+    if _dtype(dtname) != base.dtype:
+        raise ValueError("an extension returned a view of host memory as %s; the host "
+                         "shared it as %s" % (dtname, base.dtype))
+    # as_strided checks the view against the storage's bounds (set_ would not)
+    return torch.as_strided(base, shape, stride, offset)
+
+
 def _encode(o: Any) -> Tuple[Any, ...]:
+    if _IN_CHILD and _MAPPED_AT and _is_torch(o) and o.device.type == "cpu":
+        hv = _MAPPED_AT.get(_storage(o).data_ptr())
+        if hv is not None:
+            return ("type", _HOST_TENSOR + "_ref", [hv[0], hv[1], o.storage_offset(),
+                                                     list(o.shape), list(o.stride()),
+                                                     str(o.dtype)])
+    elif _CTX.host_share and _is_torch(o):
+        r = _host_shared(o)
+        if r is not None:
+            return r
     if _is_torch(o) or _is_numpy(o):
         buf, dtype, shape = _as_tensor(o, "a %s argument" % type(o).__name__)
         return ("tensor", buf, dtype, shape, _is_torch(o), _store_id(o))
@@ -168,6 +306,12 @@ def _decode_shared(oid: int, torch: bool) -> Any:
 
 
 def _decode_type(name: str, payload: Any) -> Any:
+    # each side takes only what the other may send it: a host never maps what an
+    # extension names, an extension never gets a view of its own memory
+    if name == _HOST_TENSOR and _IN_CHILD:
+        return _decode_host_tensor(payload)
+    if name == _HOST_TENSOR + "_ref" and not _IN_CHILD:
+        return _decode_host_ref(payload)
     from_value = _TYPES_BY_NAME.get(name)
     if from_value is None:
         raise ValueError("a value of type %r arrived, which is not registered here "

@@ -10,8 +10,9 @@ call beside the same function called in the host (the baseline, impl ``local``).
   ``nested_N``: host -> extension -> host singleton -> extension ... N calls into the
   extension deep (the singleton calls the extension again through the proxy the host
   keeps); ``singleton``: the extension calls a host ``ProxiedSingleton`` method.
-- ``NAME_shared``: the same with ``share_torch``: tensors go through the store by
-  reference (a host tensor is put there once, at its first call).
+- ``NAME_shared``: the same with ``share_torch``: a host torch tensor moves into shared
+  memory at its first call (torch's share_memory_()) and the extension maps it, writable
+  (torch.multiprocessing's meaning); numpy arrays are copied as without it.
 - tensor_2gb: one 2 GiB tensor handed, shared, to 5 and 50 extensions that each keep
   it and read every page: what that adds to each (Uss, beside its Uss holding a
   16-element tensor, torch imported), as a share of the tensor.

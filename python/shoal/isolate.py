@@ -18,7 +18,9 @@ host calls.
 
 Values: None, bool, int, float, str, bytes, list, tuple, set, dict, numpy arrays and
 torch tensors (copied through shared-memory rings; with ``share_torch`` in its config,
-torch tensors by reference through a store), and types registered on both sides with
+the host's CPU torch tensors are shared both ways, mutable: an extension's in-place
+write is the host's tensor's, as with torch.multiprocessing; views of store objects go
+by reference through the store, read-only), and types registered on both sides with
 :func:`register_type`. Nothing else is ever constructed from what an extension sends:
 the host never unpickles, imports or calls anything an extension names, so an extension
 cannot run code in its host. An exception in the extension is raised in the host as the
@@ -56,8 +58,10 @@ __all__ = [
     "ExtensionCrashed",
     "ExtensionLoadError",
     "ExtensionManager",
+    "ExtensionManagerConfig",
     "ProxiedSingleton",
     "RemoteError",
+    "local_execution",
     "register_type",
 ]
 
@@ -126,11 +130,23 @@ def _load_module(path: str, name: str) -> Any:
     return module
 
 
+# The extension's event loop: its hooks and async methods run on it, call after call,
+# so that what one leaves there (a task, a lock, a queue bound to the loop) is there at
+# the next, as in pyisolate, whose extension runs one loop for its life.
+_LOOP: Any = None
+
+
 def _run_awaitable(aw: Any) -> Any:
-    """Runs a coroutine to its end on this thread, in a loop of its own when one runs
-    already (a call nested in an async method)."""
+    """Runs a coroutine to its end on this thread: on the extension's loop, or in a loop
+    of its own when one runs already (a call nested in an async method, which cannot
+    wait on the loop it runs in)."""
+    global _LOOP
     import asyncio
     running = asyncio.events._get_running_loop()
+    if running is None and _values._IN_CHILD:
+        if _LOOP is None or _LOOP.is_closed():
+            _LOOP = asyncio.new_event_loop()
+        return _LOOP.run_until_complete(aw)
     loop = asyncio.new_event_loop()
     asyncio.events._set_running_loop(None)
     try:
@@ -138,6 +154,11 @@ def _run_awaitable(aw: Any) -> Any:
     finally:
         loop.close()
         asyncio.events._set_running_loop(running)
+
+
+def _run_hook(r: Any) -> Any:
+    """A hook's result: an ``async def`` hook (pyisolate's are) runs to its end here."""
+    return _run_awaitable(r) if _awaitable(r) else r
 
 
 def _child_start() -> Callable[[Any], Any]:
@@ -155,15 +176,26 @@ def _child_start() -> Callable[[Any], Any]:
             "reached: install them into that Python or venv)" % (", ".join(missing),
                                                                  sys.executable))
     mod_name, _, qual = env["SHOAL_PY_BASE"].partition(":")
+    # shoal.compat.pyisolate's share_torch: pyisolate loads the module and runs every
+    # call under torch.inference_mode()
+    mode: Any = None
+    if env.get("SHOAL_PY_INFERENCE_MODE") == "1":
+        import torch
+        mode = torch.inference_mode
     try:
         base: Any = importlib.import_module(mod_name)
         for part in qual.split("."):
             base = getattr(base, part)
         inst = base()
-        inst.before_module_loaded()
+        _run_hook(inst.before_module_loaded())
         name = env.get("SHOAL_PY_NAME") or "shoal_extension"
-        module = _load_module(env["SHOAL_PY_MODULE"], "shoal_ext_" + "".join(
-            c if c.isalnum() else "_" for c in name))
+        mod_path, mod_as = env["SHOAL_PY_MODULE"], "shoal_ext_" + "".join(
+            c if c.isalnum() else "_" for c in name)
+        if mode is None:
+            module = _load_module(mod_path, mod_as)
+        else:
+            with mode():
+                module = _load_module(mod_path, mod_as)
     except (PermissionError, ModuleNotFoundError) as e:
         # A strict extension is a uid of its own: what the host reads in its home
         # (a 0700 directory) that uid cannot, and a module it cannot read is not found.
@@ -174,7 +206,11 @@ def _child_start() -> Callable[[Any], Any]:
             "%s (the extension runs as uid %d: a strict extension reads its module, its "
             "base class's module and its sys_path as a uid of its own; keep them where "
             "every user can read them)" % (e, os.getuid())) from None
-    inst.on_module_loaded(module)
+    if mode is None:
+        _run_hook(inst.on_module_loaded(module))
+    else:
+        with mode():
+            _run_hook(inst.on_module_loaded(module))
     allowed = set(_public_methods(base))
     store = env.get("SHOAL_PY_STORE")
     if store:
@@ -196,9 +232,15 @@ def _child_start() -> Callable[[Any], Any]:
             method, args, kwargs = call
             if method not in allowed:
                 raise AttributeError("%s has no public method %r" % (base.__qualname__, method))
-            r = getattr(inst, method)(*args, **kwargs)
-            if _awaitable(r):
-                r = _run_awaitable(r)
+            if mode is None:
+                r = getattr(inst, method)(*args, **kwargs)
+                if _awaitable(r):
+                    r = _run_awaitable(r)
+            else:
+                with mode():
+                    r = getattr(inst, method)(*args, **kwargs)
+                    if _awaitable(r):
+                        r = _run_awaitable(r)
             return [0, r]
         except BaseException as e:  # everything goes back to the host
             return _envelope_for(e)
@@ -221,6 +263,38 @@ class _Done:
         yield  # a generator: the await finishes at once
 
 
+def local_execution(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Marks a method of a :class:`ProxiedSingleton` to run in the process that calls it
+    (an extension's own instance) rather than in the host (pyisolate's decorator)."""
+    func._is_local_execution = True  # type: ignore[attr-defined]
+    return func
+
+
+# In an extension, the instances of ProxiedSingletons that are its own: those outside its
+# config's apis, and those whose local_execution methods it calls.
+_LOCAL_SINGLETONS: Dict[type, Any] = {}
+
+
+def _local_instance(cls: type) -> Any:
+    inst = _LOCAL_SINGLETONS.get(cls)
+    if inst is None:
+        inst = _LOCAL_SINGLETONS[cls] = type.__call__(cls)
+    return inst
+
+
+def _singleton_attribute(cls: type, name: str) -> Any:
+    """The ProxiedSingleton class that cls annotates its attribute name with, if any
+    (pyisolate's way for one service to hold another)."""
+    if not any(name in getattr(c, "__annotations__", {}) for c in cls.__mro__):
+        return None
+    import typing
+    try:
+        t = typing.get_type_hints(cls).get(name)
+    except Exception:  # an annotation that does not resolve here: not a service then
+        return None
+    return t if isinstance(t, type) and issubclass(t, ProxiedSingleton) else None
+
+
 class _ServiceProxy:
     def __init__(self, cls: type) -> None:
         self._cls = cls
@@ -228,6 +302,11 @@ class _ServiceProxy:
     def __getattr__(self, method: str) -> Callable[..., Any]:
         if method.startswith("_"):
             raise AttributeError(method)
+        if getattr(getattr(self._cls, method, None), "_is_local_execution", False):
+            return getattr(_local_instance(self._cls), method)
+        other = _singleton_attribute(self._cls, method)
+        if other is not None:
+            return _ServiceProxy(other)  # the host's instance's attribute, as pyisolate
         service = "%s.%s" % (self._cls.__qualname__, method)
 
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -242,7 +321,10 @@ class _Singleton(type):
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if _values._IN_CHILD:
-            return _ServiceProxy(cls)
+            apis = os.environ.get("SHOAL_PY_APIS")
+            if apis is None or cls.__qualname__ in apis.split(","):
+                return _ServiceProxy(cls)
+            return _local_instance(cls)  # not granted by the config: the extension's own
         inst = cls.__dict__.get("_shoal_instance")
         if inst is None:
             inst = super().__call__(*args, **kwargs)
@@ -286,8 +368,22 @@ class ExtensionConfig:
     - python: a Python executable or a venv's directory (made with ``python3 -m venv
       --system-site-packages``); it must be CPython 3.11, as shoal's. None: this one.
     - sys_path, env, cwd: more import paths, environment variables, its directory.
-    - dependencies: modules that must import there; a missing one fails the start.
-    - share_torch: pass tensors through the store rather than copying them.
+    - dependencies: with a manager whose config has ``venv_root_path``, pip requirement
+      specs installed into the extension's own venv (pyisolate's meaning: see
+      :class:`ExtensionManagerConfig`); without one, module names that must import
+      there (nothing is installed), a missing one failing the start.
+    - isolated: pyisolate's meaning: True, the extension gets a venv of its own (with a
+      manager's ``venv_root_path``); False, it runs in the host's Python environment (this
+      Python and its packages, no venv, nothing installed). Either way it is a process of
+      its own, as in pyisolate.
+    - apis: the :class:`ProxiedSingleton` classes whose ``Cls()`` in this extension is the
+      host's instance (pyisolate's meaning); any other ProxiedSingleton there is a local
+      one of the extension's. None (the default): every ProxiedSingleton is the host's.
+    - share_torch: the host's CPU torch tensors are shared with the extension both ways
+      (torch.multiprocessing's meaning): their storage moves into shared memory once
+      (``share_memory_()``) and the extension maps the same pages writable, so an
+      in-place write there is the host's tensor's (see :class:`ExtensionManager`);
+      numpy arrays are copied.
     - sandbox: "none", "basic" (hygiene: a cleared environment, no inherited
       descriptors) or "strict" (namespaces, no privileges, a seccomp allow-list);
       allow_network keeps IP sockets at strict.
@@ -298,8 +394,9 @@ class ExtensionConfig:
     """
 
     _FIELDS = ("name", "module_path", "python", "sys_path", "env", "cwd", "dependencies",
-               "share_torch", "sandbox", "allow_network", "mem_max", "cpu_limit",
-               "max_files", "call_timeout", "start_timeout", "restart", "log_output")
+               "isolated", "apis", "share_torch", "sandbox", "allow_network", "mem_max",
+               "cpu_limit", "max_files", "call_timeout", "start_timeout", "restart",
+               "log_output")
 
     def __init__(self, name: str, module_path: str, python: Optional[str] = None,
                  sys_path: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None,
@@ -308,7 +405,14 @@ class ExtensionConfig:
                  allow_network: bool = False, mem_max: Optional[int] = None,
                  cpu_limit: Optional[int] = None, max_files: Optional[int] = None,
                  call_timeout: Optional[float] = None, start_timeout: Optional[float] = 30.0,
-                 restart: str = "never", log_output: bool = False) -> None:
+                 restart: str = "never", log_output: bool = False, isolated: bool = True,
+                 apis: Optional[List[type]] = None) -> None:
+        self.isolated = isolated
+        self.apis = None if apis is None else list(apis)
+        for a in self.apis or []:
+            if not (isinstance(a, type) and issubclass(a, ProxiedSingleton)):
+                raise TypeError("%s: apis takes ProxiedSingleton subclasses; got %r"
+                                % (name, a))
         self.name = name
         self.module_path = module_path
         self.python = python
@@ -340,10 +444,10 @@ _BOOT = ("import sys; sys.path.insert(0, sys.argv.pop(1)); from shoal import _sh
          "sys.exit(_shoal._run_extension(sys.argv[1:]))")
 
 
-def _python_of(config: ExtensionConfig) -> str:
+def _python_of(config: ExtensionConfig, venv: Optional[str] = None) -> str:
     """The extension's python3: ours (the CPython this package is built for), or the one
-    configured, checked to be our CPython's version."""
-    p = config.python
+    configured (or the venv made for it), checked to be our CPython's version."""
+    p = venv or config.python
     if not p:
         if not sys.executable:
             raise ExtensionLoadError("%s: this Python does not know its executable: give "
@@ -385,6 +489,139 @@ def _base_spec(base: type) -> Tuple[str, str]:
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+# ---- venvs ------------------------------------------------------------------------------
+
+class ExtensionManagerConfig:
+    """How a manager runs its extensions (pyisolate's ExtensionManagerConfig).
+
+    - venv_root_path: where isolated extensions' venvs are made, one per extension, in a
+      directory named after it: ``python3 -m venv --system-site-packages`` of this
+      Python (so that what the host has, numpy, torch and shoal itself, imports there
+      too), then ``pip install`` of its ``dependencies``. A venv is kept, and used again
+      by the next load, while its dependencies, Python and share_torch are the same (a
+      hash of them in the venv's ``.shoal-venv``); made again when they differ. Local
+      paths (a directory, a wheel, ``-e DIR``) install offline (``--no-index
+      --no-build-isolation``, with what this Python has to build them); a requirement
+      from a registry (``numpy>=2``) needs one pip reaches, else the load fails with an
+      :class:`ExtensionLoadError` naming it. None: no venvs; ``dependencies`` are module
+      names that must import in the extension's Python.
+    """
+
+    def __init__(self, venv_root_path: Optional[str] = None) -> None:
+        self.venv_root_path = venv_root_path
+
+    def __repr__(self) -> str:
+        return "ExtensionManagerConfig(venv_root_path=%r)" % (self.venv_root_path,)
+
+
+def _venv_dir_name(name: str) -> str:
+    """A directory name of an extension's name: nothing that climbs out of the root or
+    that a shell would read (pyisolate's rule)."""
+    out = "".join(c if (c.isalnum() or c in "-_.") else "_" for c in name).strip("._")
+    while "__" in out:
+        out = out.replace("__", "_")
+    if not out:
+        raise ValueError("extension name %r has no character a directory name can keep"
+                         % name)
+    return out
+
+
+def _pip_args(name: str, deps: List[str]) -> Tuple[List[str], List[str]]:
+    """pip's arguments for the dependencies, and the requirements among them that need a
+    registry (the rest are local paths, installed offline)."""
+    args: List[str] = []
+    remote: List[str] = []
+    i = 0
+    while i < len(deps):
+        d = deps[i].strip()
+        i += 1
+        if not d:
+            continue
+        if d == "-e" or d.startswith("-e "):
+            path = d[2:].strip() if d != "-e" else (deps[i].strip() if i < len(deps) else "")
+            if d == "-e":
+                i += 1
+            if not path or not os.path.exists(path):
+                raise ExtensionLoadError("%s: dependency -e %s: expected an existing "
+                                         "directory to install in editable mode" % (name, path))
+            args += ["-e", os.path.abspath(path)]
+            continue
+        if d.startswith("-"):
+            raise ValueError("%s: dependency %r: expected a requirement or a path, not a pip "
+                             "option (only -e DIR is taken)" % (name, d))
+        if any(c in d for c in ("\n", "\r", "\0")):
+            raise ValueError("%s: dependency %r: a requirement is one line" % (name, d))
+        local = d[7:] if d.startswith("file://") else d
+        if os.sep in local and os.path.exists(local) or os.path.isdir(local) or (
+                local.endswith(".whl") and os.path.exists(local)):
+            args.append(os.path.abspath(local))
+        else:
+            args.append(d)
+            remote.append(d)
+    return args, remote
+
+
+def _make_venv(name: str, root: str, deps: List[str], share_torch: bool) -> str:
+    """The extension's venv under root, made (or made again) unless the one there has
+    these dependencies already."""
+    import hashlib
+    import json
+    import shutil
+    import subprocess
+    args, remote = _pip_args(name, deps)
+    venv = os.path.join(os.path.abspath(root), _venv_dir_name(name))
+    key = hashlib.sha256(json.dumps(
+        {"deps": deps, "python": sys.version, "executable": sys.executable,
+         "share_torch": share_torch}).encode()).hexdigest()
+    marker = os.path.join(venv, ".shoal-venv")
+    try:
+        with open(marker) as f:
+            if f.read().strip() == key:
+                return venv
+    except OSError:
+        pass
+    if os.path.lexists(venv):
+        shutil.rmtree(venv)
+    os.makedirs(os.path.dirname(venv), exist_ok=True)
+    py = os.path.join(venv, "bin", "python3")
+
+    def run(cmd: List[str], what: str) -> None:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           stdin=subprocess.DEVNULL)
+        if p.returncode != 0:
+            raise ExtensionLoadError("%s: %s failed (exit status %d):\n%s" % (
+                name, what, p.returncode, p.stdout.strip()[-4000:]))
+
+    # Without pip of its own: this Python's (Debian's python3-pip, in the system
+    # site-packages the venv sees) installs into the venv it runs in, in a tenth of the
+    # time ensurepip takes; ensurepip only where this Python has none.
+    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv],
+        "making the venv %s (python3 -m venv; Debian needs python3-venv)" % venv)
+    if subprocess.run([py, "-c", "import pip"], stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL).returncode != 0:
+        run([py, "-m", "ensurepip", "--default-pip"], "installing pip into %s" % venv)
+    if args:
+        pip = [py, "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
+               "--no-build-isolation"]
+        if not remote:
+            pip.append("--no-index")
+        else:
+            pip += ["--timeout", "15", "--retries", "1"]
+        p = subprocess.run(pip + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, stdin=subprocess.DEVNULL)
+        if p.returncode != 0:
+            shutil.rmtree(venv, ignore_errors=True)
+            reach = (" (%s from a package registry, which pip could not reach or which has "
+                     "no such release: install it from a local path or wheel instead)"
+                     % ", ".join(remote)) if remote else ""
+            raise ExtensionLoadError("%s: pip could not install the dependencies %s%s:\n%s"
+                                     % (name, ", ".join(deps), reach,
+                                        p.stdout.strip()[-4000:]))
+    with open(marker, "w") as f:
+        f.write(key + "\n")
+    return venv
+
+
 class _Extension:
     """One running extension: its C handle and the thread its async calls run on."""
 
@@ -395,7 +632,21 @@ class _Extension:
         if config.restart not in ("never", "on_crash"):
             raise ValueError("restart %r: expected never or on_crash" % config.restart)
         spec, root = _base_spec(manager.base)
-        exe = _python_of(config)
+        deps = config.dependencies
+        if manager.venv_root_path is not None and config.isolated and config.python is None:
+            exe = _python_of(config, _make_venv(config.name, manager.venv_root_path, deps,
+                                                config.share_torch))
+            deps = []  # installed: pip has checked them
+        else:
+            if not config.isolated and deps and manager.venv_root_path is not None:
+                raise NotImplementedError(
+                    "%s: dependencies %s with isolated=False: the extension runs in the "
+                    "host's Python environment, which shoal does not install into; install "
+                    "them there (and list their module names), or give isolated=True for a "
+                    "venv of its own" % (config.name, ", ".join(deps)))
+            exe = _python_of(config)
+        for api in config.apis or []:
+            api()  # the host's instance exists before the extension asks for it
         env = {k: os.environ[k] for k in _shoal._SANITIZER_ENV if k in os.environ}
         env.update(config.env)
         env.update({
@@ -404,9 +655,11 @@ class _Extension:
             "SHOAL_PY_BASE": spec,
             "SHOAL_PY_SYS_PATH": os.pathsep.join([os.path.abspath(p) for p in config.sys_path]
                                                  + [root]),
-            "SHOAL_PY_DEPENDENCIES": ",".join(config.dependencies),
+            "SHOAL_PY_DEPENDENCIES": ",".join(deps),
             "SHOAL_PY_SANDBOX": config.sandbox,
         })
+        if config.apis is not None:
+            env["SHOAL_PY_APIS"] = ",".join(a.__qualname__ for a in config.apis)
         # Arguments of tens of MiB become new Python objects there call after call, in
         # memory glibc maps afresh each time (32 MiB and up): a page fault per 4 KiB,
         # 0.2 s for 50 MiB on a VM. In 2 MiB pages (glibc asks for them where the
@@ -453,11 +706,14 @@ class _Extension:
 
     def call(self, method: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         where = "%s.%s" % (self.config.name, method)
-        prev = _CTX.client, _CTX.cache
+        prev = _CTX.client, _CTX.cache, _CTX.host_share
         if self.config.share_torch:
             _CTX.client, _CTX.cache = self.manager.client, self.manager.shared
+            # a strict extension is a uid of its own, which cannot open the host's
+            # descriptors: its tensors go through the store, read-only, as copies there
+            _CTX.host_share = self.config.sandbox != "strict"
         else:
-            _CTX.client, _CTX.cache = None, None
+            _CTX.client, _CTX.cache, _CTX.host_share = None, None, False
         try:
             env = self.ext.call("call", [method, list(args), kwargs])
         except Error as e:
@@ -469,7 +725,7 @@ class _Extension:
             again.code, again.message = e.code, msg
             raise again from None
         finally:
-            _CTX.client, _CTX.cache = prev
+            _CTX.client, _CTX.cache, _CTX.host_share = prev
         return _unwrap(env, where)
 
     def stop(self) -> None:
@@ -504,11 +760,22 @@ class _Proxy:
 class ExtensionManager:
     """Starts, calls and stops extensions whose instances are of class base.
 
-    Extensions with ``share_torch`` pass tensors through a store: ``store`` (a socket
-    path, or a :class:`shoal.Store`), else one this manager starts in its process at the
-    first such extension, sized half the machine's memory (a limit, not an allocation).
-    A torch tensor of the host is put there once and passed by reference from then on,
-    until it changes; what arrives is a read-only view, on either side."""
+    Extensions with ``share_torch`` share the host's CPU torch tensors in place: the
+    tensor's storage moves into shared memory at its first call (torch's
+    ``share_memory_()``: every view of it follows; a tensor made with
+    ``torch.from_numpy`` no longer shares the array's memory after) and the extension
+    maps those pages writable, so that writes either side makes are the other's; these
+    tensors are mutable, outside the store and its immutability. What the extension
+    returns of such a tensor is a view of the host's. Under ``sandbox="strict"`` (a uid
+    of its own, which cannot open the host's memory) they go as below, and an in-place
+    write there is the extension's copy's alone.
+
+    A strict extension's host tensors, and views of store objects either side passes,
+    go through a store (numpy arrays and what an extension makes itself are copied):
+    ``store`` (a socket path, or a :class:`shoal.Store`), else one this manager starts
+    in its process at the first such extension, sized half the machine's memory (a
+    limit, not an allocation); a host tensor put there once passes by reference until it
+    changes; what arrives is a read-only view, on either side."""
 
     def __class_getitem__(cls, item: Any) -> Any:
         return cls  # ExtensionManager[Node] in annotations; isolate.pyi types it
@@ -516,6 +783,17 @@ class ExtensionManager:
     def __init__(self, base: Type[T], config: Any = None, *, store: Any = None) -> None:
         if not (isinstance(base, type) and issubclass(base, ExtensionBase)):
             raise TypeError("ExtensionManager takes a subclass of ExtensionBase")
+        if isinstance(config, dict):  # pyisolate's config is a TypedDict
+            unknown = set(config) - {"venv_root_path"}
+            if unknown:
+                raise TypeError("ExtensionManager config: expected venv_root_path; got also "
+                                "%s" % ", ".join(sorted(unknown)))
+            config = ExtensionManagerConfig(**config)
+        if config is not None and not isinstance(config, ExtensionManagerConfig):
+            raise TypeError("ExtensionManager config: expected an ExtensionManagerConfig or "
+                            "None; got %s" % type(config).__name__)
+        self.config = config or ExtensionManagerConfig()
+        self.venv_root_path = self.config.venv_root_path
         self.base = base
         self._exts: Dict[str, _Extension] = {}
         self._store_arg = store

@@ -1,6 +1,6 @@
 """Type stubs of shoal.isolate: isolate.py imports no typing at run time (an extension's
 process imports it at its start), so its generic manager is typed here."""
-from typing import Any, Callable, Dict, Generic, List, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, Generic, List, Optional, Type, TypeVar, Union
 
 T = TypeVar("T")
 
@@ -17,10 +17,19 @@ def register_type(cls: type, to_value: Callable[[Any], Any], from_value: Callabl
                   name: Optional[str] = ...) -> None: ...
 
 class ExtensionBase:
-    def before_module_loaded(self) -> None: ...
-    def on_module_loaded(self, module: Any) -> None: ...
+    # plain or ``async def`` (awaited in the extension): None or an awaitable of None
+    def before_module_loaded(self) -> Any: ...
+    def on_module_loaded(self, module: Any) -> Any: ...
 
 class ProxiedSingleton: ...
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+def local_execution(func: F) -> F: ...
+
+class ExtensionManagerConfig:
+    venv_root_path: Optional[str]
+    def __init__(self, venv_root_path: Optional[str] = ...) -> None: ...
 
 class ExtensionConfig:
     name: str
@@ -30,6 +39,8 @@ class ExtensionConfig:
     env: Dict[str, str]
     cwd: Optional[str]
     dependencies: List[str]
+    isolated: bool
+    apis: Optional[List[Type[ProxiedSingleton]]]
     share_torch: bool
     sandbox: str
     allow_network: bool
@@ -47,11 +58,16 @@ class ExtensionConfig:
                  mem_max: Optional[int] = ..., cpu_limit: Optional[int] = ...,
                  max_files: Optional[int] = ..., call_timeout: Optional[float] = ...,
                  start_timeout: Optional[float] = ..., restart: str = ...,
-                 log_output: bool = ...) -> None: ...
+                 log_output: bool = ..., isolated: bool = ...,
+                 apis: Optional[List[Type[ProxiedSingleton]]] = ...) -> None: ...
 
 class ExtensionManager(Generic[T]):
     base: Type[T]
-    def __init__(self, base: Type[T], config: Any = ..., *, store: Any = ...) -> None: ...
+    config: ExtensionManagerConfig
+    venv_root_path: Optional[str]
+    def __init__(self, base: Type[T],
+                 config: Union[ExtensionManagerConfig, Dict[str, Any], None] = ..., *,
+                 store: Any = ...) -> None: ...
     def store_socket(self) -> str: ...
     @property
     def client(self) -> Any: ...

@@ -76,3 +76,37 @@ class Node(si.ExtensionBase):
 
     def host_error(self):
         return Counter().boom()
+
+
+class Registry(si.ProxiedSingleton):
+    """A host service an extension is granted by its config's apis (or not)."""
+
+    def __init__(self):
+        self.where = os.getpid()
+
+    def pid(self):
+        return self.where
+
+
+class AsyncNode(Node):
+    """pyisolate's hooks are coroutines: awaited in the extension, in order, on the loop
+    its async methods run on after."""
+
+    async def before_module_loaded(self):
+        import asyncio
+        await asyncio.sleep(0)
+        self.order = ["before-async"]
+        self.loop = asyncio.get_running_loop()
+
+    async def on_module_loaded(self, module):
+        import asyncio
+        await asyncio.sleep(0)
+        self.order.append("loaded-async:" + module.__name__.rsplit("_", 1)[-1])
+        self.mod = module
+
+    async def same_loop(self):
+        import asyncio
+        return asyncio.get_running_loop() is self.loop
+
+    def registry_pid(self):
+        return Registry().pid()

@@ -151,6 +151,32 @@ def test_hooks_run_in_order_in_another_process(node):
     assert node.add(2, b=3) == 5
 
 
+def test_async_hooks_are_awaited_and_async_methods_share_their_loop(tmp_path):
+    with si.ExtensionManager(iso_app.AsyncNode) as m:
+        n = m.load_extension(si.ExtensionConfig(
+            name="hooks", module_path=module(tmp_path, "hooked", "def three():\n    return 3\n")))
+        # the module was handed over: a hook's coroutine ran to its end
+        assert n.order_of_hooks() == ["before-async", "loaded-async:hooks"]
+        assert n.run("three") == 3
+        assert n.same_loop() is True and n.same_loop() is True
+
+        async def main():
+            return await n.same_loop()
+        assert asyncio.run(main()) is True
+
+
+def test_apis_grant_the_hosts_singleton(tmp_path):
+    path = module(tmp_path, "granted", "x = 1")
+    with si.ExtensionManager(iso_app.AsyncNode) as m:
+        yes = m.load_extension(si.ExtensionConfig(name="yes", module_path=path,
+                                                  apis=[iso_app.Registry]))
+        no = m.load_extension(si.ExtensionConfig(name="no", module_path=path, apis=[]))
+        assert yes.registry_pid() == os.getpid()  # the host's instance
+        assert no.registry_pid() == no.pid()  # not granted: the extension's own
+    with pytest.raises(TypeError, match="ProxiedSingleton"):
+        si.ExtensionConfig(name="bad", module_path=path, apis=[dict])
+
+
 def test_environment_working_directory_and_sys_path(manager, tmp_path):
     lib = tmp_path / "lib"
     lib.mkdir()
@@ -290,6 +316,81 @@ def test_a_venv_with_system_site_packages(manager, tmp_path):
     assert n.run("prefix") == str(venv)
 
 
+def tiny_package(tmp_path, name="tinypkg_shoal", value="installed"):
+    """A package's source tree, for pip to install offline (setuptools, no build
+    isolation: what Debian's python3 has)."""
+    src = tmp_path / ("src_" + name)
+    (src / name).mkdir(parents=True)
+    (src / "pyproject.toml").write_text(textwrap.dedent("""
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "%s"
+        version = "0.1"
+    """ % name.replace("_", "-")))
+    (src / name / "__init__.py").write_text("VALUE = %r\n" % value)
+    return str(src)
+
+
+@pytest.fixture
+def venv_root(tmp_path):
+    """Where the test's venvs go; removed after it (pytest keeps its tmp directories)."""
+    root = tmp_path / "venvs"
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_venvs_made_per_extension_and_kept(tmp_path, venv_root):
+    pkg = tiny_package(tmp_path)
+    root = venv_root
+    path = module(tmp_path, "usespkg", """
+        import sys, tinypkg_shoal
+        def where():
+            return [tinypkg_shoal.VALUE, sys.prefix]
+    """)
+    cfg = si.ExtensionManagerConfig(venv_root_path=str(root))
+    venv = root / "with_pkg"
+    with si.ExtensionManager(iso_app.Node, cfg) as m:
+        n = m.load_extension(si.ExtensionConfig(name="with pkg", module_path=path,
+                                                dependencies=[pkg]))
+        assert n.run("where") == ["installed", str(venv)]
+    marker = venv / ".shoal-venv"
+    made = marker.stat().st_mtime_ns
+    (venv / "left-by-the-test").write_text("")
+    # the same dependencies again (another manager, as a new run of the program): kept
+    with si.ExtensionManager(iso_app.Node, {"venv_root_path": str(root)}) as m:
+        n = m.load_extension(si.ExtensionConfig(name="with pkg", module_path=path,
+                                                dependencies=[pkg]))
+        assert n.run("where") == ["installed", str(venv)]
+    assert marker.stat().st_mtime_ns == made and (venv / "left-by-the-test").exists()
+    # other dependencies: made again, here editable (-e), offline too
+    with si.ExtensionManager(iso_app.Node, cfg) as m:
+        n = m.load_extension(si.ExtensionConfig(name="with pkg", module_path=path,
+                                                dependencies=["-e", pkg]))
+        assert n.run("where") == ["installed", str(venv)]
+    assert not (venv / "left-by-the-test").exists()
+    # a requirement from a registry: pip tries; none answers here, and the error names it
+    with si.ExtensionManager(iso_app.Node, cfg) as m:
+        with pytest.raises(si.ExtensionLoadError, match="surely-not-a-shoal-pkg==1.0"):
+            m.load_extension(si.ExtensionConfig(
+                name="remote", module_path=path,
+                dependencies=[pkg, "surely-not-a-shoal-pkg==1.0"]))
+        assert not (root / "remote").exists()  # a venv that failed is not kept
+        with pytest.raises(ValueError, match="not a pip option"):
+            m.load_extension(si.ExtensionConfig(name="opt", module_path=path,
+                                                dependencies=["--index-url=http://x"]))
+        # isolated=False: the host's Python, no venv, nothing installed
+        n = m.load_extension(si.ExtensionConfig(name="host env", module_path=module(
+            tmp_path, "hostenv", "import sys\ndef prefix():\n    return sys.prefix\n"),
+            isolated=False))
+        assert n.run("prefix") == sys.prefix and not (root / "host_env").exists()
+        with pytest.raises(NotImplementedError, match="isolated=True"):
+            m.load_extension(si.ExtensionConfig(name="host deps", module_path=path,
+                                                isolated=False, dependencies=[pkg]))
+
+
 def test_a_hostile_reply_is_refused_or_data(node):
     with pytest.raises(ValueError) as e:
         node.run("forged", "type")  # a type registered there under a name we lack
@@ -404,31 +505,85 @@ def strict_sandbox_refuses_sockets_and_ptrace(manager, d):
     assert torch.equal(s.echo(t), t) and torch.equal(s.echo([t, t])[1], t)
 
 
-def test_shared_tensors_go_by_reference(tmp_path):
+SHARED_MODULE = """
+def bump(t, by=1):
+    t.add_(by)
+
+def first(t):
+    return float(t.reshape(-1)[0])
+
+def ptr(t):
+    return t.data_ptr()
+
+def back(t):
+    return t[1:]
+
+def fresh():
+    import torch
+    return torch.ones(3)
+
+def forge_ref(kind, t=None):
+    import shoal.isolate as si
+    from shoal import _values
+    if kind == "unshared":
+        payload = [3, 1, 0, [1], [1], "torch.float32"]
+    else:  # a view of what the host did share, past its end
+        fd, ino, _ = _values._MAPPED_AT[t.storage().data_ptr()]
+        payload = [fd, ino, 0, [t.numel() + 1], [1], str(t.dtype)]
+    si.register_type(complex, lambda c: payload, complex,
+                     name="shoal.isolate.host_tensor_ref")
+    return 1j
+"""
+
+
+def test_shared_tensors_are_shared_both_ways(tmp_path):
+    """share_torch: torch.multiprocessing's meaning, pyisolate's. The host's tensor moves
+    into shared memory in place and the extension maps it writable: its in-place writes
+    are the host's tensor's (before: the tensor arrived read-only from the store and
+    t.add_(1) killed the extension with SIGSEGV)."""
     torch = pytest.importorskip("torch")
     with shoal.Store(size=1 << 30, socket=str(tmp_path / "s.sock")) as store, \
             si.ExtensionManager(iso_app.Node, store=store) as manager:
         n = manager.load_extension(si.ExtensionConfig(
-            name="shared", module_path=module(tmp_path, "sh", "x = 1"), share_torch=True))
+            name="shared", module_path=module(tmp_path, "sh", SHARED_MODULE),
+            share_torch=True, env={"ASAN_OPTIONS": "handle_segv=0:detect_leaks=0"}))
         client = manager.client
         base = client.stat()
-        t = torch.rand(256, 1024)
-        r1 = n.echo(t)
-        assert torch.equal(r1, t) and r1.data_ptr() != t.data_ptr()
-        objects = client.stat()["objects"]
-        for _ in range(20):
-            r2 = n.echo(t)
-            # the same store pages every time: put once, mapped, never copied
-            assert r2.data_ptr() == r1.data_ptr()
-        assert client.stat()["objects"] == objects
-        t += 1  # changed: shared again, the next call sees the new values
-        r3 = n.echo(t)
-        assert torch.equal(r3, t) and not torch.equal(r3, r1)
-        a = np.arange(1000.0)  # numpy has no version counter: shared anew each call
+        t = torch.zeros(256, 1024)
+        view = t[3:5]  # a view the host keeps: it follows the storage into shared memory
+        assert n.run("bump", t) is None
+        assert float(t.sum()) == t.numel() and float(view.sum()) == view.numel()
+        n.run("bump", t[10], 5)  # a view of it, written there
+        assert torch.equal(t[10], torch.full((1024,), 6.0)) and float(t[11, 0]) == 1
+        t += 1  # the host's write is seen there
+        assert n.run("first", t) == 2.0
+        nc = t.t()  # not contiguous: the same storage
+        n.run("bump", nc)
+        assert float(t[0, 0]) == 3.0
+        # passed call after call: mapped once, the same pages each time
+        p = n.run("ptr", t)
+        assert all(n.run("ptr", t) == p for _ in range(20))
+        assert client.stat()["objects"] == base["objects"]  # torch goes outside the store
+        # what the extension returns of it is a view of the host's own tensor
+        r = n.run("back", t)
+        assert r.data_ptr() == t[1:].data_ptr() and torch.equal(r, t[1:])
+        r.add_(1)
+        assert float(t[1, 0]) == 4.0 and float(t[0, 0]) == 3.0
+        assert torch.equal(n.echo(t), t) and n.echo(t).data_ptr() == t.data_ptr()
+        assert torch.equal(n.run("fresh"), torch.ones(3))  # its own: copied
+        for dt in (torch.int64, torch.bfloat16, torch.bool, torch.uint8):
+            x = torch.zeros(5, dtype=dt)
+            assert torch.equal(n.echo(x), x) and n.echo(x).data_ptr() == x.data_ptr()
+        # the extension may name only what the host shared with it, within its bounds
+        with pytest.raises(ValueError, match="did not share"):
+            n.run("forge_ref", "unshared")
+        with pytest.raises(RuntimeError, match="out of bounds"):
+            n.run("forge_ref", "past_end", t)
+        a = np.arange(1000.0)  # numpy arrays: copied, as before
         got = n.echo([a, {"t": torch.ones(3)}])
         assert np.array_equal(got[0], a)
         assert torch.equal(got[1]["t"], torch.ones(3))
-        del t, r1, r2, r3, got
+        del t, view, nc, r, got, a
         n.add(1, 1)  # an extension holds the last result it returned until its next call
         gc.collect()
         assert client.stat()["used"] == base["used"]  # everything shared is freed
