@@ -1,0 +1,1 @@
+"""vineyard.contrib.ml on shoal: only ``torch`` (``torch_context``) is covered."""
