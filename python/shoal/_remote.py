@@ -20,11 +20,14 @@ class RemoteError(Exception):
     names (``type_name``, ``message``, ``remote_traceback``) and ipyparallel's
     (``ename``: the class's own name, ``evalue``, ``traceback``, ``engine_info``).
 
-    When the remote class is a Python builtin, or a class of a module already imported
-    in this process, what is raised is both: an instance of a class derived from this
-    one and from that class, so ``except ZeroDivisionError`` and ``except RemoteError``
-    both catch it. A module is never imported for it: the other side's data names
-    classes, and importing would run code of its choosing."""
+    When the remote class is a Python builtin (or, for a task farm's client that takes
+    pickles from its engines, a class of a module already imported in this process),
+    what is raised is both: an instance of a class derived from this one and from that
+    class, so ``except ZeroDivisionError`` and ``except RemoteError`` both catch it. A
+    module is never imported for it: the other side's data names classes, and importing
+    would run code of its choosing; an isolated extension, which is not trusted, is
+    given builtins only (making a class derived from another runs code of that class's
+    own)."""
 
     # no __weakref__ slot of its own: a class derived from this one and from a builtin
     # of another layout (OSError's) must still be possible
@@ -127,10 +130,12 @@ def _loaded_class(name: str) -> Optional[Type[BaseException]]:
 _DUALS: Dict[type, type] = {}
 
 
-def _dual_class(type_name: str) -> type:
+def _dual_class(type_name: str, loaded: bool) -> type:
     """RemoteError, or a class derived from it and the class type_name names (a builtin
-    of the table, or a class of a module imported here)."""
-    cls = _BUILTIN_ERRORS.get(type_name) or _loaded_class(type_name)
+    of the table, or with loaded, a class of a module imported here)."""
+    cls = _BUILTIN_ERRORS.get(type_name)
+    if cls is None and loaded:
+        cls = _loaded_class(type_name)
     if cls is None or issubclass(cls, RemoteError):
         return RemoteError
     d = _DUALS.get(cls)
@@ -168,9 +173,10 @@ def _make(cls: type, type_name: str, message: str = "", tb: str = "",
 
 def _remote_error(type_name: str, message: str, tb: str = "",
                   engine_info: Optional[Dict[str, Any]] = None,
-                  where: str = "") -> RemoteError:
-    """The exception that stands for a remote one (see RemoteError)."""
-    cls = _dual_class(type_name)
+                  where: str = "", loaded: bool = False) -> RemoteError:
+    """The exception that stands for a remote one (see RemoteError); loaded: also of a
+    class of a module imported here (a trusted sender only)."""
+    cls = _dual_class(type_name, loaded)
     exc = _make(cls, type_name, message, tb, engine_info)
     if cls is not RemoteError:  # str() is the message only: the traceback goes in a note
         exc.add_note("remote traceback%s:\n%s" % (" (%s)" % where if where else "",
@@ -178,9 +184,10 @@ def _remote_error(type_name: str, message: str, tb: str = "",
     return exc
 
 
-def _unwrap(env: Any, where: str) -> Any:
+def _unwrap(env: Any, where: str, loaded: bool = False) -> Any:
     """The result of an envelope, or its exception raised. Everything in it is data the
-    other side chose: checked, and only builtin exception classes are made from it."""
+    other side chose: checked, and only builtin exception classes are made from it
+    (loaded: also classes of modules imported here, for a trusted sender)."""
     if not isinstance(env, list) or len(env) != 2 or env[0] not in (0, 1):
         raise ValueError("%s: a reply that is not [status, value]" % where)
     if env[0] == 0:
@@ -189,4 +196,5 @@ def _unwrap(env: Any, where: str) -> Any:
     if not isinstance(err, dict) or not all(isinstance(err.get(k), str)
                                             for k in ("type", "message", "traceback")):
         raise ValueError("%s: an error reply without type, message and traceback" % where)
-    raise _remote_error(err["type"], err["message"], err["traceback"], where=where)
+    raise _remote_error(err["type"], err["message"], err["traceback"], where=where,
+                        loaded=loaded)
