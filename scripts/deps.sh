@@ -2,16 +2,17 @@
 # Installs the Debian packages shoal needs, only when some are missing: a
 # fast no-op otherwise (one dpkg-query). `apt-get update` runs at most once,
 # and only when an install is needed.
-#   scripts/deps.sh          build and test dependencies
-#   scripts/deps.sh bench    plus what `make run` compares against (Go, ipyparallel)
+#   scripts/deps.sh          build and test dependencies (ipyparallel: the drop-in's
+#                            test runs the same program against it)
+#   scripts/deps.sh bench    plus what `make run` compares against (Go, mpi4py)
 #   scripts/deps.sh cross    plus the aarch64 cross compiler and qemu-user
 set -euo pipefail
 
 pkgs=(gcc make cmake pkg-config libc6-dev clang-format libmsgpack-dev libcjson-dev libssl-dev openssl libdlpack-dev libseccomp-dev libcurl4-openssl-dev etcd-server python3
-	libboost-context-dev python3-dev python3-pytest python3-numpy python3-torch python3-cloudpickle
+	libboost-context-dev python3-dev python3-pytest python3-numpy python3-torch python3-cloudpickle python3-ipyparallel
 	openmpi-bin openssh-client openssh-server slurmd slurmctld slurm-client)
 case "${1:-}" in
-bench) pkgs+=(golang-go python3-ipyparallel python3-mpi4py) ;;
+bench) pkgs+=(golang-go python3-mpi4py) ;;
 cross) pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user) ;;
 fuzz) pkgs+=(clang libclang-rt-dev) ;;
 "") ;;

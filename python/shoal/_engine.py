@@ -14,6 +14,7 @@ from . import _values
 from ._remote import _envelope_for
 
 _ENGINE_STORE: Optional[str] = None  # the engine's --store (set by shoal.engine)
+_IN_ENGINE = False  # this process runs tasks (set by _engine_start)
 
 
 def _note_store(args: List[str]) -> None:
@@ -73,6 +74,8 @@ def _function_of(ref: Any) -> Callable[..., Any]:
 def _engine_start() -> Callable[[Any], Any]:
     """In a Python engine (python3 -m shoal.engine, called by its C side): the dispatcher
     of its tasks."""
+    global _IN_ENGINE
+    _IN_ENGINE = True
     fns: Dict[Any, Callable[..., Any]] = {}
     if _ENGINE_STORE:
         # arrays and tensors shared through the store arrive as views through this

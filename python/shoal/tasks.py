@@ -366,14 +366,15 @@ class AsyncResult(concurrent.futures.Future):  # type: ignore[type-arg]
     def wait_interactive(self, interval: float = 0.1, timeout: Optional[float] = -1,
                          widget: Optional[bool] = None) -> None:
         """Waits until done (timeout seconds at most; None or < 0: no bound), drawing a
-        text progress bar every interval seconds: on stdout in a notebook's kernel, else
-        on stderr. Returns, without raising, when timeout passed (as ipyparallel's)."""
+        text progress bar on stdout every interval seconds (where ipyparallel draws its
+        own outside a notebook; in one, the cell's output). Returns, without raising, when
+        timeout passed (as ipyparallel's)."""
         if widget:
             raise NotImplementedError("wait_interactive(widget=True): shoal draws a text "
                                       "progress bar only (widget=None or False)")
         if timeout is not None and timeout < 0:
             timeout = None
-        out = sys.stdout if "ipykernel" in sys.modules else sys.stderr
+        out = sys.stdout
         n, t0 = len(self), time.monotonic()
         while not self.done():
             left = None if timeout is None else timeout - (time.monotonic() - t0)
@@ -846,7 +847,7 @@ class LoadBalancedView:
 # the engine's side of a DirectView (shoal._engine): functions by reference
 _NS_CALL, _NS_MAP = "shoal._engine:_ns_call", "shoal._engine:_ns_map"
 _NS_PUSH, _NS_PULL = "shoal._engine:_ns_push", "shoal._engine:_ns_pull"
-_NS_EXECUTE = "shoal._engine:_ns_execute"
+_NS_EXECUTE, _NS_CLEAR = "shoal._engine:_ns_execute", "shoal._engine:_ns_clear"
 
 
 def _check_targets(targets: Any, ids: List[int]) -> Any:
@@ -1057,6 +1058,49 @@ class DirectView:
         payload = _payload(_NS_PULL, (key,), {})
         return self._each([(e, payload) for e in ids], False, block, "gather",
                           join=_concatenate)
+
+    def clear(self, targets: Any = None, block: Optional[bool] = None) -> Any:
+        """Empties each engine's namespace."""
+        ids, single = self._ids(targets)
+        payload = _payload(_NS_CLEAR, (), {})
+        return self._each([(e, payload) for e in ids], single, block, "clear")
+
+    @contextlib.contextmanager
+    def sync_imports(self, local: bool = True, quiet: bool = False) -> Iterator[None]:
+        """The imports written in the block (``with view.sync_imports(): import numpy``)
+        are made on each engine too, into its namespace, once the block ends (blocks,
+        raising what an engine's import raised); local=False: not here."""
+        import builtins
+        caller = sys._getframe(2)  # the with statement's frame (1 is contextmanager's)
+        real = builtins.__import__
+        seen: List[str] = []
+
+        def hook(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (),
+                 level: int = 0) -> Any:
+            if sys._getframe(1) is caller and level == 0:  # the block's own imports
+                if fromlist:
+                    seen.append("from %s import %s" % (name, ", ".join(fromlist)))
+                else:
+                    seen.append("import %s" % name)
+                if not local:
+                    if fromlist:
+                        raise NotImplementedError(
+                            "sync_imports(local=False) with 'from %s import ...': names "
+                            "cannot be bound here to what is not imported here; expected "
+                            "local=True, or view.execute(%r)" % (name, seen[-1]))
+                    import types
+                    return types.ModuleType(name, "imported on the engines only")
+            return real(name, globals, locals, fromlist, level)
+        builtins.__import__ = hook
+        try:
+            yield
+        finally:
+            builtins.__import__ = real
+        for stmt in seen:
+            if not quiet:
+                print("%s on engine(s)" % stmt.replace("import", "importing", 1)
+                      if stmt.startswith("import") else stmt + " on engine(s)")
+            self.execute(stmt, block=True)
 
     def update(self, ns: Dict[str, Any]) -> Any:
         """push(ns) with the view's block."""

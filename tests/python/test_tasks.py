@@ -411,14 +411,14 @@ def test_direct_view_errors_and_results(rc, capsys):
     with pytest.raises(st.RemoteError) as one:  # a single engine: its own exception
         rc[rc.ids[0]].apply_sync(boom, 0)
     assert isinstance(one.value, ZeroDivisionError) and one.value.evalue
-    # progress, len, wait, elapsed, wait_interactive's bar (on stderr outside a notebook)
+    # progress, len, wait, elapsed, wait_interactive's bar (on stdout, as ipyparallel's)
     ar = dv.map(task_app.nap, [0.3] * 4)
     assert len(ar) == 2 and 0 <= ar.progress <= 2
     assert ar.wait(0.01) is False or ar.ready()
     ar.wait_interactive(interval=0.05)
     assert ar.ready() and ar.progress == 2 and ar.successful() and ar.elapsed >= 0.3
-    err = capsys.readouterr().err
-    assert "2/2 tasks" in err and "[" + "#" * 30 + "]" in err
+    out = capsys.readouterr().out
+    assert "2/2 tasks" in out and "[" + "#" * 30 + "]" in out
     slow = rc[rc.ids[0]].apply_async(task_app.nap, 1.0)
     t0 = time.monotonic()
     slow.wait_interactive(interval=0.05, timeout=0.2)  # returns, not done, without raising
