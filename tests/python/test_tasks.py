@@ -454,3 +454,21 @@ def test_client_finds_the_default_cluster(tmp_path, monkeypatch):
             st.Client(c.url, cluster="default")
     with pytest.raises(FileNotFoundError):
         st.default_cluster_url()
+
+
+def test_a_direct_view_call_to_an_engine_that_died_fails():
+    with st.Cluster(n=2) as c:
+        rc = c.client()
+        doomed = rc.ids[0]
+        pid = rc[doomed].apply_sync(task_app.pid)
+        busy = rc[doomed].apply_async(task_app.nap, 5)
+        behind = rc[:].apply_async(task_app.add, 1, 1)  # one task for each engine
+        time.sleep(0.2)  # the nap has begun (it does not matter if not: it fails alike)
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(st.EngineError):
+            busy.get(20)
+        with pytest.raises(st.EngineError, match="which has gone"):
+            behind.get(20)  # its other engine's result came; this one's task failed
+        with pytest.raises(IndexError, match="no such engine"):
+            rc[doomed].apply_sync(task_app.add, 1, 1)
+        assert rc[:].apply_sync(task_app.add, 1, 1) == [2]  # the one left
