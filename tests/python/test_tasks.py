@@ -471,3 +471,27 @@ def test_a_direct_view_call_to_an_engine_that_died_fails():
         with pytest.raises(IndexError, match="no such engine"):
             rc[doomed].apply_sync(task_app.add, 1, 1)
         assert rc[:].apply_sync(task_app.add, 1, 1) == [2]  # the one left
+
+
+def test_direct_view_clear_and_sync_imports(rc, capsys):
+    dv = rc.direct_view(block=True)
+    dv.push({"kept": 1})
+    dv.clear()
+    with pytest.raises(st.CompositeError) as e:
+        dv.pull("kept")
+    assert [x[0] for x in e.value.elist] == ["NameError", "NameError"]
+    with dv.sync_imports():
+        import colorsys  # noqa: F401
+        from json import dumps  # noqa: F401
+    out = capsys.readouterr().out
+    assert "importing colorsys on engine(s)" in out and "from json import dumps" in out
+    f = interactive("def f():\n    return [colorsys.__name__, dumps([1])]\n", "f")
+    assert dv.apply(f) == [["colorsys", "[1]"]] * 2
+    with pytest.raises(ModuleNotFoundError):  # here first: the engines are not asked
+        with dv.sync_imports(quiet=True):
+            import no_such_module_anywhere  # noqa: F401
+    with pytest.raises(st.CompositeError) as e:  # there only: the engines' failure
+        with dv.sync_imports(local=False, quiet=True):
+            import no_such_module_anywhere  # noqa: F401,F811
+    assert [x[0] for x in e.value.elist] == ["ModuleNotFoundError"] * 2
+    assert "no_such_module_anywhere" not in sys.modules
