@@ -722,6 +722,30 @@ SH_TEST(deadlines_and_targets)
 	CHECK_OK(shoal_farm_submit(f, "add", pair, &o, &t));
 	CHECK_OK(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)));
 	CHECK_EQ(r->v.i, 3);
+	/* an engine that goes fails the tasks it had not started that were
+	 * for it alone, and those sent to its number later: numbers are never
+	 * given twice, so they would wait forever */
+	shoal_task busy, behind, later;
+	CHECK_OK(shoal_farm_submit(f, "sleep", shoal_v_int(vb, 3000), &o, &busy));
+	CHECK_OK(shoal_farm_submit(f, "add", int_pair(vb, 1, 2), &o, &behind));
+	CHECK_OK(shoal_farm_flush(f));
+	WAIT_FOR(stat_of(c).running >= 2, 5000);
+	for (int i = 0; i < 2; i++)
+		kill(pids[i], SIGKILL);
+	WAIT_FOR(stat_of(c).engines == 0, 5000);
+	int64_t t1 = shoal_now_ns();
+	CHECK_RC(shoal_farm_wait(f, behind, vb, &r, shoal_deadline_in(10000 * MS)), SHOAL_EENGINE);
+	CHECK_FARM_MSG(f, "which has gone");
+	CHECK_RC(shoal_farm_wait(f, busy, vb, &r, shoal_deadline_in(10000 * MS)), SHOAL_EENGINE);
+	CHECK_OK(shoal_farm_submit(f, "add", int_pair(vb, 1, 2), &o, &later));
+	CHECK_RC(shoal_farm_wait(f, later, vb, &r, shoal_deadline_in(10000 * MS)), SHOAL_EENGINE);
+	CHECK_FARM_MSG(f, "which has gone");
+	CHECK(shoal_now_ns() - t1 < 5000 * MS);
+	/* a number no engine had yet still waits for one */
+	o.engine = 7;
+	o.timeout_ns = 100 * MS;
+	CHECK_OK(shoal_farm_submit(f, "add", NULL, &o, &t));
+	CHECK_RC(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)), SHOAL_ETIMEDOUT);
 	shoal_vbuf_free(vb);
 	shoal_farm_close(f);
 	shoal_controller_close(c);

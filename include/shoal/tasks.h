@@ -164,7 +164,11 @@ typedef struct shoal_task_opts {
 	int64_t timeout_ns; /* from submission; 0: none. Past it: SHOAL_ETIMEDOUT */
 	uint32_t retries;   /* times it is sent again if its engine dies; then
 			       SHOAL_EENGINE */
-	int32_t engine;	    /* run only on this engine (its number); -1: any */
+	/* Run only on this engine (its number); -1: any. A number no engine
+	 * had yet waits for one; an engine that has gone (numbers are never
+	 * given twice) fails the task with SHOAL_EENGINE, also those for it
+	 * it had not started. */
+	int32_t engine;
 	/* Dependencies on earlier tasks of this client (the scheduled schemes
 	 * only: pure refuses them with SHOAL_ENOTSUP). after: run once these
 	 * succeeded; follow: once these succeeded, on the engine that ran

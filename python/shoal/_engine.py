@@ -14,6 +14,7 @@ from . import _values
 from ._remote import _envelope_for
 
 _ENGINE_STORE: Optional[str] = None  # the engine's --store (set by shoal.engine)
+_IN_ENGINE = False  # this process runs tasks (set by _engine_start)
 
 
 def _note_store(args: List[str]) -> None:
@@ -73,6 +74,8 @@ def _function_of(ref: Any) -> Callable[..., Any]:
 def _engine_start() -> Callable[[Any], Any]:
     """In a Python engine (python3 -m shoal.engine, called by its C side): the dispatcher
     of its tasks."""
+    global _IN_ENGINE
+    _IN_ENGINE = True
     fns: Dict[Any, Callable[..., Any]] = {}
     if _ENGINE_STORE:
         # arrays and tensors shared through the store arrive as views through this
@@ -147,3 +150,71 @@ def _raised_json(e: BaseException) -> str:
             return text
         tb = tb[len(tb) // 8 + 16:]
         err["traceback"] = "...\n" + tb
+
+
+# ---- the engine's namespace (shoal.tasks' DirectView) ---------------------------------
+# What push and execute define on this engine, and what a function of the client's
+# __main__ sees as its globals: ipyparallel's user namespace, under the same rule (a
+# function of a module runs with its module's globals).
+
+_NS: Optional[Dict[str, Any]] = None
+
+
+def _namespace() -> Dict[str, Any]:
+    global _NS
+    if _NS is None:
+        import builtins
+        _NS = {"__name__": "__main__", "__builtins__": builtins}
+    return _NS
+
+
+def _in_namespace(f: Any) -> Any:
+    """f, made anew over the engine's namespace when it is a function of __main__ (a
+    cloudpickle of it carries the globals it used on the client, which ipyparallel's rule
+    replaces by the engine's)."""
+    import types
+    if not isinstance(f, types.FunctionType) or f.__module__ != "__main__":
+        return f
+    g = types.FunctionType(f.__code__, _namespace(), f.__name__, f.__defaults__,
+                           f.__closure__)
+    g.__kwdefaults__ = f.__kwdefaults__
+    g.__qualname__ = f.__qualname__
+    g.__dict__.update(f.__dict__)
+    return g
+
+
+def _ns_call(ref: Any, args: Any, kwargs: Any) -> Any:
+    """A task of a DirectView's apply: the function over the engine's namespace."""
+    return _in_namespace(_function_of(ref))(*args, **kwargs)
+
+
+def _ns_map(ref: Any, items: Any) -> List[Any]:
+    """A DirectView map's part on this engine: the function over each item's args."""
+    f = _in_namespace(_function_of(ref))
+    return [f(*a) for a in items]
+
+
+def _ns_push(ns: Dict[str, Any]) -> None:
+    _namespace().update(ns)
+
+
+def _ns_pull(names: Any) -> Any:
+    """The value of a name, or the list of several names' (NameError for a name the
+    namespace lacks, as Python's own)."""
+    ns = _namespace()
+
+    def one(n: str) -> Any:
+        try:
+            return ns[n]
+        except KeyError:
+            raise NameError("name %r is not defined on this engine" % n) from None
+    return one(names) if isinstance(names, str) else [one(n) for n in names]
+
+
+def _ns_execute(code: str) -> None:
+    exec(compile(code, "<execute>", "exec"), _namespace())
+
+
+def _ns_clear() -> None:
+    global _NS
+    _NS = None

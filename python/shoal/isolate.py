@@ -23,9 +23,9 @@ write is the host's tensor's, as with torch.multiprocessing; views of store obje
 by reference through the store, read-only), and types registered on both sides with
 :func:`register_type`. Nothing else is ever constructed from what an extension sends:
 the host never unpickles, imports or calls anything an extension names, so an extension
-cannot run code in its host. An exception in the extension is raised in the host as the
-same builtin type when it is one (its remote traceback in a note), else as
-:class:`RemoteError`; a crash raises :class:`ExtensionCrashed` at once in every call in
+cannot run code in its host. An exception in the extension is raised in the host as a
+:class:`RemoteError`, which is also of the same builtin type when it is one (its remote
+traceback in a note: ``except ValueError`` catches it); a crash raises :class:`ExtensionCrashed` at once in every call in
 flight.
 """
 from __future__ import annotations

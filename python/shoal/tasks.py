@@ -20,10 +20,20 @@ registered types); anything else goes by pickle (protocol 5, arrays out of band)
 is unpickled from a peer that has not passed the controller's handshake: a client and
 engines reach each other only through it.
 
-An exception in a task is raised by ``get()`` as the same builtin type when it is one (the
-remote traceback in a note), else as :class:`RemoteError`; the farm's own failures raise
-:class:`EngineError` (the engine died past the task's retries), :class:`TaskTimeout` (past
-its deadline) and :class:`DependencyError` (a task of ``after``/``follow`` failed).
+A :class:`DirectView` (``client[:]``, ``client[0]``, ``client.direct_view(targets)``)
+sends its calls to named engines, each of which keeps a namespace (``push``, ``pull``,
+``scatter``, ``gather``, ``execute``; the globals of the functions of ``__main__`` it
+runs), as ipyparallel's. ``Client()`` finds the running cluster named ``default`` (see
+:func:`default_cluster_url`). ``shoal.compat.ipyparallel`` maps ipyparallel's own names
+onto these.
+
+An exception in a task is raised by ``get()`` as a :class:`RemoteError` that is also of the
+task's exception class when that is a builtin or a class of a module imported in this
+process (``except ZeroDivisionError`` catches it; the remote traceback in a note); a
+DirectView call over several engines raises a :class:`CompositeError` of its tasks'. The
+farm's own failures raise :class:`EngineError` (the engine died past the task's retries),
+:class:`TaskTimeout` (past its deadline) and :class:`DependencyError` (a task of
+``after``/``follow`` failed).
 """
 from __future__ import annotations
 
@@ -50,12 +60,15 @@ __all__ = [
     "AsyncResult",
     "Client",
     "Cluster",
+    "CompositeError",
     "DependencyError",
+    "DirectView",
     "EngineError",
     "LoadBalancedView",
     "RemoteError",
     "TaskError",
     "TaskTimeout",
+    "default_cluster_url",
 ]
 
 # the C layer's codes of the farm's own failures, and of a function that raised
@@ -87,6 +100,54 @@ class TaskTimeout(TaskError, TimeoutError):
 
 class DependencyError(TaskError):
     """A task it depended on (``after``, ``follow``) failed."""
+
+
+class CompositeError(RemoteError):
+    """Tasks of one DirectView call raised on several engines (or on one of several):
+    ``errors`` holds each one's exception (a :class:`RemoteError`, whose ``engine_info``
+    names its engine), ``elist`` the same as ipyparallel's (ename, evalue, traceback,
+    engine_info) tuples; ``raise_exception(i)`` raises the i-th."""
+
+    __slots__ = ()
+
+    def __init__(self, message: str, errors: List[RemoteError]) -> None:
+        tb = "\n".join("[engine %s] %s" % (e.engine_info.get("engine_id", "?"),
+                                           e.remote_traceback) for e in errors)
+        super().__init__("CompositeError", message, tb)
+        self.errors = errors
+
+    @property
+    def elist(self) -> List[Tuple[str, str, str, Dict[str, Any]]]:
+        return [(e.ename, e.evalue, e.remote_traceback, e.engine_info) for e in self.errors]
+
+    def raise_exception(self, excid: int = 0) -> None:
+        """Raises the excid-th task's exception (IndexError when there is none)."""
+        if not -len(self.errors) <= excid < len(self.errors):
+            raise IndexError("exception %d: expected 0 to %d" % (excid, len(self.errors) - 1))
+        raise self.errors[excid]
+
+    def __str__(self) -> str:
+        return self.message + "".join(
+            "\n[engine %s] %s: %s" % (e.engine_info.get("engine_id", "?"), e.ename, e.evalue)
+            for e in self.errors)
+
+    def __reduce__(self) -> Any:
+        return (CompositeError, (self.message, self.errors))
+
+
+def _raise_composite(parts: List["AsyncResult"], where: str) -> None:
+    """Of a DirectView call's tasks, all done: a failure of the farm's own is raised as
+    itself (the first); the tasks' exceptions as one CompositeError."""
+    remote = []
+    for p in parts:
+        e = p.exception()
+        if e is None:
+            continue
+        if not isinstance(e, RemoteError):
+            raise e
+        remote.append(e)
+    if remote:
+        raise CompositeError("one or more exceptions from call to method: %s" % where, remote)
 
 
 def _farm_error(code: int, message: str) -> TaskError:
@@ -149,15 +210,16 @@ def _payload(ref: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> List[An
     return [ref, None, None] + _pickled((args, kwargs))
 
 
-def _raised(text: str, where: str) -> Any:
-    """The exception of a task that raised, from its JSON (data the engine chose: only
-    builtin classes are made from it)."""
+def _raised(text: str, where: str, trusted: bool) -> Any:
+    """The exception of a task that raised, from its JSON (data the engine chose: its
+    class is a builtin, or for a trusted engine a class of a module imported here, never
+    imported for it)."""
     import json
     try:
         err = json.loads(text)
     except ValueError:
         raise TaskError("%s raised, and said: %s" % (where, text), _ERAISED) from None
-    return _unwrap([1, err], where)
+    return _unwrap([1, err], where, loaded=trusted)
 
 
 def _result(env: Any, where: str, accept_pickle: bool = True) -> Any:
@@ -171,7 +233,7 @@ def _result(env: Any, where: str, accept_pickle: bool = True) -> Any:
                             "(accept_pickle=False: only plain values, arrays, tensors, "
                             "registered types and store objects)" % where, _EPERM)
         return pickle.loads(env[1], buffers=env[2])
-    return _unwrap(env, where)
+    return _unwrap(env, where, loaded=accept_pickle)
 
 
 def _map_chunk(ref: Any, items: List[Any]) -> List[Any]:
@@ -226,6 +288,7 @@ class AsyncResult(concurrent.futures.Future):  # type: ignore[type-arg]
     _exception = None
     _map: Optional["AsyncMapResult"] = None
     _done_at: Optional[float] = None
+    _engine: Optional[int] = None  # the engine a DirectView sent it to
 
     def __init__(self, client: "Client", tid: int, where: Any) -> None:
         # not Future.__init__: what it makes is made when used (_Lazy)
@@ -288,6 +351,41 @@ class AsyncResult(concurrent.futures.Future):  # type: ignore[type-arg]
         end = self._done_at if self._done_at is not None else time.monotonic()
         return end - self._submitted
 
+    def __len__(self) -> int:
+        """Its count of tasks (1; a map's or a DirectView call's: one per part)."""
+        return 1
+
+    def __bool__(self) -> bool:  # not len(): an empty map's result is still a result
+        return True
+
+    @property
+    def progress(self) -> int:
+        """How many of its tasks are done."""
+        return 1 if self.done() else 0
+
+    def wait_interactive(self, interval: float = 0.1, timeout: Optional[float] = -1,
+                         widget: Optional[bool] = None) -> None:
+        """Waits until done (timeout seconds at most; None or < 0: no bound), drawing a
+        text progress bar on stdout every interval seconds (where ipyparallel draws its
+        own outside a notebook; in one, the cell's output). Returns, without raising, when
+        timeout passed (as ipyparallel's)."""
+        if widget:
+            raise NotImplementedError("wait_interactive(widget=True): shoal draws a text "
+                                      "progress bar only (widget=None or False)")
+        if timeout is not None and timeout < 0:
+            timeout = None
+        out = sys.stdout
+        n, t0 = len(self), time.monotonic()
+        while not self.done():
+            left = None if timeout is None else timeout - (time.monotonic() - t0)
+            if left is not None and left <= 0:
+                break
+            self.wait(interval if left is None else min(interval, left))
+            _draw_progress(out, self.progress, n, time.monotonic() - t0, self._where)
+        _draw_progress(out, self.progress, n, time.monotonic() - t0, self._where)
+        out.write("\n")
+        out.flush()
+
     def __await__(self) -> Any:
         import asyncio
         return asyncio.wrap_future(self).__await__()
@@ -297,12 +395,14 @@ class AsyncResult(concurrent.futures.Future):  # type: ignore[type-arg]
         ok = False
         try:
             if status == _ERAISED:
-                _raised(value, self._where)
+                _raised(value, self._where, self._client._accept_pickle)
             if status != 0:
                 raise _farm_error(status, value)
             value, ok = _result(value, self._where, self._client._accept_pickle), True
         except BaseException as e:
             value = e
+            if isinstance(e, RemoteError) and self._engine is not None:
+                e.engine_info = {"engine_id": self._engine, "method": self._where}
         with _LAZY:
             d = self.__dict__
             quiet = "_condition" not in d  # nobody waits, and no callback
@@ -321,16 +421,30 @@ class AsyncResult(concurrent.futures.Future):  # type: ignore[type-arg]
             self._map._one(self)
 
 
+def _draw_progress(out: Any, done: int, n: int, seconds: float, what: str) -> None:
+    width = 30
+    full = width * done // n if n else width
+    out.write("\r%s [%s%s] %d/%d tasks, %.1f s" % (what, "#" * full, "." * (width - full),
+                                                  done, n, seconds))
+    out.flush()
+
+
 class AsyncMapResult(AsyncResult):
-    """A map's results to come: ``get()`` gives the list (in order, or in the order they
-    came with ``ordered=False``); iterating yields each as it is ready."""
+    """Results of several tasks to come, as one: a map's, or a DirectView call's over
+    several engines. ``get()`` gives the list (in order, or in the order they came with
+    ``ordered=False``); iterating yields each as it is ready. A DirectView's raises a
+    :class:`CompositeError` when some of its tasks raised."""
 
     def __init__(self, client: "Client", parts: List[AsyncResult], ordered: bool,
-                 chunked: bool) -> None:
-        super().__init__(client, 0, "map")
+                 chunked: bool, *, composite: bool = False,
+                 join: Optional[Callable[[List[Any]], Any]] = None,
+                 where: Any = "map") -> None:
+        super().__init__(client, 0, where)
         self._parts = parts
         self._ordered = ordered
         self._chunked = chunked
+        self._composite = composite
+        self._join = join
         self._lock = threading.Lock()
         with self._lock:
             for p in parts:
@@ -356,9 +470,13 @@ class AsyncMapResult(AsyncResult):
         self._done_at = time.monotonic()
         parts = self._parts if self._ordered else self._came
         try:
+            if self._composite:
+                _raise_composite(parts, self._where)
             out: Any = [p.result() for p in parts]
             if self._chunked:
                 out = [x for chunk in out for x in chunk]
+            if self._join is not None:
+                out = self._join(out)
             ok = True
         except BaseException as e:
             out, ok = e, False
@@ -381,6 +499,13 @@ class AsyncMapResult(AsyncResult):
     def msg_ids(self) -> List[int]:
         return [p._tid for p in self._parts]
 
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    @property
+    def progress(self) -> int:
+        return sum(1 for p in self._parts if p.done())
+
     def __iter__(self) -> Iterator[Any]:
         if self._ordered:
             for p in self._parts:
@@ -392,9 +517,28 @@ class AsyncMapResult(AsyncResult):
 
 # ---- the client -------------------------------------------------------------------------
 
+def default_cluster_url(name: str = "default") -> str:
+    """The controller's url of the running cluster of that name on this host, as ``shoal
+    cluster start`` (name ``default`` unless ``--name``) or ``Cluster(launcher=...,
+    name=...)`` starts one: such a cluster lives in a directory of its own in this user's
+    private socket directory (``$XDG_RUNTIME_DIR/shoal``, else ``/run/shoal`` for root,
+    else ``/tmp/shoal-UID``), whose supervisor tells its controller. Blocks: a round trip
+    to the supervisor. ``FileNotFoundError`` when no cluster of that name runs."""
+    try:
+        info = _shoal.cluster_status(name=name)
+    except _shoal.NotFound:
+        raise FileNotFoundError(
+            "no running cluster named %r on this host: expected one started by `shoal "
+            "cluster start N` (or shoal.tasks.Cluster(N, launcher='local', name=%r)), or "
+            "a controller's url given to Client(url)" % (name, name)) from None
+    return str(info["controller"])
+
+
 class Client:
     """A client of a controller: ``Client(url)`` with its unix socket path or
-    ``tcp://HOST:PORT`` (the secret from ``$SHOAL_SECRET_FILE`` or ``$SHOAL_SECRET``).
+    ``tcp://HOST:PORT`` (the secret from ``$SHOAL_SECRET_FILE`` or ``$SHOAL_SECRET``);
+    ``Client()``: the running cluster named ``default`` (see
+    :func:`default_cluster_url`), ``Client(cluster=NAME)`` another one by name.
     ``store``: the socket of a store this host's engines use too (``--store``): arrays
     and tensors then go by reference through it both ways, arriving as read-only views
     (an argument is put there once, at its submit, even a view of another object: the
@@ -406,8 +550,14 @@ class Client:
     with a ``TaskError``: a pickle runs code of the sender's choosing, so an engine that
     holds the cluster's secret could run code in this process through one."""
 
-    def __init__(self, url: str, timeout: float = 10.0, *, store: Optional[str] = None,
-                 accept_pickle: bool = True) -> None:
+    def __init__(self, url: Optional[str] = None, timeout: float = 10.0, *,
+                 store: Optional[str] = None, accept_pickle: bool = True,
+                 cluster: Optional[str] = None) -> None:
+        if url is None:
+            url = default_cluster_url(cluster or "default")
+        elif cluster is not None:
+            raise ValueError("Client(url, cluster=%r): expected a url or a cluster's name, "
+                             "not both" % cluster)
         self.url = url
         self._accept_pickle = accept_pickle
         self._farm = _shoal.Farm(url, timeout)
@@ -523,9 +673,29 @@ class Client:
             ar._settle(*early)
         return ar
 
-    def load_balanced_view(self) -> "LoadBalancedView":
-        """A view that runs each task on whichever engine the controller's scheme picks."""
-        return LoadBalancedView(self)
+    def load_balanced_view(self, *, namespace: bool = False) -> "LoadBalancedView":
+        """A view that runs each task on whichever engine the controller's scheme picks.
+        namespace: a function of ``__main__`` runs with the engine's namespace as its
+        globals (see :class:`DirectView`), not with the globals cloudpickle took along."""
+        return LoadBalancedView(self, namespace=namespace)
+
+    def direct_view(self, targets: Any = "all", *, block: bool = False) -> "DirectView":
+        """A view whose calls go to the named engines: ``"all"`` (those connected at each
+        call), an engine's number, or a list of them."""
+        return DirectView(self, targets, block=block)
+
+    def __getitem__(self, key: Any) -> "DirectView":
+        """``client[0]``: a DirectView of one engine (its calls give one result);
+        ``client[:]``, ``client[1:3]``, ``client[[0, 2]]``: of those engines, as
+        ipyparallel reads them: an int names an engine (a negative one counts from the end
+        of :attr:`ids`), a slice takes positions in :attr:`ids`."""
+        ids = self.ids
+        if isinstance(key, slice):
+            return DirectView(self, ids[key])
+        if isinstance(key, (int, list, tuple)) and not isinstance(key, bool):
+            return DirectView(self, _check_targets(key, ids))
+        raise TypeError("client[...]: expected an int, a slice or a list of engines, not a %s"
+                        % type(key).__name__)
 
     def executor(self) -> "_Executor":
         """A :class:`concurrent.futures.Executor` over a load-balanced view."""
@@ -538,8 +708,8 @@ class Client:
 
     @property
     def ids(self) -> List[int]:
-        """The numbers of the engines connected now."""
-        return [e["num"] for e in self.stat()["engine_list"]]
+        """The numbers of the engines connected now, in order."""
+        return sorted(e["num"] for e in self.stat()["engine_list"])
 
     def wait_for_engines(self, n: int, timeout: Optional[float] = None) -> None:
         """Blocks until n engines are connected (``TimeoutError`` after timeout
@@ -598,9 +768,10 @@ class LoadBalancedView:
     ``timeout`` (seconds from submission), ``after`` (run once these succeeded),
     ``follow`` (and on the engine that ran them)."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, *, namespace: bool = False) -> None:
         self.client = client
         self._flags = dict(_DEFAULT_FLAGS)
+        self._namespace = namespace
 
     def _task_flags(self) -> Optional[Dict[str, Any]]:
         return None if self._flags == _DEFAULT_FLAGS else self._flags
@@ -631,6 +802,9 @@ class LoadBalancedView:
 
     def apply_async(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> AsyncResult:
         """Submits f(*args, **kwargs); does not wait for it."""
+        if self._namespace:
+            return self.client._submit(_payload(_NS_CALL, (_fn_ref(f), args, kwargs), {}),
+                                       self._task_flags(), f)
         return self.client._submit(_payload(_fn_ref(f), args, kwargs), self._task_flags(), f)
 
     def apply_sync(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -648,7 +822,13 @@ class LoadBalancedView:
         items = list(zip(*seqs))
         ref = _fn_ref(f)
         submit, flags = self.client._submit, self._task_flags()
-        if chunksize == 1:
+        if self._namespace:
+            if chunksize == 1:
+                parts = [submit(_payload(_NS_CALL, (ref, a, {}), {}), flags, f) for a in items]
+            else:
+                parts = [submit(_payload(_NS_MAP, (ref, items[i:i + chunksize]), {}), flags, f)
+                         for i in range(0, len(items), chunksize)]
+        elif chunksize == 1:
             parts = [submit(_payload(ref, a, {}), flags, f) for a in items]
         else:
             chunk_ref = "%s:_map_chunk" % __name__
@@ -662,6 +842,279 @@ class LoadBalancedView:
                  ordered: bool = True) -> List[Any]:
         """The list of f over seqs' items (blocks)."""
         return self.map_async(f, *seqs, chunksize=chunksize, ordered=ordered).get()
+
+
+# the engine's side of a DirectView (shoal._engine): functions by reference
+_NS_CALL, _NS_MAP = "shoal._engine:_ns_call", "shoal._engine:_ns_map"
+_NS_PUSH, _NS_PULL = "shoal._engine:_ns_push", "shoal._engine:_ns_pull"
+_NS_EXECUTE, _NS_CLEAR = "shoal._engine:_ns_execute", "shoal._engine:_ns_clear"
+
+
+def _check_targets(targets: Any, ids: List[int]) -> Any:
+    """targets (an engine's number, or a list of them) as numbers of engines in ids; a
+    negative int counts from the end of ids."""
+    def one(t: Any) -> int:
+        if not isinstance(t, int) or isinstance(t, bool):
+            raise TypeError("targets: expected engine numbers (ints), not a %s"
+                            % type(t).__name__)
+        if t < 0:
+            if -t > len(ids):
+                raise IndexError("engine %d: there are %d engines" % (t, len(ids)))
+            return ids[t]
+        if t not in ids:
+            raise IndexError("engine %d: no such engine (connected now: %s)" % (t, ids))
+        return t
+    if isinstance(targets, int):
+        return one(targets)
+    return [one(t) for t in targets]
+
+
+def _partition(seq: Any, p: int, q: int) -> Any:
+    """The p-th of q contiguous parts of seq, the first ones one item longer when q does
+    not divide its length (ipyparallel's partitioning, of its scatter and map)."""
+    n = len(seq)
+    base, extra = divmod(n, q)
+    lo = p * (base + 1) if p < extra else p * base + extra
+    hi = lo + base + (1 if p < extra else 0)
+    try:
+        return seq[lo:hi]
+    except TypeError:  # not sliceable
+        import itertools
+        return list(itertools.islice(seq, lo, hi))
+
+
+def _concatenate(parts: List[Any]) -> Any:
+    """gather's join (ipyparallel's): arrays into one array, lists and tuples into one
+    list, anything else the list of the parts."""
+    if not parts:
+        return []
+    first = parts[0]
+    if _values._is_numpy(first):
+        import numpy
+        return numpy.concatenate(parts)
+    if isinstance(first, (list, tuple)):
+        return [x for part in parts for x in part]
+    return parts
+
+
+class DirectView:
+    """Calls to named engines, each of which keeps a namespace of its own (ipyparallel's
+    DirectView): what ``push`` and ``execute`` define there, what ``pull`` reads, and
+    the globals of each function of ``__main__`` it runs (lambdas, a script's functions);
+    a function of a module runs with its module's globals, as anywhere.
+
+    ``targets``: ``"all"`` (the engines connected at each call), an engine's number (its
+    calls give one result, not a list of one) or a list of them; ``block``: whether calls
+    wait and return results (True) or return an :class:`AsyncResult` (False, the
+    default). Each call takes ``targets=`` and ``block=`` too (but ``apply``, whose keyword
+    arguments are the function's). Calls to one engine run in the order they were made.
+    A call over several engines raises a :class:`CompositeError` when some of its tasks
+    raised."""
+
+    def __init__(self, client: Client, targets: Any = "all", *, block: bool = False) -> None:
+        self.client = client
+        self.targets = targets
+        self.block = block
+
+    def __repr__(self) -> str:
+        return "<DirectView %r>" % (self.targets,)
+
+    def _ids(self, targets: Any) -> Tuple[List[int], bool]:
+        """The engines of a call, and whether it gives a single result."""
+        t = self.targets if targets is None else targets
+        if t == "all":
+            ids = self.client.ids
+            if not ids:
+                raise EngineError("no engine is connected to %s" % self.client.url)
+            return ids, False
+        if isinstance(t, range):
+            t = list(t)
+        got = _check_targets(t, self.client.ids)
+        return ([got], True) if isinstance(got, int) else (got, False)
+
+    def _each(self, payloads: List[Tuple[int, List[Any]]], single: bool, block: Any,
+              where: Any, chunked: bool = False,
+              join: Optional[Callable[[List[Any]], Any]] = None) -> Any:
+        """One task per (engine, payload), as one result."""
+        parts = []
+        for eng, payload in payloads:
+            flags = dict(_DEFAULT_FLAGS)
+            flags["engine"] = eng
+            ar = self.client._submit(payload, flags, where)
+            ar._engine = eng
+            parts.append(ar)
+        if single:
+            ar = parts[0]
+        else:
+            ar = AsyncMapResult(self.client, parts, True, chunked, composite=True, join=join,
+                                where=where)
+        if self.block if block is None else block:
+            return ar.get()
+        return ar
+
+    def apply_async(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> AsyncResult:
+        """f(*args, **kwargs) on each engine; does not wait."""
+        ids, single = self._ids(None)
+        payload = _payload(_NS_CALL, (_fn_ref(f), args, kwargs), {})
+        return self._each([(e, payload) for e in ids], single, False, f)  # type: ignore
+
+    def apply_sync(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """f(*args, **kwargs) on each engine: the list of results, in the order of the
+        engines (one result for a view of one engine number). Blocks."""
+        return self.apply_async(f, *args, **kwargs).get()
+
+    def apply(self, f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """apply_sync when the view's block is True, else apply_async."""
+        ar = self.apply_async(f, *args, **kwargs)
+        return ar.get() if self.block else ar
+
+    def map(self, f: Callable[..., Any], *seqs: Iterable[Any], block: Optional[bool] = None,
+            targets: Any = None) -> Any:
+        """f over the items of seqs (zipped), split into one contiguous part per engine
+        (the first engines take one more when the count does not divide): the list of
+        results in order, or an :class:`AsyncMapResult` of it."""
+        ids, _ = self._ids(targets)
+        items = list(zip(*seqs))
+        ref = _fn_ref(f)
+        payloads = []
+        for i, e in enumerate(ids):
+            part = _partition(items, i, len(ids))
+            if part:  # an engine with nothing to do is not asked
+                payloads.append((e, _payload(_NS_MAP, (ref, part), {})))
+        return self._each(payloads, False, block, f, chunked=True)
+
+    def map_async(self, f: Callable[..., Any], *seqs: Iterable[Any],
+                  targets: Any = None) -> AsyncMapResult:
+        return self.map(f, *seqs, block=False, targets=targets)  # type: ignore[no-any-return]
+
+    def map_sync(self, f: Callable[..., Any], *seqs: Iterable[Any],
+                 targets: Any = None) -> List[Any]:
+        return self.map(f, *seqs, block=True, targets=targets)  # type: ignore[no-any-return]
+
+    def execute(self, code: str, targets: Any = None, block: Optional[bool] = None) -> Any:
+        """Runs Python source code in each engine's namespace: an AsyncResult (with block,
+        once it is done; its exception raised)."""
+        if not isinstance(code, str):
+            raise TypeError("execute: expected source code (a str), not a %s"
+                            % type(code).__name__)
+        ids, single = self._ids(targets)
+        payload = _payload(_NS_EXECUTE, (code,), {})
+        ar = self._each([(e, payload) for e in ids], single, False, "execute")
+        if self.block if block is None else block:
+            ar.get()
+        return ar
+
+    def push(self, ns: Dict[str, Any], targets: Any = None,
+             block: Optional[bool] = None) -> Any:
+        """Defines ns's names in each engine's namespace."""
+        if not isinstance(ns, dict):
+            raise TypeError("push: expected a dict of names and values, not a %s"
+                            % type(ns).__name__)
+        ids, single = self._ids(targets)
+        payload = _payload(_NS_PUSH, (ns,), {})
+        return self._each([(e, payload) for e in ids], single, block, "push")
+
+    def pull(self, names: Any, targets: Any = None, block: Optional[bool] = None) -> Any:
+        """A name's value on each engine (a list of names: the list of their values)."""
+        if not isinstance(names, str):
+            if not isinstance(names, (list, tuple, set)) or not all(
+                    isinstance(n, str) for n in names):
+                raise TypeError("pull: expected a name or a list of names (str), not %r"
+                                % (names,))
+            names = list(names)
+        ids, single = self._ids(targets)
+        payload = _payload(_NS_PULL, (names,), {})
+        return self._each([(e, payload) for e in ids], single, block, "pull")
+
+    def scatter(self, key: str, seq: Any, dist: str = "b", flatten: bool = False,
+                targets: Any = None, block: Optional[bool] = None) -> Any:
+        """Splits seq into one contiguous part per engine (the first engines take one
+        more item when the count does not divide) and defines key as its part on each;
+        flatten: a part of one item is that item."""
+        if dist != "b":
+            raise NotImplementedError("scatter(dist=%r): shoal splits into contiguous parts "
+                                      "only (dist='b')" % (dist,))
+        ids, _ = self._ids(targets)
+        payloads = []
+        for i, e in enumerate(ids):
+            part = _partition(seq, i, len(ids))
+            if flatten and len(part) == 1:
+                part = part[0]
+            payloads.append((e, _payload(_NS_PUSH, ({key: part},), {})))
+        ar = self._each(payloads, False, False, "scatter")
+        if self.block if block is None else block:
+            ar.get()
+            return None
+        return ar
+
+    def gather(self, key: str, dist: str = "b", targets: Any = None,
+               block: Optional[bool] = None) -> Any:
+        """key's parts on each engine, joined: arrays into one, lists and tuples into one
+        list (scatter's inverse)."""
+        if dist != "b":
+            raise NotImplementedError("gather(dist=%r): shoal joins contiguous parts only "
+                                      "(dist='b')" % (dist,))
+        ids, _ = self._ids(targets)
+        payload = _payload(_NS_PULL, (key,), {})
+        return self._each([(e, payload) for e in ids], False, block, "gather",
+                          join=_concatenate)
+
+    def clear(self, targets: Any = None, block: Optional[bool] = None) -> Any:
+        """Empties each engine's namespace."""
+        ids, single = self._ids(targets)
+        payload = _payload(_NS_CLEAR, (), {})
+        return self._each([(e, payload) for e in ids], single, block, "clear")
+
+    @contextlib.contextmanager
+    def sync_imports(self, local: bool = True, quiet: bool = False) -> Iterator[None]:
+        """The imports written in the block (``with view.sync_imports(): import numpy``)
+        are made on each engine too, into its namespace, once the block ends (blocks,
+        raising what an engine's import raised); local=False: not here."""
+        import builtins
+        caller = sys._getframe(2)  # the with statement's frame (1 is contextmanager's)
+        real = builtins.__import__
+        seen: List[str] = []
+
+        def hook(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (),
+                 level: int = 0) -> Any:
+            if sys._getframe(1) is caller and level == 0:  # the block's own imports
+                if fromlist:
+                    seen.append("from %s import %s" % (name, ", ".join(fromlist)))
+                else:
+                    seen.append("import %s" % name)
+                if not local:
+                    if fromlist:
+                        raise NotImplementedError(
+                            "sync_imports(local=False) with 'from %s import ...': names "
+                            "cannot be bound here to what is not imported here; expected "
+                            "local=True, or view.execute(%r)" % (name, seen[-1]))
+                    import types
+                    return types.ModuleType(name, "imported on the engines only")
+            return real(name, globals, locals, fromlist, level)
+        builtins.__import__ = hook
+        try:
+            yield
+        finally:
+            builtins.__import__ = real
+        for stmt in seen:
+            if not quiet:
+                print("%s on engine(s)" % stmt.replace("import", "importing", 1)
+                      if stmt.startswith("import") else stmt + " on engine(s)")
+            self.execute(stmt, block=True)
+
+    def update(self, ns: Dict[str, Any]) -> Any:
+        """push(ns) with the view's block."""
+        return self.push(ns)
+
+    def get(self, key_s: Any) -> Any:
+        """pull(key_s), blocking."""
+        return self.pull(key_s, block=True)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.pull(key, block=True)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.push({key: value})
 
 
 class _Executor(concurrent.futures.Executor):
@@ -837,6 +1290,15 @@ class Cluster:
         c = Client(self.url, store=self.store_socket)
         self._clients.append(c)
         return c
+
+    def start_and_connect_sync(self) -> Client:
+        """start(), then a client of it (ipyparallel's name)."""
+        self.start()
+        return self.client()
+
+    def stop_cluster_sync(self) -> None:
+        """stop() (ipyparallel's name)."""
+        self.stop()
 
     def stop(self) -> None:
         """Closes its clients, ends its engines (SIGTERM, then SIGKILL after 5 s) and

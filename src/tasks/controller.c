@@ -436,7 +436,9 @@ static tk_engine *pick(shoal_controller *ctl, const tk_task *t)
 
 /* Gives t to an engine with room in its window, into its outbox (its
  * writer is kicked), or queues it: in the backlog (any engine), in its
- * engine's waiting queue, or pending (no engine of the number it wants). */
+ * engine's waiting queue, or pending (no engine of the number it wants
+ * has joined yet). A task for an engine that has gone fails: numbers are
+ * never given twice, so none of its number will come. */
 static void assign(shoal_controller *ctl, tk_task *t)
 {
 	tk_engine *e = pick(ctl, t);
@@ -448,6 +450,12 @@ static void assign(shoal_controller *ctl, tk_task *t)
 			for (tk_engine *g = ctl->engines; g; g = g->next)
 				if (g->c.num == (uint32_t)t->engine_want)
 					q = &g->waiting;
+		if (q == &ctl->pending && (uint32_t)t->engine_want < ctl->next_engine) {
+			fail(ctl, t, SHOAL_EENGINE,
+			     "task %llu was for engine %d alone, which has gone",
+			     (unsigned long long)t->cid, t->engine_want);
+			return;
+		}
 		q_push(q, t);
 		atomic_fetch_add_explicit(&ctl->n_queued, 1, memory_order_relaxed);
 		return;
@@ -931,9 +939,17 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 	engine_end(e->c.pid, how, sizeof(how));
 	if (e->page)
 		e->started = atomic_load_explicit(&e->page[0], memory_order_acquire);
-	/* Tasks waiting for this engine alone wait for one of its number. */
-	for (tk_task *t; (t = q_pop(&e->waiting)) != NULL;)
-		q_push(&ctl->pending, t);
+	/* Tasks waiting for this engine alone fail (assign): no engine of its
+	 * number will come. */
+	for (tk_task *t; (t = q_pop(&e->waiting)) != NULL;) {
+		if (t->over) { /* answered or dropped while it waited */
+			if (!t->writing && !t->unmet)
+				task_free(t);
+			continue;
+		}
+		atomic_fetch_sub_explicit(&ctl->n_queued, 1, memory_order_relaxed);
+		assign(ctl, t);
+	}
 	/* The outbox first: those never ran. */
 	for (tk_task *t; (t = q_pop(&e->outbox)) != NULL;) {
 		if (t->over) {

@@ -76,3 +76,13 @@ class Trap:
 
 def trap(path):
     return Trap(path)
+
+
+def tagged(x):
+    """x with the pid of the engine that saw it (which engine ran which part of a map)."""
+    return (os.getpid(), x)
+
+
+def read_global(name):
+    """A module's function sees its module's globals, not an engine's namespace."""
+    return globals().get(name, "not in task_app")

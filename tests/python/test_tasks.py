@@ -124,8 +124,11 @@ def test_a_remote_exception_keeps_type_message_and_traceback(view):
     with pytest.raises(ZeroDivisionError) as e:
         view.apply_sync(lambda: 1 // 0)
     assert "remote traceback" in "".join(getattr(e.value, "__notes__", []))
+    assert isinstance(e.value, st.RemoteError) and e.value.ename == "ZeroDivisionError"
     with pytest.raises(st.RemoteError) as e:
         view.apply_sync(task_app.custom)
+    # its module is imported here: the exception is of its class too
+    assert isinstance(e.value, task_app.Custom) and e.value.ename == "Custom"
     assert e.value.type_name == "task_app.Custom"
     assert e.value.message == "made on the engine"
     assert "task_app.py" in e.value.remote_traceback and "in custom" in e.value.remote_traceback
@@ -278,6 +281,12 @@ def test_a_client_may_refuse_pickled_results(cluster, tmp_path):
         v = strict.load_balanced_view()
         with pytest.raises(st.TaskError, match="accept_pickle=False"):
             v.apply_sync(task_app.trap, marker)
+        # nor is a class such an engine names taken, but a builtin: a RemoteError only
+        with pytest.raises(st.RemoteError) as e:
+            v.apply_sync(task_app.custom)
+        assert not isinstance(e.value, task_app.Custom) and e.value.ename == "Custom"
+        with pytest.raises(ZeroDivisionError):
+            v.apply_sync(pow, 0, -1)  # 0 ** -1
         assert not os.path.exists(marker)
         assert v.apply_sync(task_app.add, 2, 3) == 5
         assert v.apply_sync(task_app.scale, np.arange(4), 2).tolist() == [0, 2, 4, 6]
@@ -290,3 +299,199 @@ def test_a_client_may_refuse_pickled_results(cluster, tmp_path):
         assert os.path.exists(marker)
     finally:
         c.close()
+
+
+def interactive(source, name):
+    """A function defined as a script's or a notebook's are: in __main__ (its module
+    cannot be imported elsewhere, so it goes by value)."""
+    ns = {"__name__": "__main__"}
+    exec(compile(source, "<interactive>", "exec"), ns)
+    return ns[name]
+
+
+@pytest.fixture
+def rc(cluster):
+    c = cluster.client()
+    yield c
+    c.close()
+
+
+def test_direct_view_targets(rc):
+    ids = rc.ids
+    assert ids == sorted(ids) and len(ids) == 2
+    assert rc[:].targets == ids and rc[1:].targets == ids[1:]
+    assert rc[ids[0]].targets == ids[0] and rc[-1].targets == ids[-1]
+    assert rc.direct_view().targets == "all"
+    pids = rc[:].apply_sync(task_app.pid)
+    assert len(set(pids)) == 2  # one task on each engine
+    assert rc[ids[1]].apply_sync(task_app.pid) == pids[1]  # one engine: one result
+    assert rc.direct_view(targets=[ids[1], ids[0]]).apply_sync(task_app.pid) == pids[::-1]
+    assert rc[:].pull("__name__", targets=ids[0], block=True) == "__main__"
+    with pytest.raises(IndexError, match="no such engine"):
+        rc[max(ids) + 100]
+    with pytest.raises(IndexError, match="no such engine"):
+        rc.direct_view(targets=[max(ids) + 100]).apply_sync(task_app.pid)
+    with pytest.raises(TypeError, match="expected engine numbers"):
+        rc.direct_view(targets=["0"]).apply_sync(task_app.pid)
+
+
+def test_direct_view_namespace_push_pull_execute(rc):
+    dv = rc[:]
+    assert dv.block is False
+    ar = dv.push({"ns_a": 1, "ns_b": [1, 2]})
+    assert isinstance(ar, st.AsyncResult) and ar.get(10) == [None, None]
+    dv.block = True
+    assert dv.pull("ns_a") == [1, 1]
+    assert dv.pull(["ns_a", "ns_b"]) == [[1, [1, 2]], [1, [1, 2]]]
+    dv["ns_c"] = np.arange(3)
+    assert all(np.array_equal(x, np.arange(3)) for x in dv["ns_c"])
+    ids = rc.ids
+    dv.push({"ns_only0": "zero"}, targets=ids[0])
+    assert dv.pull("ns_only0", targets=ids[0]) == "zero"
+    with pytest.raises(st.CompositeError) as e:  # on one engine of two: still composite
+        dv.pull("ns_only0")
+    (err,) = e.value.errors
+    assert isinstance(err, NameError) and err.engine_info["engine_id"] == ids[1]
+    ar = dv.execute("import math\nns_d = math.sqrt(ns_a * 16)")
+    assert isinstance(ar, st.AsyncResult) and ar.ready() and ar.successful()
+    assert dv["ns_d"] == [4.0, 4.0]
+    with pytest.raises(TypeError, match="expected a dict"):
+        dv.push([("x", 1)])
+    with pytest.raises(TypeError, match="expected a name or a list"):
+        dv.pull(3)
+    # a function of __main__ sees the namespace as its globals, and writes there
+    f = interactive("def f(k):\n    global ns_e\n    ns_e = math.floor(ns_d) * k\n"
+                    "    return ns_e\n", "f")
+    assert dv.apply(f, 2) == [8, 8] and dv["ns_e"] == [8, 8]
+    # a module's function keeps its module's globals
+    assert dv.apply(task_app.read_global, "ns_e") == ["not in task_app"] * 2
+    # a load-balanced view may run in the namespace too
+    assert rc.load_balanced_view(namespace=True).apply_sync(f, 1) == 4
+    with pytest.raises(NameError):
+        rc.load_balanced_view().apply_sync(f, 1)  # cloudpickle's globals: no math there
+
+
+def test_scatter_gather_and_map_split_contiguously(rc):
+    dv = rc.direct_view(block=True)
+    dv.scatter("sc", list(range(7)))
+    assert dv["sc"] == [[0, 1, 2, 3], [4, 5, 6]]  # the first engine takes the extra one
+    assert dv.gather("sc") == list(range(7))
+    dv.scatter("sc", np.arange(5.0))
+    got = dv.gather("sc")
+    assert isinstance(got, np.ndarray) and got.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    dv.scatter("one", [7, 8], flatten=True)
+    assert dv["one"] == [7, 8]
+    ar = dv.scatter("sc", "abc", block=False)
+    assert ar.get(10) == [None, None] and dv.gather("sc", block=False).get(10) == ["ab", "c"]
+    with pytest.raises(NotImplementedError, match="dist='b'"):
+        dv.scatter("sc", [1], dist="r")
+    tagged = dv.map(task_app.tagged, range(9))
+    assert [x for _, x in tagged] == list(range(9))
+    pids = [p for p, _ in tagged]
+    assert pids == [pids[0]] * 5 + [pids[5]] * 4 and pids[0] != pids[5]
+    assert dv.map(task_app.add, [1, 2, 3], [10, 20, 30]) == [11, 22, 33]
+    ar = dv.map_async(lambda x: x * 2, [5])  # one item: the other engine is not asked
+    assert len(ar) == 1 and ar.get(10) == [10]
+    assert dv.map_sync(task_app.add, []) == []
+
+
+def test_direct_view_errors_and_results(rc, capsys):
+    dv = rc[:]
+    boom = interactive("def boom(x):\n    return 1 // x\n", "boom")
+    ar = dv.apply_async(boom, 0)
+    with pytest.raises(st.CompositeError) as e:
+        ar.get(10)
+    assert isinstance(e.value, st.RemoteError) and len(e.value.errors) == 2
+    assert [x[0] for x in e.value.elist] == ["ZeroDivisionError"] * 2
+    assert sorted(x[3]["engine_id"] for x in e.value.elist) == rc.ids
+    with pytest.raises(ZeroDivisionError) as z:
+        e.value.raise_exception(1)
+    assert z.value.engine_info["engine_id"] == rc.ids[1] and "boom" in z.value.traceback
+    assert ar.ready() and not ar.successful()
+    with pytest.raises(st.RemoteError) as one:  # a single engine: its own exception
+        rc[rc.ids[0]].apply_sync(boom, 0)
+    assert isinstance(one.value, ZeroDivisionError) and one.value.evalue
+    # progress, len, wait, elapsed, wait_interactive's bar (on stdout, as ipyparallel's)
+    ar = dv.map(task_app.nap, [0.3] * 4)
+    assert len(ar) == 2 and 0 <= ar.progress <= 2
+    ar.wait_interactive(interval=0.05)
+    assert ar.ready() and ar.progress == 2 and ar.successful() and ar.elapsed >= 0.3
+    out = capsys.readouterr().out
+    assert "2/2 tasks" in out and "[" + "#" * 30 + "]" in out
+    slow = rc[rc.ids[0]].apply_async(task_app.nap, 3.0)
+    t0 = time.monotonic()
+    slow.wait_interactive(interval=0.05, timeout=0.2)  # returns, not done, without raising
+    assert not slow.ready() and time.monotonic() - t0 < 2.5
+    assert slow.get(20) == 3.0
+    with pytest.raises(NotImplementedError, match="text progress bar"):
+        slow.wait_interactive(widget=True)
+
+
+def test_cluster_start_and_connect_sync():
+    c = st.Cluster(n=1)
+    client = c.start_and_connect_sync()
+    try:
+        assert client.direct_view(block=True).apply(task_app.add, 1, 2) == [3]
+        pids = [p.pid for p in c.engines]
+    finally:
+        c.stop_cluster_sync()
+    assert not any(alive(p) for p in pids) and c.controller is None
+
+
+def test_client_finds_the_default_cluster(tmp_path, monkeypatch):
+    # a socket directory of the test's own: another default cluster of this user (a
+    # developer's) is neither found nor disturbed
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="no running cluster named 'default'"):
+        st.Client()
+    with st.Cluster(1, launcher="local", name="default") as c:
+        assert st.default_cluster_url() == c.url
+        with st.Client() as client:
+            assert client.url == c.url
+            assert client[:].apply_sync(task_app.add, 2, 2) == [4]
+        with pytest.raises(ValueError, match="not both"):
+            st.Client(c.url, cluster="default")
+    with pytest.raises(FileNotFoundError):
+        st.default_cluster_url()
+
+
+def test_a_direct_view_call_to_an_engine_that_died_fails():
+    with st.Cluster(n=2) as c:
+        rc = c.client()
+        doomed = rc.ids[0]
+        pid = rc[doomed].apply_sync(task_app.pid)
+        busy = rc[doomed].apply_async(task_app.nap, 5)
+        behind = rc[:].apply_async(task_app.add, 1, 1)  # one task for each engine
+        time.sleep(0.2)  # the nap has begun (it does not matter if not: it fails alike)
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(st.EngineError):
+            busy.get(20)
+        with pytest.raises(st.EngineError, match="which has gone"):
+            behind.get(20)  # its other engine's result came; this one's task failed
+        with pytest.raises(IndexError, match="no such engine"):
+            rc[doomed].apply_sync(task_app.add, 1, 1)
+        assert rc[:].apply_sync(task_app.add, 1, 1) == [2]  # the one left
+
+
+def test_direct_view_clear_and_sync_imports(rc, capsys):
+    dv = rc.direct_view(block=True)
+    dv.push({"kept": 1})
+    dv.clear()
+    with pytest.raises(st.CompositeError) as e:
+        dv.pull("kept")
+    assert [x[0] for x in e.value.elist] == ["NameError", "NameError"]
+    with dv.sync_imports():
+        import colorsys  # noqa: F401
+        from json import dumps  # noqa: F401
+    out = capsys.readouterr().out
+    assert "importing colorsys on engine(s)" in out and "from json import dumps" in out
+    f = interactive("def f():\n    return [colorsys.__name__, dumps([1])]\n", "f")
+    assert dv.apply(f) == [["colorsys", "[1]"]] * 2
+    with pytest.raises(ModuleNotFoundError):  # here first: the engines are not asked
+        with dv.sync_imports(quiet=True):
+            import no_such_module_anywhere  # noqa: F401
+    with pytest.raises(st.CompositeError) as e:  # there only: the engines' failure
+        with dv.sync_imports(local=False, quiet=True):
+            import no_such_module_anywhere  # noqa: F401,F811
+    assert [x[0] for x in e.value.elist] == ["ModuleNotFoundError"] * 2
+    assert "no_such_module_anywhere" not in sys.modules
