@@ -31,7 +31,8 @@ static int echo_tensor(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **o
 
 /* store_try([op, key]): what a hostile strict extension would do with
  * its runner's store connection; key is a name (a string) or an id (an
- * int). op: "get", "delete", "list", "persist" (key's id), "replace"
+ * int). op: "get", "delete", "list", "persist" (key's id), "unname"
+ * (key's name), "rename" (binds a name to key's id), "replace"
  * (seals an object of its own over key's name), "own" (puts an object of
  * its own named key, gets and deletes it again). Returns the code it got
  * (0 when the store let it). */
@@ -69,6 +70,10 @@ static int store_try(shoal_ext_ctx *ctx, const shoal_value *a, shoal_value **out
 		rc = shoal_list(c, "", list_one, NULL);
 	} else if (!strcmp(op, "persist")) {
 		rc = shoal_persist(c, id);
+	} else if (!strcmp(op, "unname")) {
+		rc = shoal_unname(c, name);
+	} else if (!strcmp(op, "rename")) {
+		rc = shoal_name(c, id, "taken-by-the-extension", true);
 	} else if (!strcmp(op, "replace")) {
 		rc = shoal_put_bytes(c, name, "forged", 6, SHOAL_REPLACE, &id);
 	} else if (!strcmp(op, "own")) {

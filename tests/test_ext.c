@@ -1931,6 +1931,8 @@ static void strict_store_is_restricted(void)
 			CHECK_EQ(store_try(e, vb, "delete", NULL, secret), SHOAL_EPERM);
 			CHECK_EQ(store_try(e, vb, "replace", "host-secret", 0), SHOAL_EPERM);
 			CHECK_EQ(store_try(e, vb, "persist", NULL, secret), SHOAL_EPERM);
+			CHECK_EQ(store_try(e, vb, "unname", "host-secret", 0), SHOAL_EPERM);
+			CHECK_EQ(store_try(e, vb, "rename", NULL, secret), SHOAL_EPERM);
 		}
 		/* what is its own, and what it is handed, it may */
 		CHECK_EQ(store_try(e, vb, "own", "ext-own", 0), 0);

@@ -67,7 +67,7 @@ struct st_conn {
 	/* A connection restricted (RESTRICT) to what another grants: it reads
 	 * only its own objects and what the connection that claimed grant
 	 * holds or made, makes objects of its own, deletes only those, and
-	 * may not list, name over, persist, migrate or seal for others (a
+	 * may not list, name over, NAME, persist, migrate or seal for others (a
 	 * strict extension's). */
 	bool restricted;
 	uint64_t grant;
