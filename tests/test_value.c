@@ -353,9 +353,9 @@ SH_TEST(a_value_kept_as_bytes_comes_back)
 	/* a tensor by reference (ext 2: the tensor's header, then the object's
 	 * id, segment and offset) names an object no kept bytes may */
 	unsigned char ref[3 + 16 + 24] = {0xc7, 40, 2, (unsigned char)SHOAL_DT_I64, 1};
-	ref[3 + 8] = 4;	       /* shape [4] */
-	ref[3 + 16] = 7;       /* object 7 */
-	ref[3 + 16 + 8] = 1;   /* segment 1 */
+	ref[3 + 8] = 4;	     /* shape [4] */
+	ref[3 + 16] = 7;     /* object 7 */
+	ref[3 + 16 + 8] = 1; /* segment 1 */
 	CHECK_RC(shoal_value_decode(b2, ref, sizeof(ref), &r, why, sizeof(why)), SHOAL_EPROTO);
 	CHECK(strstr(why, "no store") != NULL);
 	shoal_vbuf_free(b2);

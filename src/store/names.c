@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 static uint64_t name_hash(const char *s, size_t n)
 {
 	uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
@@ -96,8 +95,9 @@ static int unname(st_conn *c, const sh_frame *req, st_obj *o)
 {
 	shoal_store *s = c->srv;
 	if (!o->name)
-		return sh_st_reply_err(c, req, SHOAL_ENOENT, "NAME: object %016" PRIx64
-				       " has no name to let go of", o->id);
+		return sh_st_reply_err(c, req, SHOAL_ENOENT,
+				       "NAME: object %016" PRIx64 " has no name to let go of",
+				       o->id);
 	uint64_t id = o->id;
 	if (o->global && s->hooks.global_names) {
 		int rc = sh_st_name_global(s, o, o->name, strlen(o->name), true, false, c->why,
@@ -127,14 +127,16 @@ int sh_st_op_name(st_conn *c, const sh_frame *req, sh_mp *m)
 	    (!sh_mp_take_nil(m) && (sh_mp_str(m, &name, &nl) || nl == 0 || nl > SH_NODE_MAX_NAME ||
 				    memchr(name, 0, nl))) ||
 	    sh_mp_bool(m, &replace) || sh_mp_done(m))
-		return sh_st_reply_err(c, req, SHOAL_EBADMSG,
-				       "NAME: expected [id or name, a name of 1 to %d bytes without "
-				       "NUL or nil, replace]",
-				       SH_NODE_MAX_NAME);
+		return sh_st_reply_err(
+			c, req, SHOAL_EBADMSG,
+			"NAME: expected [id or name, a name of 1 to %d bytes without "
+			"NUL or nil, replace]",
+			SH_NODE_MAX_NAME);
 	st_obj *o = key ? sh_st_name_find(s, key, kl) : id ? sh_map_get(&s->objs, id) : NULL;
 	if (!o || o->deleted) {
 		if (key)
-			return sh_st_reply_err(c, req, SHOAL_ENOENT, "NAME: no object named \"%.*s\"",
+			return sh_st_reply_err(c, req, SHOAL_ENOENT,
+					       "NAME: no object named \"%.*s\"",
 					       (int)(kl > 200 ? 200 : kl), key);
 		return sh_st_reply_err(c, req, SHOAL_ENOENT, "NAME: no object %016" PRIx64, id);
 	}
@@ -144,7 +146,8 @@ int sh_st_op_name(st_conn *c, const sh_frame *req, sh_mp *m)
 		if (strlen(o->name) == nl && memcmp(o->name, name, nl) == 0)
 			return reply_empty(c, req);
 		return sh_st_reply_err(c, req, SHOAL_EEXIST,
-				       "NAME: object %016" PRIx64 " is named \"%.200s\" already: an "
+				       "NAME: object %016" PRIx64
+				       " is named \"%.200s\" already: an "
 				       "object has one name in a store (let go of that one first)",
 				       o->id, o->name);
 	}
