@@ -284,12 +284,13 @@ def _decode_shared(oid: int, torch: bool) -> Any:
     client = _CTX.client if _CTX.client is not None else _CHILD_CLIENT
     if client is None:
         return None
-    # A view of it that still lives (a tensor passed call after call) makes the new
-    # one with no round trip to the store.
+    # A numpy view of it that still lives (an array passed call after call) makes the
+    # new one with no round trip to the store. Not a torch one: torch tensors map the
+    # object copy-on-write, and what an earlier call wrote into its tensor is its own.
     ref = _LATEST.get(oid)
     old = ref() if ref is not None else None
-    if old is not None and _is_torch(old) == torch:
-        v = old.view(old.shape) if torch else old.view()
+    if old is not None and not torch and not _is_torch(old):
+        v = old.view()
     else:
         try:
             v = client.get(oid, framework="torch" if torch else "numpy")

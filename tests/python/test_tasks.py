@@ -97,6 +97,12 @@ def test_arrays_by_reference_through_a_shared_store():
         t = torch.arange(1 << 18, dtype=torch.float32)
         back = v.apply_sync(task_app.add, t)
         assert isinstance(back, torch.Tensor) and torch.equal(back, t)
+        # a task writing into a torch argument that maps the store writes its own copy
+        # of the pages: it lives, and the next task of the same object reads the original
+        z = torch.zeros(1 << 18)
+        assert v.apply_sync(task_app.add_one_in_place, z) == float(z.numel())
+        assert v.apply_sync(task_app.total, z) == 0.0
+        assert float(z.sum()) == 0.0
         small = v.apply_sync(task_app.scale, np.ones(4), 2)  # made there: comes back too
         assert np.array_equal(small, np.full(4, 2.0))
 
