@@ -178,6 +178,48 @@ SH_TEST(a_copy_on_write_view_keeps_its_writes_its_own)
 	shoal_store_close(s);
 }
 
+/* A view never written leaves its mapping to the next view of the same
+ * bytes (no page faulted again); a written one does not: the next view
+ * reads the sealed bytes, whatever the one before wrote. */
+SH_TEST(a_view_never_written_is_kept_and_a_written_one_is_not)
+{
+	shoal_store *s = open_store(64 << 20);
+	shoal_client *c = connect_to(s);
+	put_pattern(c, "big", 8 << 20);
+	shoal_object *o, *v;
+	const void *p1, *p2;
+	size_t n;
+	CHECK_OK(shoal_get_by_name(c, "big", &o));
+	CHECK_OK(shoal_object_cow(o, &v));
+	CHECK_OK(shoal_node_blob(shoal_object_root(v), 0, &p1, &n));
+	volatile unsigned char sum = 0;
+	for (size_t i = 0; i < n; i += 4096)
+		sum += ((const unsigned char *)p1)[i]; /* read only */
+	CHECK_OK(shoal_object_release(v));
+	CHECK_EQ(c->ncow_kept, 1u);
+	CHECK_OK(shoal_object_cow(o, &v));
+	CHECK_OK(shoal_node_blob(shoal_object_root(v), 0, &p2, &n));
+	CHECK(p2 == p1); /* the kept mapping */
+	CHECK_EQ(c->ncow_kept, 0u);
+	((unsigned char *)p2)[12345] ^= 0xff; /* one page written */
+	CHECK_OK(shoal_object_release(v));
+	CHECK_EQ(c->ncow_kept, 0u); /* not kept */
+	for (int round = 0; round < 3; round++) {
+		CHECK_OK(shoal_object_cow(o, &v));
+		CHECK_OK(shoal_node_blob(shoal_object_root(v), 0, &p2, &n));
+		for (size_t i = 0; i < n; i++)
+			if (((const unsigned char *)p2)[i] != (unsigned char)(i * 7))
+				sh_test_fail(__FILE__, __LINE__,
+					     "round %d: byte %zu was written before", round, i);
+		CHECK_OK(shoal_object_release(v));
+	}
+	/* the object gone from this client, its kept mappings go with its segment */
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_delete(c, "big"));
+	shoal_disconnect(c);
+	shoal_store_close(s);
+}
+
 SH_TEST(put_get_bytes)
 {
 	shoal_store *s = open_store(0);

@@ -43,6 +43,7 @@ const char *shoal_client_error(const shoal_client *c)
 
 static void client_free(shoal_client *c)
 {
+	sh_cow_forget(c, UINT64_MAX);
 	size_t it = 0;
 	uint64_t k;
 	void *v;
@@ -321,6 +322,7 @@ static void unmap_seg(shoal_client *c, sh_cseg *g, sh_wbuf *dropped)
 {
 	sh_map_del(&c->segs, g->id);
 	sh_shm_unmap(g->addr, g->size);
+	sh_cow_forget(c, g->id); /* they pin the pages as the mapping did */
 	if (g->fd >= 0)
 		close(g->fd);
 	if (dropped)

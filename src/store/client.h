@@ -29,11 +29,22 @@ typedef struct sh_cseg {
 	int fd;		/* kept for copy-on-write views (cow.c); -1: not kept */
 } sh_cseg;
 
-/* A copy-on-write view (cow.c) maps the object's pages privately: where. */
+/* A copy-on-write view (cow.c) maps the object's pages privately: where,
+ * from which segment and offset. */
 typedef struct sh_cow_map {
 	void *addr;
 	size_t len;
+	uint64_t seg, off;
+	bool copied; /* anonymous memory holding a copy, not a mapping of the file */
+	bool huge;   /* of hugetlbfs: its reservation holds pool pages, never kept */
 } sh_cow_map;
+
+/* Private mappings whose views went without writing to them, kept for the
+ * next view of the same bytes: a fresh mapping costs a fault a page (on a
+ * VM, ~2 us a page: 150 ms for 256 MiB), a kept one none. Bounded as the
+ * idle segments are. */
+#define SH_COW_KEEP 8
+#define SH_COW_KEEP_BYTES (1ull << 30)
 
 struct shoal_object {
 	shoal_client *c;
@@ -68,6 +79,9 @@ struct shoal_client {
 	uint64_t idle[SH_CLIENT_IDLE_SEGS];
 	uint32_t nidle;
 	uint64_t idle_bytes;
+	sh_cow_map cow_kept[SH_COW_KEEP]; /* cow.c: oldest first */
+	uint32_t ncow_kept;
+	uint64_t cow_kept_bytes;
 	int64_t timeout_ns; /* per request; SHOAL_FOREVER: none */
 	shoal_interrupt_fn interrupt;
 	void *interrupt_arg;
@@ -77,6 +91,8 @@ struct shoal_client {
 
 /* Frees a copy-on-write view (cow.c), releasing what it views. */
 void sh_cow_drop(shoal_object *o);
+/* Unmaps the kept private mappings of segment seg (all: seg UINT64_MAX). */
+void sh_cow_forget(shoal_client *c, uint64_t seg);
 
 /* Starts a request: packs into c->out after the frame header. */
 void sh_client_begin(shoal_client *c, msgpack_packer *pk);
