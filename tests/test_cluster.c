@@ -1506,3 +1506,344 @@ SH_TEST_T(a_tasks_argument_comes_from_the_clients_store_not_the_controller, 180)
 	etcd_kill(&e);
 	cleanup();
 }
+
+/* ---- remote clients (shoal/remote.h) ---- */
+
+static shoal_remote *remote_of(const node *n)
+{
+	setenv("SHOAL_SECRET", SECRET + strlen("SHOAL_SECRET="), 1);
+	shoal_remote *r;
+	char why[512];
+	int rc = shoal_remote_connect(&r, n->peer, shoal_deadline_in(10000 * MS), why, sizeof(why));
+	if (rc)
+		sh_test_fail(__FILE__, __LINE__, "connect: %s: %s", shoal_strerror(rc), why);
+	return r;
+}
+
+static int64_t far(void)
+{
+	return shoal_deadline_in(60000 * MS);
+}
+
+/* The blob of put_blob, as got through a remote client. */
+static void check_bytes(const shoal_object *o, size_t size, int seed)
+{
+	const void *d;
+	size_t got;
+	CHECK_STR(shoal_node_type(shoal_object_root(o)), "bytes");
+	CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &d, &got));
+	CHECK_EQ(got, size);
+	const unsigned char *p = d;
+	for (size_t i = 0; i < size; i++)
+		if (p[i] != (unsigned char)((i * 131 + (size_t)seed) & 0xff))
+			sh_test_fail(__FILE__, __LINE__, "byte %zu differs", i);
+}
+
+static int count_names(const shoal_entry *e, void *ctx)
+{
+	char *seen = ctx;
+	strcat(seen, e->name);
+	strcat(seen, ",");
+	return 0;
+}
+
+/* Gets by id and by name of what a local client put (bytes in the arena
+ * and in a segment, a dict of tensors in both), byte for byte, into this
+ * process; puts of bytes, a tensor and a dict that a local client then
+ * reads there; names, delete; what it put without persist goes with it. */
+SH_TEST_T(remote_client_gets_and_puts, 180)
+{
+	setup();
+	node a;
+	node_start(&a, "a", "256M", SECRET, NULL);
+	shoal_id small = put_blob(&a, "small", 1000, 3);
+	put_blob(&a, "big", 3u << 20, 4);
+	shoal_id did = put_dict(&a, "dict", 23);
+	shoal_remote *r = remote_of(&a);
+	shoal_object *o;
+	CHECK_OK(shoal_remote_get(r, NULL, small, far(), &o));
+	CHECK_EQ(shoal_object_id(o), small);
+	check_bytes(o, 1000, 3);
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_remote_get(r, "big", 0, far(), &o));
+	check_bytes(o, 3u << 20, 4);
+	/* the bytes are this process's: writable, its own view */
+	shoal_object *view;
+	CHECK_OK(shoal_object_cow(o, &view));
+	CHECK(view == o);
+	CHECK_OK(shoal_object_release(view));
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_remote_get(r, "dict", 0, far(), &o));
+	CHECK_EQ(shoal_object_id(o), did);
+	const shoal_node *root = shoal_object_root(o);
+	CHECK_STR(shoal_node_type(root), "tensor_dict");
+	CHECK_EQ(shoal_node_nmembers(root), 23u);
+	for (int t = 0; t < 23; t++) {
+		char nm[64];
+		snprintf(nm, sizeof(nm), "layers.%d.weight", t);
+		shoal_tensor ts;
+		CHECK_OK(shoal_node_tensor(shoal_node_find(root, nm), &ts));
+		CHECK_EQ(ts.shape[0], elems_of(t));
+		const uint32_t *p = ts.data;
+		for (int64_t i = 0; i < ts.shape[0]; i++)
+			CHECK_EQ(p[i], value_of(t, i));
+	}
+	CHECK_OK(shoal_object_release(o));
+	CHECK_RC(shoal_remote_get(r, "none", 0, far(), &o), SHOAL_ENOENT);
+	CHECK_HAS(shoal_remote_error(r), "no object named \"none\"");
+
+	/* puts, read back through the store's local socket */
+	size_t n = 5u << 20;
+	unsigned char *mem = malloc(n);
+	CHECK(mem != NULL);
+	for (size_t i = 0; i < n; i++)
+		mem[i] = (unsigned char)((i * 131 + 9) & 0xff);
+	shoal_id pid;
+	CHECK_OK(shoal_remote_put_bytes(r, "rb", mem, n, SHOAL_PERSIST, far(), &pid));
+	check_blob(&a, "rb", n, 9);
+	CHECK_RC(shoal_remote_put_bytes(r, "rb", mem, 10, 0, far(), NULL), SHOAL_EEXIST);
+	CHECK_HAS(shoal_remote_error(r), "taken");
+	float f[6] = {1, 2, 3, 4, 5, 6};
+	shoal_tensor t = {
+		.dtype = SHOAL_DT_F32, .ndim = 2, .shape = {2, 3}, .data = f, .nbytes = sizeof(f)};
+	CHECK_OK(shoal_remote_put_tensor(r, "rt", &t, SHOAL_PERSIST, far(), NULL));
+	shoal_client *c = client_of(&a);
+	CHECK_OK(shoal_get_by_name(c, "rt", &o));
+	shoal_tensor got;
+	CHECK_OK(shoal_node_tensor(shoal_object_root(o), &got));
+	CHECK(got.dtype == SHOAL_DT_F32 && got.ndim == 2 && got.shape[1] == 3);
+	CHECK(memcmp(got.data, f, sizeof(f)) == 0);
+	CHECK_OK(shoal_object_release(o));
+	const char *keys[2] = {"w", "b"};
+	int64_t big[1] = {(int64_t)(n / 4)};
+	shoal_tensor ts[2] = {
+		{.dtype = SHOAL_DT_U32, .ndim = 1, .shape = {big[0]}, .data = mem, .nbytes = n},
+		{.dtype = SHOAL_DT_F32, .ndim = 1, .shape = {6}, .data = f, .nbytes = sizeof(f)}};
+	const char *meta[2] = {"format", "pt"};
+	CHECK_OK(shoal_remote_put_tensor_dict(r, "rd", keys, ts, 2, meta, 1, SHOAL_PERSIST, far(),
+					      NULL));
+	CHECK_OK(shoal_get_by_name(c, "rd", &o));
+	const char *fmt;
+	size_t fl;
+	CHECK_OK(shoal_node_get_str(shoal_object_root(o), "format", &fmt, &fl));
+	CHECK(fl == 2 && !memcmp(fmt, "pt", 2));
+	CHECK_OK(shoal_node_tensor(shoal_node_find(shoal_object_root(o), "w"), &got));
+	CHECK(got.nbytes == n && memcmp(got.data, mem, n) == 0);
+	CHECK_OK(shoal_object_release(o));
+	/* and back through the remote client */
+	CHECK_OK(shoal_remote_get(r, "rd", 0, far(), &o));
+	CHECK_OK(shoal_node_tensor(shoal_node_find(shoal_object_root(o), "b"), &got));
+	CHECK(memcmp(got.data, f, sizeof(f)) == 0);
+	CHECK_OK(shoal_object_release(o));
+	/* a bad tensor is refused here, before a byte goes */
+	shoal_tensor bad = t;
+	bad.nbytes = 5;
+	CHECK_RC(shoal_remote_put_tensor(r, "bad", &bad, 0, far(), NULL), SHOAL_EINVAL);
+
+	char seen[4096] = "";
+	CHECK_OK(shoal_remote_list(r, "r", count_names, seen, far()));
+	CHECK_STR(seen, "rb,rd,rt,");
+	CHECK_OK(shoal_remote_delete(r, "rt", 0, far()));
+	CHECK_RC(shoal_get_by_name(c, "rt", &o), SHOAL_ENOENT);
+	CHECK_RC(shoal_remote_delete(r, "rt", 0, far()), SHOAL_ENOENT);
+
+	/* transient: there while the client is, gone with it */
+	CHECK_OK(shoal_remote_put_bytes(r, "tr", mem, 1000, 0, far(), NULL));
+	CHECK_OK(shoal_get_by_name(c, "tr", &o));
+	CHECK_OK(shoal_object_release(o));
+	shoal_remote_close(r);
+	int rc = 0;
+	for (int i = 0; i < 500 && (rc = shoal_get_by_name(c, "tr", &o)) == 0; i++) {
+		CHECK_OK(shoal_object_release(o));
+		usleep(10000);
+	}
+	CHECK_EQ(rc, SHOAL_ENOENT);
+	shoal_disconnect(c);
+	free(mem);
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
+
+SH_TEST(remote_client_with_a_wrong_secret_is_refused)
+{
+	setup();
+	node a;
+	node_start(&a, "a", "64M", SECRET, NULL);
+	setenv("SHOAL_SECRET", "not-the-clusters-secret-at-all", 1);
+	shoal_remote *r = NULL;
+	char why[512];
+	CHECK_RC(shoal_remote_connect(&r, a.peer, shoal_deadline_in(10000 * MS), why, sizeof(why)),
+		 SHOAL_EACCES);
+	CHECK(r == NULL);
+	CHECK_HAS(why, "secret");
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
+
+/* A link of the peer protocol with the right secret, speaking raw frames. */
+static sh_channel *raw_link(const node *n, int *fd)
+{
+	setenv("SHOAL_SECRET", SECRET + strlen("SHOAL_SECRET="), 1);
+	sh_channel *ch;
+	char why[256];
+	CHECK_OK(sh_tcp_connect_auth(n->peer, SH_PEER_PROTO, shoal_deadline_in(10000 * MS), fd, &ch,
+				     why, sizeof(why)));
+	return ch;
+}
+
+static void raw_send(sh_channel *ch, uint16_t op, const void *body, size_t len)
+{
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	sh_wbuf_frame_begin(&w);
+	CHECK_OK(sh_wbuf_append(&w, body, len));
+	sh_frame f = {.op = op, .seq = 1};
+	CHECK_OK(sh_wbuf_frame_end(&w, &f));
+	CHECK_OK(sh_channel_write(ch, w.p, w.len, false, shoal_deadline_in(10000 * MS)));
+	sh_wbuf_fini(&w);
+}
+
+/* The status of the store's answer to op (0, or its failure). */
+static int raw_answer(sh_channel *ch, uint16_t op)
+{
+	unsigned char *in = NULL;
+	size_t cap = 0, len;
+	int rc = sh_channel_read_frame(ch, &in, &cap, &len, 1u << 20, false,
+				       shoal_deadline_in(10000 * MS));
+	if (rc == 0) {
+		sh_frame f;
+		char why[200];
+		CHECK_OK(sh_frame_decode(in, len, &f, why, sizeof(why)));
+		CHECK_EQ(f.op, op);
+		rc = f.status;
+	}
+	if (in)
+		shoal_free(in, cap);
+	return rc;
+}
+
+/* A PUT's body: [name, flags, region, meta] of a "bytes" object of size
+ * bytes at offset off of region bytes. */
+static size_t put_body(unsigned char *buf, size_t cap, uint64_t region, uint64_t off, uint64_t size)
+{
+	sh_wbuf meta, w;
+	sh_wbuf_init(&meta);
+	sh_wbuf_init(&w);
+	msgpack_packer pk;
+	sh_wbuf_packer(&meta, &pk);
+	msgpack_pack_array(&pk, 4);
+	sh_mp_pack_cstr(&pk, "bytes");
+	msgpack_pack_map(&pk, 0);
+	msgpack_pack_array(&pk, 1);
+	msgpack_pack_array(&pk, 3);
+	msgpack_pack_uint64(&pk, 1);
+	msgpack_pack_uint64(&pk, off);
+	msgpack_pack_uint64(&pk, size);
+	msgpack_pack_array(&pk, 0);
+	sh_wbuf_packer(&w, &pk);
+	msgpack_pack_array(&pk, 4);
+	sh_mp_pack_cstr(&pk, "hostile");
+	msgpack_pack_uint64(&pk, 0);
+	msgpack_pack_uint64(&pk, region);
+	msgpack_pack_bin(&pk, meta.len);
+	msgpack_pack_bin_body(&pk, meta.p, meta.len);
+	CHECK(w.len <= cap);
+	memcpy(buf, w.p, w.len);
+	size_t n = w.len;
+	sh_wbuf_fini(&meta);
+	sh_wbuf_fini(&w);
+	return n;
+}
+
+static void wait_used(const node *n, uint64_t used, uint64_t objects)
+{
+	shoal_store_stat st = stat_of(n);
+	for (int i = 0; i < 1000 && (st.used != used || st.objects != objects); i++) {
+		usleep(10000);
+		st = stat_of(n);
+	}
+	CHECK_EQ(st.used, used);
+	CHECK_EQ(st.objects, objects);
+}
+
+/* A client with the secret that misbehaves: garbage after the handshake,
+ * a PUT of a tree that lies (a blob outside its region), of more than the
+ * store has, a frame over the bound, an op no store knows, and a PUT
+ * that stops halfway (the link cut): refused, answered or cut, the
+ * store serving on, no object and no room left behind. */
+SH_TEST_T(remote_hostile_clients_leave_nothing, 120)
+{
+	setup();
+	node a;
+	node_start(&a, "a", "64M", SECRET, NULL);
+	put_blob(&a, "x", 100000, 1);
+	shoal_store_stat st0 = stat_of(&a);
+	int fd;
+	unsigned char body[4096];
+
+	sh_channel *ch = raw_link(&a, &fd);
+	raw_send(ch, 99, "\x90", 1);
+	CHECK_EQ(raw_answer(ch, 99), SHOAL_ENOTSUP);
+	/* a blob past the region's end */
+	size_t bl = put_body(body, sizeof(body), 1000, 900, 200);
+	raw_send(ch, SH_PEER_PUT, body, bl);
+	CHECK_EQ(raw_answer(ch, SH_PEER_PUT), SHOAL_EBADMSG);
+	/* more than the store's room */
+	bl = put_body(body, sizeof(body), 1ull << 40, 0, 1ull << 40);
+	raw_send(ch, SH_PEER_PUT, body, bl);
+	CHECK_EQ(raw_answer(ch, SH_PEER_PUT), SHOAL_ENOSPC);
+	/* a region past any store's */
+	bl = put_body(body, sizeof(body), UINT64_MAX, 0, 10);
+	raw_send(ch, SH_PEER_PUT, body, bl);
+	CHECK_EQ(raw_answer(ch, SH_PEER_PUT), SHOAL_EBADMSG);
+	/* not msgpack at all */
+	raw_send(ch, SH_PEER_PUT, "\xc1\xc1\xc1", 3);
+	CHECK_EQ(raw_answer(ch, SH_PEER_PUT), SHOAL_EBADMSG);
+	raw_send(ch, SH_PEER_DELETE, "\x91\xc0", 2);
+	CHECK_EQ(raw_answer(ch, SH_PEER_DELETE), SHOAL_EBADMSG);
+	/* a frame header announcing more than the bound: the link is cut */
+	unsigned char hdr[SH_FRAME_HDR] = {0};
+	sh_frame f = {.op = SH_PEER_PUT, .seq = 1, .body_len = SH_PEER_REQ_MAX};
+	sh_frame_encode(&f, hdr);
+	CHECK_OK(sh_channel_write(ch, hdr, sizeof(hdr), false, shoal_deadline_in(10000 * MS)));
+	CHECK(raw_answer(ch, SH_PEER_PUT) != 0);
+	sh_channel_free(ch);
+	close(fd);
+
+	/* half a PUT's bytes, then gone */
+	ch = raw_link(&a, &fd);
+	bl = put_body(body, sizeof(body), 8u << 20, 0, 8u << 20);
+	raw_send(ch, SH_PEER_PUT, body, bl);
+	CHECK_EQ(raw_answer(ch, SH_PEER_PUT), 0);
+	unsigned char *half = calloc(1, 4u << 20);
+	CHECK(half != NULL);
+	sh_bulk_part part = {.p = half, .fd = -1, .len = 4u << 20};
+	CHECK_OK(sh_channel_send_bulk(ch, &part, 1, shoal_deadline_in(10000 * MS)));
+	/* the room is held while the bytes come */
+	shoal_store_stat mid = stat_of(&a);
+	CHECK(mid.used >= st0.used + (8u << 20));
+	sh_channel_free(ch);
+	close(fd);
+	free(half);
+	wait_used(&a, st0.used, st0.objects);
+
+	/* plain garbage after the handshake */
+	ch = raw_link(&a, &fd);
+	char junk[256];
+	memset(junk, 0x5a, sizeof(junk));
+	CHECK_OK(sh_channel_write(ch, junk, sizeof(junk), false, shoal_deadline_in(10000 * MS)));
+	CHECK(raw_answer(ch, 0) != 0);
+	sh_channel_free(ch);
+	close(fd);
+
+	/* it serves on */
+	shoal_remote *r = remote_of(&a);
+	shoal_object *o;
+	CHECK_OK(shoal_remote_get(r, "x", 0, far(), &o));
+	check_bytes(o, 100000, 1);
+	CHECK_OK(shoal_object_release(o));
+	shoal_remote_close(r);
+	wait_used(&a, st0.used, st0.objects);
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
