@@ -1722,37 +1722,17 @@ static int raw_answer(sh_channel *ch, uint16_t op)
 	return rc;
 }
 
-/* A PUT's body: [name, flags, region, meta] of a "bytes" object of size
- * bytes at offset off of region bytes. */
-static size_t put_body(unsigned char *buf, size_t cap, uint64_t region, uint64_t off, uint64_t size)
+/* A PUT of a "bytes" object of size bytes at offset off of region bytes,
+ * packed as a remote client packs one (the tree may lie). */
+static void raw_put(sh_channel *ch, uint64_t region, uint64_t off, uint64_t size)
 {
-	sh_wbuf meta, w;
-	sh_wbuf_init(&meta);
+	sh_blobref b = {.seg = 1, .off = off, .size = size};
+	shoal_node n = {.type = "bytes", .nblobs = 1, .blobs = &b};
+	sh_wbuf w;
 	sh_wbuf_init(&w);
-	msgpack_packer pk;
-	sh_wbuf_packer(&meta, &pk);
-	msgpack_pack_array(&pk, 4);
-	sh_mp_pack_cstr(&pk, "bytes");
-	msgpack_pack_map(&pk, 0);
-	msgpack_pack_array(&pk, 1);
-	msgpack_pack_array(&pk, 3);
-	msgpack_pack_uint64(&pk, 1);
-	msgpack_pack_uint64(&pk, off);
-	msgpack_pack_uint64(&pk, size);
-	msgpack_pack_array(&pk, 0);
-	sh_wbuf_packer(&w, &pk);
-	msgpack_pack_array(&pk, 4);
-	sh_mp_pack_cstr(&pk, "hostile");
-	msgpack_pack_uint64(&pk, 0);
-	msgpack_pack_uint64(&pk, region);
-	msgpack_pack_bin(&pk, meta.len);
-	msgpack_pack_bin_body(&pk, meta.p, meta.len);
-	CHECK(w.len <= cap);
-	memcpy(buf, w.p, w.len);
-	size_t n = w.len;
-	sh_wbuf_fini(&meta);
+	CHECK_OK(sh_peer_pack_put(&w, "hostile", 0, region, &n));
+	CHECK_OK(sh_channel_write(ch, w.p, w.len, false, shoal_deadline_in(10000 * MS)));
 	sh_wbuf_fini(&w);
-	return n;
 }
 
 static void wait_used(const node *n, uint64_t used, uint64_t objects)
@@ -1779,22 +1759,18 @@ SH_TEST_T(remote_hostile_clients_leave_nothing, 120)
 	put_blob(&a, "x", 100000, 1);
 	shoal_store_stat st0 = stat_of(&a);
 	int fd;
-	unsigned char body[4096];
 
 	sh_channel *ch = raw_link(&a, &fd);
 	raw_send(ch, 99, "\x90", 1);
 	CHECK_EQ(raw_answer(ch, 99), SHOAL_ENOTSUP);
 	/* a blob past the region's end */
-	size_t bl = put_body(body, sizeof(body), 1000, 900, 200);
-	raw_send(ch, SH_PEER_PUT, body, bl);
+	raw_put(ch, 1000, 900, 200);
 	CHECK_EQ(raw_answer(ch, SH_PEER_PUT), SHOAL_EBADMSG);
 	/* more than the store's room */
-	bl = put_body(body, sizeof(body), 1ull << 40, 0, 1ull << 40);
-	raw_send(ch, SH_PEER_PUT, body, bl);
+	raw_put(ch, 1ull << 40, 0, 1ull << 40);
 	CHECK_EQ(raw_answer(ch, SH_PEER_PUT), SHOAL_ENOSPC);
 	/* a region past any store's */
-	bl = put_body(body, sizeof(body), UINT64_MAX, 0, 10);
-	raw_send(ch, SH_PEER_PUT, body, bl);
+	raw_put(ch, UINT64_MAX, 0, 10);
 	CHECK_EQ(raw_answer(ch, SH_PEER_PUT), SHOAL_EBADMSG);
 	/* not msgpack at all */
 	raw_send(ch, SH_PEER_PUT, "\xc1\xc1\xc1", 3);
@@ -1812,8 +1788,7 @@ SH_TEST_T(remote_hostile_clients_leave_nothing, 120)
 
 	/* half a PUT's bytes, then gone */
 	ch = raw_link(&a, &fd);
-	bl = put_body(body, sizeof(body), 8u << 20, 0, 8u << 20);
-	raw_send(ch, SH_PEER_PUT, body, bl);
+	raw_put(ch, 8u << 20, 0, 8u << 20);
 	CHECK_EQ(raw_answer(ch, SH_PEER_PUT), 0);
 	unsigned char *half = calloc(1, 4u << 20);
 	CHECK(half != NULL);

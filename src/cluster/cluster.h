@@ -134,6 +134,9 @@ typedef struct sh_peer_put {
 	sh_mig_blob *blobs;
 } sh_peer_put;
 int sh_peer_parse_put(sh_mp *m, sh_peer_put *out, sh_bump *a, char *why, size_t whylen);
+/* A PUT's request as a remote client packs it: a whole frame into w. */
+int sh_peer_pack_put(sh_wbuf *w, const char *name, unsigned flags, uint64_t region,
+		     const shoal_node *root);
 /* A failure's answer (a frame of status < 0, its body at m: [message]),
  * from a peer (hostile): its code (its own codes only, else
  * SHOAL_EPROTO) and its message in why. */

@@ -513,6 +513,31 @@ int sh_peer_parse_put(sh_mp *m, sh_peer_put *out, sh_bump *a, char *why, size_t 
 	return rc;
 }
 
+int sh_peer_pack_put(sh_wbuf *w, const char *name, unsigned flags, uint64_t region,
+		     const shoal_node *root)
+{
+	sh_wbuf meta;
+	sh_wbuf_init(&meta);
+	msgpack_packer pk;
+	sh_wbuf_packer(&meta, &pk);
+	sh_node_pack(&pk, root);
+	sh_wbuf_frame_begin(w);
+	sh_wbuf_packer(w, &pk);
+	msgpack_pack_array(&pk, 4);
+	if (name)
+		sh_mp_pack_cstr(&pk, name);
+	else
+		msgpack_pack_nil(&pk);
+	msgpack_pack_uint32(&pk, flags);
+	msgpack_pack_uint64(&pk, region);
+	msgpack_pack_bin(&pk, meta.len);
+	msgpack_pack_bin_body(&pk, meta.p, meta.len);
+	sh_frame f = {.op = SH_PEER_PUT, .seq = 1};
+	int rc = meta.err || w->err ? SHOAL_ENOMEM : sh_wbuf_frame_end(w, &f);
+	sh_wbuf_fini(&meta);
+	return rc;
+}
+
 static void *recv_main(void *arg)
 {
 	peer_conn *pc = arg;

@@ -116,16 +116,21 @@ const char *shoal_remote_error(const shoal_remote *r)
 
 /* ---- requests ---- */
 
-/* The frame in w, of op (sequence 1), to the store. */
-static int send_frame(shoal_remote *r, sh_wbuf *w, uint16_t op, const char *what, int64_t deadline)
+/* The whole frame in w to the store (rc: how its packing went). */
+static int send_whole(shoal_remote *r, sh_wbuf *w, int rc, const char *what, int64_t deadline)
 {
-	sh_frame f = {.op = op, .seq = 1};
-	int rc = w->err ? SHOAL_ENOMEM : sh_wbuf_frame_end(w, &f);
 	if (rc)
 		return fail(r, rc, "%s: packing the request: %s", what, shoal_strerror(rc));
 	if ((rc = sh_channel_write(r->ch, w->p, w->len, false, deadline)) != 0)
 		return broke(r, rc, what);
 	return 0;
+}
+
+/* The frame begun in w, of op (sequence 1), to the store. */
+static int send_frame(shoal_remote *r, sh_wbuf *w, uint16_t op, const char *what, int64_t deadline)
+{
+	sh_frame f = {.op = op, .seq = 1};
+	return send_whole(r, w, w->err ? SHOAL_ENOMEM : sh_wbuf_frame_end(w, &f), what, deadline);
 }
 
 /* The answer to op, at most max bytes: its body at m, or the store's
@@ -384,26 +389,10 @@ static int put(shoal_remote *r, put_tree *pt, const char *name, unsigned flags, 
 	if (name && (!*name || strlen(name) > SH_NODE_MAX_NAME))
 		return fail(r, SHOAL_EINVAL, "put: a name of 1 to %d bytes, or NULL",
 			    SH_NODE_MAX_NAME);
-	sh_wbuf meta, w;
-	sh_wbuf_init(&meta);
+	sh_wbuf w;
 	sh_wbuf_init(&w);
-	msgpack_packer pk;
-	sh_wbuf_packer(&meta, &pk);
-	sh_node_pack(&pk, pt->root);
-	sh_wbuf_frame_begin(&w);
-	sh_wbuf_packer(&w, &pk);
-	msgpack_pack_array(&pk, 4);
-	if (name)
-		sh_mp_pack_cstr(&pk, name);
-	else
-		msgpack_pack_nil(&pk);
-	msgpack_pack_uint32(&pk, flags);
-	msgpack_pack_uint64(&pk, pt->end);
-	msgpack_pack_bin(&pk, meta.len);
-	msgpack_pack_bin_body(&pk, meta.p, meta.len);
-	w.err |= meta.err;
-	int rc = send_frame(r, &w, SH_PEER_PUT, "PUT", deadline);
-	sh_wbuf_fini(&meta);
+	int rc = send_whole(r, &w, sh_peer_pack_put(&w, name, flags, pt->end, pt->root), "PUT",
+			    deadline);
 	sh_wbuf_fini(&w);
 	sh_mp m;
 	size_t len;
