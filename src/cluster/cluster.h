@@ -134,6 +134,12 @@ typedef struct sh_peer_put {
 	sh_mig_blob *blobs;
 } sh_peer_put;
 int sh_peer_parse_put(sh_mp *m, sh_peer_put *out, sh_bump *a, char *why, size_t whylen);
+/* A NAMES answer's body at m (from a store: outside bytes), read by a
+ * remote client: its entries, NUL-terminated copies allocated from a, and
+ * whether the store had more than it sent. SHOAL_EPROTO (or
+ * SHOAL_ENOMEM) with why. */
+int sh_remote_parse_names(sh_mp *m, sh_bump *a, shoal_entry **out, uint32_t *count, bool *more,
+			  char *why, size_t whylen);
 /* A PUT's request as a remote client packs it: a whole frame into w. */
 int sh_peer_pack_put(sh_wbuf *w, const char *name, unsigned flags, uint64_t region,
 		     const shoal_node *root);

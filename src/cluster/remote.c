@@ -540,6 +540,58 @@ int shoal_remote_delete(shoal_remote *r, const char *name, shoal_id id, int64_t 
 	return rc;
 }
 
+int sh_remote_parse_names(sh_mp *m, sh_bump *a, shoal_entry **out, uint32_t *count, bool *more,
+			  char *why, size_t whylen)
+{
+	uint32_t n, k;
+	*out = NULL;
+	*count = 0;
+	/* each entry takes at least 6 bytes of the answer: a count beyond
+	 * them is a lie, never an allocation */
+	if (sh_mp_array(m, &n) || n != 2 || sh_mp_array(m, &k) ||
+	    (size_t)k > (size_t)(m->end - m->p) / 5) {
+		snprintf(why, whylen, "something else than [[name, id, type, bytes]..., more]");
+		return SHOAL_EPROTO;
+	}
+	shoal_entry *v = sh_bump_alloc(a, (k ? k : 1) * sizeof(*v));
+	if (!v) {
+		snprintf(why, whylen, "%u entries: out of memory here", k);
+		return SHOAL_ENOMEM;
+	}
+	for (uint32_t i = 0; i < k; i++) {
+		uint32_t four, nl, tl;
+		const char *nm, *ty;
+		char *nc, *tc;
+		if (sh_mp_array(m, &four) || four != 4 || sh_mp_str(m, &nm, &nl) || nl == 0 ||
+		    nl > SH_NODE_MAX_NAME || memchr(nm, 0, nl) || sh_mp_uint(m, &v[i].id) ||
+		    sh_mp_str(m, &ty, &tl) || tl > SH_NODE_MAX_KEY || memchr(ty, 0, tl) ||
+		    sh_mp_uint(m, &v[i].bytes)) {
+			snprintf(why, whylen,
+				 "entry %u not [name (1 to %d bytes, no NUL), id, type, bytes]", i,
+				 SH_NODE_MAX_NAME);
+			return SHOAL_EPROTO;
+		}
+		/* NUL-terminated copies: the answer's strings are not */
+		if (!(nc = sh_bump_alloc(a, nl + 1)) || !(tc = sh_bump_alloc(a, tl + 1))) {
+			snprintf(why, whylen, "entry %u: out of memory here", i);
+			return SHOAL_ENOMEM;
+		}
+		memcpy(nc, nm, nl);
+		nc[nl] = 0;
+		memcpy(tc, ty, tl);
+		tc[tl] = 0;
+		v[i].name = nc;
+		v[i].type = tc;
+	}
+	if (sh_mp_bool(m, more) || sh_mp_done(m)) {
+		snprintf(why, whylen, "bytes after its entries: expected [entries, more]");
+		return SHOAL_EPROTO;
+	}
+	*out = v;
+	*count = k;
+	return 0;
+}
+
 static int cmp_entry(const void *a, const void *b)
 {
 	return strcmp(((const shoal_entry *)a)->name, ((const shoal_entry *)b)->name);
@@ -566,64 +618,24 @@ int shoal_remote_list(shoal_remote *r, const char *prefix,
 	sh_wbuf_fini(&w);
 	sh_mp m;
 	size_t len;
-	uint32_t n, k;
 	if (rc == 0)
 		rc = answer(r, SH_PEER_NAMES, "NAMES", SH_PEER_META_MAX + 4096, deadline, &m, &len);
 	if (rc)
 		return rc;
-	/* each entry takes at least 4 bytes of the answer: a count beyond
-	 * them is a lie, never an allocation */
-	if (sh_mp_array(&m, &n) || n != 2 || sh_mp_array(&m, &k) || k > len / 4) {
-		r->broken = true;
-		return fail(r, SHOAL_EPROTO,
-			    "the store at %s answered NAMES with something else "
-			    "than [[name, id, type, bytes]..., more]",
-			    r->addr);
-	}
-	shoal_entry *v = shoal_alloc((k ? k : 1) * sizeof(*v));
-	/* NUL-terminated copies: the answer's strings are not */
-	sh_bump a = {0};
-	if (!v)
-		return fail(r, SHOAL_ENOMEM, "NAMES: out of memory");
-	for (uint32_t i = 0; rc == 0 && i < k; i++) {
-		uint32_t four, nl, tl;
-		const char *nm, *ty;
-		char *nc, *tc;
-		if (sh_mp_array(&m, &four) || four != 4 || sh_mp_str(&m, &nm, &nl) ||
-		    sh_mp_uint(&m, &v[i].id) || sh_mp_str(&m, &ty, &tl) ||
-		    sh_mp_uint(&m, &v[i].bytes)) {
-			r->broken = true;
-			rc = fail(r, SHOAL_EPROTO,
-				  "the store at %s answered NAMES with entry %u not [name, id, "
-				  "type, bytes]",
-				  r->addr, i);
-			break;
-		}
-		if (!(nc = sh_bump_alloc(&a, nl + 1)) || !(tc = sh_bump_alloc(&a, tl + 1))) {
-			rc = fail(r, SHOAL_ENOMEM, "NAMES: out of memory");
-			break;
-		}
-		memcpy(nc, nm, nl);
-		nc[nl] = 0;
-		memcpy(tc, ty, tl);
-		tc[tl] = 0;
-		v[i].name = nc;
-		v[i].type = tc;
-	}
+	shoal_entry *v = NULL;
+	uint32_t k = 0;
 	bool more;
-	if (rc == 0 && (sh_mp_bool(&m, &more) || sh_mp_done(&m))) {
-		r->broken = true;
-		rc = fail(r, SHOAL_EPROTO,
-			  "the store at %s answered NAMES with bytes after its "
-			  "entries: expected [entries, more]",
-			  r->addr);
+	sh_bump a = {0};
+	char why[300];
+	if ((rc = sh_remote_parse_names(&m, &a, &v, &k, &more, why, sizeof(why))) != 0) {
+		r->broken = rc == SHOAL_EPROTO;
+		rc = fail(r, rc, "the store at %s answered NAMES with %s", r->addr, why);
 	}
 	if (rc == 0) {
 		qsort(v, k, sizeof(*v), cmp_entry);
 		for (uint32_t i = 0; rc == 0 && i < k; i++)
 			rc = fn(&v[i], ctx);
 	}
-	shoal_free(v, (k ? k : 1) * sizeof(*v));
 	sh_bump_fini(&a);
 	return rc;
 }
