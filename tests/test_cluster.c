@@ -802,6 +802,9 @@ typedef struct liar {
 	 * trickle bytes every 100 ms, until the link fails */
 	uint64_t size;
 	size_t trickle;
+	/* a store of peer protocol 1: it closes the link at an op it does not
+	 * know (anything but FETCH and JOIN) */
+	bool old;
 	pthread_t th;
 	int rc;
 } liar;
@@ -821,6 +824,10 @@ static void *liar_fiber(void *arg)
 				    sizeof(why))) != 0 ||
 	    (l->rc = sh_channel_read_frame(ch, &in, &cap, &len, 1 << 16, true,
 					   shoal_deadline_in(10000 * MS))) != 0)
+		goto out;
+	sh_frame req;
+	if (l->old && (sh_frame_decode(in, len, &req, why, sizeof(why)) != 0 ||
+		       (req.op != SH_PEER_FETCH && req.op != SH_PEER_JOIN)))
 		goto out;
 	uint64_t size = l->size ? l->size : 100;
 	sh_blobref blob = {.seg = 1, .off = 0, .size = size};
@@ -867,14 +874,19 @@ static void *liar_main(void *arg)
 	return NULL;
 }
 
-static void liar_start_ex(liar *l, const char *answer_name, size_t extra, uint64_t size,
-			  size_t trickle)
+static void liar_run(liar *l)
 {
-	*l = (liar){.answer_name = answer_name, .extra = extra, .size = size, .trickle = trickle};
 	char why[128];
 	CHECK_OK(sh_tcp_listen("127.0.0.1:0", &l->lsock, l->addr, sizeof(l->addr), why,
 			       sizeof(why)));
 	CHECK_OK(pthread_create(&l->th, NULL, liar_main, l));
+}
+
+static void liar_start_ex(liar *l, const char *answer_name, size_t extra, uint64_t size,
+			  size_t trickle)
+{
+	*l = (liar){.answer_name = answer_name, .extra = extra, .size = size, .trickle = trickle};
+	liar_run(l);
 }
 
 static void liar_start(liar *l, const char *answer_name, size_t extra)
@@ -1821,4 +1833,33 @@ SH_TEST_T(remote_hostile_clients_leave_nothing, 120)
 	wait_used(&a, st0.used, st0.objects);
 	CHECK_EQ(node_stop(&a), 0);
 	cleanup();
+}
+
+/* A store of peer protocol 1 closes the link at PUT: the remote client
+ * says that is what such a store does, and the link is over. A source
+ * that answers a get of "model" with another object fails the get, saying
+ * what came. */
+SH_TEST(remote_client_names_an_old_store_and_a_lying_one)
+{
+	setenv("SHOAL_SECRET", SECRET + strlen("SHOAL_SECRET="), 1);
+	liar l = {.answer_name = "model", .old = true};
+	liar_run(&l);
+	shoal_remote *r;
+	char why[512];
+	CHECK_OK(shoal_remote_connect(&r, l.addr, shoal_deadline_in(10000 * MS), why, sizeof(why)));
+	CHECK_RC(shoal_remote_put_bytes(r, "x", "abc", 3, 0, far(), NULL), SHOAL_ECLOSED);
+	CHECK_HAS(shoal_remote_error(r), "peer protocol 1");
+	CHECK_HAS(shoal_remote_error(r), "PUT");
+	shoal_object *o;
+	CHECK_RC(shoal_remote_get(r, "model", 0, far(), &o), SHOAL_ECLOSED);
+	CHECK_HAS(shoal_remote_error(r), "connect again");
+	shoal_remote_close(r);
+	liar_end(&l);
+
+	liar_start(&l, "other", 0);
+	CHECK_OK(shoal_remote_connect(&r, l.addr, shoal_deadline_in(10000 * MS), why, sizeof(why)));
+	CHECK_RC(shoal_remote_get(r, "model", 0, far(), &o), SHOAL_EPROTO);
+	CHECK_HAS(shoal_remote_error(r), "expected the object asked for");
+	shoal_remote_close(r);
+	liar_end(&l);
 }
