@@ -980,12 +980,21 @@ static void bench_task_buffers(const sh_bench_opts *o, sh_bench_report *r)
  * client (shoal_remote_get) in this process, on loopback or from side 1
  * of link: the first get into memory this process never had (remote_get_first),
  * then 3 more (remote_get), against raw TCP over that link. */
+static sh_bench_result *remote_row(sh_bench_report *r, const char *test, uint64_t bytes, bool plain)
+{
+	sh_bench_result *x = sh_bench_add(r, SUITE, test, "shoal", 0);
+	sh_bench_param_num(x, "bytes", (double)bytes);
+	sh_bench_param_bool(x, "encrypted", !plain);
+	sh_bench_param_str(x, "link", cur_link);
+	return x;
+}
+
 static void remote_rows(sh_bench_report *r, const daemon_t *a, uint64_t bytes, bool plain,
 			const sh_bench_link *link, const double raw_s[5])
 {
 	char err[512], addr[96];
-	sh_bench_result *first = migrate_row(r, "remote_get_first", bytes, 1, 1, plain, "4k");
-	sh_bench_result *x = migrate_row(r, "remote_get", bytes, 1, 1, plain, "4k");
+	sh_bench_result *first = remote_row(r, "remote_get_first", bytes, plain);
+	sh_bench_result *x = remote_row(r, "remote_get", bytes, plain);
 	if (put_dict(a, "model", 1, bytes, err, sizeof(err)) != 0) {
 		sh_bench_fail(x, "%s", err);
 		return;
@@ -1044,8 +1053,7 @@ static void bench_remote(sh_bench_report *r, uint64_t bytes)
 		daemon_t a = {0};
 		const char *const opt[] = {"--reserve", NULL};
 		if (daemon_start_x(&a, bytes + (64u << 20), plain, opt, err, sizeof(err)) != 0)
-			sh_bench_fail(migrate_row(r, "remote_get", bytes, 1, 1, plain, "4k"), "%s",
-				      err);
+			sh_bench_fail(remote_row(r, "remote_get", bytes, plain), "%s", err);
 		else
 			remote_rows(r, &a, bytes, plain, NULL, raw_s);
 		daemon_stop(&a);
@@ -1054,7 +1062,7 @@ static void bench_remote(sh_bench_report *r, uint64_t bytes)
 	sh_bench_link l;
 	if (sh_bench_link_up(&l, err, sizeof(err)) != 0) {
 		cur_link = "veth-4gbit";
-		sh_bench_skip(migrate_row(r, "remote_get", bytes, 1, 1, false, "4k"), "%s", err);
+		sh_bench_skip(remote_row(r, "remote_get", bytes, false), "%s", err);
 		cur_link = "loopback";
 		return;
 	}
@@ -1077,8 +1085,7 @@ static void bench_remote(sh_bench_report *r, uint64_t bytes)
 		int rc = daemon_start_x(&a, bytes + (64u << 20), plain, opt, err, sizeof(err));
 		sh_bench_link_enter(&l, -1);
 		if (rc)
-			sh_bench_fail(migrate_row(r, "remote_get", bytes, 1, 1, plain, "4k"), "%s",
-				      err);
+			sh_bench_fail(remote_row(r, "remote_get", bytes, plain), "%s", err);
 		else
 			remote_rows(r, &a, bytes, plain, &l, raw_s);
 		daemon_stop(&a);
