@@ -1863,3 +1863,33 @@ SH_TEST(remote_client_names_an_old_store_and_a_lying_one)
 	shoal_remote_close(r);
 	liar_end(&l);
 }
+
+/* What a remote put cannot do yet is refused before a byte goes, saying
+ * so: a persistent object on a store that keeps them in a state
+ * directory (its file would not be written). A transient one goes in. */
+SH_TEST(remote_persistent_put_into_a_state_directory_is_refused)
+{
+	setup();
+	char sd[128], opt[160];
+	snprintf(sd, sizeof(sd), "%s/state", dir);
+	snprintf(opt, sizeof(opt), "--state-dir=%s", sd);
+	node a;
+	node_start(&a, "a", "64M", SECRET, opt);
+	shoal_store_stat st0 = stat_of(&a);
+	shoal_remote *r = remote_of(&a);
+	CHECK_RC(shoal_remote_put_bytes(r, "p", "abc", 3, SHOAL_PERSIST, far(), NULL),
+		 SHOAL_ENOTSUP);
+	CHECK_HAS(shoal_remote_error(r), "state directory");
+	CHECK_OK(shoal_remote_put_bytes(r, "t", "abc", 3, 0, far(), NULL));
+	shoal_object *o;
+	CHECK_OK(shoal_remote_get(r, "t", 0, far(), &o));
+	const void *d;
+	size_t n;
+	CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &d, &n));
+	CHECK(n == 3 && memcmp(d, "abc", 3) == 0);
+	CHECK_OK(shoal_object_release(o));
+	shoal_remote_close(r);
+	wait_used(&a, st0.used, st0.objects);
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
