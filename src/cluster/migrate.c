@@ -380,6 +380,14 @@ int sh_mig_parse_reply(const void *buf, size_t len, sh_mig_reply *out, sh_bump *
 			 "bytes, metadata, token, streams]");
 		return SHOAL_EPROTO;
 	}
+	/* a region no store has: its rounding to pages (the room it is
+	 * charged) must not wrap */
+	if (out->region > SH_PEER_REGION_MAX) {
+		snprintf(why, whylen,
+			 "FETCH answered with a region of %" PRIu64 " bytes: expected at most %llu",
+			 out->region, (unsigned long long)SH_PEER_REGION_MAX);
+		return SHOAL_EBADMSG;
+	}
 	out->k = (uint32_t)k;
 	/* the metadata is as hostile as a client's seal request: the same
 	 * decoder and checks, and every blob inside the one region */

@@ -227,8 +227,7 @@ static int get(shoal_remote *r, const char *name, shoal_id id, int64_t deadline,
 			    rep.id, rep.k);
 	}
 	size_t maplen = ((size_t)(rep.region ? rep.region : 1) + 4095) & ~(size_t)4095;
-	if (rep.region > SH_PEER_REGION_MAX ||
-	    (o->own = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+	if ((o->own = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
 			   0)) == MAP_FAILED) {
 		o->own = NULL;
 		r->broken = true; /* its bytes are on their way: the link is out of step */
