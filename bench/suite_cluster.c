@@ -974,6 +974,126 @@ static void bench_task_buffers(const sh_bench_opts *o, sh_bench_report *r)
 	sh_bench_rm_tree(dir);
 }
 
+/* ---- remote clients: a store's object got into this process ---- */
+
+/* The dict of put_dict (one tensor of bytes) got from a by a remote
+ * client (shoal_remote_get) in this process, on loopback or from side 1
+ * of link: the first get into memory this process never had (remote_get_first),
+ * then 3 more (remote_get), against raw TCP over that link. */
+static sh_bench_result *remote_row(sh_bench_report *r, const char *test, uint64_t bytes, bool plain)
+{
+	sh_bench_result *x = sh_bench_add(r, SUITE, test, "shoal", 0);
+	sh_bench_param_num(x, "bytes", (double)bytes);
+	sh_bench_param_bool(x, "encrypted", !plain);
+	sh_bench_param_str(x, "link", cur_link);
+	return x;
+}
+
+static void remote_rows(sh_bench_report *r, const daemon_t *a, uint64_t bytes, bool plain,
+			const sh_bench_link *link, const double raw_s[5])
+{
+	char err[512], addr[96];
+	sh_bench_result *first = remote_row(r, "remote_get_first", bytes, plain);
+	sh_bench_result *x = remote_row(r, "remote_get", bytes, plain);
+	if (put_dict(a, "model", 1, bytes, err, sizeof(err)) != 0) {
+		sh_bench_fail(x, "%s", err);
+		return;
+	}
+	snprintf(addr, sizeof(addr), "%s%s", a->peer, plain ? "?encrypt=false" : "");
+	shoal_remote *rc = NULL;
+	if (link)
+		sh_bench_link_enter(link, 1);
+	int e = shoal_remote_connect(&rc, addr, shoal_deadline_in(60 * 1000000000LL), err,
+				     sizeof(err));
+	if (link)
+		sh_bench_link_enter(link, -1);
+	double s[4];
+	int i = 0;
+	for (; e == 0 && i < 4; i++) {
+		shoal_object *obj;
+		double t0 = sh_bench_now();
+		if ((e = shoal_remote_get(rc, "model", 0, shoal_deadline_in(600 * 1000000000LL),
+					  &obj)) != 0) {
+			snprintf(err, sizeof(err), "%s", shoal_remote_error(rc));
+			break;
+		}
+		s[i] = sh_bench_now() - t0;
+		if (shoal_object_bytes(obj) != bytes) {
+			snprintf(err, sizeof(err), "got %llu bytes of %llu",
+				 (unsigned long long)shoal_object_bytes(obj),
+				 (unsigned long long)bytes);
+			e = -1;
+		}
+		shoal_object_release(obj);
+	}
+	if (e) {
+		sh_bench_fail(first, "%s", err);
+		sh_bench_fail(x, "%s", err);
+	} else {
+		set_rate(first, s, 1, bytes);
+		ratio_to_raw(first, raw_s, 1);
+		set_rate(x, s + 1, 3, bytes);
+		ratio_to_raw(x, raw_s, 1);
+	}
+	shoal_remote_close(rc);
+	drop(a, "model", err, sizeof(err));
+}
+
+static void bench_remote(sh_bench_report *r, uint64_t bytes)
+{
+	char err[512];
+	double raw_s[5] = {0};
+	sh_bench_result *x = sh_bench_add(r, SUITE, "remote_get", "raw_tcp", 1);
+	sh_bench_param_num(x, "bytes", (double)bytes);
+	sh_bench_param_num(x, "streams", 1);
+	sh_bench_param_str(x, "link", "loopback");
+	if (raw_rate(x, NULL, bytes, 1) == 0)
+		raw_s[1] = sh_bench_metric_get(x, "s", 0);
+	for (int plain = 1; plain >= 0; plain--) {
+		daemon_t a = {0};
+		const char *const opt[] = {"--reserve", NULL};
+		if (daemon_start_x(&a, bytes + (64u << 20), plain, opt, err, sizeof(err)) != 0)
+			sh_bench_fail(remote_row(r, "remote_get", bytes, plain), "%s", err);
+		else
+			remote_rows(r, &a, bytes, plain, NULL, raw_s);
+		daemon_stop(&a);
+	}
+	/* the store on side 0 of the shaped veth, this process on side 1 */
+	sh_bench_link l;
+	if (sh_bench_link_up(&l, err, sizeof(err)) != 0) {
+		cur_link = "veth-4gbit";
+		sh_bench_skip(remote_row(r, "remote_get", bytes, false), "%s", err);
+		cur_link = "loopback";
+		return;
+	}
+	x = sh_bench_add(r, SUITE, "remote_get", "raw_tcp", 1);
+	sh_bench_param_num(x, "bytes", (double)bytes);
+	sh_bench_param_num(x, "streams", 1);
+	sh_bench_param_str(x, "link", "veth-4gbit");
+	raw_s[1] = 0;
+	if (sh_bench_link_shape(&l, "4gbit", err, sizeof(err)) != 0)
+		sh_bench_fail(x, "%s", err);
+	else if (raw_rate(x, &l, bytes, 1) == 0)
+		raw_s[1] = sh_bench_metric_get(x, "s", 0);
+	cur_link = l.name;
+	for (int plain = 1; raw_s[1] > 0 && plain >= 0; plain--) {
+		daemon_t a = {0};
+		char peer[40];
+		snprintf(peer, sizeof(peer), "%s:0", l.addr[0]);
+		const char *const opt[] = {"--reserve", "--peer", peer, NULL};
+		sh_bench_link_enter(&l, 0);
+		int rc = daemon_start_x(&a, bytes + (64u << 20), plain, opt, err, sizeof(err));
+		sh_bench_link_enter(&l, -1);
+		if (rc)
+			sh_bench_fail(remote_row(r, "remote_get", bytes, plain), "%s", err);
+		else
+			remote_rows(r, &a, bytes, plain, &l, raw_s);
+		daemon_stop(&a);
+	}
+	cur_link = "loopback";
+	sh_bench_link_down(&l);
+}
+
 int sh_bench_cluster(const sh_bench_opts *o, sh_bench_report *r)
 {
 	unsigned char rnd[16];
@@ -996,6 +1116,9 @@ int sh_bench_cluster(const sh_bench_opts *o, sh_bench_report *r)
 	}
 	if (sh_bench_wants(o, "link"))
 		bench_link(o, r, bytes, "4gbit");
+	/* a remote client's get of 1 GiB (the size; --quick 256 MiB) */
+	if (sh_bench_wants(o, "remote"))
+		bench_remote(r, o->quick ? 256ull << 20 : 1ull << 30);
 	if (sh_bench_wants(o, "dedup"))
 		bench_dedup(o, r);
 	if (sh_bench_wants(o, "peer_loss"))
@@ -1022,6 +1145,12 @@ int sh_bench_cluster(const sh_bench_opts *o, sh_bench_report *r)
 			 "would with --reserve).");
 	sh_bench_note(r, "ratio_vs_raw_tcp: against raw TCP over as many streams as the "
 			 "migration used.");
+	sh_bench_note(r, "remote_get: a tensor_dict of one tensor got from a shoald (--reserve) "
+			 "by a remote client in the bench's process (shoal_remote_get: connect "
+			 "once, then the call's metadata and every byte received into memory of "
+			 "this process), mean of 3 after remote_get_first (the first, into memory "
+			 "this process never had); raw_tcp: the same bytes between two processes "
+			 "in the same run. Goal: >= 0.8x raw TCP.");
 	sh_bench_note(r, "peer_loss: two shoalds with --meta etcd (a fresh etcd on loopback), one "
 			 "killed with SIGKILL: the time until the other's watch no longer counts "
 			 "it (its lease expired in etcd).");

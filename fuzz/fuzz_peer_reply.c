@@ -44,7 +44,8 @@ static int parse(const uint8_t *in, size_t n)
 				abort();
 			sum += r.blobs[i].size;
 		}
-		if (sum != r.total || r.k == 0 || r.k > SH_PEER_STREAMS_MAX || !r.root)
+		if (sum != r.total || r.k == 0 || r.k > SH_PEER_STREAMS_MAX || !r.root ||
+		    r.region > SH_PEER_REGION_MAX)
 			abort();
 		uint64_t next = 0;
 		for (uint32_t i = 0; i < r.k; i++) {
@@ -145,6 +146,8 @@ static void peer_seeds(void)
 	seed_reply("one-blob-4-shares", &r, true);
 	r.token = 0;
 	seed_reply("shares-without-token", &r, false);
+	r = (sh_peer_fetch_reply){.id = 7, .sig = 9, .region = UINT64_MAX, .root = &bytes, .k = 1};
+	seed_reply("region-wraps", &r, false);
 
 	sh_blobref many[40];
 	for (int i = 0; i < 40; i++)

@@ -802,6 +802,9 @@ typedef struct liar {
 	 * trickle bytes every 100 ms, until the link fails */
 	uint64_t size;
 	size_t trickle;
+	/* a store of peer protocol 1: it closes the link at an op it does not
+	 * know (anything but FETCH and JOIN) */
+	bool old;
 	pthread_t th;
 	int rc;
 } liar;
@@ -821,6 +824,10 @@ static void *liar_fiber(void *arg)
 				    sizeof(why))) != 0 ||
 	    (l->rc = sh_channel_read_frame(ch, &in, &cap, &len, 1 << 16, true,
 					   shoal_deadline_in(10000 * MS))) != 0)
+		goto out;
+	sh_frame req;
+	if (l->old && (sh_frame_decode(in, len, &req, why, sizeof(why)) != 0 ||
+		       (req.op != SH_PEER_FETCH && req.op != SH_PEER_JOIN)))
 		goto out;
 	uint64_t size = l->size ? l->size : 100;
 	sh_blobref blob = {.seg = 1, .off = 0, .size = size};
@@ -867,14 +874,19 @@ static void *liar_main(void *arg)
 	return NULL;
 }
 
-static void liar_start_ex(liar *l, const char *answer_name, size_t extra, uint64_t size,
-			  size_t trickle)
+static void liar_run(liar *l)
 {
-	*l = (liar){.answer_name = answer_name, .extra = extra, .size = size, .trickle = trickle};
 	char why[128];
 	CHECK_OK(sh_tcp_listen("127.0.0.1:0", &l->lsock, l->addr, sizeof(l->addr), why,
 			       sizeof(why)));
 	CHECK_OK(pthread_create(&l->th, NULL, liar_main, l));
+}
+
+static void liar_start_ex(liar *l, const char *answer_name, size_t extra, uint64_t size,
+			  size_t trickle)
+{
+	*l = (liar){.answer_name = answer_name, .extra = extra, .size = size, .trickle = trickle};
+	liar_run(l);
 }
 
 static void liar_start(liar *l, const char *answer_name, size_t extra)
@@ -1562,5 +1574,380 @@ SH_TEST_T(a_tasks_argument_comes_from_the_clients_store_not_the_controller, 180)
 	CHECK_EQ(node_stop(&b), 0);
 	CHECK_EQ(node_stop(&a), 0);
 	etcd_kill(&e);
+	cleanup();
+}
+
+/* ---- remote clients (shoal/remote.h) ---- */
+
+static shoal_remote *remote_of(const node *n)
+{
+	setenv("SHOAL_SECRET", SECRET + strlen("SHOAL_SECRET="), 1);
+	shoal_remote *r;
+	char why[512];
+	int rc = shoal_remote_connect(&r, n->peer, shoal_deadline_in(10000 * MS), why, sizeof(why));
+	if (rc)
+		sh_test_fail(__FILE__, __LINE__, "connect: %s: %s", shoal_strerror(rc), why);
+	return r;
+}
+
+static int64_t far(void)
+{
+	return shoal_deadline_in(60000 * MS);
+}
+
+/* The blob of put_blob, as got through a remote client. */
+static void check_bytes(const shoal_object *o, size_t size, int seed)
+{
+	const void *d;
+	size_t got;
+	CHECK_STR(shoal_node_type(shoal_object_root(o)), "bytes");
+	CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &d, &got));
+	CHECK_EQ(got, size);
+	const unsigned char *p = d;
+	for (size_t i = 0; i < size; i++)
+		if (p[i] != (unsigned char)((i * 131 + (size_t)seed) & 0xff))
+			sh_test_fail(__FILE__, __LINE__, "byte %zu differs", i);
+}
+
+static int count_names(const shoal_entry *e, void *ctx)
+{
+	char *seen = ctx;
+	strcat(seen, e->name);
+	strcat(seen, ",");
+	return 0;
+}
+
+/* Gets by id and by name of what a local client put (bytes in the arena
+ * and in a segment, a dict of tensors in both), byte for byte, into this
+ * process; puts of bytes, a tensor and a dict that a local client then
+ * reads there; names, delete; what it put without persist goes with it. */
+SH_TEST_T(remote_client_gets_and_puts, 180)
+{
+	setup();
+	node a;
+	node_start(&a, "a", "256M", SECRET, NULL);
+	shoal_id small = put_blob(&a, "small", 1000, 3);
+	put_blob(&a, "big", 3u << 20, 4);
+	shoal_id did = put_dict(&a, "dict", 23);
+	shoal_remote *r = remote_of(&a);
+	shoal_object *o;
+	CHECK_OK(shoal_remote_get(r, NULL, small, far(), &o));
+	CHECK_EQ(shoal_object_id(o), small);
+	check_bytes(o, 1000, 3);
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_remote_get(r, "big", 0, far(), &o));
+	check_bytes(o, 3u << 20, 4);
+	/* the bytes are this process's: writable, its own view */
+	shoal_object *view;
+	CHECK_OK(shoal_object_cow(o, &view));
+	CHECK(view == o);
+	CHECK_OK(shoal_object_release(view));
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_remote_get(r, "dict", 0, far(), &o));
+	CHECK_EQ(shoal_object_id(o), did);
+	const shoal_node *root = shoal_object_root(o);
+	CHECK_STR(shoal_node_type(root), "tensor_dict");
+	CHECK_EQ(shoal_node_nmembers(root), 23u);
+	for (int t = 0; t < 23; t++) {
+		char nm[64];
+		snprintf(nm, sizeof(nm), "layers.%d.weight", t);
+		shoal_tensor ts;
+		CHECK_OK(shoal_node_tensor(shoal_node_find(root, nm), &ts));
+		CHECK_EQ(ts.shape[0], elems_of(t));
+		const uint32_t *p = ts.data;
+		for (int64_t i = 0; i < ts.shape[0]; i++)
+			CHECK_EQ(p[i], value_of(t, i));
+	}
+	CHECK_OK(shoal_object_release(o));
+	CHECK_RC(shoal_remote_get(r, "none", 0, far(), &o), SHOAL_ENOENT);
+	CHECK_HAS(shoal_remote_error(r), "no object named \"none\"");
+
+	/* puts, read back through the store's local socket */
+	size_t n = 5u << 20;
+	unsigned char *mem = malloc(n);
+	CHECK(mem != NULL);
+	for (size_t i = 0; i < n; i++)
+		mem[i] = (unsigned char)((i * 131 + 9) & 0xff);
+	shoal_id pid;
+	CHECK_OK(shoal_remote_put_bytes(r, "rb", mem, n, SHOAL_PERSIST, far(), &pid));
+	check_blob(&a, "rb", n, 9);
+	CHECK_RC(shoal_remote_put_bytes(r, "rb", mem, 10, 0, far(), NULL), SHOAL_EEXIST);
+	CHECK_HAS(shoal_remote_error(r), "taken");
+	float f[6] = {1, 2, 3, 4, 5, 6};
+	shoal_tensor t = {
+		.dtype = SHOAL_DT_F32, .ndim = 2, .shape = {2, 3}, .data = f, .nbytes = sizeof(f)};
+	CHECK_OK(shoal_remote_put_tensor(r, "rt", &t, SHOAL_PERSIST, far(), NULL));
+	shoal_client *c = client_of(&a);
+	CHECK_OK(shoal_get_by_name(c, "rt", &o));
+	shoal_tensor got;
+	CHECK_OK(shoal_node_tensor(shoal_object_root(o), &got));
+	CHECK(got.dtype == SHOAL_DT_F32 && got.ndim == 2 && got.shape[1] == 3);
+	CHECK(memcmp(got.data, f, sizeof(f)) == 0);
+	CHECK_OK(shoal_object_release(o));
+	const char *keys[2] = {"w", "b"};
+	int64_t big[1] = {(int64_t)(n / 4)};
+	shoal_tensor ts[2] = {
+		{.dtype = SHOAL_DT_U32, .ndim = 1, .shape = {big[0]}, .data = mem, .nbytes = n},
+		{.dtype = SHOAL_DT_F32, .ndim = 1, .shape = {6}, .data = f, .nbytes = sizeof(f)}};
+	const char *meta[2] = {"format", "pt"};
+	CHECK_OK(shoal_remote_put_tensor_dict(r, "rd", keys, ts, 2, meta, 1, SHOAL_PERSIST, far(),
+					      NULL));
+	CHECK_OK(shoal_get_by_name(c, "rd", &o));
+	const char *fmt;
+	size_t fl;
+	CHECK_OK(shoal_node_get_str(shoal_object_root(o), "format", &fmt, &fl));
+	CHECK(fl == 2 && !memcmp(fmt, "pt", 2));
+	CHECK_OK(shoal_node_tensor(shoal_node_find(shoal_object_root(o), "w"), &got));
+	CHECK(got.nbytes == n && memcmp(got.data, mem, n) == 0);
+	CHECK_OK(shoal_object_release(o));
+	/* and back through the remote client */
+	CHECK_OK(shoal_remote_get(r, "rd", 0, far(), &o));
+	CHECK_OK(shoal_node_tensor(shoal_node_find(shoal_object_root(o), "b"), &got));
+	CHECK(memcmp(got.data, f, sizeof(f)) == 0);
+	CHECK_OK(shoal_object_release(o));
+	/* a bad tensor is refused here, before a byte goes */
+	shoal_tensor bad = t;
+	bad.nbytes = 5;
+	CHECK_RC(shoal_remote_put_tensor(r, "bad", &bad, 0, far(), NULL), SHOAL_EINVAL);
+
+	char seen[4096] = "";
+	CHECK_OK(shoal_remote_list(r, "r", count_names, seen, far()));
+	CHECK_STR(seen, "rb,rd,rt,");
+	CHECK_OK(shoal_remote_delete(r, "rt", 0, far()));
+	CHECK_RC(shoal_get_by_name(c, "rt", &o), SHOAL_ENOENT);
+	CHECK_RC(shoal_remote_delete(r, "rt", 0, far()), SHOAL_ENOENT);
+
+	/* transient: there while the client is, gone with it */
+	CHECK_OK(shoal_remote_put_bytes(r, "tr", mem, 1000, 0, far(), NULL));
+	CHECK_OK(shoal_get_by_name(c, "tr", &o));
+	CHECK_OK(shoal_object_release(o));
+	shoal_remote_close(r);
+	int rc = 0;
+	for (int i = 0; i < 500 && (rc = shoal_get_by_name(c, "tr", &o)) == 0; i++) {
+		CHECK_OK(shoal_object_release(o));
+		usleep(10000);
+	}
+	CHECK_EQ(rc, SHOAL_ENOENT);
+	shoal_disconnect(c);
+	free(mem);
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
+
+SH_TEST(remote_client_with_a_wrong_secret_is_refused)
+{
+	setup();
+	node a;
+	node_start(&a, "a", "64M", SECRET, NULL);
+	setenv("SHOAL_SECRET", "not-the-clusters-secret-at-all", 1);
+	shoal_remote *r = NULL;
+	char why[512];
+	CHECK_RC(shoal_remote_connect(&r, a.peer, shoal_deadline_in(10000 * MS), why, sizeof(why)),
+		 SHOAL_EACCES);
+	CHECK(r == NULL);
+	CHECK_HAS(why, "secret");
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
+
+/* A link of the peer protocol with the right secret, speaking raw frames. */
+static sh_channel *raw_link(const node *n, int *fd)
+{
+	setenv("SHOAL_SECRET", SECRET + strlen("SHOAL_SECRET="), 1);
+	sh_channel *ch;
+	char why[256];
+	CHECK_OK(sh_tcp_connect_auth(n->peer, SH_PEER_PROTO, shoal_deadline_in(10000 * MS), fd, &ch,
+				     why, sizeof(why)));
+	return ch;
+}
+
+static void raw_send(sh_channel *ch, uint16_t op, const void *body, size_t len)
+{
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	sh_wbuf_frame_begin(&w);
+	CHECK_OK(sh_wbuf_append(&w, body, len));
+	sh_frame f = {.op = op, .seq = 1};
+	CHECK_OK(sh_wbuf_frame_end(&w, &f));
+	CHECK_OK(sh_channel_write(ch, w.p, w.len, false, shoal_deadline_in(10000 * MS)));
+	sh_wbuf_fini(&w);
+}
+
+/* The status of the store's answer to op (0, or its failure). */
+static int raw_answer(sh_channel *ch, uint16_t op)
+{
+	unsigned char *in = NULL;
+	size_t cap = 0, len;
+	int rc = sh_channel_read_frame(ch, &in, &cap, &len, 1u << 20, false,
+				       shoal_deadline_in(10000 * MS));
+	if (rc == 0) {
+		sh_frame f;
+		char why[200];
+		CHECK_OK(sh_frame_decode(in, len, &f, why, sizeof(why)));
+		CHECK_EQ(f.op, op);
+		rc = f.status;
+	}
+	if (in)
+		shoal_free(in, cap);
+	return rc;
+}
+
+/* A PUT of a "bytes" object of size bytes at offset off of region bytes,
+ * packed as a remote client packs one (the tree may lie). */
+static void raw_put(sh_channel *ch, uint64_t region, uint64_t off, uint64_t size)
+{
+	sh_blobref b = {.seg = 1, .off = off, .size = size};
+	shoal_node n = {.type = "bytes", .nblobs = 1, .blobs = &b};
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	CHECK_OK(sh_peer_pack_put(&w, "hostile", 0, region, &n));
+	CHECK_OK(sh_channel_write(ch, w.p, w.len, false, shoal_deadline_in(10000 * MS)));
+	sh_wbuf_fini(&w);
+}
+
+static void wait_used(const node *n, uint64_t used, uint64_t objects)
+{
+	shoal_store_stat st = stat_of(n);
+	for (int i = 0; i < 1000 && (st.used != used || st.objects != objects); i++) {
+		usleep(10000);
+		st = stat_of(n);
+	}
+	CHECK_EQ(st.used, used);
+	CHECK_EQ(st.objects, objects);
+}
+
+/* A client with the secret that misbehaves: garbage after the handshake,
+ * a PUT of a tree that lies (a blob outside its region), of more than the
+ * store has, a frame over the bound, an op no store knows, and a PUT
+ * that stops halfway (the link cut): refused, answered or cut, the
+ * store serving on, no object and no room left behind. */
+SH_TEST_T(remote_hostile_clients_leave_nothing, 120)
+{
+	setup();
+	node a;
+	node_start(&a, "a", "64M", SECRET, NULL);
+	put_blob(&a, "x", 100000, 1);
+	shoal_store_stat st0 = stat_of(&a);
+	int fd;
+
+	sh_channel *ch = raw_link(&a, &fd);
+	raw_send(ch, 99, "\x90", 1);
+	CHECK_EQ(raw_answer(ch, 99), SHOAL_ENOTSUP);
+	/* a blob past the region's end */
+	raw_put(ch, 1000, 900, 200);
+	CHECK_EQ(raw_answer(ch, SH_PEER_PUT), SHOAL_EBADMSG);
+	/* more than the store's room */
+	raw_put(ch, 1ull << 40, 0, 1ull << 40);
+	CHECK_EQ(raw_answer(ch, SH_PEER_PUT), SHOAL_ENOSPC);
+	/* a region past any store's */
+	raw_put(ch, UINT64_MAX, 0, 10);
+	CHECK_EQ(raw_answer(ch, SH_PEER_PUT), SHOAL_EBADMSG);
+	/* not msgpack at all */
+	raw_send(ch, SH_PEER_PUT, "\xc1\xc1\xc1", 3);
+	CHECK_EQ(raw_answer(ch, SH_PEER_PUT), SHOAL_EBADMSG);
+	raw_send(ch, SH_PEER_DELETE, "\x91\xc0", 2);
+	CHECK_EQ(raw_answer(ch, SH_PEER_DELETE), SHOAL_EBADMSG);
+	/* a frame header announcing more than the bound: the link is cut */
+	unsigned char hdr[SH_FRAME_HDR] = {0};
+	sh_frame f = {.op = SH_PEER_PUT, .seq = 1, .body_len = SH_PEER_REQ_MAX};
+	sh_frame_encode(&f, hdr);
+	CHECK_OK(sh_channel_write(ch, hdr, sizeof(hdr), false, shoal_deadline_in(10000 * MS)));
+	CHECK(raw_answer(ch, SH_PEER_PUT) != 0);
+	sh_channel_free(ch);
+	close(fd);
+
+	/* half a PUT's bytes, then gone */
+	ch = raw_link(&a, &fd);
+	raw_put(ch, 8u << 20, 0, 8u << 20);
+	CHECK_EQ(raw_answer(ch, SH_PEER_PUT), 0);
+	unsigned char *half = calloc(1, 4u << 20);
+	CHECK(half != NULL);
+	sh_bulk_part part = {.p = half, .fd = -1, .len = 4u << 20};
+	CHECK_OK(sh_channel_send_bulk(ch, &part, 1, shoal_deadline_in(10000 * MS)));
+	/* the room is held while the bytes come */
+	shoal_store_stat mid = stat_of(&a);
+	CHECK(mid.used >= st0.used + (8u << 20));
+	sh_channel_free(ch);
+	close(fd);
+	free(half);
+	wait_used(&a, st0.used, st0.objects);
+
+	/* plain garbage after the handshake */
+	ch = raw_link(&a, &fd);
+	char junk[256];
+	memset(junk, 0x5a, sizeof(junk));
+	CHECK_OK(sh_channel_write(ch, junk, sizeof(junk), false, shoal_deadline_in(10000 * MS)));
+	CHECK(raw_answer(ch, 0) != 0);
+	sh_channel_free(ch);
+	close(fd);
+
+	/* it serves on */
+	shoal_remote *r = remote_of(&a);
+	shoal_object *o;
+	CHECK_OK(shoal_remote_get(r, "x", 0, far(), &o));
+	check_bytes(o, 100000, 1);
+	CHECK_OK(shoal_object_release(o));
+	shoal_remote_close(r);
+	wait_used(&a, st0.used, st0.objects);
+	CHECK_EQ(node_stop(&a), 0);
+	cleanup();
+}
+
+/* A store of peer protocol 1 closes the link at PUT: the remote client
+ * says that is what such a store does, and the link is over. A source
+ * that answers a get of "model" with another object fails the get, saying
+ * what came. */
+SH_TEST(remote_client_names_an_old_store_and_a_lying_one)
+{
+	setenv("SHOAL_SECRET", SECRET + strlen("SHOAL_SECRET="), 1);
+	liar l = {.answer_name = "model", .old = true};
+	liar_run(&l);
+	shoal_remote *r;
+	char why[512];
+	CHECK_OK(shoal_remote_connect(&r, l.addr, shoal_deadline_in(10000 * MS), why, sizeof(why)));
+	CHECK_RC(shoal_remote_put_bytes(r, "x", "abc", 3, 0, far(), NULL), SHOAL_ECLOSED);
+	CHECK_HAS(shoal_remote_error(r), "peer protocol 1");
+	CHECK_HAS(shoal_remote_error(r), "PUT");
+	shoal_object *o;
+	CHECK_RC(shoal_remote_get(r, "model", 0, far(), &o), SHOAL_ECLOSED);
+	CHECK_HAS(shoal_remote_error(r), "connect again");
+	shoal_remote_close(r);
+	liar_end(&l);
+
+	liar_start(&l, "other", 0);
+	CHECK_OK(shoal_remote_connect(&r, l.addr, shoal_deadline_in(10000 * MS), why, sizeof(why)));
+	CHECK_RC(shoal_remote_get(r, "model", 0, far(), &o), SHOAL_EPROTO);
+	CHECK_HAS(shoal_remote_error(r), "expected the object asked for");
+	shoal_remote_close(r);
+	liar_end(&l);
+}
+
+/* What a remote put cannot do yet is refused before a byte goes, saying
+ * so: a persistent object on a store that keeps them in a state
+ * directory (its file would not be written). A transient one goes in. */
+SH_TEST(remote_persistent_put_into_a_state_directory_is_refused)
+{
+	setup();
+	char sd[128], opt[160];
+	snprintf(sd, sizeof(sd), "%s/state", dir);
+	snprintf(opt, sizeof(opt), "--state-dir=%s", sd);
+	node a;
+	node_start(&a, "a", "64M", SECRET, opt);
+	shoal_store_stat st0 = stat_of(&a);
+	shoal_remote *r = remote_of(&a);
+	CHECK_RC(shoal_remote_put_bytes(r, "p", "abc", 3, SHOAL_PERSIST, far(), NULL),
+		 SHOAL_ENOTSUP);
+	CHECK_HAS(shoal_remote_error(r), "state directory");
+	CHECK_OK(shoal_remote_put_bytes(r, "t", "abc", 3, 0, far(), NULL));
+	shoal_object *o;
+	CHECK_OK(shoal_remote_get(r, "t", 0, far(), &o));
+	const void *d;
+	size_t n;
+	CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &d, &n));
+	CHECK(n == 3 && memcmp(d, "abc", 3) == 0);
+	CHECK_OK(shoal_object_release(o));
+	shoal_remote_close(r);
+	wait_used(&a, st0.used, st0.objects);
+	CHECK_EQ(node_stop(&a), 0);
 	cleanup();
 }

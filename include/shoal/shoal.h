@@ -6,6 +6,7 @@
 #include <shoal/cluster.h>
 #include <shoal/ext.h>
 #include <shoal/fiber.h>
+#include <shoal/remote.h>
 #include <shoal/rpc.h>
 #include <shoal/store.h>
 #include <shoal/tasks.h>

@@ -33,7 +33,7 @@ static bool foreign(const ShClient *c)
 
 bool sh_py_client_foreign(const ShClient *c)
 {
-	return foreign(c);
+	return c && foreign(c);
 }
 
 int sh_py_client_check(ShClient *c)
@@ -64,15 +64,12 @@ void sh_py_lock(pthread_mutex_t *mu)
 
 typedef int (*job_fn)(ShClient *c, void *arg);
 
-/* A call's own timeout not given: the connection's applies. */
-#define CONN_TIMEOUT INT64_MIN
-
 /* A timeout argument: absent (NULL) is the connection's, None no bound,
  * else seconds > 0. */
-static int parse_timeout(PyObject *t, int64_t *ns)
+int sh_py_parse_timeout(PyObject *t, int64_t *ns)
 {
 	if (!t) {
-		*ns = CONN_TIMEOUT;
+		*ns = SH_PY_CONN_TIMEOUT;
 		return 0;
 	}
 	if (t == Py_None) {
@@ -114,7 +111,7 @@ static int py_interrupted(void *arg)
 }
 
 /* Runs fn under the connection's mutex with the GIL released, within
- * timeout_ns (CONN_TIMEOUT: the connection's). On failure err holds the
+ * timeout_ns (SH_PY_CONN_TIMEOUT: the connection's). On failure err holds the
  * message (copied under the mutex: the next call on the connection
  * overwrites the client's). Returns 1 when a Python exception is set. */
 static int run(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen, int64_t timeout_ns)
@@ -132,14 +129,14 @@ static int run(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen, i
 		snprintf(err, errlen, "the connection is closed");
 	} else {
 		int64_t old = 0;
-		if (timeout_ns != CONN_TIMEOUT)
+		if (timeout_ns != SH_PY_CONN_TIMEOUT)
 			old = shoal_client_set_timeout(self->c, timeout_ns);
 		if (main)
 			shoal_client_set_interrupt(self->c, py_interrupted, &w);
 		rc = fn(self, arg);
 		if (main)
 			shoal_client_set_interrupt(self->c, NULL, NULL);
-		if (timeout_ns != CONN_TIMEOUT)
+		if (timeout_ns != SH_PY_CONN_TIMEOUT)
 			shoal_client_set_timeout(self->c, old);
 		if (rc && !err[0])
 			snprintf(err, errlen, "%s", shoal_client_error(self->c));
@@ -176,6 +173,10 @@ void sh_py_object_drop(ShObject *o)
 	if (!so)
 		return;
 	o->o = NULL;
+	if (!c) { /* a remote store's: this process's memory, no store to tell */
+		shoal_object_release(so);
+		return;
+	}
 	if (foreign(c))
 		return; /* the parent's: leave it be */
 	PyThreadState *ts_ = PyEval_SaveThread();
@@ -193,7 +194,7 @@ void sh_py_object_drop(ShObject *o)
 
 /* ---- arguments ---- */
 
-static const char *opt_name(PyObject *name)
+const char *sh_py_opt_name(PyObject *name)
 {
 	if (name == Py_None)
 		return NULL;
@@ -206,7 +207,7 @@ static const char *opt_name(PyObject *name)
 }
 
 /* An id (a positive int) or a name (a non-empty str). */
-static int parse_key(PyObject *k, shoal_id *id, const char **name)
+int sh_py_parse_key(PyObject *k, shoal_id *id, const char **name)
 {
 	*id = 0;
 	*name = NULL;
@@ -235,7 +236,7 @@ static int parse_key(PyObject *k, shoal_id *id, const char **name)
 }
 
 /* A read-only, C-contiguous view of any buffer. */
-static int get_buffer(PyObject *data, Py_buffer *v, const char *what)
+int sh_py_get_buffer(PyObject *data, Py_buffer *v, const char *what)
 {
 	if (PyObject_GetBuffer(data, v, PyBUF_C_CONTIGUOUS) == 0)
 		return 0;
@@ -256,7 +257,7 @@ static int get_buffer(PyObject *data, Py_buffer *v, const char *what)
 	return -1;
 }
 
-static int parse_dtype(PyObject *o, shoal_dtype *dt)
+int sh_py_parse_dtype(PyObject *o, shoal_dtype *dt)
 {
 	const char *s = sh_py_cstr(o, "dtype");
 	if (!s)
@@ -277,7 +278,7 @@ static int parse_dtype(PyObject *o, shoal_dtype *dt)
 
 /* shape: a tuple or list of ints >= 0, at most SHOAL_TENSOR_MAX_DIMS;
  * *bytes: their product times the element size, checked. */
-static int parse_shape(PyObject *o, shoal_dtype dt, int64_t *shape, int *ndim, size_t *bytes)
+int sh_py_parse_shape(PyObject *o, shoal_dtype dt, int64_t *shape, int *ndim, size_t *bytes)
 {
 	if (!PyTuple_Check(o) && !PyList_Check(o)) {
 		PyErr_Format(PyExc_TypeError, "shape must be a tuple of ints, not %.100s",
@@ -336,7 +337,7 @@ static int parse_shape(PyObject *o, shoal_dtype dt, int64_t *shape, int *ndim, s
 	return 0;
 }
 
-static unsigned flags_of(int persist, int replace)
+unsigned sh_py_flags_of(int persist, int replace)
 {
 	return (persist ? SHOAL_PERSIST : 0) | (replace ? SHOAL_REPLACE : 0);
 }
@@ -365,7 +366,7 @@ static int key_and_timeout(const char *fname, PyObject *const *args, Py_ssize_t 
 		t = args[nargs + i];
 	}
 	*key = args[0];
-	return parse_timeout(t, timeout_ns);
+	return sh_py_parse_timeout(t, timeout_ns);
 }
 
 typedef struct {
@@ -384,9 +385,9 @@ static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	shoal_connect_opts o;
 	shoal_connect_opts_init(&o);
 	int64_t t;
-	if (parse_timeout(timeout, &t) != 0)
+	if (sh_py_parse_timeout(timeout, &t) != 0)
 		return NULL;
-	if (t != CONN_TIMEOUT)
+	if (t != SH_PY_CONN_TIMEOUT)
 		o.timeout_ns = t;
 	if (sh_py_fspath(sock, &path) != 0)
 		return NULL;
@@ -522,93 +523,20 @@ static PyObject *client_put_bytes(ShClient *self, PyObject *args, PyObject *kw)
 	int64_t tmo;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp$OO:put_bytes", kwlist, &data, &name,
 					 &persist, &replace, &timeout, &type) ||
-	    parse_timeout(timeout, &tmo) != 0)
+	    sh_py_parse_timeout(timeout, &tmo) != 0)
 		return NULL;
-	put_bytes_job j = {.flags = flags_of(persist, replace)};
-	if ((name != Py_None && !(j.name = opt_name(name))) ||
+	put_bytes_job j = {.flags = sh_py_flags_of(persist, replace)};
+	if ((name != Py_None && !(j.name = sh_py_opt_name(name))) ||
 	    (type != Py_None && !(j.type = sh_py_cstr(type, "type"))))
 		return NULL;
 	Py_buffer v;
-	if (get_buffer(data, &v, "data") != 0)
+	if (sh_py_get_buffer(data, &v, "data") != 0)
 		return NULL;
 	j.data = v.buf;
 	j.size = (size_t)v.len;
 	int rc = call(self, do_put_bytes, &j, tmo);
 	PyBuffer_Release(&v);
 	return rc ? NULL : PyLong_FromUnsignedLongLong(j.id);
-}
-
-/* A put's string metadata (the root's fields), read from a dict[str, str]
- * whose items keep holds: the job reads them with the GIL released. */
-typedef struct {
-	size_t n;
-	const char **keys, **vals;
-	size_t *vlens;
-} meta_kv;
-
-static void meta_free(meta_kv *m)
-{
-	PyMem_Free(m->keys);
-	PyMem_Free(m->vals);
-	PyMem_Free(m->vlens);
-	memset(m, 0, sizeof(*m));
-}
-
-static int parse_meta(PyObject *metadata, PyObject *keep, meta_kv *m)
-{
-	memset(m, 0, sizeof(*m));
-	if (metadata == Py_None)
-		return 0;
-	if (!PyDict_Check(metadata)) {
-		PyErr_Format(PyExc_TypeError, "metadata must be a dict[str, str], not %.100s",
-			     Py_TYPE(metadata)->tp_name);
-		return -1;
-	}
-	PyObject *items = PyDict_Items(metadata);
-	if (!items || PyList_Append(keep, items) != 0) {
-		Py_XDECREF(items);
-		return -1;
-	}
-	Py_DECREF(items); /* keep holds it */
-	m->n = (size_t)PyList_GET_SIZE(items);
-	if (m->n && (!(m->keys = PyMem_Calloc(m->n, sizeof(char *))) ||
-		     !(m->vals = PyMem_Calloc(m->n, sizeof(char *))) ||
-		     !(m->vlens = PyMem_Calloc(m->n, sizeof(size_t))))) {
-		meta_free(m);
-		PyErr_NoMemory();
-		return -1;
-	}
-	for (size_t i = 0; i < m->n; i++) {
-		PyObject *kv = PyList_GET_ITEM(items, (Py_ssize_t)i);
-		Py_ssize_t vl;
-		if (!(m->keys[i] = sh_py_cstr(PyTuple_GET_ITEM(kv, 0), "a metadata key")))
-			goto fail;
-		if (!PyUnicode_Check(PyTuple_GET_ITEM(kv, 1))) {
-			PyErr_Format(PyExc_TypeError, "metadata['%.200s'] must be a str",
-				     m->keys[i]);
-			goto fail;
-		}
-		if (!(m->vals[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(kv, 1), &vl)))
-			goto fail;
-		m->vlens[i] = (size_t)vl;
-	}
-	return 0;
-fail:
-	meta_free(m);
-	return -1;
-}
-
-static int set_meta(shoal_node *root, const meta_kv *m, char *err, size_t errlen)
-{
-	for (size_t i = 0; i < m->n; i++) {
-		int rc = shoal_node_set_str(root, m->keys[i], m->vals[i], m->vlens[i]);
-		if (rc) {
-			snprintf(err, errlen, "metadata key '%.300s': %s", m->keys[i],
-				 sh_py_strerror(rc));
-			return rc;
-		}
-	}
-	return 0;
 }
 
 typedef struct {
@@ -620,9 +548,20 @@ typedef struct {
 	unsigned flags;
 	int64_t shape[SHOAL_TENSOR_MAX_DIMS];
 	shoal_id id;
-	meta_kv meta;
+	const sh_py_items *meta; /* its metadata (no items) */
 	char err[400];
 } put_tensor_job;
+
+/* The root's string fields: a put's metadata. */
+static int set_meta(shoal_node *root, const sh_py_items *t, char *err, size_t errlen)
+{
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < t->nmeta; i++)
+		if ((rc = shoal_node_set_str(root, t->keys[i], t->vals[i], t->vlens[i])) != 0)
+			snprintf(err, errlen, "metadata key '%.300s': %s", t->keys[i],
+				 sh_py_strerror(rc));
+	return rc;
+}
 
 static int do_put_tensor(ShClient *c, void *arg)
 {
@@ -632,7 +571,7 @@ static int do_put_tensor(ShClient *c, void *arg)
 	int rc = shoal_builder_create(c->c, "tensor", &b);
 	if (rc)
 		return rc;
-	rc = set_meta(shoal_builder_root(b), &j->meta, j->err, sizeof(j->err));
+	rc = set_meta(shoal_builder_root(b), j->meta, j->err, sizeof(j->err));
 	if (rc == 0)
 		rc = shoal_node_set_tensor(shoal_builder_root(b), j->dt, j->ndim, j->shape, &p);
 	if (rc) {
@@ -655,25 +594,27 @@ static PyObject *client_put_tensor(ShClient *self, PyObject *args, PyObject *kw)
 	int64_t tmo;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|Opp$OO:put_tensor", kwlist, &data, &dtype,
 					 &shape, &name, &persist, &replace, &timeout, &metadata) ||
-	    parse_timeout(timeout, &tmo) != 0)
+	    sh_py_parse_timeout(timeout, &tmo) != 0)
 		return NULL;
-	put_tensor_job j = {.flags = flags_of(persist, replace)};
+	put_tensor_job j = {.flags = sh_py_flags_of(persist, replace)};
 	size_t need;
-	if ((name != Py_None && !(j.name = opt_name(name))) || parse_dtype(dtype, &j.dt) != 0 ||
-	    parse_shape(shape, j.dt, j.shape, &j.ndim, &need) != 0)
+	if ((name != Py_None && !(j.name = sh_py_opt_name(name))) ||
+	    sh_py_parse_dtype(dtype, &j.dt) != 0 ||
+	    sh_py_parse_shape(shape, j.dt, j.shape, &j.ndim, &need) != 0)
 		return NULL;
-	PyObject *keep = PyList_New(0);
-	if (!keep || parse_meta(metadata, keep, &j.meta) != 0) {
-		Py_XDECREF(keep);
+	sh_py_items meta;
+	PyObject *none = PyList_New(0);
+	int parsed = none ? sh_py_items_parse(none, metadata, &meta) : -1;
+	Py_XDECREF(none);
+	if (parsed != 0)
 		return NULL;
-	}
+	j.meta = &meta;
 	Py_buffer v;
-	if (get_buffer(data, &v, "data") != 0) {
-		meta_free(&j.meta);
-		Py_DECREF(keep);
+	PyObject *res = NULL;
+	if (sh_py_get_buffer(data, &v, "data") != 0) {
+		sh_py_items_free(&meta);
 		return NULL;
 	}
-	PyObject *res = NULL;
 	if ((size_t)v.len != need) {
 		sh_py_raisef(ShInvalidInput, SHOAL_EINVAL,
 			     "data has %zd bytes; a %s tensor of this shape needs %zu", v.len,
@@ -689,23 +630,12 @@ static PyObject *client_put_tensor(ShClient *self, PyObject *args, PyObject *kw)
 			sh_py_raise(rc, j.err[0] ? j.err : e2);
 	}
 	PyBuffer_Release(&v);
-	meta_free(&j.meta);
-	Py_DECREF(keep);
+	sh_py_items_free(&meta);
 	return res;
 }
 
 typedef struct {
-	const char *name;
-	Py_buffer v;
-	shoal_dtype dt;
-	int ndim;
-	int64_t shape[SHOAL_TENSOR_MAX_DIMS];
-} dict_item;
-
-typedef struct {
-	dict_item *items;
-	size_t n, total;
-	meta_kv meta;
+	sh_py_items it;
 	const char *name;
 	unsigned flags;
 	shoal_id id;
@@ -716,17 +646,21 @@ typedef struct {
 static int do_put_dict(ShClient *c, void *arg)
 {
 	put_dict_job *j = arg;
+	const sh_py_items *t = &j->it;
 	shoal_builder *b;
 	int rc = shoal_builder_create(c->c, "tensor_dict", &b);
 	if (rc)
 		return rc;
 	shoal_node *root = shoal_builder_root(b);
-	rc = set_meta(root, &j->meta, j->err, j->errlen);
+	for (size_t i = 0; rc == 0 && i < t->nmeta; i++)
+		if ((rc = shoal_node_set_str(root, t->keys[i], t->vals[i], t->vlens[i])) != 0)
+			snprintf(j->err, j->errlen, "metadata key '%.300s': %s", t->keys[i],
+				 sh_py_strerror(rc));
 	/* one region for all the tensors: one mapping for every reader */
-	if (rc == 0 && j->total > 0)
-		rc = shoal_builder_reserve(b, j->total);
-	for (size_t i = 0; rc == 0 && i < j->n; i++) {
-		dict_item *it = &j->items[i];
+	if (rc == 0 && t->total > 0)
+		rc = shoal_builder_reserve(b, t->total);
+	for (size_t i = 0; rc == 0 && i < t->n; i++) {
+		sh_py_item *it = &t->items[i];
 		shoal_node *m;
 		void *p;
 		rc = shoal_node_add_member(root, it->name, "tensor", &m);
@@ -746,6 +680,112 @@ static int do_put_dict(ShClient *c, void *arg)
 	return shoal_builder_seal(b, j->name, j->flags, &j->id);
 }
 
+int sh_py_items_parse(PyObject *items, PyObject *metadata, sh_py_items *j)
+{
+	memset(j, 0, sizeof(*j));
+	if (metadata != Py_None && !PyDict_Check(metadata)) {
+		PyErr_Format(PyExc_TypeError, "metadata must be a dict[str, str], not %.100s",
+			     Py_TYPE(metadata)->tp_name);
+		return -1;
+	}
+	/* Everything the items borrow is kept alive here: another thread may
+	 * change the caller's list or dict while the GIL is released. */
+	PyObject *seq = NULL, *mitems = NULL;
+	if (!(j->keep = PyList_New(0)) ||
+	    !(seq = PySequence_Fast(items, "items must be a list of tuples")) ||
+	    PyList_Append(j->keep, seq) != 0)
+		goto fail;
+	j->n = (size_t)PySequence_Fast_GET_SIZE(seq);
+	if (j->n && !(j->items = PyMem_Calloc(j->n, sizeof(sh_py_item)))) {
+		PyErr_NoMemory();
+		goto fail;
+	}
+	for (size_t i = 0; i < j->n; i++) {
+		PyObject *t = PySequence_Tuple(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i));
+		if (!t || PyList_Append(j->keep, t) != 0) {
+			Py_XDECREF(t);
+			goto fail;
+		}
+		Py_DECREF(t);
+		if (PyTuple_GET_SIZE(t) != 4) {
+			PyErr_Format(
+				PyExc_TypeError,
+				"items[%zu] must be (name, data, dtype, shape), not %zd values", i,
+				PyTuple_GET_SIZE(t));
+			goto fail;
+		}
+		sh_py_item *it = &j->items[i];
+		size_t need;
+		if (!(it->name = sh_py_cstr(PyTuple_GET_ITEM(t, 0), "a tensor's name")) ||
+		    sh_py_parse_dtype(PyTuple_GET_ITEM(t, 2), &it->dt) != 0 ||
+		    sh_py_parse_shape(PyTuple_GET_ITEM(t, 3), it->dt, it->shape, &it->ndim,
+				      &need) != 0 ||
+		    sh_py_get_buffer(PyTuple_GET_ITEM(t, 1), &it->v, "a tensor's data") != 0)
+			goto fail;
+		j->got++;
+		if ((size_t)it->v.len != need) {
+			sh_py_raisef(
+				ShInvalidInput, SHOAL_EINVAL,
+				"tensor '%.300s' has %zd bytes; a %s tensor of its shape needs "
+				"%zu",
+				it->name, it->v.len, shoal_dtype_name(it->dt), need);
+			goto fail;
+		}
+		size_t a;
+		/* blobs start 64-byte aligned in the region */
+		if (shoal_align_size(need, 64, &a) != 0 ||
+		    shoal_add_size(j->total, a, &j->total) != 0) {
+			sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "the tensors' sizes overflow");
+			goto fail;
+		}
+	}
+	if (metadata != Py_None) {
+		if (!(mitems = PyDict_Items(metadata)) || PyList_Append(j->keep, mitems) != 0)
+			goto fail;
+		j->nmeta = (size_t)PyList_GET_SIZE(mitems);
+		if (j->nmeta && (!(j->keys = PyMem_Calloc(j->nmeta, sizeof(char *))) ||
+				 !(j->vals = PyMem_Calloc(j->nmeta, sizeof(char *))) ||
+				 !(j->vlens = PyMem_Calloc(j->nmeta, sizeof(size_t))))) {
+			PyErr_NoMemory();
+			goto fail;
+		}
+		for (size_t i = 0; i < j->nmeta; i++) {
+			PyObject *kv = PyList_GET_ITEM(mitems, (Py_ssize_t)i);
+			Py_ssize_t vl;
+			if (!(j->keys[i] = sh_py_cstr(PyTuple_GET_ITEM(kv, 0), "a metadata key")))
+				goto fail;
+			if (!PyUnicode_Check(PyTuple_GET_ITEM(kv, 1))) {
+				PyErr_Format(PyExc_TypeError, "metadata['%.200s'] must be a str",
+					     j->keys[i]);
+				goto fail;
+			}
+			if (!(j->vals[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(kv, 1), &vl)))
+				goto fail;
+			j->vlens[i] = (size_t)vl;
+		}
+	}
+	Py_XDECREF(mitems);
+	Py_XDECREF(seq);
+	return 0;
+fail:
+	Py_XDECREF(mitems);
+	Py_XDECREF(seq);
+	sh_py_items_free(j);
+	return -1;
+}
+
+void sh_py_items_free(sh_py_items *j)
+{
+	for (size_t i = 0; i < j->got; i++)
+		PyBuffer_Release(&j->items[i].v);
+	PyMem_Free(j->items);
+	PyMem_Free(j->keys);
+	PyMem_Free(j->vals);
+	PyMem_Free(j->vlens);
+	Py_CLEAR(j->keep);
+	memset(j, 0, sizeof(*j));
+}
+
 static PyObject *client_put_tensor_dict(ShClient *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"items",   "metadata", "name", "persist",
@@ -755,78 +795,23 @@ static PyObject *client_put_tensor_dict(ShClient *self, PyObject *args, PyObject
 	int64_t tmo;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OOpp$O:put_tensor_dict", kwlist, &items,
 					 &metadata, &name, &persist, &replace, &timeout) ||
-	    parse_timeout(timeout, &tmo) != 0)
+	    sh_py_parse_timeout(timeout, &tmo) != 0)
 		return NULL;
 	char err[600] = "";
-	put_dict_job j = {.flags = flags_of(persist, replace), .err = err, .errlen = sizeof(err)};
-	if (name != Py_None && !(j.name = opt_name(name)))
+	put_dict_job j = {
+		.flags = sh_py_flags_of(persist, replace), .err = err, .errlen = sizeof(err)};
+	if (name != Py_None && !(j.name = sh_py_opt_name(name)))
 		return NULL;
-	/* Everything the job reads is kept alive here: another thread may
-	 * change the caller's list or dict while the GIL is released. */
-	PyObject *keep = PyList_New(0), *seq = NULL;
-	size_t got = 0;
+	if (sh_py_items_parse(items, metadata, &j.it) != 0)
+		return NULL;
 	PyObject *res = NULL;
-	if (!keep || !(seq = PySequence_Fast(items, "items must be a list of tuples")) ||
-	    PyList_Append(keep, seq) != 0)
-		goto out;
-	j.n = (size_t)PySequence_Fast_GET_SIZE(seq);
-	if (j.n && !(j.items = PyMem_Calloc(j.n, sizeof(dict_item)))) {
-		PyErr_NoMemory();
-		goto out;
-	}
-	for (size_t i = 0; i < j.n; i++) {
-		PyObject *t = PySequence_Tuple(PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i));
-		if (!t || PyList_Append(keep, t) != 0) {
-			Py_XDECREF(t);
-			goto out;
-		}
-		Py_DECREF(t);
-		if (PyTuple_GET_SIZE(t) != 4) {
-			PyErr_Format(
-				PyExc_TypeError,
-				"items[%zu] must be (name, data, dtype, shape), not %zd values", i,
-				PyTuple_GET_SIZE(t));
-			goto out;
-		}
-		dict_item *it = &j.items[i];
-		size_t need;
-		if (!(it->name = sh_py_cstr(PyTuple_GET_ITEM(t, 0), "a tensor's name")) ||
-		    parse_dtype(PyTuple_GET_ITEM(t, 2), &it->dt) != 0 ||
-		    parse_shape(PyTuple_GET_ITEM(t, 3), it->dt, it->shape, &it->ndim, &need) != 0 ||
-		    get_buffer(PyTuple_GET_ITEM(t, 1), &it->v, "a tensor's data") != 0)
-			goto out;
-		got++;
-		if ((size_t)it->v.len != need) {
-			sh_py_raisef(
-				ShInvalidInput, SHOAL_EINVAL,
-				"tensor '%.300s' has %zd bytes; a %s tensor of its shape needs "
-				"%zu",
-				it->name, it->v.len, shoal_dtype_name(it->dt), need);
-			goto out;
-		}
-		size_t a;
-		/* blobs start 64-byte aligned in the region */
-		if (shoal_align_size(need, 64, &a) != 0 ||
-		    shoal_add_size(j.total, a, &j.total) != 0) {
-			sh_py_raisef(ShInvalidInput, SHOAL_EINVAL, "the tensors' sizes overflow");
-			goto out;
-		}
-	}
-	if (parse_meta(metadata, keep, &j.meta) != 0)
-		goto out;
 	char e2[600];
 	int rc = run(self, do_put_dict, &j, e2, sizeof(e2), tmo);
 	if (rc == 0)
 		res = PyLong_FromUnsignedLongLong(j.id);
 	else if (rc != 1)
 		sh_py_raise(rc, err[0] ? err : e2);
-out:
-	for (size_t i = 0; i < got; i++)
-		PyBuffer_Release(&j.items[i].v);
-	PyMem_Free(j.items);
-	meta_free(&j.meta);
-	Py_XDECREF(seq);
-	Py_XDECREF(keep);
+	sh_py_items_free(&j.it);
 	return res;
 }
 
@@ -840,7 +825,7 @@ typedef struct {
 static int do_get(ShClient *c, void *arg)
 {
 	get_job *j = arg;
-	int rc = j->flags  ? shoal_get_with(c->c, j->name, j->name ? 0 : j->id, j->flags, &j->o)
+	int rc = j->flags ? shoal_get_with(c->c, j->name, j->name ? 0 : j->id, j->flags, &j->o)
 		 : j->name ? shoal_get_by_name(c->c, j->name, &j->o)
 			   : shoal_get(c->c, j->id, &j->o);
 	if (rc == 0)
@@ -855,7 +840,7 @@ static PyObject *get_with(ShClient *self, PyObject *const *args, Py_ssize_t narg
 	PyObject *key;
 	int64_t tmo;
 	if (key_and_timeout(fname, args, nargs, kwnames, &key, &tmo) != 0 ||
-	    parse_key(key, &j.id, &j.name) != 0)
+	    sh_py_parse_key(key, &j.id, &j.name) != 0)
 		return NULL;
 	/* made first: once the store's reference is ours nothing may fail */
 	ShObject *o = PyObject_GC_New(ShObject, &ShObject_Type);
@@ -910,7 +895,7 @@ static PyObject *client_name(ShClient *self, PyObject *args, PyObject *kw)
 	int64_t tmo;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "KO|p$O:name", kwlist, &id, &name, &replace,
 					 &timeout) ||
-	    parse_timeout(timeout, &tmo) != 0)
+	    sh_py_parse_timeout(timeout, &tmo) != 0)
 		return NULL;
 	name_job j = {.id = id, .replace = replace};
 	if (!(j.name = sh_py_cstr(name, "name")))
@@ -928,7 +913,7 @@ static PyObject *client_unname(ShClient *self, PyObject *args, PyObject *kw)
 	PyObject *name, *timeout = NULL;
 	int64_t tmo;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$O:unname", kwlist, &name, &timeout) ||
-	    parse_timeout(timeout, &tmo) != 0)
+	    sh_py_parse_timeout(timeout, &tmo) != 0)
 		return NULL;
 	name_job j = {0};
 	if (!(j.name = sh_py_cstr(name, "name")) || call(self, do_name, &j, tmo) != 0)
@@ -963,7 +948,7 @@ PyObject *sh_py_object_cow(ShObject *base)
 	o->release_asked = false;
 	PyObject_GC_Track(o);
 	cow_job j = {base->o, NULL};
-	if (call(self, do_cow, &j, CONN_TIMEOUT) != 0) {
+	if (call(self, do_cow, &j, SH_PY_CONN_TIMEOUT) != 0) {
 		Py_DECREF(o);
 		return NULL;
 	}
@@ -984,7 +969,7 @@ static PyObject *client_delete(ShClient *self, PyObject *const *args, Py_ssize_t
 	PyObject *key;
 	int64_t tmo;
 	if (key_and_timeout("delete", args, nargs, kwnames, &key, &tmo) != 0 ||
-	    parse_key(key, &j.id, &j.name) != 0 || call(self, do_delete, &j, tmo) != 0)
+	    sh_py_parse_key(key, &j.id, &j.name) != 0 || call(self, do_delete, &j, tmo) != 0)
 		return NULL;
 	Py_RETURN_NONE;
 }
@@ -1005,36 +990,28 @@ static PyObject *client_persist(ShClient *self, PyObject *const *args, Py_ssize_
 	if (!PyLong_Check(key))
 		return PyErr_Format(PyExc_TypeError, "persist takes an object id (int), not %.100s",
 				    Py_TYPE(key)->tp_name);
-	if (parse_key(key, &j.id, &j.name) != 0 || call(self, do_persist, &j.id, tmo) != 0)
+	if (sh_py_parse_key(key, &j.id, &j.name) != 0 || call(self, do_persist, &j.id, tmo) != 0)
 		return NULL;
 	Py_RETURN_NONE;
 }
 
 typedef struct {
-	char *name, *type;
-	shoal_id id;
-	uint64_t bytes;
-} entry_copy;
-
-typedef struct {
 	const char *prefix;
-	entry_copy *e;
-	size_t n, cap;
-	bool nomem;
+	sh_py_names l;
 } names_job;
 
-static int on_entry(const shoal_entry *e, void *ctx)
+int sh_py_names_add(const shoal_entry *e, void *ctx)
 {
-	names_job *j = ctx;
+	sh_py_names *j = ctx;
 	if (j->n == j->cap) {
 		size_t cap = j->cap ? j->cap * 2 : 64;
-		entry_copy *ne = realloc(j->e, cap * sizeof(*ne));
+		sh_py_entry *ne = realloc(j->e, cap * sizeof(*ne));
 		if (!ne)
 			goto nomem;
 		j->e = ne;
 		j->cap = cap;
 	}
-	entry_copy *c = &j->e[j->n];
+	sh_py_entry *c = &j->e[j->n];
 	c->name = strdup(e->name);
 	c->type = strdup(e->type);
 	c->id = e->id;
@@ -1054,8 +1031,34 @@ nomem:
 static int do_names(ShClient *c, void *arg)
 {
 	names_job *j = arg;
-	int rc = shoal_list(c->c, j->prefix, on_entry, j);
+	int rc = shoal_list(c->c, j->prefix, sh_py_names_add, &j->l);
 	return rc == 1 ? 0 : rc;
+}
+
+PyObject *sh_py_names_list(sh_py_names *j, bool ok)
+{
+	PyObject *res = NULL;
+	if (ok) {
+		if (j->nomem)
+			PyErr_NoMemory();
+		else if ((res = PyList_New((Py_ssize_t)j->n)))
+			for (size_t i = 0; i < j->n; i++) {
+				PyObject *t = Py_BuildValue(
+					"(sKsK)", j->e[i].name, (unsigned long long)j->e[i].id,
+					j->e[i].type, (unsigned long long)j->e[i].bytes);
+				if (!t) {
+					Py_CLEAR(res);
+					break;
+				}
+				PyList_SET_ITEM(res, (Py_ssize_t)i, t);
+			}
+	}
+	for (size_t i = 0; i < j->n; i++) {
+		free(j->e[i].name);
+		free(j->e[i].type);
+	}
+	free(j->e);
+	return res;
 }
 
 static PyObject *client_names(ShClient *self, PyObject *args, PyObject *kw)
@@ -1064,33 +1067,12 @@ static PyObject *client_names(ShClient *self, PyObject *args, PyObject *kw)
 	PyObject *prefix = NULL, *timeout = NULL;
 	int64_t tmo;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$O:names", kwlist, &prefix, &timeout) ||
-	    parse_timeout(timeout, &tmo) != 0)
+	    sh_py_parse_timeout(timeout, &tmo) != 0)
 		return NULL;
 	names_job j = {.prefix = ""};
 	if (prefix && !(j.prefix = sh_py_cstr(prefix, "prefix")))
 		return NULL;
-	PyObject *res = NULL;
-	if (call(self, do_names, &j, tmo) == 0) {
-		if (j.nomem)
-			PyErr_NoMemory();
-		else if ((res = PyList_New((Py_ssize_t)j.n)))
-			for (size_t i = 0; i < j.n; i++) {
-				PyObject *t = Py_BuildValue(
-					"(sKsK)", j.e[i].name, (unsigned long long)j.e[i].id,
-					j.e[i].type, (unsigned long long)j.e[i].bytes);
-				if (!t) {
-					Py_CLEAR(res);
-					break;
-				}
-				PyList_SET_ITEM(res, (Py_ssize_t)i, t);
-			}
-	}
-	for (size_t i = 0; i < j.n; i++) {
-		free(j.e[i].name);
-		free(j.e[i].type);
-	}
-	free(j.e);
-	return res;
+	return sh_py_names_list(&j.l, call(self, do_names, &j, tmo) == 0);
 }
 
 static int do_stat(ShClient *c, void *arg)
@@ -1105,7 +1087,7 @@ static PyObject *client_stat(ShClient *self, PyObject *args, PyObject *kw)
 	int64_t tmo;
 	shoal_store_stat st;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$O:stat", kwlist, &timeout) ||
-	    parse_timeout(timeout, &tmo) != 0 || call(self, do_stat, &st, tmo) != 0)
+	    sh_py_parse_timeout(timeout, &tmo) != 0 || call(self, do_stat, &st, tmo) != 0)
 		return NULL;
 	return Py_BuildValue(
 		"{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKssss}", "capacity",
@@ -1136,7 +1118,7 @@ static PyObject *client_claim(ShClient *self, PyObject *args, PyObject *kw)
 	int64_t tmo;
 	uint64_t token = 0;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$O:claim", kwlist, &timeout) ||
-	    parse_timeout(timeout, &tmo) != 0 || call(self, do_claim, &token, tmo) != 0)
+	    sh_py_parse_timeout(timeout, &tmo) != 0 || call(self, do_claim, &token, tmo) != 0)
 		return NULL;
 	return PyLong_FromUnsignedLongLong(token);
 }
@@ -1161,10 +1143,10 @@ static PyObject *client_import_safetensors(ShClient *self, PyObject *args, PyObj
 	int64_t tmo;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|Opp$O:import_safetensors", kwlist, &path,
 					 &name, &persist, &replace, &timeout) ||
-	    parse_timeout(timeout, &tmo) != 0)
+	    sh_py_parse_timeout(timeout, &tmo) != 0)
 		return NULL;
-	st_job j = {.flags = flags_of(persist, replace)};
-	if ((name != Py_None && !(j.name = opt_name(name))) || sh_py_fspath(path, &p) != 0)
+	st_job j = {.flags = sh_py_flags_of(persist, replace)};
+	if ((name != Py_None && !(j.name = sh_py_opt_name(name))) || sh_py_fspath(path, &p) != 0)
 		return NULL;
 	j.path = PyBytes_AS_STRING(p);
 	int rc = call(self, do_import, &j, tmo);
@@ -1185,7 +1167,7 @@ static PyObject *client_export_safetensors(ShClient *self, PyObject *args, PyObj
 	int64_t tmo;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$O:export_safetensors", kwlist, &name, &path,
 					 &timeout) ||
-	    parse_timeout(timeout, &tmo) != 0)
+	    sh_py_parse_timeout(timeout, &tmo) != 0)
 		return NULL;
 	st_job j = {0};
 	if (!(j.name = sh_py_cstr(name, "name")) || sh_py_fspath(path, &p) != 0)
@@ -1239,7 +1221,7 @@ static PyObject *client_migrate(ShClient *self, PyObject *args, PyObject *kw)
 	mig_job j = {0};
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|I$OO:migrate", kwlist, &key, &source,
 					 &streams, &progress, &timeout) ||
-	    parse_timeout(timeout, &tmo) != 0 || parse_key(key, &j.id, &j.name) != 0 ||
+	    sh_py_parse_timeout(timeout, &tmo) != 0 || sh_py_parse_key(key, &j.id, &j.name) != 0 ||
 	    !(j.o.from = sh_py_cstr(source, "source")))
 		return NULL;
 	if (streams > 16) {

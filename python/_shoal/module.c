@@ -272,9 +272,9 @@ PyMODINIT_FUNC PyInit__shoal(void)
 	PyObject *m = PyModule_Create(&module_def);
 	if (!m)
 		return NULL;
-	PyTypeObject *types[] = {&ShClient_Type, &ShStore_Type,	     &ShObject_Type,
-				 &ShTensor_Type, &ShBlob_Type,	     &ShVal_Type,
-				 &ShExt_Type,	 &ShController_Type, &ShFarm_Type};
+	PyTypeObject *types[] = {&ShClient_Type, &ShStore_Type, &ShObject_Type, &ShTensor_Type,
+				 &ShBlob_Type,	 &ShVal_Type,	&ShExt_Type,	&ShController_Type,
+				 &ShFarm_Type,	 &ShRemote_Type};
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
 		if (PyModule_AddType(m, types[i]) != 0)
 			goto fail;

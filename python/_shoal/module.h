@@ -3,7 +3,8 @@
  * Tensor, Blob; value.c: Python values as call values; ext.c and child.c:
  * isolated extensions, the host's side and the extension's, and in child.c
  * the entries of the Python engine and a cluster's supervisor; farm.c:
- * Controller, Farm; cluster.c: clusters started through a launcher). The module is the thin C layer
+ * Controller, Farm; cluster.c: clusters started through a launcher; remote.c: Remote, a
+ * client of another host's store over TCP). The module is the thin C layer
  * the pure-Python package `shoal` builds on: every store, extension and task call goes through
  * here, with the GIL released while it blocks. */
 #ifndef SHOAL_PY_MODULE_H
@@ -33,9 +34,11 @@ typedef struct {
 	PyObject *socket;	       /* str */
 } ShClient;
 
-/* A got object: one reference on the store's object until released. */
+/* A got object: one reference on the store's object until released; or
+ * an object got from a remote store (Remote.get): its bytes in this
+ * process's memory, client NULL. */
 typedef struct {
-	PyObject_HEAD ShClient *client; /* strong */
+	PyObject_HEAD ShClient *client; /* strong, or NULL */
 	shoal_object *o;		/* NULL once let go */
 	shoal_id id;
 	uint64_t nbytes;
@@ -84,6 +87,64 @@ extern char sh_py_empty_buf[1];
 /* Object.tensor()/tensors()/blob() build these. */
 PyObject *sh_py_tensor_new(ShObject *o, const shoal_node *n);
 PyObject *sh_py_blob_new(ShObject *o, const void *data, size_t size);
+
+/* ---- arguments, shared by Client (client.c) and Remote (remote.c) ---- */
+
+/* A call's own timeout not given: the connection's applies. */
+#define SH_PY_CONN_TIMEOUT INT64_MIN
+/* A timeout argument: absent (NULL) is SH_PY_CONN_TIMEOUT, None no bound
+ * (SHOAL_FOREVER), else seconds > 0 in ns. -1 with an exception. */
+int sh_py_parse_timeout(PyObject *t, int64_t *ns);
+/* None (NULL, no exception) or a non-empty str without NUL. */
+const char *sh_py_opt_name(PyObject *name);
+/* An id (a positive int) or a name (a non-empty str). */
+int sh_py_parse_key(PyObject *k, shoal_id *id, const char **name);
+/* A read-only, C-contiguous view of any buffer. */
+int sh_py_get_buffer(PyObject *data, Py_buffer *v, const char *what);
+int sh_py_parse_dtype(PyObject *o, shoal_dtype *dt);
+/* shape: a tuple or list of ints >= 0, at most SHOAL_TENSOR_MAX_DIMS;
+ * *bytes: their product times the element size, checked. */
+int sh_py_parse_shape(PyObject *o, shoal_dtype dt, int64_t *shape, int *ndim, size_t *bytes);
+unsigned sh_py_flags_of(int persist, int replace);
+/* A tensor dict as put_tensor_dict takes it: items [(name, data, dtype,
+ * shape)] checked (each data a buffer of its shape's bytes), metadata a
+ * dict of str or None; total: the blobs' bytes 64-byte aligned. What they
+ * borrow is held (keep) until sh_py_items_free. -1 with an exception. */
+typedef struct {
+	const char *name;
+	Py_buffer v;
+	shoal_dtype dt;
+	int ndim;
+	int64_t shape[SHOAL_TENSOR_MAX_DIMS];
+} sh_py_item;
+typedef struct {
+	PyObject *keep;
+	sh_py_item *items;
+	size_t n, got, nmeta, total;
+	const char **keys, **vals;
+	size_t *vlens;
+} sh_py_items;
+int sh_py_items_parse(PyObject *items, PyObject *metadata, sh_py_items *out);
+void sh_py_items_free(sh_py_items *it);
+/* names(): entries collected (sh_py_names_add, a shoal_list callback: 1
+ * stops it when memory ran out), then the list of (name, id, type, bytes)
+ * (ok: the walk succeeded; the entries are freed either way). */
+typedef struct {
+	char *name, *type;
+	shoal_id id;
+	uint64_t bytes;
+} sh_py_entry;
+typedef struct {
+	sh_py_entry *e;
+	size_t n, cap;
+	bool nomem;
+} sh_py_names;
+int sh_py_names_add(const shoal_entry *e, void *ctx);
+PyObject *sh_py_names_list(sh_py_names *j, bool ok);
+
+/* ---- remote clients (remote.c) ---- */
+
+extern PyTypeObject ShRemote_Type;
 
 /* ---- isolated extensions (value.c; ext.c the host's side, child.c the extension's) ---- */
 

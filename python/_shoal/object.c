@@ -78,6 +78,8 @@ static PyObject *object_cow(ShObject *self, PyObject *unused)
 {
 	if (live(self) != 0)
 		return NULL;
+	if (!self->client) /* a remote store's: its bytes are this process's own */
+		return Py_NewRef(self);
 	return sh_py_object_cow(self);
 }
 

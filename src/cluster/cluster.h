@@ -27,10 +27,26 @@
  * those asked for at most, each worth a link's set-up. The first travels
  * on the FETCH's link, each other one on a link of its own that JOINs the
  * transfer by its token (0 for one stream). The bytes go as the channel's
- * records, which the fetcher writes at their offsets as they come. */
+ * records, which the fetcher writes at their offsets as they come.
+ *
+ * Version 2 adds what a remote client (remote.c, shoal_remote_*) asks of
+ * a store it reaches on the same port with the same secret:
+ *   PUT     [name | nil, flags, region_bytes, meta: bin(node)]  -> []
+ *           then the client's blobs' bytes (the node's blobs laid out as
+ *           FETCH's are, sent as bulk records cut at each blob's end)
+ *                                    -> [id, signature]
+ *   DELETE  [id | name]           -> []
+ *   NAMES   [prefix]              -> [[name, id, type, bytes]..., more: bool]
+ * A store of version 1 closes the link at an op it does not know; one of
+ * version 2 answers an unknown op with SHOAL_ENOTSUP and its message, and
+ * goes on. */
 #define SH_PEER_PROTO 0x52454550u /* "PEER": a store's link to another */
-#define SH_PEER_VERSION 1
-enum { SH_PEER_FETCH = 1, SH_PEER_JOIN };
+#define SH_PEER_VERSION 2
+enum { SH_PEER_FETCH = 1, SH_PEER_JOIN, SH_PEER_PUT, SH_PEER_DELETE, SH_PEER_NAMES };
+/* The largest region a PUT may ask for (256 TiB): beyond any store. */
+#define SH_PEER_REGION_MAX (1ull << 48)
+/* The largest request a peer link reads: a PUT's tree. */
+#define SH_PEER_REQ_MAX (SH_STORE_REPLY_MAX + 4096)
 #define SH_PEER_STREAMS_MAX 16
 _Static_assert(SH_PEER_STREAMS_MAX >= SH_STORE_MIGRATE_STREAMS_MAX,
 	       "a MIGRATE's links must fit a transfer's");
@@ -94,6 +110,43 @@ typedef struct sh_mig_reply {
 	sh_mig_blob *blobs;
 	char *name; /* or NULL */
 } sh_mig_reply;
+/* The blobs of a tree whose every blob lies in one region of region
+ * bytes (a FETCH's answer, a PUT's request: outside bytes), checked to lie
+ * inside it: their places in the tree's order (allocated from a), their
+ * count and bytes. SHOAL_EBADMSG with why when one does not. */
+int sh_peer_blobs(const shoal_node *root, uint64_t region, sh_bump *a, sh_mig_blob **blobs,
+		  uint64_t *nblobs, uint64_t *total, char *why, size_t whylen);
+/* Receives [lo, hi) of the blobs' bytes laid end to end (as
+ * sh_channel_send_bulk sent them, cut at each blob's end) into their
+ * places in dst, the peer held to min_rate bytes a second meanwhile (0:
+ * 1 MB/s), until deadline at most. A thread. */
+int sh_peer_recv_blobs(sh_channel *ch, const sh_mig_blob *blobs, uint64_t nblobs, uint64_t lo,
+		       uint64_t hi, const sh_store_region *dst, uint64_t min_rate, int64_t deadline,
+		       _Atomic uint64_t *got);
+/* A PUT's request, checked (from a peer or a remote client: hostile): the
+ * name (NUL-terminated, from a) or NULL, flags (SHOAL_PERSIST,
+ * SHOAL_REPLACE), the region's bytes, the tree and its blobs. */
+typedef struct sh_peer_put {
+	char *name;
+	unsigned flags;
+	uint64_t region, total, nblobs;
+	shoal_node *root;
+	sh_mig_blob *blobs;
+} sh_peer_put;
+int sh_peer_parse_put(sh_mp *m, sh_peer_put *out, sh_bump *a, char *why, size_t whylen);
+/* A NAMES answer's body at m (from a store: outside bytes), read by a
+ * remote client: its entries, NUL-terminated copies allocated from a, and
+ * whether the store had more than it sent. SHOAL_EPROTO (or
+ * SHOAL_ENOMEM) with why. */
+int sh_remote_parse_names(sh_mp *m, sh_bump *a, shoal_entry **out, uint32_t *count, bool *more,
+			  char *why, size_t whylen);
+/* A PUT's request as a remote client packs it: a whole frame into w. */
+int sh_peer_pack_put(sh_wbuf *w, const char *name, unsigned flags, uint64_t region,
+		     const shoal_node *root);
+/* A failure's answer (a frame of status < 0, its body at m: [message]),
+ * from a peer (hostile): its code (its own codes only, else
+ * SHOAL_EPROTO) and its message in why. */
+int sh_peer_failure(int status, sh_mp *m, char *why, size_t whylen);
 /* Decodes the frame at buf (from a peer: hostile) into *out, allocating
  * from a. A negative code, and why: the source's own failure (its
  * status), SHOAL_EPROTO or SHOAL_EBADMSG. */

@@ -309,6 +309,47 @@ static void list_blobs(const shoal_node *n, sh_mig_blob *v, uint64_t *k)
 		list_blobs(n->members[i], v, k);
 }
 
+int sh_peer_blobs(const shoal_node *root, uint64_t region, sh_bump *a, sh_mig_blob **blobs,
+		  uint64_t *nblobs, uint64_t *total, char *why, size_t whylen)
+{
+	*nblobs = *total = 0;
+	if (check_layout(root, region, total, nblobs)) {
+		snprintf(why, whylen, "a blob outside the region of %" PRIu64 " bytes", region);
+		return SHOAL_EBADMSG;
+	}
+	if (!(*blobs = sh_bump_alloc(a, (*nblobs ? *nblobs : 1) * sizeof(sh_mig_blob)))) {
+		snprintf(why, whylen, "out of memory");
+		return SHOAL_ENOMEM;
+	}
+	uint64_t j = 0;
+	list_blobs(root, *blobs, &j);
+	return 0;
+}
+
+int sh_peer_failure(int status, sh_mp *m, char *why, size_t whylen)
+{
+	uint32_t n, ml;
+	const char *msg;
+	if (status > 0 || sh_mp_array(m, &n) || n != 1 || sh_mp_str(m, &msg, &ml)) {
+		snprintf(why, whylen, "a failure without a message");
+		return SHOAL_EPROTO;
+	}
+	if (sh_mp_done(m)) {
+		snprintf(why, whylen,
+			 "a failure (%s) with bytes after its message: expected [message]",
+			 shoal_strerror(status));
+		return SHOAL_EPROTO;
+	}
+	/* its own codes only: a peer's status goes on to our clients */
+	if (!strncmp(shoal_strerror(status), "SHOAL_E?", 8))
+		status = SHOAL_EPROTO;
+	if (ml == 0 || msg[0] == 0)
+		snprintf(why, whylen, "it failed (%s) without a message", shoal_strerror(status));
+	else
+		snprintf(why, whylen, "%.*s", (int)(ml > 400 ? 400 : ml), msg);
+	return status;
+}
+
 int sh_mig_parse_reply(const void *buf, size_t len, sh_mig_reply *out, sh_bump *a, char *why,
 		       size_t whylen)
 {
@@ -325,28 +366,8 @@ int sh_mig_parse_reply(const void *buf, size_t len, sh_mig_reply *out, sh_bump *
 	}
 	sh_mp_init(&m, (const unsigned char *)buf + SH_FRAME_HDR, r.body_len);
 	uint32_t n, ml;
-	if (r.status) {
-		const char *msg;
-		if (r.status > 0 || sh_mp_array(&m, &n) || n != 1 || sh_mp_str(&m, &msg, &ml)) {
-			snprintf(why, whylen, "a failure without a message");
-			return SHOAL_EPROTO;
-		}
-		if (sh_mp_done(&m)) {
-			snprintf(why, whylen,
-				 "a failure (%s) with bytes after its message: expected [message]",
-				 shoal_strerror(r.status));
-			return SHOAL_EPROTO;
-		}
-		/* its own codes only: a peer's status goes on to our clients */
-		if (!strncmp(shoal_strerror(r.status), "SHOAL_E?", 8))
-			r.status = SHOAL_EPROTO;
-		if (ml == 0 || msg[0] == 0)
-			snprintf(why, whylen, "it failed (%s) without a message",
-				 shoal_strerror(r.status));
-		else
-			snprintf(why, whylen, "%.*s", (int)(ml > 400 ? 400 : ml), msg);
-		return r.status;
-	}
+	if (r.status)
+		return sh_peer_failure(r.status, &m, why, whylen);
 	const void *meta;
 	uint64_t k;
 	if (sh_mp_array(&m, &n) || n != 6 || sh_mp_uint(&m, &out->id) ||
@@ -358,6 +379,14 @@ int sh_mig_parse_reply(const void *buf, size_t len, sh_mig_reply *out, sh_bump *
 			 "FETCH answered with something else than [id, signature, "
 			 "bytes, metadata, token, streams]");
 		return SHOAL_EPROTO;
+	}
+	/* a region no store has: its rounding to pages (the room it is
+	 * charged) must not wrap */
+	if (out->region > SH_PEER_REGION_MAX) {
+		snprintf(why, whylen,
+			 "FETCH answered with a region of %" PRIu64 " bytes: expected at most %llu",
+			 out->region, (unsigned long long)SH_PEER_REGION_MAX);
+		return SHOAL_EBADMSG;
 	}
 	out->k = (uint32_t)k;
 	/* the metadata is as hostile as a client's seal request: the same
@@ -377,17 +406,9 @@ int sh_mig_parse_reply(const void *buf, size_t len, sh_mig_reply *out, sh_bump *
 		rc = SHOAL_EBADMSG, snprintf(why, whylen, "trailing bytes after the node");
 	if (rc == 0)
 		rc = sh_node_check_types(out->root, why, whylen);
-	if (rc == 0 && check_layout(out->root, out->region, &out->total, &out->nblobs))
-		rc = SHOAL_EBADMSG,
-		snprintf(why, whylen, "a blob outside the region of %" PRIu64 " bytes",
-			 out->region);
-	if (rc == 0 &&
-	    !(out->blobs = sh_bump_alloc(a, (out->nblobs ? out->nblobs : 1) * sizeof(sh_mig_blob))))
-		rc = SHOAL_ENOMEM, snprintf(why, whylen, "out of memory");
-	if (rc == 0) {
-		uint64_t j = 0;
-		list_blobs(out->root, out->blobs, &j);
-	}
+	if (rc == 0)
+		rc = sh_peer_blobs(out->root, out->region, a, &out->blobs, &out->nblobs,
+				   &out->total, why, whylen);
 	if (rc == 0 && name && !(out->name = sh_bump_alloc(a, nl + 1)))
 		rc = SHOAL_ENOMEM, snprintf(why, whylen, "out of memory");
 	if (rc == 0 && name) {
@@ -476,23 +497,21 @@ static int send_request(sh_channel *ch, uint16_t op, uint64_t a, const char *nam
 	return rc;
 }
 
-/* Share i of the blobs' bytes, written at their places in the region. */
 /* A source must keep this rate while its bytes come (--peer-min-rate). */
 #define MIG_RATE_WINDOW_NS (5 * 1000000000LL)
 #define MIG_MIN_RATE 1000000u
 
-static int recv_share(mig *g, sh_channel *ch, uint32_t i)
+int sh_peer_recv_blobs(sh_channel *ch, const sh_mig_blob *blobs, uint64_t nblobs, uint64_t lo,
+		       uint64_t hi, const sh_store_region *dst, uint64_t min_rate, int64_t deadline,
+		       _Atomic uint64_t *got)
 {
-	const sh_mig_reply *r = &g->r;
-	uint64_t rate = g->cl->opts->peer_min_rate ? g->cl->opts->peer_min_rate : MIG_MIN_RATE;
-	sh_channel_set_min_rate(ch, rate, MIG_RATE_WINDOW_NS);
-	uint64_t lo, hi, at = 0;
-	sh_peer_share(r->total, r->k, i, &lo, &hi);
+	sh_channel_set_min_rate(ch, min_rate ? min_rate : MIG_MIN_RATE, MIG_RATE_WINDOW_NS);
+	uint64_t at = 0;
 	size_t n = 0, cap = 0;
 	sh_fd_range *v = NULL;
 	int rc = 0;
-	for (uint64_t j = 0; rc == 0 && j < r->nblobs && at < hi; j++) {
-		const sh_mig_blob *b = &r->blobs[j];
+	for (uint64_t j = 0; rc == 0 && j < nblobs && at < hi; j++) {
+		const sh_mig_blob *b = &blobs[j];
 		uint64_t x = lo > at ? lo : at, y = at + b->size < hi ? at + b->size : hi;
 		if (x < y) {
 			if (n == cap) {
@@ -511,12 +530,21 @@ static int recv_share(mig *g, sh_channel *ch, uint32_t i)
 		at += b->size;
 	}
 	if (rc == 0)
-		rc = sh_channel_recv_ranges(ch, g->region_of.fd, g->region_of.map, v, n,
-					    SHOAL_FOREVER, &g->received);
+		rc = sh_channel_recv_ranges(ch, dst->fd, dst->map, v, n, deadline, got);
 	sh_channel_set_min_rate(ch, 0, 0); /* a link kept idle owes no rate */
 	if (v)
 		shoal_free(v, cap * sizeof(*v));
 	return rc;
+}
+
+/* Share i of the blobs' bytes, written at their places in the region. */
+static int recv_share(mig *g, sh_channel *ch, uint32_t i)
+{
+	const sh_mig_reply *r = &g->r;
+	uint64_t lo, hi;
+	sh_peer_share(r->total, r->k, i, &lo, &hi);
+	return sh_peer_recv_blobs(ch, r->blobs, r->nblobs, lo, hi, &g->region_of,
+				  g->cl->opts->peer_min_rate, SHOAL_FOREVER, &g->received);
 }
 
 typedef struct share {

@@ -1,12 +1,18 @@
-/* The source side of migrations: other stores connect on opts.peer (TCP),
- * prove they know the cluster's secret, and FETCH objects. The store's
+/* The source side of migrations, and a store's side of remote clients:
+ * other stores and shoal_remote clients connect on opts.peer (TCP), prove
+ * they know the cluster's secret, and FETCH objects; a remote client also
+ * PUTs, DELETEs and lists NAMES (cluster.h). The store's
  * thread runs the handshake and the requests (fibers); the bytes go from a
  * thread per share (the FETCH's link sends the first, each link that JOINs
  * the transfer one more), read where they lie (the object's segments
  * mapped read-only by that thread), while the store goes on serving its
  * clients. The
  * object is held (a read reference) until its last byte is in the socket:
- * a delete meanwhile only unbinds its name. */
+ * a delete meanwhile only unbinds its name. A PUT's bytes come the other
+ * way, into a region charged against the store's room as a copy's is
+ * (extend.h), received by a thread; they become an object only once every
+ * byte came, and a link that ends first leaves nothing. What a link put
+ * without persist goes when the link does. */
 #include "cluster/cluster.h"
 #include "shm/shm.h"
 #include "store/proto.h"
@@ -72,11 +78,17 @@ struct peer_conn {
 	int hello; /* its handshake's slot, until it is over */
 	sh_channel *ch;
 	char addr[80];
-	/* a share in flight: its thread, its transfer, how it ended */
+	/* a share in flight or a PUT's bytes coming: its thread, its
+	 * transfer, how it ended */
 	pthread_t thread;
-	bool sending;
+	bool busy;
 	xfer *x;
 	uint32_t share;
+	const sh_peer_put *put;
+	const sh_store_region *dst;
+	/* the transient objects this link put: they go with it */
+	uint64_t *puts;
+	size_t nputs, cap_puts;
 	shoal_chan *done;
 	sh_st_mail mail;
 	int rc;
@@ -257,13 +269,36 @@ static void *send_main(void *arg)
 	return NULL;
 }
 
-static void send_over(shoal_store *s, sh_st_mail *m)
+static void thread_over(shoal_store *s, sh_st_mail *m)
 {
 	(void)s;
 	peer_conn *pc = (peer_conn *)((char *)m - offsetof(peer_conn, mail));
 	pthread_join(pc->thread, NULL);
-	pc->sending = false;
+	pc->busy = false;
 	shoal_chan_close(pc->done);
+}
+
+/* Runs fn (which sets pc->rc and posts pc->mail last) on a thread of its
+ * own, the link's bytes being a thread's work, and waits for it here
+ * while the store's thread serves others. */
+static int in_thread(peer_conn *pc, void *(*fn)(void *))
+{
+	int rc = shoal_chan_create(&pc->done, 1, 0);
+	if (rc == 0) {
+		pc->busy = true;
+		pc->mail.fn = thread_over;
+		if ((rc = -pthread_create(&pc->thread, NULL, fn, pc)) != 0)
+			pc->busy = false;
+	}
+	char c;
+	/* closed when the thread is over (a stop ends it through the socket) */
+	while (pc->busy && shoal_chan_recv(pc->done, &c, SHOAL_FOREVER) == SHOAL_ECANCELED)
+		shutdown(pc->fd, SHUT_RDWR);
+	if (pc->done) {
+		shoal_chan_destroy(pc->done);
+		pc->done = NULL;
+	}
+	return rc ? rc : pc->rc;
 }
 
 /* Sends share pc->share of pc->x from a thread, waiting for it here. */
@@ -274,23 +309,7 @@ static int send_share(peer_conn *pc)
 	sh_peer_share(x->total, x->k, pc->share, &lo, &hi);
 	if (lo == hi)
 		return 0;
-	int rc = shoal_chan_create(&pc->done, 1, 0);
-	if (rc == 0) {
-		pc->sending = true;
-		pc->mail.fn = send_over;
-		if ((rc = -pthread_create(&pc->thread, NULL, send_main, pc)) != 0)
-			pc->sending = false;
-	}
-	char c;
-	/* closed when the thread is over (a stop ends it through the socket) */
-	while (pc->sending && shoal_chan_recv(pc->done, &c, SHOAL_FOREVER) == SHOAL_ECANCELED)
-		shutdown(pc->fd, SHUT_RDWR);
-	if (pc->done) {
-		shoal_chan_destroy(pc->done);
-		pc->done = NULL;
-	}
-	if (rc == 0)
-		rc = pc->rc;
+	int rc = in_thread(pc, send_main);
 	if (rc)
 		sh_warn("store",
 			"peer %s: sending share %u of %u of object %016" PRIx64 " failed: %s%s%s",
@@ -428,6 +447,276 @@ static int join(peer_conn *pc, const sh_frame *req, sh_mp *m)
 	return rc;
 }
 
+/* ---- a remote client's requests ---- */
+
+static int send_ok(peer_conn *pc, const sh_frame *req, sh_wbuf *body)
+{
+	sh_wbuf_reset(&pc->out);
+	sh_wbuf_frame_begin(&pc->out);
+	if (body && body->len)
+		sh_wbuf_append(&pc->out, body->p, body->len);
+	else {
+		msgpack_packer pk;
+		sh_wbuf_packer(&pc->out, &pk);
+		msgpack_pack_array(&pk, 0);
+	}
+	sh_frame f = {.op = req->op, .seq = req->seq};
+	int rc = pc->out.err ? SHOAL_ENOMEM : sh_wbuf_frame_end(&pc->out, &f);
+	return rc ? rc
+		  : sh_channel_write(pc->ch, pc->out.p, pc->out.len, true,
+				     shoal_deadline_in(PEER_STALL_NS));
+}
+
+int sh_peer_parse_put(sh_mp *m, sh_peer_put *out, sh_bump *a, char *why, size_t whylen)
+{
+	memset(out, 0, sizeof(*out));
+	uint32_t n, nl = 0, ml;
+	const char *name = NULL;
+	const void *meta;
+	uint64_t flags;
+	if (sh_mp_array(m, &n) || n != 4 ||
+	    (!sh_mp_take_nil(m) && (sh_mp_str(m, &name, &nl) || nl == 0 || nl > SH_NODE_MAX_NAME ||
+				    memchr(name, 0, nl))) ||
+	    sh_mp_uint(m, &flags) || (flags & ~(uint64_t)(SHOAL_PERSIST | SHOAL_REPLACE)) ||
+	    sh_mp_uint(m, &out->region) || sh_mp_bin(m, &meta, &ml) || sh_mp_done(m)) {
+		snprintf(why, whylen,
+			 "expected [name or nil (1 to %d bytes, no NUL), flags (PERSIST|REPLACE), "
+			 "region bytes, metadata]",
+			 SH_NODE_MAX_NAME);
+		return SHOAL_EBADMSG;
+	}
+	/* a region no store has: its rounding to pages must not wrap */
+	if (out->region > SH_PEER_REGION_MAX) {
+		snprintf(why, whylen, "a region of %" PRIu64 " bytes: expected at most %llu",
+			 out->region, (unsigned long long)SH_PEER_REGION_MAX);
+		return SHOAL_EBADMSG;
+	}
+	out->flags = (unsigned)flags;
+	/* the tree is as hostile as a client's seal request: the same
+	 * decoder and checks, and every blob inside the one region */
+	sh_mp mm;
+	sh_mp_init(&mm, meta, ml);
+	int rc = sh_node_decode(&mm, a, &out->root, why, whylen);
+	if (rc == 0 && sh_mp_done(&mm))
+		rc = SHOAL_EBADMSG, snprintf(why, whylen, "trailing bytes after the node");
+	if (rc == 0)
+		rc = sh_node_check_types(out->root, why, whylen);
+	if (rc == 0)
+		rc = sh_peer_blobs(out->root, out->region, a, &out->blobs, &out->nblobs,
+				   &out->total, why, whylen);
+	if (rc == 0 && name && !(out->name = sh_bump_alloc(a, nl + 1)))
+		rc = SHOAL_ENOMEM, snprintf(why, whylen, "out of memory");
+	if (rc == 0 && name) {
+		memcpy(out->name, name, nl);
+		out->name[nl] = 0;
+	}
+	return rc;
+}
+
+int sh_peer_pack_put(sh_wbuf *w, const char *name, unsigned flags, uint64_t region,
+		     const shoal_node *root)
+{
+	sh_wbuf meta;
+	sh_wbuf_init(&meta);
+	msgpack_packer pk;
+	sh_wbuf_packer(&meta, &pk);
+	sh_node_pack(&pk, root);
+	sh_wbuf_frame_begin(w);
+	sh_wbuf_packer(w, &pk);
+	msgpack_pack_array(&pk, 4);
+	if (name)
+		sh_mp_pack_cstr(&pk, name);
+	else
+		msgpack_pack_nil(&pk);
+	msgpack_pack_uint32(&pk, flags);
+	msgpack_pack_uint64(&pk, region);
+	msgpack_pack_bin(&pk, meta.len);
+	msgpack_pack_bin_body(&pk, meta.p, meta.len);
+	sh_frame f = {.op = SH_PEER_PUT, .seq = 1};
+	int rc = meta.err || w->err ? SHOAL_ENOMEM : sh_wbuf_frame_end(w, &f);
+	sh_wbuf_fini(&meta);
+	return rc;
+}
+
+static void *recv_main(void *arg)
+{
+	peer_conn *pc = arg;
+	_Atomic uint64_t got = 0;
+	pc->rc = sh_peer_recv_blobs(pc->ch, pc->put->blobs, pc->put->nblobs, 0, pc->put->total,
+				    pc->dst, pc->cl->opts->peer_min_rate, SHOAL_FOREVER, &got);
+	sh_store_post(pc->cl->s, &pc->mail);
+	return NULL;
+}
+
+/* A PUT: checked, room taken, "go" ([]), the bytes into a region of their
+ * own, then the object: [id, signature]. A failure before the bytes is
+ * answered and the link goes on; one while they come ends the link (it is
+ * out of step), and the region and its room go with it. */
+static int put(peer_conn *pc, const sh_frame *req, sh_mp *m)
+{
+	sh_cluster *cl = pc->cl;
+	shoal_store *s = cl->s;
+	sh_bump a = {0};
+	sh_peer_put p;
+	char why[400];
+	sh_store_room room = {.spare_fd = -1};
+	sh_store_region dst = {.fd = -1};
+	int rc = sh_peer_parse_put(m, &p, &a, why, sizeof(why));
+	size_t nl = p.name ? strlen(p.name) : 0;
+	if (rc == 0)
+		rc = sh_store_put_allowed(s, p.name, nl, p.flags, why, sizeof(why));
+	if (rc == 0 && pc->nputs == pc->cap_puts) {
+		size_t nc = pc->cap_puts ? pc->cap_puts * 2 : 8;
+		uint64_t *q = shoal_realloc(pc->puts, pc->cap_puts * 8, nc * 8);
+		if (q)
+			pc->puts = q, pc->cap_puts = nc;
+		else
+			rc = SHOAL_ENOMEM, snprintf(why, sizeof(why), "out of memory");
+	}
+	if (rc == 0)
+		rc = sh_store_room_for_copy(s, p.region, &room, why, sizeof(why));
+	if (rc == 0 && (rc = sh_store_copy_region(s, p.region, &room, &dst)) != 0)
+		snprintf(why, sizeof(why), "a region of %" PRIu64 " bytes: %s", p.region,
+			 shoal_strerror(rc));
+	bool answered = rc != 0;
+	if (rc)
+		rc = send_error(pc, req, rc, "PUT: %s", why);
+	else if ((rc = send_ok(pc, req, NULL)) == 0) {
+		pc->put = &p;
+		pc->dst = &dst;
+		if ((rc = in_thread(pc, recv_main)) != 0)
+			sh_warn("store", "peer %s: a PUT's bytes broke off: %s%s%s", pc->addr,
+				shoal_strerror(rc), sh_channel_error(pc->ch)[0] ? ": " : "",
+				sh_channel_error(pc->ch));
+		pc->put = NULL;
+		pc->dst = NULL;
+	}
+	if (dst.fd >= 0)
+		sh_store_copy_region_done(&dst, rc != 0);
+	if (rc == 0 && !answered && (rc = sh_memfd_seal(dst.fd)) != 0) {
+		snprintf(why, sizeof(why), "sealing its region: %s", shoal_strerror(rc));
+		rc = send_error(pc, req, rc, "PUT: %s", why);
+		answered = true;
+	}
+	/* the room a copy holds goes back; adopt counts the region itself */
+	sh_store_room_release(s, room.charged);
+	if (room.spare_fd >= 0)
+		close(room.spare_fd);
+	st_obj *o = NULL;
+	if (rc == 0 && !answered) {
+		int arc = sh_store_adopt_put(s, p.root, dst.fd, dst.size, p.name, nl, p.flags, &o,
+					     why, sizeof(why));
+		if (arc)
+			rc = send_error(pc, req, arc, "PUT: %s", why);
+		else
+			dst.fd = -1; /* the store's now */
+	}
+	if (dst.fd >= 0)
+		close(dst.fd);
+	sh_bump_fini(&a);
+	if (!o)
+		return rc;
+	sh_store_objinfo oi = sh_store_info(o);
+	if (!(p.flags & SHOAL_PERSIST))
+		pc->puts[pc->nputs++] = oi.id;
+	sh_debug("store", "peer %s: put object %016" PRIx64 ", %" PRIu64 " bytes", pc->addr, oi.id,
+		 oi.bytes);
+	sh_wbuf body;
+	sh_wbuf_init(&body);
+	msgpack_packer pk;
+	sh_wbuf_packer(&body, &pk);
+	msgpack_pack_array(&pk, 2);
+	msgpack_pack_uint64(&pk, oi.id);
+	msgpack_pack_uint64(&pk, oi.sig);
+	rc = send_ok(pc, req, &body);
+	sh_wbuf_fini(&body);
+	return rc;
+}
+
+/* [id | name], as FETCH names an object: it, or an answer saying why
+ * not (*o NULL then). */
+static int find_key(peer_conn *pc, const sh_frame *req, sh_mp *m, const char *op, st_obj **o)
+{
+	uint32_t n, len = 0;
+	const char *name = NULL;
+	uint64_t id = 0;
+	*o = NULL;
+	if (sh_mp_array(m, &n) || n != 1 ||
+	    (sh_mp_kind(m) == SH_MP_STR ? sh_mp_str(m, &name, &len) : sh_mp_uint(m, &id)) ||
+	    sh_mp_done(m) || (name ? len == 0 || len > SH_NODE_MAX_NAME : id == 0))
+		return send_error(pc, req, SHOAL_EBADMSG,
+				  "%s: expected [id or name (1 to %d bytes)]", op,
+				  SH_NODE_MAX_NAME);
+	if ((*o = sh_store_find(pc->cl->s, name, len, id)) != NULL)
+		return 0;
+	return name ? send_error(pc, req, SHOAL_ENOENT, "no object named \"%.*s\" at %s",
+				 (int)(len > 200 ? 200 : len), name, pc->cl->peers->bound)
+		    : send_error(pc, req, SHOAL_ENOENT, "no object %016" PRIx64 " at %s", id,
+				 pc->cl->peers->bound);
+}
+
+static int del(peer_conn *pc, const sh_frame *req, sh_mp *m)
+{
+	st_obj *o;
+	int rc = find_key(pc, req, m, "DELETE", &o);
+	if (!o)
+		return rc;
+	char why[400];
+	if ((rc = sh_store_delete_obj(pc->cl->s, o, why, sizeof(why))) != 0)
+		return send_error(pc, req, rc, "DELETE: %s", why);
+	return send_ok(pc, req, NULL);
+}
+
+typedef struct names_walk {
+	msgpack_packer pk;
+	sh_wbuf items;
+	uint64_t n;
+	bool more;
+} names_walk;
+
+static bool name_one(void *arg, const sh_store_objinfo *i)
+{
+	names_walk *w = arg;
+	/* as many as fit one answer (names are up to 4 KiB each) */
+	if (w->items.len + strlen(i->name) + strlen(i->type) + 64 > SH_PEER_META_MAX) {
+		w->more = true;
+		return false;
+	}
+	msgpack_pack_array(&w->pk, 4);
+	sh_mp_pack_cstr(&w->pk, i->name);
+	msgpack_pack_uint64(&w->pk, i->id);
+	sh_mp_pack_cstr(&w->pk, i->type);
+	msgpack_pack_uint64(&w->pk, i->bytes);
+	w->n++;
+	return true;
+}
+
+static int names(peer_conn *pc, const sh_frame *req, sh_mp *m)
+{
+	uint32_t n, plen;
+	const char *prefix;
+	if (sh_mp_array(m, &n) || n != 1 || sh_mp_str(m, &prefix, &plen) || sh_mp_done(m) ||
+	    plen > SH_NODE_MAX_NAME)
+		return send_error(pc, req, SHOAL_EBADMSG, "NAMES: expected [prefix]");
+	names_walk w = {.n = 0};
+	sh_wbuf_init(&w.items);
+	sh_wbuf_packer(&w.items, &w.pk);
+	sh_store_each_name(pc->cl->s, prefix, plen, name_one, &w);
+	sh_wbuf body;
+	sh_wbuf_init(&body);
+	msgpack_packer pk;
+	sh_wbuf_packer(&body, &pk);
+	msgpack_pack_array(&pk, 2);
+	msgpack_pack_array(&pk, (uint32_t)w.n);
+	sh_wbuf_append(&body, w.items.p, w.items.len);
+	w.more ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+	int rc = w.items.err || body.err ? send_error(pc, req, SHOAL_ENOMEM, "NAMES: out of memory")
+					 : send_ok(pc, req, &body);
+	sh_wbuf_fini(&w.items);
+	sh_wbuf_fini(&body);
+	return rc;
+}
+
 /* ---- a peer's link ---- */
 
 static void *peer_main(void *arg)
@@ -451,25 +740,48 @@ static void *peer_main(void *arg)
 	}
 	while (rc == 0) {
 		size_t len;
-		rc = sh_channel_read_frame(pc->ch, &pc->in, &pc->in_cap, &len, 64u << 10, true,
-					   SHOAL_FOREVER);
+		rc = sh_channel_read_frame(pc->ch, &pc->in, &pc->in_cap, &len, SH_PEER_REQ_MAX,
+					   true, SHOAL_FOREVER);
 		if (rc)
 			break;
 		sh_frame f;
 		why[0] = 0;
-		if (sh_frame_decode(pc->in, len, &f, why, sizeof(why)) != 0 || f.status || f.oob ||
-		    (f.op != SH_PEER_FETCH && f.op != SH_PEER_JOIN)) {
-			sh_warn("store",
-				"peer %s: a request that is not a FETCH or a JOIN (%s); "
-				"closing",
-				pc->addr, why[0] ? why : "wrong op, status or out-of-band bytes");
+		if (sh_frame_decode(pc->in, len, &f, why, sizeof(why)) != 0 || f.status || f.oob) {
+			sh_warn("store", "peer %s: a request that is not one (%s); closing",
+				pc->addr, why[0] ? why : "a status or out-of-band bytes");
 			rc = SHOAL_EPROTO;
 			break;
 		}
 		sh_mp m;
 		sh_mp_init(&m, pc->in + SH_FRAME_HDR, f.body_len);
-		rc = f.op == SH_PEER_FETCH ? fetch(pc, &f, &m) : join(pc, &f, &m);
+		switch (f.op) {
+		case SH_PEER_FETCH:
+			rc = fetch(pc, &f, &m);
+			break;
+		case SH_PEER_JOIN:
+			rc = join(pc, &f, &m);
+			break;
+		case SH_PEER_PUT:
+			rc = put(pc, &f, &m);
+			break;
+		case SH_PEER_DELETE:
+			rc = del(pc, &f, &m);
+			break;
+		case SH_PEER_NAMES:
+			rc = names(pc, &f, &m);
+			break;
+		default: /* a newer client's: it hears what this store speaks */
+			rc = send_error(pc, &f, SHOAL_ENOTSUP,
+					"op %u is not one this store knows (peer protocol %d: "
+					"FETCH, JOIN, PUT, DELETE, NAMES)",
+					f.op, SH_PEER_VERSION);
+		}
 	}
+	/* what this link put without persist goes with it */
+	for (size_t i = 0; i < pc->nputs; i++)
+		sh_store_drop_transient(cl->s, pc->puts[i]);
+	if (pc->puts)
+		shoal_free(pc->puts, pc->cap_puts * 8);
 	if (rc && rc != SHOAL_ECLOSED && rc != SHOAL_ECANCELED && rc != SHOAL_EACCES &&
 	    rc != SHOAL_EPROTO)
 		sh_warn("store", "peer %s: link ends: %s%s%s", pc->addr, shoal_strerror(rc),

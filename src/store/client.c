@@ -464,6 +464,13 @@ static void object_drop(shoal_object *o)
 		sh_cow_drop(o);
 		return;
 	}
+	if (!o->c) { /* a remote store's: nothing of a store's to let go of here */
+		if (o->own)
+			munmap(o->own, o->own_len);
+		sh_bump_fini(&o->a);
+		SH_DELETE(o);
+		return;
+	}
 	shoal_client *c = o->c;
 	sh_wbuf dropped;
 	sh_wbuf_init(&dropped);
@@ -618,7 +625,7 @@ int shoal_object_release(shoal_object *o)
 	if (--o->refs)
 		return 0;
 	shoal_client *c = o->c;
-	if (sh_map_get(&c->objs, o->id) == o)
+	if (c && sh_map_get(&c->objs, o->id) == o)
 		sh_map_del(&c->objs, o->id);
 	object_drop(o);
 	return 0;

@@ -59,6 +59,10 @@ struct shoal_object {
 	struct shoal_object *base;
 	sh_cow_map *maps;
 	uint32_t nmaps;
+	/* An object got from a remote store (c NULL): its bytes in memory of
+	 * this process's own, mapped here, freed at the last release. */
+	void *own;
+	size_t own_len;
 };
 
 struct shoal_client {

@@ -224,6 +224,11 @@ int shoal_object_cow(shoal_object *o, shoal_object **out)
 		return SHOAL_EINVAL;
 	if (o->base) /* a view of a view is one of the object */
 		o = o->base;
+	if (!o->c) { /* a remote store's: its bytes are this process's own already */
+		o->refs++;
+		*out = o;
+		return 0;
+	}
 	shoal_client *c = o->c;
 	shoal_object *v = SH_NEW(shoal_object);
 	if (!v)

@@ -246,6 +246,94 @@ int sh_store_adopt_copy(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *r
 	return rc;
 }
 
+/* ---- objects a remote client puts, deletes, lists ---- */
+
+int sh_store_put_allowed(shoal_store *s, const char *name, size_t nl, unsigned flags, char *why,
+			 size_t whylen)
+{
+	if ((flags & SHOAL_PERSIST) && s->state) {
+		/* its file would be written by the seal's path, which a region
+		 * adopted whole does not take */
+		snprintf(why, whylen,
+			 "this store keeps persistent objects in a state directory, which a "
+			 "remote put does not write yet: put it without persist");
+		return SHOAL_ENOTSUP;
+	}
+	if (name && (flags & SHOAL_PERSIST) && s->hooks.global_names) {
+		snprintf(why, whylen,
+			 "a persistent name on this store is the cluster registry's, which a "
+			 "remote put does not register yet: put it without persist, or unnamed");
+		return SHOAL_ENOTSUP;
+	}
+	st_obj *old = name ? sh_st_name_find(s, name, nl) : NULL;
+	if (old && !(flags & SHOAL_REPLACE)) {
+		snprintf(why, whylen, "name %.*s is taken by object %016" PRIx64,
+			 (int)(nl > 200 ? 200 : nl), name, old->id);
+		return SHOAL_EEXIST;
+	}
+	return 0;
+}
+
+int sh_store_adopt_put(shoal_store *s, shoal_node *root, int fd, uint64_t size, const char *name,
+		       size_t nl, unsigned flags, st_obj **out, char *why, size_t whylen)
+{
+	int rc = sh_store_put_allowed(s, name, nl, flags, why, whylen);
+	if (rc)
+		return rc;
+	uint64_t id = s->instance | s->next_id++;
+	if ((rc = sh_store_adopt(s, id, id, root, 1, &fd, &size, out, why, whylen)) != 0)
+		return rc;
+	st_obj *o = *out;
+	o->persistent = flags & SHOAL_PERSIST;
+	if (name) {
+		st_obj *old = sh_st_name_find(s, name, nl);
+		if (old)
+			sh_st_obj_delete(s, old);
+		if (sh_st_name_bind(s, o, name, nl) != 0) {
+			sh_st_obj_delete(s, o);
+			snprintf(why, whylen, "out of memory naming the object");
+			return SHOAL_ENOMEM;
+		}
+	}
+	return 0;
+}
+
+void sh_store_drop_transient(shoal_store *s, uint64_t id)
+{
+	st_obj *o = sh_map_get(&s->objs, id);
+	if (o && !o->deleted && !o->persistent)
+		sh_st_obj_delete(s, o);
+}
+
+int sh_store_delete_obj(shoal_store *s, st_obj *o, char *why, size_t whylen)
+{
+	if (o->global && o->name && s->hooks.global_names) {
+		snprintf(why, whylen,
+			 "object %016" PRIx64 "'s name %.200s is the cluster registry's: delete "
+			 "it through a local client of a store",
+			 o->id, o->name);
+		return SHOAL_EPERM;
+	}
+	sh_st_obj_delete(s, o);
+	return 0;
+}
+
+void sh_store_each_name(shoal_store *s, const char *prefix, size_t plen,
+			bool (*fn)(void *arg, const sh_store_objinfo *i), void *arg)
+{
+	size_t it = 0;
+	uint64_t key;
+	void *val;
+	while (sh_map_next(&s->names, &it, &key, &val))
+		for (st_obj *o = val; o; o = o->name_next) {
+			if (strlen(o->name) < plen || memcmp(o->name, prefix, plen) != 0)
+				continue;
+			sh_store_objinfo i = sh_store_info(o);
+			if (!fn(arg, &i))
+				return;
+		}
+}
+
 /* ---- links ---- */
 
 bool sh_store_fd_room(const shoal_store *s, uint64_t more)

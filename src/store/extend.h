@@ -179,6 +179,34 @@ void sh_store_copy_region_done(sh_store_region *g, bool failed);
 int sh_store_adopt_copy(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *root, int fd,
 			uint64_t size, st_obj **out, char *why, size_t whylen);
 
+/* ---- objects a remote client puts, deletes, lists ---- */
+
+/* Serves the sealed region fd (size bytes) as a new object of this
+ * store's, as a put's seal would (a fresh id, its own signature, never
+ * evicted), of tree root; bound to name (NULL: none) unless another object
+ * has it and flags lacks SHOAL_REPLACE (SHOAL_EEXIST); SHOAL_PERSIST, or
+ * else transient: it goes when its maker says (sh_store_drop_transient),
+ * as a local client's goes with its connection. The region is the store's
+ * on success. why says what failed. */
+int sh_store_adopt_put(shoal_store *s, shoal_node *root, int fd, uint64_t size, const char *name,
+		       size_t nl, unsigned flags, st_obj **out, char *why, size_t whylen);
+/* Whether a put of name with flags may go ahead (before its bytes come):
+ * the name free, or SHOAL_REPLACE; what this store cannot do for a remote
+ * put (a persistent object in a state directory, or named in the
+ * cluster's registry) is SHOAL_ENOTSUP. why says which. */
+int sh_store_put_allowed(shoal_store *s, const char *name, size_t nl, unsigned flags, char *why,
+			 size_t whylen);
+/* Deletes object id if it is there and still transient (the link that put
+ * it is gone). */
+void sh_store_drop_transient(shoal_store *s, uint64_t id);
+/* Deletes o as a client's DELETE would; SHOAL_EPERM (why) for an object
+ * whose name is the cluster registry's, which a local client deletes. */
+int sh_store_delete_obj(shoal_store *s, st_obj *o, char *why, size_t whylen);
+/* Calls fn for each bound name starting with the plen bytes of prefix, in
+ * no order, until fn returns false. */
+void sh_store_each_name(shoal_store *s, const char *prefix, size_t plen,
+			bool (*fn)(void *arg, const sh_store_objinfo *i), void *arg);
+
 /* ---- the links that serve other stores ---- */
 
 /* Whether more descriptors than the store's clients and segments hold may
