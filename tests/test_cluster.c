@@ -1922,10 +1922,44 @@ SH_TEST(remote_client_names_an_old_store_and_a_lying_one)
 	liar_end(&l);
 }
 
-/* What a remote put cannot do yet is refused before a byte goes, saying
- * so: a persistent object on a store that keeps them in a state
- * directory (its file would not be written). A transient one goes in. */
-SH_TEST(remote_persistent_put_into_a_state_directory_is_refused)
+/* A remote put of a persistent named object into a store whose names are
+ * the cluster's takes the name in the registry: another store gets it by
+ * that name; a name the cluster has already is refused, and nothing stays. */
+SH_TEST_T(remote_persistent_put_names_in_the_registry, 180)
+{
+	setup();
+	etcd_proc e = {0};
+	etcd_start(&e);
+	node a, b;
+	node_start_etcd(&a, "a", &e, "5");
+	node_start_etcd(&b, "b", &e, "5");
+	CHECK_EQ(STAT_UNTIL(&b, peers, 2u, 10000).peers, 2u);
+	shoal_store_stat st0 = stat_of(&a);
+	shoal_remote *r = remote_of(&a);
+	shoal_id id;
+	CHECK_OK(shoal_remote_put_bytes(r, "remote-named", "abcdef", 6, SHOAL_PERSIST, far(), &id));
+	shoal_client *cb = client_of(&b);
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(cb, "remote-named", &o)); /* through the registry */
+	CHECK_EQ(shoal_object_id(o), id);
+	CHECK_OK(shoal_object_release(o));
+	put_blob(&b, "b-has-it", 1000, 3);
+	CHECK_RC(shoal_remote_put_bytes(r, "b-has-it", "x", 1, SHOAL_PERSIST, far(), NULL),
+		 SHOAL_EEXIST);
+	shoal_remote_close(r);
+	shoal_store_stat st = stat_of(&a);
+	CHECK_EQ(st.objects, st0.objects + 1); /* the refused one did not stay */
+	shoal_disconnect(cb);
+	CHECK_EQ(node_stop(&b), 0);
+	CHECK_EQ(node_stop(&a), 0);
+	etcd_kill(&e);
+	cleanup();
+}
+
+/* A remote put of a persistent object into a store that keeps them in a
+ * state directory writes its file, as a local put does: the object comes
+ * back when the store starts again; a transient one does not. */
+SH_TEST(remote_persistent_put_into_a_state_directory_comes_back)
 {
 	setup();
 	char sd[128], opt[160];
@@ -1933,21 +1967,22 @@ SH_TEST(remote_persistent_put_into_a_state_directory_is_refused)
 	snprintf(opt, sizeof(opt), "--state-dir=%s", sd);
 	node a;
 	node_start(&a, "a", "64M", SECRET, opt);
-	shoal_store_stat st0 = stat_of(&a);
 	shoal_remote *r = remote_of(&a);
-	CHECK_RC(shoal_remote_put_bytes(r, "p", "abc", 3, SHOAL_PERSIST, far(), NULL),
-		 SHOAL_ENOTSUP);
-	CHECK_HAS(shoal_remote_error(r), "state directory");
-	CHECK_OK(shoal_remote_put_bytes(r, "t", "abc", 3, 0, far(), NULL));
+	CHECK_OK(shoal_remote_put_bytes(r, "p", "abc", 3, SHOAL_PERSIST, far(), NULL));
+	CHECK_OK(shoal_remote_put_bytes(r, "t", "xyz", 3, 0, far(), NULL));
+	shoal_remote_close(r);
+	CHECK_EQ(node_stop(&a), 0);
+	node_start(&a, "a-again", "64M", SECRET, opt); /* (a log of its own: not a's old one) */
+	r = remote_of(&a);
 	shoal_object *o;
-	CHECK_OK(shoal_remote_get(r, "t", 0, far(), &o));
+	CHECK_OK(shoal_remote_get(r, "p", 0, far(), &o));
 	const void *d;
 	size_t n;
 	CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &d, &n));
 	CHECK(n == 3 && memcmp(d, "abc", 3) == 0);
 	CHECK_OK(shoal_object_release(o));
+	CHECK_RC(shoal_remote_get(r, "t", 0, far(), &o), SHOAL_ENOENT);
 	shoal_remote_close(r);
-	wait_used(&a, st0.used, st0.objects);
 	CHECK_EQ(node_stop(&a), 0);
 	cleanup();
 }

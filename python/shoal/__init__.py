@@ -493,9 +493,19 @@ class Client:
         return "<shoal.Client %s%s>" % (self.socket, " closed" if self.closed else "")
 
 
-def connect(socket: Optional[str] = None, *, timeout: Optional[float] = 30.0) -> Client:
+def connect(socket: Optional[str] = None, *, host: Optional[str] = None,
+            port: Optional[int] = None, timeout: Optional[float] = 30.0) -> Any:
     """Connects to the store at socket: by default ``$SHOAL_SOCKET``, else shoald.sock
-    in your private socket directory, as the ``shoal`` command does."""
+    in your private socket directory, as the ``shoal`` command does. With ``host`` and
+    ``port``: to another host's store through its ``--peer`` port, as a
+    :class:`shoal.remote.RemoteClient` (vineyard's RPC client: a get copies the object's
+    bytes into this process, a put sends them), proving the cluster's secret
+    (``$SHOAL_SECRET_FILE`` or ``$SHOAL_SECRET``)."""
+    if host is not None or port is not None:
+        if socket is not None or host is None or port is None:
+            raise InvalidInput("connect takes a socket, or a host and a port")
+        from .remote import RemoteClient
+        return RemoteClient(host, port, timeout=timeout)
     return Client(socket, timeout=timeout)
 
 

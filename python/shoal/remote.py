@@ -29,8 +29,11 @@ from . import (
     InvalidInput,
     ObjectID,
     _as_tensor,
+    _have_torch,
     _is_numpy,
+    _is_tensor_dict,
     _is_torch,
+    _marked,
     _shoal,
     _tmo,
 )
@@ -60,18 +63,27 @@ class RemoteClient:
         self._r = _shoal.Remote(address, timeout)
 
     # -- getting ---------------------------------------------------------------
-    def get(self, key: Key, *, framework: Optional[str] = "numpy", copy: bool = False,
+    def get(self, key: Key, *, framework: Optional[str] = "auto", copy: bool = False,
             timeout: Any = CONNECTION_TIMEOUT) -> Any:
         """Gets an object by id or name, as :meth:`shoal.Client.get` gives it: a tensor as a
         numpy array (``framework="numpy"``, read-only), a torch tensor (``"torch"``) or a
-        shoal tensor (``None``); a tensor_dict as a dict of those; a blob as a memoryview.
+        shoal tensor (``None``), ``"auto"`` giving torch for what was put from torch; a
+        tensor_dict as a dict of those; a blob as a memoryview; a plain value as itself.
         Its bytes are received once into memory of this process, which the values share
         and keep alive. ``copy=True`` gives private copies of them besides. ``timeout``:
         seconds for the whole transfer (``None``: no bound; by default the client's)."""
-        if framework not in ("numpy", "torch", None):
-            raise InvalidInput("framework %r: expected 'numpy', 'torch' or None" % (framework,))
+        if framework not in ("auto", "numpy", "torch", None):
+            raise InvalidInput("framework %r: expected 'auto', 'numpy', 'torch' or None"
+                               % (framework,))
         obj = self._r.get(key, **_tmo(timeout))
+        if framework == "auto":
+            framework = "torch" if (obj.type in ("tensor", "tensor_dict")
+                                    and obj.fields().get("format") == "pt"
+                                    and _have_torch()) else "numpy"
         try:
+            if obj.type == "value":
+                from . import _values  # noqa: F401  (its hooks decode tuples, sets...)
+                return _shoal.unpack_value(obj.blob(0))
             if obj.type == "tensor":
                 return Client._convert(obj.tensor(), framework, copy)
             if obj.type == "tensor_dict":
@@ -94,14 +106,14 @@ class RemoteClient:
         leaves nothing there). ``name`` binds it (``replace`` rebinds a taken name);
         ``persist`` keeps it after this client closes. Returns its id there."""
         t = _tmo(timeout)
-        if isinstance(value, dict):
+        if _is_tensor_dict(value):
             items = []
+            torch_made = False
             for key, item in value.items():
-                if not isinstance(key, str):
-                    raise InvalidInput("tensor dict keys are names: got a %s" % type(key).__name__)
                 buf, dtype, shape = _as_tensor(item, "the tensor %r" % key)
+                torch_made = torch_made or _is_torch(item)
                 items.append((key, buf, dtype, shape))
-            meta = dict(metadata) if metadata else None
+            meta = _marked(metadata, torch_made)  # get gives torch back
             return ObjectID(self._r.put_tensor_dict(items, meta, name, persist, replace, **t))
         if metadata:
             raise InvalidInput("metadata goes with a dict of tensors, not a %s" % type(value).__name__)

@@ -251,20 +251,6 @@ int sh_store_adopt_copy(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *r
 int sh_store_put_allowed(shoal_store *s, const char *name, size_t nl, unsigned flags, char *why,
 			 size_t whylen)
 {
-	if ((flags & SHOAL_PERSIST) && s->state) {
-		/* its file would be written by the seal's path, which a region
-		 * adopted whole does not take */
-		snprintf(why, whylen,
-			 "this store keeps persistent objects in a state directory, which a "
-			 "remote put does not write yet: put it without persist");
-		return SHOAL_ENOTSUP;
-	}
-	if (name && (flags & SHOAL_PERSIST) && s->hooks.global_names) {
-		snprintf(why, whylen,
-			 "a persistent name on this store is the cluster registry's, which a "
-			 "remote put does not register yet: put it without persist, or unnamed");
-		return SHOAL_ENOTSUP;
-	}
 	st_obj *old = name ? sh_st_name_find(s, name, nl) : NULL;
 	if (old && !(flags & SHOAL_REPLACE)) {
 		snprintf(why, whylen, "name %.*s is taken by object %016" PRIx64,
@@ -285,6 +271,14 @@ int sh_store_adopt_put(shoal_store *s, shoal_node *root, int fd, uint64_t size, 
 		return rc;
 	st_obj *o = *out;
 	o->persistent = flags & SHOAL_PERSIST;
+	/* a persistent object's file first, as a seal writes it before the
+	 * old object of its name goes */
+	if (o->persistent && s->state &&
+	    (rc = sh_st_persist_obj(s, o, name, nl, why, whylen)) != 0) {
+		o->persistent = false;
+		sh_st_obj_delete(s, o);
+		return rc;
+	}
 	if (name) {
 		st_obj *old = sh_st_name_find(s, name, nl);
 		if (old)
@@ -294,6 +288,23 @@ int sh_store_adopt_put(shoal_store *s, shoal_node *root, int fd, uint64_t size, 
 			snprintf(why, whylen, "out of memory naming the object");
 			return SHOAL_ENOMEM;
 		}
+	}
+	if (name && o->persistent && s->hooks.global_names) {
+		/* the name is the cluster's: taken in its registry (a wait, from
+		 * the fiber of the put), or the object goes */
+		rc = sh_st_name_global(s, o, name, nl, false, flags & SHOAL_REPLACE, why, whylen);
+		o = sh_map_get(&s->objs, id);
+		if (rc) {
+			if (o && !o->deleted)
+				sh_st_obj_delete(s, o);
+			return rc;
+		}
+		if (!o || o->deleted) {
+			snprintf(why, whylen, "object %016" PRIx64 " was deleted meanwhile", id);
+			return SHOAL_ENOENT;
+		}
+		o->global = true;
+		*out = o;
 	}
 	return 0;
 }

@@ -184,16 +184,16 @@ int sh_store_adopt_copy(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *r
 /* Serves the sealed region fd (size bytes) as a new object of this
  * store's, as a put's seal would (a fresh id, its own signature, never
  * evicted), of tree root; bound to name (NULL: none) unless another object
- * has it and flags lacks SHOAL_REPLACE (SHOAL_EEXIST); SHOAL_PERSIST, or
- * else transient: it goes when its maker says (sh_store_drop_transient),
- * as a local client's goes with its connection. The region is the store's
- * on success. why says what failed. */
+ * has it and flags lacks SHOAL_REPLACE (SHOAL_EEXIST); SHOAL_PERSIST (its
+ * file written in the state directory, its name taken in the cluster's
+ * registry where names are the cluster's: from a fiber, a wait), or else
+ * transient: it goes when its maker says (sh_store_drop_transient), as a
+ * local client's goes with its connection. The region is the store's on
+ * success. why says what failed. */
 int sh_store_adopt_put(shoal_store *s, shoal_node *root, int fd, uint64_t size, const char *name,
 		       size_t nl, unsigned flags, st_obj **out, char *why, size_t whylen);
 /* Whether a put of name with flags may go ahead (before its bytes come):
- * the name free, or SHOAL_REPLACE; what this store cannot do for a remote
- * put (a persistent object in a state directory, or named in the
- * cluster's registry) is SHOAL_ENOTSUP. why says which. */
+ * the name free here, or SHOAL_REPLACE. why says which object has it. */
 int sh_store_put_allowed(shoal_store *s, const char *name, size_t nl, unsigned flags, char *why,
 			 size_t whylen);
 /* Deletes object id if it is there and still transient (the link that put

@@ -99,6 +99,7 @@ def start_peer_store(tmp_path, name, secret, *extra):
                           "--size", "512M", "--peer", "127.0.0.1:0", *extra],
                          stderr=log, env=env)
     p.sock = sock
+    p.secret = secret
     for _ in range(1000):
         log.seek(0)
         text = log.read()

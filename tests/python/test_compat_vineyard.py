@@ -20,7 +20,7 @@ PROGRAM = textwrap.dedent('''
     import shoal.compat.vineyard as vineyard
     from shoal.compat.vineyard.contrib.ml.torch import torch_context
 
-    sock_a, sock_b = sys.argv[1], sys.argv[2]
+    sock_a, sock_b, peer_host, peer_port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     g = torch.Generator().manual_seed(0)
     state_dict = {"layer%d.weight" % i: torch.rand(64, 32, generator=g) for i in range(40)}
     state_dict["emb"] = torch.rand(100, 8, generator=g).to(torch.bfloat16)
@@ -43,12 +43,25 @@ PROGRAM = textwrap.dedent('''
         assert torch.equal(v, data2[k]), f"Tensors for key {k} do not match."
     assert client2.get(obj) is not None  # by id, here now
 
+    # the RPC client: another host's store through its port
+    rpc_client = vineyard.connect(host=peer_host, port=peer_port)
+    with torch_context(rpc_client):
+        data3 = rpc_client.get(name="state_dict")
+    assert len(state_dict) == len(data3), "State dict and data3 have different lengths"
+    for k, v in state_dict.items():
+        assert torch.equal(v, data3[k]), f"Tensors for key {k} do not match."
+    with torch_context(rpc_client):
+        obj1 = rpc_client.put(state_dict, persist=True, name="state_dict_1")
+    with torch_context(client2):
+        again = client2.get(name="state_dict_1", fetch=True)
+    assert all(torch.equal(v, again[k]) for k, v in state_dict.items())
+
     # names: put_name, get_name, list_names, drop_name
     cfg = client.put({"lr": 0.001, "layers": [64, 32], "name": "mlp"})
     client.put_name(cfg, "config")
     assert client.get_name("config") == cfg
     assert client.get(name="config") == {"lr": 0.001, "layers": [64, 32], "name": "mlp"}
-    assert set(client.list_names("*", limit=10)) == {"state_dict", "config"}
+    assert set(client.list_names("*", limit=10)) == {"state_dict", "state_dict_1", "config"}
     assert list(client.list_names("conf.*", regex=True)) == ["config"]
     client.drop_name("config")
     assert client.exists(cfg) and "config" not in client.list_names()
@@ -65,8 +78,10 @@ def test_the_vineyard_seed_program_runs_with_its_imports_changed(etcd_stores, tm
     prog = tmp_path / "user_program.py"
     prog.write_text(PROGRAM)
     env = dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, str(prog), a.sock, b.sock], capture_output=True,
-                         text=True, timeout=120, env=env)
+    host, port = a.peer.rsplit(":", 1)
+    env["SHOAL_SECRET"] = a.secret
+    out = subprocess.run([sys.executable, str(prog), a.sock, b.sock, host, port],
+                         capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.startswith("OK ")
     assert a.peer in out.stdout and "fetch" in out.stdout  # the error said where

@@ -132,6 +132,10 @@ class Client:
         torch = __import__("sys").modules.get("torch")
         if torch is not None and isinstance(value, torch.nn.Module):
             value = value.state_dict()  # what vineyard's torch builder keeps of a module
+        if self._remote:
+            # a remote store binds the name at the put: a taken one is refused there
+            # (NameTaken) rather than moved
+            return ObjectID(int(self._c.put(value, name, persist=persist)))
         oid = self._c.put(value, persist=persist)
         if name is not None:
             # vineyard moves a taken name to the new object and keeps the old one
@@ -153,14 +157,24 @@ class Client:
             return self._c.get(key, framework=framework)
         return self._c.get(key, framework=framework, fetch=fetch)
 
+    def _local(self, what: str) -> Any:
+        if self._remote:
+            raise NotImplementedError(
+                "vineyard's RPCClient.%s is not covered by shoal.compat.vineyard: name "
+                "objects at their put through it, or use a local client (shoal.Client.%s)"
+                % (what, {"put_name": "name", "get_name": "id_of", "drop_name": "unname",
+                          "persist": "persist"}.get(what, what)))
+        return self._c
+
     def put_name(self, object_id: Any, name: str) -> None:
-        self._c.name(int(object_id), name, replace=True)
+        self._local("put_name").name(int(object_id), name, replace=True)
 
     def get_name(self, name: str, wait: bool = False) -> ObjectID:
-        return ObjectID(int(self._c.id_of(name, wait=wait, timeout=None if wait else 30.0)))
+        return ObjectID(int(self._local("get_name").id_of(name, wait=wait,
+                                                          timeout=None if wait else 30.0)))
 
     def drop_name(self, name: str) -> None:
-        self._c.unname(name)
+        self._local("drop_name").unname(name)
 
     def list_names(self, pattern: str = "*", regex: bool = False,
                    limit: int = 5) -> Dict[str, ObjectID]:
@@ -175,7 +189,7 @@ class Client:
         return out
 
     def persist(self, object_id: Any) -> None:
-        self._c.persist(int(object_id))
+        self._local("persist").persist(int(object_id))
 
     def delete(self, object_id: Union[Any, Iterable[Any]], force: bool = False,
                deep: bool = True) -> None:
@@ -189,7 +203,7 @@ class Client:
 
     def exists(self, object_id: Any) -> bool:
         try:
-            self._c.get(int(object_id), framework=None)
+            self._local("exists").get(int(object_id), framework=None)
         except shoal.NotFound:
             return False
         return True
@@ -239,8 +253,7 @@ def connect(*args: Any, **kwargs: Any) -> Client:
     if host is not None:
         if port is None:
             raise TypeError("connect(host=) needs a port: the store's --peer port")
-        from ... import remote
-        return Client(remote.RemoteClient(str(host), int(port)), remote=True)
+        return Client(shoal.connect(host=str(host), port=int(port)), remote=True)
     return Client(shoal.connect(socket or os.environ.get("VINEYARD_IPC_SOCKET")))
 
 
