@@ -825,7 +825,7 @@ typedef struct {
 static int do_get(ShClient *c, void *arg)
 {
 	get_job *j = arg;
-	int rc = j->flags ? shoal_get_with(c->c, j->name, j->name ? 0 : j->id, j->flags, &j->o)
+	int rc = j->flags  ? shoal_get_with(c->c, j->name, j->name ? 0 : j->id, j->flags, &j->o)
 		 : j->name ? shoal_get_by_name(c->c, j->name, &j->o)
 			   : shoal_get(c->c, j->id, &j->o);
 	if (rc == 0)
