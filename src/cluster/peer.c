@@ -604,12 +604,10 @@ static int put(peer_conn *pc, const sh_frame *req, sh_mp *m)
 		close(room.spare_fd);
 	st_obj *o = NULL;
 	if (rc == 0 && !answered) {
-		int arc = sh_store_adopt_put(s, p.root, dst.fd, dst.size, p.name, nl, p.flags, &o,
+		int arc = sh_store_adopt_put(s, p.root, &dst.fd, dst.size, p.name, nl, p.flags, &o,
 					     why, sizeof(why));
 		if (arc)
 			rc = send_error(pc, req, arc, "PUT: %s", why);
-		else
-			dst.fd = -1; /* the store's now */
 	}
 	if (dst.fd >= 0)
 		close(dst.fd);

@@ -260,16 +260,18 @@ int sh_store_put_allowed(shoal_store *s, const char *name, size_t nl, unsigned f
 	return 0;
 }
 
-int sh_store_adopt_put(shoal_store *s, shoal_node *root, int fd, uint64_t size, const char *name,
+int sh_store_adopt_put(shoal_store *s, shoal_node *root, int *fd, uint64_t size, const char *name,
 		       size_t nl, unsigned flags, st_obj **out, char *why, size_t whylen)
 {
+	*out = NULL; /* until it is served: a failure deletes what was adopted */
 	int rc = sh_store_put_allowed(s, name, nl, flags, why, whylen);
 	if (rc)
 		return rc;
 	uint64_t id = s->instance | s->next_id++;
-	if ((rc = sh_store_adopt(s, id, id, root, 1, &fd, &size, out, why, whylen)) != 0)
+	st_obj *o;
+	if ((rc = sh_store_adopt(s, id, id, root, 1, fd, &size, &o, why, whylen)) != 0)
 		return rc;
-	st_obj *o = *out;
+	*fd = -1; /* the object's, and goes with it, whatever comes next */
 	o->persistent = flags & SHOAL_PERSIST;
 	/* a persistent object's file first, as a seal writes it before the
 	 * old object of its name goes */
@@ -304,8 +306,8 @@ int sh_store_adopt_put(shoal_store *s, shoal_node *root, int fd, uint64_t size, 
 			return SHOAL_ENOENT;
 		}
 		o->global = true;
-		*out = o;
 	}
+	*out = o;
 	return 0;
 }
 

@@ -188,9 +188,10 @@ int sh_store_adopt_copy(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *r
  * file written in the state directory, its name taken in the cluster's
  * registry where names are the cluster's: from a fiber, a wait), or else
  * transient: it goes when its maker says (sh_store_drop_transient), as a
- * local client's goes with its connection. The region is the store's on
- * success. why says what failed. */
-int sh_store_adopt_put(shoal_store *s, shoal_node *root, int fd, uint64_t size, const char *name,
+ * local client's goes with its connection. Once the region is adopted
+ * (*fd set to -1) it is the store's, also when what follows fails (the
+ * object is deleted then, its region with it). why says what failed. */
+int sh_store_adopt_put(shoal_store *s, shoal_node *root, int *fd, uint64_t size, const char *name,
 		       size_t nl, unsigned flags, st_obj **out, char *why, size_t whylen);
 /* Whether a put of name with flags may go ahead (before its bytes come):
  * the name free here, or SHOAL_REPLACE. why says which object has it. */
