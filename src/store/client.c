@@ -726,7 +726,8 @@ int shoal_node_get_ints(const shoal_node *n, const char *key, int64_t *v, size_t
 	*count = f->n;
 	if (f->n > max)
 		return SHOAL_ERANGE;
-	memcpy(v, f->v.ints, f->n * sizeof(int64_t));
+	if (f->n) /* an empty list (a 0-d tensor's shape) into no buffer */
+		memcpy(v, f->v.ints, f->n * sizeof(int64_t));
 	return 0;
 }
 
