@@ -833,6 +833,21 @@ static int do_get(ShClient *c, void *arg)
 	return rc;
 }
 
+ShObject *sh_py_object_new(ShClient *client)
+{
+	ShObject *o = PyObject_GC_New(ShObject, &ShObject_Type);
+	if (!o)
+		return NULL;
+	o->client = client ? (ShClient *)Py_NewRef(client) : NULL;
+	o->o = NULL;
+	o->id = 0;
+	o->nbytes = 0;
+	o->views = 0;
+	o->release_asked = false;
+	PyObject_GC_Track(o);
+	return o;
+}
+
 static PyObject *get_with(ShClient *self, PyObject *const *args, Py_ssize_t nargs,
 			  PyObject *kwnames, const char *fname, unsigned flags)
 {
@@ -843,15 +858,9 @@ static PyObject *get_with(ShClient *self, PyObject *const *args, Py_ssize_t narg
 	    sh_py_parse_key(key, &j.id, &j.name) != 0)
 		return NULL;
 	/* made first: once the store's reference is ours nothing may fail */
-	ShObject *o = PyObject_GC_New(ShObject, &ShObject_Type);
+	ShObject *o = sh_py_object_new(self);
 	if (!o)
 		return NULL;
-	o->client = (ShClient *)Py_NewRef(self);
-	o->o = NULL;
-	o->id = 0;
-	o->views = 0;
-	o->release_asked = false;
-	PyObject_GC_Track(o);
 	if (call(self, do_get, &j, tmo) != 0) {
 		Py_DECREF(o);
 		return NULL;
@@ -937,16 +946,11 @@ static int do_cow(ShClient *c, void *arg)
 PyObject *sh_py_object_cow(ShObject *base)
 {
 	ShClient *self = base->client;
-	ShObject *o = PyObject_GC_New(ShObject, &ShObject_Type);
+	ShObject *o = sh_py_object_new(self);
 	if (!o)
 		return NULL;
-	o->client = (ShClient *)Py_NewRef(self);
-	o->o = NULL;
 	o->id = base->id;
 	o->nbytes = base->nbytes;
-	o->views = 0;
-	o->release_asked = false;
-	PyObject_GC_Track(o);
 	cow_job j = {base->o, NULL};
 	if (call(self, do_cow, &j, SH_PY_CONN_TIMEOUT) != 0) {
 		Py_DECREF(o);

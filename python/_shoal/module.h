@@ -68,6 +68,10 @@ bool sh_py_client_foreign(const ShClient *c);
 int sh_py_client_check(ShClient *c);
 /* Lets go of o's store reference (takes the client's mutex). GIL held. */
 void sh_py_object_drop(ShObject *o);
+/* A new Object holding nothing yet (o->o NULL), of client (NULL: a remote
+ * store's), tracked by the GC: made before a get, so that once the store's
+ * reference is taken nothing may fail. */
+ShObject *sh_py_object_new(ShClient *client);
 /* Object.cow(): a copy-on-write view of o (shoal_object_cow), an Object too. */
 PyObject *sh_py_object_cow(ShObject *o);
 

@@ -144,16 +144,9 @@ static PyObject *remote_get(ShRemote *self, PyObject *args, PyObject *kw)
 	    sh_py_parse_timeout(timeout, &tmo) != 0 || sh_py_parse_key(key, &j.id, &j.name) != 0)
 		return NULL;
 	/* made first: once the object is got nothing may fail */
-	ShObject *o = PyObject_GC_New(ShObject, &ShObject_Type);
+	ShObject *o = sh_py_object_new(NULL);
 	if (!o)
 		return NULL;
-	o->client = NULL;
-	o->o = NULL;
-	o->id = 0;
-	o->nbytes = 0;
-	o->views = 0;
-	o->release_asked = false;
-	PyObject_GC_Track(o);
 	if (rcall(self, do_get, &j, tmo) != 0) {
 		Py_DECREF(o);
 		return NULL;
