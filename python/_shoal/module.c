@@ -251,6 +251,17 @@ static PyMethodDef module_methods[] = {
 	 METH_VARARGS | METH_KEYWORDS,
 	 "cluster_stop(name=None, timeout=0) -> None\n\nEnds every process of the cluster; "
 	 "NotFound when none of that name runs."},
+	{"getcurrent", sh_py_getcurrent, METH_NOARGS,
+	 "getcurrent() -> tasklet\n\nThe running tasklet (the thread's main tasklet outside "
+	 "tasklets)."},
+	{"schedule", sh_py_schedule, METH_NOARGS,
+	 "schedule()\n\nLets every other runnable tasklet run once, then continues."},
+	{"sleep", sh_py_sleep, METH_O,
+	 "sleep(seconds)\n\nSuspends the calling tasklet (the others run meanwhile)."},
+	{"run", (PyCFunction)(void (*)(void))sh_py_run, METH_VARARGS | METH_KEYWORDS,
+	 "run(timeout=None)\n\nFrom the main tasklet: runs tasklets until every one has "
+	 "ended. RuntimeError naming the blocked tasklets when none can ever run again "
+	 "(a deadlock), TimeoutError when the timeout passes first."},
 	{"default_socket", default_socket, METH_NOARGS,
 	 "default_socket() -> str\n\nThe socket the shoal CLI uses: $SHOAL_SOCKET, else "
 	 "shoald.sock in this user's socket directory."},
@@ -287,7 +298,7 @@ PyMODINIT_FUNC PyInit__shoal(void)
 #endif
 	int bad = !san || PyModule_AddObjectRef(m, "_SANITIZER_ENV", san) != 0;
 	Py_XDECREF(san);
-	if (bad || add_errors(m) != 0 ||
+	if (bad || add_errors(m) != 0 || sh_py_tasklet_init(m) != 0 ||
 	    PyModule_AddStringConstant(m, "__version__", SHOAL_VERSION_STRING) != 0 ||
 	    PyModule_AddIntConstant(m, "ETIMEDOUT", SHOAL_ETIMEDOUT) != 0 ||
 	    PyModule_AddIntConstant(m, "ECRASHED", SHOAL_ECRASHED) != 0 ||

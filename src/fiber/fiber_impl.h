@@ -58,6 +58,33 @@ void sh_stack_stats(void *pools, size_t *mapped, size_t *nfree, size_t *guarded)
  * one there (async-signal-safe: reads only). */
 bool sh_stack_is_guard(void *pools, const void *addr);
 
+/* ---- parking: for schedulers built on fibers ---- */
+
+/* The Python module's tasklets are fibers of the thread's scheduler with
+ * Stackless's channels on top (balance, preference), which shoal_chan has
+ * not; these are what they need of the scheduler beyond the public API,
+ * kept internal because their callers must keep their own wait queues. */
+
+/* Blocks the calling fiber until sh_fiber_unpark() (its rc is returned),
+ * the deadline (SHOAL_ETIMEDOUT) or shoal_cancel() (SHOAL_ECANCELED). */
+int sh_fiber_park(int64_t deadline);
+/* Makes parked fiber f runnable with code rc, at the tail of the run
+ * queue. Returns SHOAL_EINVAL when f is not parked (so not woken). */
+int sh_fiber_unpark(shoal_fiber *f, int rc);
+/* Like sh_fiber_unpark, but f runs at once and the caller is queued
+ * right behind it, ahead of every other runnable fiber (Stackless's
+ * channel preference). */
+int sh_fiber_handoff(shoal_fiber *f, int rc);
+
+/* Called by the idle path: SH_IDLE_CHECK before it sleeps (returning
+ * true when the hook made a fiber runnable: no sleep then), SH_IDLE_SLEEP
+ * and SH_IDLE_WAKE around a sleep that may block (timeout_ns != 0). The
+ * tasklets detect deadlocks at the check and let go of the GIL around
+ * the sleep. */
+enum { SH_IDLE_CHECK = 0, SH_IDLE_SLEEP, SH_IDLE_WAKE };
+typedef bool (*sh_idle_hook)(void *arg, int phase, int64_t timeout_ns);
+void sh_sched_set_idle_hook(shoal_sched *s, sh_idle_hook fn, void *arg);
+
 /* ---- waiting ---- */
 
 typedef struct sh_xop sh_xop;
@@ -93,6 +120,7 @@ enum sh_wait_kind {
 	SH_WAIT_FD,   /* wait_fd, wait_dir */
 	SH_WAIT_XOP,  /* wait_obj: the sh_xop in another scheduler */
 	SH_WAIT_HARD, /* cannot be interrupted */
+	SH_WAIT_PARK, /* sh_fiber_park: whoever parked it keeps its own queues */
 };
 
 enum sh_fiber_state { SH_RUNNABLE = 1, SH_RUNNING, SH_BLOCKED, SH_DEAD };
@@ -235,6 +263,8 @@ struct shoal_sched {
 	bool destroying;
 	void *altstack;
 	size_t altstack_size;
+	sh_idle_hook idle_hook; /* sh_sched_set_idle_hook */
+	void *idle_arg;
 };
 
 /* The scheduler of the calling thread. initial-exec: every channel call

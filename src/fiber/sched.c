@@ -144,6 +144,7 @@ static bool undo_wait(shoal_fiber *f)
 		return true;
 	}
 	case SH_WAIT_SLEEP:
+	case SH_WAIT_PARK:
 	case SH_WAIT_XOP: /* the caller abandons its operation itself */
 		return true;
 	case SH_WAIT_HARD:
@@ -226,8 +227,76 @@ void sh_idle_wait(shoal_sched *s)
 	int64_t timeout = -1;
 	if (s->heap_len)
 		timeout = s->heap[0]->deadline > now ? s->heap[0]->deadline - now : 0;
-	poll_once(s, timeout);
+	if (s->idle_hook) {
+		if (s->idle_hook(s->idle_arg, SH_IDLE_CHECK, timeout))
+			return;
+		if (timeout != 0) {
+			s->idle_hook(s->idle_arg, SH_IDLE_SLEEP, timeout);
+			poll_once(s, timeout);
+			s->idle_hook(s->idle_arg, SH_IDLE_WAKE, timeout);
+		} else {
+			poll_once(s, 0);
+		}
+	} else {
+		poll_once(s, timeout);
+	}
 	fire_timers(s, shoal_now_ns());
+}
+
+void sh_sched_set_idle_hook(shoal_sched *s, sh_idle_hook fn, void *arg)
+{
+	s->idle_hook = fn;
+	s->idle_arg = arg;
+}
+
+int sh_fiber_park(int64_t deadline)
+{
+	shoal_sched *s = sh_tls_sched;
+	if (!s)
+		return SHOAL_EINVAL;
+	int rc = sh_check_cancel(s);
+	if (rc)
+		return rc;
+	if (deadline != SHOAL_FOREVER && deadline <= shoal_now_ns())
+		return SHOAL_ETIMEDOUT;
+	s->cur->wait_kind = SH_WAIT_PARK;
+	return sh_block(s, deadline);
+}
+
+static bool parked(shoal_sched *s, shoal_fiber *f)
+{
+	return s && f && f->sched == s && f->state == SH_BLOCKED && f->wait_kind == SH_WAIT_PARK;
+}
+
+int sh_fiber_unpark(shoal_fiber *f, int rc)
+{
+	if (!parked(sh_tls_sched, f))
+		return SHOAL_EINVAL;
+	sh_wake(f, rc);
+	return 0;
+}
+
+static void runq_push_front(shoal_sched *s, shoal_fiber *f)
+{
+	f->run_next = s->runq_head;
+	s->runq_head = f;
+	if (!s->runq_tail)
+		s->runq_tail = f;
+}
+
+int sh_fiber_handoff(shoal_fiber *f, int rc)
+{
+	shoal_sched *s = sh_tls_sched;
+	if (!parked(s, f))
+		return SHOAL_EINVAL;
+	shoal_fiber *cur = s->cur;
+	f->wake_rc = rc;
+	f->state = SH_RUNNABLE;
+	cur->state = SH_RUNNABLE;
+	runq_push_front(s, cur);
+	runq_push_front(s, f);
+	sh_schedule(s);
+	return 0;
 }
 
 /* ---- fibers ------------------------------------------------------------ */

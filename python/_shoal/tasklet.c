@@ -1,0 +1,1032 @@
+/* Python tasklets on shoal's fibers (issue 34): Stackless's tasklet,
+ * channel, getcurrent, schedule, run and sleep. Each tasklet is a detached
+ * fiber of the thread's shoal scheduler, on a 1 MiB stack of its own (from
+ * the scheduler's pool, guard page below, committed as touched), so a
+ * switch costs the same at any depth: no stack copying. The thread keeps
+ * its one PyThreadState; a context that parks saves the per-tasklet fields
+ * (tasklet_pystate.h) into its own C frame and restores them when it
+ * resumes, so the scheduler's switch knows nothing of Python. The main
+ * context (the thread's root fiber) is a tasklet too, `getcurrent()` there.
+ * Channels, joins and run() keep their own wait queues of waiters on the
+ * waiting contexts' stacks and park/unpark fibers (fiber_impl.h); the
+ * scheduler's idle hook detects deadlocks (every context parked for ever
+ * on something only another context can do) and lets go of the GIL while
+ * the thread sleeps. Tasklets never leave their thread. */
+#include "module.h"
+#include "tasklet_pystate.h"
+
+#include "fiber/fiber_impl.h"
+
+#include <string.h>
+
+/* About 1300 levels of recursion through C code (measured 640-800 bytes a
+ * level on 3.11), more than the default recursion limit lets a tasklet
+ * reach: a runaway recursion is a RecursionError, not an overflow. */
+#define TASKLET_STACK (1024 * 1024)
+/* Root chunks of the frame data stack kept for reuse: a tasklet's start
+ * then makes no system call. */
+#define CHUNKS_KEPT 4096
+/* A park's wake codes beyond the scheduler's. */
+#define RC_KILLED (-20001)
+
+typedef struct sh_tl sh_tl;
+typedef struct ShTasklet ShTasklet;
+
+/* A context waiting on a channel, a join or run(), on its own stack. */
+typedef struct sh_wait {
+	struct sh_wait *prev, *next;
+	ShTasklet *who;
+	PyObject *value; /* a send's value (owned), or what a receive got */
+	const char *what;
+	int dir; /* channels: 1 send, -1 receive */
+	bool done, linked, forever;
+} sh_wait;
+
+struct ShTasklet {
+	PyObject_HEAD sh_tl *tl; /* set when scheduled */
+	PyObject *fn, *args, *kwargs;
+	PyObject *context; /* a copy of the spawner's, until it starts */
+	PyObject *result;  /* the return value, or the exception (failed) */
+	PyObject *name;
+	void *chunk;	    /* its data stack's root chunk, until it starts */
+	shoal_fiber *fiber; /* while alive */
+	sh_wait *wait;	    /* while parked in a wait of ours */
+	sh_wait *joiners;   /* a list of waiters */
+	ShTasklet *live_next, *live_prev;
+	uint64_t id;
+	bool is_main, scheduled, done, failed, retrieved, kill_pending;
+};
+
+struct sh_tl {
+	PyThreadState *ts;
+	shoal_sched *sched;
+	ShTasklet *main;    /* strong */
+	ShTasklet *current; /* borrowed */
+	ShTasklet *live;    /* scheduled, not finished; their fibers hold them */
+	ShTasklet *zombies; /* finished, their fibers' references to drop */
+	size_t nlive;
+	size_t nforever; /* contexts parked for ever in our waits */
+	sh_wait *run_wait;
+	void **chunks;
+	size_t nchunks;
+	PyThreadState *released; /* while the idle thread let go of the GIL */
+	uint8_t tracing;
+	_PyCFrame park_cf;
+};
+
+static _Thread_local sh_tl *tl_state;
+PyObject *ShTaskletExit;
+
+extern PyTypeObject ShTasklet_Type, ShChannel_Type;
+
+/* ---- the thread's state ---- */
+
+static void *chunk_get(sh_tl *tl)
+{
+	if (tl->nchunks)
+		return tl->chunks[--tl->nchunks];
+	return PyMem_RawMalloc(SH_PY_CHUNK_BYTES);
+}
+
+static void chunk_put(sh_tl *tl, void *c)
+{
+	if (!c)
+		return;
+	if (tl->nchunks < CHUNKS_KEPT)
+		tl->chunks[tl->nchunks++] = c;
+	else
+		PyMem_RawFree(c);
+}
+
+static void describe_blocked(sh_tl *tl, char *buf, size_t cap)
+{
+	size_t n = 0, shown = 0, total = 0;
+	buf[0] = '\0';
+	for (ShTasklet *t = tl->live; t; t = t->live_next)
+		total += t->wait != NULL;
+	for (ShTasklet *t = tl->live; t && n + 1 < cap; t = t->live_next) {
+		if (!t->wait)
+			continue;
+		const char *nm =
+			t->name && PyUnicode_Check(t->name) ? PyUnicode_AsUTF8(t->name) : "";
+		if (!nm) {
+			PyErr_Clear();
+			nm = "?";
+		}
+		if (shown++ == 8) {
+			snprintf(buf + n, cap - n, ", and %zu more", total - 8);
+			return;
+		}
+		int w = snprintf(buf + n, cap - n, "%stasklet %llu '%s' in %s",
+				 shown > 1 ? ", " : "", (unsigned long long)t->id, nm,
+				 t->wait->what);
+		if (w < 0)
+			return;
+		n += (size_t)w;
+	}
+}
+
+/* Every context is parked for ever on another's doing: nothing can ever
+ * run again. The main context is woken to raise it. */
+static bool idle_hook(void *arg, int phase, int64_t timeout)
+{
+	sh_tl *tl = arg;
+	(void)timeout;
+	switch (phase) {
+	case SH_IDLE_CHECK:
+		if (tl->main->wait && tl->main->wait->forever && tl->nforever == tl->nlive + 1)
+			return sh_fiber_unpark(tl->main->fiber, SHOAL_EDEADLK) == 0;
+		return false;
+	case SH_IDLE_SLEEP:
+		/* C code of this thread that let go of the GIL may idle too */
+		if (PyGILState_Check())
+			tl->released = PyEval_SaveThread();
+		return false;
+	default:
+		if (tl->released) {
+			PyThreadState *ts = tl->released;
+			tl->released = NULL;
+			PyEval_RestoreThread(ts);
+		}
+		return false;
+	}
+}
+
+static ShTasklet *tasklet_alloc(void)
+{
+	ShTasklet *t = PyObject_New(ShTasklet, &ShTasklet_Type);
+	if (!t)
+		return NULL;
+	memset((char *)t + sizeof(PyObject), 0, sizeof(*t) - sizeof(PyObject));
+	return t;
+}
+
+/* The calling thread's tasklet state, made at its first use: the thread's
+ * scheduler (made here unless it has one) and its main tasklet. */
+static sh_tl *get_tl(void)
+{
+	if (tl_state)
+		return tl_state;
+	shoal_sched *s = shoal_sched_current();
+	if (s && !s->cur->is_root) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"tasklets run on a thread's root fiber: this Python code runs in "
+				"another fiber of the thread's shoal scheduler");
+		return NULL;
+	}
+	if (s && s->idle_hook) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"this thread's shoal scheduler has an idle hook already: tasklets "
+				"cannot run on it");
+		return NULL;
+	}
+	sh_tl *tl = PyMem_RawCalloc(1, sizeof(*tl));
+	void **chunks = PyMem_RawMalloc(CHUNKS_KEPT * sizeof(void *));
+	ShTasklet *m = tasklet_alloc();
+	if (!tl || !chunks || !m) {
+		PyMem_RawFree(tl);
+		PyMem_RawFree(chunks);
+		Py_XDECREF(m);
+		PyErr_NoMemory();
+		return NULL;
+	}
+	if (!s) {
+		/* Stacks of finished tasklets kept committed for reuse: fewer
+		 * than the scheduler's default, as tasklet stacks are larger. */
+		shoal_sched_opts o = {.stack_cache = 1024};
+		int rc = shoal_sched_create(&s, &o);
+		if (rc) {
+			PyMem_RawFree(tl);
+			PyMem_RawFree(chunks);
+			Py_DECREF(m);
+			sh_py_raise(rc, "could not make this thread a shoal scheduler");
+			return NULL;
+		}
+	}
+	tl->ts = PyThreadState_Get();
+	tl->sched = s;
+	tl->chunks = chunks;
+	m->is_main = true;
+	m->scheduled = true;
+	m->tl = tl;
+	m->fiber = shoal_self();
+	m->name = PyUnicode_FromString("main");
+	if (!m->name) {
+		Py_DECREF(m);
+		PyMem_RawFree(chunks);
+		PyMem_RawFree(tl);
+		return NULL;
+	}
+	tl->main = m;
+	tl->current = m;
+	sh_sched_set_idle_hook(s, idle_hook, tl);
+	tl_state = tl;
+	return tl;
+}
+
+/* Drops the references finished tasklets' fibers held, in a context that
+ * may run Python code (their finalizers), keeping any pending exception. */
+static void reap(sh_tl *tl)
+{
+	if (!tl->zombies)
+		return;
+	PyObject *et, *ev, *tb;
+	PyErr_Fetch(&et, &ev, &tb);
+	while (tl->zombies) {
+		ShTasklet *t = tl->zombies;
+		tl->zombies = t->live_next;
+		t->live_next = NULL;
+		Py_DECREF(t);
+	}
+	PyErr_Restore(et, ev, tb);
+}
+
+/* ---- switching: the only places a Python context leaves the CPU ---- */
+
+static int ctx_park(sh_tl *tl, int64_t deadline)
+{
+	ShTasklet *me = tl->current;
+	sh_pystate st;
+	sh_pystate_save(tl->ts, &st, &tl->tracing);
+	int rc = sh_fiber_park(deadline);
+	sh_pystate_restore(tl->ts, &st, tl->tracing);
+	tl->current = me;
+	return rc;
+}
+
+static void ctx_yield(sh_tl *tl)
+{
+	ShTasklet *me = tl->current;
+	sh_pystate st;
+	sh_pystate_save(tl->ts, &st, &tl->tracing);
+	shoal_yield();
+	sh_pystate_restore(tl->ts, &st, tl->tracing);
+	tl->current = me;
+}
+
+/* Wakes w's context, which runs at once when `now` (the caller right
+ * behind it), else after those already runnable. */
+static void ctx_wake(sh_tl *tl, sh_wait *w, int rc, bool now)
+{
+	shoal_fiber *f = w->who->fiber;
+	if (!now) {
+		sh_fiber_unpark(f, rc);
+		return;
+	}
+	ShTasklet *me = tl->current;
+	sh_pystate st;
+	sh_pystate_save(tl->ts, &st, &tl->tracing);
+	sh_fiber_handoff(f, rc);
+	sh_pystate_restore(tl->ts, &st, tl->tracing);
+	tl->current = me;
+}
+
+/* Parks the current context in w (linked by the caller where its waker
+ * finds it) until done, the deadline, a kill or a deadlock. */
+static int ctx_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
+{
+	ShTasklet *me = tl->current;
+	w->who = me;
+	w->forever = deadline == SHOAL_FOREVER;
+	me->wait = w;
+	if (w->forever)
+		tl->nforever++;
+	int rc = ctx_park(tl, deadline);
+	if (w->forever)
+		tl->nforever--;
+	me->wait = NULL;
+	return rc;
+}
+
+/* A kill asked for the current tasklet: TaskletExit now (a switch point). */
+static int check_kill(sh_tl *tl)
+{
+	ShTasklet *me = tl->current;
+	if (!me->kill_pending)
+		return 0;
+	me->kill_pending = false;
+	PyErr_SetString(ShTaskletExit, "the tasklet was killed");
+	return -1;
+}
+
+static PyObject *wait_error(sh_tl *tl, int rc, const char *what)
+{
+	char blocked[1024];
+	switch (rc) {
+	case RC_KILLED:
+		tl->current->kill_pending = false;
+		PyErr_SetString(ShTaskletExit, "the tasklet was killed");
+		return NULL;
+	case SHOAL_EDEADLK:
+		describe_blocked(tl, blocked, sizeof(blocked));
+		PyErr_Format(PyExc_RuntimeError,
+			     "deadlock: the main tasklet waits in %s, and no tasklet can ever run "
+			     "again (%zu blocked: %s)",
+			     what, tl->nlive, blocked[0] ? blocked : "none");
+		return NULL;
+	case SHOAL_ETIMEDOUT:
+		PyErr_Format(PyExc_TimeoutError, "%s: the timeout passed", what);
+		return NULL;
+	default:
+		return sh_py_raise(rc, "");
+	}
+}
+
+static void wait_unlink(sh_wait **head, sh_wait **tail, sh_wait *w)
+{
+	if (!w->linked)
+		return;
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		*head = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	else if (tail)
+		*tail = w->prev;
+	w->prev = w->next = NULL;
+	w->linked = false;
+}
+
+static void wait_link(sh_wait **head, sh_wait **tail, sh_wait *w)
+{
+	w->next = NULL;
+	w->prev = tail ? *tail : NULL;
+	if (tail) {
+		if (*tail)
+			(*tail)->next = w;
+		else
+			*head = w;
+		*tail = w;
+	} else {
+		w->next = *head;
+		if (*head)
+			(*head)->prev = w;
+		*head = w;
+	}
+	w->linked = true;
+}
+
+/* -1 with an exception unless t belongs to the calling thread. */
+static sh_tl *own_tl(sh_tl *owner)
+{
+	sh_tl *tl = get_tl();
+	if (tl && owner && owner != tl) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"this tasklet or channel belongs to another thread: tasklets never "
+				"leave the thread that made them");
+		return NULL;
+	}
+	return tl;
+}
+
+/* ---- a tasklet's life ---- */
+
+static void finish(sh_tl *tl, ShTasklet *t, PyObject *res)
+{
+	if (res) {
+		t->result = res;
+	} else {
+		PyObject *et, *ev, *tb;
+		PyErr_Fetch(&et, &ev, &tb);
+		PyErr_NormalizeException(&et, &ev, &tb);
+		if (tb && ev)
+			PyException_SetTraceback(ev, tb);
+		Py_XDECREF(et);
+		Py_XDECREF(tb);
+		t->result = ev ? ev : Py_NewRef(Py_None);
+		t->failed = true;
+	}
+	t->done = true;
+	t->kill_pending = false;
+	Py_CLEAR(t->fn);
+	Py_CLEAR(t->args);
+	Py_CLEAR(t->kwargs);
+	while (t->joiners) {
+		sh_wait *w = t->joiners;
+		wait_unlink(&t->joiners, NULL, w);
+		w->done = true;
+		sh_fiber_unpark(w->who->fiber, 0);
+	}
+	if (t->live_prev)
+		t->live_prev->live_next = t->live_next;
+	else
+		tl->live = t->live_next;
+	if (t->live_next)
+		t->live_next->live_prev = t->live_prev;
+	tl->nlive--;
+	if (!tl->nlive && tl->run_wait) {
+		tl->run_wait->done = true;
+		sh_fiber_unpark(tl->main->fiber, 0);
+	}
+	t->fiber = NULL;
+	t->live_prev = NULL;
+	t->live_next = tl->zombies;
+	tl->zombies = t;
+}
+
+static void *tasklet_main(void *arg)
+{
+	ShTasklet *t = arg;
+	sh_tl *tl = t->tl;
+	PyThreadState *ts = tl->ts;
+	_PyCFrame cf;
+	_PyErr_StackItem exc;
+	PyObject *ctx = t->context;
+	t->context = NULL;
+	sh_pystate_start(ts, &cf, &exc, t->chunk, ctx, tl->tracing);
+	t->chunk = NULL;
+	tl->current = t;
+	reap(tl);
+	PyObject *res = NULL;
+	if (t->kill_pending)
+		PyErr_SetString(ShTaskletExit, "the tasklet was killed before it started");
+	else
+		res = PyObject_Call(t->fn, t->args, t->kwargs);
+	finish(tl, t, res);
+	/* What the tasklet's context and exception item hold may run Python
+	 * code as it goes, which may set a context again. */
+	Py_CLEAR(exc.exc_value);
+	while (ts->context) {
+		PyObject *c = ts->context;
+		ts->context = NULL;
+		Py_DECREF(c);
+	}
+	void *chunk = sh_pystate_root_chunk(ts);
+	sh_pystate_park(ts, &tl->park_cf, cf.use_tracing);
+	tl->tracing = cf.use_tracing;
+	chunk_put(tl, chunk);
+	return NULL;
+}
+
+/* ---- tasklet ---- */
+
+static PyObject *tasklet_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	PyObject *fn;
+	static char *kwlist[] = {"fn", NULL};
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O:tasklet", kwlist, &fn))
+		return NULL;
+	if (!PyCallable_Check(fn))
+		return PyErr_Format(PyExc_TypeError, "tasklet(fn) wants a callable, not %.100s",
+				    Py_TYPE(fn)->tp_name);
+	(void)type;
+	ShTasklet *t = tasklet_alloc();
+	if (!t)
+		return NULL;
+	t->fn = Py_NewRef(fn);
+	t->name = PyObject_GetAttrString(fn, "__qualname__");
+	if (!t->name || !PyUnicode_Check(t->name)) {
+		PyErr_Clear();
+		Py_XSETREF(t->name, PyObject_Repr(fn));
+		if (!t->name) {
+			Py_DECREF(t);
+			return NULL;
+		}
+	}
+	return (PyObject *)t;
+}
+
+/* tasklet(fn)(*args, **kwargs): schedules it and returns it. */
+static PyObject *tasklet_call(PyObject *self, PyObject *args, PyObject *kw)
+{
+	ShTasklet *t = (ShTasklet *)self;
+	if (t->scheduled)
+		return PyErr_Format(PyExc_RuntimeError,
+				    "tasklet '%U' was started already: a tasklet runs once",
+				    t->name);
+	sh_tl *tl = get_tl();
+	if (!tl)
+		return NULL;
+	PyObject *ctx = PyContext_CopyCurrent();
+	if (!ctx)
+		return NULL;
+	void *chunk = chunk_get(tl);
+	if (!chunk) {
+		Py_DECREF(ctx);
+		return PyErr_NoMemory();
+	}
+	shoal_fiber_opts o = {.stack_size = TASKLET_STACK, .detached = 1};
+	shoal_fiber *f;
+	int rc = shoal_spawn(&f, tasklet_main, t, &o);
+	if (rc) {
+		chunk_put(tl, chunk);
+		Py_DECREF(ctx);
+		return sh_py_raise(rc, "could not start a tasklet's fiber");
+	}
+	t->args = Py_NewRef(args);
+	t->kwargs = Py_XNewRef(kw);
+	t->context = ctx;
+	t->chunk = chunk;
+	t->tl = tl;
+	t->fiber = f;
+	t->id = shoal_fiber_id(f);
+	t->scheduled = true;
+	t->live_prev = NULL;
+	t->live_next = tl->live;
+	if (tl->live)
+		tl->live->live_prev = t;
+	tl->live = t;
+	tl->nlive++;
+	Py_INCREF(t); /* the fiber's, dropped by reap() once it finished */
+	return Py_NewRef(self);
+}
+
+static void tasklet_finalize(PyObject *self)
+{
+	ShTasklet *t = (ShTasklet *)self;
+	if (!t->failed || t->retrieved || !t->result ||
+	    PyObject_TypeCheck(t->result, (PyTypeObject *)ShTaskletExit))
+		return;
+	PyObject *et, *ev, *tb;
+	PyErr_Fetch(&et, &ev, &tb);
+	t->retrieved = true;
+	PyErr_SetObject((PyObject *)Py_TYPE(t->result), t->result);
+	_PyErr_WriteUnraisableMsg("in a tasklet nobody joined (its exception was never retrieved)",
+				  self);
+	PyErr_Restore(et, ev, tb);
+}
+
+static void tasklet_dealloc(PyObject *self)
+{
+	ShTasklet *t = (ShTasklet *)self;
+	if (PyObject_CallFinalizerFromDealloc(self) < 0)
+		return;
+	Py_XDECREF(t->fn);
+	Py_XDECREF(t->args);
+	Py_XDECREF(t->kwargs);
+	Py_XDECREF(t->context);
+	Py_XDECREF(t->result);
+	Py_XDECREF(t->name);
+	if (t->chunk)
+		PyMem_RawFree(t->chunk);
+	PyObject_Free(self);
+}
+
+static PyObject *tasklet_repr(PyObject *self)
+{
+	ShTasklet *t = (ShTasklet *)self;
+	const char *st = t->is_main	 ? "main"
+			 : !t->scheduled ? "not started"
+			 : t->done	 ? (t->failed ? "failed" : "done")
+			 : t->wait	 ? t->wait->what
+					 : "runnable";
+	return PyUnicode_FromFormat("<shoal.tasklet %llu '%U' %s>", (unsigned long long)t->id,
+				    t->name, st);
+}
+
+static PyObject *tasklet_alive(PyObject *self, void *unused)
+{
+	ShTasklet *t = (ShTasklet *)self;
+	(void)unused;
+	return PyBool_FromLong(t->scheduled && !t->done);
+}
+
+static PyObject *tasklet_get_name(PyObject *self, void *unused)
+{
+	(void)unused;
+	return Py_NewRef(((ShTasklet *)self)->name);
+}
+
+static int tasklet_set_name(PyObject *self, PyObject *v, void *unused)
+{
+	(void)unused;
+	if (!v || !PyUnicode_Check(v)) {
+		PyErr_SetString(PyExc_TypeError, "a tasklet's name is a str");
+		return -1;
+	}
+	Py_XSETREF(((ShTasklet *)self)->name, Py_NewRef(v));
+	return 0;
+}
+
+static PyObject *tasklet_get_id(PyObject *self, void *unused)
+{
+	(void)unused;
+	return PyLong_FromUnsignedLongLong(((ShTasklet *)self)->id);
+}
+
+static PyObject *tasklet_kill(PyObject *self, PyObject *unused)
+{
+	ShTasklet *t = (ShTasklet *)self;
+	(void)unused;
+	if (t->is_main)
+		return PyErr_Format(PyExc_RuntimeError, "the main tasklet cannot be killed");
+	if (!t->scheduled || t->done)
+		Py_RETURN_NONE;
+	sh_tl *tl = own_tl(t->tl);
+	if (!tl)
+		return NULL;
+	if (t == tl->current) {
+		PyErr_SetString(ShTaskletExit, "the tasklet killed itself");
+		return NULL;
+	}
+	t->kill_pending = true;
+	if (t->wait && !t->wait->done)
+		sh_fiber_unpark(t->fiber, RC_KILLED);
+	Py_RETURN_NONE;
+}
+
+static PyObject *tasklet_join(PyObject *self, PyObject *args, PyObject *kw)
+{
+	ShTasklet *t = (ShTasklet *)self;
+	PyObject *tmo = Py_None;
+	static char *kwlist[] = {"timeout", NULL};
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:join", kwlist, &tmo))
+		return NULL;
+	int64_t ns;
+	if (sh_py_parse_timeout(tmo, &ns) != 0)
+		return NULL;
+	if (t->is_main)
+		return PyErr_Format(PyExc_RuntimeError, "the main tasklet cannot be joined");
+	if (!t->scheduled)
+		return PyErr_Format(PyExc_RuntimeError,
+				    "tasklet '%U' was never started: call it with its arguments "
+				    "first",
+				    t->name);
+	sh_tl *tl = own_tl(t->tl);
+	if (!tl)
+		return NULL;
+	if (t == tl->current)
+		return PyErr_Format(PyExc_RuntimeError, "a tasklet cannot join itself");
+	if (!t->done) {
+		if (check_kill(tl))
+			return NULL;
+		sh_wait w = {.what = "tasklet.join"};
+		wait_link(&t->joiners, NULL, &w);
+		int rc = ctx_wait(tl, &w,
+				  ns == SHOAL_FOREVER ? SHOAL_FOREVER : shoal_deadline_in(ns));
+		if (!w.done) {
+			wait_unlink(&t->joiners, NULL, &w);
+			return wait_error(tl, rc, "tasklet.join");
+		}
+	}
+	reap(tl);
+	t->retrieved = true;
+	if (t->failed) {
+		PyErr_SetObject((PyObject *)Py_TYPE(t->result), t->result);
+		return NULL;
+	}
+	return Py_NewRef(t->result);
+}
+
+static PyMethodDef tasklet_methods[] = {
+	{"kill", tasklet_kill, METH_NOARGS,
+	 "kill()\n\nRaises TaskletExit in the tasklet at its next switch point (at once if it is "
+	 "blocked); a tasklet that has not run yet ends without running."},
+	{"join", (PyCFunction)(void (*)(void))tasklet_join, METH_VARARGS | METH_KEYWORDS,
+	 "join(timeout=None) -> result\n\nWaits until the tasklet ended (running the others "
+	 "meanwhile) and returns what its function returned, or raises what it raised. "
+	 "TimeoutError when the timeout passes first."},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef tasklet_getset[] = {
+	{"alive", tasklet_alive, NULL, "Started and not finished.", NULL},
+	{"name", tasklet_get_name, tasklet_set_name, "The function's __qualname__ unless set.",
+	 NULL},
+	{"id", tasklet_get_id, NULL, "The fiber's id (0 before it starts, and for main).", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject ShTasklet_Type = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shoal._shoal.tasklet",
+	.tp_basicsize = sizeof(ShTasklet),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "tasklet(fn): a tasklet that will run fn; calling it with fn's arguments "
+		  "schedules it and returns it.",
+	.tp_new = tasklet_new,
+	.tp_call = tasklet_call,
+	.tp_dealloc = tasklet_dealloc,
+	.tp_finalize = tasklet_finalize,
+	.tp_repr = tasklet_repr,
+	.tp_methods = tasklet_methods,
+	.tp_getset = tasklet_getset,
+};
+
+/* ---- module functions ---- */
+
+PyObject *sh_py_getcurrent(PyObject *mod, PyObject *unused)
+{
+	(void)mod;
+	(void)unused;
+	sh_tl *tl = get_tl();
+	return tl ? Py_NewRef(tl->current) : NULL;
+}
+
+PyObject *sh_py_schedule(PyObject *mod, PyObject *unused)
+{
+	(void)mod;
+	(void)unused;
+	sh_tl *tl = get_tl();
+	if (!tl || check_kill(tl))
+		return NULL;
+	ctx_yield(tl);
+	reap(tl);
+	if (check_kill(tl))
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+PyObject *sh_py_sleep(PyObject *mod, PyObject *secs)
+{
+	(void)mod;
+	double s = PyFloat_AsDouble(secs);
+	if (s == -1.0 && PyErr_Occurred())
+		return NULL;
+	if (!(s >= 0) || s > 1e9)
+		return PyErr_Format(PyExc_ValueError,
+				    "sleep(seconds) wants seconds >= 0 (and below 1e9), not %R",
+				    secs);
+	sh_tl *tl = get_tl();
+	if (!tl || check_kill(tl))
+		return NULL;
+	sh_wait w = {.what = "sleep"};
+	int rc = ctx_wait(tl, &w, shoal_deadline_in((int64_t)(s * 1e9)));
+	reap(tl);
+	if (rc != SHOAL_ETIMEDOUT)
+		return wait_error(tl, rc, "sleep");
+	Py_RETURN_NONE;
+}
+
+PyObject *sh_py_run(PyObject *mod, PyObject *args, PyObject *kw)
+{
+	(void)mod;
+	PyObject *tmo = Py_None;
+	static char *kwlist[] = {"timeout", NULL};
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:run", kwlist, &tmo))
+		return NULL;
+	int64_t ns;
+	if (sh_py_parse_timeout(tmo, &ns) != 0)
+		return NULL;
+	sh_tl *tl = get_tl();
+	if (!tl)
+		return NULL;
+	if (tl->current != tl->main)
+		return PyErr_Format(
+			PyExc_RuntimeError,
+			"run() waits for every tasklet, so only the main tasklet may call "
+			"it, not tasklet '%U'",
+			tl->current->name);
+	int64_t deadline = ns == SHOAL_FOREVER ? SHOAL_FOREVER : shoal_deadline_in(ns);
+	while (tl->nlive) {
+		sh_wait w = {.what = "run()"};
+		tl->run_wait = &w;
+		int rc = ctx_wait(tl, &w, deadline);
+		tl->run_wait = NULL;
+		if (!w.done && tl->nlive) {
+			reap(tl);
+			if (rc == SHOAL_ETIMEDOUT) {
+				char blocked[1024];
+				describe_blocked(tl, blocked, sizeof(blocked));
+				return PyErr_Format(
+					PyExc_TimeoutError,
+					"run(): the timeout passed with %zu tasklets alive "
+					"(blocked: %s)",
+					tl->nlive, blocked[0] ? blocked : "none");
+			}
+			return wait_error(tl, rc, "run()");
+		}
+	}
+	reap(tl);
+	Py_RETURN_NONE;
+}
+
+/* ---- channel ---- */
+
+typedef struct {
+	PyObject_HEAD sh_tl *tl;
+	sh_wait *head, *tail; /* waiters, all of one direction */
+	Py_ssize_t balance;   /* > 0 senders waiting, < 0 receivers */
+	int preference;
+	bool closing;
+} ShChannel;
+
+static PyObject *channel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	int pref = -1;
+	static char *kwlist[] = {"preference", NULL};
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|i:channel", kwlist, &pref))
+		return NULL;
+	if (pref < -1 || pref > 1)
+		return PyErr_Format(
+			PyExc_ValueError,
+			"channel(preference=) is -1 (the receiver runs at once), 1 (the "
+			"sender does) or 0 (neither), not %d",
+			pref);
+	ShChannel *c = (ShChannel *)type->tp_alloc(type, 0);
+	if (c)
+		c->preference = pref;
+	return (PyObject *)c;
+}
+
+static void channel_dealloc(PyObject *self)
+{
+	/* Parked waiters hold no reference to their channel (Stackless's
+	 * channels do not either): they stay parked, and a deadlock names
+	 * them. */
+	Py_TYPE(self)->tp_free(self);
+}
+
+static sh_tl *channel_tl(ShChannel *c)
+{
+	sh_tl *tl = own_tl(c->tl);
+	if (tl)
+		c->tl = tl;
+	return tl;
+}
+
+static PyObject *channel_send(PyObject *self, PyObject *value)
+{
+	ShChannel *c = (ShChannel *)self;
+	sh_tl *tl = channel_tl(c);
+	if (!tl || check_kill(tl))
+		return NULL;
+	if (c->closing)
+		return PyErr_Format(PyExc_ValueError, "send on a closed channel");
+	if (c->balance < 0) {
+		sh_wait *w = c->head;
+		wait_unlink(&c->head, &c->tail, w);
+		c->balance++;
+		w->value = Py_NewRef(value);
+		w->done = true;
+		ctx_wake(tl, w, 0, c->preference == -1);
+		reap(tl);
+		Py_RETURN_NONE;
+	}
+	sh_wait w = {.what = "channel.send", .dir = 1, .value = Py_NewRef(value)};
+	wait_link(&c->head, &c->tail, &w);
+	c->balance++;
+	int rc = ctx_wait(tl, &w, SHOAL_FOREVER);
+	reap(tl);
+	if (w.done)
+		Py_RETURN_NONE;
+	wait_unlink(&c->head, &c->tail, &w);
+	c->balance--;
+	Py_DECREF(w.value);
+	return wait_error(tl, rc, "channel.send");
+}
+
+/* NULL with no exception set: closed and empty. */
+static PyObject *channel_recv(ShChannel *c, sh_tl *tl)
+{
+	if (check_kill(tl))
+		return NULL;
+	if (c->balance > 0) {
+		sh_wait *w = c->head;
+		wait_unlink(&c->head, &c->tail, w);
+		c->balance--;
+		PyObject *v = w->value;
+		w->value = NULL;
+		w->done = true;
+		ctx_wake(tl, w, 0, c->preference == 1);
+		reap(tl);
+		return v;
+	}
+	if (c->closing)
+		return NULL;
+	sh_wait w = {.what = "channel.receive", .dir = -1};
+	wait_link(&c->head, &c->tail, &w);
+	c->balance--;
+	int rc = ctx_wait(tl, &w, SHOAL_FOREVER);
+	reap(tl);
+	if (w.done)
+		return w.value;
+	wait_unlink(&c->head, &c->tail, &w);
+	c->balance++;
+	if (rc == SHOAL_ECLOSED)
+		return NULL;
+	return wait_error(tl, rc, "channel.receive");
+}
+
+static PyObject *channel_receive(PyObject *self, PyObject *unused)
+{
+	(void)unused;
+	ShChannel *c = (ShChannel *)self;
+	sh_tl *tl = channel_tl(c);
+	if (!tl)
+		return NULL;
+	PyObject *v = channel_recv(c, tl);
+	if (!v && !PyErr_Occurred())
+		PyErr_SetString(PyExc_ValueError, "receive from a closed channel");
+	return v;
+}
+
+static PyObject *channel_next(PyObject *self)
+{
+	ShChannel *c = (ShChannel *)self;
+	sh_tl *tl = channel_tl(c);
+	return tl ? channel_recv(c, tl) : NULL; /* NULL alone: StopIteration */
+}
+
+static PyObject *channel_close(PyObject *self, PyObject *unused)
+{
+	(void)unused;
+	ShChannel *c = (ShChannel *)self;
+	sh_tl *tl = channel_tl(c);
+	if (!tl)
+		return NULL;
+	c->closing = true;
+	/* Senders already waiting are still received; receivers would wait
+	 * for ever. */
+	while (c->balance < 0) {
+		sh_wait *w = c->head;
+		wait_unlink(&c->head, &c->tail, w);
+		c->balance++;
+		sh_fiber_unpark(w->who->fiber, SHOAL_ECLOSED);
+	}
+	Py_RETURN_NONE;
+}
+
+static PyObject *channel_balance(PyObject *self, void *unused)
+{
+	(void)unused;
+	return PyLong_FromSsize_t(((ShChannel *)self)->balance);
+}
+
+static PyObject *channel_closing(PyObject *self, void *unused)
+{
+	(void)unused;
+	return PyBool_FromLong(((ShChannel *)self)->closing);
+}
+
+static PyObject *channel_closed(PyObject *self, void *unused)
+{
+	(void)unused;
+	ShChannel *c = (ShChannel *)self;
+	return PyBool_FromLong(c->closing && c->balance == 0);
+}
+
+static PyObject *channel_get_pref(PyObject *self, void *unused)
+{
+	(void)unused;
+	return PyLong_FromLong(((ShChannel *)self)->preference);
+}
+
+static int channel_set_pref(PyObject *self, PyObject *v, void *unused)
+{
+	(void)unused;
+	long p = v ? PyLong_AsLong(v) : 2;
+	if (p == -1 && PyErr_Occurred())
+		return -1;
+	if (p < -1 || p > 1) {
+		PyErr_SetString(PyExc_ValueError,
+				"preference is -1 (the receiver runs at once), 1 (the sender "
+				"does) or 0 (neither)");
+		return -1;
+	}
+	((ShChannel *)self)->preference = (int)p;
+	return 0;
+}
+
+static PyMethodDef channel_methods[] = {
+	{"send", channel_send, METH_O,
+	 "send(value)\n\nHands value to a receiver, waiting until one takes it. ValueError once "
+	 "the channel is closed."},
+	{"receive", channel_receive, METH_NOARGS,
+	 "receive() -> value\n\nWaits for a sender's value. ValueError once the channel is "
+	 "closed and no sender is left."},
+	{"close", channel_close, METH_NOARGS,
+	 "close()\n\nNo more sends; senders already waiting are still received, receivers "
+	 "waiting when none is left get ValueError (iteration ends)."},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef channel_getset[] = {
+	{"balance", channel_balance, NULL,
+	 "Senders waiting (> 0), or minus the receivers waiting (< 0).", NULL},
+	{"closing", channel_closing, NULL, "close() was called.", NULL},
+	{"closed", channel_closed, NULL, "Closed and no sender left.", NULL},
+	{"preference", channel_get_pref, channel_set_pref,
+	 "-1: a send to a waiting receiver runs the receiver at once (Stackless's default); "
+	 "1: a receive from a waiting sender runs the sender at once; 0: neither (the woken "
+	 "side runs after those already runnable).",
+	 NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject ShChannel_Type = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shoal._shoal.channel",
+	.tp_basicsize = sizeof(ShChannel),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "channel(preference=-1): a rendezvous between tasklets of one thread "
+		  "(Stackless's), iterable until closed.",
+	.tp_new = channel_new,
+	.tp_dealloc = channel_dealloc,
+	.tp_iter = PyObject_SelfIter,
+	.tp_iternext = channel_next,
+	.tp_methods = channel_methods,
+	.tp_getset = channel_getset,
+};
+
+int sh_py_tasklet_init(PyObject *mod)
+{
+	ShTaskletExit = PyErr_NewExceptionWithDoc(
+		"shoal._shoal.TaskletExit",
+		"Raised in a tasklet that was killed; it ends the tasklet quietly.",
+		PyExc_BaseException, NULL);
+	if (!ShTaskletExit || PyModule_AddObjectRef(mod, "TaskletExit", ShTaskletExit) != 0 ||
+	    PyModule_AddType(mod, &ShTasklet_Type) != 0 ||
+	    PyModule_AddType(mod, &ShChannel_Type) != 0)
+		return -1;
+	return 0;
+}
