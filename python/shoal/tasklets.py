@@ -1,0 +1,35 @@
+"""Tasklets: Stackless Python's lightweight threads, on shoal's fibers.
+
+Each tasklet runs on a C stack of its own (1 MiB reserved, pages committed as they are
+touched, stacks pooled), so switching costs the same at any depth. Tasklets of a
+thread run one at a time and switch only where they block: ``channel.send`` and
+``receive``, ``schedule()``, ``sleep()``, ``tasklet.join()`` and ``run()``::
+
+    from shoal import tasklets as t
+
+    def worker(ch):
+        for item in ch:                  # until the channel is closed
+            print("got", item)
+
+    ch = t.channel()
+    w = t.tasklet(worker)(ch)            # scheduled; runs once main blocks
+    for i in range(3):
+        ch.send(i)                       # the receiver runs at once (preference -1)
+    ch.close()
+    t.run()                              # returns when every tasklet has ended
+
+A tasklet starts with a copy of its spawner's ``contextvars`` context (as asyncio's
+tasks do). ``join()`` returns what its function returned or raises what it raised; an
+exception nobody retrieved is reported through ``sys.unraisablehook`` when the tasklet
+goes, never lost. ``kill()`` raises ``TaskletExit`` in the tasklet at its next switch
+point. ``run()`` raises ``RuntimeError`` naming the blocked tasklets when none can ever
+run again.
+
+A plain blocking call (``time.sleep``, a socket read) blocks the whole thread, every
+tasklet with it: use ``sleep()`` here. Tasklets never leave the thread that made them.
+"""
+from __future__ import annotations
+
+from ._shoal import TaskletExit, channel, getcurrent, run, schedule, sleep, tasklet
+
+__all__ = ["TaskletExit", "channel", "getcurrent", "run", "schedule", "sleep", "tasklet"]
