@@ -813,9 +813,15 @@ static PyObject *channel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 			"channel(preference=) is -1 (the receiver runs at once), 1 (the "
 			"sender does) or 0 (neither), not %d",
 			pref);
+	/* bound to the thread that makes it, as its tasklets are */
+	sh_tl *tl = get_tl();
+	if (!tl)
+		return NULL;
 	ShChannel *c = (ShChannel *)type->tp_alloc(type, 0);
-	if (c)
+	if (c) {
 		c->preference = pref;
+		c->tl = tl;
+	}
 	return (PyObject *)c;
 }
 
@@ -829,10 +835,7 @@ static void channel_dealloc(PyObject *self)
 
 static sh_tl *channel_tl(ShChannel *c)
 {
-	sh_tl *tl = own_tl(c->tl);
-	if (tl)
-		c->tl = tl;
-	return tl;
+	return own_tl(c->tl);
 }
 
 static PyObject *channel_send(PyObject *self, PyObject *value)
@@ -860,8 +863,10 @@ static PyObject *channel_send(PyObject *self, PyObject *value)
 	reap(tl);
 	if (w.done)
 		Py_RETURN_NONE;
-	wait_unlink(&c->head, &c->tail, &w);
-	c->balance--;
+	if (w.linked) {
+		wait_unlink(&c->head, &c->tail, &w);
+		c->balance--;
+	}
 	Py_DECREF(w.value);
 	return wait_error(tl, rc, "channel.send");
 }
@@ -891,8 +896,10 @@ static PyObject *channel_recv(ShChannel *c, sh_tl *tl)
 	reap(tl);
 	if (w.done)
 		return w.value;
-	wait_unlink(&c->head, &c->tail, &w);
-	c->balance++;
+	if (w.linked) { /* close() unlinked it already */
+		wait_unlink(&c->head, &c->tail, &w);
+		c->balance++;
+	}
 	if (rc == SHOAL_ECLOSED)
 		return NULL;
 	return wait_error(tl, rc, "channel.receive");
