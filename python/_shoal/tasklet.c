@@ -154,10 +154,11 @@ static bool idle_hook(void *arg, int phase, int64_t timeout)
 
 static ShTasklet *tasklet_alloc(void)
 {
-	ShTasklet *t = PyObject_New(ShTasklet, &ShTasklet_Type);
+	ShTasklet *t = PyObject_GC_New(ShTasklet, &ShTasklet_Type);
 	if (!t)
 		return NULL;
 	memset((char *)t + sizeof(PyObject), 0, sizeof(*t) - sizeof(PyObject));
+	PyObject_GC_Track(t);
 	return t;
 }
 
@@ -547,20 +548,43 @@ static void tasklet_finalize(PyObject *self)
 	PyErr_Restore(et, ev, tb);
 }
 
+/* A tasklet alive is held by its fiber, a reference the collector does
+ * not see: only a finished or never started one can be in a garbage
+ * cycle (its result or function referring back to it). */
+static int tasklet_traverse(PyObject *self, visitproc visit, void *arg)
+{
+	ShTasklet *t = (ShTasklet *)self;
+	Py_VISIT(t->fn);
+	Py_VISIT(t->args);
+	Py_VISIT(t->kwargs);
+	Py_VISIT(t->context);
+	Py_VISIT(t->result);
+	Py_VISIT(t->name);
+	return 0;
+}
+
+static int tasklet_clear(PyObject *self)
+{
+	ShTasklet *t = (ShTasklet *)self;
+	Py_CLEAR(t->fn);
+	Py_CLEAR(t->args);
+	Py_CLEAR(t->kwargs);
+	Py_CLEAR(t->context);
+	Py_CLEAR(t->result);
+	return 0;
+}
+
 static void tasklet_dealloc(PyObject *self)
 {
 	ShTasklet *t = (ShTasklet *)self;
 	if (PyObject_CallFinalizerFromDealloc(self) < 0)
 		return;
-	Py_XDECREF(t->fn);
-	Py_XDECREF(t->args);
-	Py_XDECREF(t->kwargs);
-	Py_XDECREF(t->context);
-	Py_XDECREF(t->result);
-	Py_XDECREF(t->name);
+	PyObject_GC_UnTrack(self);
+	tasklet_clear(self);
+	Py_CLEAR(t->name);
 	if (t->chunk)
 		PyMem_RawFree(t->chunk);
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 }
 
 static PyObject *tasklet_repr(PyObject *self)
@@ -691,7 +715,9 @@ static PyGetSetDef tasklet_getset[] = {
 PyTypeObject ShTasklet_Type = {
 	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shoal._shoal.tasklet",
 	.tp_basicsize = sizeof(ShTasklet),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+	.tp_traverse = tasklet_traverse,
+	.tp_clear = tasklet_clear,
 	.tp_doc = "tasklet(fn): a tasklet that will run fn; calling it with fn's arguments "
 		  "schedules it and returns it.",
 	.tp_new = tasklet_new,
