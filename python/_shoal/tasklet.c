@@ -70,6 +70,7 @@ struct sh_tl {
 	void **chunks;
 	size_t nchunks;
 	PyThreadState *released; /* while the idle thread let go of the GIL */
+	bool own_sched;
 	uint8_t tracing;
 	_PyCFrame park_cf;
 };
@@ -162,6 +163,38 @@ static ShTasklet *tasklet_alloc(void)
 	return t;
 }
 
+static void reap(sh_tl *tl);
+
+/* The thread's tasklet state goes with its PyThreadState: a capsule in
+ * the thread's dict, dropped when the thread ends (PyThreadState_Clear, in
+ * that thread, GIL held). Tasklets still parked then can never run again,
+ * and a state cleared from another thread (daemon threads at exit) cannot
+ * be destroyed there: both are left as they are. */
+static void tl_gone(PyObject *cap)
+{
+	sh_tl *tl = PyCapsule_GetPointer(cap, "shoal._shoal.tasklets");
+	if (!tl) {
+		PyErr_Clear();
+		return;
+	}
+	if (tl_state != tl)
+		return;
+	reap(tl);
+	if (tl->nlive || tl->zombies || tl->current != tl->main || !tl->sched->cur->is_root)
+		return;
+	tl_state = NULL;
+	if (tl->own_sched)
+		shoal_sched_destroy(tl->sched);
+	else
+		sh_sched_set_idle_hook(tl->sched, NULL, NULL);
+	while (tl->nchunks)
+		PyMem_RawFree(tl->chunks[--tl->nchunks]);
+	PyMem_RawFree(tl->chunks);
+	tl->main->tl = NULL;
+	Py_DECREF(tl->main);
+	PyMem_RawFree(tl);
+}
+
 /* The calling thread's tasklet state, made at its first use: the thread's
  * scheduler (made here unless it has one) and its main tasklet. */
 static sh_tl *get_tl(void)
@@ -184,14 +217,18 @@ static sh_tl *get_tl(void)
 	sh_tl *tl = PyMem_RawCalloc(1, sizeof(*tl));
 	void **chunks = PyMem_RawMalloc(CHUNKS_KEPT * sizeof(void *));
 	ShTasklet *m = tasklet_alloc();
-	if (!tl || !chunks || !m) {
+	if (m)
+		m->name = PyUnicode_FromString("main");
+	if (!tl || !chunks || !m || !m->name) {
 		PyMem_RawFree(tl);
 		PyMem_RawFree(chunks);
 		Py_XDECREF(m);
-		PyErr_NoMemory();
+		if (!PyErr_Occurred())
+			PyErr_NoMemory();
 		return NULL;
 	}
-	if (!s) {
+	bool own = !s;
+	if (own) {
 		/* Stacks of finished tasklets kept committed for reuse: fewer
 		 * than the scheduler's default, as tasklet stacks are larger. */
 		shoal_sched_opts o = {.stack_cache = 1024};
@@ -204,6 +241,24 @@ static sh_tl *get_tl(void)
 			return NULL;
 		}
 	}
+	PyObject *cap = PyCapsule_New(tl, "shoal._shoal.tasklets", tl_gone);
+	PyObject *dict = PyThreadState_GetDict();
+	if (!cap || !dict || PyDict_SetItemString(dict, "shoal._shoal.tasklets", cap) != 0) {
+		if (cap)
+			PyCapsule_SetDestructor(cap, NULL);
+		Py_XDECREF(cap);
+		if (own)
+			shoal_sched_destroy(s);
+		PyMem_RawFree(tl);
+		PyMem_RawFree(chunks);
+		Py_DECREF(m);
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_RuntimeError,
+					"this thread has no Python thread state dict");
+		return NULL;
+	}
+	Py_DECREF(cap);
+	tl->own_sched = own;
 	tl->ts = PyThreadState_Get();
 	tl->sched = s;
 	tl->chunks = chunks;
@@ -211,13 +266,6 @@ static sh_tl *get_tl(void)
 	m->scheduled = true;
 	m->tl = tl;
 	m->fiber = shoal_self();
-	m->name = PyUnicode_FromString("main");
-	if (!m->name) {
-		Py_DECREF(m);
-		PyMem_RawFree(chunks);
-		PyMem_RawFree(tl);
-		return NULL;
-	}
 	tl->main = m;
 	tl->current = m;
 	sh_sched_set_idle_hook(s, idle_hook, tl);

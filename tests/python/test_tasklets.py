@@ -425,3 +425,26 @@ def test_a_finished_tasklet_in_a_cycle_is_collected():
     del t, box
     gc.collect()
     assert gone == [1]
+
+
+def test_a_thread_that_used_tasklets_leaves_nothing_behind():
+    import threading
+
+    def use():
+        ch = T.channel()
+        T.tasklet(ch.send)(1)
+        assert ch.receive() == 1
+        T.run()
+
+    def fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    th = threading.Thread(target=use)
+    th.start()
+    th.join()
+    before = fds()
+    for _ in range(20):
+        th = threading.Thread(target=use)
+        th.start()
+        th.join()
+    assert fds() <= before  # each thread's scheduler (epoll, eventfd) went with it
