@@ -28,6 +28,7 @@
 #define CHUNKS_KEPT 4096
 /* A park's wake codes beyond the scheduler's. */
 #define RC_KILLED (-20001)
+#define RC_RAISED (-20002) /* a signal handler raised: the exception is set */
 
 typedef struct sh_tl sh_tl;
 typedef struct ShTasklet ShTasklet;
@@ -148,6 +149,11 @@ static bool idle_hook(void *arg, int phase, int64_t timeout)
 			PyThreadState *ts = tl->released;
 			tl->released = NULL;
 			PyEval_RestoreThread(ts);
+			/* The sleep may have ended for a signal (Ctrl-C): the
+			 * main context runs its handler (ctx_wait), at once
+			 * rather than at the next timer or event. */
+			if (tl->main->wait && !tl->main->wait->done)
+				sh_fiber_unpark(tl->main->fiber, SHOAL_EINTR);
 		}
 		return false;
 	}
@@ -340,7 +346,16 @@ static int ctx_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 	me->wait = w;
 	if (w->forever)
 		tl->nforever++;
-	int rc = ctx_park(tl, deadline);
+	int rc;
+	for (;;) {
+		rc = ctx_park(tl, deadline);
+		if (rc != SHOAL_EINTR || w->done)
+			break;
+		if (PyErr_CheckSignals() < 0) {
+			rc = RC_RAISED;
+			break;
+		}
+	}
 	if (w->forever)
 		tl->nforever--;
 	me->wait = NULL;
@@ -362,6 +377,8 @@ static PyObject *wait_error(sh_tl *tl, int rc, const char *what)
 {
 	char blocked[1024];
 	switch (rc) {
+	case RC_RAISED:
+		return NULL;
 	case RC_KILLED:
 		tl->current->kill_pending = false;
 		PyErr_SetString(ShTaskletExit, "the tasklet was killed");

@@ -448,3 +448,22 @@ def test_a_thread_that_used_tasklets_leaves_nothing_behind():
         th.start()
         th.join()
     assert fds() <= before  # each thread's scheduler (epoll, eventfd) went with it
+
+
+def test_ctrl_c_while_run_idles_raises_at_once():
+    code = textwrap.dedent("""
+        import os, signal, threading, time
+        from shoal import tasklets as T
+        T.tasklet(T.sleep)(30)
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.monotonic()
+        try:
+            T.run()
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt after %.1f s" % (time.monotonic() - t0))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("KeyboardInterrupt after"), r.stdout
+    assert float(r.stdout.split()[2]) < 5
