@@ -467,3 +467,62 @@ def test_ctrl_c_while_run_idles_raises_at_once():
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("KeyboardInterrupt after"), r.stdout
     assert float(r.stdout.split()[2]) < 5
+
+
+def test_settrace_sees_every_tasklet_across_switches():
+    calls = []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code.co_name.startswith("traced_"):
+            calls.append(frame.f_code.co_name)
+        return None
+
+    def traced_inner():
+        return 1
+
+    def traced_worker(n):
+        for _ in range(n):
+            T.schedule()
+            traced_inner()
+
+    a = T.tasklet(traced_worker)(2)
+    T.schedule()  # a is parked inside traced_worker before tracing starts
+    sys.settrace(tracer)
+    try:
+        b = T.tasklet(traced_worker)(2)
+        T.run()
+    finally:
+        sys.settrace(None)
+    a.join(), b.join()
+    # a's calls after tracing began, b's call and all its inner calls
+    assert calls.count("traced_worker") == 1
+    assert calls.count("traced_inner") == 4
+    T.tasklet(traced_inner)().join()
+    assert calls.count("traced_inner") == 4  # tracing off again in new tasklets
+
+
+def test_switching_inside_a_c_callback():
+    import ctypes
+    libc = ctypes.CDLL(None)
+    CMP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int),
+                           ctypes.POINTER(ctypes.c_int))
+    switches = []
+
+    def sort(values, tag):
+        def cmp(a, b):
+            switches.append(tag)
+            T.schedule()  # qsort's C frames stay on this tasklet's stack
+            return a[0] - b[0]
+
+        arr = (ctypes.c_int * len(values))(*values)
+        libc.qsort(arr, len(arr), ctypes.sizeof(ctypes.c_int), CMP(cmp))
+        # a C extension calling back takes the GIL state as usual
+        st = ctypes.pythonapi.PyGILState_Ensure()
+        ctypes.pythonapi.PyGILState_Release(st)
+        return list(arr)
+
+    a = T.tasklet(sort)([5, 3, 9, 1, 7], "a")
+    b = T.tasklet(sort)([8, 2, 6, 4], "b")
+    assert a.join() == [1, 3, 5, 7, 9]
+    assert b.join() == [2, 4, 6, 8]
+    assert "ab" in "".join(switches) and "ba" in "".join(switches)
