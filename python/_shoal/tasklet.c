@@ -29,6 +29,7 @@
 /* A park's wake codes beyond the scheduler's. */
 #define RC_KILLED (-20001)
 #define RC_RAISED (-20002) /* a signal handler raised: the exception is set */
+#define RC_FATAL (-20003)  /* a tasklet ended with KeyboardInterrupt, SystemExit... */
 
 typedef struct sh_tl sh_tl;
 typedef struct ShTasklet ShTasklet;
@@ -72,6 +73,10 @@ struct sh_tl {
 	size_t nchunks;
 	PyThreadState *released; /* while the idle thread let go of the GIL */
 	bool own_sched;
+	/* A BaseException that is not an Exception ended a tasklet: the main
+	 * tasklet raises it at its next switch point, as asyncio's loop does,
+	 * so Ctrl-C or sys.exit() in a tasklet is not swallowed. */
+	PyObject *fatal;
 	uint8_t tracing;
 	_PyCFrame park_cf;
 };
@@ -336,6 +341,8 @@ static void ctx_wake(sh_tl *tl, sh_wait *w, int rc, bool now)
 	tl->current = me;
 }
 
+static int check_kill(sh_tl *tl);
+
 /* Parks the current context in w (linked by the caller where its waker
  * finds it) until done, the deadline, a kill or a deadlock. */
 static int ctx_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
@@ -349,9 +356,9 @@ static int ctx_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 	int rc;
 	for (;;) {
 		rc = ctx_park(tl, deadline);
-		if (rc != SHOAL_EINTR || w->done)
+		if ((rc != SHOAL_EINTR && rc != RC_FATAL) || w->done)
 			break;
-		if (PyErr_CheckSignals() < 0) {
+		if (check_kill(tl) < 0 || PyErr_CheckSignals() < 0) {
 			rc = RC_RAISED;
 			break;
 		}
@@ -362,10 +369,18 @@ static int ctx_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 	return rc;
 }
 
-/* A kill asked for the current tasklet: TaskletExit now (a switch point). */
+/* At a switch point: TaskletExit in a tasklet that was killed, in the
+ * main tasklet what ended a tasklet fatally. */
 static int check_kill(sh_tl *tl)
 {
 	ShTasklet *me = tl->current;
+	if (me == tl->main && tl->fatal) {
+		PyObject *e = tl->fatal;
+		tl->fatal = NULL;
+		PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+		Py_DECREF(e);
+		return -1;
+	}
 	if (!me->kill_pending)
 		return 0;
 	me->kill_pending = false;
@@ -462,6 +477,15 @@ static void finish(sh_tl *tl, ShTasklet *t, PyObject *res)
 		Py_XDECREF(tb);
 		t->result = ev ? ev : Py_NewRef(Py_None);
 		t->failed = true;
+		if (ev && !PyObject_TypeCheck(ev, (PyTypeObject *)PyExc_Exception) &&
+		    !PyObject_TypeCheck(ev, (PyTypeObject *)ShTaskletExit)) {
+			t->retrieved = true;
+			if (!tl->fatal) {
+				tl->fatal = Py_NewRef(ev);
+				if (tl->main->wait && !tl->main->wait->done)
+					sh_fiber_unpark(tl->main->fiber, RC_FATAL);
+			}
+		}
 	}
 	t->done = true;
 	t->kill_pending = false;
@@ -879,6 +903,8 @@ PyObject *sh_py_run(PyObject *mod, PyObject *args, PyObject *kw)
 		}
 	}
 	reap(tl);
+	if (check_kill(tl))
+		return NULL;
 	Py_RETURN_NONE;
 }
 

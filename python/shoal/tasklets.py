@@ -23,7 +23,10 @@ tasks do). ``join()`` returns what its function returned or raises what it raise
 exception nobody retrieved is reported through ``sys.unraisablehook`` when the tasklet
 goes, never lost. ``kill()`` raises ``TaskletExit`` in the tasklet at its next switch
 point. ``run()`` raises ``RuntimeError`` naming the blocked tasklets when none can ever
-run again.
+run again. ``KeyboardInterrupt``, ``SystemExit`` and other ``BaseException``s that are not
+``Exception``s (but ``TaskletExit``) ending a tasklet are raised again in the main tasklet
+at its next switch point, as asyncio's loop does, so Ctrl-C is never swallowed; Ctrl-C
+while ``run()`` waits on sleeping tasklets raises at once.
 
 A plain blocking call (``time.sleep``, a socket read) blocks the whole thread, every
 tasklet with it: use ``sleep()`` here. Tasklets never leave the thread that made them.

@@ -526,3 +526,24 @@ def test_switching_inside_a_c_callback():
     assert a.join() == [1, 3, 5, 7, 9]
     assert b.join() == [2, 4, 6, 8]
     assert "ab" in "".join(switches) and "ba" in "".join(switches)
+
+
+def test_systemexit_and_keyboardinterrupt_in_a_tasklet_reach_the_main_tasklet():
+    def leave():
+        T.schedule()
+        raise SystemExit(3)
+
+    t = T.tasklet(leave)()
+    sleeper = T.tasklet(T.sleep)(0.05)
+    with pytest.raises(SystemExit):
+        T.run()
+    with pytest.raises(SystemExit):
+        t.join()  # still its outcome
+    sleeper.join()
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    T.tasklet(interrupted)()
+    with pytest.raises(KeyboardInterrupt):
+        T.schedule()
