@@ -489,9 +489,6 @@ static void finish(sh_tl *tl, ShTasklet *t, PyObject *res)
 	}
 	t->done = true;
 	t->kill_pending = false;
-	Py_CLEAR(t->fn);
-	Py_CLEAR(t->args);
-	Py_CLEAR(t->kwargs);
 	while (t->joiners) {
 		sh_wait *w = t->joiners;
 		wait_unlink(&t->joiners, NULL, w);
@@ -513,6 +510,11 @@ static void finish(sh_tl *tl, ShTasklet *t, PyObject *res)
 	t->live_prev = NULL;
 	t->live_next = tl->zombies;
 	tl->zombies = t;
+	/* Last: their finalizers may run any code, which then sees the
+	 * tasklet finished and every list consistent. */
+	Py_CLEAR(t->fn);
+	Py_CLEAR(t->args);
+	Py_CLEAR(t->kwargs);
 }
 
 static void *tasklet_main(void *arg)
