@@ -547,3 +547,20 @@ def test_systemexit_and_keyboardinterrupt_in_a_tasklet_reach_the_main_tasklet():
     T.tasklet(interrupted)()
     with pytest.raises(KeyboardInterrupt):
         T.schedule()
+
+
+def test_c_stack_overflow_in_a_tasklet_is_reported_as_shoal_reports_it():
+    # a recursion limit raised past what 1 MiB holds: the guard page stops it
+    code = textwrap.dedent("""
+        import sys
+        from shoal import tasklets as T
+        sys.setrecursionlimit(1000000)
+        def viac(n):
+            return list(map(viac, [n + 1]))
+        T.tasklet(viac)(0).join()
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == -11, (r.returncode, r.stderr)
+    assert "shoal: stack overflow in fiber" in r.stderr
+    assert "1024 KiB with guard page" in r.stderr
