@@ -613,6 +613,12 @@ static PyObject *tasklet_call(PyObject *self, PyObject *args, PyObject *kw)
 	t->tl = tl;
 	t->fiber = f;
 	t->id = shoal_fiber_id(f);
+	/* a stack overflow's report names the fiber: the tasklet's name */
+	const char *nm = PyUnicode_AsUTF8(t->name);
+	if (nm)
+		shoal_fiber_set_name(f, nm);
+	else
+		PyErr_Clear();
 	t->scheduled = true;
 	t->live_prev = NULL;
 	t->live_next = tl->live;
@@ -710,7 +716,13 @@ static int tasklet_set_name(PyObject *self, PyObject *v, void *unused)
 		PyErr_SetString(PyExc_TypeError, "a tasklet's name is a str");
 		return -1;
 	}
-	Py_XSETREF(((ShTasklet *)self)->name, Py_NewRef(v));
+	ShTasklet *t = (ShTasklet *)self;
+	const char *nm = PyUnicode_AsUTF8(v);
+	if (!nm)
+		return -1;
+	Py_XSETREF(t->name, Py_NewRef(v));
+	if (t->fiber && !t->is_main)
+		shoal_fiber_set_name(t->fiber, nm);
 	return 0;
 }
 

@@ -562,5 +562,5 @@ def test_c_stack_overflow_in_a_tasklet_is_reported_as_shoal_reports_it():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == -11, (r.returncode, r.stderr)
-    assert "shoal: stack overflow in fiber" in r.stderr
+    assert "shoal: stack overflow in fiber 'viac'" in r.stderr
     assert "1024 KiB with guard page" in r.stderr
