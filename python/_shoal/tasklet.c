@@ -13,6 +13,7 @@
  * on something only another context can do) and lets go of the GIL while
  * the thread sleeps. Tasklets never leave their thread. */
 #include "module.h"
+#include "tasklet_impl.h"
 #include "tasklet_pystate.h"
 
 #include "fiber/fiber_impl.h"
@@ -26,65 +27,8 @@
 /* Root chunks of the frame data stack kept for reuse: a tasklet's start
  * then makes no system call. */
 #define CHUNKS_KEPT 4096
-/* A park's wake codes beyond the scheduler's. */
-#define RC_KILLED (-20001)
-#define RC_RAISED (-20002) /* a signal handler raised: the exception is set */
-#define RC_FATAL (-20003)  /* a tasklet ended with KeyboardInterrupt, SystemExit... */
-
-typedef struct sh_tl sh_tl;
-typedef struct ShTasklet ShTasklet;
-
-/* A context waiting on a channel, a join or run(), on its own stack. */
-typedef struct sh_wait {
-	struct sh_wait *prev, *next;
-	ShTasklet *who;
-	PyObject *value; /* a send's value (owned), or what a receive got */
-	const char *what;
-	int dir; /* channels: 1 send, -1 receive */
-	bool done, linked, forever;
-} sh_wait;
-
-struct ShTasklet {
-	PyObject_HEAD sh_tl *tl; /* set when scheduled */
-	PyObject *fn, *args, *kwargs;
-	PyObject *context; /* a copy of the spawner's, until it starts */
-	PyObject *result;  /* the return value, or the exception (failed) */
-	PyObject *name;
-	void *chunk;	    /* its data stack's root chunk, until it starts */
-	shoal_fiber *fiber; /* while alive */
-	sh_wait *wait;	    /* while parked in a wait of ours */
-	sh_wait *joiners;   /* a list of waiters */
-	ShTasklet *live_next, *live_prev;
-	uint64_t id;
-	bool is_main, scheduled, done, failed, retrieved, kill_pending;
-};
-
-struct sh_tl {
-	PyThreadState *ts;
-	shoal_sched *sched;
-	ShTasklet *main;    /* strong */
-	ShTasklet *current; /* borrowed */
-	ShTasklet *live;    /* scheduled, not finished; their fibers hold them */
-	ShTasklet *zombies; /* finished, their fibers' references to drop */
-	size_t nlive;
-	size_t nforever; /* contexts parked for ever in our waits */
-	sh_wait *run_wait;
-	void **chunks;
-	size_t nchunks;
-	PyThreadState *released; /* while the idle thread let go of the GIL */
-	bool own_sched;
-	/* A BaseException that is not an Exception ended a tasklet: the main
-	 * tasklet raises it at its next switch point, as asyncio's loop does,
-	 * so Ctrl-C or sys.exit() in a tasklet is not swallowed. */
-	PyObject *fatal;
-	uint8_t tracing;
-	_PyCFrame park_cf;
-};
-
 static _Thread_local sh_tl *tl_state;
 PyObject *ShTaskletExit;
-
-extern PyTypeObject ShTasklet_Type, ShChannel_Type;
 
 /* ---- the thread's state ---- */
 
@@ -155,7 +99,7 @@ static bool idle_hook(void *arg, int phase, int64_t timeout)
 			tl->released = NULL;
 			PyEval_RestoreThread(ts);
 			/* The sleep may have ended for a signal (Ctrl-C): the
-			 * main context runs its handler (ctx_wait), at once
+			 * main context runs its handler (sh_tl_wait), at once
 			 * rather than at the next timer or event. */
 			if (tl->main->wait && !tl->main->wait->done)
 				sh_fiber_unpark(tl->main->fiber, SHOAL_EINTR);
@@ -174,8 +118,6 @@ static ShTasklet *tasklet_alloc(void)
 	return t;
 }
 
-static void reap(sh_tl *tl);
-
 /* The thread's tasklet state goes with its PyThreadState: a capsule in
  * the thread's dict, dropped when the thread ends (PyThreadState_Clear, in
  * that thread, GIL held). Tasklets still parked then can never run again,
@@ -190,7 +132,7 @@ static void tl_gone(PyObject *cap)
 	}
 	if (tl_state != tl)
 		return;
-	reap(tl);
+	sh_tl_reap(tl);
 	if (tl->nlive || tl->zombies || tl->current != tl->main || !tl->sched->cur->is_root)
 		return;
 	tl_state = NULL;
@@ -208,7 +150,7 @@ static void tl_gone(PyObject *cap)
 
 /* The calling thread's tasklet state, made at its first use: the thread's
  * scheduler (made here unless it has one) and its main tasklet. */
-static sh_tl *get_tl(void)
+sh_tl *sh_tl_get(void)
 {
 	if (tl_state)
 		return tl_state;
@@ -286,7 +228,7 @@ static sh_tl *get_tl(void)
 
 /* Drops the references finished tasklets' fibers held, in a context that
  * may run Python code (their finalizers), keeping any pending exception. */
-static void reap(sh_tl *tl)
+void sh_tl_reap(sh_tl *tl)
 {
 	if (!tl->zombies)
 		return;
@@ -303,7 +245,7 @@ static void reap(sh_tl *tl)
 
 /* ---- switching: the only places a Python context leaves the CPU ---- */
 
-static int ctx_park(sh_tl *tl, int64_t deadline)
+int sh_tl_park(sh_tl *tl, int64_t deadline)
 {
 	ShTasklet *me = tl->current;
 	sh_pystate st;
@@ -314,7 +256,7 @@ static int ctx_park(sh_tl *tl, int64_t deadline)
 	return rc;
 }
 
-static void ctx_yield(sh_tl *tl)
+void sh_tl_yield(sh_tl *tl)
 {
 	ShTasklet *me = tl->current;
 	sh_pystate st;
@@ -326,7 +268,7 @@ static void ctx_yield(sh_tl *tl)
 
 /* Wakes w's context, which runs at once when `now` (the caller right
  * behind it), else after those already runnable. */
-static void ctx_wake(sh_tl *tl, sh_wait *w, int rc, bool now)
+void sh_tl_wake(sh_tl *tl, sh_wait *w, int rc, bool now)
 {
 	shoal_fiber *f = w->who->fiber;
 	if (!now) {
@@ -341,11 +283,9 @@ static void ctx_wake(sh_tl *tl, sh_wait *w, int rc, bool now)
 	tl->current = me;
 }
 
-static int check_kill(sh_tl *tl);
-
 /* Parks the current context in w (linked by the caller where its waker
  * finds it) until done, the deadline, a kill or a deadlock. */
-static int ctx_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
+int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 {
 	ShTasklet *me = tl->current;
 	w->who = me;
@@ -355,10 +295,10 @@ static int ctx_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 		tl->nforever++;
 	int rc;
 	for (;;) {
-		rc = ctx_park(tl, deadline);
+		rc = sh_tl_park(tl, deadline);
 		if ((rc != SHOAL_EINTR && rc != RC_FATAL) || w->done)
 			break;
-		if (check_kill(tl) < 0 || PyErr_CheckSignals() < 0) {
+		if (sh_tl_check_kill(tl) < 0 || PyErr_CheckSignals() < 0) {
 			rc = RC_RAISED;
 			break;
 		}
@@ -371,7 +311,7 @@ static int ctx_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 
 /* At a switch point: TaskletExit in a tasklet that was killed, in the
  * main tasklet what ended a tasklet fatally. */
-static int check_kill(sh_tl *tl)
+int sh_tl_check_kill(sh_tl *tl)
 {
 	ShTasklet *me = tl->current;
 	if (me == tl->main && tl->fatal) {
@@ -388,7 +328,7 @@ static int check_kill(sh_tl *tl)
 	return -1;
 }
 
-static PyObject *wait_error(sh_tl *tl, int rc, const char *what)
+PyObject *sh_tl_wait_error(sh_tl *tl, int rc, const char *what)
 {
 	char blocked[1024];
 	switch (rc) {
@@ -413,7 +353,7 @@ static PyObject *wait_error(sh_tl *tl, int rc, const char *what)
 	}
 }
 
-static void wait_unlink(sh_wait **head, sh_wait **tail, sh_wait *w)
+void sh_tl_unlink(sh_wait **head, sh_wait **tail, sh_wait *w)
 {
 	if (!w->linked)
 		return;
@@ -429,7 +369,7 @@ static void wait_unlink(sh_wait **head, sh_wait **tail, sh_wait *w)
 	w->linked = false;
 }
 
-static void wait_link(sh_wait **head, sh_wait **tail, sh_wait *w)
+void sh_tl_link(sh_wait **head, sh_wait **tail, sh_wait *w)
 {
 	w->next = NULL;
 	w->prev = tail ? *tail : NULL;
@@ -449,9 +389,9 @@ static void wait_link(sh_wait **head, sh_wait **tail, sh_wait *w)
 }
 
 /* -1 with an exception unless t belongs to the calling thread. */
-static sh_tl *own_tl(sh_tl *owner)
+sh_tl *sh_tl_own(sh_tl *owner)
 {
-	sh_tl *tl = get_tl();
+	sh_tl *tl = sh_tl_get();
 	if (tl && owner && owner != tl) {
 		PyErr_SetString(PyExc_RuntimeError,
 				"this tasklet or channel belongs to another thread: tasklets never "
@@ -491,7 +431,7 @@ static void finish(sh_tl *tl, ShTasklet *t, PyObject *res)
 	t->kill_pending = false;
 	while (t->joiners) {
 		sh_wait *w = t->joiners;
-		wait_unlink(&t->joiners, NULL, w);
+		sh_tl_unlink(&t->joiners, NULL, w);
 		w->done = true;
 		sh_fiber_unpark(w->who->fiber, 0);
 	}
@@ -529,7 +469,7 @@ static void *tasklet_main(void *arg)
 	sh_pystate_start(ts, &cf, &exc, t->chunk, ctx, tl->tracing);
 	t->chunk = NULL;
 	tl->current = t;
-	reap(tl);
+	sh_tl_reap(tl);
 	PyObject *res = NULL;
 	if (t->kill_pending)
 		PyErr_SetString(ShTaskletExit, "the tasklet was killed before it started");
@@ -587,7 +527,7 @@ static PyObject *tasklet_call(PyObject *self, PyObject *args, PyObject *kw)
 		return PyErr_Format(PyExc_RuntimeError,
 				    "tasklet '%U' was started already: a tasklet runs once",
 				    t->name);
-	sh_tl *tl = get_tl();
+	sh_tl *tl = sh_tl_get();
 	if (!tl)
 		return NULL;
 	PyObject *ctx = PyContext_CopyCurrent();
@@ -626,7 +566,7 @@ static PyObject *tasklet_call(PyObject *self, PyObject *args, PyObject *kw)
 		tl->live->live_prev = t;
 	tl->live = t;
 	tl->nlive++;
-	Py_INCREF(t); /* the fiber's, dropped by reap() once it finished */
+	Py_INCREF(t); /* the fiber's, dropped by sh_tl_reap() once it finished */
 	return Py_NewRef(self);
 }
 
@@ -740,7 +680,7 @@ static PyObject *tasklet_kill(PyObject *self, PyObject *unused)
 		return PyErr_Format(PyExc_RuntimeError, "the main tasklet cannot be killed");
 	if (!t->scheduled || t->done)
 		Py_RETURN_NONE;
-	sh_tl *tl = own_tl(t->tl);
+	sh_tl *tl = sh_tl_own(t->tl);
 	if (!tl)
 		return NULL;
 	if (t == tl->current) {
@@ -770,24 +710,24 @@ static PyObject *tasklet_join(PyObject *self, PyObject *args, PyObject *kw)
 				    "tasklet '%U' was never started: call it with its arguments "
 				    "first",
 				    t->name);
-	sh_tl *tl = own_tl(t->tl);
+	sh_tl *tl = sh_tl_own(t->tl);
 	if (!tl)
 		return NULL;
 	if (t == tl->current)
 		return PyErr_Format(PyExc_RuntimeError, "a tasklet cannot join itself");
 	if (!t->done) {
-		if (check_kill(tl))
+		if (sh_tl_check_kill(tl))
 			return NULL;
 		sh_wait w = {.what = "tasklet.join"};
-		wait_link(&t->joiners, NULL, &w);
-		int rc = ctx_wait(tl, &w,
-				  ns == SHOAL_FOREVER ? SHOAL_FOREVER : shoal_deadline_in(ns));
+		sh_tl_link(&t->joiners, NULL, &w);
+		int rc = sh_tl_wait(tl, &w,
+				    ns == SHOAL_FOREVER ? SHOAL_FOREVER : shoal_deadline_in(ns));
 		if (!w.done) {
-			wait_unlink(&t->joiners, NULL, &w);
-			return wait_error(tl, rc, "tasklet.join");
+			sh_tl_unlink(&t->joiners, NULL, &w);
+			return sh_tl_wait_error(tl, rc, "tasklet.join");
 		}
 	}
-	reap(tl);
+	sh_tl_reap(tl);
 	t->retrieved = true;
 	if (t->failed) {
 		PyErr_SetObject((PyObject *)Py_TYPE(t->result), t->result);
@@ -838,7 +778,7 @@ PyObject *sh_py_getcurrent(PyObject *mod, PyObject *unused)
 {
 	(void)mod;
 	(void)unused;
-	sh_tl *tl = get_tl();
+	sh_tl *tl = sh_tl_get();
 	return tl ? Py_NewRef(tl->current) : NULL;
 }
 
@@ -846,12 +786,12 @@ PyObject *sh_py_schedule(PyObject *mod, PyObject *unused)
 {
 	(void)mod;
 	(void)unused;
-	sh_tl *tl = get_tl();
-	if (!tl || check_kill(tl))
+	sh_tl *tl = sh_tl_get();
+	if (!tl || sh_tl_check_kill(tl))
 		return NULL;
-	ctx_yield(tl);
-	reap(tl);
-	if (check_kill(tl))
+	sh_tl_yield(tl);
+	sh_tl_reap(tl);
+	if (sh_tl_check_kill(tl))
 		return NULL;
 	Py_RETURN_NONE;
 }
@@ -866,14 +806,14 @@ PyObject *sh_py_sleep(PyObject *mod, PyObject *secs)
 		return PyErr_Format(PyExc_ValueError,
 				    "sleep(seconds) wants seconds >= 0 (and below 1e9), not %R",
 				    secs);
-	sh_tl *tl = get_tl();
-	if (!tl || check_kill(tl))
+	sh_tl *tl = sh_tl_get();
+	if (!tl || sh_tl_check_kill(tl))
 		return NULL;
 	sh_wait w = {.what = "sleep"};
-	int rc = ctx_wait(tl, &w, shoal_deadline_in((int64_t)(s * 1e9)));
-	reap(tl);
+	int rc = sh_tl_wait(tl, &w, shoal_deadline_in((int64_t)(s * 1e9)));
+	sh_tl_reap(tl);
 	if (rc != SHOAL_ETIMEDOUT)
-		return wait_error(tl, rc, "sleep");
+		return sh_tl_wait_error(tl, rc, "sleep");
 	Py_RETURN_NONE;
 }
 
@@ -887,7 +827,7 @@ PyObject *sh_py_run(PyObject *mod, PyObject *args, PyObject *kw)
 	int64_t ns;
 	if (sh_py_parse_timeout(tmo, &ns) != 0)
 		return NULL;
-	sh_tl *tl = get_tl();
+	sh_tl *tl = sh_tl_get();
 	if (!tl)
 		return NULL;
 	if (tl->current != tl->main)
@@ -900,10 +840,10 @@ PyObject *sh_py_run(PyObject *mod, PyObject *args, PyObject *kw)
 	while (tl->nlive) {
 		sh_wait w = {.what = "run()"};
 		tl->run_wait = &w;
-		int rc = ctx_wait(tl, &w, deadline);
+		int rc = sh_tl_wait(tl, &w, deadline);
 		tl->run_wait = NULL;
 		if (!w.done && tl->nlive) {
-			reap(tl);
+			sh_tl_reap(tl);
 			if (rc == SHOAL_ETIMEDOUT) {
 				char blocked[1024];
 				describe_blocked(tl, blocked, sizeof(blocked));
@@ -913,248 +853,14 @@ PyObject *sh_py_run(PyObject *mod, PyObject *args, PyObject *kw)
 					"(blocked: %s)",
 					tl->nlive, blocked[0] ? blocked : "none");
 			}
-			return wait_error(tl, rc, "run()");
+			return sh_tl_wait_error(tl, rc, "run()");
 		}
 	}
-	reap(tl);
-	if (check_kill(tl))
+	sh_tl_reap(tl);
+	if (sh_tl_check_kill(tl))
 		return NULL;
 	Py_RETURN_NONE;
 }
-
-/* ---- channel ---- */
-
-typedef struct {
-	PyObject_HEAD sh_tl *tl;
-	sh_wait *head, *tail; /* waiters, all of one direction */
-	Py_ssize_t balance;   /* > 0 senders waiting, < 0 receivers */
-	int preference;
-	bool closing;
-} ShChannel;
-
-static PyObject *channel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
-{
-	int pref = -1;
-	static char *kwlist[] = {"preference", NULL};
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|i:channel", kwlist, &pref))
-		return NULL;
-	if (pref < -1 || pref > 1)
-		return PyErr_Format(
-			PyExc_ValueError,
-			"channel(preference=) is -1 (the receiver runs at once), 1 (the "
-			"sender does) or 0 (neither), not %d",
-			pref);
-	/* bound to the thread that makes it, as its tasklets are */
-	sh_tl *tl = get_tl();
-	if (!tl)
-		return NULL;
-	ShChannel *c = (ShChannel *)type->tp_alloc(type, 0);
-	if (c) {
-		c->preference = pref;
-		c->tl = tl;
-	}
-	return (PyObject *)c;
-}
-
-static void channel_dealloc(PyObject *self)
-{
-	/* Parked waiters hold no reference to their channel (Stackless's
-	 * channels do not either): they stay parked, and a deadlock names
-	 * them. */
-	Py_TYPE(self)->tp_free(self);
-}
-
-static sh_tl *channel_tl(ShChannel *c)
-{
-	return own_tl(c->tl);
-}
-
-static PyObject *channel_send(PyObject *self, PyObject *value)
-{
-	ShChannel *c = (ShChannel *)self;
-	sh_tl *tl = channel_tl(c);
-	if (!tl || check_kill(tl))
-		return NULL;
-	if (c->closing)
-		return PyErr_Format(PyExc_ValueError, "send on a closed channel");
-	if (c->balance < 0) {
-		sh_wait *w = c->head;
-		wait_unlink(&c->head, &c->tail, w);
-		c->balance++;
-		w->value = Py_NewRef(value);
-		w->done = true;
-		ctx_wake(tl, w, 0, c->preference == -1);
-		reap(tl);
-		Py_RETURN_NONE;
-	}
-	sh_wait w = {.what = "channel.send", .dir = 1, .value = Py_NewRef(value)};
-	wait_link(&c->head, &c->tail, &w);
-	c->balance++;
-	int rc = ctx_wait(tl, &w, SHOAL_FOREVER);
-	reap(tl);
-	if (w.done)
-		Py_RETURN_NONE;
-	if (w.linked) {
-		wait_unlink(&c->head, &c->tail, &w);
-		c->balance--;
-	}
-	Py_DECREF(w.value);
-	return wait_error(tl, rc, "channel.send");
-}
-
-/* NULL with no exception set: closed and empty. */
-static PyObject *channel_recv(ShChannel *c, sh_tl *tl)
-{
-	if (check_kill(tl))
-		return NULL;
-	if (c->balance > 0) {
-		sh_wait *w = c->head;
-		wait_unlink(&c->head, &c->tail, w);
-		c->balance--;
-		PyObject *v = w->value;
-		w->value = NULL;
-		w->done = true;
-		ctx_wake(tl, w, 0, c->preference == 1);
-		reap(tl);
-		return v;
-	}
-	if (c->closing)
-		return NULL;
-	sh_wait w = {.what = "channel.receive", .dir = -1};
-	wait_link(&c->head, &c->tail, &w);
-	c->balance--;
-	int rc = ctx_wait(tl, &w, SHOAL_FOREVER);
-	reap(tl);
-	if (w.done)
-		return w.value;
-	if (w.linked) { /* close() unlinked it already */
-		wait_unlink(&c->head, &c->tail, &w);
-		c->balance++;
-	}
-	if (rc == SHOAL_ECLOSED)
-		return NULL;
-	return wait_error(tl, rc, "channel.receive");
-}
-
-static PyObject *channel_receive(PyObject *self, PyObject *unused)
-{
-	(void)unused;
-	ShChannel *c = (ShChannel *)self;
-	sh_tl *tl = channel_tl(c);
-	if (!tl)
-		return NULL;
-	PyObject *v = channel_recv(c, tl);
-	if (!v && !PyErr_Occurred())
-		PyErr_SetString(PyExc_ValueError, "receive from a closed channel");
-	return v;
-}
-
-static PyObject *channel_next(PyObject *self)
-{
-	ShChannel *c = (ShChannel *)self;
-	sh_tl *tl = channel_tl(c);
-	return tl ? channel_recv(c, tl) : NULL; /* NULL alone: StopIteration */
-}
-
-static PyObject *channel_close(PyObject *self, PyObject *unused)
-{
-	(void)unused;
-	ShChannel *c = (ShChannel *)self;
-	sh_tl *tl = channel_tl(c);
-	if (!tl)
-		return NULL;
-	c->closing = true;
-	/* Senders already waiting are still received; receivers would wait
-	 * for ever. */
-	while (c->balance < 0) {
-		sh_wait *w = c->head;
-		wait_unlink(&c->head, &c->tail, w);
-		c->balance++;
-		sh_fiber_unpark(w->who->fiber, SHOAL_ECLOSED);
-	}
-	Py_RETURN_NONE;
-}
-
-static PyObject *channel_balance(PyObject *self, void *unused)
-{
-	(void)unused;
-	return PyLong_FromSsize_t(((ShChannel *)self)->balance);
-}
-
-static PyObject *channel_closing(PyObject *self, void *unused)
-{
-	(void)unused;
-	return PyBool_FromLong(((ShChannel *)self)->closing);
-}
-
-static PyObject *channel_closed(PyObject *self, void *unused)
-{
-	(void)unused;
-	ShChannel *c = (ShChannel *)self;
-	return PyBool_FromLong(c->closing && c->balance == 0);
-}
-
-static PyObject *channel_get_pref(PyObject *self, void *unused)
-{
-	(void)unused;
-	return PyLong_FromLong(((ShChannel *)self)->preference);
-}
-
-static int channel_set_pref(PyObject *self, PyObject *v, void *unused)
-{
-	(void)unused;
-	long p = v ? PyLong_AsLong(v) : 2;
-	if (p == -1 && PyErr_Occurred())
-		return -1;
-	if (p < -1 || p > 1) {
-		PyErr_SetString(PyExc_ValueError,
-				"preference is -1 (the receiver runs at once), 1 (the sender "
-				"does) or 0 (neither)");
-		return -1;
-	}
-	((ShChannel *)self)->preference = (int)p;
-	return 0;
-}
-
-static PyMethodDef channel_methods[] = {
-	{"send", channel_send, METH_O,
-	 "send(value)\n\nHands value to a receiver, waiting until one takes it. ValueError once "
-	 "the channel is closed."},
-	{"receive", channel_receive, METH_NOARGS,
-	 "receive() -> value\n\nWaits for a sender's value. ValueError once the channel is "
-	 "closed and no sender is left."},
-	{"close", channel_close, METH_NOARGS,
-	 "close()\n\nNo more sends; senders already waiting are still received, receivers "
-	 "waiting when none is left get ValueError (iteration ends)."},
-	{NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef channel_getset[] = {
-	{"balance", channel_balance, NULL,
-	 "Senders waiting (> 0), or minus the receivers waiting (< 0).", NULL},
-	{"closing", channel_closing, NULL, "close() was called.", NULL},
-	{"closed", channel_closed, NULL, "Closed and no sender left.", NULL},
-	{"preference", channel_get_pref, channel_set_pref,
-	 "-1: a send to a waiting receiver runs the receiver at once (Stackless's default); "
-	 "1: a receive from a waiting sender runs the sender at once; 0: neither (the woken "
-	 "side runs after those already runnable).",
-	 NULL},
-	{NULL, NULL, NULL, NULL, NULL},
-};
-
-PyTypeObject ShChannel_Type = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shoal._shoal.channel",
-	.tp_basicsize = sizeof(ShChannel),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "channel(preference=-1): a rendezvous between tasklets of one thread "
-		  "(Stackless's), iterable until closed.",
-	.tp_new = channel_new,
-	.tp_dealloc = channel_dealloc,
-	.tp_iter = PyObject_SelfIter,
-	.tp_iternext = channel_next,
-	.tp_methods = channel_methods,
-	.tp_getset = channel_getset,
-};
 
 int sh_py_tasklet_init(PyObject *mod)
 {

@@ -1,0 +1,97 @@
+/* What the tasklet files share (tasklet.c: the thread's state, switching,
+ * the tasklet type and module functions; channel.c: channels): the
+ * structures and the few switch points every wait goes through. Internal
+ * to the Python module. */
+#ifndef SHOAL_PY_TASKLET_IMPL_H
+#define SHOAL_PY_TASKLET_IMPL_H
+
+#include "module.h"
+
+#include "fiber/fiber_impl.h"
+
+typedef struct sh_tl sh_tl;
+typedef struct ShTasklet ShTasklet;
+
+/* A park's wake codes beyond the scheduler's. */
+#define RC_KILLED (-20001)
+#define RC_RAISED (-20002) /* a signal handler raised: the exception is set */
+#define RC_FATAL (-20003)  /* a tasklet ended with KeyboardInterrupt, SystemExit... */
+
+/* A context waiting on a channel, a join or run(), on its own stack. */
+typedef struct sh_wait {
+	struct sh_wait *prev, *next;
+	ShTasklet *who;
+	PyObject *value; /* a send's value (owned), or what a receive got */
+	const char *what;
+	int dir; /* channels: 1 send, -1 receive */
+	bool done, linked, forever;
+} sh_wait;
+
+struct ShTasklet {
+	PyObject_HEAD sh_tl *tl; /* set when scheduled */
+	PyObject *fn, *args, *kwargs;
+	PyObject *context; /* a copy of the spawner's, until it starts */
+	PyObject *result;  /* the return value, or the exception (failed) */
+	PyObject *name;
+	void *chunk;	    /* its data stack's root chunk, until it starts */
+	shoal_fiber *fiber; /* while alive */
+	sh_wait *wait;	    /* while parked in a wait of ours */
+	sh_wait *joiners;   /* a list of waiters */
+	ShTasklet *live_next, *live_prev;
+	uint64_t id;
+	bool is_main, scheduled, done, failed, retrieved, kill_pending;
+};
+
+struct sh_tl {
+	PyThreadState *ts;
+	shoal_sched *sched;
+	ShTasklet *main;    /* strong */
+	ShTasklet *current; /* borrowed */
+	ShTasklet *live;    /* scheduled, not finished; their fibers hold them */
+	ShTasklet *zombies; /* finished, their fibers' references to drop */
+	size_t nlive;
+	size_t nforever; /* contexts parked for ever in our waits */
+	sh_wait *run_wait;
+	void **chunks;
+	size_t nchunks;
+	PyThreadState *released; /* while the idle thread let go of the GIL */
+	bool own_sched;
+	/* A BaseException that is not an Exception ended a tasklet: the main
+	 * tasklet raises it at its next switch point, as asyncio's loop does,
+	 * so Ctrl-C or sys.exit() in a tasklet is not swallowed. */
+	PyObject *fatal;
+	uint8_t tracing;
+	_PyCFrame park_cf;
+};
+
+/* The calling thread's tasklet state, made at its first use (NULL with an
+ * exception when this thread cannot have one). */
+sh_tl *sh_tl_get(void);
+/* The calling thread's state, or NULL with an exception when owner (a
+ * tasklet's or channel's thread) is another thread's. */
+sh_tl *sh_tl_own(sh_tl *owner);
+/* Drops the references finished tasklets' fibers held (may run Python
+ * code; keeps a pending exception). */
+void sh_tl_reap(sh_tl *tl);
+/* -1 with TaskletExit (a kill) or what ended a tasklet fatally (in the
+ * main tasklet) set, else 0: every switch point checks it. */
+int sh_tl_check_kill(sh_tl *tl);
+
+/* The only ways a Python context leaves the CPU: each saves and restores
+ * the per-tasklet fields of the thread state around the fiber switch. */
+int sh_tl_park(sh_tl *tl, int64_t deadline);
+void sh_tl_yield(sh_tl *tl);
+/* Wakes w's context with rc, which runs at once when `now` (the caller
+ * right behind it), else after those already runnable. */
+void sh_tl_wake(sh_tl *tl, sh_wait *w, int rc, bool now);
+/* Parks the current context in w (linked by the caller where its waker
+ * finds it) until done, the deadline, a kill or a deadlock. */
+int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline);
+/* NULL with the exception a failed wait's rc means (what: the call). */
+PyObject *sh_tl_wait_error(sh_tl *tl, int rc, const char *what);
+
+/* Wait queues: tail NULL links at the head (a list without order). */
+void sh_tl_link(sh_wait **head, sh_wait **tail, sh_wait *w);
+void sh_tl_unlink(sh_wait **head, sh_wait **tail, sh_wait *w);
+
+#endif
