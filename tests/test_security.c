@@ -150,7 +150,7 @@ static void server_stop(server *sv)
 /* ---- a hostile client's own set-up: it keeps every descriptor ---- */
 
 typedef struct raw_link {
-	int sock, rings, efd[2], extra;
+	int sock, rings, efd[2], bell, extra;
 	size_t one; /* bytes of one ring */
 } raw_link;
 
@@ -164,26 +164,28 @@ static int raw_connect(raw_link *r, const char *path, uint32_t proto, uint32_t v
 		return -errno;
 	uint32_t hello[3] = {SH_LINK_MAGIC, proto, version};
 	uint64_t words[1 + SH_LINK_INFO_MAX];
-	int fds[3 + SH_LINK_FDS_MAX], nfds = 0;
+	int fds[SH_LINK_FDS + SH_LINK_FDS_MAX], nfds = 0;
 	size_t got = 0;
 	int rc = sh_fd_send(r->sock, hello, sizeof(hello), NULL, 0);
 	if (rc == 0)
-		rc = sh_fd_recv(r->sock, words, (1 + ninfo) * 8, &got, fds, 3 + nextra, &nfds);
+		rc = sh_fd_recv(r->sock, words, (1 + ninfo) * 8, &got, fds, SH_LINK_FDS + nextra,
+				&nfds);
 	if (rc)
 		return rc;
-	if (got != (1 + ninfo) * 8 || nfds != 3 + nextra)
+	if (got != (1 + ninfo) * 8 || nfds != SH_LINK_FDS + nextra)
 		return SHOAL_EPROTO;
 	r->one = words[0];
 	r->rings = fds[0];
 	r->efd[0] = fds[1];
 	r->efd[1] = fds[2];
-	r->extra = nextra ? fds[3] : -1;
+	r->bell = fds[3];
+	r->extra = nextra ? fds[SH_LINK_FDS] : -1;
 	return 0;
 }
 
 static void raw_close(raw_link *r)
 {
-	int fds[] = {r->sock, r->rings, r->efd[0], r->efd[1], r->extra};
+	int fds[] = {r->sock, r->rings, r->efd[0], r->efd[1], r->bell, r->extra};
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
@@ -693,11 +695,19 @@ static void attack_doorbells(void *arg)
 			for (int n = 0; n < 20000 && write(fd, &one, 8) == 8; n++)
 				;
 		CHECK_EQ(fcntl(fd, F_SETFL, 0), 0); /* the daemon's writes would block */
-		/* data_wait and space_wait of both rings (lines 2 and 3) */
+		/* data_wait and space_wait of both rings (lines 2 and 3): a
+		 * thread's futex first, then a fiber's doorbell (the one the
+		 * daemon made for us: it rings its own end of it) */
 		for (size_t ring = 0; ring < 2; ring++)
 			for (size_t line = 2; line < 4; line++)
-				mem[ring * r.one + line * 64] = 1;
+				mem[ring * r.one + line * 64] =
+					i ? (unsigned char)SH_RING_WAIT_BELL : 1;
 	}
+	/* made blocking (the socket's flag is the daemon's too) and filled */
+	CHECK_EQ(fcntl(r.bell, F_SETFL, 0), 0);
+	static const char one = 1;
+	for (int n = 0; n < 100000 && send(r.bell, &one, 1, MSG_DONTWAIT) == 1; n++)
+		;
 	munmap(mem, 2 * r.one);
 	raw_close(&r);
 }

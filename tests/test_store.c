@@ -19,7 +19,9 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <shoal/fiber.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -1465,4 +1467,117 @@ SH_TEST(tensor_strides_that_overflow_are_refused)
 	CHECK_OK(shoal_object_release(o));
 	CHECK_OK(shoal_disconnect(c));
 	CHECK_OK(shoal_store_close(s));
+}
+
+/* ---- requests from fibers: only the fiber waits ---- */
+
+typedef struct fiber_gets {
+	shoal_client *c;
+	shoal_id ids[64];
+	int n, done, rc;
+	_Atomic int in_get; /* the getter is inside a get */
+} fiber_gets;
+
+static void *getter(void *arg)
+{
+	fiber_gets *g = arg;
+	for (int i = 0; i < g->n; i++) {
+		shoal_object *o;
+		atomic_store(&g->in_get, 1);
+		int rc = shoal_get(g->c, g->ids[i], &o);
+		atomic_store(&g->in_get, 0);
+		if (rc) {
+			g->rc = rc;
+			return NULL;
+		}
+		const void *p;
+		size_t len;
+		char want[16];
+		snprintf(want, sizeof(want), "v%d", i);
+		if (shoal_node_blob(shoal_object_root(o), 0, &p, &len) != 0 ||
+		    len != strlen(want) || memcmp(p, want, len) != 0)
+			g->rc = SHOAL_EPROTO;
+		shoal_object_release(o);
+		g->done++;
+	}
+	return NULL;
+}
+
+/* SIGSTOP, and until it took: a signal to a process running on another
+ * CPU lands a little later, and a request sent meanwhile is served. */
+static void stop_store(pid_t pid)
+{
+	CHECK_EQ(kill(pid, SIGSTOP), 0);
+	char path[64], buf[256];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	for (int i = 0; i < 2000; i++) {
+		FILE *f = fopen(path, "r");
+		CHECK(f != NULL);
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = 0;
+		const char *st = strrchr(buf, ')'); /* the state follows the name */
+		if (st && st[1] == ' ' && st[2] == 'T')
+			return;
+		usleep(1000);
+	}
+	sh_test_fail(__FILE__, __LINE__, "shoald did not stop");
+}
+
+/* A fiber's get waits in its scheduler's poller (on the doorbell the store
+ * made for the connection), not on a futex: while the store is stopped
+ * (SIGSTOP) mid-get, another fiber of the thread keeps running; a
+ * cancelled get returns SHOAL_ECANCELED and the connection serves the
+ * next get (the abandoned reply is read and released first). */
+SH_TEST(a_fibers_get_blocks_only_the_fiber)
+{
+	daemon_store d;
+	daemon_open(&d, 0);
+	shoal_sched *s;
+	CHECK_OK(shoal_sched_create(&s, NULL));
+	fiber_gets g = {.c = connect_path(d.path), .n = 64};
+	for (int i = 0; i < g.n; i++) {
+		char v[16];
+		snprintf(v, sizeof(v), "v%d", i);
+		CHECK_OK(shoal_put_bytes(g.c, NULL, v, strlen(v), 0, &g.ids[i]));
+	}
+	/* stopped store: the getter's first get waits; we go on meanwhile */
+	stop_store(d.pid);
+	shoal_fiber *f;
+	CHECK_OK(shoal_spawn(&f, getter, &g, NULL));
+	int ticks = 0;
+	for (int64_t end = shoal_deadline_in(200 * 1000000LL); shoal_now_ns() < end; ticks++)
+		CHECK_RC(shoal_sleep_until(shoal_deadline_in(1000000)), SHOAL_ETIMEDOUT);
+	CHECK_EQ(g.done, 0);
+	CHECK(atomic_load(&g.in_get));
+	CHECK(ticks >= 50); /* ~1 ms each: this fiber ran all along */
+	CHECK_EQ(kill(d.pid, SIGCONT), 0);
+	CHECK_OK(shoal_join(f, NULL));
+	CHECK_OK(g.rc);
+	CHECK_EQ(g.done, g.n);
+
+	/* cancelled mid-get, then the same connection again */
+	stop_store(d.pid);
+	g.done = 0;
+	CHECK_OK(shoal_spawn(&f, getter, &g, NULL));
+	CHECK_RC(shoal_sleep_until(shoal_deadline_in(50 * 1000000LL)), SHOAL_ETIMEDOUT);
+	CHECK(atomic_load(&g.in_get));
+	CHECK_OK(shoal_cancel(f));
+	CHECK_OK(shoal_join(f, NULL));
+	CHECK_RC(g.rc, SHOAL_ECANCELED);
+	CHECK_EQ(g.done, 0);
+	CHECK_EQ(kill(d.pid, SIGCONT), 0);
+	g.rc = 0;
+	CHECK_OK(shoal_spawn(&f, getter, &g, NULL));
+	CHECK_OK(shoal_join(f, NULL));
+	CHECK_OK(g.rc);
+	CHECK_EQ(g.done, g.n);
+	/* the abandoned get's object was released: only the puts' remain */
+	shoal_store_stat st = stat_of(g.c);
+	CHECK_EQ(st.objects, (uint64_t)g.n);
+	CHECK_EQ(st.clients, 1);
+	CHECK_OK(shoal_disconnect(g.c));
+	shoal_sched_destroy(s);
+	daemon_close(&d);
+	sh_test_leak_check();
 }

@@ -170,7 +170,7 @@ void sh_link_init(sh_link *l, int sock)
 {
 	memset(l, 0, sizeof(*l));
 	l->sock = sock;
-	l->efd = l->efd_down = l->efd_w = l->efd_down_w = -1;
+	l->efd = l->efd_down = l->efd_w = l->efd_down_w = l->efd_conn = -1;
 }
 
 int sh_link_hello(sh_link *l, uint32_t *proto, uint32_t *version)
@@ -224,8 +224,15 @@ int sh_link_accept(sh_link *l, size_t cap, const uint64_t *info, size_t ninfo, c
 	 * descriptor both hold, the connector could clear O_NONBLOCK and
 	 * empty or fill it so that our next read or write blocks this whole
 	 * thread. */
+	/* And the connector's fiber doorbell: a datagram socket pair, one end
+	 * each, rung with send(MSG_DONTWAIT | MSG_NOSIGNAL) (ring.c), so that
+	 * nothing the connector does to its end (fill it, make it blocking,
+	 * close it) blocks or signals us. */
+	int conn_r = -1, sv[2];
 	if ((rc = sh_bell_pair(&l->efd, &l->efd_w)) != 0 ||
-	    (rc = sh_bell_pair(&l->efd_down, &l->efd_down_w)) != 0) {
+	    (rc = sh_bell_pair(&l->efd_down, &l->efd_down_w)) != 0 ||
+	    (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0 &&
+	     (rc = shoal_errno()) != 0)) {
 		close(rfd);
 		/* nothing is attached to the rings yet: a shut must not touch them */
 		sh_shm_unmap(l->mem, l->bytes);
@@ -233,6 +240,8 @@ int sh_link_accept(sh_link *l, size_t cap, const uint64_t *info, size_t ninfo, c
 		return rc;
 	}
 	unsigned char *base = l->mem;
+	l->efd_conn = sv[0];
+	conn_r = sv[1];
 	sh_ring_format(base, one);
 	sh_ring_format(base + one, one);
 	sh_ring_attach(&l->up, base, one, false);
@@ -243,17 +252,20 @@ int sh_link_accept(sh_link *l, size_t cap, const uint64_t *info, size_t ninfo, c
 	l->down.wait_efd = l->efd_down;
 	l->up.wait_wfd = l->efd_w;
 	l->down.wait_wfd = l->efd_down_w;
+	l->up.wake_fiber_efd = l->down.wake_fiber_efd = l->efd_conn;
 	uint64_t words[1 + SH_LINK_INFO_MAX];
 	words[0] = one;
 	if (ninfo)
 		memcpy(words + 1, info, ninfo * 8);
-	int fds[3 + SH_LINK_FDS_MAX] = {rfd, l->efd_w, l->efd_down_w};
+	int fds[SH_LINK_FDS + SH_LINK_FDS_MAX] = {rfd, l->efd_w, l->efd_down_w, conn_r};
 	for (int i = 0; i < nextra; i++)
-		fds[3 + i] = extra[i];
-	while ((rc = sh_fd_send(l->sock, words, (1 + ninfo) * 8, fds, 3 + nextra)) == SHOAL_EAGAIN)
+		fds[SH_LINK_FDS + i] = extra[i];
+	while ((rc = sh_fd_send(l->sock, words, (1 + ninfo) * 8, fds, SH_LINK_FDS + nextra)) ==
+	       SHOAL_EAGAIN)
 		if ((rc = shoal_fd_wait(l->sock, SHOAL_FD_OUT, SHOAL_FOREVER, NULL)) != 0)
 			break;
 	close(rfd);
+	close(conn_r);
 	return rc;
 }
 
@@ -304,8 +316,8 @@ int sh_link_connect_to(sh_link *l, const char *path, uint32_t proto, uint32_t ve
 		return SHOAL_EINVAL;
 	}
 	strcpy(a.sun_path, path);
-	int rc = 0, fds[3 + SH_LINK_FDS_MAX], nfds = 0;
-	for (int i = 0; i < 3 + SH_LINK_FDS_MAX; i++)
+	int rc = 0, fds[SH_LINK_FDS + SH_LINK_FDS_MAX], nfds = 0;
+	for (int i = 0; i < SH_LINK_FDS + SH_LINK_FDS_MAX; i++)
 		fds[i] = -1;
 	l->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (l->sock < 0 || (rc = sh_link_sock_timeouts(l->sock, deadline)) != 0 ||
@@ -338,22 +350,23 @@ int sh_link_connect_to(sh_link *l, const char *path, uint32_t proto, uint32_t ve
 	uint64_t words[1 + SH_LINK_INFO_MAX];
 	size_t got = 0, one;
 	if ((rc = sh_fd_send(l->sock, hello, sizeof(hello), NULL, 0)) != 0 ||
-	    (rc = sh_fd_recv(l->sock, words, (1 + ninfo) * 8, &got, fds, 3 + nextra, &nfds)) != 0) {
+	    (rc = sh_fd_recv(l->sock, words, (1 + ninfo) * 8, &got, fds, SH_LINK_FDS + nextra,
+			     &nfds)) != 0) {
 		if (rc == SHOAL_EAGAIN)
 			rc = SHOAL_ETIMEDOUT;
 		snprintf(why, whylen, "set-up with %s: %s%s", path, shoal_strerror(rc),
 			 rc == SHOAL_ETIMEDOUT ? " (the server did not answer in time)" : "");
 		goto fail;
 	}
-	if (got != (1 + ninfo) * 8 || nfds != 3 + nextra || sh_ring_bytes(cap, &one) != 0 ||
-	    words[0] != one) {
+	if (got != (1 + ninfo) * 8 || nfds != SH_LINK_FDS + nextra ||
+	    sh_ring_bytes(cap, &one) != 0 || words[0] != one) {
 		rc = SHOAL_EPROTO;
 		snprintf(why, whylen,
 			 "set-up with %s: %zu bytes and %d descriptors, rings of %llu bytes; "
 			 "expected %zu bytes, %d descriptors, rings of %zu (a server of another "
 			 "protocol or version?)",
 			 path, got, nfds, got >= 8 ? (unsigned long long)words[0] : 0,
-			 (1 + ninfo) * 8, 3 + nextra, cap);
+			 (1 + ninfo) * 8, SH_LINK_FDS + nextra, cap);
 		goto fail;
 	}
 	l->bytes = 2 * one;
@@ -361,6 +374,17 @@ int sh_link_connect_to(sh_link *l, const char *path, uint32_t proto, uint32_t ve
 	if (fstat(fds[0], &st) != 0 || (uint64_t)st.st_size < l->bytes) {
 		rc = SHOAL_EPROTO;
 		snprintf(why, whylen, "set-up with %s: the rings' memory is too small", path);
+		goto fail;
+	}
+	/* The fiber doorbell: a datagram socket, or nothing we would wait on
+	 * (read with MSG_DONTWAIT: its blocking flag is the server's too). */
+	int type = 0;
+	socklen_t tl = sizeof(type);
+	if (fstat(fds[3], &st) != 0 || !S_ISSOCK(st.st_mode) ||
+	    getsockopt(fds[3], SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_DGRAM) {
+		rc = SHOAL_EPROTO;
+		snprintf(why, whylen, "set-up with %s: the doorbell is not a datagram socket",
+			 path);
 		goto fail;
 	}
 	if (!sh_memfd_size_fixed(fds[0])) {
@@ -388,6 +412,7 @@ int sh_link_connect_to(sh_link *l, const char *path, uint32_t proto, uint32_t ve
 	}
 	l->efd = fds[1];
 	l->efd_down = fds[2];
+	l->efd_conn = fds[3];
 	/* The acceptor sleeps on its doorbells; we sleep on the futexes. */
 	l->up.wake_efd = l->efd;
 	l->down.wake_efd = l->efd_down;
@@ -395,13 +420,13 @@ int sh_link_connect_to(sh_link *l, const char *path, uint32_t proto, uint32_t ve
 	if (ninfo)
 		memcpy(info, words + 1, ninfo * 8);
 	for (int i = 0; i < nextra; i++)
-		extra[i] = fds[3 + i];
+		extra[i] = fds[SH_LINK_FDS + i];
 	return 0;
 fail:
-	for (int i = 0; i < 3 + SH_LINK_FDS_MAX; i++)
+	for (int i = 0; i < SH_LINK_FDS + SH_LINK_FDS_MAX; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-	l->efd = l->efd_down = -1;
+	l->efd = l->efd_down = l->efd_conn = -1;
 	sh_link_fini(l);
 	return rc;
 }
@@ -429,8 +454,8 @@ void sh_link_fini(sh_link *l)
 	bool fiber = shoal_sched_current() != NULL; /* our poller may know them */
 	if (l->mem)
 		sh_shm_unmap(l->mem, l->bytes);
-	int fds[4] = {l->efd, l->efd_down, l->efd_w, l->efd_down_w};
-	for (int i = 0; i < 4; i++) {
+	int fds[5] = {l->efd, l->efd_down, l->efd_w, l->efd_down_w, l->efd_conn};
+	for (int i = 0; i < 5; i++) {
 		if (fds[i] < 0)
 			continue;
 		if (fiber)

@@ -9,9 +9,10 @@
  * that it sleeps on (so that waiting blocks only its fiber), a pipe whose
  * read end only it holds (so that the connector cannot make it block),
  * and answers with the ring size, words of its protocol's own, and
- * descriptors: the rings, the doorbells' write ends, and what else the
- * protocol adds. The connector, a thread, sleeps on the rings' futexes and
- * rings the acceptor's doorbells.
+ * descriptors: the rings, the doorbells' write ends, one end of a
+ * doorbell for the connector's fibers, and what else the protocol adds.
+ * The connector rings the acceptor's doorbells; a thread of it sleeps on
+ * the rings' futexes, a fiber on its doorbell (ring.h: SH_RING_WAIT_BELL).
  *
  * Also here: where the default sockets live (a directory of this user's
  * that no one else may enter), listening, and who may connect (our uid,
@@ -26,6 +27,7 @@
 #define SH_LINK_MAGIC 0x4b4e4c53u /* "SLNK": the first word of a hello */
 #define SH_LINK_INFO_MAX 8	  /* words of a protocol's own in the answer */
 #define SH_LINK_FDS_MAX 4	  /* descriptors of a protocol's own in the answer */
+#define SH_LINK_FDS 4 /* the answer's own: rings, two doorbells, the connector's doorbell */
 
 typedef struct sh_link {
 	/* efd, efd_down: the acceptor's doorbells (-1: none yet), one per
@@ -34,6 +36,12 @@ typedef struct sh_link {
 	 * read ends here and their write ends in efd_w, efd_down_w (to wake
 	 * its own fibers); the connector holds the write ends here. */
 	int sock, efd, efd_down, efd_w, efd_down_w;
+	/* efd_conn: the connector's fiber doorbell, a datagram socket pair the
+	 * acceptor made, one end each: the acceptor rings it when the
+	 * connector's wait flag says SH_RING_WAIT_BELL (ring.c). A
+	 * connector whose requests may come from fibers sets its rings'
+	 * fiber_efd to it; one fiber at a time may wait on it. -1: none. */
+	int efd_conn;
 	void *mem; /* the two rings */
 	size_t bytes;
 	sh_ring up, down; /* connector -> acceptor, acceptor -> connector */

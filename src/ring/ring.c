@@ -9,6 +9,8 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/socket.h>
 
 #define RING_MAGIC 0x676e6972u /* "ring" */
 #define RING_VERSION 1u
@@ -94,6 +96,8 @@ int sh_ring_attach(sh_ring *r, void *mem, size_t bytes, bool producer)
 		       .wait_efd = -1,
 		       .wait_wfd = -1,
 		       .wake_efd = -1,
+		       .fiber_efd = -1,
+		       .wake_fiber_efd = -1,
 		       .peer_fd = -1};
 	return 0;
 }
@@ -105,17 +109,44 @@ size_t sh_ring_max_payload(const sh_ring *r)
 
 /* ---- doorbells ---------------------------------------------------------------- */
 
-/* Clears a wait flag that is set and wakes its sleeper, the way it sleeps:
- * on efd when that is a descriptor, else on the flag as a futex. */
-static bool wake_sleeper(_Atomic uint32_t *flag, int efd)
+/* The fiber doorbell (link.h: efd_conn) is a datagram socket pair whose
+ * other end the peer holds: sent to without blocking and without SIGPIPE
+ * whatever the peer does to its end (full, blocking, closed: a pipe's
+ * writer would get SIGPIPE once the reader is gone). */
+static void ring_peer_bell(int fd)
 {
-	if (!atomic_exchange_explicit(flag, 0, memory_order_seq_cst))
+	static const char one = 1;
+	while (send(fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno == EINTR)
+		;
+}
+
+/* Clears a wait flag that is set and wakes its sleeper, the way it sleeps:
+ * on fiber_efd when the flag says a fiber sleeps there and we have it, else
+ * on efd when that is a descriptor, else on the flag as a futex. The flag
+ * may be the peer's to write: whatever it says, we only ring a doorbell of
+ * ours (vmsplice, never blocking) or wake a futex. */
+static bool wake_sleeper(_Atomic uint32_t *flag, int efd, int fiber_efd)
+{
+	uint32_t was = atomic_exchange_explicit(flag, 0, memory_order_seq_cst);
+	if (!was)
 		return false; /* not asleep, or someone else rang */
-	if (efd >= 0)
+	if (was == SH_RING_WAIT_BELL && fiber_efd >= 0)
+		ring_peer_bell(fiber_efd);
+	else if (efd >= 0)
 		sh_bell_ring(efd);
 	else
 		sh_futex_wake(flag, true);
 	return true;
+}
+
+/* Empties the fiber doorbell (MSG_DONTWAIT: the peer made the socket and
+ * may have made it blocking); a bounded number of rings, the rest are
+ * spurious wake-ups at worst. */
+static void drain_peer_bell(int fd)
+{
+	char b;
+	for (int i = 0; i < 64 && recv(fd, &b, 1, MSG_DONTWAIT) >= 0; i++)
+		;
 }
 
 static void ring_bell(sh_ring *r, _Atomic uint32_t *flag)
@@ -125,7 +156,7 @@ static void ring_bell(sh_ring *r, _Atomic uint32_t *flag)
 	 * we published, or we see its flag. */
 	if (sh_likely(!atomic_load_explicit(flag, memory_order_seq_cst)))
 		return;
-	if (wake_sleeper(flag, r->wake_efd))
+	if (wake_sleeper(flag, r->wake_efd, r->wake_fiber_efd))
 		r->wakes++;
 }
 
@@ -153,14 +184,20 @@ static int wait_for(sh_ring *r, uint64_t need, int64_t deadline)
 	_Atomic uint32_t *flag = r->producer ? &r->sh->space_wait : &r->sh->data_wait;
 	int64_t t0 = shoal_now_ns();
 	/* A fiber spins by yielding, so the other fibers of its thread (a
-	 * server's other connections) keep running while it waits. */
-	bool fiber = r->wait_efd >= 0 && shoal_sched_current() != NULL;
+	 * server's other connections) keep running while it waits. It sleeps
+	 * on a doorbell (its own, or the fiber doorbell the peer made for it),
+	 * a thread on the futex or its own doorbell. */
+	bool fiber = (r->wait_efd >= 0 || r->fiber_efd >= 0) && shoal_sched_current() != NULL;
+	int bell = r->wait_efd >= 0 ? r->wait_efd : fiber ? r->fiber_efd : -1;
+	uint32_t mark = bell >= 0 && bell != r->wait_efd ? SH_RING_WAIT_BELL : SH_RING_WAIT_FUTEX;
 	for (uint32_t i = 1;; i++) {
 		if (ready(r, need))
 			return 0;
-		if (fiber)
-			shoal_yield();
-		else
+		if (fiber) {
+			/* cancelled: at once, not after the spin */
+			if (shoal_yield() == SHOAL_ECANCELED)
+				return SHOAL_ECANCELED;
+		} else
 			sh_cpu_relax();
 		if (fiber || (i & 63) == 0) {
 			int64_t now = shoal_now_ns();
@@ -169,7 +206,7 @@ static int wait_for(sh_ring *r, uint64_t need, int64_t deadline)
 		}
 	}
 	for (;;) {
-		atomic_store_explicit(flag, 1, memory_order_seq_cst);
+		atomic_store_explicit(flag, mark, memory_order_seq_cst);
 		if (ready(r, need)) {
 			atomic_store_explicit(flag, 0, memory_order_relaxed);
 			return 0;
@@ -179,7 +216,7 @@ static int wait_for(sh_ring *r, uint64_t need, int64_t deadline)
 			return SHOAL_ETIMEDOUT;
 		}
 		r->sleeps++;
-		if (r->wait_efd >= 0 && fiber) {
+		if (bell >= 0 && fiber) {
 			/* A fiber waits on one descriptor at a time: with a peer to
 			 * watch it sleeps in slices and looks at the peer between. */
 			int64_t until = deadline;
@@ -188,9 +225,11 @@ static int wait_for(sh_ring *r, uint64_t need, int64_t deadline)
 				if (until == SHOAL_FOREVER || slice < until)
 					until = slice;
 			}
-			int rc = shoal_fd_wait(r->wait_efd, SHOAL_FD_IN, until, NULL);
-			if (rc == 0)
-				sh_bell_drain(r->wait_efd);
+			int rc = shoal_fd_wait(bell, SHOAL_FD_IN, until, NULL);
+			if (rc == 0 && bell == r->wait_efd)
+				sh_bell_drain(bell);
+			else if (rc == 0)
+				drain_peer_bell(bell);
 			else if (rc != SHOAL_ETIMEDOUT) {
 				atomic_store_explicit(flag, 0, memory_order_relaxed);
 				return rc; /* cancelled */
@@ -398,5 +437,5 @@ void sh_ring_close(sh_ring *r)
 	_Atomic uint32_t *mine = r->producer ? &r->sh->space_wait : &r->sh->data_wait;
 	_Atomic uint32_t *theirs = r->producer ? &r->sh->data_wait : &r->sh->space_wait;
 	ring_bell(r, theirs);
-	wake_sleeper(mine, r->wait_wfd >= 0 ? r->wait_wfd : r->wait_efd);
+	wake_sleeper(mine, r->wait_wfd >= 0 ? r->wait_wfd : r->wait_efd, -1);
 }

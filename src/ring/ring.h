@@ -36,21 +36,35 @@ typedef struct sh_ring {
 	uint64_t cur;	  /* consumer: bytes of the record being read (0: none) */
 	uint32_t spin_ns; /* how long to spin before sleeping */
 	bool producer;
-	int wait_efd; /* -1: sleep on the futex; else sleep on this doorbell's
-		       * read end (sh_bell_pair: a fiber blocks in the poller, a
-		       * thread polls) */
-	int wait_wfd; /* the write end of wait_efd's doorbell, for waking our own
-		       * sleeper (a close); -1: wait_efd is an eventfd of ours */
-	int wake_efd; /* -1: wake the peer with the futex; else ring this
-		       * doorbell's write end (sh_bell_ring) */
-	int peer_fd;  /* a thread sleeping on wait_efd also polls this (a fiber:
-		       * every 10 ms); when it is readable (a pidfd: the peer
-		       * exited) the wait fails with SHOAL_ECONNRESET. With one,
-		       * a sleeper also re-checks the ring every 10 ms: it does
-		       * not rely on the peer's doorbell alone. -1: none */
+	int wait_efd;	    /* -1: sleep on the futex; else sleep on this doorbell's
+			     * read end (sh_bell_pair: a fiber blocks in the poller, a
+			     * thread polls) */
+	int wait_wfd;	    /* the write end of wait_efd's doorbell, for waking our own
+			     * sleeper (a close); -1: wait_efd is an eventfd of ours */
+	int wake_efd;	    /* -1: wake the peer with the futex; else ring this
+			     * doorbell's write end (sh_bell_ring) */
+	int fiber_efd;	    /* -1: none; else a doorbell (link.h: efd_conn) that a fiber of
+			     * ours (a thread still sleeps on the futex) sleeps on
+			     * when wait_efd is -1, saying so to the peer with the
+			     * wait flag's value SH_RING_WAIT_BELL: the connector of
+			     * a link, whose peer made the doorbell (link.h) */
+	int wake_fiber_efd; /* the write end of the peer's fiber_efd, rung instead
+			     * of wake_efd or the futex when the peer's wait flag
+			     * says SH_RING_WAIT_BELL; -1: none */
+	int peer_fd;	    /* a thread sleeping on wait_efd also polls this (a fiber:
+			     * every 10 ms); when it is readable (a pidfd: the peer
+			     * exited) the wait fails with SHOAL_ECONNRESET. With one,
+			     * a sleeper also re-checks the ring every 10 ms: it does
+			     * not rely on the peer's doorbell alone. -1: none */
 	/* counters for benchmarks and tests */
 	uint64_t sleeps, wakes;
 } sh_ring;
+
+/* The values of a wait flag: a sleeper on the futex or its own doorbell
+ * (wait_efd), or a fiber on fiber_efd. The peer's value is only a hint
+ * which way to wake it: any other nonzero value wakes the futex. */
+#define SH_RING_WAIT_FUTEX 1u
+#define SH_RING_WAIT_BELL 2u
 
 /* The bytes of shared memory a ring with cap data bytes needs. cap must be
  * a power of two of at least 4 KiB. */

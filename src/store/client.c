@@ -145,6 +145,11 @@ int shoal_connect_with(shoal_client **out, const char *path, const shoal_connect
 	if ((rc = sh_link_sock_timeouts(c->l.sock, shoal_deadline_in(c->timeout_ns))) != 0)
 		goto fail;
 	c->l.down.spin_ns = REPLY_SPIN_NS;
+	/* A request from a fiber waits on the doorbell the store made for us,
+	 * in the fiber's poller, so the thread's other fibers run meanwhile; a
+	 * thread's still sleeps on the futex. One request at a time, so one
+	 * doorbell serves both rings. */
+	c->l.up.fiber_efd = c->l.down.fiber_efd = c->l.efd_conn;
 	*out = c;
 	return 0;
 fail:
@@ -170,8 +175,12 @@ int shoal_disconnect(shoal_client *c)
 
 /* ---- requests ---- */
 
+static void drain(shoal_client *c);
+
 void sh_client_begin(shoal_client *c, msgpack_packer *pk)
 {
+	if (sh_unlikely(c->pending))
+		drain(c); /* before c->out is ours: undoing may send a request */
 	sh_wbuf_frame_begin(&c->out);
 	sh_wbuf_packer(&c->out, pk);
 }
@@ -223,12 +232,48 @@ void shoal_client_set_interrupt(shoal_client *c, shoal_interrupt_fn fn, void *ar
 	}
 }
 
+/* Reads the reply to request seq (op) into c->in, *got and *len carrying
+ * the progress (sh_msg_read_part), in slices looking at the store, until
+ * deadline, and checks its frame. SHOAL_ECANCELED leaves the connection
+ * as it is (the caller keeps the progress); any other failure breaks it. */
+static int read_reply(shoal_client *c, uint16_t op, uint32_t seq, size_t *got, size_t *len,
+		      int64_t deadline, sh_frame *r)
+{
+	int rc;
+	while ((rc = sh_msg_read_part(&c->l.down, &c->in, &c->in_cap, got, len,
+				      SH_STORE_REPLY_MAX + 4096,
+				      shoal_deadline_in(LIVENESS_SLICE_NS))) == SHOAL_ETIMEDOUT)
+		if ((rc = check_live(c)) != 0 || (rc = check_deadline(c, deadline, op)) != 0)
+			return rc;
+	if (rc == SHOAL_ECANCELED)
+		return rc;
+	if (rc) {
+		c->broken = true;
+		return sh_client_fail(c, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
+				      "waiting for the store: %s", shoal_strerror(rc));
+	}
+	c->in_len = *len;
+	char why[160] = "";
+	if (sh_frame_decode(c->in, *len, r, why, sizeof(why)) != 0 || r->seq != seq ||
+	    r->op != op || r->oob) {
+		c->broken = true;
+		return sh_client_fail(c, SHOAL_EPROTO, "reply to request %u (op %u): %s", seq, op,
+				      why[0] ? why
+					     : "wrong sequence number or op, or out-of-band bytes");
+	}
+	return 0;
+}
+
 int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 {
 	if (!noreply) /* fire-and-forget requests keep the last failure's message */
 		c->err[0] = 0;
 	if (c->broken)
 		return sh_client_fail(c, SHOAL_ECONNRESET, "the connection to the store is broken");
+	if (c->pending) /* drain() was cancelled too */
+		return sh_client_fail(c, SHOAL_ECANCELED,
+				      "cancelled while the reply to an earlier cancelled request "
+				      "was read");
 	sh_frame f = {.op = op, .seq = ++c->seq, .flags = noreply ? SH_FRAME_NOREPLY : 0};
 	int rc = sh_wbuf_frame_end(&c->out, &f);
 	if (rc)
@@ -247,6 +292,8 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 			return rc;
 	if (c->out.cap > SH_MSG_BUF_KEEP)
 		sh_wbuf_fini(&c->out);
+	if (rc == SHOAL_ECANCELED && done == 0) /* nothing of it went */
+		return sh_client_fail(c, rc, "request op %u cancelled before it was sent", op);
 	if (rc) {
 		c->broken = true;
 		return sh_client_fail(c, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
@@ -255,26 +302,22 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 	if (noreply)
 		return 0;
 	size_t got = 0, len = 0;
-	while ((rc = sh_msg_read_part(&c->l.down, &c->in, &c->in_cap, &got, &len,
-				      SH_STORE_REPLY_MAX + 4096,
-				      shoal_deadline_in(LIVENESS_SLICE_NS))) == SHOAL_ETIMEDOUT)
-		if ((rc = check_live(c)) != 0 || (rc = check_deadline(c, deadline, op)) != 0)
-			return rc;
-	if (rc) {
-		c->broken = true;
-		return sh_client_fail(c, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
-				      "waiting for the store: %s", shoal_strerror(rc));
-	}
-	c->in_len = len;
 	sh_frame r;
-	char why[160] = "";
-	if (sh_frame_decode(c->in, len, &r, why, sizeof(why)) != 0 || r.seq != f.seq ||
-	    r.op != op || r.oob) {
-		c->broken = true;
-		return sh_client_fail(c, SHOAL_EPROTO, "reply to request %u (op %u): %s", f.seq, op,
-				      why[0] ? why
-					     : "wrong sequence number or op, or out-of-band bytes");
+	if ((rc = read_reply(c, op, f.seq, &got, &len, deadline, &r)) == SHOAL_ECANCELED) {
+		/* The reply still comes: the next request reads it first. */
+		c->pending = true;
+		c->pend_op = op;
+		c->pend_seq = f.seq;
+		c->pend_got = got;
+		c->pend_len = len;
+		return sh_client_fail(
+			c, rc,
+			"request op %u cancelled; its reply is read and undone before "
+			"the next request",
+			op);
 	}
+	if (rc)
+		return rc;
 	sh_mp_init(m, c->in + SH_FRAME_HDR, r.body_len);
 	if (r.status != 0) {
 		const char *msg = "";
@@ -481,6 +524,8 @@ static void object_drop(shoal_object *o)
 	SH_DELETE(o);
 }
 
+static int get_reply(shoal_client *c, sh_mp *mp, shoal_id id, shoal_object **out);
+
 static int get(shoal_client *c, const char *name, shoal_id id, unsigned flags, shoal_object **out)
 {
 	if (!c || !out || (!name && !id))
@@ -510,6 +555,15 @@ static int get(shoal_client *c, const char *name, shoal_id id, unsigned flags, s
 	}
 	if (rc)
 		return rc;
+	return get_reply(c, &m, id, out);
+}
+
+/* A GET's reply in m: the object (of that id, unless 0), its new
+ * segments' descriptors from the socket, mapped. */
+static int get_reply(shoal_client *c, sh_mp *mp, shoal_id id, shoal_object **out)
+{
+	sh_mp m = *mp;
+	int rc = 0;
 	shoal_object *o = SH_NEW(shoal_object);
 	if (!o)
 		return SHOAL_ENOMEM; /* the store holds a reference until we disconnect */
@@ -616,6 +670,52 @@ int shoal_get_with(shoal_client *c, const char *name, shoal_id id, unsigned flag
 	if ((name && !*name) || (name && id) || (flags & ~(unsigned)SHOAL_GET_LOCAL))
 		return SHOAL_EINVAL;
 	return get(c, name, id, flags, out);
+}
+
+/* Reads the reply of the request whose caller was cancelled and undoes
+ * what the store did for it: a GET's object is taken (its segments'
+ * descriptors are on the socket, ahead of the next reply's) and released,
+ * a CREATE's region received and aborted; other replies change nothing of
+ * ours and are dropped. Cancelled again, it is left for the next request. */
+static void drain(shoal_client *c)
+{
+	c->pending = false;
+	size_t got = c->pend_got, len = c->pend_len;
+	uint16_t op = c->pend_op;
+	sh_frame r;
+	int rc = read_reply(c, op, c->pend_seq, &got, &len, shoal_deadline_in(c->timeout_ns), &r);
+	if (rc == SHOAL_ECANCELED) {
+		c->pending = true;
+		c->pend_got = got;
+		c->pend_len = len;
+		return;
+	}
+	if (rc || r.status != 0)
+		return; /* broken, or the store did nothing */
+	sh_mp m;
+	sh_mp_init(&m, c->in + SH_FRAME_HDR, r.body_len);
+	if (op == SH_OP_GET) {
+		shoal_object *o;
+		if (get_reply(c, &m, 0, &o) == 0)
+			shoal_object_release(o);
+	} else if (op == SH_OP_CREATE) {
+		uint32_t n;
+		uint64_t seg;
+		int fd;
+		if (sh_mp_array(&m, &n) || n != 1 || sh_mp_uint(&m, &seg) || seg == 0) {
+			c->broken = true;
+			sh_client_fail(c, SHOAL_EPROTO, "CREATE reply: expected [segment]");
+			return;
+		}
+		if (sh_client_recv_fds(c, &seg, &fd, 1) != 0)
+			return;
+		close(fd);
+		msgpack_packer pk;
+		sh_client_begin(c, &pk);
+		msgpack_pack_array(&pk, 1);
+		msgpack_pack_uint64(&pk, seg);
+		sh_client_call(c, SH_OP_ABORT, true, &m);
+	}
 }
 
 int shoal_object_release(shoal_object *o)

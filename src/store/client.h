@@ -90,6 +90,15 @@ struct shoal_client {
 	shoal_interrupt_fn interrupt;
 	void *interrupt_arg;
 	bool broken; /* the store is gone, spoke garbage or stopped answering */
+	/* A request whose caller was cancelled (shoal_cancel of its fiber)
+	 * while the reply was on its way: the reply is read and undone (a GET's
+	 * object released, a CREATE's region aborted) before the next request,
+	 * so the rings stay in step and the connection stays usable. pend_got
+	 * and pend_len: the reply's bytes read so far, as sh_msg_read_part. */
+	bool pending;
+	uint16_t pend_op;
+	uint32_t pend_seq;
+	size_t pend_got, pend_len;
 	char err[512];
 };
 

@@ -46,11 +46,12 @@
 #include <unistd.h>
 
 /* Every connection holds FDS_PER_CONN descriptors (its socket, two
- * doorbells' two ends) and every segment one, all within RLIMIT_NOFILE: a
+ * doorbells' two ends, the write end of the client's fiber doorbell) and
+ * every segment one, all within RLIMIT_NOFILE: a
  * client that made segments or connections until none was left would stop
  * the store from accepting anyone. Connections may use the whole budget,
  * segments all but what keeps FD_SPARE_CONNS connections possible. */
-#define FDS_PER_CONN 5
+#define FDS_PER_CONN 6
 #define FD_SPARE_CONNS 32
 
 static uint64_t fds_held(const shoal_store *s)

@@ -1692,7 +1692,7 @@ static void *accept_main(void *arg)
  * LOCAL_SPARE descriptors' worth of local ones. */
 #define TCP_HELLOS 64
 #define TCP_HELLOS_PER_SOURCE 16
-#define FDS_PER_CONN 6
+#define FDS_PER_CONN 7 /* 6 before the link's connector doorbell (efd_conn) */
 #define LOCAL_SPARE 32
 
 static void *tcp_accept_main(void *arg)
