@@ -63,6 +63,8 @@ void sh_py_lock(pthread_mutex_t *mu)
 }
 
 typedef int (*job_fn)(ShClient *c, void *arg);
+static int run_tasklet(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen,
+		       int64_t timeout_ns, bool main);
 
 /* A timeout argument: absent (NULL) is the connection's, None no bound,
  * else seconds > 0. */
@@ -110,10 +112,33 @@ static int py_interrupted(void *arg)
 	return w->interrupted;
 }
 
+/* The same in a thread with tasklets, where the call keeps the GIL
+ * (sh_tl_blocking_begin): it is held whenever the call's fiber runs. */
+static int py_interrupted_held(void *arg)
+{
+	waiter *w = arg;
+	if (PyOS_InterruptOccurred())
+		w->interrupted = true;
+	return w->interrupted;
+}
+
+/* Objects a tasklet dropped while another tasklet of the thread was inside
+ * a call on the connection: released now, by that call (mutex held). */
+static void release_dropped(ShClient *self)
+{
+	while (self->ndropped) {
+		shoal_object_release(self->dropped[--self->ndropped]);
+		self->nobjs--;
+	}
+}
+
 /* Runs fn under the connection's mutex with the GIL released, within
  * timeout_ns (SH_PY_CONN_TIMEOUT: the connection's). On failure err holds the
  * message (copied under the mutex: the next call on the connection
- * overwrites the client's). Returns 1 when a Python exception is set. */
+ * overwrites the client's). Returns 1 when a Python exception is set.
+ * On a thread with tasklets the GIL stays held and only the calling
+ * tasklet waits (module.h: sh_tl_blocking_begin); the tasklets of the
+ * thread take turns at the connection (sh_tl_turn_take). */
 static int run(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen, int64_t timeout_ns)
 {
 	int rc;
@@ -122,6 +147,8 @@ static int run(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen, i
 		return 1; /* raised */
 	bool main = _PyOS_IsMainThread();
 	waiter w = {0};
+	if (sh_tl_active())
+		return run_tasklet(self, fn, arg, err, errlen, timeout_ns, main);
 	w.ts = PyEval_SaveThread();
 	pthread_mutex_lock(&self->mu);
 	if (!self->c || self->closed) {
@@ -152,6 +179,58 @@ static int run(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen, i
 	return rc;
 }
 
+static int run_tasklet(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen,
+		       int64_t timeout_ns, bool main)
+{
+	sh_tl_turn turn;
+	if (sh_tl_turn_take(&turn, self, "a store call") != 0)
+		return 1;
+	/* Another thread's call may hold the mutex: waiting for it blocks
+	 * this whole thread (no switch happens meanwhile), with the GIL
+	 * released so that thread can finish. */
+	sh_py_lock(&self->mu);
+	int rc;
+	bool killed = false;
+	waiter w = {0};
+	if (!self->c || self->closed) {
+		rc = SHOAL_ECLOSED;
+		snprintf(err, errlen, "the connection is closed");
+	} else {
+		int64_t old = 0;
+		if (timeout_ns != SH_PY_CONN_TIMEOUT)
+			old = shoal_client_set_timeout(self->c, timeout_ns);
+		if (main)
+			shoal_client_set_interrupt(self->c, py_interrupted_held, &w);
+		sh_tl_blocking b;
+		sh_tl_blocking_begin(&b);
+		rc = fn(self, arg);
+		killed = sh_tl_blocking_end(&b, rc);
+		if (main)
+			shoal_client_set_interrupt(self->c, NULL, NULL);
+		if (timeout_ns != SH_PY_CONN_TIMEOUT)
+			shoal_client_set_timeout(self->c, old);
+		if (rc && !err[0])
+			snprintf(err, errlen, "%s", shoal_client_error(self->c));
+		if (self->ndropped) {
+			sh_tl_blocking_begin(&b);
+			release_dropped(self);
+			sh_tl_blocking_end(&b, 0);
+		}
+	}
+	pthread_mutex_unlock(&self->mu);
+	sh_tl_turn_give(&turn);
+	if (killed) {
+		sh_tl_raise_killed();
+		return 1;
+	}
+	if (w.interrupted) {
+		PyErr_SetInterruptEx(SIGINT);
+		if (PyErr_CheckSignals() != 0)
+			return 1;
+	}
+	return rc;
+}
+
 /* run() and, on failure, the exception. */
 static int call(ShClient *self, job_fn fn, void *arg, int64_t timeout_ns)
 {
@@ -164,6 +243,50 @@ static int call(ShClient *self, job_fn fn, void *arg, int64_t timeout_ns)
 		return -1;
 	}
 	return 0;
+}
+
+/* sh_py_object_drop on a thread with tasklets, where it may run at any
+ * point of a tasklet (a dealloc), so it never waits for a turn: with
+ * another tasklet of the thread inside a call on c (whose wait must not be
+ * interleaved with a request of ours), the object is left for that call
+ * to release as it ends. */
+static void drop_in_tasklets(ShClient *c, shoal_object *so)
+{
+	if (sh_tl_turn_held(c)) {
+		if (c->ndropped == c->dropped_cap) {
+			size_t cap = c->dropped_cap ? 2 * c->dropped_cap : 16;
+			shoal_object **d = PyMem_RawRealloc(c->dropped, cap * sizeof(*d));
+			if (!d) {
+				/* no memory to defer it: the store keeps the
+				 * reference until the connection closes */
+				c->nobjs--;
+				return;
+			}
+			c->dropped = d;
+			c->dropped_cap = cap;
+		}
+		c->dropped[c->ndropped++] = so;
+		return;
+	}
+	sh_tl_turn turn;
+	PyObject *et, *ev, *tb;
+	PyErr_Fetch(&et, &ev, &tb);
+	int taken = sh_tl_turn_take(&turn, c, "an object's release");
+	PyErr_Clear(); /* free just now: it never waits, nor fails */
+	PyErr_Restore(et, ev, tb);
+	(void)taken;
+	sh_py_lock(&c->mu);
+	sh_tl_blocking b;
+	sh_tl_blocking_begin(&b);
+	shoal_object_release(so);
+	sh_tl_blocking_end(&b, 0);
+	c->nobjs--;
+	if (c->closed && c->nobjs == 0 && c->c) {
+		shoal_disconnect(c->c);
+		c->c = NULL;
+	}
+	pthread_mutex_unlock(&c->mu);
+	sh_tl_turn_give(&turn);
 }
 
 void sh_py_object_drop(ShObject *o)
@@ -179,6 +302,10 @@ void sh_py_object_drop(ShObject *o)
 	}
 	if (foreign(c))
 		return; /* the parent's: leave it be */
+	if (sh_tl_active()) {
+		drop_in_tasklets(c, so);
+		return;
+	}
 	PyThreadState *ts_ = PyEval_SaveThread();
 	pthread_mutex_lock(&c->mu);
 	shoal_object_release(so);
@@ -438,6 +565,7 @@ static void client_dealloc(ShClient *self)
 		}
 		pthread_mutex_destroy(&self->mu);
 	}
+	PyMem_RawFree(self->dropped); /* empty: the call that held the turn held us */
 	Py_CLEAR(self->socket);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -449,6 +577,10 @@ static PyObject *client_close(ShClient *self, PyObject *unused)
 		__atomic_store_n(&self->closed, true, __ATOMIC_RELAXED);
 		Py_RETURN_NONE;
 	}
+	/* With tasklets: after the call of another tasklet of the thread */
+	sh_tl_turn turn;
+	if (sh_tl_turn_take(&turn, self, "Client.close") != 0)
+		return NULL;
 	PyThreadState *ts_ = PyEval_SaveThread();
 	pthread_mutex_lock(&self->mu);
 	__atomic_store_n(&self->closed, true, __ATOMIC_RELAXED);
@@ -460,6 +592,7 @@ static PyObject *client_close(ShClient *self, PyObject *unused)
 	}
 	pthread_mutex_unlock(&self->mu);
 	PyEval_RestoreThread(ts_);
+	sh_tl_turn_give(&turn);
 	Py_RETURN_NONE;
 }
 

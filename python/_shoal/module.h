@@ -32,6 +32,10 @@ typedef struct {
 	bool closed;		       /* close() was called: no new calls */
 	size_t nobjs;		       /* Objects still holding a shoal_object */
 	PyObject *socket;	       /* str */
+	/* Objects dropped by a tasklet while another tasklet of the thread was
+	 * inside a call on c: released by that call as it ends (GIL held). */
+	shoal_object **dropped;
+	size_t ndropped, dropped_cap;
 } ShClient;
 
 /* A got object: one reference on the store's object until released; or
@@ -191,6 +195,48 @@ const char *sh_py_cstr(PyObject *s, const char *what);
 
 extern PyTypeObject ShTasklet_Type, ShChannel_Type;
 extern PyObject *ShTaskletExit;
+/* Shoal's blocking C calls from Python (tasklet.c, its last block).
+ * Outside tasklets (the thread has no tasklet state) a call runs with the
+ * GIL released, as always. On a thread with tasklet state (in any of its
+ * contexts, the main one too) a shoal wait inside the call (a store
+ * client's, in the poller) suspends only the calling fiber and runs the
+ * thread's others, Python code of theirs: so the GIL is kept (the idle hook
+ * lets go of it when every context waits) and the per-tasklet fields of
+ * the thread state are saved and restored around the call, as at a switch.
+ * A kill of the tasklet meanwhile cancels its fiber's wait (SHOAL_ECANCELED
+ * from the call). */
+typedef struct sh_tl_blocking {
+	void *tl, *me; /* NULL tl: outside tasklets */
+	PyThreadState *ts;
+	_Alignas(16) unsigned char st[96]; /* tasklet_pystate.h's sh_pystate */
+} sh_tl_blocking;
+void sh_tl_blocking_begin(sh_tl_blocking *b);
+/* Ends it with the call's rc: true when the tasklet was killed in it and
+ * rc is SHOAL_ECANCELED; the caller then raises TaskletExit with
+ * sh_tl_raise_killed() once it let go of what it holds. */
+bool sh_tl_blocking_end(sh_tl_blocking *b, int rc);
+void sh_tl_raise_killed(void);
+/* Whether this thread has tasklet state (its calls take the path above). */
+bool sh_tl_active(void);
+
+/* A tasklet's turn at obj (a connection whose C calls it makes): on a
+ * thread with tasklets, the others of the thread that want obj wait parked
+ * in its queue while the holder's call waits, never on obj's mutex, which
+ * would block the thread they share. h lives on the holder's stack until
+ * sh_tl_turn_give, which hands the turn to the next. Outside tasklets it
+ * does nothing. -1 with an exception (a kill meanwhile). */
+typedef struct sh_tl_turn {
+	_Alignas(16) unsigned char w[64]; /* first: tasklet_impl.h's sh_wait, its link */
+	const void *obj;
+	void *head, *tail; /* the queue, while h holds the turn */
+	struct sh_tl_turn *next;
+	bool mine;
+} sh_tl_turn;
+int sh_tl_turn_take(sh_tl_turn *h, const void *obj, const char *what);
+void sh_tl_turn_give(sh_tl_turn *h);
+/* Whether a tasklet of this thread holds obj's turn now. */
+bool sh_tl_turn_held(const void *obj);
+
 /* Adds TaskletExit, tasklet and channel to the module. */
 int sh_py_tasklet_init(PyObject *mod);
 PyObject *sh_py_getcurrent(PyObject *mod, PyObject *unused);

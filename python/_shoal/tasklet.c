@@ -18,6 +18,7 @@
 
 #include "fiber/fiber_impl.h"
 
+#include <stddef.h>
 #include <string.h>
 
 /* About 1300 levels of recursion through C code (measured 640-800 bytes a
@@ -690,6 +691,8 @@ static PyObject *tasklet_kill(PyObject *self, PyObject *unused)
 	t->kill_pending = true;
 	if (t->wait && !t->wait->done)
 		sh_fiber_unpark(t->fiber, RC_KILLED);
+	else if (t->in_call)
+		shoal_cancel(t->fiber); /* its C call's wait: see sh_tl_blocking_end */
 	Py_RETURN_NONE;
 }
 
@@ -873,4 +876,139 @@ int sh_py_tasklet_init(PyObject *mod)
 	    PyModule_AddType(mod, &ShChannel_Type) != 0)
 		return -1;
 	return 0;
+}
+
+/* ---- shoal's blocking C calls from tasklets (module.h) ---- */
+
+_Static_assert(sizeof(sh_pystate) <= sizeof(((sh_tl_blocking *)0)->st), "sh_pystate fits");
+_Static_assert(sizeof(sh_wait) <= sizeof(((sh_tl_turn *)0)->w), "sh_wait fits");
+_Static_assert(offsetof(sh_tl_turn, w) == 0, "a turn's wait is its first member");
+
+bool sh_tl_active(void)
+{
+	return tl_state != NULL;
+}
+
+void sh_tl_blocking_begin(sh_tl_blocking *b)
+{
+	sh_tl *tl = tl_state;
+	b->tl = tl;
+	if (!tl) {
+		b->ts = PyEval_SaveThread();
+		return;
+	}
+	ShTasklet *me = tl->current;
+	b->me = me;
+	me->in_call = true;
+	sh_pystate_save(tl->ts, (sh_pystate *)b->st, &tl->tracing);
+}
+
+bool sh_tl_blocking_end(sh_tl_blocking *b, int rc)
+{
+	sh_tl *tl = b->tl;
+	if (!tl) {
+		PyEval_RestoreThread(b->ts);
+		return false;
+	}
+	sh_pystate_restore(tl->ts, (const sh_pystate *)b->st, tl->tracing);
+	ShTasklet *me = b->me;
+	tl->current = me;
+	me->in_call = false;
+	if (!me->kill_pending)
+		return false;
+	/* The kill cancelled the fiber for this call's wait only: the
+	 * tasklet's own waits (a finally that sleeps) must still work. */
+	shoal_self()->cancelled = false;
+	if (rc != SHOAL_ECANCELED)
+		return false; /* done anyway: TaskletExit at its next switch point */
+	me->kill_pending = false;
+	return true;
+}
+
+void sh_tl_raise_killed(void)
+{
+	PyErr_SetString(ShTaskletExit, "the tasklet was killed");
+}
+
+/* The turns held by tasklets of this thread (a short list: the
+ * connections in use at once). */
+static _Thread_local sh_tl_turn *turns;
+
+static sh_tl_turn *turn_of(const void *obj)
+{
+	for (sh_tl_turn *t = turns; t; t = t->next)
+		if (t->obj == obj)
+			return t;
+	return NULL;
+}
+
+bool sh_tl_turn_held(const void *obj)
+{
+	return tl_state && turn_of(obj) != NULL;
+}
+
+int sh_tl_turn_take(sh_tl_turn *h, const void *obj, const char *what)
+{
+	sh_tl *tl = tl_state;
+	h->mine = false;
+	if (!tl)
+		return 0;
+	if (sh_tl_check_kill(tl))
+		return -1;
+	h->obj = obj;
+	h->head = h->tail = NULL;
+	sh_tl_turn *holder = turn_of(obj);
+	if (!holder) {
+		h->next = turns;
+		turns = h;
+		h->mine = true;
+		return 0;
+	}
+	/* For ever: the holder's call has its own deadline, and a context in
+	 * a call is not parked in our waits, so no deadlock is seen while it
+	 * lasts. */
+	sh_wait *w = (sh_wait *)h->w;
+	*w = (sh_wait){.what = what};
+	sh_tl_link((sh_wait **)&holder->head, (sh_wait **)&holder->tail, w);
+	int rc = sh_tl_wait(tl, w, SHOAL_FOREVER);
+	if (!w->done) {
+		/* the queue is the current holder's by now */
+		holder = turn_of(obj);
+		if (holder)
+			sh_tl_unlink((sh_wait **)&holder->head, (sh_wait **)&holder->tail, w);
+		sh_tl_wait_error(tl, rc, what);
+		return -1;
+	}
+	/* handed over: the giver put h in its place, with the rest of the queue */
+	h->mine = true;
+	if (sh_tl_check_kill(tl)) {
+		sh_tl_turn_give(h);
+		return -1;
+	}
+	return 0;
+}
+
+void sh_tl_turn_give(sh_tl_turn *h)
+{
+	if (!h->mine)
+		return;
+	h->mine = false;
+	for (sh_tl_turn **p = &turns; *p; p = &(*p)->next)
+		if (*p == h) {
+			*p = h->next;
+			break;
+		}
+	sh_wait *w = h->head;
+	if (!w)
+		return;
+	sh_tl_unlink((sh_wait **)&h->head, (sh_wait **)&h->tail, w);
+	sh_tl_turn *n = (sh_tl_turn *)(void *)w;
+	n->head = h->head;
+	n->tail = h->tail;
+	n->obj = h->obj;
+	n->next = turns;
+	turns = n;
+	w->done = true;
+	/* not parked: killed meanwhile, it runs and sees the turn is its own */
+	sh_fiber_unpark(w->who->fiber, 0);
 }

@@ -40,6 +40,7 @@ struct ShTasklet {
 	ShTasklet *live_next, *live_prev;
 	uint64_t id;
 	bool is_main, scheduled, done, failed, retrieved, kill_pending;
+	bool in_call; /* inside sh_tl_blocking_begin/end: a kill cancels its fiber */
 };
 
 struct sh_tl {
