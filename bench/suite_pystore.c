@@ -237,7 +237,7 @@ void sh_bench_pystore_table(FILE *f, const sh_bench_report *r)
 	sh_bench_print_table(f, r, SUITE,
 			     "shoal bench py-store: the object store from Python (import shoal), "
 			     "beside pickle through shared memory, torch.load and memcpy");
-	const sh_bench_result *g = NULL, *sd = NULL, *tl = NULL;
+	const sh_bench_result *g = NULL, *sd = NULL, *tl = NULL, *gt = NULL;
 	double rd_max = 0;
 	for (size_t i = 0; i < r->n; i++) {
 		const sh_bench_result *x = &r->res[i];
@@ -245,6 +245,8 @@ void sh_bench_pystore_table(FILE *f, const sh_bench_report *r)
 			continue;
 		if (!strcmp(x->test, "get_small") && !x->baseline)
 			g = x;
+		if (!strcmp(x->test, "get_tasklets") && !x->baseline)
+			gt = x;
 		if (!strcmp(x->test, "get_state_dict") && !strcmp(x->label, "shoal"))
 			sd = x;
 		if (!strcmp(x->test, "get_state_dict") && !strcmp(x->label, "torch.load"))
@@ -258,6 +260,15 @@ void sh_bench_pystore_table(FILE *f, const sh_bench_report *r)
 		fprintf(f, " get_small p50 %.2f us (goal <= 5: %s);",
 			sh_bench_metric_get(g, "p50_us", 0),
 			sh_bench_metric_get(g, "p50_us", 0) <= 5 ? "met" : "NOT met");
+	if (gt) {
+		double q = sh_bench_metric_get(gt, "ratio_vs_sequential", 0),
+		       t = sh_bench_metric_get(gt, "threads_added", -1);
+		fprintf(f,
+			" 1 000 tasklets' gets at once %.1f ms, %.2fx 1 000 in a row, %.0f threads "
+			"added (goals <= 2x, 0: %s);",
+			sh_bench_metric_get(gt, "total_ms", 0), q, t,
+			q <= 2 && t == 0 ? "met" : "NOT met");
+	}
 	if (sd && tl) {
 		double a = sh_bench_metric_get(sd, "mean_ms", 0),
 		       b = sh_bench_metric_get(tl, "mean_ms", 0);

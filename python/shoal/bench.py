@@ -17,6 +17,9 @@ rpc`` (``shoal bench py-rpc``) is in shoal.bench_rpc and ``python3 -m shoal.benc
   shoald on loopback, encrypted), until it is torch tensors here; baseline: plain Python
   sockets moving its bytes into a fresh bytearray.
 - readers: N processes holding the same tensor: what each adds (Uss) as a share of it.
+- get_tasklets: 1 000 tasklets (shoal.tasklets) each getting its own 64-byte object through
+  one connection at once, on one thread, total time (best of the rounds); baseline: the
+  same 1 000 gets one after another, outside tasklets (issue 34's goal: within 2x).
 
 put_array, put_state_dict and fetch_state_dict_first run on the machine's default pages
 (``pages: 4k``), then, as root, on huge pages with ``--reserve`` (the hugetlb pool grown
@@ -488,6 +491,11 @@ def table(out) -> None:
     parts = []
     if g:
         parts.append("get_small p50 %.2f us (goal <= 5)" % g["p50_us"])
+    gt = ok.get(("get_tasklets", "shoal"))
+    if gt:
+        parts.append("1 000 tasklets' gets at once %.1f ms, %.2fx 1 000 in a row, %d threads "
+                     "added (goals <= 2x, 0)" % (gt["total_ms"], gt["ratio_vs_sequential"],
+                                                 gt["threads_added"]))
     if sd and tl:
         parts.append("get_state_dict %.2f ms, %.0fx faster than torch.load (goals <= 5 ms, "
                      ">= 100x)" % (sd["mean_ms"], tl["mean_ms"] / sd["mean_ms"]))
@@ -542,6 +550,46 @@ def huge_rows(a: Any, sizes: List[int], sd_bytes: int, d: str) -> None:
         fetch_state_dict(1000, sd_bytes, "hugetlb", True)
 
 
+def tasklet_gets(client: shoal.Client, n: int, rounds: int) -> None:
+    """n gets from n tasklets at once vs the same gets in a row. The sequential ones run
+    first: after the first tasklet this thread has tasklet state for good."""
+    from . import tasklets
+    ids = [client.put(os.urandom(64)) for _ in range(n)]
+
+    def get(k: int) -> None:
+        v = client.get(k)
+        bytes(v)
+        v.release()
+
+    def sequential() -> float:
+        t0 = time.perf_counter_ns()
+        for k in ids:
+            get(k)
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    threads = [len(os.listdir("/proc/self/task"))]
+
+    def at_once() -> float:
+        def count() -> None:  # runs while the gets wait: the threads then
+            threads.append(len(os.listdir("/proc/self/task")))
+        t0 = time.perf_counter_ns()
+        for k in ids:
+            tasklets.tasklet(get)(k)
+        tasklets.tasklet(count)()
+        tasklets.run()
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    seq = min(sequential() for _ in range(rounds))
+    tl = min(at_once() for _ in range(rounds))
+    for k in ids:
+        client.delete(k)
+    result("get_tasklets", {"tasklets": n, "bytes": 64},
+           {"total_ms": tl, "ratio_vs_sequential": tl / seq,
+            "threads_added": max(threads) - threads[0]})
+    result("get_tasklets", {"tasklets": n, "bytes": 64}, {"total_ms": seq}, baseline=True,
+           impl="sequential")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m shoal.bench",
                                  description=__doc__.split("\n\n")[0])
@@ -571,6 +619,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             client = shoal.connect(a.socket or store.socket)
             small(client, n)
+            tasklet_gets(client, 1000, 3 if a.quick else 10)
             state_dict(client, 1100, (128 << 20) if a.quick else (2 << 30), 3 if a.quick else 5)
             sizes = [1 << 20, 64 << 20] + ([1 << 30] if a.large or not a.quick else [])
             put_array(client, sizes, 3 if a.quick else 10)
