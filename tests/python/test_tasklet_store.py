@@ -208,3 +208,46 @@ def test_gets_outside_tasklets_are_unchanged(tmp_path):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
+
+
+def test_run_sees_no_deadlock_while_tasklets_wait_in_gets(shoald_proc):
+    # every other context waits for ever (for its turn, or in run()), the holder in a
+    # get: that one can still end, so run() waits instead of raising a deadlock
+    c = shoal.connect(shoald_proc.sock)
+    key = c.put(b"x")
+    out = []
+
+    def getter():
+        out.append(bytes(c.get(key)))
+
+    stop_store(shoald_proc)
+    threading.Timer(0.3, shoald_proc.send_signal, (signal.SIGCONT,)).start()
+    for _ in range(3):
+        T.tasklet(getter)()
+    t0 = time.monotonic()
+    T.run(timeout=10)
+    assert time.monotonic() - t0 >= 0.2
+    assert out == [b"x"] * 3
+    c.close()
+
+
+def test_the_main_tasklets_get_lets_the_tasklets_run(shoald_proc):
+    c = shoal.connect(shoald_proc.sock)
+    key = c.put(b"m")
+    ticks = []
+    stopping = []
+
+    def ticker():
+        while not stopping:
+            ticks.append(1)
+            T.sleep(0.001)
+
+    t = T.tasklet(ticker)()
+    T.schedule()
+    stop_store(shoald_proc)
+    threading.Timer(0.2, shoald_proc.send_signal, (signal.SIGCONT,)).start()
+    assert bytes(c.get(key)) == b"m"  # main waits in the get, the ticker runs
+    stopping.append(1)
+    t.join(timeout=5)
+    assert len(ticks) >= 50
+    c.close()
