@@ -202,7 +202,7 @@ static int run_tasklet(ShClient *self, job_fn fn, void *arg, char *err, size_t e
 		if (main)
 			shoal_client_set_interrupt(self->c, py_interrupted_held, &w);
 		sh_tl_blocking b;
-		sh_tl_blocking_begin(&b);
+		sh_tl_blocking_begin(&b, true);
 		rc = fn(self, arg);
 		killed = sh_tl_blocking_end(&b, rc);
 		if (main)
@@ -212,7 +212,7 @@ static int run_tasklet(ShClient *self, job_fn fn, void *arg, char *err, size_t e
 		if (rc && !err[0])
 			snprintf(err, errlen, "%s", shoal_client_error(self->c));
 		if (self->ndropped) {
-			sh_tl_blocking_begin(&b);
+			sh_tl_blocking_begin(&b, false);
 			release_dropped(self);
 			sh_tl_blocking_end(&b, 0);
 		}
@@ -277,7 +277,7 @@ static void drop_in_tasklets(ShClient *c, shoal_object *so)
 	(void)taken;
 	sh_py_lock(&c->mu);
 	sh_tl_blocking b;
-	sh_tl_blocking_begin(&b);
+	sh_tl_blocking_begin(&b, false);
 	shoal_object_release(so);
 	sh_tl_blocking_end(&b, 0);
 	c->nobjs--;

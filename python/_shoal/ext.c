@@ -217,9 +217,16 @@ static PyObject *ext_call(ShExt *self, PyObject *args, PyObject *kw)
 					    "timeout is %g: expected seconds > 0", t);
 		deadline = shoal_deadline_in((int64_t)(t * 1e9));
 	}
+	/* On a thread with tasklets the call's ring waits switch to the
+	 * thread's other tasklets (module.h: sh_tl_blocking_begin): they take
+	 * turns at the extension, the holder keeping its mutex meanwhile. */
+	sh_tl_turn turn;
+	if (sh_tl_turn_take(&turn, self, "Extension.call") != 0)
+		return NULL;
 	ext_lock(self);
 	if (!self->e) {
 		pthread_mutex_unlock(&self->mu);
+		sh_tl_turn_give(&turn);
 		return sh_py_raisef(ShClosed, SHOAL_ECLOSED, "the extension was stopped");
 	}
 	/* nested calls (a host service calling back in) build their own */
@@ -228,6 +235,7 @@ static PyObject *ext_call(ShExt *self, PyObject *args, PyObject *kw)
 	if (nested && (shoal_vbuf_create(&in) != 0 || shoal_vbuf_create(&out) != 0)) {
 		shoal_vbuf_free(in);
 		pthread_mutex_unlock(&self->mu);
+		sh_tl_turn_give(&turn);
 		return PyErr_NoMemory();
 	}
 	self->in = self->out = NULL;
@@ -237,9 +245,16 @@ static PyObject *ext_call(ShExt *self, PyObject *args, PyObject *kw)
 		const shoal_value *r = NULL;
 		int rc;
 		shoal_ext *e = self->e;
-		Py_BEGIN_ALLOW_THREADS rc = shoal_ext_call_ex(e, fn, v, out, &r, deadline, flags);
-		Py_END_ALLOW_THREADS if (rc) sh_py_raise(rc, shoal_ext_last_error(e));
-		else res = sh_py_from_value(r);
+		/* Not cancelled by a kill: an extension call given up is a
+		 * killed extension process; the kill waits for its end. */
+		sh_tl_blocking b;
+		sh_tl_blocking_begin(&b, false);
+		rc = shoal_ext_call_ex(e, fn, v, out, &r, deadline, flags);
+		sh_tl_blocking_end(&b, rc);
+		if (rc)
+			sh_py_raise(rc, shoal_ext_last_error(e));
+		else
+			res = sh_py_from_value(r);
 	}
 	Py_XDECREF(keep);
 	shoal_vbuf_reset(in);
@@ -252,6 +267,7 @@ static PyObject *ext_call(ShExt *self, PyObject *args, PyObject *kw)
 		self->out = out;
 	}
 	pthread_mutex_unlock(&self->mu);
+	sh_tl_turn_give(&turn);
 	return res;
 }
 
@@ -321,6 +337,7 @@ static int service_tramp(void *self, const shoal_value *args, shoal_vbuf *out, s
 		return SHOAL_ECLOSED;
 	}
 	PyGILState_STATE g = PyGILState_Ensure();
+	sh_tl_blocking_python(); /* the calling tasklet's frames, not the last one's */
 	int rc = 0;
 	Py_CLEAR(service_keep);
 	PyObject *a = sh_py_from_value(args), *r = NULL;

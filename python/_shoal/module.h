@@ -203,14 +203,21 @@ extern PyObject *ShTaskletExit;
  * thread's others, Python code of theirs: so the GIL is kept (the idle hook
  * lets go of it when every context waits) and the per-tasklet fields of
  * the thread state are saved and restored around the call, as at a switch.
- * A kill of the tasklet meanwhile cancels its fiber's wait (SHOAL_ECANCELED
- * from the call). */
+ * With cancel, a kill of the tasklet meanwhile cancels its fiber's wait
+ * (SHOAL_ECANCELED from the call); without, the kill waits for the call's
+ * end (TaskletExit at the tasklet's next switch point). */
 typedef struct sh_tl_blocking {
 	void *tl, *me; /* NULL tl: outside tasklets */
 	PyThreadState *ts;
+	struct sh_tl_blocking *outer; /* the call this one is nested in */
+	bool cancel;
 	_Alignas(16) unsigned char st[96]; /* tasklet_pystate.h's sh_pystate */
 } sh_tl_blocking;
-void sh_tl_blocking_begin(sh_tl_blocking *b);
+void sh_tl_blocking_begin(sh_tl_blocking *b, bool cancel);
+/* Python code about to run inside such a call (a host service an extension
+ * calls back, on the calling fiber): the thread state gets the calling
+ * context's fields back, as another context may have run since. */
+void sh_tl_blocking_python(void);
 /* Ends it with the call's rc: true when the tasklet was killed in it and
  * rc is SHOAL_ECANCELED; the caller then raises TaskletExit with
  * sh_tl_raise_killed() once it let go of what it holds. */
@@ -223,11 +230,13 @@ bool sh_tl_active(void);
  * thread with tasklets, the others of the thread that want obj wait parked
  * in its queue while the holder's call waits, never on obj's mutex, which
  * would block the thread they share. h lives on the holder's stack until
- * sh_tl_turn_give, which hands the turn to the next. Outside tasklets it
- * does nothing. -1 with an exception (a kill meanwhile). */
+ * sh_tl_turn_give, which hands the turn to the next. Outside tasklets, and
+ * for the holder itself (a nested call, from a host service), it does
+ * nothing. -1 with an exception (a kill meanwhile). */
 typedef struct sh_tl_turn {
 	_Alignas(16) unsigned char w[64]; /* first: tasklet_impl.h's sh_wait, its link */
 	const void *obj;
+	void *owner;	   /* the tasklet holding the turn */
 	void *head, *tail; /* the queue, while h holds the turn */
 	struct sh_tl_turn *next;
 	bool mine;

@@ -691,7 +691,7 @@ static PyObject *tasklet_kill(PyObject *self, PyObject *unused)
 	t->kill_pending = true;
 	if (t->wait && !t->wait->done)
 		sh_fiber_unpark(t->fiber, RC_KILLED);
-	else if (t->in_call)
+	else if (t->call && t->call->cancel)
 		shoal_cancel(t->fiber); /* its C call's wait: see sh_tl_blocking_end */
 	Py_RETURN_NONE;
 }
@@ -889,18 +889,36 @@ bool sh_tl_active(void)
 	return tl_state != NULL;
 }
 
-void sh_tl_blocking_begin(sh_tl_blocking *b)
+void sh_tl_blocking_begin(sh_tl_blocking *b, bool cancel)
 {
 	sh_tl *tl = tl_state;
 	b->tl = tl;
+	b->cancel = cancel;
 	if (!tl) {
 		b->ts = PyEval_SaveThread();
 		return;
 	}
 	ShTasklet *me = tl->current;
 	b->me = me;
-	me->in_call = true;
+	b->outer = me->call; /* from a host service inside that call */
+	me->call = b;
 	sh_pystate_save(tl->ts, (sh_pystate *)b->st, &tl->tracing);
+}
+
+void sh_tl_blocking_python(void)
+{
+	sh_tl *tl = tl_state;
+	if (!tl)
+		return;
+	shoal_fiber *f = shoal_self();
+	if (tl->current->fiber == f)
+		return; /* no other context ran since */
+	/* a tasklet's fiber has the tasklet as its argument (tasklet_call) */
+	ShTasklet *me = f == tl->main->fiber ? tl->main : f->arg;
+	if (!me->call)
+		return;
+	sh_pystate_restore(tl->ts, (const sh_pystate *)me->call->st, tl->tracing);
+	tl->current = me;
 }
 
 bool sh_tl_blocking_end(sh_tl_blocking *b, int rc)
@@ -913,7 +931,7 @@ bool sh_tl_blocking_end(sh_tl_blocking *b, int rc)
 	sh_pystate_restore(tl->ts, (const sh_pystate *)b->st, tl->tracing);
 	ShTasklet *me = b->me;
 	tl->current = me;
-	me->in_call = false;
+	me->call = b->outer;
 	if (!me->kill_pending)
 		return false;
 	/* The kill cancelled the fiber for this call's wait only: the
@@ -956,8 +974,11 @@ int sh_tl_turn_take(sh_tl_turn *h, const void *obj, const char *what)
 	if (sh_tl_check_kill(tl))
 		return -1;
 	h->obj = obj;
+	h->owner = tl->current;
 	h->head = h->tail = NULL;
 	sh_tl_turn *holder = turn_of(obj);
+	if (holder && holder->owner == tl->current)
+		return 0; /* nested: a host service of the holder's call calls again */
 	if (!holder) {
 		h->next = turns;
 		turns = h;
@@ -1006,6 +1027,7 @@ void sh_tl_turn_give(sh_tl_turn *h)
 	n->head = h->head;
 	n->tail = h->tail;
 	n->obj = h->obj;
+	n->owner = w->who;
 	n->next = turns;
 	turns = n;
 	w->done = true;

@@ -40,7 +40,7 @@ struct ShTasklet {
 	ShTasklet *live_next, *live_prev;
 	uint64_t id;
 	bool is_main, scheduled, done, failed, retrieved, kill_pending;
-	bool in_call; /* inside sh_tl_blocking_begin/end: a kill cancels its fiber */
+	sh_tl_blocking *call; /* inside sh_tl_blocking_begin/end (module.h) */
 };
 
 struct sh_tl {
