@@ -157,16 +157,28 @@ typedef struct {
 	PyObject *socket;
 } ShFarm;
 
-/* Takes the farm with the GIL released when it must wait; NULL and Closed
- * set once closed (the mutex then not held). */
-static int farm_lock(ShFarm *self)
+/* Takes the farm with the GIL released when it must wait; -1 and Closed
+ * set once closed (the mutex then not held). On a thread with tasklets,
+ * its tasklets take turns at the farm first (module.h: sh_tl_turn_take):
+ * the holder keeps the mutex while its call's waits switch to the others.
+ * -1 with TaskletExit when killed while waiting for its turn. */
+static int farm_lock(ShFarm *self, sh_tl_turn *turn)
 {
+	if (sh_tl_turn_take(turn, self, "a task client call") != 0)
+		return -1;
 	sh_py_lock(&self->mu);
 	if (self->f)
 		return 0;
 	pthread_mutex_unlock(&self->mu);
+	sh_tl_turn_give(turn);
 	sh_py_raisef(ShClosed, SHOAL_ECLOSED, "the task client is closed");
 	return -1;
+}
+
+static void farm_unlock(ShFarm *self, sh_tl_turn *turn)
+{
+	pthread_mutex_unlock(&self->mu);
+	sh_tl_turn_give(turn);
 }
 
 static int seconds_ns(PyObject *v, const char *what, int64_t *ns)
@@ -305,21 +317,33 @@ static PyObject *farm_submit(ShFarm *self, PyObject *args, PyObject *kw)
 	o.after = af;
 	o.follow = fo;
 	PyObject *res = NULL;
-	if (farm_lock(self) == 0) {
+	sh_tl_turn turn;
+	if (farm_lock(self, &turn) == 0) {
 		PyObject *keep = PyList_New(0);
 		shoal_value *v = keep ? sh_py_to_value(self->in, a, keep) : NULL;
+		bool killed = false;
 		if (v) {
 			shoal_task id = 0;
+			/* a large task is sent now, which may wait for the controller
+			 * (the GIL is kept, as always here: only a tasklet's wait
+			 * switches, and saves its thread-state fields first) */
+			sh_tl_blocking b;
+			bool tl = sh_tl_active();
+			if (tl)
+				sh_tl_blocking_begin(&b, true);
 			int rc = shoal_farm_submit(self->f, fn, v, &o, &id);
-			/* a large task is sent now, which may wait for the controller */
+			if (tl)
+				killed = sh_tl_blocking_end(&b, rc);
 			if (rc == 0)
 				res = PyLong_FromUnsignedLongLong(id);
-			else
+			else if (!killed)
 				sh_py_raise(rc, shoal_farm_last_error(self->f));
 		}
 		Py_XDECREF(keep);
 		shoal_vbuf_reset(self->in);
-		pthread_mutex_unlock(&self->mu);
+		farm_unlock(self, &turn);
+		if (killed)
+			sh_tl_raise_killed();
 	}
 	PyMem_Free(af);
 	PyMem_Free(fo);
@@ -328,13 +352,20 @@ static PyObject *farm_submit(ShFarm *self, PyObject *args, PyObject *kw)
 
 static PyObject *farm_flush(ShFarm *self, PyObject *unused)
 {
-	if (farm_lock(self) != 0)
+	sh_tl_turn turn;
+	if (farm_lock(self, &turn) != 0)
 		return NULL;
 	int rc;
 	shoal_farm *f = self->f;
-	Py_BEGIN_ALLOW_THREADS rc = shoal_farm_flush(f);
-	Py_END_ALLOW_THREADS if (rc) sh_py_raise(rc, shoal_farm_last_error(f));
-	pthread_mutex_unlock(&self->mu);
+	sh_tl_blocking b;
+	sh_tl_blocking_begin(&b, true);
+	rc = shoal_farm_flush(f);
+	bool killed = sh_tl_blocking_end(&b, rc);
+	if (rc && !killed)
+		sh_py_raise(rc, shoal_farm_last_error(f));
+	farm_unlock(self, &turn);
+	if (killed)
+		sh_tl_raise_killed();
 	if (rc)
 		return NULL;
 	Py_RETURN_NONE;
@@ -350,7 +381,8 @@ static PyObject *farm_results(ShFarm *self, PyObject *args)
 	double timeout;
 	if (!PyArg_ParseTuple(args, "d:results", &timeout))
 		return NULL;
-	if (farm_lock(self) != 0)
+	sh_tl_turn turn;
+	if (farm_lock(self, &turn) != 0)
 		return NULL;
 	shoal_task *ids = self->ids;
 	taken *got = self->got;
@@ -358,8 +390,10 @@ static PyObject *farm_results(ShFarm *self, PyObject *args)
 	shoal_vbuf *out = self->out;
 	uint32_t n = 0;
 	int rc;
-	Py_BEGIN_ALLOW_THREADS rc = shoal_farm_wait_some(
-		f, ids, RESULTS_MAX, &n, shoal_deadline_in((int64_t)(timeout * 1e9)));
+	sh_tl_blocking b;
+	sh_tl_blocking_begin(&b, true);
+	rc = shoal_farm_wait_some(f, ids, RESULTS_MAX, &n,
+				  shoal_deadline_in((int64_t)(timeout * 1e9)));
 	for (uint32_t i = 0; rc == 0 && i < n; i++) {
 		got[i].v = NULL;
 		/* here already: no wait (nothing is queued to send either) */
@@ -372,10 +406,14 @@ static PyObject *farm_results(ShFarm *self, PyObject *args)
 				memcpy(got[i].msg, m, l);
 		}
 	}
-	Py_END_ALLOW_THREADS PyObject *list = NULL;
+	/* a kill gives the wait up: what came stays in the farm for the next */
+	bool killed = sh_tl_blocking_end(&b, rc);
+	PyObject *list = NULL;
 	if (rc == SHOAL_ETIMEDOUT || rc == SHOAL_ENOENT)
 		rc = 0, n = 0;
-	if (rc)
+	if (killed)
+		sh_tl_raise_killed();
+	else if (rc)
 		sh_py_raise(rc, shoal_farm_last_error(f));
 	else if ((list = PyList_New(n)))
 		for (uint32_t i = 0; i < n; i++) {
@@ -396,8 +434,10 @@ static PyObject *farm_results(ShFarm *self, PyObject *args)
 		PyMem_RawFree(got[i].msg);
 	shoal_vbuf_reset(out);
 	/* the views made of shared results hold them now: the farm's objects go */
-	Py_BEGIN_ALLOW_THREADS shoal_farm_drop_taken(f);
-	Py_END_ALLOW_THREADS pthread_mutex_unlock(&self->mu);
+	sh_tl_blocking_begin(&b, false);
+	shoal_farm_drop_taken(f);
+	sh_tl_blocking_end(&b, 0);
+	farm_unlock(self, &turn);
 	return list;
 }
 
@@ -406,17 +446,22 @@ static PyObject *farm_stat(ShFarm *self, PyObject *args)
 	double timeout = 10;
 	if (!PyArg_ParseTuple(args, "|d:stat", &timeout))
 		return NULL;
-	if (farm_lock(self) != 0)
+	sh_tl_turn turn;
+	if (farm_lock(self, &turn) != 0)
 		return NULL;
 	shoal_controller_stat st;
 	shoal_farm_engine eng[256];
 	uint32_t ne = 0;
 	int rc;
 	shoal_farm *f = self->f;
-	Py_BEGIN_ALLOW_THREADS rc =
-		shoal_farm_stat(f, &st, eng, 256, &ne, shoal_deadline_in((int64_t)(timeout * 1e9)));
-	Py_END_ALLOW_THREADS PyObject *d = NULL, *l = NULL;
-	if (rc)
+	sh_tl_blocking b;
+	sh_tl_blocking_begin(&b, true);
+	rc = shoal_farm_stat(f, &st, eng, 256, &ne, shoal_deadline_in((int64_t)(timeout * 1e9)));
+	bool killed = sh_tl_blocking_end(&b, rc);
+	PyObject *d = NULL, *l = NULL;
+	if (killed)
+		sh_tl_raise_killed();
+	else if (rc)
 		sh_py_raise(rc, shoal_farm_last_error(f));
 	else if ((d = stat_dict(&st)) && (l = PyList_New(ne < 256 ? ne : 256))) {
 		for (uint32_t i = 0; i < ne && i < 256; i++) {
@@ -433,7 +478,7 @@ static PyObject *farm_stat(ShFarm *self, PyObject *args)
 			Py_CLEAR(d);
 	}
 	Py_XDECREF(l);
-	pthread_mutex_unlock(&self->mu);
+	farm_unlock(self, &turn);
 	return d;
 }
 
@@ -442,17 +487,23 @@ static PyObject *farm_use_store(ShFarm *self, PyObject *args)
 	PyObject *p, *b;
 	if (!PyArg_ParseTuple(args, "O:use_store", &p) || sh_py_fspath(p, &b) != 0)
 		return NULL;
-	if (farm_lock(self) != 0) {
+	sh_tl_turn turn;
+	if (farm_lock(self, &turn) != 0) {
 		Py_DECREF(b);
 		return NULL;
 	}
 	int rc;
 	shoal_farm *f = self->f;
 	const char *path = PyBytes_AS_STRING(b);
-	Py_BEGIN_ALLOW_THREADS rc = shoal_farm_use_store(f, path);
-	Py_END_ALLOW_THREADS if (rc) sh_py_raise(rc, shoal_farm_last_error(f));
-	else shoal_farm_defer_drops(f, true); /* results() makes views of them first */
-	pthread_mutex_unlock(&self->mu);
+	sh_tl_blocking bl;
+	sh_tl_blocking_begin(&bl, false);
+	rc = shoal_farm_use_store(f, path);
+	sh_tl_blocking_end(&bl, rc);
+	if (rc)
+		sh_py_raise(rc, shoal_farm_last_error(f));
+	else
+		shoal_farm_defer_drops(f, true); /* results() makes views of them first */
+	farm_unlock(self, &turn);
 	Py_DECREF(b);
 	if (rc)
 		return NULL;
@@ -461,9 +512,12 @@ static PyObject *farm_use_store(ShFarm *self, PyObject *args)
 
 static PyObject *farm_close(ShFarm *self, PyObject *unused)
 {
+	sh_tl_turn turn;
+	if (sh_tl_turn_take(&turn, self, "a task client's close") != 0)
+		return NULL;
 	sh_py_lock(&self->mu);
 	farm_close_now(self);
-	pthread_mutex_unlock(&self->mu);
+	farm_unlock(self, &turn);
 	Py_RETURN_NONE;
 }
 

@@ -255,6 +255,11 @@ int shoal_farm_connect_until(shoal_farm **out, const char *socket, int64_t deadl
 		return rc;
 	}
 	f->l.down.spin_ns = 50000;
+	/* A fiber's wait (a Python tasklet's) sleeps in its poller, on the
+	 * doorbell the controller made for us; a thread's on the futex. One
+	 * call at a time, so one doorbell serves both rings. A wait given up
+	 * (cancelled) loses nothing: reads and writes resume (in_got, sent). */
+	f->l.up.fiber_efd = f->l.down.fiber_efd = f->l.efd_conn;
 	f->base = 1;
 	snprintf(f->where, sizeof(f->where), "%s", socket);
 	shoal_farm_set_timeout(f, SH_TASKS_TIMEOUT_NS);
