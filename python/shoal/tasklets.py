@@ -29,7 +29,12 @@ at its next switch point, as asyncio's loop does, so Ctrl-C is never swallowed; 
 while ``run()`` waits on sleeping tasklets raises at once.
 
 A plain blocking call (``time.sleep``, a socket read) blocks the whole thread, every
-tasklet with it: use ``sleep()`` here. Tasklets never leave the thread that made them.
+tasklet with it: use ``sleep()`` here. Shoal's own calls suspend only the tasklet that
+makes them: a store ``Client``'s (``get``, ``put``, ``delete``...), ``Extension.call``
+(``shoal.isolate``'s calls), the task farm's ``AsyncResult.get()``/``wait()``; the
+tasklets of a thread take turns at one connection, and ``kill()`` interrupts a store get
+or a result wait at once (an extension call at its end). Connecting still blocks the
+thread. Tasklets never leave the thread that made them.
 """
 from __future__ import annotations
 
