@@ -197,5 +197,6 @@ PyObject *sh_py_getcurrent(PyObject *mod, PyObject *unused);
 PyObject *sh_py_schedule(PyObject *mod, PyObject *unused);
 PyObject *sh_py_sleep(PyObject *mod, PyObject *secs);
 PyObject *sh_py_run(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *sh_py_select(PyObject *mod, PyObject *args, PyObject *kw);
 
 #endif

@@ -29,6 +29,7 @@
 #define CHUNKS_KEPT 4096
 static _Thread_local sh_tl *tl_state;
 PyObject *ShTaskletExit;
+Py_ssize_t sh_tl_idle_workers;
 
 /* ---- the thread's state ---- */
 
@@ -77,6 +78,38 @@ static void describe_blocked(sh_tl *tl, char *buf, size_t cap)
 	}
 }
 
+/* Unparks the waits other threads ended. True when one was the running
+ * context's own (own_rc non-NULL): it need not park then, *own_rc is its
+ * code. */
+static bool xdrain(sh_tl *tl, int *own_rc)
+{
+	bool own = false;
+	while (tl->xhead) {
+		sh_wait *w = tl->xhead;
+		tl->xhead = w->xnext;
+		w->xnext = NULL;
+		w->xposted = false;
+		if (own_rc && w->who == tl->current) {
+			own = true;
+			*own_rc = w->xrc;
+			continue;
+		}
+		sh_fiber_unpark(w->who->fiber, w->xrc);
+	}
+	return own;
+}
+
+/* Another Python thread that may yet end a shared wait (a channel
+ * receive): any thread but this one and to_thread()'s idle workers. */
+static bool other_threads(sh_tl *tl)
+{
+	Py_ssize_t n = 0;
+	for (PyThreadState *t = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(tl->ts));
+	     t; t = PyThreadState_Next(t))
+		n++;
+	return n - 1 > sh_tl_idle_workers;
+}
+
 /* Every context is parked for ever on another's doing: nothing can ever
  * run again. The main context is woken to raise it. */
 static bool idle_hook(void *arg, int phase, int64_t timeout)
@@ -85,7 +118,14 @@ static bool idle_hook(void *arg, int phase, int64_t timeout)
 	(void)timeout;
 	switch (phase) {
 	case SH_IDLE_CHECK:
-		if (tl->main->wait && tl->main->wait->forever && tl->nforever == tl->nlive + 1)
+		if (!PyGILState_Check())
+			return false;
+		if (tl->xhead) {
+			xdrain(tl, NULL);
+			return true;
+		}
+		if (tl->main->wait && tl->main->wait->forever && tl->nforever == tl->nlive + 1 &&
+		    !(tl->nshared && other_threads(tl)))
 			return sh_fiber_unpark(tl->main->fiber, SHOAL_EDEADLK) == 0;
 		return false;
 	case SH_IDLE_SLEEP:
@@ -101,8 +141,7 @@ static bool idle_hook(void *arg, int phase, int64_t timeout)
 			/* The sleep may have ended for a signal (Ctrl-C): the
 			 * main context runs its handler (sh_tl_wait), at once
 			 * rather than at the next timer or event. */
-			if (tl->main->wait && !tl->main->wait->done)
-				sh_fiber_unpark(tl->main->fiber, SHOAL_EINTR);
+			sh_tl_interrupt(tl->main, SHOAL_EINTR);
 		}
 		return false;
 	}
@@ -248,9 +287,12 @@ void sh_tl_reap(sh_tl *tl)
 int sh_tl_park(sh_tl *tl, int64_t deadline)
 {
 	ShTasklet *me = tl->current;
+	int rc = 0;
+	if (sh_unlikely(tl->xhead != NULL) && xdrain(tl, &rc))
+		return rc;
 	sh_pystate st;
 	sh_pystate_save(tl->ts, &st, &tl->tracing);
-	int rc = sh_fiber_park(deadline);
+	rc = sh_fiber_park(deadline);
 	sh_pystate_restore(tl->ts, &st, tl->tracing);
 	tl->current = me;
 	return rc;
@@ -259,6 +301,8 @@ int sh_tl_park(sh_tl *tl, int64_t deadline)
 void sh_tl_yield(sh_tl *tl)
 {
 	ShTasklet *me = tl->current;
+	if (tl->xhead)
+		xdrain(tl, NULL);
 	sh_pystate st;
 	sh_pystate_save(tl->ts, &st, &tl->tracing);
 	shoal_yield();
@@ -270,6 +314,10 @@ void sh_tl_yield(sh_tl *tl)
  * behind it), else after those already runnable. */
 void sh_tl_wake(sh_tl *tl, sh_wait *w, int rc, bool now)
 {
+	if (sh_unlikely(w->who->tl != tl)) {
+		sh_tl_xwake(w, rc);
+		return;
+	}
 	shoal_fiber *f = w->who->fiber;
 	if (!now) {
 		sh_fiber_unpark(f, rc);
@@ -283,16 +331,48 @@ void sh_tl_wake(sh_tl *tl, sh_wait *w, int rc, bool now)
 	tl->current = me;
 }
 
+void sh_tl_xwake(sh_wait *w, int rc)
+{
+	sh_tl *o = w->who->tl;
+	w->xrc = rc;
+	if (w->xposted)
+		return;
+	w->xposted = true;
+	w->xnext = o->xhead;
+	o->xhead = w;
+	/* once per batch: the list is emptied by the thread it belongs to */
+	if (!w->xnext)
+		sh_eventfd_signal(o->sched->evfd);
+}
+
+void sh_tl_interrupt(ShTasklet *t, int rc)
+{
+	sh_wait *w = t->wait;
+	if (!w || w->done)
+		return;
+	if (w->interrupt)
+		w->interrupt(w, rc);
+	else
+		sh_fiber_unpark(t->fiber, rc);
+}
+
+sh_tl *sh_tl_peek(void)
+{
+	return tl_state;
+}
+
 /* Parks the current context in w (linked by the caller where its waker
  * finds it) until done, the deadline, a kill or a deadlock. */
 int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 {
 	ShTasklet *me = tl->current;
 	w->who = me;
-	w->forever = deadline == SHOAL_FOREVER;
+	w->forever = deadline == SHOAL_FOREVER && !w->external;
 	me->wait = w;
-	if (w->forever)
+	if (w->forever) {
 		tl->nforever++;
+		tl->nshared += w->shared;
+	}
 	int rc;
 	for (;;) {
 		rc = sh_tl_park(tl, deadline);
@@ -303,8 +383,18 @@ int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 			break;
 		}
 	}
-	if (w->forever)
+	if (w->forever) {
 		tl->nforever--;
+		tl->nshared -= w->shared;
+	}
+	if (sh_unlikely(w->xposted)) { /* ended by another thread while a kill or timer woke it */
+		for (sh_wait **p = &tl->xhead; *p; p = &(*p)->xnext)
+			if (*p == w) {
+				*p = w->xnext;
+				break;
+			}
+		w->xposted = false;
+	}
 	me->wait = NULL;
 	return rc;
 }
@@ -422,8 +512,7 @@ static void finish(sh_tl *tl, ShTasklet *t, PyObject *res)
 			t->retrieved = true;
 			if (!tl->fatal) {
 				tl->fatal = Py_NewRef(ev);
-				if (tl->main->wait && !tl->main->wait->done)
-					sh_fiber_unpark(tl->main->fiber, RC_FATAL);
+				sh_tl_interrupt(tl->main, RC_FATAL);
 			}
 		}
 	}
@@ -688,8 +777,7 @@ static PyObject *tasklet_kill(PyObject *self, PyObject *unused)
 		return NULL;
 	}
 	t->kill_pending = true;
-	if (t->wait && !t->wait->done)
-		sh_fiber_unpark(t->fiber, RC_KILLED);
+	sh_tl_interrupt(t, RC_KILLED);
 	Py_RETURN_NONE;
 }
 
@@ -869,8 +957,7 @@ int sh_py_tasklet_init(PyObject *mod)
 		"Raised in a tasklet that was killed; it ends the tasklet quietly.",
 		PyExc_BaseException, NULL);
 	if (!ShTaskletExit || PyModule_AddObjectRef(mod, "TaskletExit", ShTaskletExit) != 0 ||
-	    PyModule_AddType(mod, &ShTasklet_Type) != 0 ||
-	    PyModule_AddType(mod, &ShChannel_Type) != 0)
+	    PyModule_AddType(mod, &ShTasklet_Type) != 0 || sh_py_channel_init(mod) != 0)
 		return -1;
 	return 0;
 }

@@ -17,7 +17,11 @@ typedef struct ShTasklet ShTasklet;
 #define RC_RAISED (-20002) /* a signal handler raised: the exception is set */
 #define RC_FATAL (-20003)  /* a tasklet ended with KeyboardInterrupt, SystemExit... */
 
-/* A context waiting on a channel, a join or run(), on its own stack. */
+/* A context waiting on a channel, a join, run(), select, an fd or
+ * another thread, on its own stack. Another thread may end a wait: every
+ * field is then read and written with the GIL held, which is the lock of
+ * cross-thread channel state (no channel operation lets go of the GIL
+ * between looking at a channel and changing it). */
 typedef struct sh_wait {
 	struct sh_wait *prev, *next;
 	ShTasklet *who;
@@ -25,6 +29,26 @@ typedef struct sh_wait {
 	const char *what;
 	int dir; /* channels: 1 send, -1 receive */
 	bool done, linked, forever;
+	/* Not a deadlock while parked for ever: ended from outside the
+	 * thread's tasklets (a worker thread, an fd). */
+	bool external;
+	/* Another thread's tasklet or code may end it (a channel wait): parked
+	 * for ever, a deadlock only while no other Python thread runs. */
+	bool shared;
+	/* posted to the waiter's thread by another thread (sh_tl_xwake) */
+	bool xposted;
+	int xrc;
+	struct sh_wait *xnext;
+	/* select: the case waiters point at the select's own wait, which
+	 * gets the index of the case that fired */
+	struct sh_wait *master;
+	void *chan;
+	int index;
+	/* Waits that are not parks (an fd wait) end early through this (a
+	 * kill, a signal): it makes the wait return with irc set to rc. */
+	void (*interrupt)(struct sh_wait *w, int rc);
+	int irc;
+	int fd;
 } sh_wait;
 
 struct ShTasklet {
@@ -51,6 +75,11 @@ struct sh_tl {
 	ShTasklet *zombies; /* finished, their fibers' references to drop */
 	size_t nlive;
 	size_t nforever; /* contexts parked for ever in our waits */
+	size_t nshared;	 /* of those, waits another thread may end */
+	/* Waits of this thread's contexts that other threads ended, to be
+	 * woken here (GIL held on both sides; the scheduler's doorbell rang
+	 * when the list became non-empty). */
+	sh_wait *xhead;
 	sh_wait *run_wait;
 	void **chunks;
 	size_t nchunks;
@@ -82,13 +111,31 @@ int sh_tl_check_kill(sh_tl *tl);
 int sh_tl_park(sh_tl *tl, int64_t deadline);
 void sh_tl_yield(sh_tl *tl);
 /* Wakes w's context with rc, which runs at once when `now` (the caller
- * right behind it), else after those already runnable. */
+ * right behind it), else after those already runnable. tl is the calling
+ * thread's state (NULL for a thread without one): a waiter of another
+ * thread is posted to its thread (sh_tl_xwake) whatever `now` says. */
 void sh_tl_wake(sh_tl *tl, sh_wait *w, int rc, bool now);
+/* Posts w's wake with rc to its thread and rings its scheduler (GIL
+ * held): its idle hook or next switch point unparks it. */
+void sh_tl_xwake(sh_wait *w, int rc);
+/* Ends t's current wait early with rc (a kill, a signal, a fatal
+ * exception): unparks it, or calls the wait's interrupt. */
+void sh_tl_interrupt(ShTasklet *t, int rc);
+/* The calling thread's state if it has one, never making it. */
+sh_tl *sh_tl_peek(void);
+/* Idle worker threads of to_thread()'s pool (GIL held to change): they
+ * cannot end a channel wait, so deadlock detection does not count them. */
+extern Py_ssize_t sh_tl_idle_workers;
 /* Parks the current context in w (linked by the caller where its waker
  * finds it) until done, the deadline, a kill or a deadlock. */
 int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline);
 /* NULL with the exception a failed wait's rc means (what: the call). */
 PyObject *sh_tl_wait_error(sh_tl *tl, int rc, const char *what);
+
+/* What select() gives for a receive on a closed, empty channel. */
+extern PyObject *ShChanClosed;
+/* Adds CLOSED and channel to the module (channel.c). */
+int sh_py_channel_init(PyObject *mod);
 
 /* Wait queues: tail NULL links at the head (a list without order). */
 void sh_tl_link(sh_wait **head, sh_wait **tail, sh_wait *w);

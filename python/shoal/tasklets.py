@@ -33,6 +33,26 @@ tasklet with it: use ``sleep()`` here. Tasklets never leave the thread that made
 """
 from __future__ import annotations
 
-from ._shoal import TaskletExit, channel, getcurrent, run, schedule, sleep, tasklet
+from ._shoal import (
+    CLOSED,
+    TaskletExit,
+    channel,
+    getcurrent,
+    run,
+    schedule,
+    select,
+    sleep,
+    tasklet,
+)
 
-__all__ = ["TaskletExit", "channel", "getcurrent", "run", "schedule", "sleep", "tasklet"]
+__all__ = [
+    "CLOSED",
+    "TaskletExit",
+    "channel",
+    "getcurrent",
+    "run",
+    "schedule",
+    "select",
+    "sleep",
+    "tasklet",
+]
