@@ -269,6 +269,17 @@ static PyMethodDef module_methods[] = {
 	 "ready. value is what a receive got (CLOSED from a closed, empty channel), None for "
 	 "a send; a send chosen on a closed channel raises ValueError. TimeoutError when the "
 	 "timeout passes first (timeout=0: none is ready now)."},
+	{"wait_readable", (PyCFunction)(void (*)(void))sh_py_wait_readable,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "wait_readable(fd, timeout=None)\n\nSuspends the calling tasklet until fd (an int or "
+	 "an object with fileno()) is readable (or has an error or hang-up). TimeoutError when "
+	 "the timeout passes first (timeout=0: not readable now)."},
+	{"wait_writable", (PyCFunction)(void (*)(void))sh_py_wait_writable,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "wait_writable(fd, timeout=None)\n\nAs wait_readable(), until fd is writable."},
+	{"_worker_idle", sh_py_worker_idle, METH_O,
+	 "_worker_idle(delta) -> int\n\nto_thread()'s pool: its idle workers, which deadlock "
+	 "detection does not count as threads that could send on a channel."},
 	{"default_socket", default_socket, METH_NOARGS,
 	 "default_socket() -> str\n\nThe socket the shoal CLI uses: $SHOAL_SOCKET, else "
 	 "shoald.sock in this user's socket directory."},

@@ -198,5 +198,10 @@ PyObject *sh_py_schedule(PyObject *mod, PyObject *unused);
 PyObject *sh_py_sleep(PyObject *mod, PyObject *secs);
 PyObject *sh_py_run(PyObject *mod, PyObject *args, PyObject *kw);
 PyObject *sh_py_select(PyObject *mod, PyObject *args, PyObject *kw);
+/* tasklet_io.c: fd waits, to_thread()'s completion */
+int sh_py_tasklet_io_init(PyObject *mod);
+PyObject *sh_py_wait_readable(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *sh_py_wait_writable(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *sh_py_worker_idle(PyObject *mod, PyObject *delta);
 
 #endif

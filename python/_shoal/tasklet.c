@@ -957,7 +957,8 @@ int sh_py_tasklet_init(PyObject *mod)
 		"Raised in a tasklet that was killed; it ends the tasklet quietly.",
 		PyExc_BaseException, NULL);
 	if (!ShTaskletExit || PyModule_AddObjectRef(mod, "TaskletExit", ShTaskletExit) != 0 ||
-	    PyModule_AddType(mod, &ShTasklet_Type) != 0 || sh_py_channel_init(mod) != 0)
+	    PyModule_AddType(mod, &ShTasklet_Type) != 0 || sh_py_channel_init(mod) != 0 ||
+	    sh_py_tasklet_io_init(mod) != 0)
 		return -1;
 	return 0;
 }

@@ -179,3 +179,184 @@ def test_deadlock_detection_waits_for_other_threads():
     # and once no other thread is left, a receive nobody can end is one
     with pytest.raises(RuntimeError, match="deadlock"):
         ch.receive()
+
+
+# ---- fd waits ----
+
+def test_wait_readable_suspends_only_the_tasklet():
+    import socket
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    got, ticks = [], []
+
+    def reader():
+        while True:
+            T.wait_readable(a)
+            data = a.recv(100)
+            if not data:
+                return
+            got.append(data)
+
+    def ticker():
+        for _ in range(5):
+            ticks.append(len(got))
+            T.sleep(0.005)
+
+    r = T.tasklet(reader)()
+    k = T.tasklet(ticker)()
+    T.schedule()
+    for i in range(3):
+        T.sleep(0.01)
+        b.send(b"m%d" % i)
+        T.wait_writable(b.fileno(), timeout=1)  # an int fd too
+    T.sleep(0.01)
+    b.close()
+    r.join(timeout=5)
+    k.join()
+    assert b"".join(got) == b"m0m1m2"
+    assert len(ticks) == 5  # the ticker ran while the reader waited
+    # several tasklets may wait on one fd, and a closed fd number can be reused
+    c, d = socket.socketpair()
+    woke = []
+    waiters = [T.tasklet(lambda: woke.append(T.wait_readable(c)))() for _ in range(3)]
+    T.schedule()
+    d.send(b"x")
+    for w in waiters:
+        w.join(timeout=5)
+    assert len(woke) == 3
+    a.close(), c.close(), d.close()
+
+
+def test_wait_readable_timeout_kill_and_no_deadlock():
+    import socket
+    a, b = socket.socketpair()
+    with pytest.raises(TimeoutError, match="wait_readable"):
+        T.wait_readable(a, timeout=0.02)
+    with pytest.raises(TimeoutError):
+        T.wait_readable(a, timeout=0)
+    t = T.tasklet(T.wait_readable)(a)
+    T.schedule()
+    assert "wait_readable" in repr(t)
+    # run() with only an fd waiter left is not a deadlock: it times out
+    with pytest.raises(TimeoutError, match="wait_readable"):
+        T.run(timeout=0.05)
+    t.kill()
+    with pytest.raises(T.TaskletExit):
+        t.join()
+    # the fd works as before for the next waiter
+    b.send(b"y")
+    T.wait_readable(a, timeout=1)
+    a.close(), b.close()
+
+
+# ---- to_thread ----
+
+def test_to_thread_result_exception_and_others_run():
+    ticks = []
+
+    def ticker():
+        for _ in range(10):
+            ticks.append(1)
+            T.sleep(0.005)
+
+    k = T.tasklet(ticker)()
+    t0 = time.monotonic()
+    assert T.to_thread(lambda x, y=1: (time.sleep(0.1), x + y)[1], 40, y=2) == 42
+    assert time.monotonic() - t0 >= 0.09
+    assert len(ticks) >= 5  # the ticker ran while the call blocked its worker
+    k.join()
+    with pytest.raises(ZeroDivisionError):
+        T.to_thread(lambda: 1 / 0)
+    # many at once, from tasklets: each suspends only itself
+    out = []
+    ts = [T.tasklet(lambda i=i: out.append(T.to_thread(lambda: (time.sleep(0.02), i)[1])))()
+          for i in range(8)]
+    for t in ts:
+        t.join(timeout=10)
+    assert sorted(out) == list(range(8))
+
+
+def test_to_thread_kill_and_channel_from_the_worker():
+    ev = threading.Event()
+    t = T.tasklet(T.to_thread)(ev.wait, 5)
+    T.schedule()
+    assert "to_thread" in repr(t)
+    t.kill()
+    with pytest.raises(T.TaskletExit):
+        t.join()
+    ev.set()
+    # the worker may use a channel: a tasklet here receives what it sends
+    ch = T.channel()
+    r = T.tasklet(ch.receive)()
+    T.schedule()
+    T.to_thread(ch.send, "from a worker")
+    assert r.join(timeout=5) == "from a worker"
+    # idle workers do not hide a deadlock
+    with pytest.raises(RuntimeError, match="deadlock"):
+        T.channel().receive()
+
+
+# ---- asyncio ----
+
+def test_run_asyncio_in_a_tasklet_lets_the_others_run():
+    import asyncio
+    ticks = []
+
+    def ticker():
+        for i in range(5):
+            ticks.append(i)
+            T.sleep(0.005)
+
+    async def main():
+        await asyncio.sleep(0.1)
+        return len(ticks)
+
+    T.tasklet(ticker)()
+    assert T.run_asyncio(main()) == 5
+    # two tasklets, each with its own loop, at once
+    async def nap(x):
+        await asyncio.sleep(0.03)
+        return x
+    a = T.tasklet(T.run_asyncio)(nap("a"))
+    b = T.tasklet(T.run_asyncio)(nap("b"))
+    assert (a.join(timeout=5), b.join(timeout=5)) == ("a", "b")
+
+
+def test_await_wrap_a_tasklet_and_a_channel():
+    import asyncio
+
+    def crunch(n):
+        T.sleep(0.01)
+        return sum(range(n))
+
+    def fail():
+        raise KeyError("tasklet")
+
+    async def main():
+        ch = T.channel()
+        T.tasklet(lambda: (T.sleep(0.02), ch.send("hello"))[1])()
+        r, v, s = await asyncio.gather(T.wrap(T.tasklet(crunch)(10)), T.wrap(ch),
+                                       asyncio.sleep(0.01, "slept"))
+        with pytest.raises(KeyError):
+            await T.wrap(T.tasklet(fail)())
+        # a cancelled await kills its helper: the receive takes nothing
+        w = asyncio.ensure_future(T.wrap(ch))
+        await asyncio.sleep(0.01)
+        w.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await w
+        T.schedule()  # the killed helper ends
+        assert ch.balance == 0
+        return r, v, s
+
+    assert T.run_asyncio(main()) == (45, "hello", "slept")
+
+
+def test_wrap_needs_a_loop_run_by_shoal():
+    import asyncio
+
+    async def main():
+        await T.wrap(T.channel())
+
+    with pytest.raises(RuntimeError, match="run_asyncio"):
+        asyncio.run(main())
