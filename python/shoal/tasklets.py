@@ -61,10 +61,9 @@ channel's receive)::
 """
 from __future__ import annotations
 
+import _queue
+import _thread
 import os
-import queue
-import threading
-from typing import TYPE_CHECKING
 
 from . import _shoal
 from ._shoal import (
@@ -81,9 +80,14 @@ from ._shoal import (
     wait_writable,
 )
 
+# typing and threading are imported when used: they take 15 and 12 ms, which
+# `import shoal` (it re-exports these names) would pay.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import asyncio
+    import queue
     import selectors
+    import threading
     from typing import Any, Awaitable, Callable, Coroutine, List, Optional, Tuple, TypeVar
 
     T = TypeVar("T")
@@ -109,9 +113,9 @@ __all__ = [
 
 # Enough for blocking calls that mostly wait (as asyncio's default executor).
 _MAX_WORKERS = min(32, (os.cpu_count() or 1) + 4)
-_pool_lock = threading.Lock()
+_pool_lock = _thread.allocate_lock()
 _jobs: "queue.SimpleQueue[Optional[Tuple[Any, Callable[..., Any], Tuple[Any, ...], Any]]]" = (
-    queue.SimpleQueue()
+    _queue.SimpleQueue()
 )
 _workers: "List[threading.Thread]" = []
 
@@ -141,6 +145,8 @@ def _submit(job: "Tuple[Any, Callable[..., Any], Tuple[Any, ...], Any]") -> None
     with _pool_lock:
         # a worker of its own unless an idle one is left for it
         if _jobs.qsize() >= _shoal._worker_idle(0) and len(_workers) < _MAX_WORKERS:
+            import threading
+
             th = threading.Thread(target=_worker, name="shoal-to_thread", daemon=True)
             th.start()
             _workers.append(th)
