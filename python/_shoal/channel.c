@@ -57,10 +57,20 @@ static sh_wait *chan_pop(ShChannel *c)
 	return w;
 }
 
+/* One case of select(): its channel and, for a send, the value. */
+typedef struct {
+	ShChannel *ch;
+	PyObject *send; /* borrowed; NULL for a receive */
+} sel_case;
+
+/* A select's own wait; its case waiters (cases[i] waits on k[i].ch) point
+ * at m. */
 typedef struct {
 	sh_wait m; /* first: a case's master points here */
 	sh_wait *cases;
+	const sel_case *k;
 	Py_ssize_t n;
+	Py_ssize_t fired; /* the case that fired, once m.done */
 } sel_wait;
 
 /* w was taken off its channel and completed (got: what a receive gets,
@@ -71,7 +81,7 @@ static sh_wait *fire_select(sh_wait *w, PyObject *got);
 
 static inline sh_wait *fire(sh_wait *w, PyObject *got)
 {
-	if (sh_unlikely(w->master != NULL))
+	if (sh_unlikely(w->is_case))
 		return fire_select(w, got);
 	if (got)
 		w->value = got;
@@ -81,17 +91,17 @@ static inline sh_wait *fire(sh_wait *w, PyObject *got)
 
 static sh_wait *fire_select(sh_wait *w, PyObject *got)
 {
-	sh_wait *m = w->master;
+	sh_wait *m = w->u.master;
 	sel_wait *s = (sel_wait *)m;
 	for (Py_ssize_t i = 0; i < s->n; i++) {
 		sh_wait *o = &s->cases[i];
 		if (o != w && o->linked) {
-			ShChannel *oc = o->chan;
+			ShChannel *oc = s->k[i].ch;
 			sh_tl_unlink(&oc->head, &oc->tail, o);
 			oc->balance += o->dir < 0 ? 1 : -1;
 		}
 	}
-	m->index = w->index;
+	s->fired = w - s->cases;
 	m->value = got;
 	m->done = true;
 	return m;
@@ -190,7 +200,7 @@ static PyObject *channel_close(PyObject *self, PyObject *unused)
 	 * for ever. */
 	while (c->balance < 0) {
 		sh_wait *w = chan_pop(c);
-		if (w->master) /* a select's receive: that case fires, with CLOSED */
+		if (w->is_case) /* a select's receive: that case fires, with CLOSED */
 			sh_tl_wake(tl, fire(w, Py_NewRef(ShChanClosed)), 0, false);
 		else
 			sh_tl_wake(tl, w, SHOAL_ECLOSED, false);
@@ -252,12 +262,6 @@ static PyObject *channel_send_case(PyObject *self, PyObject *value)
 }
 
 /* ---- select ---- */
-
-/* One case of select(): its channel and, for a send, the value. */
-typedef struct {
-	ShChannel *ch;
-	PyObject *send; /* borrowed; NULL for a receive */
-} sel_case;
 
 static int parse_case(PyObject *item, Py_ssize_t i, sel_case *out)
 {
@@ -321,7 +325,7 @@ static PyObject *select_now(sh_tl *tl, sel_case *k, Py_ssize_t i)
  * kill or a deadlock. */
 static PyObject *select_wait(sh_tl *tl, sel_case *k, Py_ssize_t n, int64_t deadline)
 {
-	sel_wait s = {.m = {.what = "select", .shared = true, .who = tl->current}, .n = n};
+	sel_wait s = {.m = {.what = "select", .shared = true, .who = tl->current}, .k = k, .n = n};
 	sh_wait few[8];
 	s.cases = n <= 8 ? few : PyMem_Calloc((size_t)n, sizeof(sh_wait));
 	if (!s.cases)
@@ -330,9 +334,8 @@ static PyObject *select_wait(sh_tl *tl, sel_case *k, Py_ssize_t n, int64_t deadl
 		sh_wait *w = &s.cases[i];
 		*w = (sh_wait){.what = "select",
 			       .who = tl->current,
-			       .master = &s.m,
-			       .chan = k[i].ch,
-			       .index = (int)i,
+			       .u.master = &s.m,
+			       .is_case = true,
 			       .dir = k[i].send ? 1 : -1,
 			       .value = Py_XNewRef(k[i].send)};
 		sh_tl_link(&k[i].ch->head, &k[i].ch->tail, w);
@@ -342,7 +345,7 @@ static PyObject *select_wait(sh_tl *tl, sel_case *k, Py_ssize_t n, int64_t deadl
 	for (Py_ssize_t i = 0; i < n; i++) {
 		sh_wait *w = &s.cases[i];
 		if (w->linked) {
-			ShChannel *c = w->chan;
+			ShChannel *c = k[i].ch;
 			sh_tl_unlink(&c->head, &c->tail, w);
 			c->balance -= w->dir;
 		}
@@ -354,7 +357,7 @@ static PyObject *select_wait(sh_tl *tl, sel_case *k, Py_ssize_t n, int64_t deadl
 		PyMem_Free(s.cases);
 	sh_tl_reap(tl);
 	if (s.m.done)
-		return pair(s.m.index, s.m.value ? s.m.value : Py_NewRef(Py_None));
+		return pair(s.fired, s.m.value ? s.m.value : Py_NewRef(Py_None));
 	return sh_tl_wait_error(tl, rc, "select");
 }
 

@@ -99,6 +99,19 @@ static bool xdrain(sh_tl *tl, int *own_rc)
 	return own;
 }
 
+/* Whether a context waits where another thread may end it (a channel):
+ * looked for only when every context waits for ever, so the switch path
+ * keeps no count of it. */
+static bool shared_wait(sh_tl *tl)
+{
+	if (tl->main->wait && tl->main->wait->shared)
+		return true;
+	for (ShTasklet *t = tl->live; t; t = t->live_next)
+		if (t->wait && t->wait->shared)
+			return true;
+	return false;
+}
+
 /* Another Python thread that may yet end a shared wait (a channel
  * receive): any thread but this one and to_thread()'s idle workers. */
 static bool other_threads(sh_tl *tl)
@@ -125,7 +138,7 @@ static bool idle_hook(void *arg, int phase, int64_t timeout)
 			return true;
 		}
 		if (tl->main->wait && tl->main->wait->forever && tl->nforever == tl->nlive + 1 &&
-		    !(tl->nshared && other_threads(tl)))
+		    !(other_threads(tl) && shared_wait(tl)))
 			return sh_fiber_unpark(tl->main->fiber, SHOAL_EDEADLK) == 0;
 		return false;
 	case SH_IDLE_SLEEP:
@@ -350,8 +363,8 @@ void sh_tl_interrupt(ShTasklet *t, int rc)
 	sh_wait *w = t->wait;
 	if (!w || w->done)
 		return;
-	if (w->interrupt)
-		w->interrupt(w, rc);
+	if (w->interruptible)
+		w->u.interrupt(w, rc);
 	else
 		sh_fiber_unpark(t->fiber, rc);
 }
@@ -369,10 +382,8 @@ int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 	w->who = me;
 	w->forever = deadline == SHOAL_FOREVER && !w->external;
 	me->wait = w;
-	if (w->forever) {
+	if (w->forever)
 		tl->nforever++;
-		tl->nshared += w->shared;
-	}
 	int rc;
 	for (;;) {
 		rc = sh_tl_park(tl, deadline);
@@ -383,10 +394,8 @@ int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 			break;
 		}
 	}
-	if (w->forever) {
+	if (w->forever)
 		tl->nforever--;
-		tl->nshared -= w->shared;
-	}
 	if (sh_unlikely(w->xposted)) { /* ended by another thread while a kill or timer woke it */
 		for (sh_wait **p = &tl->xhead; *p; p = &(*p)->xnext)
 			if (*p == w) {

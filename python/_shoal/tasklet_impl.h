@@ -27,29 +27,31 @@ typedef struct sh_wait {
 	ShTasklet *who;
 	PyObject *value; /* a send's value (owned), or what a receive got */
 	const char *what;
-	int dir; /* channels: 1 send, -1 receive */
-	bool done, linked, forever;
+	union {
+		/* is_case: a select's case, pointing at the select's own wait */
+		struct sh_wait *master;
+		/* interruptible: a wait that is not a park (an fd wait) ends
+		 * early (a kill, a signal) through this */
+		void (*interrupt)(struct sh_wait *w, int rc);
+	} u;
+	struct sh_wait *xnext; /* while xposted */
+	int xrc;
+	int8_t dir; /* channels: 1 send, -1 receive */
+	bool done : 1, linked : 1, forever : 1;
 	/* Not a deadlock while parked for ever: ended from outside the
 	 * thread's tasklets (a worker thread, an fd). */
-	bool external;
+	bool external : 1;
 	/* Another thread's tasklet or code may end it (a channel wait): parked
 	 * for ever, a deadlock only while no other Python thread runs. */
-	bool shared;
+	bool shared : 1;
 	/* posted to the waiter's thread by another thread (sh_tl_xwake) */
-	bool xposted;
-	int xrc;
-	struct sh_wait *xnext;
-	/* select: the case waiters point at the select's own wait, which
-	 * gets the index of the case that fired */
-	struct sh_wait *master;
-	void *chan;
-	int index;
-	/* Waits that are not parks (an fd wait) end early through this (a
-	 * kill, a signal): it makes the wait return with irc set to rc. */
-	void (*interrupt)(struct sh_wait *w, int rc);
-	int irc;
-	int fd;
+	bool xposted : 1;
+	bool is_case : 1, interruptible : 1;
 } sh_wait;
+
+/* One cache line, cleared in a few stores: every channel wait makes one on
+ * its stack (a `rep stos` of a larger one cost a hop 4 ns). */
+_Static_assert(sizeof(sh_wait) <= 64, "sh_wait fits a cache line");
 
 struct ShTasklet {
 	PyObject_HEAD sh_tl *tl; /* set when scheduled */
@@ -75,7 +77,6 @@ struct sh_tl {
 	ShTasklet *zombies; /* finished, their fibers' references to drop */
 	size_t nlive;
 	size_t nforever; /* contexts parked for ever in our waits */
-	size_t nshared;	 /* of those, waits another thread may end */
 	/* Waits of this thread's contexts that other threads ended, to be
 	 * woken here (GIL held on both sides; the scheduler's doorbell rang
 	 * when the list became non-empty). */

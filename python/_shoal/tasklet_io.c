@@ -35,13 +35,20 @@ static int ready_now(int fd, short ev)
 
 /* A kill or a signal ends the wait: forgetting our descriptor wakes its
  * waiter (SHOAL_ECLOSED), which finds why in irc. */
+typedef struct {
+	sh_wait w; /* first: the interrupt gets this */
+	int irc;   /* why it was interrupted, 0 if it was not */
+	int fd;	   /* our duplicate */
+} fd_waiter;
+
 static void fd_interrupt(sh_wait *w, int rc)
 {
-	if (w->irc != RC_KILLED)
-		w->irc = rc;
+	fd_waiter *f = (fd_waiter *)w;
+	if (f->irc != RC_KILLED)
+		f->irc = rc;
 	/* not when readiness woke it already: it finds irc when it runs */
 	if (w->who->fiber->state == SH_BLOCKED)
-		shoal_fd_forget(w->fd);
+		shoal_fd_forget(f->fd);
 }
 
 /* The poller registers a descriptor once and keeps it until
@@ -82,8 +89,13 @@ static PyObject *fd_wait(PyObject *args, PyObject *kw, unsigned ev, const char *
 	if (d < 0)
 		return PyErr_SetFromErrno(PyExc_OSError);
 	ShTasklet *me = tl->current;
-	sh_wait w = {.what = what, .external = true, .who = me, .interrupt = fd_interrupt, .fd = d};
-	me->wait = &w;
+	fd_waiter w = {.w = {.what = what,
+			     .external = true,
+			     .who = me,
+			     .u.interrupt = fd_interrupt,
+			     .interruptible = true},
+		       .fd = d};
+	me->wait = &w.w;
 	int rc;
 	for (;;) {
 		/* as sh_tl_park does: the switch inside must not know Python */
