@@ -11,7 +11,9 @@
  * waiting contexts' stacks and park/unpark fibers (fiber_impl.h); the
  * scheduler's idle hook detects deadlocks (every context parked for ever
  * on something only another context can do) and lets go of the GIL while
- * the thread sleeps. Tasklets never leave their thread. */
+ * the thread sleeps. Tasklets never leave their thread; a wait another
+ * thread ends (a channel, to_thread) is posted to the waiter's thread
+ * (xhead), which unparks it at its next switch point or idle check. */
 #include "module.h"
 #include "tasklet_impl.h"
 #include "tasklet_pystate.h"

@@ -3,7 +3,8 @@
 Each tasklet runs on a C stack of its own (1 MiB reserved, pages committed as they are
 touched, stacks pooled), so switching costs the same at any depth. Tasklets of a
 thread run one at a time and switch only where they block: ``channel.send`` and
-``receive``, ``schedule()``, ``sleep()``, ``tasklet.join()`` and ``run()``::
+``receive``, ``select()``, ``schedule()``, ``sleep()``, ``wait_readable()`` and
+``wait_writable()``, ``to_thread()``, ``tasklet.join()`` and ``run()``::
 
     from shoal import tasklets as t
 

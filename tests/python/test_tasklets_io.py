@@ -360,3 +360,55 @@ def test_wrap_needs_a_loop_run_by_shoal():
 
     with pytest.raises(RuntimeError, match="run_asyncio"):
         asyncio.run(main())
+
+
+def test_select_between_threads():
+    a, b, quit = T.channel(), T.channel(), T.channel()
+    n = 300
+
+    def producer(ch, tag):
+        for i in range(n):
+            ch.send((tag, i))
+
+    ths = [threading.Thread(target=producer, args=(a, "a")),
+           threading.Thread(target=producer, args=(b, "b"))]
+    for th in ths:
+        th.start()
+    got = {"a": [], "b": []}
+    while len(got["a"]) + len(got["b"]) < 2 * n:
+        idx, (tag, i) = T.select([a, b.receive_case(), quit.receive_case()], timeout=10)
+        assert tag == "ab"[idx]
+        got[tag].append(i)
+    for th in ths:
+        th.join()
+    assert got == {"a": list(range(n)), "b": list(range(n))}
+    assert (a.balance, b.balance, quit.balance) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("wait", ["wait_readable", "channel from a thread"])
+def test_ctrl_c_in_an_fd_or_cross_thread_wait_raises_at_once(wait):
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import os, signal, socket, sys, threading, time
+        from shoal import tasklets as T
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        a, b = socket.socketpair()
+        ch = T.channel()
+        th = threading.Thread(target=time.sleep, args=(30,), daemon=True)
+        th.start()  # another thread: the receive is no deadlock
+        t0 = time.monotonic()
+        try:
+            if sys.argv[1] == "wait_readable":
+                T.wait_readable(a)
+            else:
+                ch.receive()
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt after %.1f s" % (time.monotonic() - t0))
+    """)
+    r = subprocess.run([sys.executable, "-c", code, wait], capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("KeyboardInterrupt after"), r.stdout
+    assert float(r.stdout.split()[2]) < 5
