@@ -159,9 +159,12 @@ def to_thread(fn: "Callable[..., T]", *args: "Any", **kwargs: "Any") -> "T":
     its exception), suspending only the calling tasklet: the thread's other tasklets run
     meanwhile. For blocking calls shoal cannot suspend (``time.sleep``, a blocking socket,
     a C library's call): made by a tasklet directly, they block every tasklet of the
-    thread. A killed caller stops waiting at once; fn still runs to its end."""
+    thread. fn runs in a copy of the caller's ``contextvars`` context (as asyncio's
+    ``to_thread``). A killed caller stops waiting at once; fn still runs to its end."""
+    import contextvars
+
     done = _shoal._Completion()
-    _submit((done, fn, args, kwargs))
+    _submit((done, contextvars.copy_context().run, (fn, *args), kwargs))
     return done.wait("to_thread")
 
 

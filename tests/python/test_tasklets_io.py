@@ -267,6 +267,13 @@ def test_to_thread_result_exception_and_others_run():
     k.join()
     with pytest.raises(ZeroDivisionError):
         T.to_thread(lambda: 1 / 0)
+    # in a copy of the caller's context
+    import contextvars
+    var = contextvars.ContextVar("var", default="unset")
+    var.set("caller's")
+    assert T.to_thread(var.get) == "caller's"
+    assert T.to_thread(lambda: var.set("worker's") and var.get()) == "worker's"
+    assert var.get() == "caller's"
     # many at once, from tasklets: each suspends only itself
     out = []
     ts = [T.tasklet(lambda i=i: out.append(T.to_thread(lambda: (time.sleep(0.02), i)[1])))()
