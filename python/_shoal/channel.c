@@ -287,8 +287,8 @@ static int parse_case(PyObject *item, Py_ssize_t i, sel_case *out)
  * closed channel (a receive gets CLOSED, a send raises). */
 static bool case_ready(const sel_case *k)
 {
-	if (k->ch->closing)
-		return k->send != NULL || k->ch->balance <= 0;
+	if (k->ch->closing) /* senders left are still received */
+		return true;
 	return k->send ? k->ch->balance < 0 : k->ch->balance > 0;
 }
 

@@ -85,6 +85,14 @@ def test_select_timeout_and_closed_channels():
     assert T.select([a, b]) == (0, T.CLOSED)
     with pytest.raises(ValueError, match="closed"):
         T.select([a.send_case(1)])
+    # senders waiting when a channel closes are still received, then CLOSED
+    c = T.channel()
+    s = T.tasklet(c.send)("last")
+    T.schedule()
+    c.close()
+    assert T.select([c.receive_case()]) == (0, "last")
+    assert T.select([c.receive_case()]) == (0, T.CLOSED)
+    s.join()
     # a close while a select waits ends it with that case
     got = []
     t = T.tasklet(lambda: got.append(T.select([b, T.channel()])))()
