@@ -262,6 +262,24 @@ static PyMethodDef module_methods[] = {
 	 "run(timeout=None)\n\nFrom the main tasklet: runs tasklets until every one has "
 	 "ended. RuntimeError naming the blocked tasklets when none can ever run again "
 	 "(a deadlock), TimeoutError when the timeout passes first."},
+	{"select", (PyCFunction)(void (*)(void))sh_py_select, METH_VARARGS | METH_KEYWORDS,
+	 "select(cases, timeout=None) -> (index, value)\n\nGo's select over channel cases "
+	 "(ch.receive_case(), ch.send_case(value), or a channel for a receive): runs one "
+	 "ready case, chosen at random when several are, else waits for the first to become "
+	 "ready. value is what a receive got (CLOSED from a closed, empty channel), None for "
+	 "a send; a send chosen on a closed channel raises ValueError. TimeoutError when the "
+	 "timeout passes first (timeout=0: none is ready now)."},
+	{"wait_readable", (PyCFunction)(void (*)(void))sh_py_wait_readable,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "wait_readable(fd, timeout=None)\n\nSuspends the calling tasklet until fd (an int or "
+	 "an object with fileno()) is readable (or has an error or hang-up). TimeoutError when "
+	 "the timeout passes first (timeout=0: not readable now)."},
+	{"wait_writable", (PyCFunction)(void (*)(void))sh_py_wait_writable,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "wait_writable(fd, timeout=None)\n\nAs wait_readable(), until fd is writable."},
+	{"_worker_idle", sh_py_worker_idle, METH_O,
+	 "_worker_idle(delta) -> int\n\nto_thread()'s pool: its idle workers, which deadlock "
+	 "detection does not count as threads that could send on a channel."},
 	{"default_socket", default_socket, METH_NOARGS,
 	 "default_socket() -> str\n\nThe socket the shoal CLI uses: $SHOAL_SOCKET, else "
 	 "shoald.sock in this user's socket directory."},

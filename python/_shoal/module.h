@@ -3,10 +3,11 @@
  * Tensor, Blob; value.c: Python values as call values; ext.c and child.c:
  * isolated extensions, the host's side and the extension's, and in child.c
  * the entries of the Python engine and a cluster's supervisor; farm.c:
- * Controller, Farm; tasklet.c, channel.c: tasklets and channels on shoal's fibers; cluster.c:
- * clusters started through a launcher; remote.c: Remote, a client of another host's store over
- * TCP). The module is the thin C layer the pure-Python package `shoal` builds on: every store,
- * extension and task call goes through here, with the GIL released while it blocks. */
+ * Controller, Farm; tasklet.c, channel.c, tasklet_io.c: tasklets, channels, select, fd waits and
+ * to_thread on shoal's fibers; cluster.c: clusters started through a launcher; remote.c: Remote, a
+ * client of another host's store over TCP). The module is the thin C layer the pure-Python package
+ * `shoal` builds on: every store, extension and task call goes through here, with the GIL released
+ * while it blocks. */
 #ifndef SHOAL_PY_MODULE_H
 #define SHOAL_PY_MODULE_H
 
@@ -191,7 +192,7 @@ int sh_py_fspath(PyObject *in, PyObject **out);
  * in errors. */
 const char *sh_py_cstr(PyObject *s, const char *what);
 
-/* ---- tasklets (tasklet.c, channel.c) ---- */
+/* ---- tasklets (tasklet.c, channel.c, tasklet_io.c) ---- */
 
 extern PyTypeObject ShTasklet_Type, ShChannel_Type;
 extern PyObject *ShTaskletExit;
@@ -252,5 +253,11 @@ PyObject *sh_py_getcurrent(PyObject *mod, PyObject *unused);
 PyObject *sh_py_schedule(PyObject *mod, PyObject *unused);
 PyObject *sh_py_sleep(PyObject *mod, PyObject *secs);
 PyObject *sh_py_run(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *sh_py_select(PyObject *mod, PyObject *args, PyObject *kw);
+/* tasklet_io.c: fd waits, to_thread()'s completion */
+int sh_py_tasklet_io_init(PyObject *mod);
+PyObject *sh_py_wait_readable(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *sh_py_wait_writable(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *sh_py_worker_idle(PyObject *mod, PyObject *delta);
 
 #endif

@@ -11,7 +11,9 @@
  * waiting contexts' stacks and park/unpark fibers (fiber_impl.h); the
  * scheduler's idle hook detects deadlocks (every context parked for ever
  * on something only another context can do) and lets go of the GIL while
- * the thread sleeps. Tasklets never leave their thread. */
+ * the thread sleeps. Tasklets never leave their thread; a wait another
+ * thread ends (a channel, to_thread) is posted to the waiter's thread
+ * (xhead), which unparks it at its next switch point or idle check. */
 #include "module.h"
 #include "tasklet_impl.h"
 #include "tasklet_pystate.h"
@@ -30,6 +32,7 @@
 #define CHUNKS_KEPT 4096
 static _Thread_local sh_tl *tl_state;
 PyObject *ShTaskletExit;
+Py_ssize_t sh_tl_idle_workers;
 
 /* ---- the thread's state ---- */
 
@@ -78,6 +81,51 @@ static void describe_blocked(sh_tl *tl, char *buf, size_t cap)
 	}
 }
 
+/* Unparks the waits other threads ended. True when one was the running
+ * context's own (own_rc non-NULL): it need not park then, *own_rc is its
+ * code. */
+static bool xdrain(sh_tl *tl, int *own_rc)
+{
+	bool own = false;
+	while (tl->xhead) {
+		sh_wait *w = tl->xhead;
+		tl->xhead = w->xnext;
+		w->xnext = NULL;
+		w->xposted = false;
+		if (own_rc && w->who == tl->current) {
+			own = true;
+			*own_rc = w->xrc;
+			continue;
+		}
+		sh_fiber_unpark(w->who->fiber, w->xrc);
+	}
+	return own;
+}
+
+/* Whether a context waits where another thread may end it (a channel):
+ * looked for only when every context waits for ever, so the switch path
+ * keeps no count of it. */
+static bool shared_wait(sh_tl *tl)
+{
+	if (tl->main->wait && tl->main->wait->shared)
+		return true;
+	for (ShTasklet *t = tl->live; t; t = t->live_next)
+		if (t->wait && t->wait->shared)
+			return true;
+	return false;
+}
+
+/* Another Python thread that may yet end a shared wait (a channel
+ * receive): any thread but this one and to_thread()'s idle workers. */
+static bool other_threads(sh_tl *tl)
+{
+	Py_ssize_t n = 0;
+	for (PyThreadState *t = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(tl->ts));
+	     t; t = PyThreadState_Next(t))
+		n++;
+	return n - 1 > sh_tl_idle_workers;
+}
+
 /* Every context is parked for ever on another's doing: nothing can ever
  * run again. The main context is woken to raise it. */
 static bool idle_hook(void *arg, int phase, int64_t timeout)
@@ -86,7 +134,14 @@ static bool idle_hook(void *arg, int phase, int64_t timeout)
 	(void)timeout;
 	switch (phase) {
 	case SH_IDLE_CHECK:
-		if (tl->main->wait && tl->main->wait->forever && tl->nforever == tl->nlive + 1)
+		if (!PyGILState_Check())
+			return false;
+		if (tl->xhead) {
+			xdrain(tl, NULL);
+			return true;
+		}
+		if (tl->main->wait && tl->main->wait->forever && tl->nforever == tl->nlive + 1 &&
+		    !(other_threads(tl) && shared_wait(tl)))
 			return sh_fiber_unpark(tl->main->fiber, SHOAL_EDEADLK) == 0;
 		return false;
 	case SH_IDLE_SLEEP:
@@ -102,8 +157,7 @@ static bool idle_hook(void *arg, int phase, int64_t timeout)
 			/* The sleep may have ended for a signal (Ctrl-C): the
 			 * main context runs its handler (sh_tl_wait), at once
 			 * rather than at the next timer or event. */
-			if (tl->main->wait && !tl->main->wait->done)
-				sh_fiber_unpark(tl->main->fiber, SHOAL_EINTR);
+			sh_tl_interrupt(tl->main, SHOAL_EINTR);
 		}
 		return false;
 	}
@@ -249,9 +303,12 @@ void sh_tl_reap(sh_tl *tl)
 int sh_tl_park(sh_tl *tl, int64_t deadline)
 {
 	ShTasklet *me = tl->current;
+	int rc = 0;
+	if (sh_unlikely(tl->xhead != NULL) && xdrain(tl, &rc))
+		return rc;
 	sh_pystate st;
 	sh_pystate_save(tl->ts, &st, &tl->tracing);
-	int rc = sh_fiber_park(deadline);
+	rc = sh_fiber_park(deadline);
 	sh_pystate_restore(tl->ts, &st, tl->tracing);
 	tl->current = me;
 	return rc;
@@ -260,6 +317,8 @@ int sh_tl_park(sh_tl *tl, int64_t deadline)
 void sh_tl_yield(sh_tl *tl)
 {
 	ShTasklet *me = tl->current;
+	if (tl->xhead)
+		xdrain(tl, NULL);
 	sh_pystate st;
 	sh_pystate_save(tl->ts, &st, &tl->tracing);
 	shoal_yield();
@@ -271,6 +330,10 @@ void sh_tl_yield(sh_tl *tl)
  * behind it), else after those already runnable. */
 void sh_tl_wake(sh_tl *tl, sh_wait *w, int rc, bool now)
 {
+	if (sh_unlikely(w->who->tl != tl)) {
+		sh_tl_xwake(w, rc);
+		return;
+	}
 	shoal_fiber *f = w->who->fiber;
 	if (!now) {
 		sh_fiber_unpark(f, rc);
@@ -284,13 +347,43 @@ void sh_tl_wake(sh_tl *tl, sh_wait *w, int rc, bool now)
 	tl->current = me;
 }
 
+void sh_tl_xwake(sh_wait *w, int rc)
+{
+	sh_tl *o = w->who->tl;
+	w->xrc = rc;
+	if (w->xposted)
+		return;
+	w->xposted = true;
+	w->xnext = o->xhead;
+	o->xhead = w;
+	/* once per batch: the list is emptied by the thread it belongs to */
+	if (!w->xnext)
+		sh_eventfd_signal(o->sched->evfd);
+}
+
+void sh_tl_interrupt(ShTasklet *t, int rc)
+{
+	sh_wait *w = t->wait;
+	if (!w || w->done)
+		return;
+	if (w->interruptible)
+		w->u.interrupt(w, rc);
+	else
+		sh_fiber_unpark(t->fiber, rc);
+}
+
+sh_tl *sh_tl_peek(void)
+{
+	return tl_state;
+}
+
 /* Parks the current context in w (linked by the caller where its waker
  * finds it) until done, the deadline, a kill or a deadlock. */
 int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 {
 	ShTasklet *me = tl->current;
 	w->who = me;
-	w->forever = deadline == SHOAL_FOREVER;
+	w->forever = deadline == SHOAL_FOREVER && !w->external;
 	me->wait = w;
 	if (w->forever)
 		tl->nforever++;
@@ -306,6 +399,14 @@ int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 	}
 	if (w->forever)
 		tl->nforever--;
+	if (sh_unlikely(w->xposted)) { /* ended by another thread while a kill or timer woke it */
+		for (sh_wait **p = &tl->xhead; *p; p = &(*p)->xnext)
+			if (*p == w) {
+				*p = w->xnext;
+				break;
+			}
+		w->xposted = false;
+	}
 	me->wait = NULL;
 	return rc;
 }
@@ -423,8 +524,7 @@ static void finish(sh_tl *tl, ShTasklet *t, PyObject *res)
 			t->retrieved = true;
 			if (!tl->fatal) {
 				tl->fatal = Py_NewRef(ev);
-				if (tl->main->wait && !tl->main->wait->done)
-					sh_fiber_unpark(tl->main->fiber, RC_FATAL);
+				sh_tl_interrupt(tl->main, RC_FATAL);
 			}
 		}
 	}
@@ -689,8 +789,8 @@ static PyObject *tasklet_kill(PyObject *self, PyObject *unused)
 		return NULL;
 	}
 	t->kill_pending = true;
-	if (t->wait && !t->wait->done)
-		sh_fiber_unpark(t->fiber, RC_KILLED);
+	if (t->wait)
+		sh_tl_interrupt(t, RC_KILLED);
 	else if (t->call && t->call->cancel)
 		shoal_cancel(t->fiber); /* its C call's wait: see sh_tl_blocking_end */
 	Py_RETURN_NONE;
@@ -872,8 +972,8 @@ int sh_py_tasklet_init(PyObject *mod)
 		"Raised in a tasklet that was killed; it ends the tasklet quietly.",
 		PyExc_BaseException, NULL);
 	if (!ShTaskletExit || PyModule_AddObjectRef(mod, "TaskletExit", ShTaskletExit) != 0 ||
-	    PyModule_AddType(mod, &ShTasklet_Type) != 0 ||
-	    PyModule_AddType(mod, &ShChannel_Type) != 0)
+	    PyModule_AddType(mod, &ShTasklet_Type) != 0 || sh_py_channel_init(mod) != 0 ||
+	    sh_py_tasklet_io_init(mod) != 0)
 		return -1;
 	return 0;
 }

@@ -17,15 +17,41 @@ typedef struct ShTasklet ShTasklet;
 #define RC_RAISED (-20002) /* a signal handler raised: the exception is set */
 #define RC_FATAL (-20003)  /* a tasklet ended with KeyboardInterrupt, SystemExit... */
 
-/* A context waiting on a channel, a join or run(), on its own stack. */
+/* A context waiting on a channel, a join, run(), select, an fd or
+ * another thread, on its own stack. Another thread may end a wait: every
+ * field is then read and written with the GIL held, which is the lock of
+ * cross-thread channel state (no channel operation lets go of the GIL
+ * between looking at a channel and changing it). */
 typedef struct sh_wait {
 	struct sh_wait *prev, *next;
 	ShTasklet *who;
 	PyObject *value; /* a send's value (owned), or what a receive got */
 	const char *what;
-	int dir; /* channels: 1 send, -1 receive */
-	bool done, linked, forever;
+	union {
+		/* is_case: a select's case, pointing at the select's own wait */
+		struct sh_wait *master;
+		/* interruptible: a wait that is not a park (an fd wait) ends
+		 * early (a kill, a signal) through this */
+		void (*interrupt)(struct sh_wait *w, int rc);
+	} u;
+	struct sh_wait *xnext; /* while xposted */
+	int xrc;
+	int8_t dir; /* channels: 1 send, -1 receive */
+	bool done : 1, linked : 1, forever : 1;
+	/* Not a deadlock while parked for ever: ended from outside the
+	 * thread's tasklets (a worker thread, an fd). */
+	bool external : 1;
+	/* Another thread's tasklet or code may end it (a channel wait): parked
+	 * for ever, a deadlock only while no other Python thread runs. */
+	bool shared : 1;
+	/* posted to the waiter's thread by another thread (sh_tl_xwake) */
+	bool xposted : 1;
+	bool is_case : 1, interruptible : 1;
 } sh_wait;
+
+/* One cache line, cleared in a few stores: every channel wait makes one on
+ * its stack (a `rep stos` of a larger one cost a hop 4 ns). */
+_Static_assert(sizeof(sh_wait) <= 64, "sh_wait fits a cache line");
 
 struct ShTasklet {
 	PyObject_HEAD sh_tl *tl; /* set when scheduled */
@@ -52,6 +78,10 @@ struct sh_tl {
 	ShTasklet *zombies; /* finished, their fibers' references to drop */
 	size_t nlive;
 	size_t nforever; /* contexts parked for ever in our waits */
+	/* Waits of this thread's contexts that other threads ended, to be
+	 * woken here (GIL held on both sides; the scheduler's doorbell rang
+	 * when the list became non-empty). */
+	sh_wait *xhead;
 	sh_wait *run_wait;
 	void **chunks;
 	size_t nchunks;
@@ -83,13 +113,31 @@ int sh_tl_check_kill(sh_tl *tl);
 int sh_tl_park(sh_tl *tl, int64_t deadline);
 void sh_tl_yield(sh_tl *tl);
 /* Wakes w's context with rc, which runs at once when `now` (the caller
- * right behind it), else after those already runnable. */
+ * right behind it), else after those already runnable. tl is the calling
+ * thread's state (NULL for a thread without one): a waiter of another
+ * thread is posted to its thread (sh_tl_xwake) whatever `now` says. */
 void sh_tl_wake(sh_tl *tl, sh_wait *w, int rc, bool now);
+/* Posts w's wake with rc to its thread and rings its scheduler (GIL
+ * held): its idle hook or next switch point unparks it. */
+void sh_tl_xwake(sh_wait *w, int rc);
+/* Ends t's current wait early with rc (a kill, a signal, a fatal
+ * exception): unparks it, or calls the wait's interrupt. */
+void sh_tl_interrupt(ShTasklet *t, int rc);
+/* The calling thread's state if it has one, never making it. */
+sh_tl *sh_tl_peek(void);
+/* Idle worker threads of to_thread()'s pool (GIL held to change): they
+ * cannot end a channel wait, so deadlock detection does not count them. */
+extern Py_ssize_t sh_tl_idle_workers;
 /* Parks the current context in w (linked by the caller where its waker
  * finds it) until done, the deadline, a kill or a deadlock. */
 int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline);
 /* NULL with the exception a failed wait's rc means (what: the call). */
 PyObject *sh_tl_wait_error(sh_tl *tl, int rc, const char *what);
+
+/* What select() gives for a receive on a closed, empty channel. */
+extern PyObject *ShChanClosed;
+/* Adds CLOSED and channel to the module (channel.c). */
+int sh_py_channel_init(PyObject *mod);
 
 /* Wait queues: tail NULL links at the head (a list without order). */
 void sh_tl_link(sh_wait **head, sh_wait **tail, sh_wait *w);

@@ -573,3 +573,32 @@ def load_file(
     except NameTaken:
         pass  # another process imported it meanwhile
     return c.get(name, framework=framework)
+
+
+# Tasklets (shoal.tasklets) are re-exported here, imported at their first use: most
+# users of the store never touch them.
+_TASKLET_NAMES = (
+    "CLOSED",
+    "TaskletExit",
+    "channel",
+    "getcurrent",
+    "run",
+    "run_asyncio",
+    "schedule",
+    "select",
+    "sleep",
+    "tasklet",
+    "to_thread",
+    "wait_readable",
+    "wait_writable",
+    "wrap",
+)
+__all__ += _TASKLET_NAMES
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TASKLET_NAMES:
+        from . import tasklets
+
+        return getattr(tasklets, name)
+    raise AttributeError(f"module 'shoal' has no attribute {name!r}")
