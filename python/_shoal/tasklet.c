@@ -450,6 +450,7 @@ static void finish(sh_tl *tl, ShTasklet *t, PyObject *res)
 	t->live_prev = NULL;
 	t->live_next = tl->zombies;
 	tl->zombies = t;
+	PyObject_GC_Track(t);
 	/* Last: their finalizers may run any code, which then sees the
 	 * tasklet finished and every list consistent. */
 	Py_CLEAR(t->fn);
@@ -507,6 +508,14 @@ static PyObject *tasklet_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	if (!t)
 		return NULL;
 	t->fn = Py_NewRef(fn);
+	/* A function's (or a method's function's) qualified name is a field:
+	 * looking __qualname__ up by its name made and interned a string and
+	 * walked the type's dict, a third of a spawn. */
+	PyObject *f = PyMethod_Check(fn) ? PyMethod_GET_FUNCTION(fn) : fn;
+	if (PyFunction_Check(f) && PyUnicode_Check(((PyFunctionObject *)f)->func_qualname)) {
+		t->name = Py_NewRef(((PyFunctionObject *)f)->func_qualname);
+		return (PyObject *)t;
+	}
 	t->name = PyObject_GetAttrString(fn, "__qualname__");
 	if (!t->name || !PyUnicode_Check(t->name)) {
 		PyErr_Clear();
@@ -530,12 +539,20 @@ static PyObject *tasklet_call(PyObject *self, PyObject *args, PyObject *kw)
 	sh_tl *tl = sh_tl_get();
 	if (!tl)
 		return NULL;
-	PyObject *ctx = PyContext_CopyCurrent();
-	if (!ctx)
-		return NULL;
+	/* A copy of an empty context is what CPython makes for a thread state
+	 * without one at its first use of a context variable: such a tasklet
+	 * starts without one (NULL), which saves a context object a spawn. */
+	PyObject *ctx = NULL, *cur = tl->ts->context;
+	if (cur) {
+		Py_ssize_t nvars = PyObject_Size(cur);
+		if (nvars < 0)
+			return NULL;
+		if (nvars > 0 && !(ctx = PyContext_CopyCurrent()))
+			return NULL;
+	}
 	void *chunk = chunk_get(tl);
 	if (!chunk) {
-		Py_DECREF(ctx);
+		Py_XDECREF(ctx);
 		return PyErr_NoMemory();
 	}
 	shoal_fiber_opts o = {.stack_size = TASKLET_STACK, .detached = 1};
@@ -543,7 +560,7 @@ static PyObject *tasklet_call(PyObject *self, PyObject *args, PyObject *kw)
 	int rc = shoal_spawn(&f, tasklet_main, t, &o);
 	if (rc) {
 		chunk_put(tl, chunk);
-		Py_DECREF(ctx);
+		Py_XDECREF(ctx);
 		return sh_py_raise(rc, "could not start a tasklet's fiber");
 	}
 	t->args = Py_NewRef(args);
@@ -567,6 +584,10 @@ static PyObject *tasklet_call(PyObject *self, PyObject *args, PyObject *kw)
 	tl->live = t;
 	tl->nlive++;
 	Py_INCREF(t); /* the fiber's, dropped by sh_tl_reap() once it finished */
+	/* Alive, it is held by its fiber, so never garbage: the collector
+	 * need not visit it (what it holds counts as referenced from outside
+	 * meanwhile). finish() hands it back to the collector. */
+	PyObject_GC_UnTrack(t);
 	return Py_NewRef(self);
 }
 
