@@ -24,30 +24,10 @@
  * level on 3.11), more than the default recursion limit lets a tasklet
  * reach: a runaway recursion is a RecursionError, not an overflow. */
 #define TASKLET_STACK (1024 * 1024)
-/* Root chunks of the frame data stack kept for reuse: a tasklet's start
- * then makes no system call. */
-#define CHUNKS_KEPT 4096
 static _Thread_local sh_tl *tl_state;
 PyObject *ShTaskletExit;
 
 /* ---- the thread's state ---- */
-
-static void *chunk_get(sh_tl *tl)
-{
-	if (tl->nchunks)
-		return tl->chunks[--tl->nchunks];
-	return PyMem_RawMalloc(SH_PY_CHUNK_BYTES);
-}
-
-static void chunk_put(sh_tl *tl, void *c)
-{
-	if (!c)
-		return;
-	if (tl->nchunks < CHUNKS_KEPT)
-		tl->chunks[tl->nchunks++] = c;
-	else
-		PyMem_RawFree(c);
-}
 
 static void describe_blocked(sh_tl *tl, char *buf, size_t cap)
 {
@@ -140,9 +120,6 @@ static void tl_gone(PyObject *cap)
 		shoal_sched_destroy(tl->sched);
 	else
 		sh_sched_set_idle_hook(tl->sched, NULL, NULL);
-	while (tl->nchunks)
-		PyMem_RawFree(tl->chunks[--tl->nchunks]);
-	PyMem_RawFree(tl->chunks);
 	tl->main->tl = NULL;
 	Py_DECREF(tl->main);
 	PyMem_RawFree(tl);
@@ -168,13 +145,11 @@ sh_tl *sh_tl_get(void)
 		return NULL;
 	}
 	sh_tl *tl = PyMem_RawCalloc(1, sizeof(*tl));
-	void **chunks = PyMem_RawMalloc(CHUNKS_KEPT * sizeof(void *));
 	ShTasklet *m = tasklet_alloc();
 	if (m)
 		m->name = PyUnicode_FromString("main");
-	if (!tl || !chunks || !m || !m->name) {
+	if (!tl || !m || !m->name) {
 		PyMem_RawFree(tl);
-		PyMem_RawFree(chunks);
 		Py_XDECREF(m);
 		if (!PyErr_Occurred())
 			PyErr_NoMemory();
@@ -188,7 +163,6 @@ sh_tl *sh_tl_get(void)
 		int rc = shoal_sched_create(&s, &o);
 		if (rc) {
 			PyMem_RawFree(tl);
-			PyMem_RawFree(chunks);
 			Py_DECREF(m);
 			sh_py_raise(rc, "could not make this thread a shoal scheduler");
 			return NULL;
@@ -203,7 +177,6 @@ sh_tl *sh_tl_get(void)
 		if (own)
 			shoal_sched_destroy(s);
 		PyMem_RawFree(tl);
-		PyMem_RawFree(chunks);
 		Py_DECREF(m);
 		if (!PyErr_Occurred())
 			PyErr_SetString(PyExc_RuntimeError,
@@ -214,7 +187,6 @@ sh_tl *sh_tl_get(void)
 	tl->own_sched = own;
 	tl->ts = PyThreadState_Get();
 	tl->sched = s;
-	tl->chunks = chunks;
 	m->is_main = true;
 	m->scheduled = true;
 	m->tl = tl;
@@ -465,10 +437,17 @@ static void *tasklet_main(void *arg)
 	PyThreadState *ts = tl->ts;
 	_PyCFrame cf;
 	_PyErr_StackItem exc;
+	/* The data stack's root chunk is on the tasklet's own stack, which
+	 * comes warm from the pool: a start allocates nothing for it, and a
+	 * tasklet's frames sit beside its C frames (fewer pages and cache
+	 * lines to touch when it resumes). CPython never frees a root chunk
+	 * (its first slot is skipped) and frees the chunks it chained after
+	 * it as their frames return, so the chunk is only ever this one once
+	 * the function has returned. */
+	_Alignas(16) char chunk[SH_PY_CHUNK_BYTES];
 	PyObject *ctx = t->context;
 	t->context = NULL;
-	sh_pystate_start(ts, &cf, &exc, t->chunk, ctx, tl->tracing);
-	t->chunk = NULL;
+	sh_pystate_start(ts, &cf, &exc, chunk, ctx, tl->tracing);
 	tl->current = t;
 	sh_tl_reap(tl);
 	PyObject *res = NULL;
@@ -485,10 +464,8 @@ static void *tasklet_main(void *arg)
 		ts->context = NULL;
 		Py_DECREF(c);
 	}
-	void *chunk = sh_pystate_root_chunk(ts);
 	sh_pystate_park(ts, &tl->park_cf, cf.use_tracing);
 	tl->tracing = cf.use_tracing;
-	chunk_put(tl, chunk);
 	return NULL;
 }
 
@@ -550,23 +527,16 @@ static PyObject *tasklet_call(PyObject *self, PyObject *args, PyObject *kw)
 		if (nvars > 0 && !(ctx = PyContext_CopyCurrent()))
 			return NULL;
 	}
-	void *chunk = chunk_get(tl);
-	if (!chunk) {
-		Py_XDECREF(ctx);
-		return PyErr_NoMemory();
-	}
 	shoal_fiber_opts o = {.stack_size = TASKLET_STACK, .detached = 1};
 	shoal_fiber *f;
 	int rc = shoal_spawn(&f, tasklet_main, t, &o);
 	if (rc) {
-		chunk_put(tl, chunk);
 		Py_XDECREF(ctx);
 		return sh_py_raise(rc, "could not start a tasklet's fiber");
 	}
 	t->args = Py_NewRef(args);
 	t->kwargs = Py_XNewRef(kw);
 	t->context = ctx;
-	t->chunk = chunk;
 	t->tl = tl;
 	t->fiber = f;
 	t->id = shoal_fiber_id(f);
@@ -640,8 +610,6 @@ static void tasklet_dealloc(PyObject *self)
 	PyObject_GC_UnTrack(self);
 	tasklet_clear(self);
 	Py_CLEAR(t->name);
-	if (t->chunk)
-		PyMem_RawFree(t->chunk);
 	PyObject_GC_Del(self);
 }
 

@@ -33,7 +33,6 @@ struct ShTasklet {
 	PyObject *context; /* a copy of the spawner's, until it starts */
 	PyObject *result;  /* the return value, or the exception (failed) */
 	PyObject *name;
-	void *chunk;	    /* its data stack's root chunk, until it starts */
 	shoal_fiber *fiber; /* while alive */
 	sh_wait *wait;	    /* while parked in a wait of ours */
 	sh_wait *joiners;   /* a list of waiters */
@@ -52,8 +51,6 @@ struct sh_tl {
 	size_t nlive;
 	size_t nforever; /* contexts parked for ever in our waits */
 	sh_wait *run_wait;
-	void **chunks;
-	size_t nchunks;
 	PyThreadState *released; /* while the idle thread let go of the GIL */
 	bool own_sched;
 	/* A BaseException that is not an Exception ended a tasklet: the main
