@@ -76,6 +76,11 @@ int sh_fiber_unpark(shoal_fiber *f, int rc);
  * channel preference). */
 int sh_fiber_handoff(shoal_fiber *f, int rc);
 
+/* Ends the calling fiber (not the root) as if its function had returned
+ * result, without returning through its first frames, at its stack's top
+ * and cold by then in a fiber whose life was deep below them. */
+__attribute__((noreturn)) void sh_fiber_exit(void *result);
+
 /* Called by the idle path: SH_IDLE_CHECK before it sleeps (returning
  * true when the hook made a fiber runnable: no sleep then), SH_IDLE_SLEEP
  * and SH_IDLE_WAKE around a sleep that may block (timeout_ns != 0). The

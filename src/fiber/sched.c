@@ -403,6 +403,15 @@ void sh_fiber_main(void *arg)
 	fiber_finish(s, f);
 }
 
+void sh_fiber_exit(void *result)
+{
+	shoal_sched *s = sh_tls_sched;
+	shoal_fiber *f = s->cur;
+	SH_ASSERT(!f->is_root);
+	f->result = result;
+	fiber_finish(s, f);
+}
+
 int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fiber_opts *opts)
 {
 	shoal_sched *s = sh_tls_sched;
