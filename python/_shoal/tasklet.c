@@ -538,7 +538,9 @@ static PyObject *tasklet_call(PyObject *self, PyObject *args, PyObject *kw)
 	}
 	shoal_fiber_opts o = {.stack_size = TASKLET_STACK, .detached = 1};
 	shoal_fiber *f;
-	int rc = shoal_spawn(&f, tasklet_main, t, &o);
+	/* its stack is taken as it starts: a tasklet spawned after another
+	 * ended runs on that one's stack, still in the caches */
+	int rc = sh_fiber_spawn_late_stack(&f, tasklet_main, t, &o);
 	if (rc) {
 		Py_XDECREF(ctx);
 		return sh_py_raise(rc, "could not start a tasklet's fiber");

@@ -52,6 +52,11 @@ int sh_stack_pools_init(void **pools);
 void sh_stack_pools_fini(void *pools);
 int sh_stack_get(void *pools, size_t size, shoal_guard_mode mode, sh_stack *out);
 void sh_stack_put(void *pools, const sh_stack *st);
+/* A stack promised for later (sh_stack_take, which then cannot fail): a
+ * free one is set aside, or one more carved and freed. Free stacks are
+ * taken warmest first when they are taken, not when they are promised. */
+int sh_stack_reserve(void *pools, size_t size, shoal_guard_mode mode);
+void sh_stack_take(void *pools, size_t size, sh_stack *out);
 void sh_stack_trim(void *pools, size_t keep);
 void sh_stack_stats(void *pools, size_t *mapped, size_t *nfree, size_t *guarded);
 /* The guard page containing addr, if any stack of this thread's pools has
@@ -75,6 +80,15 @@ int sh_fiber_unpark(shoal_fiber *f, int rc);
  * right behind it, ahead of every other runnable fiber (Stackless's
  * channel preference). */
 int sh_fiber_handoff(shoal_fiber *f, int rc);
+
+/* shoal_spawn, but the fiber's stack is taken when it first runs (one is
+ * reserved now, so spawning still fails when none can be had): the
+ * warmest free one then, often the stack of the fiber that just ended.
+ * Spawning many that each run briefly (tasklets) touches a few stacks
+ * instead of one cold stack a fiber; nothing is prefetched for such a
+ * fiber before it starts. */
+int sh_fiber_spawn_late_stack(shoal_fiber **out, shoal_fiber_fn fn, void *arg,
+			      const shoal_fiber_opts *opts);
 
 /* Ends the calling fiber (not the root) as if its function had returned
  * result, without returning through its first frames, at its stack's top

@@ -412,7 +412,18 @@ void sh_fiber_exit(void *result)
 	fiber_finish(s, f);
 }
 
-int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fiber_opts *opts)
+char *sh_fiber_take_stack(shoal_sched *s, shoal_fiber *f)
+{
+	sh_stack_take(s->pools, f->stack.size, &f->stack);
+#if defined(SH_ASAN)
+	f->asan_bottom = f->stack.base;
+	f->asan_size = f->stack.size;
+#endif
+	return sh_stack_top(&f->stack);
+}
+
+static int spawn_impl(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fiber_opts *opts,
+		      bool late_stack)
 {
 	shoal_sched *s = sh_tls_sched;
 	if (!s || !fn || (!out && !(opts && opts->detached)))
@@ -427,8 +438,9 @@ int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fib
 	shoal_fiber *f = fiber_struct_alloc(s);
 	if (!f)
 		return SHOAL_ENOMEM;
-	sh_stack st;
-	int rc = sh_stack_get(s->pools, size, s->guard, &st);
+	sh_stack st = {.size = (uint32_t)size};
+	int rc = late_stack ? sh_stack_reserve(s->pools, size, s->guard)
+			    : sh_stack_get(s->pools, size, s->guard, &st);
 	if (rc) {
 		sh_ptrstack_push(&s->fiber_free, f);
 		return rc;
@@ -441,7 +453,8 @@ int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fib
 	f->heap_idx = SH_NO_TIMER;
 	f->wait_fd = -1;
 	f->w1.fiber = f; /* constant: block_on relies on it */
-	f->sp = sh_stack_top(&st) + SH_SP_FRESH;
+	/* a late stack's top is NULL until it starts (sh_switch_to) */
+	f->sp = (void *)((late_stack ? 0 : (uintptr_t)sh_stack_top(&st)) + SH_SP_FRESH);
 	if (sh_unlikely(s->id_next == s->id_end)) {
 		/* Ids come in blocks so spawning takes no atomic per fiber. */
 		s->id_next = atomic_fetch_add_explicit(&next_fiber_id, 1024, memory_order_relaxed);
@@ -471,6 +484,17 @@ int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fib
 	if (out)
 		*out = f;
 	return 0;
+}
+
+int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fiber_opts *opts)
+{
+	return spawn_impl(out, fn, arg, opts, false);
+}
+
+int sh_fiber_spawn_late_stack(shoal_fiber **out, shoal_fiber_fn fn, void *arg,
+			      const shoal_fiber_opts *opts)
+{
+	return spawn_impl(out, fn, arg, opts, true);
 }
 
 static int join_impl(shoal_sched *s, shoal_fiber *f, void **result, int64_t deadline, bool hard)

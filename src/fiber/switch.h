@@ -28,6 +28,7 @@ void sh_housekeeping(shoal_sched *s);
 void sh_idle_wait(shoal_sched *s);
 int sh_timer_arm(shoal_sched *s, shoal_fiber *f, int64_t deadline);
 void sh_timer_disarm(shoal_sched *s, shoal_fiber *f);
+char *sh_fiber_take_stack(shoal_sched *s, shoal_fiber *f);
 
 static inline shoal_fiber *sh_runq_pop(shoal_sched *s)
 {
@@ -78,7 +79,8 @@ static inline __attribute__((always_inline)) void sh_prefetch_fiber(const shoal_
 {
 	uintptr_t sp = (uintptr_t)f->sp;
 	if (sh_unlikely(sp & SH_SP_FRESH)) {
-		sh_prefetch_first_frames((const char *)(sp - SH_SP_FRESH));
+		if (sp != SH_SP_FRESH) /* else its stack is taken as it starts */
+			sh_prefetch_first_frames((const char *)(sp - SH_SP_FRESH));
 	} else if (sp) {
 		sh_prefetch_frames(f->sp, 0);
 	}
@@ -107,6 +109,8 @@ static inline __attribute__((always_inline)) void sh_prefetch_ahead(shoal_sched 
 static inline __attribute__((always_inline)) void sh_switch_to(shoal_sched *s, shoal_fiber *from,
 							       shoal_fiber *to)
 {
+	if (sh_unlikely((uintptr_t)to->sp == SH_SP_FRESH)) /* sh_fiber_spawn_late_stack's */
+		to->sp = sh_fiber_take_stack(s, to) + SH_SP_FRESH;
 	s->cur = to;
 	to->state = SH_RUNNING;
 	s->switches++;
