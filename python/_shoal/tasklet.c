@@ -430,19 +430,27 @@ static void finish(sh_tl *tl, ShTasklet *t, PyObject *res)
 	Py_CLEAR(t->kwargs);
 }
 
-/* A tasklet's life below its data stack's root chunk (tasklet_main's),
- * ending its fiber from here: returning through the first frames, at the
- * stack's top and 16 KiB away from everything else the tasklet touched,
- * cost a cache and TLB miss a finished tasklet (a tenth of hackysack). */
-static __attribute__((noinline, noreturn)) void tasklet_run(ShTasklet *t, char *chunk)
+/* A tasklet's life. Its data stack's root chunk is the top of its own
+ * stack, kept free above its first frame (sh_fiber_spawn_late_stack's
+ * reserve), which comes warm from the pool: a start allocates nothing for
+ * it, and the chunk's low end, where the frames go, is beside the
+ * tasklet's C frames, so a tasklet that resumes touches one stretch of
+ * memory (with the chunk between its first frames and the rest, each
+ * resume or end also touched a page 16 KiB away: a tenth of hackysack).
+ * CPython never frees a root chunk (its first slot is skipped) and frees
+ * the chunks it chained after it as their frames return, so the chunk is
+ * only ever this one once the function has returned. The fiber ends from
+ * here (sh_fiber_exit), not returning through frames it left long ago. */
+static void *tasklet_main(void *arg)
 {
+	ShTasklet *t = arg;
 	sh_tl *tl = t->tl;
 	PyThreadState *ts = tl->ts;
 	_PyCFrame cf;
 	_PyErr_StackItem exc;
 	PyObject *ctx = t->context;
 	t->context = NULL;
-	sh_pystate_start(ts, &cf, &exc, chunk, ctx, tl->tracing);
+	sh_pystate_start(ts, &cf, &exc, sh_fiber_reserved(tl->sched->cur), ctx, tl->tracing);
 	tl->current = t;
 	sh_tl_reap(tl);
 	PyObject *res = NULL;
@@ -462,20 +470,6 @@ static __attribute__((noinline, noreturn)) void tasklet_run(ShTasklet *t, char *
 	sh_pystate_park(ts, &tl->park_cf, cf.use_tracing);
 	tl->tracing = cf.use_tracing;
 	sh_fiber_exit(NULL);
-}
-
-static void *tasklet_main(void *arg)
-{
-	/* The data stack's root chunk is on the tasklet's own stack, which
-	 * comes warm from the pool: a start allocates nothing for it, and it
-	 * sits just above the tasklet's C frames (its low end, where frames
-	 * go, beside them: fewer pages and cache lines to touch when the
-	 * tasklet resumes). CPython never frees a root chunk (its first slot
-	 * is skipped) and frees the chunks it chained after it as their
-	 * frames return, so the chunk is only ever this one once the
-	 * function has returned. */
-	_Alignas(16) char chunk[SH_PY_CHUNK_BYTES];
-	tasklet_run(arg, chunk);
 }
 
 /* ---- tasklet ---- */
@@ -540,7 +534,7 @@ static PyObject *tasklet_call(PyObject *self, PyObject *args, PyObject *kw)
 	shoal_fiber *f;
 	/* its stack is taken as it starts: a tasklet spawned after another
 	 * ended runs on that one's stack, still in the caches */
-	int rc = sh_fiber_spawn_late_stack(&f, tasklet_main, t, &o);
+	int rc = sh_fiber_spawn_late_stack(&f, tasklet_main, t, &o, SH_PY_CHUNK_BYTES);
 	if (rc) {
 		Py_XDECREF(ctx);
 		return sh_py_raise(rc, "could not start a tasklet's fiber");

@@ -23,6 +23,9 @@ typedef struct sh_stack {
 	char *base;
 	uint32_t size; /* bytes; stacks are limited to SH_STACK_MAX */
 	bool guarded;
+	/* a fiber's, not the pool's: bytes / 16 kept free between the top and
+	 * its first frame (sh_fiber_spawn_late_stack), in the padding */
+	uint16_t reserve16;
 } sh_stack;
 
 #define SH_STACK_MAX ((size_t)1 << 30)
@@ -86,9 +89,14 @@ int sh_fiber_handoff(shoal_fiber *f, int rc);
  * warmest free one then, often the stack of the fiber that just ended.
  * Spawning many that each run briefly (tasklets) touches a few stacks
  * instead of one cold stack a fiber; nothing is prefetched for such a
- * fiber before it starts. */
+ * fiber before it starts. Its first frame starts top_reserve bytes (16 KiB
+ * at most, rounded up to 16) below its stack's top: the fiber's own
+ * memory there, from sh_fiber_reserved(), is beside its frames (the
+ * tasklets' frame data stack). */
 int sh_fiber_spawn_late_stack(shoal_fiber **out, shoal_fiber_fn fn, void *arg,
-			      const shoal_fiber_opts *opts);
+			      const shoal_fiber_opts *opts, size_t top_reserve);
+/* Fiber f's top_reserve bytes, below its stack's top (after its struct). */
+static inline char *sh_fiber_reserved(const shoal_fiber *f);
 
 /* Ends the calling fiber (not the root) as if its function had returned
  * result, without returning through its first frames, at its stack's top
@@ -206,6 +214,11 @@ struct shoal_fiber {
 
 _Static_assert(offsetof(struct shoal_fiber, child_head) == 128, "exit fields start line 2");
 _Static_assert(offsetof(struct shoal_fiber, fls) == 192, "line 3");
+
+static inline char *sh_fiber_reserved(const shoal_fiber *f)
+{
+	return sh_stack_top(&f->stack) - (size_t)f->stack.reserve16 * 16;
+}
 
 /* Cross-thread operation: a send or close issued by a thread that does not
  * own the channel. It is heap-allocated and shared by the issuer and the

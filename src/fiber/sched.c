@@ -414,16 +414,18 @@ void sh_fiber_exit(void *result)
 
 char *sh_fiber_take_stack(shoal_sched *s, shoal_fiber *f)
 {
+	uint16_t reserve16 = f->stack.reserve16;
 	sh_stack_take(s->pools, f->stack.size, &f->stack);
+	f->stack.reserve16 = reserve16;
 #if defined(SH_ASAN)
 	f->asan_bottom = f->stack.base;
 	f->asan_size = f->stack.size;
 #endif
-	return sh_stack_top(&f->stack);
+	return sh_fiber_reserved(f);
 }
 
 static int spawn_impl(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fiber_opts *opts,
-		      bool late_stack)
+		      bool late_stack, size_t top_reserve)
 {
 	shoal_sched *s = sh_tls_sched;
 	if (!s || !fn || (!out && !(opts && opts->detached)))
@@ -438,7 +440,9 @@ static int spawn_impl(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const sho
 	shoal_fiber *f = fiber_struct_alloc(s);
 	if (!f)
 		return SHOAL_ENOMEM;
-	sh_stack st = {.size = (uint32_t)size};
+	if (top_reserve > 16 * 1024 || top_reserve > size / 4)
+		return SHOAL_EINVAL;
+	sh_stack st = {.size = (uint32_t)size, .reserve16 = (uint16_t)((top_reserve + 15) / 16)};
 	int rc = late_stack ? sh_stack_reserve(s->pools, size, s->guard)
 			    : sh_stack_get(s->pools, size, s->guard, &st);
 	if (rc) {
@@ -488,13 +492,13 @@ static int spawn_impl(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const sho
 
 int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fiber_opts *opts)
 {
-	return spawn_impl(out, fn, arg, opts, false);
+	return spawn_impl(out, fn, arg, opts, false, 0);
 }
 
 int sh_fiber_spawn_late_stack(shoal_fiber **out, shoal_fiber_fn fn, void *arg,
-			      const shoal_fiber_opts *opts)
+			      const shoal_fiber_opts *opts, size_t top_reserve)
 {
-	return spawn_impl(out, fn, arg, opts, true);
+	return spawn_impl(out, fn, arg, opts, true, top_reserve);
 }
 
 static int join_impl(shoal_sched *s, shoal_fiber *f, void **result, int64_t deadline, bool hard)
