@@ -293,6 +293,10 @@ struct shoal_sched {
 	size_t live;
 	uint32_t tick;
 	bool destroying;
+	/* a fiber was spawned with a top reserve (tasklets): a cold switch
+	 * then reads the line of the fiber that says so (sh_prefetch_deep),
+	 * which plain fibers' switches never pay for */
+	bool reserves;
 	void *altstack;
 	size_t altstack_size;
 	sh_idle_hook idle_hook; /* sh_sched_set_idle_hook */

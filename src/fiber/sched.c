@@ -443,6 +443,7 @@ static int spawn_impl(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const sho
 	if (top_reserve > 16 * 1024 || top_reserve > size / 4)
 		return SHOAL_EINVAL;
 	sh_stack st = {.size = (uint32_t)size, .reserve16 = (uint16_t)((top_reserve + 15) / 16)};
+	s->reserves |= top_reserve > 0;
 	int rc = late_stack ? sh_stack_reserve(s->pools, size, s->guard)
 			    : sh_stack_get(s->pools, size, s->guard, &st);
 	if (rc) {
