@@ -60,6 +60,9 @@ void sh_stack_put(void *pools, const sh_stack *st);
  * taken warmest first when they are taken, not when they are promised. */
 int sh_stack_reserve(void *pools, size_t size, shoal_guard_mode mode);
 void sh_stack_take(void *pools, size_t size, sh_stack *out);
+/* The free stack of that size the next take or get would return, or NULL
+ * (for prefetching: nothing is reserved or taken). */
+const sh_stack *sh_stack_next(void *pools, size_t size);
 void sh_stack_trim(void *pools, size_t keep);
 void sh_stack_stats(void *pools, size_t *mapped, size_t *nfree, size_t *guarded);
 /* The guard page containing addr, if any stack of this thread's pools has

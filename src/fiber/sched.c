@@ -417,6 +417,17 @@ char *sh_fiber_take_stack(shoal_sched *s, shoal_fiber *f)
 	uint16_t reserve16 = f->stack.reserve16;
 	sh_stack_take(s->pools, f->stack.size, &f->stack);
 	f->stack.reserve16 = reserve16;
+	const sh_stack *nx;
+	if (reserve16 && s->live >= SH_COLD_FIBERS &&
+	    (nx = sh_stack_next(s->pools, f->stack.size))) {
+		/* Many tasklets starting one after another (each runs until it
+		 * blocks) take stacks in this order, cold ones: the lines the
+		 * next will write its first frames and Python frames to are
+		 * asked for while this one runs. */
+		const char *t = sh_stack_top(nx) - (size_t)reserve16 * 16;
+		for (const char *a = t - 1536; a < t + 256; a += 64)
+			sh_prefetchw(a);
+	}
 #if defined(SH_ASAN)
 	f->asan_bottom = f->stack.base;
 	f->asan_size = f->stack.size;

@@ -254,6 +254,12 @@ void sh_stack_take(void *vp, size_t size, sh_stack *out)
 	pop_free(p, out);
 }
 
+const sh_stack *sh_stack_next(void *vp, size_t size)
+{
+	pool *p = pool_for(vp, size);
+	return p && p->nfree ? &p->free[p->nfree - 1] : NULL;
+}
+
 static int carve(pool *p, shoal_guard_mode mode, sh_stack *out)
 {
 	if (!p->slabs || p->slabs->used == p->slabs->nstacks) {
