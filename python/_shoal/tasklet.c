@@ -200,10 +200,8 @@ sh_tl *sh_tl_get(void)
 
 /* Drops the references finished tasklets' fibers held, in a context that
  * may run Python code (their finalizers), keeping any pending exception. */
-void sh_tl_reap(sh_tl *tl)
+void sh_tl_reap_zombies(sh_tl *tl)
 {
-	if (!tl->zombies)
-		return;
 	PyObject *et, *ev, *tb;
 	PyErr_Fetch(&et, &ev, &tb);
 	while (tl->zombies) {
@@ -283,7 +281,7 @@ int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 
 /* At a switch point: TaskletExit in a tasklet that was killed, in the
  * main tasklet what ended a tasklet fatally. */
-int sh_tl_check_kill(sh_tl *tl)
+int sh_tl_check_kill_slow(sh_tl *tl)
 {
 	ShTasklet *me = tl->current;
 	if (me == tl->main && tl->fatal) {

@@ -68,11 +68,23 @@ sh_tl *sh_tl_get(void);
  * tasklet's or channel's thread) is another thread's. */
 sh_tl *sh_tl_own(sh_tl *owner);
 /* Drops the references finished tasklets' fibers held (may run Python
- * code; keeps a pending exception). */
-void sh_tl_reap(sh_tl *tl);
+ * code; keeps a pending exception). Inline, as the check_kill below:
+ * every channel operation asks, and there is seldom anything to do. */
+void sh_tl_reap_zombies(sh_tl *tl);
+static inline void sh_tl_reap(sh_tl *tl)
+{
+	if (tl->zombies)
+		sh_tl_reap_zombies(tl);
+}
 /* -1 with TaskletExit (a kill) or what ended a tasklet fatally (in the
  * main tasklet) set, else 0: every switch point checks it. */
-int sh_tl_check_kill(sh_tl *tl);
+int sh_tl_check_kill_slow(sh_tl *tl);
+static inline int sh_tl_check_kill(sh_tl *tl)
+{
+	if (sh_likely(!tl->fatal && !tl->current->kill_pending))
+		return 0;
+	return sh_tl_check_kill_slow(tl);
+}
 
 /* The only ways a Python context leaves the CPU: each saves and restores
  * the per-tasklet fields of the thread state around the fiber switch. */
