@@ -51,6 +51,19 @@ static inline char *sh_stack_top(const sh_stack *st)
 	return end - (size_t)sh_stack_color((uintptr_t)end) * 64;
 }
 
+/* Where a fiber with a reserve of reserve16 * 16 bytes at its stack's top
+ * starts (its reserve from there up): the middle of a page, give or take
+ * the stack's colour (half a line a step), whatever the reserve. Such a
+ * fiber (a tasklet) uses a little of its reserve upwards (its Python
+ * frames) and goes 1-2 KiB down (the interpreter's C frames): both stay
+ * in one page, where starting at the colour's line put them in two for
+ * most colours, each a TLB miss when thousands of fibers take turns. */
+static inline char *sh_stack_reserved(const sh_stack *st, unsigned reserve16)
+{
+	char *end = st->base + st->size;
+	return end - (size_t)reserve16 * 16 - 2048 + (size_t)sh_stack_color((uintptr_t)end) * 32;
+}
+
 int sh_stack_pools_init(void **pools);
 void sh_stack_pools_fini(void *pools);
 int sh_stack_get(void *pools, size_t size, shoal_guard_mode mode, sh_stack *out);
@@ -93,9 +106,10 @@ int sh_fiber_handoff(shoal_fiber *f, int rc);
  * Spawning many that each run briefly (tasklets) touches a few stacks
  * instead of one cold stack a fiber; nothing is prefetched for such a
  * fiber before it starts. Its first frame starts top_reserve bytes (16 KiB
- * at most, rounded up to 16) below its stack's top: the fiber's own
- * memory there, from sh_fiber_reserved(), is beside its frames (the
- * tasklets' frame data stack). */
+ * at most, rounded up to 16) and about 2 KiB below its stack's end
+ * (sh_stack_reserved): the fiber's own memory above, from
+ * sh_fiber_reserved(), is beside its frames (the tasklets' frame data
+ * stack). */
 int sh_fiber_spawn_late_stack(shoal_fiber **out, shoal_fiber_fn fn, void *arg,
 			      const shoal_fiber_opts *opts, size_t top_reserve);
 /* Fiber f's top_reserve bytes, below its stack's top (after its struct). */
@@ -220,7 +234,7 @@ _Static_assert(offsetof(struct shoal_fiber, fls) == 192, "line 3");
 
 static inline char *sh_fiber_reserved(const shoal_fiber *f)
 {
-	return sh_stack_top(&f->stack) - (size_t)f->stack.reserve16 * 16;
+	return sh_stack_reserved(&f->stack, f->stack.reserve16);
 }
 
 /* Cross-thread operation: a send or close issued by a thread that does not

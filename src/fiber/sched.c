@@ -424,7 +424,7 @@ char *sh_fiber_take_stack(shoal_sched *s, shoal_fiber *f)
 		 * blocks) take stacks in this order, cold ones: the lines the
 		 * next will write its first frames and Python frames to are
 		 * asked for while this one runs. */
-		const char *t = sh_stack_top(nx) - (size_t)reserve16 * 16;
+		const char *t = sh_stack_reserved(nx, reserve16);
 		for (const char *a = t - 1536; a < t + 256; a += 64)
 			sh_prefetchw(a);
 	}
