@@ -240,7 +240,7 @@ void sh_tl_yield(sh_tl *tl)
  * behind it), else after those already runnable. */
 void sh_tl_wake(sh_tl *tl, sh_wait *w, int rc, bool now)
 {
-	shoal_fiber *f = w->who->fiber;
+	shoal_fiber *f = w->fiber;
 	if (!now) {
 		sh_fiber_unpark(f, rc);
 		return;
@@ -259,6 +259,7 @@ int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 {
 	ShTasklet *me = tl->current;
 	w->who = me;
+	w->fiber = me->fiber;
 	w->forever = deadline == SHOAL_FOREVER;
 	me->wait = w;
 	if (w->forever)
@@ -410,7 +411,7 @@ static void finish(sh_tl *tl, ShTasklet *t, PyObject *res)
 		sh_wait *w = t->joiners;
 		sh_tl_unlink(&t->joiners, NULL, w);
 		w->done = true;
-		sh_fiber_unpark(w->who->fiber, 0);
+		sh_fiber_unpark(w->fiber, 0);
 	}
 	if (t->live_prev)
 		t->live_prev->live_next = t->live_next;
