@@ -58,6 +58,7 @@ static PyObject *channel_send(PyObject *self, PyObject *value)
 		return PyErr_Format(PyExc_ValueError, "send on a closed channel");
 	if (c->balance < 0) {
 		sh_wait *w = c->head;
+		sh_tl_prefetch_waiter(tl, w);
 		sh_tl_unlink(&c->head, &c->tail, w);
 		c->balance++;
 		w->value = Py_NewRef(value);
@@ -88,6 +89,7 @@ static PyObject *channel_recv(ShChannel *c, sh_tl *tl)
 		return NULL;
 	if (c->balance > 0) {
 		sh_wait *w = c->head;
+		sh_tl_prefetch_waiter(tl, w);
 		sh_tl_unlink(&c->head, &c->tail, w);
 		c->balance--;
 		PyObject *v = w->value;

@@ -8,6 +8,7 @@
 #include "module.h"
 
 #include "fiber/fiber_impl.h"
+#include "fiber/switch.h"
 
 typedef struct sh_tl sh_tl;
 typedef struct ShTasklet ShTasklet;
@@ -102,6 +103,19 @@ void sh_tl_wake(sh_tl *tl, sh_wait *w, int rc, bool now);
 int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline);
 /* NULL with the exception a failed wait's rc means (what: the call). */
 PyObject *sh_tl_wait_error(sh_tl *tl, int rc, const char *what);
+
+/* A waiter is on its context's stack, among the frames the context
+ * returns through when it is woken: with many tasklets parked those are
+ * cold, and the first touch of the waiter (unlinking it) missed alone,
+ * then each frame after another. Asked for together, before the waiter
+ * is touched, the misses overlap. */
+static inline void sh_tl_prefetch_waiter(const sh_tl *tl, const sh_wait *w)
+{
+	if (tl->sched->live < SH_COLD_FIBERS)
+		return;
+	for (const char *a = (const char *)w - 768; a < (const char *)w + 1024; a += 64)
+		sh_prefetch(a);
+}
 
 /* Wait queues: tail NULL links at the head (a list without order). */
 void sh_tl_link(sh_wait **head, sh_wait **tail, sh_wait *w);
