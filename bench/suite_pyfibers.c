@@ -98,7 +98,7 @@ void sh_bench_pyfibers_plot(FILE *f, const sh_bench_report *r)
 				   "impl",
 				   "best_s",
 				   1,
-				   "hackysack, 1000 turns: best of 5 (Python)",
+				   "hackysack, 1000 turns: best of 5, of 3 with --quick (Python)",
 				   "sackers (tasklets, each with a channel)",
 				   "time (s)"};
 	int y = sh_bench_svg_begin(f, 760, 420,
