@@ -1364,6 +1364,10 @@ const sh_bench_suite sh_bench_suites[] = {
 	{"py-tasks",
 	 "the task farm from Python: a flood, buffers, a cluster's start, vs ipyparallel",
 	 sh_bench_pytasks, sh_bench_pytasks_table, sh_bench_pytasks_plot},
+	{"py-fibers",
+	 "Python tasklets on shoal's fibers: hackysack, hop, spawn, idle memory, vs greenlet, "
+	 "gevent, asyncio",
+	 sh_bench_pyfibers, sh_bench_pyfibers_table, sh_bench_pyfibers_plot},
 	{"cluster",
 	 "stores on two hosts: an object migrated between shoalds vs raw TCP, dedup of asks",
 	 sh_bench_cluster, sh_bench_cluster_table, NULL},
@@ -1423,7 +1427,7 @@ int sh_bench_main(const sh_bench_suite *const *suites, size_t n, const sh_bench_
 	if (o->plot && nplots == 0) {
 		fprintf(stderr,
 			"shoal bench: --plot: %s sweeps no size or count, so it has nothing to "
-			"plot (fibers, store, rpc, tasks and py-tasks do)\n",
+			"plot (fibers, store, rpc, tasks, py-tasks and py-fibers do)\n",
 			n == 1 ? suites[0]->name : "none of these suites");
 		return 2;
 	}

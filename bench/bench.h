@@ -341,6 +341,11 @@ void sh_bench_pyrpc_table(FILE *f, const sh_bench_report *r);
 int sh_bench_pytasks(const sh_bench_opts *o, sh_bench_report *r);
 void sh_bench_pytasks_table(FILE *f, const sh_bench_report *r);
 void sh_bench_pytasks_plot(FILE *f, const sh_bench_report *r);
+/* py-fibers: Python tasklets and their peers (python/shoal/bench_fibers.py), from its
+ * JSON. */
+int sh_bench_pyfibers(const sh_bench_opts *o, sh_bench_report *r);
+void sh_bench_pyfibers_table(FILE *f, const sh_bench_report *r);
+void sh_bench_pyfibers_plot(FILE *f, const sh_bench_report *r);
 
 /* suite_tasks.c: one flood of n no-op tasks ("nop", args: payload, or
  * nil) on f: seconds until all were submitted and until all were done;

@@ -57,9 +57,9 @@ static int package_dir(char *out, size_t len)
 /* The unit a metric's name carries, for the table. */
 static const char *unit_of(const char *metric)
 {
-	static const char *const units[][2] = {{"_us", "us"},	  {"_ms", "ms"},
-					       {"_mb_s", "MB/s"}, {"_pct", "%"},
-					       {"_kib", "KiB"},	  {"_per_s", "tasks/s"}};
+	static const char *const units[][2] = {
+		{"_us", "us"},	 {"_ms", "ms"},		{"_mb_s", "MB/s"}, {"_pct", "%"},
+		{"_kib", "KiB"}, {"_per_s", "tasks/s"}, {"_ns", "ns"},	   {"_bytes", "bytes"}};
 	size_t n = strlen(metric);
 	if (strcmp(metric, "mb_s") == 0)
 		return "MB/s";
@@ -147,13 +147,13 @@ static const sh_bench_result *add_line(sh_bench_report *r, const char *suite, co
 		if (rate > 0)
 			snprintf(x->aside, sizeof(x->aside), "%.0f MB/s", rate);
 	}
-	if (strcmp(u, "us") == 0 || strcmp(u, "ms") == 0) {
+	if (strcmp(u, "us") == 0 || strcmp(u, "ms") == 0 || strcmp(u, "ns") == 0) {
 		x->cmp_value = v;
 		x->cmp_word = "faster";
 	} else if ((strcmp(u, "MB/s") == 0 || strcmp(u, "tasks/s") == 0) && v > 0) {
 		x->cmp_value = 1 / v;
 		x->cmp_word = "faster";
-	} else if (strcmp(u, "KiB") == 0) {
+	} else if (strcmp(u, "KiB") == 0 || strcmp(u, "bytes") == 0) {
 		x->cmp_value = v;
 		x->cmp_word = "cheaper";
 	}

@@ -12,6 +12,8 @@ pkgs=(gcc make cmake pkg-config libc6-dev clang-format libmsgpack-dev libcjson-d
 	libboost-context-dev python3-dev python3-pytest python3-numpy python3-torch python3-cloudpickle
 	# the same ipyparallel program runs against the real one in the tests (shoal.compat)
 	python3-ipyparallel
+	# the peers of shoal's tasklets in `shoal bench py-fibers` (its test runs them too)
+	python3-greenlet python3-gevent
 	# an isolated extension's venv (shoal.isolate venv_root_path), pip installing local packages offline
 	python3-venv python3-pip python3-setuptools
 	openmpi-bin openssh-client openssh-server slurmd slurmctld slurm-client)

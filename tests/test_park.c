@@ -2,8 +2,9 @@
  * Python tasklets build on: park and unpark with a code, handoff order
  * (the woken fiber first, the caller right behind it, ahead of the run
  * queue), deadlines and cancel on a parked fiber, unpark refusing a fiber
- * that is not parked, and the idle hook waking a fiber instead of
- * sleeping. */
+ * that is not parked, the idle hook waking a fiber instead of sleeping,
+ * and late stacks (taken as a fiber starts, with a reserve above its
+ * first frame) with sh_fiber_exit. */
 #include "test.h"
 
 #include "fiber/fiber_impl.h"
@@ -128,5 +129,55 @@ SH_TEST(idle_hook_wakes_instead_of_sleeping)
 	CHECK_EQ(checks, 1);
 	CHECK_EQ(sleeps, 0);
 	sh_sched_set_idle_hook(s, NULL, NULL);
+	CHECK_OK(shoal_sched_destroy(s));
+}
+
+/* A late-stack fiber: its reserve lies inside its stack, above its first
+ * frame, 16-aligned, and is its own to write; it ends by sh_fiber_exit. */
+static char *late_base[8];
+
+static void *late(void *arg)
+{
+	intptr_t i = (intptr_t)arg;
+	shoal_fiber *f = shoal_self();
+	char *r = sh_fiber_reserved(f), *end = f->stack.base + f->stack.size;
+	char here;
+	if (r < f->stack.base || r + 4096 > end || ((uintptr_t)r & 15) || &here >= r)
+		return (void *)-1;
+	memset(r, (int)i, 4096);
+	late_base[i] = f->stack.base;
+	sh_fiber_exit((void *)(i + 100));
+}
+
+SH_TEST(late_stacks_are_taken_warmest_first_with_their_reserve)
+{
+	shoal_sched *s = sh_test_sched_new();
+	shoal_fiber *f[8];
+	shoal_fiber_opts o = {.stack_size = 64 * 1024};
+	/* reserves above 16 KiB, or above a quarter of the stack, are refused */
+	CHECK_EQ(sh_fiber_spawn_late_stack(&f[0], late, NULL, &o, 16 * 1024 + 16), SHOAL_EINVAL);
+	o.stack_size = 32 * 1024;
+	CHECK_EQ(sh_fiber_spawn_late_stack(&f[0], late, NULL, &o, 16 * 1024), SHOAL_EINVAL);
+	o.stack_size = 64 * 1024;
+	for (intptr_t i = 0; i < 8; i++)
+		CHECK_OK(sh_fiber_spawn_late_stack(&f[i], late, (void *)i, &o, 4096));
+	/* spawned, not run: no stack taken yet */
+	for (int i = 0; i < 8; i++)
+		CHECK(f[i]->stack.base == NULL);
+	for (int i = 0; i < 8; i++) {
+		void *res;
+		CHECK_OK(shoal_join(f[i], &res));
+		CHECK_EQ((intptr_t)res, i + 100);
+	}
+	/* each ran after the one before had ended and its stack was back in
+	 * the pool: they took turns on few stacks, not one each */
+	int distinct = 0;
+	for (int i = 0; i < 8; i++) {
+		bool seen = false;
+		for (int k = 0; k < i; k++)
+			seen |= late_base[k] == late_base[i];
+		distinct += !seen;
+	}
+	CHECK(distinct <= 2);
 	CHECK_OK(shoal_sched_destroy(s));
 }

@@ -116,6 +116,7 @@ static PyObject *channel_send(PyObject *self, PyObject *value)
 	if (c->closing)
 		return PyErr_Format(PyExc_ValueError, "send on a closed channel");
 	if (c->balance < 0) {
+		sh_tl_prefetch_waiter(tl, c->head);
 		sh_wait *w = fire(chan_pop(c), Py_NewRef(value));
 		sh_tl_wake(tl, w, 0, c->preference == -1);
 		sh_tl_reap(tl);
@@ -142,6 +143,7 @@ static PyObject *channel_recv(ShChannel *c, sh_tl *tl)
 	if (sh_tl_check_kill(tl))
 		return NULL;
 	if (c->balance > 0) {
+		sh_tl_prefetch_waiter(tl, c->head);
 		sh_wait *w = chan_pop(c);
 		PyObject *v = w->value;
 		w->value = NULL;

@@ -235,7 +235,7 @@ bool sh_tl_active(void);
  * for the holder itself (a nested call, from a host service), it does
  * nothing. -1 with an exception (a kill meanwhile). */
 typedef struct sh_tl_turn {
-	_Alignas(16) unsigned char w[64]; /* first: tasklet_impl.h's sh_wait, its link */
+	_Alignas(16) unsigned char w[80]; /* first: tasklet_impl.h's sh_wait, its link */
 	const void *obj;
 	void *owner;	   /* the tasklet holding the turn */
 	void *head, *tail; /* the queue, while h holds the turn */

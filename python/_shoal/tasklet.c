@@ -27,31 +27,11 @@
  * level on 3.11), more than the default recursion limit lets a tasklet
  * reach: a runaway recursion is a RecursionError, not an overflow. */
 #define TASKLET_STACK (1024 * 1024)
-/* Root chunks of the frame data stack kept for reuse: a tasklet's start
- * then makes no system call. */
-#define CHUNKS_KEPT 4096
 static _Thread_local sh_tl *tl_state;
 PyObject *ShTaskletExit;
 Py_ssize_t sh_tl_idle_workers;
 
 /* ---- the thread's state ---- */
-
-static void *chunk_get(sh_tl *tl)
-{
-	if (tl->nchunks)
-		return tl->chunks[--tl->nchunks];
-	return PyMem_RawMalloc(SH_PY_CHUNK_BYTES);
-}
-
-static void chunk_put(sh_tl *tl, void *c)
-{
-	if (!c)
-		return;
-	if (tl->nchunks < CHUNKS_KEPT)
-		tl->chunks[tl->nchunks++] = c;
-	else
-		PyMem_RawFree(c);
-}
 
 static void describe_blocked(sh_tl *tl, char *buf, size_t cap)
 {
@@ -195,9 +175,6 @@ static void tl_gone(PyObject *cap)
 		shoal_sched_destroy(tl->sched);
 	else
 		sh_sched_set_idle_hook(tl->sched, NULL, NULL);
-	while (tl->nchunks)
-		PyMem_RawFree(tl->chunks[--tl->nchunks]);
-	PyMem_RawFree(tl->chunks);
 	tl->main->tl = NULL;
 	Py_DECREF(tl->main);
 	PyMem_RawFree(tl);
@@ -223,13 +200,11 @@ sh_tl *sh_tl_get(void)
 		return NULL;
 	}
 	sh_tl *tl = PyMem_RawCalloc(1, sizeof(*tl));
-	void **chunks = PyMem_RawMalloc(CHUNKS_KEPT * sizeof(void *));
 	ShTasklet *m = tasklet_alloc();
 	if (m)
 		m->name = PyUnicode_FromString("main");
-	if (!tl || !chunks || !m || !m->name) {
+	if (!tl || !m || !m->name) {
 		PyMem_RawFree(tl);
-		PyMem_RawFree(chunks);
 		Py_XDECREF(m);
 		if (!PyErr_Occurred())
 			PyErr_NoMemory();
@@ -243,7 +218,6 @@ sh_tl *sh_tl_get(void)
 		int rc = shoal_sched_create(&s, &o);
 		if (rc) {
 			PyMem_RawFree(tl);
-			PyMem_RawFree(chunks);
 			Py_DECREF(m);
 			sh_py_raise(rc, "could not make this thread a shoal scheduler");
 			return NULL;
@@ -258,7 +232,6 @@ sh_tl *sh_tl_get(void)
 		if (own)
 			shoal_sched_destroy(s);
 		PyMem_RawFree(tl);
-		PyMem_RawFree(chunks);
 		Py_DECREF(m);
 		if (!PyErr_Occurred())
 			PyErr_SetString(PyExc_RuntimeError,
@@ -269,7 +242,6 @@ sh_tl *sh_tl_get(void)
 	tl->own_sched = own;
 	tl->ts = PyThreadState_Get();
 	tl->sched = s;
-	tl->chunks = chunks;
 	m->is_main = true;
 	m->scheduled = true;
 	m->tl = tl;
@@ -283,10 +255,8 @@ sh_tl *sh_tl_get(void)
 
 /* Drops the references finished tasklets' fibers held, in a context that
  * may run Python code (their finalizers), keeping any pending exception. */
-void sh_tl_reap(sh_tl *tl)
+void sh_tl_reap_zombies(sh_tl *tl)
 {
-	if (!tl->zombies)
-		return;
 	PyObject *et, *ev, *tb;
 	PyErr_Fetch(&et, &ev, &tb);
 	while (tl->zombies) {
@@ -334,7 +304,7 @@ void sh_tl_wake(sh_tl *tl, sh_wait *w, int rc, bool now)
 		sh_tl_xwake(w, rc);
 		return;
 	}
-	shoal_fiber *f = w->who->fiber;
+	shoal_fiber *f = w->fiber;
 	if (!now) {
 		sh_fiber_unpark(f, rc);
 		return;
@@ -383,6 +353,7 @@ int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 {
 	ShTasklet *me = tl->current;
 	w->who = me;
+	w->fiber = me->fiber;
 	w->forever = deadline == SHOAL_FOREVER && !w->external;
 	me->wait = w;
 	if (w->forever)
@@ -413,7 +384,7 @@ int sh_tl_wait(sh_tl *tl, sh_wait *w, int64_t deadline)
 
 /* At a switch point: TaskletExit in a tasklet that was killed, in the
  * main tasklet what ended a tasklet fatally. */
-int sh_tl_check_kill(sh_tl *tl)
+int sh_tl_check_kill_slow(sh_tl *tl)
 {
 	ShTasklet *me = tl->current;
 	if (me == tl->main && tl->fatal) {
@@ -493,6 +464,13 @@ void sh_tl_link(sh_wait **head, sh_wait **tail, sh_wait *w)
 /* -1 with an exception unless t belongs to the calling thread. */
 sh_tl *sh_tl_own(sh_tl *owner)
 {
+	/* Every channel operation asks: a thread runs one scheduler, its own,
+	 * so the owner's being this thread's is the answer, read from the
+	 * fiber layer's initial-exec TLS; tl_state, a dynamic TLS variable of
+	 * a dlopen'ed module, costs a call to __tls_get_addr (a tenth of a
+	 * channel hop's own instructions). */
+	if (sh_likely(owner && sh_tls_sched && owner->sched == sh_tls_sched))
+		return owner;
 	sh_tl *tl = sh_tl_get();
 	if (tl && owner && owner != tl) {
 		PyErr_SetString(PyExc_RuntimeError,
@@ -534,7 +512,7 @@ static void finish(sh_tl *tl, ShTasklet *t, PyObject *res)
 		sh_wait *w = t->joiners;
 		sh_tl_unlink(&t->joiners, NULL, w);
 		w->done = true;
-		sh_fiber_unpark(w->who->fiber, 0);
+		sh_fiber_unpark(w->fiber, 0);
 	}
 	if (t->live_prev)
 		t->live_prev->live_next = t->live_next;
@@ -551,6 +529,7 @@ static void finish(sh_tl *tl, ShTasklet *t, PyObject *res)
 	t->live_prev = NULL;
 	t->live_next = tl->zombies;
 	tl->zombies = t;
+	PyObject_GC_Track(t);
 	/* Last: their finalizers may run any code, which then sees the
 	 * tasklet finished and every list consistent. */
 	Py_CLEAR(t->fn);
@@ -558,6 +537,17 @@ static void finish(sh_tl *tl, ShTasklet *t, PyObject *res)
 	Py_CLEAR(t->kwargs);
 }
 
+/* A tasklet's life. Its data stack's root chunk is the top of its own
+ * stack, kept free above its first frame (sh_fiber_spawn_late_stack's
+ * reserve), which comes warm from the pool: a start allocates nothing for
+ * it, and the chunk's low end, where the frames go, is beside the
+ * tasklet's C frames, so a tasklet that resumes touches one stretch of
+ * memory (with the chunk between its first frames and the rest, each
+ * resume or end also touched a page 16 KiB away: a tenth of hackysack).
+ * CPython never frees a root chunk (its first slot is skipped) and frees
+ * the chunks it chained after it as their frames return, so the chunk is
+ * only ever this one once the function has returned. The fiber ends from
+ * here (sh_fiber_exit), not returning through frames it left long ago. */
 static void *tasklet_main(void *arg)
 {
 	ShTasklet *t = arg;
@@ -567,8 +557,7 @@ static void *tasklet_main(void *arg)
 	_PyErr_StackItem exc;
 	PyObject *ctx = t->context;
 	t->context = NULL;
-	sh_pystate_start(ts, &cf, &exc, t->chunk, ctx, tl->tracing);
-	t->chunk = NULL;
+	sh_pystate_start(ts, &cf, &exc, sh_fiber_reserved(tl->sched->cur), ctx, tl->tracing);
 	tl->current = t;
 	sh_tl_reap(tl);
 	PyObject *res = NULL;
@@ -585,11 +574,9 @@ static void *tasklet_main(void *arg)
 		ts->context = NULL;
 		Py_DECREF(c);
 	}
-	void *chunk = sh_pystate_root_chunk(ts);
 	sh_pystate_park(ts, &tl->park_cf, cf.use_tracing);
 	tl->tracing = cf.use_tracing;
-	chunk_put(tl, chunk);
-	return NULL;
+	sh_fiber_exit(NULL);
 }
 
 /* ---- tasklet ---- */
@@ -598,7 +585,11 @@ static PyObject *tasklet_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	PyObject *fn;
 	static char *kwlist[] = {"fn", NULL};
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O:tasklet", kwlist, &fn))
+	/* tasklet(fn), positional, is most of them: the general parser costs
+	 * a tenth of a spawn */
+	if (!kw && PyTuple_GET_SIZE(args) == 1)
+		fn = PyTuple_GET_ITEM(args, 0);
+	else if (!PyArg_ParseTupleAndKeywords(args, kw, "O:tasklet", kwlist, &fn))
 		return NULL;
 	if (!PyCallable_Check(fn))
 		return PyErr_Format(PyExc_TypeError, "tasklet(fn) wants a callable, not %.100s",
@@ -608,6 +599,14 @@ static PyObject *tasklet_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	if (!t)
 		return NULL;
 	t->fn = Py_NewRef(fn);
+	/* A function's (or a method's function's) qualified name is a field:
+	 * looking __qualname__ up by its name made and interned a string and
+	 * walked the type's dict, a third of a spawn. */
+	PyObject *f = PyMethod_Check(fn) ? PyMethod_GET_FUNCTION(fn) : fn;
+	if (PyFunction_Check(f) && PyUnicode_Check(((PyFunctionObject *)f)->func_qualname)) {
+		t->name = Py_NewRef(((PyFunctionObject *)f)->func_qualname);
+		return (PyObject *)t;
+	}
 	t->name = PyObject_GetAttrString(fn, "__qualname__");
 	if (!t->name || !PyUnicode_Check(t->name)) {
 		PyErr_Clear();
@@ -631,26 +630,29 @@ static PyObject *tasklet_call(PyObject *self, PyObject *args, PyObject *kw)
 	sh_tl *tl = sh_tl_get();
 	if (!tl)
 		return NULL;
-	PyObject *ctx = PyContext_CopyCurrent();
-	if (!ctx)
-		return NULL;
-	void *chunk = chunk_get(tl);
-	if (!chunk) {
-		Py_DECREF(ctx);
-		return PyErr_NoMemory();
+	/* A copy of an empty context is what CPython makes for a thread state
+	 * without one at its first use of a context variable: such a tasklet
+	 * starts without one (NULL), which saves a context object a spawn. */
+	PyObject *ctx = NULL, *cur = tl->ts->context;
+	if (cur) {
+		Py_ssize_t nvars = PyObject_Size(cur);
+		if (nvars < 0)
+			return NULL;
+		if (nvars > 0 && !(ctx = PyContext_CopyCurrent()))
+			return NULL;
 	}
 	shoal_fiber_opts o = {.stack_size = TASKLET_STACK, .detached = 1};
 	shoal_fiber *f;
-	int rc = shoal_spawn(&f, tasklet_main, t, &o);
+	/* its stack is taken as it starts: a tasklet spawned after another
+	 * ended runs on that one's stack, still in the caches */
+	int rc = sh_fiber_spawn_late_stack(&f, tasklet_main, t, &o, SH_PY_CHUNK_BYTES);
 	if (rc) {
-		chunk_put(tl, chunk);
-		Py_DECREF(ctx);
+		Py_XDECREF(ctx);
 		return sh_py_raise(rc, "could not start a tasklet's fiber");
 	}
 	t->args = Py_NewRef(args);
 	t->kwargs = Py_XNewRef(kw);
 	t->context = ctx;
-	t->chunk = chunk;
 	t->tl = tl;
 	t->fiber = f;
 	t->id = shoal_fiber_id(f);
@@ -668,6 +670,10 @@ static PyObject *tasklet_call(PyObject *self, PyObject *args, PyObject *kw)
 	tl->live = t;
 	tl->nlive++;
 	Py_INCREF(t); /* the fiber's, dropped by sh_tl_reap() once it finished */
+	/* Alive, it is held by its fiber, so never garbage: the collector
+	 * need not visit it (what it holds counts as referenced from outside
+	 * meanwhile). finish() hands it back to the collector. */
+	PyObject_GC_UnTrack(t);
 	return Py_NewRef(self);
 }
 
@@ -720,8 +726,6 @@ static void tasklet_dealloc(PyObject *self)
 	PyObject_GC_UnTrack(self);
 	tasklet_clear(self);
 	Py_CLEAR(t->name);
-	if (t->chunk)
-		PyMem_RawFree(t->chunk);
 	PyObject_GC_Del(self);
 }
 

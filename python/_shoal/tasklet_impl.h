@@ -8,6 +8,7 @@
 #include "module.h"
 
 #include "fiber/fiber_impl.h"
+#include "fiber/switch.h"
 
 typedef struct sh_tl sh_tl;
 typedef struct ShTasklet ShTasklet;
@@ -25,6 +26,10 @@ typedef struct ShTasklet ShTasklet;
 typedef struct sh_wait {
 	struct sh_wait *prev, *next;
 	ShTasklet *who;
+	/* who's fiber, which its waker switches to: read from here, the
+	 * waiter's cache line, not through the tasklet object, a cold miss
+	 * one after the other when thousands are parked */
+	shoal_fiber *fiber;
 	PyObject *value; /* a send's value (owned), or what a receive got */
 	const char *what;
 	union {
@@ -49,9 +54,10 @@ typedef struct sh_wait {
 	bool is_case : 1, interruptible : 1;
 } sh_wait;
 
-/* One cache line, cleared in a few stores: every channel wait makes one on
- * its stack (a `rep stos` of a larger one cost a hop 4 ns). */
-_Static_assert(sizeof(sh_wait) <= 64, "sh_wait fits a cache line");
+/* Cleared in a few stores: every channel wait makes one on its stack (a
+ * `rep stos` of 104 bytes cost a hop 4 ns; the waker's fiber pointer took
+ * it past one cache line, 72 bytes). */
+_Static_assert(sizeof(sh_wait) <= 80, "sh_wait is cleared in a few stores");
 
 struct ShTasklet {
 	PyObject_HEAD sh_tl *tl; /* set when scheduled */
@@ -59,7 +65,6 @@ struct ShTasklet {
 	PyObject *context; /* a copy of the spawner's, until it starts */
 	PyObject *result;  /* the return value, or the exception (failed) */
 	PyObject *name;
-	void *chunk;	    /* its data stack's root chunk, until it starts */
 	shoal_fiber *fiber; /* while alive */
 	sh_wait *wait;	    /* while parked in a wait of ours */
 	sh_wait *joiners;   /* a list of waiters */
@@ -83,8 +88,6 @@ struct sh_tl {
 	 * when the list became non-empty). */
 	sh_wait *xhead;
 	sh_wait *run_wait;
-	void **chunks;
-	size_t nchunks;
 	PyThreadState *released; /* while the idle thread let go of the GIL */
 	bool own_sched;
 	/* A BaseException that is not an Exception ended a tasklet: the main
@@ -102,11 +105,23 @@ sh_tl *sh_tl_get(void);
  * tasklet's or channel's thread) is another thread's. */
 sh_tl *sh_tl_own(sh_tl *owner);
 /* Drops the references finished tasklets' fibers held (may run Python
- * code; keeps a pending exception). */
-void sh_tl_reap(sh_tl *tl);
+ * code; keeps a pending exception). Inline, as the check_kill below:
+ * every channel operation asks, and there is seldom anything to do. */
+void sh_tl_reap_zombies(sh_tl *tl);
+static inline void sh_tl_reap(sh_tl *tl)
+{
+	if (tl->zombies)
+		sh_tl_reap_zombies(tl);
+}
 /* -1 with TaskletExit (a kill) or what ended a tasklet fatally (in the
  * main tasklet) set, else 0: every switch point checks it. */
-int sh_tl_check_kill(sh_tl *tl);
+int sh_tl_check_kill_slow(sh_tl *tl);
+static inline int sh_tl_check_kill(sh_tl *tl)
+{
+	if (sh_likely(!tl->fatal && !tl->current->kill_pending))
+		return 0;
+	return sh_tl_check_kill_slow(tl);
+}
 
 /* The only ways a Python context leaves the CPU: each saves and restores
  * the per-tasklet fields of the thread state around the fiber switch. */
@@ -138,6 +153,19 @@ PyObject *sh_tl_wait_error(sh_tl *tl, int rc, const char *what);
 extern PyObject *ShChanClosed;
 /* Adds CLOSED and channel to the module (channel.c). */
 int sh_py_channel_init(PyObject *mod);
+
+/* A waiter is on its context's stack, among the frames the context
+ * returns through when it is woken: with many tasklets parked those are
+ * cold, and the first touch of the waiter (unlinking it) missed alone,
+ * then each frame after another. Asked for together, before the waiter
+ * is touched, the misses overlap. */
+static inline void sh_tl_prefetch_waiter(const sh_tl *tl, const sh_wait *w)
+{
+	if (tl->sched->live < SH_COLD_FIBERS)
+		return;
+	for (const char *a = (const char *)w - 768; a < (const char *)w + 1024; a += 64)
+		sh_prefetch(a);
+}
 
 /* Wait queues: tail NULL links at the head (a list without order). */
 void sh_tl_link(sh_wait **head, sh_wait **tail, sh_wait *w);

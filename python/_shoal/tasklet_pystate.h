@@ -91,16 +91,6 @@ static inline void sh_pystate_start(PyThreadState *ts, _PyCFrame *cf, _PyErr_Sta
 	ts->trash_delete_nesting = 0;
 }
 
-/* The root chunk of a finishing tasklet (all its frames are popped, so
- * the chain is that chunk alone), which goes back to the pool. */
-static inline void *sh_pystate_root_chunk(PyThreadState *ts)
-{
-	_PyStackChunk *c = ts->datastack_chunk;
-	while (c && c->previous)
-		c = c->previous;
-	return c;
-}
-
 /* What a finished tasklet leaves until the next context restores its own:
  * nothing that points into its stack or its chunk, which are reused. */
 static inline void sh_pystate_park(PyThreadState *ts, _PyCFrame *park_cf, uint8_t tracing)

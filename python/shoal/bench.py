@@ -1,7 +1,8 @@
 """``python3 -m shoal.bench store`` (or ``shoal bench py-store``): the object store from
 Python, each figure beside a baseline measured in the same run. ``python3 -m shoal.bench
 rpc`` (``shoal bench py-rpc``) is in shoal.bench_rpc and ``python3 -m shoal.bench tasks``
-(``shoal bench py-tasks``) in shoal.bench_tasks, with these helpers.
+(``shoal bench py-tasks``) in shoal.bench_tasks and ``python3 -m shoal.bench fibers``
+(``shoal bench py-fibers``) in shoal.bench_fibers, with these helpers.
 
 - put_small / get_small: a 64-byte bytes object; baseline: pickle through
   ``multiprocessing.shared_memory`` (the same object, the same round trip).
@@ -593,8 +594,8 @@ def tasklet_gets(client: shoal.Client, n: int, rounds: int) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m shoal.bench",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("suite", choices=["store", "rpc", "tasks"],
-                    help="the suite (store, rpc or tasks)")
+    ap.add_argument("suite", choices=["store", "rpc", "tasks", "fibers"],
+                    help="the suite (store, rpc, tasks or fibers)")
     ap.add_argument("--quick", action="store_true", help="fewer rounds and smaller sizes")
     ap.add_argument("--json", action="store_true", help="JSON Lines instead of the table")
     ap.add_argument("--large", action="store_true",
@@ -603,7 +604,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--only", metavar="PART",
                     help="rpc: only calls, shared (calls with share_torch), readers, start "
                          "or idle")
+    ap.add_argument("--tiny", action="store_true",
+                    help="fibers: every row at a tiny size, one run (the tests' check)")
     a = ap.parse_args(argv)
+    if a.suite == "fibers":
+        from . import bench_fibers
+        return bench_fibers.run(a)
     if a.suite == "rpc":
         # As shoal.bench: under -m this module is __main__, a copy of shoal.bench
         # whose RESULTS the rpc suite does not fill.

@@ -23,6 +23,9 @@ typedef struct sh_stack {
 	char *base;
 	uint32_t size; /* bytes; stacks are limited to SH_STACK_MAX */
 	bool guarded;
+	/* a fiber's, not the pool's: bytes / 16 kept free between the top and
+	 * its first frame (sh_fiber_spawn_late_stack), in the padding */
+	uint16_t reserve16;
 } sh_stack;
 
 #define SH_STACK_MAX ((size_t)1 << 30)
@@ -48,10 +51,31 @@ static inline char *sh_stack_top(const sh_stack *st)
 	return end - (size_t)sh_stack_color((uintptr_t)end) * 64;
 }
 
+/* Where a fiber with a reserve of reserve16 * 16 bytes at its stack's top
+ * starts (its reserve from there up): the middle of a page, give or take
+ * the stack's colour (half a line a step), whatever the reserve. Such a
+ * fiber (a tasklet) uses a little of its reserve upwards (its Python
+ * frames) and goes 1-2 KiB down (the interpreter's C frames): both stay
+ * in one page, where starting at the colour's line put them in two for
+ * most colours, each a TLB miss when thousands of fibers take turns. */
+static inline char *sh_stack_reserved(const sh_stack *st, unsigned reserve16)
+{
+	char *end = st->base + st->size;
+	return end - (size_t)reserve16 * 16 - 2048 + (size_t)sh_stack_color((uintptr_t)end) * 32;
+}
+
 int sh_stack_pools_init(void **pools);
 void sh_stack_pools_fini(void *pools);
 int sh_stack_get(void *pools, size_t size, shoal_guard_mode mode, sh_stack *out);
 void sh_stack_put(void *pools, const sh_stack *st);
+/* A stack promised for later (sh_stack_take, which then cannot fail): a
+ * free one is set aside, or one more carved and freed. Free stacks are
+ * taken warmest first when they are taken, not when they are promised. */
+int sh_stack_reserve(void *pools, size_t size, shoal_guard_mode mode);
+void sh_stack_take(void *pools, size_t size, sh_stack *out);
+/* The free stack of that size the next take or get would return, or NULL
+ * (for prefetching: nothing is reserved or taken). */
+const sh_stack *sh_stack_next(void *pools, size_t size);
 void sh_stack_trim(void *pools, size_t keep);
 void sh_stack_stats(void *pools, size_t *mapped, size_t *nfree, size_t *guarded);
 /* The guard page containing addr, if any stack of this thread's pools has
@@ -75,6 +99,26 @@ int sh_fiber_unpark(shoal_fiber *f, int rc);
  * right behind it, ahead of every other runnable fiber (Stackless's
  * channel preference). */
 int sh_fiber_handoff(shoal_fiber *f, int rc);
+
+/* shoal_spawn, but the fiber's stack is taken when it first runs (one is
+ * reserved now, so spawning still fails when none can be had): the
+ * warmest free one then, often the stack of the fiber that just ended.
+ * Spawning many that each run briefly (tasklets) touches a few stacks
+ * instead of one cold stack a fiber; nothing is prefetched for such a
+ * fiber before it starts. Its first frame starts top_reserve bytes (16 KiB
+ * at most, rounded up to 16) and about 2 KiB below its stack's end
+ * (sh_stack_reserved): the fiber's own memory above, from
+ * sh_fiber_reserved(), is beside its frames (the tasklets' frame data
+ * stack). */
+int sh_fiber_spawn_late_stack(shoal_fiber **out, shoal_fiber_fn fn, void *arg,
+			      const shoal_fiber_opts *opts, size_t top_reserve);
+/* Fiber f's top_reserve bytes, below its stack's top (after its struct). */
+static inline char *sh_fiber_reserved(const shoal_fiber *f);
+
+/* Ends the calling fiber (not the root) as if its function had returned
+ * result, without returning through its first frames, at its stack's top
+ * and cold by then in a fiber whose life was deep below them. */
+__attribute__((noreturn)) void sh_fiber_exit(void *result);
 
 /* Called by the idle path: SH_IDLE_CHECK before it sleeps (returning
  * true when the hook made a fiber runnable: no sleep then), SH_IDLE_SLEEP
@@ -188,6 +232,11 @@ struct shoal_fiber {
 _Static_assert(offsetof(struct shoal_fiber, child_head) == 128, "exit fields start line 2");
 _Static_assert(offsetof(struct shoal_fiber, fls) == 192, "line 3");
 
+static inline char *sh_fiber_reserved(const shoal_fiber *f)
+{
+	return sh_stack_reserved(&f->stack, f->stack.reserve16);
+}
+
 /* Cross-thread operation: a send or close issued by a thread that does not
  * own the channel. It is heap-allocated and shared by the issuer and the
  * owner (two references), and a send carries a copy of its element, so the
@@ -261,6 +310,10 @@ struct shoal_sched {
 	size_t live;
 	uint32_t tick;
 	bool destroying;
+	/* a fiber was spawned with a top reserve (tasklets): a cold switch
+	 * then reads the line of the fiber that says so (sh_prefetch_deep),
+	 * which plain fibers' switches never pay for */
+	bool reserves;
 	void *altstack;
 	size_t altstack_size;
 	sh_idle_hook idle_hook; /* sh_sched_set_idle_hook */

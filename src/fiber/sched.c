@@ -403,7 +403,40 @@ void sh_fiber_main(void *arg)
 	fiber_finish(s, f);
 }
 
-int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fiber_opts *opts)
+void sh_fiber_exit(void *result)
+{
+	shoal_sched *s = sh_tls_sched;
+	shoal_fiber *f = s->cur;
+	SH_ASSERT(!f->is_root);
+	f->result = result;
+	fiber_finish(s, f);
+}
+
+char *sh_fiber_take_stack(shoal_sched *s, shoal_fiber *f)
+{
+	uint16_t reserve16 = f->stack.reserve16;
+	sh_stack_take(s->pools, f->stack.size, &f->stack);
+	f->stack.reserve16 = reserve16;
+	const sh_stack *nx;
+	if (reserve16 && s->live >= SH_COLD_FIBERS &&
+	    (nx = sh_stack_next(s->pools, f->stack.size))) {
+		/* Many tasklets starting one after another (each runs until it
+		 * blocks) take stacks in this order, cold ones: the lines the
+		 * next will write its first frames and Python frames to are
+		 * asked for while this one runs. */
+		const char *t = sh_stack_reserved(nx, reserve16);
+		for (const char *a = t - 1536; a < t + 256; a += 64)
+			sh_prefetchw(a);
+	}
+#if defined(SH_ASAN)
+	f->asan_bottom = f->stack.base;
+	f->asan_size = f->stack.size;
+#endif
+	return sh_fiber_reserved(f);
+}
+
+static int spawn_impl(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fiber_opts *opts,
+		      bool late_stack, size_t top_reserve)
 {
 	shoal_sched *s = sh_tls_sched;
 	if (!s || !fn || (!out && !(opts && opts->detached)))
@@ -418,8 +451,12 @@ int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fib
 	shoal_fiber *f = fiber_struct_alloc(s);
 	if (!f)
 		return SHOAL_ENOMEM;
-	sh_stack st;
-	int rc = sh_stack_get(s->pools, size, s->guard, &st);
+	if (top_reserve > 16 * 1024 || top_reserve > size / 4)
+		return SHOAL_EINVAL;
+	sh_stack st = {.size = (uint32_t)size, .reserve16 = (uint16_t)((top_reserve + 15) / 16)};
+	s->reserves |= top_reserve > 0;
+	int rc = late_stack ? sh_stack_reserve(s->pools, size, s->guard)
+			    : sh_stack_get(s->pools, size, s->guard, &st);
 	if (rc) {
 		sh_ptrstack_push(&s->fiber_free, f);
 		return rc;
@@ -432,7 +469,8 @@ int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fib
 	f->heap_idx = SH_NO_TIMER;
 	f->wait_fd = -1;
 	f->w1.fiber = f; /* constant: block_on relies on it */
-	f->sp = sh_stack_top(&st) + SH_SP_FRESH;
+	/* a late stack's top is NULL until it starts (sh_switch_to) */
+	f->sp = (void *)((late_stack ? 0 : (uintptr_t)sh_stack_top(&st)) + SH_SP_FRESH);
 	if (sh_unlikely(s->id_next == s->id_end)) {
 		/* Ids come in blocks so spawning takes no atomic per fiber. */
 		s->id_next = atomic_fetch_add_explicit(&next_fiber_id, 1024, memory_order_relaxed);
@@ -462,6 +500,17 @@ int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fib
 	if (out)
 		*out = f;
 	return 0;
+}
+
+int shoal_spawn(shoal_fiber **out, shoal_fiber_fn fn, void *arg, const shoal_fiber_opts *opts)
+{
+	return spawn_impl(out, fn, arg, opts, false, 0);
+}
+
+int sh_fiber_spawn_late_stack(shoal_fiber **out, shoal_fiber_fn fn, void *arg,
+			      const shoal_fiber_opts *opts, size_t top_reserve)
+{
+	return spawn_impl(out, fn, arg, opts, true, top_reserve);
 }
 
 static int join_impl(shoal_sched *s, shoal_fiber *f, void **result, int64_t deadline, bool hard)

@@ -40,6 +40,7 @@ typedef struct pool {
 	size_t nslab_stacks; /* next slab's count */
 	sh_stack *free;	     /* [0, ncold) returned to kernel, [ncold, nfree) warm */
 	size_t nfree, ncold, cap;
+	size_t reserved; /* free stacks promised to fibers that have not run yet */
 	size_t mapped, guarded;
 } pool;
 
@@ -198,21 +199,69 @@ static bool install_guard(char *g, shoal_guard_mode mode)
 	}
 }
 
+static void pop_free(pool *p, sh_stack *out)
+{
+	*out = p->free[--p->nfree];
+	if (p->ncold > p->nfree)
+		p->ncold = p->nfree;
+#if defined(SH_ASAN)
+	__asan_unpoison_memory_region(out->base, out->size);
+#endif
+}
+
+static int carve(pool *p, shoal_guard_mode mode, sh_stack *out);
+
 int sh_stack_get(void *vp, size_t size, shoal_guard_mode mode, sh_stack *out)
 {
 	pools *ps = vp;
 	pool *p = pool_for(ps, size);
 	if (!p)
 		return SHOAL_ENOMEM;
-	if (p->nfree > 0) {
-		*out = p->free[--p->nfree];
-		if (p->ncold > p->nfree)
-			p->ncold = p->nfree;
-#if defined(SH_ASAN)
-		__asan_unpoison_memory_region(out->base, out->size);
-#endif
+	if (p->nfree > p->reserved) {
+		pop_free(p, out);
 		return 0;
 	}
+	return carve(p, mode, out);
+}
+
+int sh_stack_reserve(void *vp, size_t size, shoal_guard_mode mode)
+{
+	pools *ps = vp;
+	pool *p = pool_for(ps, size);
+	if (!p)
+		return SHOAL_ENOMEM;
+	if (p->reserved == p->nfree) {
+		/* every free stack is promised already: one more from a slab */
+		sh_stack st;
+		int rc = carve(p, mode, &st);
+		if (rc)
+			return rc;
+		size_t n = p->nfree;
+		sh_stack_put(vp, &st);
+		if (p->nfree == n)
+			return SHOAL_ENOMEM; /* the free list could not grow */
+	}
+	p->reserved++;
+	return 0;
+}
+
+void sh_stack_take(void *vp, size_t size, sh_stack *out)
+{
+	pools *ps = vp;
+	pool *p = pool_for(ps, size);
+	SH_ASSERT(p && p->reserved > 0 && p->nfree >= p->reserved);
+	p->reserved--;
+	pop_free(p, out);
+}
+
+const sh_stack *sh_stack_next(void *vp, size_t size)
+{
+	pool *p = pool_for(vp, size);
+	return p && p->nfree ? &p->free[p->nfree - 1] : NULL;
+}
+
+static int carve(pool *p, shoal_guard_mode mode, sh_stack *out)
+{
 	if (!p->slabs || p->slabs->used == p->slabs->nstacks) {
 		int rc = add_slab(p);
 		if (rc)

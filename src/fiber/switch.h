@@ -28,6 +28,7 @@ void sh_housekeeping(shoal_sched *s);
 void sh_idle_wait(shoal_sched *s);
 int sh_timer_arm(shoal_sched *s, shoal_fiber *f, int64_t deadline);
 void sh_timer_disarm(shoal_sched *s, shoal_fiber *f);
+char *sh_fiber_take_stack(shoal_sched *s, shoal_fiber *f);
 
 static inline shoal_fiber *sh_runq_pop(shoal_sched *s)
 {
@@ -78,7 +79,8 @@ static inline __attribute__((always_inline)) void sh_prefetch_fiber(const shoal_
 {
 	uintptr_t sp = (uintptr_t)f->sp;
 	if (sh_unlikely(sp & SH_SP_FRESH)) {
-		sh_prefetch_first_frames((const char *)(sp - SH_SP_FRESH));
+		if (sp != SH_SP_FRESH) /* else its stack is taken as it starts */
+			sh_prefetch_first_frames((const char *)(sp - SH_SP_FRESH));
 	} else if (sp) {
 		sh_prefetch_frames(f->sp, 0);
 	}
@@ -104,9 +106,29 @@ static inline __attribute__((always_inline)) void sh_prefetch_ahead(shoal_sched 
 		sh_prefetch(f);
 }
 
+/* A fiber with a reserve at its stack's top (a tasklet: its Python
+ * frames live there) parks 1-2 KiB below it, through the interpreter's C
+ * frames, all of which it returns through when it resumes: beyond the
+ * first 384 bytes sh_prefetch_frames asks for, the rest up to the
+ * reserve's first lines, at most 4 KiB, asked for at once rather than
+ * missed one frame after another. */
+static inline __attribute__((always_inline)) void sh_prefetch_deep(const shoal_fiber *f)
+{
+	if (!f->stack.reserve16)
+		return;
+	const char *sp = f->sp;
+	const char *end = sh_fiber_reserved(f) + 256;
+	if (end > sp + 4096)
+		end = sp + 4096;
+	for (const char *a = sp + 384; a < end; a += 64)
+		sh_prefetch(a);
+}
+
 static inline __attribute__((always_inline)) void sh_switch_to(shoal_sched *s, shoal_fiber *from,
 							       shoal_fiber *to)
 {
+	if (sh_unlikely((uintptr_t)to->sp == SH_SP_FRESH)) /* sh_fiber_spawn_late_stack's */
+		to->sp = sh_fiber_take_stack(s, to) + SH_SP_FRESH;
 	s->cur = to;
 	to->state = SH_RUNNING;
 	s->switches++;
@@ -123,6 +145,8 @@ static inline __attribute__((always_inline)) void sh_switch_to(shoal_sched *s, s
 			 * lines: ask for all of them at once instead of one
 			 * after another. */
 			sh_prefetch_frames(to->sp, 64);
+			if (s->reserves)
+				sh_prefetch_deep(to);
 		}
 		sh_ctx_switch(&from->sp, to->sp);
 	} else

@@ -56,3 +56,37 @@ def test_rpc_runs_only_the_part_asked_for(tmp_path):
     tests = {json.loads(line)["test"] for line in r.stdout.splitlines()}
     assert r.returncode == 0, r.stderr
     assert tests == {"extension_start"}, tests
+
+
+def test_fibers_suite_runs_every_row(tmp_path):
+    """python3 -m shoal.bench fibers at its tiny sizes (one run each), and the same through
+    `shoal bench py-fibers` when this build's program is there: every test has shoal's
+    row, ok, and a row for each peer (ok, or skipped when it is not installed), with the
+    metrics the issue names (best_s, ns, uss_bytes)."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(B.__file__)),
+               SHOAL_BENCH_TINY="1")
+    cmds = [[sys.executable, "-m", "shoal.bench", "fibers", "--json"]]
+    tool = os.path.join(os.environ.get("SHOAL_TEST_BINDIR", ""), "tools", "shoal")
+    if os.environ.get("SHOAL_TEST_BINDIR") and os.access(tool, os.X_OK):
+        cmds.append([tool, "bench", "py-fibers", "--json", "--plot",
+                     str(tmp_path / "f.svg")])
+    for cmd in cmds:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+        got = {(x["test"], x["impl"]): x for x in rows}
+        key = {"hackysack": "best_s", "hop": "ns", "spawn": "ns", "idle": "uss_bytes"}
+        for test, metric in key.items():
+            mine = got[(test, "shoal")]
+            assert mine["status"] == "ok" and mine["metrics"][metric] > 0, mine
+            for impl in ("greenlet", "gevent", "asyncio", "generator"):
+                x = got[(test, impl)]
+                assert x["baseline"] is True
+                assert x["status"] in ("ok", "skipped"), x
+                if x["status"] == "ok":
+                    assert x["metrics"][metric] > 0, x
+    if len(cmds) > 1:
+        assert (tmp_path / "f.svg").read_text().startswith("<svg")
