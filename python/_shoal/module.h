@@ -3,11 +3,14 @@
  * Tensor, Blob; value.c: Python values as call values; ext.c and child.c:
  * isolated extensions, the host's side and the extension's, and in child.c
  * the entries of the Python engine and a cluster's supervisor; farm.c:
- * Controller, Farm; tasklet.c, channel.c, tasklet_io.c: tasklets, channels, select, fd waits and
- * to_thread on shoal's fibers; cluster.c: clusters started through a launcher; remote.c: Remote, a
- * client of another host's store over TCP). The module is the thin C layer the pure-Python package
- * `shoal` builds on: every store, extension and task call goes through here, with the GIL released
- * while it blocks. */
+ * Controller, Farm; tasklet.c, channel.c, tasklet_io.c: tasklets, channels,
+ * select, fd waits and to_thread on shoal's fibers, tasklet_calls.c: the
+ * calls above from tasklets; cluster.c: clusters started through a
+ * launcher; remote.c: Remote, a client of another host's store over TCP).
+ * The module is the thin C layer the pure-Python package `shoal` builds
+ * on: every store, extension and task call goes through here, with the GIL
+ * released while it blocks (kept, in a thread with tasklets, while only
+ * the calling tasklet waits). */
 #ifndef SHOAL_PY_MODULE_H
 #define SHOAL_PY_MODULE_H
 
@@ -192,7 +195,7 @@ int sh_py_fspath(PyObject *in, PyObject **out);
  * in errors. */
 const char *sh_py_cstr(PyObject *s, const char *what);
 
-/* ---- tasklets (tasklet.c, channel.c, tasklet_io.c) ---- */
+/* ---- tasklets (tasklet.c, channel.c, tasklet_io.c, tasklet_calls.c) ---- */
 
 extern PyTypeObject ShTasklet_Type, ShChannel_Type;
 extern PyObject *ShTaskletExit;
