@@ -65,6 +65,15 @@ def test_hackysack():
     assert hackysack(100, 1000) == 1000
 
 
+def test_the_readmes_hackysack_example_runs():
+    """examples/hackysack.py, the README's: its game ends after its turns, as a program."""
+    ex = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "hackysack.py")
+    out = subprocess.run([sys.executable, ex, "200", "300"], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("hackysack(200, 300): best of 5 "), out.stdout
+
+
 def test_join_returns_the_result_and_raises_the_exception():
     def ok(a, b=0):
         T.schedule()
