@@ -1,0 +1,165 @@
+"""Tasklets inside the Python processes shoal starts (issue 34, section 3): an isolated
+Python extension (shoal.isolate, basic and strict sandboxes) whose methods spawn tasklets,
+call after call on the same thread's tasklet state, with store gets through the
+extension's store client and async methods on the extension's loop; and a Python task
+engine (python3 -m shoal.engine, through shoal.tasks.Cluster) whose tasks run tasklets,
+many in a row, one leaving a tasklet blocked for ever. Real processes throughout."""
+import os
+import shutil
+import sys
+import tempfile
+
+import pytest
+
+import shoal
+import shoal.isolate as si
+import shoal.tasks as st
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# tasklet_app.py, copied where every uid reads it (a strict extension runs as a uid of
+# its own, and this tree may be under a 0700 home), imported from there by the host,
+# its extensions and its engines alike.
+_APP_DIR = tempfile.mkdtemp(prefix="shoal-tasklet-app-")
+os.chmod(_APP_DIR, 0o755)
+shutil.copy(os.path.join(HERE, "tasklet_app.py"), _APP_DIR)
+os.chmod(os.path.join(_APP_DIR, "tasklet_app.py"), 0o644)
+sys.path.insert(0, _APP_DIR)
+import tasklet_app  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def app_dir():
+    yield _APP_DIR
+    shutil.rmtree(_APP_DIR, ignore_errors=True)
+
+
+def ext_module():
+    p = os.path.join(_APP_DIR, "tasklet_ext_mod.py")
+    if not os.path.exists(p):
+        with open(p, "w") as f:
+            f.write("x = 1\n")
+        os.chmod(p, 0o644)
+    return p
+
+
+SANDBOXES = ["none", "basic"] + (["strict"] if os.geteuid() == 0 else [])
+
+
+@pytest.fixture(scope="module", params=SANDBOXES)
+def hosted(request):
+    with si.ExtensionManager(tasklet_app.Hosted) as m:
+        yield m.load_extension(si.ExtensionConfig(
+            name="tasklets-" + request.param, module_path=ext_module(),
+            sandbox=request.param, call_timeout=60))
+
+
+# ---- in an isolated Python extension ---------------------------------------------------
+
+def test_hackysack_in_an_extension(hosted):
+    assert hosted.hackysack(100, 1000) == [1000, 100]
+
+
+def test_ping_pong_sleep_and_join_in_an_extension(hosted):
+    assert hosted.ping_pong(1000) == 1000
+    assert hosted.sleepers([0.02, 0.01, 0.0]) == [[2, 1, 0], [0, 10, 20]]
+
+
+def test_an_exception_in_a_tasklet_is_the_calls_error(hosted):
+    with pytest.raises(ValueError, match="from a tasklet") as e:
+        hosted.raise_in_tasklet("from a tasklet")
+    assert isinstance(e.value, si.RemoteError)
+    # and the extension serves the next call
+    assert hosted.hackysack(10, 10) == [10, 10]
+
+
+def test_many_calls_reuse_the_threads_tasklet_state(hosted):
+    first = hosted.thread_state()
+    for i in range(20):
+        assert hosted.hackysack(100, 100 + i) == [100 + i, 100]
+        assert hosted.ping_pong(10) == 10
+    assert hosted.thread_state() == first  # the same process, the same main tasklet
+
+
+def test_run_timeout_in_an_extension_then_the_next_call(hosted):
+    msg, alive = hosted.leave_blocked(0.05)
+    assert "timeout passed" in msg and "channel.receive" in msg and alive is False
+    assert hosted.hackysack(100, 100) == [100, 100]
+
+
+def test_store_gets_from_tasklets_through_the_extensions_store_client(tmp_path):
+    with shoal.Store(size=64 << 20, socket=str(tmp_path / "s.sock")) as store, \
+            si.ExtensionManager(tasklet_app.Hosted, store=store) as m:
+        ids = ["%x" % m.client.put(b"v%d" % i) for i in range(50)]
+        # share_torch gives the extension a store client of its own (SHOAL_PY_STORE)
+        n = m.load_extension(si.ExtensionConfig(name="shared", module_path=ext_module(),
+                                                share_torch=True, call_timeout=60))
+        want = [b"v%d" % i for i in range(50)]
+        for _ in range(3):
+            got, ticked = n.store_gets(ids)
+            assert got == want and ticked
+        # and a connection the extension makes itself
+        b = m.load_extension(si.ExtensionConfig(name="own", module_path=ext_module(),
+                                                sandbox="basic", call_timeout=60))
+        got, ticked = b.store_gets_at(str(store.socket), ids)
+        assert got == want and ticked
+
+
+def test_async_methods_and_tasklets_on_the_extensions_loop(hosted):
+    for i in range(3):
+        r, same_loop = hosted.async_with_tasklets(20)
+        assert r == [100, 20] and same_loop
+    assert hosted.tasklets_around_the_loop(5) == [0, 1, 4, 9, 16]
+    assert hosted.hackysack(10, 10) == [10, 10]
+
+
+# ---- in a Python task engine -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster():
+    path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = _APP_DIR + (os.pathsep + path if path else "")
+    try:
+        with st.Cluster(n=1, store=True) as c:
+            yield c
+    finally:
+        os.environ["PYTHONPATH"] = path
+
+
+@pytest.fixture(scope="module")
+def view(cluster):
+    client = cluster.client()
+    yield client.load_balanced_view()
+    client.close()
+
+
+WANT_TASK = [[1000, 100], 1000, [[2, 1, 0], [0, 10, 20]]]
+
+
+def test_a_task_runs_tasklets(view):
+    assert view.apply_sync(tasklet_app.tasklets_in_a_task, 100) == WANT_TASK
+
+
+def test_many_tasks_with_tasklets_in_a_row_on_one_engine(view):
+    rs = [view.apply_async(tasklet_app.tasklets_in_a_task, 100) for _ in range(30)]
+    assert [r.get(60) for r in rs] == [WANT_TASK] * 30
+    assert len({tuple(view.apply_sync(tasklet_app.thread_state)) for _ in range(5)}) == 1
+
+
+def test_an_exception_in_a_tasklet_fails_the_task(view):
+    with pytest.raises(ValueError, match="in a task's tasklet"):
+        view.apply_sync(tasklet_app.raise_in_tasklet, "in a task's tasklet")
+    assert view.apply_sync(tasklet_app.ping_pong, 10) == 10
+
+
+def test_a_task_whose_run_times_out_then_the_next_task(view):
+    msg, alive = view.apply_sync(tasklet_app.leave_blocked, 0.05)
+    assert "timeout passed" in msg and alive is False
+    assert view.apply_sync(tasklet_app.tasklets_in_a_task, 100) == WANT_TASK
+
+
+def test_store_gets_from_a_tasks_tasklets_through_the_engines_store(cluster, view):
+    c = shoal.connect(cluster.store_socket)
+    ids = ["%x" % c.put(b"t%d" % i) for i in range(50)]
+    got, ticked = view.apply_sync(tasklet_app.engine_store_gets, ids)
+    assert got == [b"t%d" % i for i in range(50)] and ticked
