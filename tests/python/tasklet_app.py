@@ -120,38 +120,6 @@ def leave_blocked_kept(seconds):
     return "run() returned"
 
 
-_RAN = []
-
-
-def leave_runnable(k):
-    """Spawns k tasklets and returns without letting them run."""
-    for i in range(k):
-        T.tasklet(_RAN.append)(i)
-    from shoal import _shoal
-    return len(_shoal._tasklets_alive())
-
-
-def what_ran_since():
-    """What the tasklets of earlier tasks ran by now, once this task blocked a while."""
-    T.sleep(0.01)
-    T.run(timeout=10)
-    return list(_RAN)
-
-
-def leave_a_stubborn_tasklet():
-    """A tasklet that catches TaskletExit and waits again, for ever: it never ends."""
-    def stubborn():
-        while True:
-            try:
-                T.channel().receive()
-            except T.TaskletExit:
-                pass
-
-    T.tasklet(stubborn)()
-    T.schedule()
-    return "returned"
-
-
 def store_gets(client, ids):
     """One tasklet a get of ids (hex: an id may not fit a signed 64-bit int, which a call
     value is) through client (a shoal store client): the bytes got, in order, and whether
@@ -197,6 +165,17 @@ def thread_state():
     return [os.getpid(), id(T.getcurrent())]
 
 
+class Tally(si.ProxiedSingleton):
+    """A host service the extension's tasklets call."""
+
+    def __init__(self):
+        self.n = 0
+
+    def add(self, k):
+        self.n += k
+        return self.n
+
+
 class Hosted(si.ExtensionBase):
     """An extension whose methods run tasklets inside its process."""
 
@@ -220,6 +199,15 @@ class Hosted(si.ExtensionBase):
 
     def thread_state(self):
         return thread_state()
+
+    def host_service_from_tasklets(self, n):
+        """n tasklets each call the host's Tally.add between sleeps: what they got back."""
+        def one(i):
+            T.sleep(0.001 * (i % 3))
+            return Tally().add(1)
+
+        ts = [T.tasklet(one)(i) for i in range(n)]
+        return sorted(t.join(timeout=30) for t in ts)
 
     def store_gets(self, ids):
         """Through the extension's store client (share_torch gives it one)."""

@@ -81,6 +81,12 @@ def test_many_calls_reuse_the_threads_tasklet_state(hosted):
     assert hosted.thread_state() == first  # the same process, the same main tasklet
 
 
+def test_tasklets_in_an_extension_call_a_host_service(hosted):
+    base = tasklet_app.Tally().n
+    assert hosted.host_service_from_tasklets(20) == list(range(base + 1, base + 21))
+    assert tasklet_app.Tally().n == base + 20
+
+
 def test_run_timeout_in_an_extension_then_the_next_call(hosted):
     msg, alive = hosted.leave_blocked(0.05)
     assert "timeout passed" in msg and "channel.receive" in msg and alive is False
