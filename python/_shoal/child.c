@@ -21,6 +21,7 @@
  * shoal.tasks.Cluster with a launcher. */
 #include "module.h"
 #include "lib/tools.h"
+#include "tasklet_impl.h"
 
 #include <shoal/cluster.h>
 #include <shoal/ext.h>
@@ -271,6 +272,30 @@ PyObject *sh_py_run_extension(PyObject *mod, PyObject *args)
 		return NULL;
 	Py_DECREF(child);
 	return run_cli(args, "O!:_run_extension", "shoal-ext", sh_ext_runner_cli, py_init);
+}
+
+/* The tasklets of the calling thread that are alive (scheduled and not
+ * finished; main is not one of them): a Python engine kills those a task
+ * left when the task ends (shoal._engine), so that no task's tasklet runs
+ * during, or stalls the run() of, the tasks after it. */
+PyObject *sh_py_tasklets_alive(PyObject *mod, PyObject *unused)
+{
+	(void)mod;
+	(void)unused;
+	PyObject *l = PyList_New(0);
+	if (!l || !sh_tl_active())
+		return l;
+	sh_tl *tl = sh_tl_get();
+	if (!tl) {
+		Py_DECREF(l);
+		return NULL;
+	}
+	for (ShTasklet *t = tl->live; t; t = t->live_next)
+		if (PyList_Append(l, (PyObject *)t) != 0) {
+			Py_DECREF(l);
+			return NULL;
+		}
+	return l;
 }
 
 PyObject *sh_py_run_engine(PyObject *mod, PyObject *args)

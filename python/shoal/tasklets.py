@@ -35,6 +35,10 @@ makes them: a store ``Client``'s (``get``, ``put``, ``delete``...), ``Extension.
 tasklets of a thread take turns at one connection, and ``kill()`` interrupts a store get
 or a result wait at once (an extension call at its end). Connecting still blocks the
 thread. Tasklets never leave the thread that made them.
+
+In an isolated extension (``shoal.isolate``) a method may run tasklets; those it leaves
+stay, and run when a later call blocks. In a task engine (``shoal.tasks``) a task's
+tasklets end with it: the engine kills those left when the task returns.
 """
 from __future__ import annotations
 

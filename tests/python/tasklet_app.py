@@ -120,6 +120,38 @@ def leave_blocked_kept(seconds):
     return "run() returned"
 
 
+_RAN = []
+
+
+def leave_runnable(k):
+    """Spawns k tasklets and returns without letting them run."""
+    for i in range(k):
+        T.tasklet(_RAN.append)(i)
+    from shoal import _shoal
+    return len(_shoal._tasklets_alive())
+
+
+def what_ran_since():
+    """What the tasklets of earlier tasks ran by now, once this task blocked a while."""
+    T.sleep(0.01)
+    T.run(timeout=10)
+    return list(_RAN)
+
+
+def leave_a_stubborn_tasklet():
+    """A tasklet that catches TaskletExit and waits again, for ever: it never ends."""
+    def stubborn():
+        while True:
+            try:
+                T.channel().receive()
+            except T.TaskletExit:
+                pass
+
+    T.tasklet(stubborn)()
+    T.schedule()
+    return "returned"
+
+
 def store_gets(client, ids):
     """One tasklet a get of ids (hex: an id may not fit a signed 64-bit int, which a call
     value is) through client (a shoal store client): the bytes got, in order, and whether

@@ -164,6 +164,33 @@ def test_a_task_whose_run_times_out_then_the_next_task(view):
     assert view.apply_sync(tasklet_app.tasklets_in_a_task, 100) == WANT_TASK
 
 
+def test_a_task_that_leaves_a_tasklet_blocked_for_ever_then_the_next_tasks(view):
+    msg = view.apply_sync(tasklet_app.leave_blocked_kept, 0.05)
+    assert "timeout passed" in msg and "channel.receive" in msg
+    # the engine serves the next tasks, tasklets and all
+    assert view.apply_sync(tasklet_app.tasklets_in_a_task, 100) == WANT_TASK
+    assert view.apply_sync(tasklet_app.ping_pong, 10) == 10
+
+
+def test_tasklets_a_task_left_runnable_never_run_in_the_next(view):
+    assert view.apply_sync(tasklet_app.leave_runnable, 5) == 5
+    assert view.apply_sync(tasklet_app.what_ran_since) == []
+
+
+def test_a_task_whose_tasklet_will_not_end_fails():
+    # killed when the task ended, it catches TaskletExit and blocks again: the engine
+    # waits 10 s for it (_END_TASKLETS_S), fails the task, and serves the next ones (an
+    # engine of its own: a tasklet stuck there stalls a later task's run())
+    with st.Cluster(n=1) as c:
+        client = c.client()
+        v = client.load_balanced_view()
+        with pytest.raises(RuntimeError, match="1 did not end within"):
+            v.apply_sync(tasklet_app.leave_a_stubborn_tasklet)
+        assert v.apply_sync(tasklet_app.ping_pong, 10) == 10
+        assert v.apply_sync(tasklet_app.hackysack, 10, 10) == [10, 10]
+        client.close()
+
+
 def test_store_gets_from_a_tasks_tasklets_through_the_engines_store(cluster, view):
     c = shoal.connect(cluster.store_socket)
     ids = ["%x" % c.put(b"t%d" % i) for i in range(50)]
