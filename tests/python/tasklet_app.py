@@ -265,6 +265,15 @@ class Hosted(si.ExtensionBase):
         self.loop = loop
         return [r, same]
 
+    async def async_host_service_from_tasklets(self, n):
+        """As host_service_from_tasklets, from an async method: the tasklets' plain calls
+        of the host service return its value (not an awaitable: they are not coroutines
+        of the loop), and the coroutine's own call is awaitable as ever."""
+        await asyncio.sleep(0)
+        got = self.host_service_from_tasklets(n)
+        mine = await Tally().add(0)
+        return [got, mine]
+
     def tasklets_around_the_loop(self, n):
         """A plain method whose tasklets run asyncio programs of their own
         (asyncio.run in each), one after another."""

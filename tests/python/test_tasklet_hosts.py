@@ -87,6 +87,25 @@ def test_tasklets_in_an_extension_call_a_host_service(hosted):
     assert tasklet_app.Tally().n == base + 20
 
 
+def test_tasklets_of_an_async_method_call_a_host_service(hosted):
+    base = tasklet_app.Tally().n
+    got, mine = hosted.async_host_service_from_tasklets(10)
+    assert got == list(range(base + 1, base + 11)) and mine == base + 10
+
+
+def test_host_tasklets_spawned_in_a_coroutine_call_the_extension(hosted):
+    # in a coroutine a call gives an awaitable; in a tasklet it spawned, the result
+    import asyncio
+    from shoal import tasklets as T
+
+    async def main():
+        ts = [T.tasklet(hosted.hackysack)(10, 10 + i) for i in range(3)]
+        got = [t.join(timeout=30) for t in ts]
+        return got, await hosted.ping_pong(10)
+
+    assert asyncio.run(main()) == ([[10 + i, 10] for i in range(3)], 10)
+
+
 def test_run_timeout_in_an_extension_then_the_next_call(hosted):
     msg, alive = hosted.leave_blocked(0.05)
     assert "timeout passed" in msg and "channel.receive" in msg and alive is False
