@@ -207,6 +207,14 @@ class Tally(si.ProxiedSingleton):
         self.n += k
         return self.n
 
+    def die_there(self):
+        """Calls back into the extension, which exits in that nested call."""
+        return self.ext.die()
+
+    def nap_there(self, s):
+        """Calls back into the extension (self.ext, set by the test): a nested call."""
+        return self.ext.nap(s)
+
 
 class Hosted(si.ExtensionBase):
     """An extension whose methods run tasklets inside its process."""
@@ -231,6 +239,26 @@ class Hosted(si.ExtensionBase):
 
     def thread_state(self):
         return thread_state()
+
+    def nap(self, s):
+        """A tasklet's sleep inside a call the host made while a tasklet of this process
+        waited for a host service: the other tasklets may run meanwhile."""
+        T.sleep(s)
+        return s
+
+    def die(self):
+        os._exit(3)
+
+    def die_in_a_nested_call(self):
+        """Calls the host's Tally.die_there, which calls die here: the process exits in
+        the nested call, while the host serves the service."""
+        return Tally().die_there()
+
+    def nested_from_tasklets(self, n):
+        """n tasklets each call the host's Tally.nap_there, which calls nap here (a call
+        nested in theirs): what they got back."""
+        ts = [T.tasklet(Tally().nap_there)(0.01 * (i + 1)) for i in range(n)]
+        return [t.join(timeout=30) for t in ts]
 
     def host_service_from_tasklets(self, n):
         """n tasklets each call the host's Tally.add between sleeps: what they got back."""

@@ -6,8 +6,10 @@ engine (python3 -m shoal.engine, through shoal.tasks.Cluster) whose tasks run ta
 many in a row, one leaving a tasklet blocked for ever. Real processes throughout."""
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import textwrap
 
 import pytest
 
@@ -85,6 +87,30 @@ def test_tasklets_in_an_extension_call_a_host_service(hosted):
     base = tasklet_app.Tally().n
     assert hosted.host_service_from_tasklets(20) == list(range(base + 1, base + 21))
     assert tasklet_app.Tally().n == base + 20
+
+
+def test_an_extension_that_dies_in_a_call_nested_in_a_host_service(tmp_path):
+    # the host's service sees the nested call fail (the extension exited), and the host
+    # must not answer the service's call on the rings of a process it reaped: it crashed
+    # (SIGSEGV) doing so. A child process, so that a crash fails this test alone.
+    code = textwrap.dedent("""
+        import sys
+        sys.path.insert(0, %r)
+        import tasklet_app
+        import shoal.isolate as si
+        with si.ExtensionManager(tasklet_app.Hosted) as m:
+            n = m.load_extension(si.ExtensionConfig(name="dies", module_path=%r,
+                                                    call_timeout=30))
+            tasklet_app.Tally().ext = n
+            try:
+                n.die_in_a_nested_call()
+            except si.ExtensionCrashed as e:
+                print("crashed:", e)
+    """) % (_APP_DIR, ext_module())
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "crashed:" in r.stdout and "exited with status 3" in r.stdout
 
 
 def test_tasklets_of_an_async_method_call_a_host_service(hosted):
