@@ -44,12 +44,34 @@ static PyObject *keeps[MAX_NEST];
  * depending on it fail too): its dispatcher answers [1, JSON] then. */
 static bool engine_mode;
 
+/* The runner's calls nest as a stack on one thread (host -> extension ->
+ * host ...), each level's return sent before the one below it. Tasklets
+ * would break that order: one whose host service calls back into the
+ * extension may park inside that nested call, and then another could call
+ * the host (a call the host takes as nested in the parked one's) or the
+ * call below could return under it. So a tasklet calling the host holds
+ * the runner's turn for the whole call, nested calls and all, and a call
+ * returns only once no other tasklet holds it. */
+static const char runner_turn;
+static PyObject *call_host(const char *method, PyObject *payload);
+
 PyObject *sh_py_call_host(PyObject *mod, PyObject *args)
 {
 	const char *method;
 	PyObject *payload;
 	if (!PyArg_ParseTuple(args, "sO:_call_host", &method, &payload))
 		return NULL;
+	sh_tl_turn turn;
+	if (sh_tl_turn_take(&turn, &runner_turn, "a host service call") != 0)
+		return NULL;
+	PyObject *res = call_host(method, payload);
+	sh_tl_turn_give(&turn);
+	return res;
+}
+
+/* The host service call itself, with the runner's turn held. */
+static PyObject *call_host(const char *method, PyObject *payload)
+{
 	shoal_ext_ctx *ctx = cur;
 	if (!ctx)
 		return PyErr_Format(PyExc_RuntimeError,
@@ -138,6 +160,17 @@ static int call(shoal_ext_ctx *ctx, const shoal_value *args, shoal_value **resul
 	}
 	Py_XDECREF(r);
 out:
+	/* Not while another tasklet's host service call, and the calls nested
+	 * in it, are in flight: their returns go first (runner_turn). */
+	if (sh_tl_turn_held(&runner_turn)) {
+		sh_tl_turn turn;
+		/* -1 only when the wait cannot end (a deadlock, a signal):
+		 * the return goes anyway, and the host, out of step, ends
+		 * the extension with an error rather than this call hanging */
+		if (sh_tl_turn_take(&turn, &runner_turn, "a call's return") != 0)
+			PyErr_Clear();
+		sh_tl_turn_give(&turn);
+	}
 	depth--;
 	cur = prev;
 	PyGILState_Release(g);

@@ -89,6 +89,14 @@ def test_tasklets_in_an_extension_call_a_host_service(hosted):
     assert tasklet_app.Tally().n == base + 20
 
 
+def test_calls_nested_in_tasklets_host_service_calls(hosted):
+    # tasklet -> host service -> the extension again, whose method sleeps: the calls
+    # nest one at a time, in order, whatever the tasklets do meanwhile
+    tasklet_app.Tally().ext = hosted
+    assert hosted.nested_from_tasklets(3) == [0.01, 0.02, 0.03]
+    assert hosted.hackysack(10, 10) == [10, 10]
+
+
 def test_an_extension_that_dies_in_a_call_nested_in_a_host_service(tmp_path):
     # the host's service sees the nested call fail (the extension exited), and the host
     # must not answer the service's call on the rings of a process it reaped: it crashed
