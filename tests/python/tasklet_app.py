@@ -254,6 +254,21 @@ class Hosted(si.ExtensionBase):
         the nested call, while the host serves the service."""
         return Tally().die_there()
 
+    def leave_a_host_caller(self, s):
+        """Spawns a tasklet that will call the host's Tally.nap_there(s) (nested: the host
+        calls nap here) and returns at once: it runs when a later call blocks."""
+        self.left = T.tasklet(Tally().nap_there)(s)
+        return "left"
+
+    def block_then_return(self, s):
+        """Sleeps s (the tasklet left by the last call runs, and parks inside its nested
+        call), then returns, which waits for that tasklet's host call to end."""
+        T.sleep(s)
+        return [self.left.alive, "returned"]
+
+    def joined_left(self):
+        return self.left.join(timeout=30)
+
     def nested_from_tasklets(self, n):
         """n tasklets each call the host's Tally.nap_there, which calls nap here (a call
         nested in theirs): what they got back."""

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
 import pytest
 
@@ -94,6 +95,18 @@ def test_calls_nested_in_tasklets_host_service_calls(hosted):
     # nest one at a time, in order, whatever the tasklets do meanwhile
     tasklet_app.Tally().ext = hosted
     assert hosted.nested_from_tasklets(3) == [0.01, 0.02, 0.03]
+    assert hosted.hackysack(10, 10) == [10, 10]
+
+
+def test_a_call_returns_after_another_tasklets_nested_calls(hosted):
+    # a tasklet left by one call calls the host during the next, and parks in the call
+    # the host makes back; the next call's own return waits for that to end
+    tasklet_app.Tally().ext = hosted
+    assert hosted.leave_a_host_caller(0.1) == "left"
+    t0 = time.monotonic()
+    assert hosted.block_then_return(0.01) == [True, "returned"]  # alive when it returned
+    assert time.monotonic() - t0 >= 0.09  # but its return waited for the nested nap
+    assert hosted.joined_left() == 0.1
     assert hosted.hackysack(10, 10) == [10, 10]
 
 
