@@ -65,7 +65,7 @@ def test_hackysack_in_an_extension(hosted):
 
 def test_ping_pong_sleep_and_join_in_an_extension(hosted):
     assert hosted.ping_pong(1000) == 1000
-    assert hosted.sleepers([0.02, 0.01, 0.0]) == [[2, 1, 0], [0, 10, 20]]
+    assert hosted.sleepers([0.1, 0.05, 0.0]) == [[2, 1, 0], [0, 10, 20]]
 
 
 def test_an_exception_in_a_tasklet_is_the_calls_error(hosted):
