@@ -10,7 +10,7 @@ MYPY = False
 if MYPY:  # typing's import costs an engine's start 11 ms here; the annotations are strings
     from typing import Any, Callable, Dict, List, Optional
 
-from . import _values
+from . import _shoal, _values
 from ._remote import _envelope_for
 
 _ENGINE_STORE: Optional[str] = None  # the engine's --store (set by shoal.engine)
@@ -128,11 +128,12 @@ def _end_tasklets() -> None:
     runs during a later task nor stalls its run() for ever. RuntimeError when some do not
     end (one that catches TaskletExit and blocks again): the task fails then, and they stay
     blocked, never waited for again."""
-    import time
-    from . import _shoal
-    left = [t for t in _shoal._tasklets_alive() if not any(t is s for s in _STUCK)]
+    left = _shoal._tasklets_alive()  # at every task: a list, most often empty
+    if left and _STUCK:
+        left = [t for t in left if not any(t is s for s in _STUCK)]
     if not left:
         return
+    import time
     for t in left:
         t.kill()
     deadline = time.monotonic() + _END_TASKLETS_S
