@@ -4,6 +4,7 @@ call after call on the same thread's tasklet state, with store gets through the
 extension's store client and async methods on the extension's loop; and a Python task
 engine (python3 -m shoal.engine, through shoal.tasks.Cluster) whose tasks run tasklets,
 many in a row, one leaving a tasklet blocked for ever. Real processes throughout."""
+import atexit
 import os
 import shutil
 import subprocess
@@ -22,19 +23,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # tasklet_app.py, copied where every uid reads it (a strict extension runs as a uid of
 # its own, and this tree may be under a 0700 home), imported from there by the host,
-# its extensions and its engines alike.
+# its extensions and its engines alike; removed when pytest exits (also when none of
+# this file's tests was selected).
 _APP_DIR = tempfile.mkdtemp(prefix="shoal-tasklet-app-")
+atexit.register(shutil.rmtree, _APP_DIR, ignore_errors=True)
 os.chmod(_APP_DIR, 0o755)
 shutil.copy(os.path.join(HERE, "tasklet_app.py"), _APP_DIR)
 os.chmod(os.path.join(_APP_DIR, "tasklet_app.py"), 0o644)
 sys.path.insert(0, _APP_DIR)
 import tasklet_app  # noqa: E402
-
-
-@pytest.fixture(scope="module", autouse=True)
-def app_dir():
-    yield _APP_DIR
-    shutil.rmtree(_APP_DIR, ignore_errors=True)
 
 
 def ext_module():
