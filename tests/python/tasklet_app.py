@@ -322,3 +322,21 @@ class Hosted(si.ExtensionBase):
         for t in ts:
             t.join(timeout=10)
         return sorted(out)
+
+
+class AsyncHooked(Hosted):
+    """pyisolate's hooks are coroutines, run on the extension's loop: these run tasklets
+    too, before and after the module's import."""
+
+    async def before_module_loaded(self):
+        await asyncio.sleep(0)
+        self.at_start = [ping_pong(100)]
+
+    async def on_module_loaded(self, module):
+        await asyncio.sleep(0.001)
+        self.mod = module
+        self.at_start.append(hackysack(50, 500))
+        self.loop = asyncio.get_running_loop()
+
+    def what_the_hooks_got(self):
+        return self.at_start

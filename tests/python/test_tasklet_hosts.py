@@ -182,6 +182,15 @@ def test_async_methods_and_tasklets_on_the_extensions_loop(hosted):
     assert hosted.hackysack(10, 10) == [10, 10]
 
 
+def test_async_hooks_run_tasklets(tmp_path):
+    with si.ExtensionManager(tasklet_app.AsyncHooked) as m:
+        n = m.load_extension(si.ExtensionConfig(name="hooked", module_path=ext_module(),
+                                                sandbox="basic", call_timeout=60))
+        assert n.what_the_hooks_got() == [100, [500, 50]]
+        r, same_loop = n.async_with_tasklets(20)  # the hooks' loop, and tasklets again
+        assert r == [100, 20] and same_loop
+
+
 # ---- in a Python task engine -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
