@@ -230,6 +230,9 @@ class Hosted(si.ExtensionBase):
     def leave_blocked(self, seconds):
         return leave_blocked(seconds)
 
+    def exit_in_a_tasklet(self, code):
+        return exit_in_a_tasklet(code)
+
     def thread_state(self):
         return thread_state()
 
@@ -340,3 +343,12 @@ class AsyncHooked(Hosted):
 
     def what_the_hooks_got(self):
         return self.at_start
+
+
+def exit_in_a_tasklet(code):
+    """A tasklet calls sys.exit(code) and nobody joins it: the SystemExit is raised in the
+    main tasklet at its next switch point (never swallowed), which fails the task."""
+    import sys
+    T.tasklet(sys.exit)(code)
+    T.sleep(0.01)
+    return "not reached"

@@ -73,6 +73,13 @@ def test_an_exception_in_a_tasklet_is_the_calls_error(hosted):
     assert hosted.hackysack(10, 10) == [10, 10]
 
 
+def test_sys_exit_in_a_tasklet_is_the_calls_error_not_the_extensions_end(hosted):
+    pid = hosted.thread_state()[0]
+    with pytest.raises(si.RemoteError, match="SystemExit: 3"):
+        hosted.exit_in_a_tasklet(3)
+    assert hosted.thread_state()[0] == pid and hosted.ping_pong(10) == 10
+
+
 def test_many_calls_reuse_the_threads_tasklet_state(hosted):
     first = hosted.thread_state()
     for i in range(20):
@@ -261,6 +268,13 @@ def test_a_task_whose_tasklet_will_not_end_fails():
         assert v.apply_sync(tasklet_app.ping_pong, 10) == 10
         assert v.apply_sync(tasklet_app.hackysack, 10, 10) == [10, 10]
         client.close()
+
+
+def test_sys_exit_in_a_tasks_tasklet_fails_the_task_not_the_engine(view):
+    with pytest.raises(st.RemoteError, match="SystemExit: 3"):
+        view.apply_sync(tasklet_app.exit_in_a_tasklet, 3)
+    assert view.apply_sync(tasklet_app.tasklets_in_a_task, 10) == [
+        [100, 10], 1000, [[2, 1, 0], [0, 10, 20]]]
 
 
 def test_store_gets_from_a_tasks_tasklets_through_the_engines_store(cluster, view):
