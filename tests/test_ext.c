@@ -557,6 +557,19 @@ static int svc_down(void *self, const shoal_value *args, shoal_vbuf *out, shoal_
 	return 0;
 }
 
+/* Calls the extension's exit from inside its call of this service: the
+ * extension is gone when the service returns. */
+static int svc_exit_there(void *self, const shoal_value *args, shoal_vbuf *out,
+			  shoal_value **result, char *msg, size_t msglen)
+{
+	(void)args;
+	const shoal_value *r;
+	int rc = shoal_ext_call(self, "exit", shoal_v_int(out, 3), out, &r, SHOAL_FOREVER);
+	snprintf(msg, msglen, "exit: %s", shoal_strerror(rc));
+	*result = NULL;
+	return rc ? rc : SHOAL_EIO;
+}
+
 static int svc_double(void *self, const shoal_value *args, shoal_vbuf *out, shoal_value **result,
 		      char *msg, size_t msglen)
 {
@@ -642,6 +655,15 @@ SH_TEST(calls_nest_both_ways)
 	CHECK_RC(call(e, "nested", shoal_v_int(vb, 200), vb, &r), SHOAL_ERANGE);
 	CHECK_MSG(e, "nested deeper than");
 	CHECK_OK(call(e, "nested", shoal_v_int(vb, 2), vb, &r)); /* and it goes on */
+	/* the extension exits in a call nested in our service: its rings are
+	 * gone when the service returns, whose return is not sent (it was, on
+	 * the unmapped rings: SIGSEGV); the outer call fails as a crash */
+	CHECK_OK(shoal_service_register("test.exit_there", svc_exit_there, e));
+	shoal_v_set(a, 0, shoal_v_cstr(vb, "test.exit_there"));
+	shoal_v_set(a, 1, shoal_v_int(vb, 0));
+	CHECK_RC(call(e, "call_host", a, vb, &r), SHOAL_ECRASHED);
+	CHECK_MSG(e, "exited with status 3");
+	CHECK_OK(shoal_service_unregister("test.exit_there"));
 	CHECK_OK(shoal_service_unregister("test.down"));
 	CHECK_OK(shoal_service_unregister("test.double"));
 	CHECK_OK(shoal_ext_stop(e));

@@ -21,6 +21,7 @@
  * shoal.tasks.Cluster with a launcher. */
 #include "module.h"
 #include "lib/tools.h"
+#include "tasklet_impl.h"
 
 #include <shoal/cluster.h>
 #include <shoal/ext.h>
@@ -43,12 +44,34 @@ static PyObject *keeps[MAX_NEST];
  * depending on it fail too): its dispatcher answers [1, JSON] then. */
 static bool engine_mode;
 
+/* The runner's calls nest as a stack on one thread (host -> extension ->
+ * host ...), each level's return sent before the one below it. Tasklets
+ * would break that order: one whose host service calls back into the
+ * extension may park inside that nested call, and then another could call
+ * the host (a call the host takes as nested in the parked one's) or the
+ * call below could return under it. So a tasklet calling the host holds
+ * the runner's turn for the whole call, nested calls and all, and a call
+ * returns only once no other tasklet holds it. */
+static const char runner_turn;
+static PyObject *call_host(const char *method, PyObject *payload);
+
 PyObject *sh_py_call_host(PyObject *mod, PyObject *args)
 {
 	const char *method;
 	PyObject *payload;
 	if (!PyArg_ParseTuple(args, "sO:_call_host", &method, &payload))
 		return NULL;
+	sh_tl_turn turn;
+	if (sh_tl_turn_take(&turn, &runner_turn, "a host service call") != 0)
+		return NULL;
+	PyObject *res = call_host(method, payload);
+	sh_tl_turn_give(&turn);
+	return res;
+}
+
+/* The host service call itself, with the runner's turn held. */
+static PyObject *call_host(const char *method, PyObject *payload)
+{
 	shoal_ext_ctx *ctx = cur;
 	if (!ctx)
 		return PyErr_Format(PyExc_RuntimeError,
@@ -137,6 +160,17 @@ static int call(shoal_ext_ctx *ctx, const shoal_value *args, shoal_value **resul
 	}
 	Py_XDECREF(r);
 out:
+	/* Not while another tasklet's host service call, and the calls nested
+	 * in it, are in flight: their returns go first (runner_turn). */
+	if (sh_tl_turn_held(&runner_turn)) {
+		sh_tl_turn turn;
+		/* -1 only when the wait cannot end (a deadlock, a signal):
+		 * the return goes anyway, and the host, out of step, ends
+		 * the extension with an error rather than this call hanging */
+		if (sh_tl_turn_take(&turn, &runner_turn, "a call's return") != 0)
+			PyErr_Clear();
+		sh_tl_turn_give(&turn);
+	}
 	depth--;
 	cur = prev;
 	PyGILState_Release(g);
@@ -271,6 +305,30 @@ PyObject *sh_py_run_extension(PyObject *mod, PyObject *args)
 		return NULL;
 	Py_DECREF(child);
 	return run_cli(args, "O!:_run_extension", "shoal-ext", sh_ext_runner_cli, py_init);
+}
+
+/* The tasklets of the calling thread that are alive (scheduled and not
+ * finished; main is not one of them): a Python engine kills those a task
+ * left when the task ends (shoal._engine), so that no task's tasklet runs
+ * during, or stalls the run() of, the tasks after it. */
+PyObject *sh_py_tasklets_alive(PyObject *mod, PyObject *unused)
+{
+	(void)mod;
+	(void)unused;
+	PyObject *l = PyList_New(0);
+	if (!l || !sh_tl_active())
+		return l;
+	sh_tl *tl = sh_tl_get();
+	if (!tl) {
+		Py_DECREF(l);
+		return NULL;
+	}
+	for (ShTasklet *t = tl->live; t; t = t->live_next)
+		if (PyList_Append(l, (PyObject *)t) != 0) {
+			Py_DECREF(l);
+			return NULL;
+		}
+	return l;
 }
 
 PyObject *sh_py_run_engine(PyObject *mod, PyObject *args)

@@ -227,6 +227,9 @@ static PyMethodDef module_methods[] = {
 	 "_run_engine(argv) -> int\n\npython3 -m shoal.engine: shoal-engine's options "
 	 "(but --so); runs the controller's tasks until it goes (blocks), returns the exit "
 	 "code."},
+	{"_tasklets_alive", sh_py_tasklets_alive, METH_NOARGS,
+	 "_tasklets_alive() -> list\n\nThe calling thread's tasklets that are alive, main "
+	 "aside (what a Python engine kills when a task that left them ends)."},
 	{"_cluster_supervise", sh_py_cluster_supervise, METH_VARARGS,
 	 "_cluster_supervise(argv) -> int\n\nA cluster's supervisor (argv: the options "
 	 "cluster_start gives the program it runs); blocks until the cluster is stopped, "

@@ -178,6 +178,7 @@ PyObject *sh_py_unregister_service(PyObject *mod, PyObject *args);
 PyObject *sh_py_call_host(PyObject *mod, PyObject *args);
 PyObject *sh_py_run_extension(PyObject *mod, PyObject *args);
 PyObject *sh_py_run_engine(PyObject *mod, PyObject *args);
+PyObject *sh_py_tasklets_alive(PyObject *mod, PyObject *unused);
 PyObject *sh_py_cluster_supervise(PyObject *mod, PyObject *args);
 /* cluster.c: clusters of the task farm (shoal/cluster.h). */
 PyObject *sh_py_cluster_start(PyObject *mod, PyObject *args, PyObject *kw);

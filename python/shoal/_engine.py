@@ -10,7 +10,7 @@ MYPY = False
 if MYPY:  # typing's import costs an engine's start 11 ms here; the annotations are strings
     from typing import Any, Callable, Dict, List, Optional
 
-from . import _values
+from . import _shoal, _values
 from ._remote import _envelope_for
 
 _ENGINE_STORE: Optional[str] = None  # the engine's --store (set by shoal.engine)
@@ -104,10 +104,51 @@ def _engine_start() -> Callable[[Any], Any]:
             else:
                 args, kwargs = call[1], call[2]
             r = f(*args, **kwargs)
+            _end_tasklets()
             return [0, r] if _plain(r) else [2] + _pickled(r)
         except BaseException as e:  # everything goes back to the client, as a failure
+            try:
+                _end_tasklets()
+            except BaseException:
+                pass  # the task's own exception is the one to report
             return [1, _raised_json(e)]
     return dispatch
+
+
+# How long the tasklets a task left have to end once killed (a store get or a result
+# wait ends at once, an extension call at its end, a finally may still do some work).
+_END_TASKLETS_S = 10.0
+# Tasklets that did not end when killed: left blocked, never waited for again.
+_STUCK: List[Any] = []
+
+
+def _end_tasklets() -> None:
+    """Kills the tasklets the task that just ended left (blocked, or never run) and waits
+    for them to end: a task's tasklets go with it, as asyncio.run's tasks do, so that none
+    runs during a later task nor stalls its run() for ever. RuntimeError when some do not
+    end (one that catches TaskletExit and blocks again): the task fails then, and they stay
+    blocked, never waited for again."""
+    left = _shoal._tasklets_alive()  # at every task: a list, most often empty
+    if left and _STUCK:
+        left = [t for t in left if not any(t is s for s in _STUCK)]
+    if not left:
+        return
+    import time
+    for t in left:
+        t.kill()
+    deadline = time.monotonic() + _END_TASKLETS_S
+    for t in left:
+        try:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        except BaseException:
+            pass  # TaskletExit, what it raised on its way out, or the timeout: see alive
+    stuck = [t for t in left if t.alive]
+    if stuck:
+        _STUCK.extend(stuck)
+        raise RuntimeError(
+            "the task left %d tasklets, killed when it ended, and %d did not end within %g s "
+            "(%s): they stay blocked in this engine" % (
+                len(left), len(stuck), _END_TASKLETS_S, ", ".join(repr(t) for t in stuck)))
 
 
 def _plain(v: Any, depth: int = 0) -> bool:

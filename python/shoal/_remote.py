@@ -92,6 +92,27 @@ def _running_loop() -> Any:
     return aio.events._get_running_loop() if aio is not None else None
 
 
+# A code object's flags: a coroutine's, an async generator's, a @types.coroutine one's.
+_CO_ASYNC = 0x80 | 0x100 | 0x200
+
+
+def _caller_loop() -> Any:
+    """The event loop running in this thread when the code that called our caller runs
+    in one of its coroutines (its frames reach a coroutine's), else None: whether a call
+    should answer with an awaitable. A tasklet spawned from a coroutine shares the
+    thread, and with it asyncio's running loop, but its frames start at its own function
+    (a stack of its own): it is not the loop's, and awaits nothing."""
+    loop = _running_loop()
+    if loop is None:
+        return None
+    f: Any = sys._getframe(1).f_back  # our caller's caller, if any (a tasklet's function)
+    while f is not None:
+        if f.f_code.co_flags & _CO_ASYNC:
+            return loop
+        f = f.f_back
+    return None
+
+
 def _awaitable(r: Any) -> bool:
     return hasattr(type(r), "__await__")
 

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     
 from . import _shoal, _values
 from . import Error
-from ._remote import RemoteError, _awaitable, _envelope_for, _running_loop, _unwrap
+from ._remote import RemoteError, _awaitable, _caller_loop, _envelope_for, _unwrap
 from ._values import _CTX, _ByIdentity, _forget, register_type
 
 __all__ = [
@@ -311,7 +311,7 @@ class _ServiceProxy:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             r = _unwrap(_shoal._call_host(service, [list(args), kwargs]), service)
-            return _Done(r) if _running_loop() is not None else r
+            return _Done(r) if _caller_loop() is not None else r
         return call
 
 
@@ -746,7 +746,7 @@ class _Proxy:
             raise AttributeError("%s has no public method %r" % (ext.config.name, method))
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            loop = _running_loop()
+            loop = _caller_loop()
             if loop is None:
                 return ext.call(method, args, kwargs)
             return loop.run_in_executor(ext.pool, ext.call, method, args, kwargs)

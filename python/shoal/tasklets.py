@@ -64,6 +64,10 @@ channel's receive)::
         return await t.wrap(worker)
 
     t.run_asyncio(main())
+
+In an isolated extension (``shoal.isolate``) a method may run tasklets; those it leaves
+stay, and run when a later call blocks. In a task engine (``shoal.tasks``) a task's
+tasklets end with it: the engine kills those left when the task returns.
 """
 from __future__ import annotations
 

@@ -995,6 +995,7 @@ static int serve_service(shoal_ext *e, const sh_frame *f, int64_t deadline)
 		status = SHOAL_ENOENT;
 		snprintf(msg, sizeof(msg), "the host has no service method %s", mname);
 	}
+	uint32_t gen = e->starts;
 	if (status == 0) {
 		status = fn(self, args, vout, &result, msg, sizeof(msg));
 		if (status > 0)
@@ -1003,6 +1004,15 @@ static int serve_service(shoal_ext *e, const sh_frame *f, int64_t deadline)
 			status = sh_value_share(vout, result, msg, sizeof(msg));
 		if (status && !msg[0])
 			snprintf(msg, sizeof(msg), "%s: %s", mname, shoal_strerror(status));
+	}
+	/* The service may have called the extension back, and that call
+	 * found it out of step and killed it (or it died, or was started
+	 * again): its rings are unmapped or another process's, and this
+	 * return has no caller left. The failure is that call's, said by it. */
+	if (e->dead || e->starts != gen) {
+		shoal_vbuf_free(vin);
+		shoal_vbuf_free(vout);
+		return SHOAL_ECRASHED;
 	}
 	sh_wbuf_frame_begin(&e->out);
 	msgpack_packer pk;
