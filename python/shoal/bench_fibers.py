@@ -491,12 +491,25 @@ def make_impl(name: str) -> Any:
 
 
 def timed_runs(fn: Callable[[], Any], runs: int) -> List[float]:
+    """Each run timed as the seed timed hackysack (``python timeit.py -n 3``): timeit
+    turns the cyclic collector off while it times, so the garbage of the previous run is
+    collected before each run rather than inside a random one; every impl alike."""
+    import gc
     fn()  # a warm-up: pools, caches and the first page faults
     out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
+    enabled = gc.isenabled()
+    try:
+        for _ in range(runs):
+            gc.collect()
+            gc.disable()
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+            if enabled:
+                gc.enable()
+    finally:
+        if enabled:
+            gc.enable()
     return out
 
 
