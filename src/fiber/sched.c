@@ -249,7 +249,9 @@ void sh_sched_set_idle_hook(shoal_sched *s, sh_idle_hook fn, void *arg)
 	s->idle_arg = arg;
 }
 
-int sh_fiber_park(int64_t deadline)
+/* Blocks the current fiber in a wait of this kind whose waker (a timer,
+ * unpark) knows it without any list of ours: a sleep or a park. */
+static int block_bare(enum sh_wait_kind kind, int64_t deadline)
 {
 	shoal_sched *s = sh_tls_sched;
 	if (!s)
@@ -259,8 +261,13 @@ int sh_fiber_park(int64_t deadline)
 		return rc;
 	if (deadline != SHOAL_FOREVER && deadline <= shoal_now_ns())
 		return SHOAL_ETIMEDOUT;
-	s->cur->wait_kind = SH_WAIT_PARK;
+	s->cur->wait_kind = kind;
 	return sh_block(s, deadline);
+}
+
+int sh_fiber_park(int64_t deadline)
+{
+	return block_bare(SH_WAIT_PARK, deadline);
 }
 
 static bool parked(shoal_sched *s, shoal_fiber *f)
@@ -599,16 +606,7 @@ int shoal_yield(void)
 
 int shoal_sleep_until(int64_t deadline)
 {
-	shoal_sched *s = sh_tls_sched;
-	if (!s)
-		return SHOAL_EINVAL;
-	int rc = sh_check_cancel(s);
-	if (rc)
-		return rc;
-	if (deadline != SHOAL_FOREVER && deadline <= shoal_now_ns())
-		return SHOAL_ETIMEDOUT;
-	s->cur->wait_kind = SH_WAIT_SLEEP;
-	return sh_block(s, deadline);
+	return block_bare(SH_WAIT_SLEEP, deadline);
 }
 
 shoal_fiber *shoal_self(void)
