@@ -299,11 +299,15 @@ PyObject *sh_py_run_extension(PyObject *mod, PyObject *args)
 	/* shoal's own side, before the sandbox: a strict extension runs as a
 	 * uid of its own, which may not reach this package (a build under a
 	 * 0700 home); the extension's module and site-packages are still
-	 * read only once confined (py_init). */
-	PyObject *child = PyImport_ImportModule("shoal.isolate");
-	if (!child)
-		return NULL;
-	Py_DECREF(child);
+	 * read only once confined (py_init). The modules of the package an
+	 * extension may import later (its tasklets) are imported now too. */
+	static const char *const mods[] = {"shoal.isolate", "shoal.tasklets"};
+	for (size_t i = 0; i < sizeof(mods) / sizeof(mods[0]); i++) {
+		PyObject *m = PyImport_ImportModule(mods[i]);
+		if (!m)
+			return NULL;
+		Py_DECREF(m);
+	}
 	return run_cli(args, "O!:_run_extension", "shoal-ext", sh_ext_runner_cli, py_init);
 }
 
