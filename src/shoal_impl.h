@@ -140,6 +140,13 @@ int sh_bell_pair(int *wait_fd, int *ring_fd);
 void sh_bell_ring(int fd);
 void sh_bell_drain(int fd);
 
+/* One piece of a message gathered from where it lies or scattered to where
+ * it belongs (ring/msg.h's parts, net.h's channels). */
+typedef struct sh_msg_part {
+	void *p; /* reading: NULL discards the bytes */
+	size_t n;
+} sh_msg_part;
+
 /* A LIFO of pointers in one array, for free lists: popping reads the dense
  * array, never the (possibly cold) freed object itself, so taking many in a
  * row does not chase pointers from one cache miss to the next. */

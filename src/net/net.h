@@ -24,7 +24,6 @@
 #ifndef SHOAL_NET_NET_H
 #define SHOAL_NET_NET_H
 
-#include "ring/msg.h"
 #include "shoal_impl.h"
 
 #define SH_SECRET_MAX 4096

@@ -40,10 +40,7 @@ int sh_msg_peek_total(sh_ring *r, size_t *total, int64_t deadline);
  * crosses the ring with one copy on each side. Records are at most an
  * eighth of the ring, so that the reader copies one out while the writer
  * fills the next. */
-typedef struct sh_msg_part {
-	void *p; /* reading: NULL discards the bytes */
-	size_t n;
-} sh_msg_part;
+/* (sh_msg_part: shoal_impl.h, shared with the network's channels) */
 int sh_msg_write_parts(sh_ring *r, const sh_msg_part *v, size_t n, int64_t deadline);
 /* Reads exactly the parts' bytes; a record reaching past them is
  * SHOAL_EPROTO. */
