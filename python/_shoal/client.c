@@ -63,8 +63,6 @@ void sh_py_lock(pthread_mutex_t *mu)
 }
 
 typedef int (*job_fn)(ShClient *c, void *arg);
-static int run_tasklet(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen,
-		       int64_t timeout_ns, bool main);
 
 /* A timeout argument: absent (NULL) is the connection's, None no bound,
  * else seconds > 0. */
@@ -139,44 +137,55 @@ static void release_dropped(ShClient *self)
  * On a thread with tasklets the GIL stays held and only the calling
  * tasklet waits (module.h: sh_tl_blocking_begin); the tasklets of the
  * thread take turns at the connection (sh_tl_turn_take). */
-static int run(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen, int64_t timeout_ns)
+/* The call itself, the connection's mutex held: its timeout and Ctrl-C
+ * check set around fn, the error's text copied. In a tasklet (killed not
+ * NULL) fn runs between sh_tl_blocking_begin and _end, and *killed says
+ * whether a kill gave it up. */
+static int run_locked(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen,
+		      int64_t timeout_ns, bool main, waiter *w, bool *killed)
 {
-	int rc;
-	err[0] = 0;
-	if (sh_py_client_check(self) != 0)
-		return 1; /* raised */
-	bool main = _PyOS_IsMainThread();
-	waiter w = {0};
-	if (sh_tl_active())
-		return run_tasklet(self, fn, arg, err, errlen, timeout_ns, main);
-	w.ts = PyEval_SaveThread();
-	pthread_mutex_lock(&self->mu);
 	if (!self->c || self->closed) {
-		rc = SHOAL_ECLOSED;
 		snprintf(err, errlen, "the connection is closed");
-	} else {
-		int64_t old = 0;
-		if (timeout_ns != SH_PY_CONN_TIMEOUT)
-			old = shoal_client_set_timeout(self->c, timeout_ns);
-		if (main)
-			shoal_client_set_interrupt(self->c, py_interrupted, &w);
-		rc = fn(self, arg);
-		if (main)
-			shoal_client_set_interrupt(self->c, NULL, NULL);
-		if (timeout_ns != SH_PY_CONN_TIMEOUT)
-			shoal_client_set_timeout(self->c, old);
-		if (rc && !err[0])
-			snprintf(err, errlen, "%s", shoal_client_error(self->c));
+		return SHOAL_ECLOSED;
 	}
-	pthread_mutex_unlock(&self->mu);
-	PyEval_RestoreThread(w.ts);
-	if (w.interrupted) {
-		/* its handler runs now; KeyboardInterrupt by default */
-		PyErr_SetInterruptEx(SIGINT);
-		if (PyErr_CheckSignals() != 0)
-			return 1;
+	int64_t old = 0;
+	if (timeout_ns != SH_PY_CONN_TIMEOUT)
+		old = shoal_client_set_timeout(self->c, timeout_ns);
+	if (main)
+		shoal_client_set_interrupt(self->c, killed ? py_interrupted_held : py_interrupted,
+					   w);
+	int rc;
+	if (killed) {
+		sh_tl_blocking b;
+		sh_tl_blocking_begin(&b, true);
+		rc = fn(self, arg);
+		*killed = sh_tl_blocking_end(&b, rc);
+	} else {
+		rc = fn(self, arg);
+	}
+	if (main)
+		shoal_client_set_interrupt(self->c, NULL, NULL);
+	if (timeout_ns != SH_PY_CONN_TIMEOUT)
+		shoal_client_set_timeout(self->c, old);
+	if (rc && !err[0])
+		snprintf(err, errlen, "%s", shoal_client_error(self->c));
+	if (killed && self->ndropped) {
+		sh_tl_blocking b;
+		sh_tl_blocking_begin(&b, false);
+		release_dropped(self);
+		sh_tl_blocking_end(&b, 0);
 	}
 	return rc;
+}
+
+/* A Ctrl-C the client's check saw while the call waited: its handler runs
+ * now (KeyboardInterrupt by default). 1 when it raised. */
+static int raise_interrupt(const waiter *w)
+{
+	if (!w->interrupted)
+		return 0;
+	PyErr_SetInterruptEx(SIGINT);
+	return PyErr_CheckSignals() != 0;
 }
 
 static int run_tasklet(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen,
@@ -189,46 +198,40 @@ static int run_tasklet(ShClient *self, job_fn fn, void *arg, char *err, size_t e
 	 * this whole thread (no switch happens meanwhile), with the GIL
 	 * released so that thread can finish. */
 	sh_py_lock(&self->mu);
-	int rc;
 	bool killed = false;
 	waiter w = {0};
-	if (!self->c || self->closed) {
-		rc = SHOAL_ECLOSED;
-		snprintf(err, errlen, "the connection is closed");
-	} else {
-		int64_t old = 0;
-		if (timeout_ns != SH_PY_CONN_TIMEOUT)
-			old = shoal_client_set_timeout(self->c, timeout_ns);
-		if (main)
-			shoal_client_set_interrupt(self->c, py_interrupted_held, &w);
-		sh_tl_blocking b;
-		sh_tl_blocking_begin(&b, true);
-		rc = fn(self, arg);
-		killed = sh_tl_blocking_end(&b, rc);
-		if (main)
-			shoal_client_set_interrupt(self->c, NULL, NULL);
-		if (timeout_ns != SH_PY_CONN_TIMEOUT)
-			shoal_client_set_timeout(self->c, old);
-		if (rc && !err[0])
-			snprintf(err, errlen, "%s", shoal_client_error(self->c));
-		if (self->ndropped) {
-			sh_tl_blocking_begin(&b, false);
-			release_dropped(self);
-			sh_tl_blocking_end(&b, 0);
-		}
-	}
+	int rc = run_locked(self, fn, arg, err, errlen, timeout_ns, main, &w, &killed);
 	pthread_mutex_unlock(&self->mu);
 	sh_tl_turn_give(&turn);
 	if (killed) {
 		sh_tl_raise_killed();
 		return 1;
 	}
-	if (w.interrupted) {
-		PyErr_SetInterruptEx(SIGINT);
-		if (PyErr_CheckSignals() != 0)
-			return 1;
-	}
-	return rc;
+	return raise_interrupt(&w) ? 1 : rc;
+}
+
+/* Runs fn under the connection's mutex with the GIL released, within
+ * timeout_ns (SH_PY_CONN_TIMEOUT: the connection's). On failure err holds the
+ * message (copied under the mutex: the next call on the connection
+ * overwrites the client's). Returns 1 when a Python exception is set.
+ * On a thread with tasklets the GIL stays held and only the calling
+ * tasklet waits (module.h: sh_tl_blocking_begin); the tasklets of the
+ * thread take turns at the connection (sh_tl_turn_take). */
+static int run(ShClient *self, job_fn fn, void *arg, char *err, size_t errlen, int64_t timeout_ns)
+{
+	err[0] = 0;
+	if (sh_py_client_check(self) != 0)
+		return 1; /* raised */
+	bool main = _PyOS_IsMainThread();
+	if (sh_tl_active())
+		return run_tasklet(self, fn, arg, err, errlen, timeout_ns, main);
+	waiter w = {0};
+	w.ts = PyEval_SaveThread();
+	pthread_mutex_lock(&self->mu);
+	int rc = run_locked(self, fn, arg, err, errlen, timeout_ns, main, &w, NULL);
+	pthread_mutex_unlock(&self->mu);
+	PyEval_RestoreThread(w.ts);
+	return raise_interrupt(&w) ? 1 : rc;
 }
 
 /* run() and, on failure, the exception. */
