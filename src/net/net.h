@@ -57,6 +57,9 @@ typedef struct sh_refusals {
 	int64_t since; /* when the current 10 s of refusals began */
 	uint64_t n;    /* in them */
 } sh_refusals;
+/* "refused WHO HOW: WHY" (how: " over TCP", or ""). */
+void sh_refused(sh_refusals *r, const char *area, const char *who, const char *how,
+		const char *why);
 void sh_tcp_refused(sh_refusals *r, const char *area, const char *who, const char *why);
 
 /* The handshakes in progress on a TCP listener: strangers until they

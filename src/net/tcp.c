@@ -146,21 +146,25 @@ int sh_tcp_accept(int lsock, const char *area, char *who, size_t wholen)
 	}
 }
 
-void sh_tcp_refused(sh_refusals *r, const char *area, const char *who, const char *why)
+void sh_refused(sh_refusals *r, const char *area, const char *who, const char *how, const char *why)
 {
 	int64_t now = shoal_now_ns();
 	if (now - r->since >= SH_REFUSALS_WINDOW_NS) {
 		if (r->n > SH_REFUSALS_TOLD)
 			sh_warn(area,
-				"refused %llu more TCP peers in the 10 s before (%d a 10 s are "
-				"told "
+				"refused %llu more peers in the 10 s before (%d a 10 s are told "
 				"one by one)",
 				(unsigned long long)(r->n - SH_REFUSALS_TOLD), SH_REFUSALS_TOLD);
 		r->since = now;
 		r->n = 0;
 	}
 	if (++r->n <= SH_REFUSALS_TOLD)
-		sh_warn(area, "refused %s over TCP: %s", who, why);
+		sh_warn(area, "refused %s%s: %s", who, how, why);
+}
+
+void sh_tcp_refused(sh_refusals *r, const char *area, const char *who, const char *why)
+{
+	sh_refused(r, area, who, " over TCP", why);
 }
 
 int sh_net_wait(int fd, unsigned ev, bool fiber, int64_t deadline)
