@@ -1,6 +1,7 @@
 /* The benchmark machinery shared by every suite: records, the tables for
  * people (one per kind of figure, each column in one unit), JSON Lines for
- * machines, CSV, SVG plots, option parsing, the child processes each case
+ * machines, CSV, SVG plots, the options (through the tools' parser,
+ * tools/lib/cli.c, in the manner of every program), the child processes each case
  * runs in (so that the peak RSS reported for a case is that case's own,
  * read from wait4()), and finding and running the programs a suite
  * measures. Also the table of suites and the run of some of them
@@ -53,89 +54,50 @@ static int ends_with(const char *s, const char *suffix)
 	return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-/* The value of "--name VALUE" or "--name=VALUE"; NULL with err set if absent. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name, char *err,
-			     size_t errlen)
-{
-	size_t len = strlen(name);
-	const char *a = argv[*i];
-	if (a[len] == '=')
-		return a[len + 1] ? a + len + 1 : NULL;
-	if (*i + 1 >= argc || argv[*i + 1][0] == '\0' ||
-	    (argv[*i + 1][0] == '-' && argv[*i + 1][1] != '\0')) {
-		snprintf(err, errlen, "%s needs a file name after it, got %s", name,
-			 *i + 1 < argc ? argv[*i + 1] : "nothing");
-		return NULL;
-	}
-	return argv[++*i];
-}
+/* getopt_long's values of the options, past any character */
+enum { OPT_QUICK = 256, OPT_JSON, OPT_LARGE, OPT_CSV, OPT_PLOT, OPT_ONLY };
 
-int sh_bench_wants_help(int argc, char **argv)
-{
-	for (int i = 1; i < argc; i++)
-		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
-			return 1;
-	return 0;
-}
+const struct option sh_bench_options[] = {
+	{"quick", no_argument, NULL, OPT_QUICK},
+	{"json", no_argument, NULL, OPT_JSON},
+	{"large", no_argument, NULL, OPT_LARGE},
+	{"csv", required_argument, NULL, OPT_CSV},
+	{"plot", required_argument, NULL, OPT_PLOT},
+	{"only", required_argument, NULL, OPT_ONLY},
+	SH_CLI_STD,
+	{0},
+};
 
-int sh_bench_parse_opts(int argc, char **argv, int first, sh_bench_opts *o, char **pos, int maxpos,
-			int *npos, char *err, size_t errlen)
+void sh_bench_parse_opts(const sh_cli *c, int argc, char **argv, sh_bench_opts *o)
 {
-	*npos = 0;
-	for (int i = first; i < argc; i++) {
-		const char *a = argv[i];
-		if (strcmp(a, "--quick") == 0) {
+	memset(o, 0, sizeof(*o));
+	for (int k; (k = sh_cli_next(c, argc, argv)) != -1;) {
+		switch (k) {
+		case OPT_QUICK:
 			o->quick = 1;
-		} else if (strcmp(a, "--json") == 0) {
+			break;
+		case OPT_JSON:
 			o->json = 1;
-		} else if (strcmp(a, "--large") == 0) {
+			break;
+		case OPT_LARGE:
 			o->large = 1;
-		} else if (strncmp(a, "--csv", 5) == 0 && (a[5] == '\0' || a[5] == '=')) {
-			err[0] = '\0';
-			o->csv = opt_value(argc, argv, &i, "--csv", err, errlen);
-			if (!o->csv) {
-				if (!err[0])
-					snprintf(err, errlen, "--csv= needs a file name");
-				return -1;
-			}
-		} else if (strncmp(a, "--plot", 6) == 0 && (a[6] == '\0' || a[6] == '=')) {
-			err[0] = '\0';
-			o->plot = opt_value(argc, argv, &i, "--plot", err, errlen);
-			if (!o->plot) {
-				if (!err[0])
-					snprintf(err, errlen, "--plot= needs a file name");
-				return -1;
-			}
-			if (!ends_with(o->plot, ".svg")) {
-				snprintf(err, errlen,
-					 "--plot writes SVG: expected a FILE.svg, got '%s'",
-					 o->plot);
-				return -1;
-			}
-		} else if (strncmp(a, "--only", 6) == 0 && (a[6] == '\0' || a[6] == '=')) {
-			err[0] = '\0';
-			o->only = opt_value(argc, argv, &i, "--only", err, errlen);
-			if (!o->only) {
-				if (!err[0])
-					snprintf(err, errlen, "--only= needs a test's name");
-				return -1;
-			}
-		} else if (a[0] == '-' && a[1] != '\0') {
-			snprintf(err, errlen,
-				 "unknown option '%s' (expected --quick, --json, --csv FILE, "
-				 "--plot FILE.svg, --large or --only TEST)",
-				 a);
-			return -1;
-		} else {
-			if (*npos == maxpos) {
-				snprintf(err, errlen, "unexpected argument '%s'", a);
-				return -1;
-			}
-			pos[(*npos)++] = argv[i];
+			break;
+		case OPT_PLOT:
+			if (!ends_with(optarg, ".svg"))
+				sh_cli_fail(c, "--plot writes SVG: expected a FILE.svg, got '%s'",
+					    optarg);
+			o->plot = optarg;
+			break;
+		case OPT_CSV:
+		case OPT_ONLY:
+			if (!optarg[0])
+				sh_cli_fail(c, "--%s needs a value, got an empty one",
+					    k == OPT_CSV ? "csv" : "only");
+			*(k == OPT_CSV ? &o->csv : &o->only) = optarg;
+			break;
 		}
 	}
 	o->progress = !o->json && isatty(2);
-	return 0;
 }
 
 /* ---- results ------------------------------------------------------------ */

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "lib/tools.h"
+
 /* ---- options ------------------------------------------------------------ */
 
 typedef struct sh_bench_opts {
@@ -33,15 +35,14 @@ static inline bool sh_bench_wants(const sh_bench_opts *o, const char *part)
 	return !o->only || strcmp(o->only, part) == 0;
 }
 
-/* Nonzero when argv[1..] holds -h or --help. */
-int sh_bench_wants_help(int argc, char **argv);
+/* The options every benchmark program takes (sh_bench_opts_usage), for
+ * the tools' parser (tools/lib/cli.c): a program's sh_cli holds this table. */
+extern const struct option sh_bench_options[];
 
-/* Parses the options (sh_bench_opts_usage) from argv[first..argc). Arguments that are
- * not options are stored in pos[] (at most maxpos of them, count in *npos).
- * Returns 0, or -1 with a message naming what was expected and what came in
- * err. */
-int sh_bench_parse_opts(int argc, char **argv, int first, sh_bench_opts *o, char **pos, int maxpos,
-			int *npos, char *err, size_t errlen);
+/* Parses argv's options into o, in the manner of every program (--help,
+ * --version, and a usage error exits 2 naming the option); the operands
+ * are left at argv[optind..]. */
+void sh_bench_parse_opts(const sh_cli *c, int argc, char **argv, sh_bench_opts *o);
 
 /* The option lines of a usage text, shared by every program. */
 extern const char sh_bench_opts_usage[];

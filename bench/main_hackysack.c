@@ -48,19 +48,12 @@ static int parse_count(const char *what, const char *s, unsigned long long min,
 
 int main(int argc, char **argv)
 {
-	if (sh_bench_wants_help(argc, argv)) {
-		usage(stdout);
-		return 0;
-	}
+	sh_cli cli = {.prog = "hackysack", .usage = usage, .opts = sh_bench_options};
 	sh_bench_opts o;
-	memset(&o, 0, sizeof(o));
-	char *pos[2], err[256];
-	int npos;
-	if (sh_bench_parse_opts(argc, argv, 1, &o, pos, 2, &npos, err, sizeof(err)) != 0) {
-		fprintf(stderr, "hackysack: %s\n", err);
-		usage(stderr);
-		return 2;
-	}
+	sh_bench_parse_opts(&cli, argc, argv, &o);
+	sh_cli_operands(&cli, argc, argv, 0, 2);
+	char **pos = argv + optind;
+	int npos = argc - optind;
 	if (npos == 1) {
 		fprintf(stderr, "hackysack: expected N and TURNS (two numbers), got only '%s'\n",
 			pos[0]);

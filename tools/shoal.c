@@ -215,23 +215,12 @@ static void list_suites(FILE *f)
 
 static int cmd_bench(int argc, char **argv)
 {
-	/* bench/ parses its own options (bench.h); --help and --version are
-	 * answered here, as every command does */
-	if (sh_bench_wants_help(argc, argv)) {
-		bench_usage(stdout);
-		return 0;
-	}
-	for (int i = 1; i < argc; i++)
-		if (!strcmp(argv[i], "--version") || !strcmp(argv[i], "-V"))
-			return cmd_version(1, argv);
+	sh_cli cli = {.prog = "shoal bench", .usage = bench_usage, .opts = sh_bench_options};
 	sh_bench_opts o;
-	memset(&o, 0, sizeof(o));
-	char *pos[1], err[256];
-	int npos;
-	if (sh_bench_parse_opts(argc, argv, 1, &o, pos, 1, &npos, err, sizeof(err)) != 0) {
-		fprintf(stderr, "shoal bench: %s (see shoal bench --help)\n", err);
-		return 2;
-	}
+	sh_bench_parse_opts(&cli, argc, argv, &o);
+	sh_cli_operands(&cli, argc, argv, 0, 1);
+	char **pos = argv + optind;
+	int npos = argc - optind;
 	const sh_bench_suite *run[16];
 	size_t n = 0;
 	if (npos == 0 || strcmp(pos[0], "all") == 0) {
