@@ -115,8 +115,8 @@ int sh_proc_spawn(sh_proc *p, const sh_proc_opts *o, char *why, size_t whylen)
 		snprintf(why, whylen, "cannot run %s: %s", path, strerror(rc));
 		return -rc;
 	}
-	if (o->detach == SH_PROC_SESSION || (o->detach == SH_PROC_PGROUP && o->pgid == 0))
-		p->pgid = p->pid;
+	if (o->detach != SH_PROC_SAME)
+		p->pgid = o->detach == SH_PROC_PGROUP && o->pgid ? o->pgid : p->pid;
 	/* the child is ours and unreaped: its pid cannot be another's yet */
 	p->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
 	return 0;

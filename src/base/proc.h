@@ -56,8 +56,10 @@ int sh_proc_spawn(sh_proc *p, const sh_proc_opts *o, char *why, size_t whylen);
  * no such executable. */
 int sh_proc_find(const char *name, char *out, size_t len);
 
-/* Sends sig to the child, or to its whole group when it leads one (the
- * tree it started). Through the pidfd: never to a recycled pid. */
+/* Sends sig to the child, or to its whole group when it was put in one
+ * (the tree it started, and the group's other members). The child alone
+ * through its pidfd: never to a recycled pid. SHOAL_ESRCH-like -ESRCH
+ * once it is reaped. */
 int sh_proc_signal(const sh_proc *p, int sig);
 
 /* Reaps the child if it has ended: 0 (p->status holds how), or

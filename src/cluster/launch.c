@@ -130,36 +130,18 @@ char **sh_ln_engine_env(const sh_launch_cfg *c)
 
 /* Starts argv in a process group of its own (pgid 0) or pgid, its input
  * from in (or /dev/null), its output appended to log. */
-int sh_ln_spawn(char *const *argv, char **env, int in, const char *log, pid_t pgid, pid_t *pid)
+int sh_ln_spawn(char *const *argv, char **env, int in, const char *log, pid_t pgid, sh_proc *p,
+		char *why, size_t whylen)
 {
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t at;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawnattr_init(&at);
-	if (in >= 0)
-		posix_spawn_file_actions_adddup2(&fa, in, 0);
-	else
-		posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-	posix_spawn_file_actions_adddup2(&fa, 1, 2);
-	sigset_t none;
-	sigemptyset(&none);
-	posix_spawnattr_setsigmask(&at, &none);
-	sigset_t dfl;
-	sigemptyset(&dfl);
-	sigaddset(&dfl, SIGTERM);
-	sigaddset(&dfl, SIGINT);
-	sigaddset(&dfl, SIGHUP);
-	sigaddset(&dfl, SIGPIPE);
-	sigaddset(&dfl, SIGCHLD);
-	posix_spawnattr_setsigdefault(&at, &dfl);
-	posix_spawnattr_setpgroup(&at, pgid);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-					      POSIX_SPAWN_SETSIGDEF);
-	int rc = posix_spawn(pid, argv[0], &fa, &at, argv, env);
-	posix_spawnattr_destroy(&at);
-	posix_spawn_file_actions_destroy(&fa);
-	return -rc;
+	sh_proc_opts o;
+	sh_proc_opts_init(&o, argv);
+	o.env = env;
+	o.stdio[0] = in >= 0 ? in : SH_PROC_DEVNULL;
+	o.log = log;
+	o.detach = SH_PROC_PGROUP;
+	o.pgid = pgid;
+	o.default_signals = true;
+	return sh_proc_spawn(p, &o, why, whylen);
 }
 
 /* Runs argv to its end (at most until deadline, then killed), its
@@ -176,19 +158,18 @@ int sh_ln_run(char *const *argv, char **env, int64_t deadline, char *out, size_t
 		close(po[0]), close(po[1]);
 		return snprintf(err, errlen, "pipe: %s", strerror(errno)), -1;
 	}
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, po[1], 1);
-	posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
-	pid_t pid;
-	int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, env);
-	posix_spawn_file_actions_destroy(&fa);
+	sh_proc_opts o;
+	sh_proc_opts_init(&o, argv);
+	o.env = env;
+	o.stdio[0] = SH_PROC_DEVNULL;
+	o.stdio[1] = po[1];
+	o.stdio[2] = pe[1];
+	sh_proc pr;
+	int rc = sh_proc_spawn(&pr, &o, err, errlen);
 	close(po[1]);
 	close(pe[1]);
 	if (rc) {
 		close(po[0]), close(pe[0]);
-		snprintf(err, errlen, "cannot run %s: %s", argv[0], strerror(rc));
 		return -1;
 	}
 	size_t no = 0, ne = 0;
@@ -198,7 +179,7 @@ int sh_ln_run(char *const *argv, char **env, int64_t deadline, char *out, size_t
 	while (open_fds) {
 		int64_t left = (deadline - shoal_now_ns()) / 1000000;
 		if (left <= 0) {
-			kill(pid, SIGKILL);
+			sh_proc_signal(&pr, SIGKILL);
 			killed = true;
 			break;
 		}
@@ -226,14 +207,13 @@ int sh_ln_run(char *const *argv, char **env, int64_t deadline, char *out, size_t
 	for (int i = 0; i < 2; i++)
 		if (p[i].fd >= 0)
 			close(p[i].fd);
-	int st = 0;
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-		;
+	sh_proc_wait(&pr, SHOAL_FOREVER);
+	sh_proc_fini(&pr);
 	if (killed) {
 		snprintf(err, errlen, "%s did not answer in time", argv[0]);
 		return -1;
 	}
-	return st;
+	return pr.status;
 }
 
 void sh_ln_strip(char *s)
@@ -263,6 +243,7 @@ unit *sh_ln_add_unit(sh_launch *l, uint32_t engines, const char *fmt, ...)
 	unit *u = &l->u[l->nu];
 	memset(u, 0, sizeof(*u));
 	u->in = -1;
+	u->proc.pidfd = -1;
 	u->engines = engines;
 	va_list ap;
 	va_start(ap, fmt);
@@ -304,25 +285,6 @@ void sh_ln_shell_command(const sh_launch_cfg *c, const char *name, const char *t
 	sh_ln_say(out, len, "%s", tail);
 }
 
-int sh_ln_find_program(const char *name, char *out, size_t len)
-{
-	if (strchr(name, '/')) {
-		snprintf(out, len, "%s", name);
-		return access(out, X_OK) == 0 ? 0 : -1;
-	}
-	/* posix_spawn needs a path: find it as a shell would */
-	const char *path = getenv("PATH");
-	for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
-		const char *colon = strchr(p, ':');
-		size_t k = colon ? (size_t)(colon - p) : strlen(p);
-		snprintf(out, len, "%.*s/%s", (int)k, p, name);
-		if (access(out, X_OK) == 0)
-			return 0;
-		p += k + (colon ? 1 : 0);
-	}
-	return -1;
-}
-
 /* ---- local ------------------------------------------------------------- */
 
 /* Python engines: one interpreter imports the engine once and forks the
@@ -345,12 +307,10 @@ static int start_forked(sh_launch *l, char **env, char *why, size_t whylen)
 	a[k] = NULL;
 	unit *u = sh_ln_add_unit(l, c->n, "engines %s0..%u (forked from one python3)", prefix,
 				 c->n - 1);
-	int rc = sh_ln_spawn(a, env, -1, u->log, 0, &u->pid);
-	if (rc) {
+	if (sh_ln_spawn(a, env, -1, u->log, 0, &u->proc, why, whylen) != 0) {
 		l->nu--;
-		return snprintf(why, whylen, "cannot run %s: %s", a[0], strerror(-rc)), -1;
+		return -1;
 	}
-	u->pgid = u->pid;
 	return 0;
 }
 
@@ -365,15 +325,11 @@ static int start_local(sh_launch *l, char **env, char *why, size_t whylen)
 		if (!sh_ln_with_name(&l->cfg, name, a))
 			return snprintf(why, whylen, "the engine's command is too long"), -1;
 		unit *u = sh_ln_add_unit(l, 1, "engine %s", name);
-		int rc = sh_ln_spawn(a, env, -1, u->log, group, &u->pid);
-		if (rc) {
-			snprintf(why, whylen, "cannot run %s: %s", a[0], strerror(-rc));
+		if (sh_ln_spawn(a, env, -1, u->log, group, &u->proc, why, whylen) != 0) {
 			l->nu--;
 			return -1;
 		}
-		if (!group)
-			group = u->pid;
-		u->pgid = group;
+		group = u->proc.pgid;
 	}
 	return 0;
 }
@@ -470,14 +426,14 @@ uint32_t sh_launch_poll(sh_launch *l, char *news, size_t newslen)
 			alive++;
 			continue;
 		}
-		int st;
-		pid_t r = waitpid(u->pid, &st, WNOHANG);
-		if (r == 0) {
+		int rc = sh_proc_reap(&u->proc);
+		if (rc == SHOAL_EAGAIN) {
 			alive++;
 			continue;
 		}
 		u->ended = true;
-		u->status = r > 0 ? st : 0;
+		u->status = rc == 0 ? u->proc.status : 0;
+		int st = u->status;
 		if (u->in >= 0) {
 			close(u->in);
 			u->in = -1;
@@ -507,7 +463,7 @@ void sh_launch_describe(const sh_launch *l, char *out, size_t len)
 		if (l->job[0])
 			sh_ln_say(out, len, "%s: %s\n", u->what, l->state);
 		else if (!u->ended)
-			sh_ln_say(out, len, "%s: running (pid %d)\n", u->what, (int)u->pid);
+			sh_ln_say(out, len, "%s: running (pid %d)\n", u->what, (int)u->proc.pid);
 		else {
 			char how[64];
 			sh_ln_describe_status(u->status, how, sizeof(how));
@@ -519,6 +475,22 @@ void sh_launch_describe(const sh_launch *l, char *out, size_t len)
 bool sh_launch_failed(const sh_launch *l)
 {
 	return l->failed;
+}
+
+/* Waits until one of l's processes ends (their pidfds) or until; a Slurm
+ * job has no process here: its state is asked for again at next_poll. */
+static void wait_units(sh_launch *l, int64_t until)
+{
+	if (l->job[0] && l->next_poll < until)
+		until = l->next_poll;
+	struct pollfd p[MAX_UNITS];
+	nfds_t n = 0;
+	for (uint32_t i = 0; i < l->nu && n < MAX_UNITS; i++)
+		if (!l->u[i].ended && l->u[i].proc.pidfd >= 0)
+			p[n++] = (struct pollfd){.fd = l->u[i].proc.pidfd, .events = POLLIN};
+	int64_t left = until - shoal_now_ns();
+	if (left > 0)
+		poll(p, n, (int)(left / 1000000 + 1));
 }
 
 void sh_launch_stop(sh_launch *l, int64_t deadline)
@@ -540,8 +512,8 @@ void sh_launch_stop(sh_launch *l, int64_t deadline)
 			char *a[] = {"scancel", l->job, NULL};
 			sh_ln_run(a, environ, deadline, so, sizeof(so), se, sizeof(se));
 			l->next_poll = 0;
-		} else if (u->pgid > 0 && strncmp(u->what, "ssh ", 4) != 0)
-			kill(-u->pgid, SIGTERM);
+		} else if (u->proc.pgid > 0 && strncmp(u->what, "ssh ", 4) != 0)
+			sh_proc_signal(&u->proc, SIGTERM);
 	}
 	/* ssh gets a moment to carry the EOF over before it is signalled */
 	int64_t ssh_grace = shoal_now_ns() + 2000000000LL;
@@ -555,13 +527,12 @@ void sh_launch_stop(sh_launch *l, int64_t deadline)
 		if (!termed && (now >= ssh_grace || now >= deadline)) {
 			termed = true;
 			for (uint32_t i = 0; i < l->nu; i++)
-				if (!l->u[i].ended && l->u[i].pgid > 0)
-					kill(-l->u[i].pgid, SIGTERM);
+				if (!l->u[i].ended && l->u[i].proc.pgid > 0)
+					sh_proc_signal(&l->u[i].proc, SIGTERM);
 		}
 		if (now >= deadline)
 			break;
-		struct timespec ts = {0, 5000000};
-		nanosleep(&ts, NULL);
+		wait_units(l, termed ? deadline : ssh_grace < deadline ? ssh_grace : deadline);
 	}
 	for (uint32_t i = 0; i < l->nu; i++) {
 		unit *u = &l->u[i];
@@ -574,13 +545,9 @@ void sh_launch_stop(sh_launch *l, int64_t deadline)
 				  sizeof(se));
 			continue;
 		}
-		kill(-u->pgid, SIGKILL);
-		kill(u->pid, SIGKILL);
-		int st;
-		while (waitpid(u->pid, &st, 0) < 0 && errno == EINTR)
-			;
+		sh_proc_kill(&u->proc, SHOAL_FOREVER);
 		u->ended = true;
-		u->status = st;
+		u->status = u->proc.status;
 	}
 }
 
@@ -588,9 +555,11 @@ void sh_launch_free(sh_launch *l)
 {
 	if (!l)
 		return;
-	for (uint32_t i = 0; i < l->nu; i++)
+	for (uint32_t i = 0; i < l->nu; i++) {
 		if (l->u[i].in >= 0)
 			close(l->u[i].in);
+		sh_proc_fini(&l->u[i].proc);
+	}
 	free(l->u);
 	free(l);
 }

@@ -4,6 +4,7 @@
 #ifndef SHOAL_CLUSTER_LAUNCH_IMPL_H
 #define SHOAL_CLUSTER_LAUNCH_IMPL_H
 
+#include "base/proc.h"
 #include "cluster/launch.h"
 
 #include <stdbool.h>
@@ -18,10 +19,9 @@
 #define SLURM_POLL_NS 500000000LL
 
 typedef struct unit {
-	pid_t pid;  /* its process; 0: a Slurm job */
-	pid_t pgid; /* its process group, which a stop signals */
-	int in;	    /* ssh: its standard input, held until the stop */
-	int status; /* how it ended (waitpid) */
+	sh_proc proc; /* its process, in a group a stop signals; pid 0: a Slurm job */
+	int in;	      /* ssh: its standard input, held until the stop */
+	int status;   /* how it ended (waitpid) */
 	bool ended, stopped;
 	uint32_t engines;
 	char what[160]; /* "ssh node1 (2 engines)" */
@@ -48,8 +48,9 @@ void sh_ln_tail_of(const char *path, char *out, size_t len);
 /* The engines' environment (one block: free()). */
 char **sh_ln_engine_env(const sh_launch_cfg *c);
 /* Starts argv in process group pgid (0: its own), input in (or /dev/null),
- * output appended to log. 0 or -errno. */
-int sh_ln_spawn(char *const *argv, char **env, int in, const char *log, pid_t pgid, pid_t *pid);
+ * output appended to log, into p. 0 or a negative SHOAL_E* with why. */
+int sh_ln_spawn(char *const *argv, char **env, int in, const char *log, pid_t pgid, sh_proc *p,
+		char *why, size_t whylen);
 /* Runs argv to its end (killed at deadline): its wait status, or -1. */
 int sh_ln_run(char *const *argv, char **env, int64_t deadline, char *out, size_t outlen, char *err,
 	      size_t errlen);
@@ -64,8 +65,6 @@ bool sh_ln_with_name(const sh_launch_cfg *c, const char *name, char **a);
 /* The engine's command for a shell: quoted words, --name NAME then tail. */
 void sh_ln_shell_command(const sh_launch_cfg *c, const char *name, const char *tail, char *out,
 			 size_t len);
-/* name's path as a shell finds it (PATH), into out: 0 or -1. */
-int sh_ln_find_program(const char *name, char *out, size_t len);
 
 /* The launchers of launch_remote.c. */
 int sh_ln_start_mpi(sh_launch *l, char **env, char *why, size_t whylen);

@@ -60,7 +60,7 @@ int sh_ln_start_mpi(sh_launch *l, char **env, char *why, size_t whylen)
 	if (!mpiexec || !*mpiexec)
 		mpiexec = "mpiexec";
 	char prog[512];
-	if (sh_ln_find_program(mpiexec, prog, sizeof(prog)) != 0)
+	if (sh_proc_find(mpiexec, prog, sizeof(prog)) != 0)
 		return snprintf(why, whylen, "mpi: no %s on PATH (Debian: apt install openmpi-bin)",
 				mpiexec),
 		       -1;
@@ -108,7 +108,6 @@ int sh_ln_start_mpi(sh_launch *l, char **env, char *why, size_t whylen)
 		a[k++] = names[nn++];
 	}
 	size_t before = k;
-	int rc;
 	if (l->cfg.store_argv) {
 		/* first a store on each node, then the engines, which wait for it */
 		char *b[MAX_ARGS * 2];
@@ -123,24 +122,20 @@ int sh_ln_start_mpi(sh_launch *l, char **env, char *why, size_t whylen)
 		b[j++] = store;
 		b[j] = NULL;
 		unit *su = sh_ln_add_unit(l, 0, "mpiexec: a store on each node");
-		rc = sh_ln_spawn(b, env, -1, su->log, 0, &su->pid);
-		if (rc) {
+		if (sh_ln_spawn(b, env, -1, su->log, 0, &su->proc, why, whylen) != 0) {
 			l->nu--;
-			return snprintf(why, whylen, "cannot run %s: %s", prog, strerror(-rc)), -1;
+			return -1;
 		}
-		su->pgid = su->pid;
 	}
 	a[k++] = "/bin/sh";
 	a[k++] = "-c";
 	a[k++] = script;
 	a[k] = NULL;
 	unit *u = sh_ln_add_unit(l, l->cfg.n, "mpiexec -n %u", l->cfg.n);
-	rc = sh_ln_spawn(a, env, -1, u->log, 0, &u->pid);
-	if (rc) {
+	if (sh_ln_spawn(a, env, -1, u->log, 0, &u->proc, why, whylen) != 0) {
 		l->nu--;
-		return snprintf(why, whylen, "cannot run %s: %s", prog, strerror(-rc)), -1;
+		return -1;
 	}
-	u->pgid = u->pid;
 	return 0;
 }
 
@@ -301,7 +296,7 @@ int sh_ln_start_ssh(sh_launch *l, char **env, char *why, size_t whylen)
 		return snprintf(why, whylen, "ssh: the ssh command is empty or too long"), -1;
 	}
 	char prog[512];
-	if (sh_ln_find_program(sshw[0], prog, sizeof(prog)) != 0) {
+	if (sh_proc_find(sshw[0], prog, sizeof(prog)) != 0) {
 		free(h);
 		return snprintf(why, whylen,
 				"ssh: no %s on PATH (Debian: apt install openssh-client)", sshw[0]),
@@ -388,17 +383,15 @@ int sh_ln_start_ssh(sh_launch *l, char **env, char *why, size_t whylen)
 			dprintf(lf, "# ssh %s: %s\n", h[i].name, remote);
 			close(lf);
 		}
-		int e = sh_ln_spawn(a, env, in[0], u->log, 0, &u->pid);
+		int e = sh_ln_spawn(a, env, in[0], u->log, 0, &u->proc, why, whylen);
 		close(in[0]);
 		if (e) {
 			close(in[1]);
 			l->nu--;
 			rc = -1;
-			snprintf(why, whylen, "cannot run %s: %s", a[0], strerror(-e));
 			break;
 		}
 		u->in = in[1];
-		u->pgid = u->pid;
 		char line[512];
 		int len = snprintf(line, sizeof(line), "%s\n", l->cfg.secret ? l->cfg.secret : "");
 		/* a pipe takes a line this short at once; ssh reads it when

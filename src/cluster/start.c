@@ -4,6 +4,7 @@
  * then reads its word on a pipe ("ok ..." once the engines registered, or
  * "error: ..."); status, add and stop ask the supervisor on its control
  * socket; supervise is the supervisor's main, reading those arguments back. */
+#include "base/proc.h"
 #include "cluster/launch.h"
 #include "cluster/supervise.h"
 #include "shoal_impl.h"
@@ -11,17 +12,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <spawn.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-extern char **environ;
 
 SHOAL_PRINTF(4, 5)
 static int say(char *why, size_t whylen, int rc, const char *fmt, ...)
@@ -140,34 +140,30 @@ int shoal_cluster_start(const shoal_cluster_opts *o, shoal_cluster_info *info, c
 	snprintf(logpath, sizeof(logpath), "%s/cluster.log", dir);
 	const char *a[SUP_ARGS];
 	sup_argv(o, name, o->hosts ? hosts : NULL, a, bufs, exe, sizeof(exe));
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t at;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawnattr_init(&at);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
-	posix_spawn_file_actions_adddup2(&fa, 1, 2);
-	posix_spawn_file_actions_adddup2(&fa, p[1], 3);
+	sh_proc_opts po;
+	sh_proc_opts_init(&po, (char *const *)a);
+	po.stdio[0] = SH_PROC_DEVNULL;
+	po.log = logpath;
+	po.from[0] = p[1];
+	po.to[0] = 3;
+	po.nfds = 1;
 	/* a session of its own: the caller's end (a terminal's hang-up, a
 	 * Ctrl-C to its group) is not the cluster's */
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID);
-	pid_t pid;
-	int sr = posix_spawn(&pid, a[0], &fa, &at, (char *const *)a, environ);
-	posix_spawnattr_destroy(&at);
-	posix_spawn_file_actions_destroy(&fa);
+	po.detach = SH_PROC_SESSION;
+	sh_proc sp;
+	char spawn_why[PATH_MAX + 64];
+	int sr = sh_proc_spawn(&sp, &po, spawn_why, sizeof(spawn_why));
 	close(p[1]);
 	if (sr) {
 		close(p[0]);
 		sh_cluster_cleanup_dir(dir);
-		return say(why, whylen, -sr, "cannot run the supervisor %s: %s", a[0],
-			   strerror(sr));
+		return say(why, whylen, sr, "the supervisor: %s", spawn_why);
 	}
 	/* it forks the supervisor proper and ends at once: the cluster is
 	 * no child of the caller's, which would keep it as a zombie after it
 	 * ends (a Python session starting clusters) */
-	int st;
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-		;
+	sh_proc_wait(&sp, SHOAL_FOREVER);
+	sh_proc_fini(&sp);
 	/* its word: "ok ..." or "error: ..." (EOF: it died; the log says why) */
 	static char msg[SH_CLUSTER_REPLY_MAX];
 	size_t got = 0;
@@ -271,14 +267,21 @@ int shoal_cluster_stop(const char *name, double timeout_s, char *why, size_t why
 	int rc = ask_named(name, "stop", 10, reply, sizeof(reply), dir, sizeof(dir), why, whylen);
 	if (rc)
 		return rc;
-	/* stopped once its directory is gone, the supervisor's last act */
+	/* stopped once its directory is gone, the supervisor's last act:
+	 * inotify says when (a watch set after it went fails: gone already) */
 	double t = timeout_s > 0 ? timeout_s : 10;
 	int64_t deadline = shoal_now_ns() + (int64_t)((t + 5) * 1e9);
-	struct stat st;
-	while (stat(dir, &st) == 0 && shoal_now_ns() < deadline) {
-		struct timespec ts = {0, 5000000};
-		nanosleep(&ts, NULL);
+	int in = inotify_init1(IN_CLOEXEC);
+	if (in >= 0 && inotify_add_watch(in, dir, IN_DELETE_SELF) >= 0) {
+		for (int64_t left; (left = deadline - shoal_now_ns()) > 0;) {
+			struct pollfd pf = {.fd = in, .events = POLLIN};
+			if (poll(&pf, 1, (int)(left / 1000000 + 1)) > 0)
+				break; /* IN_DELETE_SELF, or IN_IGNORED after it */
+		}
 	}
+	if (in >= 0)
+		close(in);
+	struct stat st;
 	if (stat(dir, &st) == 0)
 		return say(why, whylen, SHOAL_ETIMEDOUT,
 			   "cluster %s is still stopping after %.0f s", name ? name : "default",

@@ -7,6 +7,7 @@
  * user's, else one made for this cluster, kept in the directory); with
  * --stores, a store on each node (on this host a shoald of its own). It
  * tells `start` on the ready descriptor whether the engines registered. */
+#include "base/proc.h"
 #include "cluster/launch.h"
 #include "cluster/supervise.h"
 #include "net/net.h"
@@ -52,7 +53,7 @@ typedef struct sup {
 	const char *store_size;	   /* shoald --size */
 	const char *store_args;	   /* more of shoald's options (--meta ...), split on blanks */
 	char store_sock[PATH_MAX]; /* local: the store this supervisor runs */
-	pid_t store_pid;
+	sh_proc store;		   /* pid 0: none */
 	char secret[129];
 	bool have_secret;
 	char ctl_sock[PATH_MAX];
@@ -132,7 +133,7 @@ static int engine_argv(sup *s, bool local, const char **a, const char **env, cha
 	}
 	if (local)
 		a[k++] = "--die-with-parent";
-	if (local && s->store_pid > 0) {
+	if (local && s->store.pid > 0) {
 		a[k++] = "--store";
 		a[k++] = s->store_sock;
 	}
@@ -233,9 +234,9 @@ static void sup_status(sup *s, char *out, size_t len)
 			 s->ctl_sock, s->tcp ? " and tcp://" : "", s->tcp ? s->engine_addr : "");
 	if (s->have_secret && k > 0 && (size_t)k < len)
 		k += snprintf(out + k, len - (size_t)k, "secret: %s/secret\n", s->dir);
-	if (s->store_pid > 0 && k > 0 && (size_t)k < len)
+	if (s->store.pid > 0 && k > 0 && (size_t)k < len)
 		k += snprintf(out + k, len - (size_t)k, "store: %s (pid %d)\n", s->store_sock,
-			      (int)s->store_pid);
+			      (int)s->store.pid);
 	else if (s->stores && k > 0 && (size_t)k < len)
 		k += snprintf(out + k, len - (size_t)k,
 			      "stores: one a node, /tmp/shoal-%u-cluster-%s-NODE/store.sock\n",
@@ -436,76 +437,85 @@ static bool sup_answer(sup *s, int lfd)
 static int local_store_start(sup *s, char *why, size_t whylen)
 {
 	char log[PATH_MAX + 16];
-	const char *a[STORE_ARGS + 3];
+	const char *a[STORE_ARGS + 5];
 	snprintf(s->store_sock, sizeof(s->store_sock), "%s/store.sock", s->dir);
 	snprintf(log, sizeof(log), "%s/store.log", s->dir);
 	size_t k = store_command(s, a);
 	a[k++] = "--socket";
 	a[k++] = s->store_sock;
+	a[k++] = "--ready-fd";
+	a[k++] = "3";
 	a[k] = NULL;
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-	posix_spawn_file_actions_adddup2(&fa, 1, 2);
-	int rc = posix_spawn(&s->store_pid, a[0], &fa, NULL, (char *const *)a, environ);
-	posix_spawn_file_actions_destroy(&fa);
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return snprintf(why, whylen, "pipe: %s", strerror(errno)), -1;
+	sh_proc_opts o;
+	sh_proc_opts_init(&o, (char *const *)a);
+	o.stdio[0] = SH_PROC_DEVNULL;
+	o.log = log;
+	o.from[0] = p[1];
+	o.to[0] = 3;
+	o.nfds = 1;
+	int rc = sh_proc_spawn(&s->store, &o, why, whylen);
+	close(p[1]);
 	if (rc) {
-		s->store_pid = 0;
-		return snprintf(why, whylen, "cannot run %s: %s", a[0], strerror(rc)), -1;
+		close(p[0]);
+		s->store.pid = 0;
+		return -1;
 	}
-	/* ready once it listens: its socket answers a connect */
+	/* ready once it says so (--ready-fd), or it ended: whichever comes */
 	int64_t deadline = shoal_now_ns() + 20000000000LL;
+	char line[PATH_MAX + 16];
+	size_t got = 0;
 	for (;;) {
-		struct sockaddr_un sa;
-		if (sh_cluster_unix_addr(s->dir, "store.sock", &sa) == 0) {
-			int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-			bool up = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-			if (fd >= 0)
-				close(fd);
-			if (up)
-				return 0;
-		}
-		int st;
-		if (waitpid(s->store_pid, &st, WNOHANG) == s->store_pid) {
-			char tail[600] = "";
-			FILE *f = fopen(log, "re");
-			if (f) {
-				size_t n = fread(tail, 1, sizeof(tail) - 1, f);
-				tail[n] = 0;
-				fclose(f);
-			}
-			s->store_pid = 0;
-			return snprintf(why, whylen, "the store (shoald) ended at its start: %s",
-					tail),
-			       -1;
-		}
-		if (shoal_now_ns() >= deadline)
+		struct pollfd pf[2] = {{.fd = p[0], .events = POLLIN},
+				       {.fd = s->store.pidfd, .events = POLLIN}};
+		int64_t left = deadline - shoal_now_ns();
+		if (left <= 0 ||
+		    poll(pf, s->store.pidfd >= 0 ? 2 : 1, (int)(left / 1000000 + 1)) == 0) {
+			close(p[0]);
 			return snprintf(why, whylen,
 					"the store (shoald) did not listen within 20 s"),
 			       -1;
-		struct timespec ts = {0, 2000000};
-		nanosleep(&ts, NULL);
+		}
+		ssize_t r = pf[0].revents ? read(p[0], line + got, sizeof(line) - 1 - got) : 0;
+		if (r > 0) {
+			got += (size_t)r;
+			line[got] = 0;
+			if (strchr(line, '\n') && !strncmp(line, "ready ", 6)) {
+				close(p[0]);
+				return 0;
+			}
+			if (got + 1 < sizeof(line))
+				continue;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		/* its end of the pipe closed, or it ended, without the line */
+		close(p[0]);
+		sh_proc_wait(&s->store, shoal_now_ns() + 5000000000LL);
+		char tail[600] = "";
+		FILE *f = fopen(log, "re");
+		if (f) {
+			size_t n = fread(tail, 1, sizeof(tail) - 1, f);
+			tail[n] = 0;
+			fclose(f);
+		}
+		sh_proc_fini(&s->store);
+		s->store.pid = 0;
+		return snprintf(why, whylen, "the store (shoald) ended at its start: %s", tail), -1;
 	}
 }
 
 static void local_store_stop(sup *s)
 {
-	if (s->store_pid <= 0)
+	if (s->store.pid <= 0)
 		return;
-	kill(s->store_pid, SIGTERM);
-	int64_t deadline = shoal_now_ns() + 10000000000LL;
-	int st;
-	while (waitpid(s->store_pid, &st, WNOHANG) == 0) {
-		if (shoal_now_ns() >= deadline) {
-			kill(s->store_pid, SIGKILL);
-			waitpid(s->store_pid, &st, 0);
-			break;
-		}
-		struct timespec ts = {0, 5000000};
-		nanosleep(&ts, NULL);
-	}
-	s->store_pid = 0;
+	sh_proc_signal(&s->store, SIGTERM);
+	if (sh_proc_wait(&s->store, shoal_now_ns() + 10000000000LL) == SHOAL_ETIMEDOUT)
+		sh_proc_kill(&s->store, SHOAL_FOREVER);
+	sh_proc_fini(&s->store);
+	s->store.pid = 0;
 }
 
 /* The supervisor's main: runs until a stop request, SIGTERM or SIGINT. */
@@ -570,7 +580,7 @@ static int serve(sup *s, int ready_fd)
 		if (s->have_secret && k > 0 && (size_t)k < sizeof(msg))
 			k += snprintf(msg + k, sizeof(msg) - (size_t)k, "secret: %s/secret\n",
 				      s->dir);
-		if (s->store_pid > 0 && k > 0 && (size_t)k < sizeof(msg))
+		if (s->store.pid > 0 && k > 0 && (size_t)k < sizeof(msg))
 			snprintf(msg + k, sizeof(msg) - (size_t)k, "store: %s\n", s->store_sock);
 		else if (s->stores && k > 0 && (size_t)k < sizeof(msg))
 			snprintf(msg + k, sizeof(msg) - (size_t)k,
@@ -623,7 +633,7 @@ out:
 
 int sh_cluster_serve(const sh_cluster_cfg *c, int ready_fd)
 {
-	sup s = {0};
+	sup s = {.store.pidfd = -1};
 	s.name = c->name;
 	s.dir = c->dir;
 	s.n = c->n;

@@ -7,7 +7,9 @@
 #include "tools.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -177,7 +179,7 @@ static void daemon_usage(FILE *f)
 		"           [--meta local|etcd://HOST:PORT[,...] [--cluster NAME] [--lease-ttl "
 		"S]]\n"
 		"           [--peers-file FILE]]\n"
-		"          [--tasks PATH [--scheme S] [--tcp HOST:PORT]]\n\n"
+		"          [--tasks PATH [--scheme S] [--tcp HOST:PORT]] [--ready-fd N]\n\n"
 		"Serves a shared-memory object store on a unix socket until SIGTERM or SIGINT:\n"
 		"clients on this host put named objects (tensor dicts, blobs) into it and map\n"
 		"them read-only, without copies. With --tasks it also serves a task controller.\n\n"
@@ -220,6 +222,9 @@ static void daemon_usage(FILE *f)
 		"  --peers-file F   without etcd: stores (HOST:PORT a line) a get of an object\n"
 		"                   not here asks in turn\n"
 		"  --tasks PATH     also serve a task controller on this socket\n"
+		"  --ready-fd N     once serving, write \"ready SOCKET\" and a newline to the\n"
+		"                   open descriptor N and close it (for whoever started this\n"
+		"                   daemon: a wait on an event, not on connects)\n"
 		"%s%s"
 		"\nExit codes: 0 stopped cleanly, 1 could not serve, 2 bad arguments.\n",
 		daemon_prog, tasks_usage, std_usage);
@@ -279,10 +284,11 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 					     {"cluster", required_argument, NULL, 'c'},
 					     {"lease-ttl", required_argument, NULL, 'L'},
 					     {"peers-file", required_argument, NULL, 'F'},
+					     {"ready-fd", required_argument, NULL, 'y'},
 					     {0}};
 	daemon_prog = prog;
 	const sh_cli cli = {.prog = prog, .usage = daemon_usage, .opts = opts};
-	int opt;
+	int opt, ready_fd = -1;
 	while ((opt = sh_cli_next(&cli, argc, argv)) != -1) {
 		const char *v = optarg;
 		if (tasks_opt(&cli, opt, &co))
@@ -376,6 +382,21 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 		case 'F':
 			o.peers = read_peers(&cli, v);
 			break;
+		case 'y': {
+			char *end;
+			errno = 0;
+			long fd = strtol(v, &end, 10);
+			if (*end || end == v || errno || fd < 3 || fd > INT_MAX ||
+			    fcntl((int)fd, F_GETFD) < 0)
+				sh_cli_fail(
+					&cli,
+					"--ready-fd '%s': expected an open descriptor's number, "
+					"3 or more",
+					v);
+			ready_fd = (int)fd;
+			fcntl(ready_fd, F_SETFD, FD_CLOEXEC); /* not the engines' */
+			break;
+		}
 		}
 	}
 	sh_cli_operands(&cli, argc, argv, 0, 0);
@@ -421,6 +442,11 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 	const char *why;
 	shoal_store_pages(s, &why);
 	fprintf(stderr, "%s: segments of 2 MiB and more: %s\n", prog, why);
+	if (ready_fd >= 0) {
+		/* whoever started us waits on this line, not on connects */
+		dprintf(ready_fd, "ready %s\n", shoal_store_socket(s));
+		close(ready_fd);
+	}
 	wait_stop(prog, &set);
 	shoal_controller_close(ctl);
 	shoal_store_close(s);
