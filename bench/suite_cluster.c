@@ -871,7 +871,7 @@ static void buffers_sweep(const sh_bench_opts *o, sh_bench_report *r, bool plain
 	if (link)
 		sh_bench_link_enter(link, -1);
 	if (rc == 0 && (rc = shoal_farm_use_store(f, a.sock)) != 0)
-		snprintf(err, sizeof(err), "use_store: %s", shoal_farm_last_error(f));
+		snprintf(err, sizeof(err), "use_store: %s", shoal_farm_error(f));
 	if (rc == 0 && (rc = shoal_vbuf_create(&pb)) != 0)
 		snprintf(err, sizeof(err), "out of memory");
 	for (size_t k = 0; k < nsizes; k++) {
@@ -906,7 +906,7 @@ static void buffers_sweep(const sh_bench_opts *o, sh_bench_report *r, bool plain
 		if (out)
 			shoal_vbuf_free(out);
 		if (frc) {
-			sh_bench_fail(x, "%s: %s", shoal_strerror(frc), shoal_farm_last_error(f));
+			sh_bench_fail(x, "%s: %s", shoal_strerror(frc), shoal_farm_error(f));
 			continue;
 		}
 		sh_bench_metric_set(x, "mb_s", best);

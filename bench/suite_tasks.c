@@ -194,7 +194,7 @@ static void bench_flood(const sh_bench_opts *o, sh_bench_report *r, const char *
 					if ((rc = sh_bench_farm_flood(fs.f, ns[k], NULL, vb, &sent,
 								      &rt)) != 0)
 						sh_bench_fail(x, "%s: %s", shoal_strerror(rc),
-							      shoal_farm_last_error(fs.f));
+							      shoal_farm_error(fs.f));
 					else if (i == 0 || rt < best_rt)
 						best_rt = rt, best_sent = sent;
 					rts[i] = rt;
@@ -429,7 +429,7 @@ static void bench_buffers(const sh_bench_opts *o, sh_bench_report *r, const char
 				}
 			if (frc) {
 				sh_bench_fail(x, "%s: %s", shoal_strerror(frc),
-					      shoal_farm_last_error(fs[tcp].f));
+					      shoal_farm_error(fs[tcp].f));
 				continue;
 			}
 			double top = (double)(n * size) / best / 1e6;

@@ -32,7 +32,7 @@ int main(int argc, char **argv)
 	shoal_task first;
 	if ((rc = shoal_farm_map(f, "square", args, NULL, &first)) != 0 ||
 	    (rc = shoal_farm_wait_all(f, shoal_deadline_in(30000000000))) != 0) {
-		fprintf(stderr, "tasks: %s\n", shoal_farm_last_error(f));
+		fprintf(stderr, "tasks: %s\n", shoal_farm_error(f));
 		return 1;
 	}
 	long long sum = 0;
@@ -40,7 +40,7 @@ int main(int argc, char **argv)
 		const shoal_value *r;
 		shoal_vbuf_reset(vb);
 		if ((rc = shoal_farm_wait(f, first + (shoal_task)i, vb, &r, SHOAL_FOREVER)) != 0) {
-			fprintf(stderr, "task %d: %s\n", i, shoal_farm_last_error(f));
+			fprintf(stderr, "task %d: %s\n", i, shoal_farm_error(f));
 			return 1;
 		}
 		sum += r->v.i;

@@ -11,6 +11,7 @@
 #include <shoal/shoal.h>
 
 #include <stdatomic.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -98,6 +99,20 @@ void sh_panic(const char *file, int line, const char *fmt, ...)
 		if (sh_unlikely(!(e)))                                            \
 			sh_panic(__FILE__, __LINE__, "assertion failed: %s", #e); \
 	} while (0)
+
+/* The one way a handle reports its failures (shoal_client_error,
+ * shoal_ext_error, shoal_farm_error, shoal_remote_error): errno's way.
+ * Each thread has one slot; a call on handle h that fails fills it with
+ * what was expected and what came (sh_err_set, returning the code), a
+ * later call on h by the same thread clears it, and the getter reads it
+ * for h ("" when this thread's last failure was on another handle). One
+ * thread's failure never shows in another's, however a handle is shared,
+ * and no lock is needed. */
+#define SH_ERR_MAX 1280
+int sh_err_set(const void *h, int code, const char *fmt, ...) SHOAL_PRINTF(3, 4);
+int sh_err_vset(const void *h, int code, const char *fmt, va_list ap);
+void sh_err_clear(const void *h);
+const char *sh_err_get(const void *h);
 
 /* Writes a whole buffer to fd with write(2), retrying on EINTR and partial
  * writes; async-signal-safe. */

@@ -529,7 +529,7 @@ SH_TEST_T(a_controller_from_the_shell, 120)
 	CHECK_RC(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * 1000000LL)), SHOAL_ENOENT);
 	char named[96];
 	snprintf(named, sizeof(named), "engine pid %d has no function no_such_fn", (int)eng);
-	CHECK_HAS(shoal_farm_last_error(f), named);
+	CHECK_HAS(shoal_farm_error(f), named);
 	shoal_vbuf_free(vb);
 	shoal_farm_close(f);
 	/* its departure, logged */

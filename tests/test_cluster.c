@@ -1554,7 +1554,7 @@ SH_TEST_T(a_tasks_argument_comes_from_the_clients_store_not_the_controller, 180)
 	int rc = shoal_farm_wait(f, id, out, &r, shoal_deadline_in(60000 * MS));
 	if (rc)
 		sh_test_fail(__FILE__, __LINE__, "the task: %s: %s", shoal_strerror(rc),
-			     shoal_farm_last_error(f));
+			     shoal_farm_error(f));
 	CHECK_EQ(r->type, SHOAL_V_BLOB);
 	CHECK(shoal_v_equal(r, blob));
 	/* the bytes went from a to b, store to store, and never through the

@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <shoal/fiber.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -291,6 +292,52 @@ static void check_dict(const shoal_object *o, int n)
 				CHECK_EQ(p[i], t * 1000 + i);
 	}
 	CHECK(shoal_node_find(r, "layers.x") == NULL);
+}
+
+/* A client shared by threads: each thread reads its own last failure
+ * (errno's way), never the other's, and a success of one does not clear
+ * the other's message. */
+typedef struct err_peer {
+	shoal_client *c;
+	pthread_barrier_t *b;
+	char seen[256];
+} err_peer;
+
+static void *fails_then_reads(void *arg)
+{
+	err_peer *p = arg;
+	shoal_object *o;
+	CHECK_RC(shoal_get_by_name(p->c, "only-in-thread-a", &o), SHOAL_ENOENT);
+	pthread_barrier_wait(p->b); /* a failed */
+	pthread_barrier_wait(p->b); /* b succeeded and read its own */
+	snprintf(p->seen, sizeof(p->seen), "%s", shoal_client_error(p->c));
+	return NULL;
+}
+
+SH_TEST(each_thread_reads_its_own_failure)
+{
+	shoal_store *s = open_store(0);
+	shoal_client *c = connect_to(s);
+	CHECK_OK(shoal_put_bytes(c, "there", "x", 1, 0, NULL));
+	pthread_barrier_t b;
+	pthread_barrier_init(&b, NULL, 2);
+	err_peer a = {.c = c, .b = &b};
+	pthread_t t;
+	CHECK_OK(pthread_create(&t, NULL, fails_then_reads, &a));
+	pthread_barrier_wait(&b);
+	CHECK_STR(shoal_client_error(c), ""); /* a's failure is a's */
+	shoal_object *o;
+	CHECK_RC(shoal_get_by_name(c, "only-in-main", &o), SHOAL_ENOENT);
+	CHECK(strstr(shoal_client_error(c), "only-in-main") != NULL);
+	CHECK_OK(shoal_get_by_name(c, "there", &o));
+	CHECK_OK(shoal_object_release(o));
+	CHECK_STR(shoal_client_error(c), ""); /* a success clears this thread's */
+	pthread_barrier_wait(&b);
+	CHECK_OK(pthread_join(t, NULL));
+	CHECK(strstr(a.seen, "only-in-thread-a") != NULL);
+	pthread_barrier_destroy(&b);
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_OK(shoal_store_close(s));
 }
 
 SH_TEST(tensor_dict_round_trip)

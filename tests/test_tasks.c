@@ -106,9 +106,9 @@ static shoal_farm *client(shoal_controller *c)
 
 #define CHECK_FARM_MSG(f, needle)                                                              \
 	do {                                                                                   \
-		if (!strstr(shoal_farm_last_error(f), (needle)))                               \
+		if (!strstr(shoal_farm_error(f), (needle)))                                    \
 			sh_test_fail(__FILE__, __LINE__, "message lacks \"%s\": %s", (needle), \
-				     shoal_farm_last_error(f));                                \
+				     shoal_farm_error(f));                                     \
 	} while (0)
 
 /* n add tasks through f, every result checked. */
@@ -130,7 +130,7 @@ static void flood(shoal_farm *f, int n)
 		int rc = shoal_farm_wait(f, first + (shoal_task)i, vb, &r, SHOAL_FOREVER);
 		if (rc || r->type != SHOAL_V_INT || r->v.i != i + 1000)
 			sh_test_fail(__FILE__, __LINE__, "task %d: %d %s", i, rc,
-				     shoal_farm_last_error(f));
+				     shoal_farm_error(f));
 	}
 	shoal_vbuf_free(vb);
 }
@@ -413,7 +413,7 @@ SH_TEST_T(an_engine_dies_with_a_backlog, 120)
 						 shoal_deadline_in(60000 * MS));
 			if (rc || r->type != SHOAL_V_INT || r->v.i != i + 1)
 				sh_test_fail(__FILE__, __LINE__, "task %d: %d %s", i, rc,
-					     shoal_farm_last_error(f));
+					     shoal_farm_error(f));
 		}
 		CHECK_EQ(stat_of(c).failed, 1);
 		shoal_farm_close(f);
@@ -1167,7 +1167,7 @@ static int echo_through(shoal_controller *c, bool plain, int dir, int what, size
 	int rc = shoal_farm_wait(f, id, vb, &r, shoal_deadline_in(10000 * MS));
 	if (rc == 0) /* never a changed result */
 		CHECK(r->type == SHOAL_V_BYTES && r->n == n && !memcmp(r->v.bytes, arg, n));
-	snprintf(err, errlen, "%s", shoal_farm_last_error(f));
+	snprintf(err, errlen, "%s", shoal_farm_error(f));
 	free(arg);
 	shoal_vbuf_free(vb);
 	shoal_farm_close(f);
@@ -2130,7 +2130,7 @@ SH_TEST_T(a_wait_without_engines_says_so, 120)
 		CHECK_RC(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(200 * MS)),
 			 SHOAL_ETIMEDOUT);
 		CHECK_FARM_MSG(f, "no result before the deadline");
-		CHECK(strstr(shoal_farm_last_error(f), "no engine") == NULL);
+		CHECK(strstr(shoal_farm_error(f), "no engine") == NULL);
 		CHECK_OK(shoal_farm_wait(f, t, vb, &r, shoal_deadline_in(10000 * MS)));
 		shoal_vbuf_free(vb);
 		shoal_farm_close(f);

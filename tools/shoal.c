@@ -873,7 +873,7 @@ static int controller_stat(const char *where)
 	rc = shoal_farm_stat(f, &st, eng, 256, &n, shoal_deadline_in(5 * 1000000000LL));
 	if (rc) {
 		fprintf(stderr, "shoal stat: the task controller at %s: %s\n", show(where),
-			show(shoal_farm_last_error(f)));
+			show(shoal_farm_error(f)));
 		shoal_farm_close(f);
 		return SH_EXIT_FAIL;
 	}

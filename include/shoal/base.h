@@ -64,6 +64,13 @@ enum {
 				    exception as JSON: type, message, traceback) */
 };
 
+/* Every handle (a store client, an extension, a farm, a remote client)
+ * says what went wrong in one way: shoal_HANDLE_error(h), the message of
+ * the calling thread's last failed call on h, "" after a success, what was
+ * expected and what came. Like errno, each thread sees its own failures,
+ * however a handle is shared between threads; the string is valid until
+ * that thread's next call on a shoal handle. */
+
 /* The name of an error code ("SHOAL_ECLOSED: closed"), never NULL; unknown
  * codes get a generic text. Thread-safe; the string is static. */
 SHOAL_API const char *shoal_strerror(int err);

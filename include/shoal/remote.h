@@ -35,7 +35,8 @@ SHOAL_API int shoal_remote_connect(shoal_remote **out, const char *hostport, int
  * in the store. Objects got through it stay valid (they are this
  * process's memory). Does not block beyond closing a socket. */
 SHOAL_API void shoal_remote_close(shoal_remote *r);
-/* The message of the last failed call ("" after a success). */
+/* The message of this thread's last failed call on r ("" after a
+ * success): each thread sees its own, like errno (base.h says more). */
 SHOAL_API const char *shoal_remote_error(const shoal_remote *r);
 
 /* Blocks until deadline: the object named name (when not NULL) or of id,

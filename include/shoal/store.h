@@ -206,9 +206,10 @@ SHOAL_API int shoal_connect(shoal_client **out, const char *socket_path);
  * discards its unsealed creations and transient objects. Objects got
  * through it must be released first. */
 SHOAL_API int shoal_disconnect(shoal_client *c);
-/* The message of the last failed call on c ("" after a success): what was
- * asked and what the store had, e.g. "store full: asked 2097152 bytes,
- * 1048576 of 2097152 free". */
+/* The message of this thread's last failed call on c ("" after a
+ * success): what was asked and what the store had, e.g. "store full:
+ * asked 2097152 bytes, 1048576 of 2097152 free". Each thread sees its
+ * own, like errno (base.h says more). */
 SHOAL_API const char *shoal_client_error(const shoal_client *c);
 /* The timeout of c's requests from now on, as shoal_connect_opts'
  * timeout_ns (0: 30 s; SHOAL_FOREVER: no bound); returns the one it

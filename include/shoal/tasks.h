@@ -157,8 +157,9 @@ SHOAL_API int shoal_farm_use_store(shoal_farm *f, const char *store_socket);
 /* Closes the connection: the controller drops its tasks not yet run.
  * Does not block. */
 SHOAL_API void shoal_farm_close(shoal_farm *f);
-/* The message of the last failure on f ("" after a success). */
-SHOAL_API const char *shoal_farm_last_error(const shoal_farm *f);
+/* The message of this thread's last failed call on f ("" after a
+ * success): each thread sees its own, like errno (base.h says more). */
+SHOAL_API const char *shoal_farm_error(const shoal_farm *f);
 
 typedef struct shoal_task_opts {
 	int64_t timeout_ns; /* from submission; 0: none. Past it: SHOAL_ETIMEDOUT */
@@ -202,7 +203,7 @@ SHOAL_API int shoal_farm_flush(shoal_farm *f);
  * SHOAL_ENOENT (no such function on the engine). Blocks until deadline
  * (SHOAL_FOREVER: until the result), sending what is queued first. When
  * the deadline passes, the wait asks the controller whether it has an
- * engine (up to 250 ms more): if not, shoal_farm_last_error says "no
+ * engine (up to 250 ms more): if not, shoal_farm_error says "no
  * engine is connected to the controller at ..." (and a warning is logged,
  * once per client). The same holds for wait_any and wait_all. */
 SHOAL_API int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out,

@@ -337,7 +337,7 @@ static PyObject *farm_submit(ShFarm *self, PyObject *args, PyObject *kw)
 			if (rc == 0)
 				res = PyLong_FromUnsignedLongLong(id);
 			else if (!killed)
-				sh_py_raise(rc, shoal_farm_last_error(self->f));
+				sh_py_raise(rc, shoal_farm_error(self->f));
 		}
 		Py_XDECREF(keep);
 		shoal_vbuf_reset(self->in);
@@ -362,7 +362,7 @@ static PyObject *farm_flush(ShFarm *self, PyObject *unused)
 	rc = shoal_farm_flush(f);
 	bool killed = sh_tl_blocking_end(&b, rc);
 	if (rc && !killed)
-		sh_py_raise(rc, shoal_farm_last_error(f));
+		sh_py_raise(rc, shoal_farm_error(f));
 	farm_unlock(self, &turn);
 	if (killed)
 		sh_tl_raise_killed();
@@ -400,7 +400,7 @@ static PyObject *farm_results(ShFarm *self, PyObject *args)
 		got[i].rc = shoal_farm_wait(f, ids[i], out, &got[i].v, SHOAL_FOREVER);
 		got[i].msg = NULL;
 		if (got[i].rc) {
-			const char *m = shoal_farm_last_error(f);
+			const char *m = shoal_farm_error(f);
 			size_t l = strlen(m) + 1;
 			if ((got[i].msg = PyMem_RawMalloc(l)))
 				memcpy(got[i].msg, m, l);
@@ -414,7 +414,7 @@ static PyObject *farm_results(ShFarm *self, PyObject *args)
 	if (killed)
 		sh_tl_raise_killed();
 	else if (rc)
-		sh_py_raise(rc, shoal_farm_last_error(f));
+		sh_py_raise(rc, shoal_farm_error(f));
 	else if ((list = PyList_New(n)))
 		for (uint32_t i = 0; i < n; i++) {
 			const char *m = got[i].msg ? got[i].msg : "(no memory for its message)";
@@ -462,7 +462,7 @@ static PyObject *farm_stat(ShFarm *self, PyObject *args)
 	if (killed)
 		sh_tl_raise_killed();
 	else if (rc)
-		sh_py_raise(rc, shoal_farm_last_error(f));
+		sh_py_raise(rc, shoal_farm_error(f));
 	else if ((d = stat_dict(&st)) && (l = PyList_New(ne < 256 ? ne : 256))) {
 		for (uint32_t i = 0; i < ne && i < 256; i++) {
 			PyObject *e = Py_BuildValue("{sIsIsiss}", "num", eng[i].num, "inflight",
@@ -500,7 +500,7 @@ static PyObject *farm_use_store(ShFarm *self, PyObject *args)
 	rc = shoal_farm_use_store(f, path);
 	sh_tl_blocking_end(&bl, rc);
 	if (rc)
-		sh_py_raise(rc, shoal_farm_last_error(f));
+		sh_py_raise(rc, shoal_farm_error(f));
 	else
 		shoal_farm_defer_drops(f, true); /* results() makes views of them first */
 	farm_unlock(self, &turn);

@@ -1,5 +1,6 @@
-/* Error codes: names and texts for shoal_strerror, errno conversion, and
- * the panic used for programming errors. */
+/* Error codes: names and texts for shoal_strerror, errno conversion, the
+ * handles' failure messages (sh_err_*, one slot a thread), and the panic
+ * used for programming errors. */
 #include "shoal_impl.h"
 
 #include <errno.h>
@@ -93,4 +94,38 @@ void sh_panic(const char *file, int line, const char *fmt, ...)
 	buf[n++] = '\n';
 	sh_write_all(2, buf, (size_t)n);
 	abort();
+}
+
+static _Thread_local struct {
+	const void *owner;
+	char text[SH_ERR_MAX];
+} last_err;
+
+int sh_err_vset(const void *h, int code, const char *fmt, va_list ap)
+{
+	last_err.owner = h;
+	vsnprintf(last_err.text, sizeof(last_err.text), fmt, ap);
+	return code;
+}
+
+int sh_err_set(const void *h, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	sh_err_vset(h, code, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+void sh_err_clear(const void *h)
+{
+	if (last_err.owner == h) {
+		last_err.owner = NULL;
+		last_err.text[0] = 0;
+	}
+}
+
+const char *sh_err_get(const void *h)
+{
+	return h && last_err.owner == h ? last_err.text : "";
 }

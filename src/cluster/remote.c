@@ -31,18 +31,7 @@ struct shoal_remote {
 	bool broken; /* out of step, timed out or gone: no more calls */
 	unsigned char *in;
 	size_t in_cap;
-	char err[640];
 };
-
-SHOAL_PRINTF(3, 4)
-static int fail(shoal_remote *r, int rc, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(r->err, sizeof(r->err), fmt, ap);
-	va_end(ap);
-	return rc;
-}
 
 /* The link failed in the middle of op: it is over. */
 static int broke(shoal_remote *r, int rc, const char *op)
@@ -50,23 +39,25 @@ static int broke(shoal_remote *r, int rc, const char *op)
 	r->broken = true;
 	const char *cause = r->ch ? sh_channel_error(r->ch) : "";
 	if (rc == SHOAL_ECLOSED || rc == SHOAL_ECONNRESET)
-		return fail(r, SHOAL_ECLOSED,
-			    "the store at %s closed the link at %s%s%s (a store of peer protocol "
-			    "1, which serves other stores' FETCH only, closes it at any other "
-			    "op: upgrade its shoald)",
-			    r->addr, op, cause[0] ? ": " : "", cause);
-	return fail(r, rc, "the store at %s, at %s: %s%s%s (the link is over: connect again)",
-		    r->addr, op, shoal_strerror(rc), cause[0] ? ": " : "", cause);
+		return sh_err_set(
+			r, SHOAL_ECLOSED,
+			"the store at %s closed the link at %s%s%s (a store of peer protocol "
+			"1, which serves other stores' FETCH only, closes it at any other "
+			"op: upgrade its shoald)",
+			r->addr, op, cause[0] ? ": " : "", cause);
+	return sh_err_set(r, rc, "the store at %s, at %s: %s%s%s (the link is over: connect again)",
+			  r->addr, op, shoal_strerror(rc), cause[0] ? ": " : "", cause);
 }
 
 static int usable(shoal_remote *r)
 {
 	if (r->broken)
-		return fail(r, SHOAL_ECLOSED,
-			    "the link to the store at %s is over (a call failed on it before): "
-			    "connect again",
-			    r->addr);
-	r->err[0] = 0;
+		return sh_err_set(
+			r, SHOAL_ECLOSED,
+			"the link to the store at %s is over (a call failed on it before): "
+			"connect again",
+			r->addr);
+	sh_err_clear(r);
 	return 0;
 }
 
@@ -111,7 +102,7 @@ void shoal_remote_close(shoal_remote *r)
 
 const char *shoal_remote_error(const shoal_remote *r)
 {
-	return r ? r->err : "no client";
+	return sh_err_get(r);
 }
 
 /* ---- requests ---- */
@@ -120,7 +111,7 @@ const char *shoal_remote_error(const shoal_remote *r)
 static int send_whole(shoal_remote *r, sh_wbuf *w, int rc, const char *what, int64_t deadline)
 {
 	if (rc)
-		return fail(r, rc, "%s: packing the request: %s", what, shoal_strerror(rc));
+		return sh_err_set(r, rc, "%s: packing the request: %s", what, shoal_strerror(rc));
 	if ((rc = sh_channel_write(r->ch, w->p, w->len, false, deadline)) != 0)
 		return broke(r, rc, what);
 	return 0;
@@ -141,10 +132,11 @@ static int answer(shoal_remote *r, uint16_t op, const char *what, size_t max, in
 	int rc = sh_channel_read_frame(r->ch, &r->in, &r->in_cap, len, max, false, deadline);
 	if (rc == SHOAL_EMSGSIZE) {
 		r->broken = true;
-		return fail(r, SHOAL_EPROTO,
-			    "the store at %s answered %s with a frame over %zu bytes: expected "
-			    "at most that",
-			    r->addr, what, max);
+		return sh_err_set(
+			r, SHOAL_EPROTO,
+			"the store at %s answered %s with a frame over %zu bytes: expected "
+			"at most that",
+			r->addr, what, max);
 	}
 	if (rc)
 		return broke(r, rc, what);
@@ -153,9 +145,9 @@ static int answer(shoal_remote *r, uint16_t op, const char *what, size_t max, in
 	if (sh_frame_decode(r->in, *len, &f, why, sizeof(why)) != 0 || f.op != op || f.seq != 1 ||
 	    f.oob) {
 		r->broken = true;
-		return fail(r, SHOAL_EPROTO, "the store at %s answered %s out of step: %s", r->addr,
-			    what,
-			    why[0] ? why : "expected its op, sequence 1, no out-of-band bytes");
+		return sh_err_set(
+			r, SHOAL_EPROTO, "the store at %s answered %s out of step: %s", r->addr,
+			what, why[0] ? why : "expected its op, sequence 1, no out-of-band bytes");
 	}
 	sh_mp_init(m, r->in + SH_FRAME_HDR, f.body_len);
 	if (f.status == 0)
@@ -163,7 +155,7 @@ static int answer(shoal_remote *r, uint16_t op, const char *what, size_t max, in
 	rc = sh_peer_failure(f.status, m, why, sizeof(why));
 	if (rc == SHOAL_EPROTO)
 		r->broken = true;
-	return fail(r, rc, "the store at %s: %s", r->addr, why);
+	return sh_err_set(r, rc, "the store at %s: %s", r->addr, why);
 }
 
 static void pack_key(msgpack_packer *pk, const char *name, shoal_id id)
@@ -177,8 +169,8 @@ static void pack_key(msgpack_packer *pk, const char *name, shoal_id id)
 static int check_key(shoal_remote *r, const char *name, shoal_id id, const char *what)
 {
 	if (name ? !*name || strlen(name) > SH_NODE_MAX_NAME : id == 0)
-		return fail(r, SHOAL_EINVAL, "%s: expected a name of 1 to %d bytes, or an id", what,
-			    SH_NODE_MAX_NAME);
+		return sh_err_set(r, SHOAL_EINVAL, "%s: expected a name of 1 to %d bytes, or an id",
+				  what, SH_NODE_MAX_NAME);
 	return 0;
 }
 
@@ -215,25 +207,25 @@ static int get(shoal_remote *r, const char *name, shoal_id id, int64_t deadline,
 	if ((rc = sh_mig_parse_reply(r->in, len, &rep, &o->a, why, sizeof(why))) != 0) {
 		/* the store's own failure leaves the link in step */
 		r->broken = rc == SHOAL_EPROTO || rc == SHOAL_EBADMSG;
-		return fail(r, rc, "the store at %s: %s", r->addr, why);
+		return sh_err_set(r, rc, "the store at %s: %s", r->addr, why);
 	}
 	if (rep.k != 1 || (id && rep.id != id) ||
 	    (name && (!rep.name || strcmp(rep.name, name) != 0))) {
 		r->broken = true;
-		return fail(r, SHOAL_EPROTO,
-			    "the store at %s answered FETCH of %s%s%s with object %016" PRIx64
-			    " in %u streams: expected the object asked for, in one",
-			    r->addr, name ? "\"" : "an id", name ? name : "", name ? "\"" : "",
-			    rep.id, rep.k);
+		return sh_err_set(r, SHOAL_EPROTO,
+				  "the store at %s answered FETCH of %s%s%s with object %016" PRIx64
+				  " in %u streams: expected the object asked for, in one",
+				  r->addr, name ? "\"" : "an id", name ? name : "",
+				  name ? "\"" : "", rep.id, rep.k);
 	}
 	size_t maplen = ((size_t)(rep.region ? rep.region : 1) + 4095) & ~(size_t)4095;
 	if ((o->own = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
 			   0)) == MAP_FAILED) {
 		o->own = NULL;
 		r->broken = true; /* its bytes are on their way: the link is out of step */
-		return fail(r, SHOAL_ENOMEM,
-			    "object %016" PRIx64 ": no memory here for its %" PRIu64 " bytes",
-			    rep.id, rep.region);
+		return sh_err_set(r, SHOAL_ENOMEM,
+				  "object %016" PRIx64 ": no memory here for its %" PRIu64 " bytes",
+				  rep.id, rep.region);
 	}
 	o->own_len = maplen;
 	/* fewer faults a byte where transparent huge pages are allowed */
@@ -251,10 +243,10 @@ static int get(shoal_remote *r, const char *name, shoal_id id, int64_t deadline,
 	}
 	if (sh_channel_pending(r->ch)) {
 		r->broken = true;
-		return fail(r, SHOAL_EPROTO,
-			    "the store at %s sent bytes after the %" PRIu64 " of object %016" PRIx64
-			    ": expected the transfer to end there",
-			    r->addr, rep.total, rep.id);
+		return sh_err_set(r, SHOAL_EPROTO,
+				  "the store at %s sent bytes after the %" PRIu64
+				  " of object %016" PRIx64 ": expected the transfer to end there",
+				  r->addr, rep.total, rep.id);
 	}
 	point_blobs(rep.root, o->own);
 	o->id = rep.id;
@@ -277,7 +269,7 @@ int shoal_remote_get(shoal_remote *r, const char *name, shoal_id id, int64_t dea
 		return rc;
 	shoal_object *o = SH_NEW(shoal_object);
 	if (!o)
-		return fail(r, SHOAL_ENOMEM, "get: out of memory");
+		return sh_err_set(r, SHOAL_ENOMEM, "get: out of memory");
 	o->refs = 1;
 	if ((rc = get(r, name, id, deadline, o)) != 0) {
 		shoal_object_release(o);
@@ -347,24 +339,25 @@ static int tensor_node(shoal_remote *r, put_tree *pt, const shoal_tensor *t, con
 {
 	size_t bytes = shoal_dtype_size(t->dtype);
 	if (bytes == 0 || t->ndim < 0 || t->ndim > SHOAL_TENSOR_MAX_DIMS)
-		return fail(r, SHOAL_EINVAL,
-			    "%s: dtype %d and %d dims: expected a known dtype and 0 to %d dims",
-			    what, (int)t->dtype, t->ndim, SHOAL_TENSOR_MAX_DIMS);
+		return sh_err_set(
+			r, SHOAL_EINVAL,
+			"%s: dtype %d and %d dims: expected a known dtype and 0 to %d dims", what,
+			(int)t->dtype, t->ndim, SHOAL_TENSOR_MAX_DIMS);
 	for (int i = 0; i < t->ndim; i++)
 		if (t->shape[i] < 0 || shoal_mul_size(bytes, (size_t)t->shape[i], &bytes) != 0)
-			return fail(r, SHOAL_EINVAL,
-				    "%s: dimension %d is %" PRId64
-				    ": expected non-negative and a size that fits",
-				    what, i, t->shape[i]);
+			return sh_err_set(r, SHOAL_EINVAL,
+					  "%s: dimension %d is %" PRId64
+					  ": expected non-negative and a size that fits",
+					  what, i, t->shape[i]);
 	if (bytes != t->nbytes || (bytes && !t->data))
-		return fail(r, SHOAL_EINVAL,
-			    "%s: %s of %d dims is %zu bytes, and nbytes says %zu%s", what,
-			    shoal_dtype_name(t->dtype), t->ndim, bytes, t->nbytes,
-			    bytes && !t->data ? " (and data is NULL)" : "");
+		return sh_err_set(r, SHOAL_EINVAL,
+				  "%s: %s of %d dims is %zu bytes, and nbytes says %zu%s", what,
+				  shoal_dtype_name(t->dtype), t->ndim, bytes, t->nbytes,
+				  bytes && !t->data ? " (and data is NULL)" : "");
 	shoal_node *n = node_new(pt, "tensor", 2, 1, 0);
 	int64_t *shape = sh_bump_alloc(&pt->a, (t->ndim ? (size_t)t->ndim : 1) * sizeof(int64_t));
 	if (!n || !shape)
-		return fail(r, SHOAL_ENOMEM, "%s: out of memory", what);
+		return sh_err_set(r, SHOAL_ENOMEM, "%s: out of memory", what);
 	if (t->ndim)
 		memcpy(shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
 	const char *dn = shoal_dtype_name(t->dtype);
@@ -373,7 +366,7 @@ static int tensor_node(shoal_remote *r, put_tree *pt, const shoal_tensor *t, con
 	n->fields[n->nfields++] = (sh_field){
 		.key = "shape", .kind = SH_F_INTS, .n = (uint32_t)t->ndim, .v.ints = shape};
 	if (add_blob(pt, n, t->data, bytes))
-		return fail(r, SHOAL_ENOMEM, "%s: out of memory", what);
+		return sh_err_set(r, SHOAL_ENOMEM, "%s: out of memory", what);
 	*out = n;
 	return 0;
 }
@@ -383,11 +376,11 @@ static int put(shoal_remote *r, put_tree *pt, const char *name, unsigned flags, 
 	       shoal_id *id)
 {
 	if (flags & ~(unsigned)(SHOAL_PERSIST | SHOAL_REPLACE))
-		return fail(r, SHOAL_EINVAL, "put: flags %#x: expected SHOAL_PERSIST|SHOAL_REPLACE",
-			    flags);
+		return sh_err_set(r, SHOAL_EINVAL,
+				  "put: flags %#x: expected SHOAL_PERSIST|SHOAL_REPLACE", flags);
 	if (name && (!*name || strlen(name) > SH_NODE_MAX_NAME))
-		return fail(r, SHOAL_EINVAL, "put: a name of 1 to %d bytes, or NULL",
-			    SH_NODE_MAX_NAME);
+		return sh_err_set(r, SHOAL_EINVAL, "put: a name of 1 to %d bytes, or NULL",
+				  SH_NODE_MAX_NAME);
 	sh_wbuf w;
 	sh_wbuf_init(&w);
 	int rc = send_whole(r, &w, sh_peer_pack_put(&w, name, flags, pt->end, pt->root), "PUT",
@@ -402,10 +395,10 @@ static int put(shoal_remote *r, put_tree *pt, const char *name, unsigned flags, 
 		return rc;
 	if (sh_mp_array(&m, &n) || n != 0 || sh_mp_done(&m)) {
 		r->broken = true;
-		return fail(r, SHOAL_EPROTO,
-			    "the store at %s answered PUT with something else "
-			    "than [] (go)",
-			    r->addr);
+		return sh_err_set(r, SHOAL_EPROTO,
+				  "the store at %s answered PUT with something else "
+				  "than [] (go)",
+				  r->addr);
 	}
 	if ((rc = sh_channel_send_bulk(r->ch, pt->parts, pt->nparts, deadline)) != 0)
 		return broke(r, rc, "PUT's bytes");
@@ -415,10 +408,10 @@ static int put(shoal_remote *r, put_tree *pt, const char *name, unsigned flags, 
 	if (sh_mp_array(&m, &n) || n != 2 || sh_mp_uint(&m, &oid) || sh_mp_uint(&m, &sig) ||
 	    sh_mp_done(&m) || oid == 0) {
 		r->broken = true;
-		return fail(r, SHOAL_EPROTO,
-			    "the store at %s answered PUT's bytes with something else than "
-			    "[id, signature]",
-			    r->addr);
+		return sh_err_set(r, SHOAL_EPROTO,
+				  "the store at %s answered PUT's bytes with something else than "
+				  "[id, signature]",
+				  r->addr);
 	}
 	if (id)
 		*id = oid;
@@ -435,7 +428,7 @@ int shoal_remote_put_bytes(shoal_remote *r, const char *name, const void *data, 
 		return rc;
 	put_tree pt = {0};
 	if (!(pt.root = node_new(&pt, "bytes", 0, 1, 0)) || add_blob(&pt, pt.root, data, size))
-		rc = fail(r, SHOAL_ENOMEM, "put: out of memory");
+		rc = sh_err_set(r, SHOAL_ENOMEM, "put: out of memory");
 	if (rc == 0)
 		rc = put(r, &pt, name, flags, deadline, id);
 	put_tree_fini(&pt);
@@ -467,19 +460,21 @@ int shoal_remote_put_tensor_dict(shoal_remote *r, const char *name, const char *
 	if (rc)
 		return rc;
 	if (n > UINT32_MAX || nmeta > SH_NODE_MAX_FIELDS)
-		return fail(r, SHOAL_EINVAL,
-			    "put: %zu tensors and %zu fields of metadata: expected at most %u and "
-			    "%d",
-			    n, nmeta, UINT32_MAX, SH_NODE_MAX_FIELDS);
+		return sh_err_set(
+			r, SHOAL_EINVAL,
+			"put: %zu tensors and %zu fields of metadata: expected at most %u and "
+			"%d",
+			n, nmeta, UINT32_MAX, SH_NODE_MAX_FIELDS);
 	put_tree pt = {0};
 	if (!(pt.root = node_new(&pt, "tensor_dict", (uint32_t)nmeta, 0, (uint32_t)n)))
-		rc = fail(r, SHOAL_ENOMEM, "put: out of memory");
+		rc = sh_err_set(r, SHOAL_ENOMEM, "put: out of memory");
 	for (size_t j = 0; rc == 0 && j < nmeta; j++) {
 		const char *k = meta[2 * j], *v = meta[2 * j + 1];
 		if (!k || !*k || strlen(k) > SH_NODE_MAX_KEY || !v)
-			rc = fail(r, SHOAL_EINVAL,
-				  "put: metadata %zu: expected a key of 1 to %d bytes and a value",
-				  j, SH_NODE_MAX_KEY);
+			rc = sh_err_set(
+				r, SHOAL_EINVAL,
+				"put: metadata %zu: expected a key of 1 to %d bytes and a value", j,
+				SH_NODE_MAX_KEY);
 		else
 			pt.root->fields[pt.root->nfields++] = (sh_field){
 				.key = k, .kind = SH_F_STR, .n = (uint32_t)strlen(v), .v.s = v};
@@ -488,8 +483,8 @@ int shoal_remote_put_tensor_dict(shoal_remote *r, const char *name, const char *
 		char what[300];
 		snprintf(what, sizeof(what), "put: tensor \"%.200s\"", keys[i] ? keys[i] : "");
 		if (!keys[i] || !*keys[i] || strlen(keys[i]) > SH_NODE_MAX_NAME) {
-			rc = fail(r, SHOAL_EINVAL, "%s: expected a name of 1 to %d bytes", what,
-				  SH_NODE_MAX_NAME);
+			rc = sh_err_set(r, SHOAL_EINVAL, "%s: expected a name of 1 to %d bytes",
+					what, SH_NODE_MAX_NAME);
 			break;
 		}
 		shoal_node *m;
@@ -531,10 +526,10 @@ int shoal_remote_delete(shoal_remote *r, const char *name, shoal_id id, int64_t 
 	    (rc = answer(r, SH_PEER_DELETE, "DELETE", 64u << 10, deadline, &m, &len)) == 0 &&
 	    (sh_mp_array(&m, &n) || n != 0 || sh_mp_done(&m))) {
 		r->broken = true;
-		rc = fail(r, SHOAL_EPROTO,
-			  "the store at %s answered DELETE with something else "
-			  "than []",
-			  r->addr);
+		rc = sh_err_set(r, SHOAL_EPROTO,
+				"the store at %s answered DELETE with something else "
+				"than []",
+				r->addr);
 	}
 	return rc;
 }
@@ -628,7 +623,7 @@ int shoal_remote_list(shoal_remote *r, const char *prefix,
 	char why[300];
 	if ((rc = sh_remote_parse_names(&m, &a, &v, &k, &more, why, sizeof(why))) != 0) {
 		r->broken = rc == SHOAL_EPROTO;
-		rc = fail(r, rc, "the store at %s answered NAMES with %s", r->addr, why);
+		rc = sh_err_set(r, rc, "the store at %s answered NAMES with %s", r->addr, why);
 	}
 	if (rc == 0) {
 		qsort(v, k, sizeof(*v), cmp_entry);

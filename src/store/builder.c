@@ -107,7 +107,7 @@ static int new_region(shoal_builder *b, size_t bytes)
 	r->fd = -1;
 	if (sh_mp_array(&m, &n) || n != 1 || sh_mp_uint(&m, &r->id) || r->id == 0) {
 		c->broken = true;
-		return sh_client_fail(c, SHOAL_EPROTO, "CREATE reply: expected [segment]");
+		return sh_err_set(c, SHOAL_EPROTO, "CREATE reply: expected [segment]");
 	}
 	int fd;
 	if ((rc = sh_client_recv_fds(c, &r->id, &fd, 1)) != 0)
@@ -118,7 +118,7 @@ static int new_region(shoal_builder *b, size_t bytes)
 	r->fd = fd;
 	if (rc) {
 		close(fd);
-		sh_client_fail(c, rc, "mapping a %zu-byte region: %s", bytes, shoal_strerror(rc));
+		sh_err_set(c, rc, "mapping a %zu-byte region: %s", bytes, shoal_strerror(rc));
 		/* the store drops it with the builder's other regions */
 		msgpack_packer pk2;
 		sh_client_begin(c, &pk2);
@@ -358,8 +358,8 @@ int shoal_builder_write(shoal_builder *b, void *dst, const void *src, size_t n)
 		}
 		int rc = sh_fd_pwrite_all(r->fd, src, n, d - a);
 		if (rc)
-			sh_client_fail(b->c, rc, "writing %zu bytes into a region: %s", n,
-				       shoal_strerror(rc));
+			sh_err_set(b->c, rc, "writing %zu bytes into a region: %s", n,
+				   shoal_strerror(rc));
 		return rc;
 	}
 	/* an inline blob: it lives in the builder's own memory */
@@ -411,8 +411,8 @@ static int seal(shoal_builder *b, const char *name, unsigned flags, uint64_t own
 	if (b->failed) {
 		int rc = b->failed;
 		builder_free(b, true);
-		return sh_client_fail(c, rc, "building the object failed earlier: %s",
-				      shoal_strerror(rc));
+		return sh_err_set(c, rc, "building the object failed earlier: %s",
+				  shoal_strerror(rc));
 	}
 	if ((name && !name_ok(name, SH_NODE_MAX_NAME)) ||
 	    (flags & ~(unsigned)(SHOAL_PERSIST | SHOAL_REPLACE))) {
@@ -441,7 +441,7 @@ static int seal(shoal_builder *b, const char *name, unsigned flags, uint64_t own
 	if (rc == 0 && (sh_mp_array(&m, &n) || n != 2 || sh_mp_uint(&m, &got) ||
 			sh_mp_uint(&m, &sig) || got == 0)) {
 		c->broken = true;
-		rc = sh_client_fail(c, SHOAL_EPROTO, "SEAL reply: expected [id, signature]");
+		rc = sh_err_set(c, SHOAL_EPROTO, "SEAL reply: expected [id, signature]");
 	}
 	builder_free(b, rc != 0);
 	if (rc == 0 && id)

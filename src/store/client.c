@@ -27,18 +27,9 @@
 #define REPLY_SPIN_NS 30000	    /* a store round trip is a few us when both spin */
 #define LIVENESS_SLICE_NS 100000000 /* how often a sleeping client checks the socket */
 
-int sh_client_fail(shoal_client *c, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(c->err, sizeof(c->err), fmt, ap);
-	va_end(ap);
-	return code;
-}
-
 const char *shoal_client_error(const shoal_client *c)
 {
-	return c->err;
+	return sh_err_get(c);
 }
 
 static void client_free(shoal_client *c)
@@ -114,16 +105,16 @@ int shoal_connect_with(shoal_client **out, const char *path, const shoal_connect
 				    SH_STORE_RING_CAP, info, 4, &arena, 1, o.server_uid,
 				    shoal_deadline_in(o.timeout_ns), why, sizeof(why));
 	if (rc) {
-		sh_client_fail(c, rc, "store: %s", why);
+		sh_err_set(c, rc, "store: %s", why);
 		goto fail;
 	}
 	if (info[0] != SH_STORE_VERSION || info[1] == 0 || info[1] > SH_STORE_ARENA_MAX) {
 		rc = SHOAL_EPROTO;
-		sh_client_fail(c, rc,
-			       "store set-up: version %" PRIu64 ", arena of %" PRIu64
-			       " bytes; expected version %d, an arena of at most %llu",
-			       info[0], info[1], SH_STORE_VERSION,
-			       (unsigned long long)SH_STORE_ARENA_MAX);
+		sh_err_set(c, rc,
+			   "store set-up: version %" PRIu64 ", arena of %" PRIu64
+			   " bytes; expected version %d, an arena of at most %llu",
+			   info[0], info[1], SH_STORE_VERSION,
+			   (unsigned long long)SH_STORE_ARENA_MAX);
 		goto fail;
 	}
 	c->arena_size = info[1];
@@ -132,7 +123,7 @@ int shoal_connect_with(shoal_client **out, const char *path, const shoal_connect
 	struct stat st;
 	if (fstat(arena, &st) != 0 || (uint64_t)st.st_size < c->arena_size) {
 		rc = SHOAL_EPROTO;
-		sh_client_fail(c, rc, "store set-up: the arena is smaller than it says");
+		sh_err_set(c, rc, "store set-up: the arena is smaller than it says");
 		goto fail;
 	}
 	if ((rc = sh_shm_map(arena, c->arena_size, false, (void **)&c->arena)) != 0) {
@@ -155,12 +146,12 @@ int shoal_connect_with(shoal_client **out, const char *path, const shoal_connect
 fail:
 	if (arena >= 0)
 		close(arena);
-	if (!c->err[0])
-		sh_client_fail(c, rc, "connecting to %s: %s", path, shoal_strerror(rc));
+	if (!sh_err_get(c)[0])
+		sh_err_set(c, rc, "connecting to %s: %s", path, shoal_strerror(rc));
 	if (rc == SHOAL_EACCES) /* someone else serves the socket: say so */
-		sh_warn("store", "%s", c->err);
+		sh_warn("store", "%s", sh_err_get(c));
 	else
-		sh_debug("store", "%s", c->err);
+		sh_debug("store", "%s", sh_err_get(c));
 	client_free(c);
 	return rc;
 }
@@ -191,7 +182,7 @@ static int check_live(shoal_client *c)
 	struct pollfd p = {.fd = c->l.sock, .events = POLLRDHUP};
 	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR))) {
 		c->broken = true;
-		return sh_client_fail(c, SHOAL_ECONNRESET, "the store closed the connection");
+		return sh_err_set(c, SHOAL_ECONNRESET, "the store closed the connection");
 	}
 	return 0;
 }
@@ -203,16 +194,16 @@ static int check_deadline(shoal_client *c, int64_t deadline, uint16_t op)
 {
 	if (c->interrupt && c->interrupt(c->interrupt_arg)) {
 		c->broken = true;
-		return sh_client_fail(c, SHOAL_EINTR,
-				      "request op %u interrupted; the connection is closed", op);
+		return sh_err_set(c, SHOAL_EINTR,
+				  "request op %u interrupted; the connection is closed", op);
 	}
 	if (deadline == SHOAL_FOREVER || shoal_now_ns() < deadline)
 		return 0;
 	c->broken = true;
-	return sh_client_fail(c, SHOAL_ETIMEDOUT,
-			      "the store did not answer request op %u within %lld ms (the "
-			      "connection's timeout); the connection is closed",
-			      op, (long long)(c->timeout_ns / 1000000));
+	return sh_err_set(c, SHOAL_ETIMEDOUT,
+			  "the store did not answer request op %u within %lld ms (the "
+			  "connection's timeout); the connection is closed",
+			  op, (long long)(c->timeout_ns / 1000000));
 }
 
 int64_t shoal_client_set_timeout(shoal_client *c, int64_t timeout_ns)
@@ -249,17 +240,17 @@ static int read_reply(shoal_client *c, uint16_t op, uint32_t seq, size_t *got, s
 		return rc;
 	if (rc) {
 		c->broken = true;
-		return sh_client_fail(c, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
-				      "waiting for the store: %s", shoal_strerror(rc));
+		return sh_err_set(c, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
+				  "waiting for the store: %s", shoal_strerror(rc));
 	}
 	c->in_len = *len;
 	char why[160] = "";
 	if (sh_frame_decode(c->in, *len, r, why, sizeof(why)) != 0 || r->seq != seq ||
 	    r->op != op || r->oob) {
 		c->broken = true;
-		return sh_client_fail(c, SHOAL_EPROTO, "reply to request %u (op %u): %s", seq, op,
-				      why[0] ? why
-					     : "wrong sequence number or op, or out-of-band bytes");
+		return sh_err_set(c, SHOAL_EPROTO, "reply to request %u (op %u): %s", seq, op,
+				  why[0] ? why
+					 : "wrong sequence number or op, or out-of-band bytes");
 	}
 	return 0;
 }
@@ -267,21 +258,21 @@ static int read_reply(shoal_client *c, uint16_t op, uint32_t seq, size_t *got, s
 int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 {
 	if (!noreply) /* fire-and-forget requests keep the last failure's message */
-		c->err[0] = 0;
+		sh_err_clear(c);
 	if (c->broken)
-		return sh_client_fail(c, SHOAL_ECONNRESET, "the connection to the store is broken");
+		return sh_err_set(c, SHOAL_ECONNRESET, "the connection to the store is broken");
 	if (c->pending) /* drain() was cancelled too */
-		return sh_client_fail(c, SHOAL_ECANCELED,
-				      "cancelled while the reply to an earlier cancelled request "
-				      "was read");
+		return sh_err_set(c, SHOAL_ECANCELED,
+				  "cancelled while the reply to an earlier cancelled request "
+				  "was read");
 	sh_frame f = {.op = op, .seq = ++c->seq, .flags = noreply ? SH_FRAME_NOREPLY : 0};
 	int rc = sh_wbuf_frame_end(&c->out, &f);
 	if (rc)
-		return sh_client_fail(c, rc, "request: %s", shoal_strerror(rc));
+		return sh_err_set(c, rc, "request: %s", shoal_strerror(rc));
 	if (c->out.len > SH_STORE_REPLY_MAX)
-		return sh_client_fail(c, SHOAL_EMSGSIZE,
-				      "request of %zu bytes, the most a request can have is %u",
-				      c->out.len, SH_STORE_REPLY_MAX);
+		return sh_err_set(c, SHOAL_EMSGSIZE,
+				  "request of %zu bytes, the most a request can have is %u",
+				  c->out.len, SH_STORE_REPLY_MAX);
 	/* In slices, looking at the store between them, until the request's
 	 * deadline. */
 	int64_t deadline = shoal_deadline_in(c->timeout_ns);
@@ -293,11 +284,11 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 	if (c->out.cap > SH_MSG_BUF_KEEP)
 		sh_wbuf_fini(&c->out);
 	if (rc == SHOAL_ECANCELED && done == 0) /* nothing of it went */
-		return sh_client_fail(c, rc, "request op %u cancelled before it was sent", op);
+		return sh_err_set(c, rc, "request op %u cancelled before it was sent", op);
 	if (rc) {
 		c->broken = true;
-		return sh_client_fail(c, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
-				      "sending a request: %s", shoal_strerror(rc));
+		return sh_err_set(c, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
+				  "sending a request: %s", shoal_strerror(rc));
 	}
 	if (noreply)
 		return 0;
@@ -310,11 +301,10 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 		c->pend_seq = f.seq;
 		c->pend_got = got;
 		c->pend_len = len;
-		return sh_client_fail(
-			c, rc,
-			"request op %u cancelled; its reply is read and undone before "
-			"the next request",
-			op);
+		return sh_err_set(c, rc,
+				  "request op %u cancelled; its reply is read and undone before "
+				  "the next request",
+				  op);
 	}
 	if (rc)
 		return rc;
@@ -324,7 +314,7 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m)
 		uint32_t n, ml = 0;
 		if (sh_mp_array(m, &n) || n != 1 || sh_mp_str(m, &msg, &ml))
 			msg = "(no message)", ml = 12;
-		return sh_client_fail(c, r.status, "%.*s", (int)ml, msg);
+		return sh_err_set(c, r.status, "%.*s", (int)ml, msg);
 	}
 	return 0;
 }
@@ -350,9 +340,9 @@ int sh_client_recv_fds(shoal_client *c, const uint64_t *ids, int *fds, size_t n)
 			for (size_t j = 0; j < have; j++)
 				close(fds[j]);
 			c->broken = true;
-			return sh_client_fail(c, rc ? rc : SHOAL_EPROTO,
-					      "receiving %zu segment descriptors: %s", n,
-					      rc ? shoal_strerror(rc) : "ids out of step");
+			return sh_err_set(c, rc ? rc : SHOAL_EPROTO,
+					  "receiving %zu segment descriptors: %s", n,
+					  rc ? shoal_strerror(rc) : "ids out of step");
 		}
 		have += (size_t)k;
 	}
@@ -418,7 +408,7 @@ static int resolve(shoal_object *o, shoal_node *n)
 	for (uint32_t i = 0; i < n->nblobs; i++) {
 		sh_blobref *b = &n->blobs[i];
 		if (b->inline_data)
-			return sh_client_fail(c, SHOAL_EPROTO, "store replied with inline bytes");
+			return sh_err_set(c, SHOAL_EPROTO, "store replied with inline bytes");
 		const unsigned char *base;
 		size_t size;
 		if (b->seg == 0) {
@@ -427,10 +417,10 @@ static int resolve(shoal_object *o, shoal_node *n)
 		} else {
 			sh_cseg *g = sh_map_get(&c->segs, b->seg);
 			if (!g)
-				return sh_client_fail(c, SHOAL_EPROTO,
-						      "blob in segment %" PRIu64
-						      ", which we do not have",
-						      b->seg);
+				return sh_err_set(c, SHOAL_EPROTO,
+						  "blob in segment %" PRIu64
+						  ", which we do not have",
+						  b->seg);
 			base = g->addr;
 			size = g->size;
 			bool seen = false;
@@ -448,10 +438,10 @@ static int resolve(shoal_object *o, shoal_node *n)
 			}
 		}
 		if (b->off > size || b->size > size - b->off)
-			return sh_client_fail(c, SHOAL_EPROTO,
-					      "blob [%" PRIu64 ", +%" PRIu64
-					      ") outside its %zu-byte segment",
-					      b->off, b->size, size);
+			return sh_err_set(c, SHOAL_EPROTO,
+					  "blob [%" PRIu64 ", +%" PRIu64
+					  ") outside its %zu-byte segment",
+					  b->off, b->size, size);
 		b->ptr = (void *)(base + b->off);
 	}
 	for (uint32_t i = 0; i < n->nmembers; i++) {
@@ -483,7 +473,7 @@ static void send_release(shoal_client *c, shoal_id id, const sh_wbuf *dropped)
 	}
 	sh_mp m;
 	if (sh_client_call(c, SH_OP_RELEASE, true, &m) != 0)
-		sh_debug("store", "release of %016" PRIx64 ": %s", id, c->err);
+		sh_debug("store", "release of %016" PRIx64 ": %s", id, sh_err_get(c));
 }
 
 /* A request whose body is [name] or [id] (GET, DELETE, PERSIST). */
@@ -573,9 +563,9 @@ static int get_reply(shoal_client *c, sh_mp *mp, shoal_id id, shoal_object **out
 	if (sh_mp_array(&m, &n) || n != 4 || sh_mp_uint(&m, &o->id) || sh_mp_uint(&m, &o->sig) ||
 	    sh_mp_array(&m, &nnew) || nnew > 1u << 20 || o->id == 0 || (id && o->id != id)) {
 		c->broken = true;
-		rc = sh_client_fail(c, SHOAL_EPROTO,
-				    "GET reply: expected [id, sig, segments, node] with the id "
-				    "asked for (or any id but 0 for a name)");
+		rc = sh_err_set(c, SHOAL_EPROTO,
+				"GET reply: expected [id, sig, segments, node] with the id "
+				"asked for (or any id but 0 for a name)");
 		SH_DELETE(o);
 		return rc;
 	}
@@ -629,9 +619,9 @@ static int get_reply(shoal_client *c, sh_mp *mp, shoal_id id, shoal_object **out
 	if (rc == 0)
 		rc = resolve(o, o->root);
 	if (rc != 0) {
-		if (!c->err[0])
-			sh_client_fail(c, rc, "GET reply: %s", why[0] ? why : shoal_strerror(rc));
-		rc = c->err[0] ? rc : SHOAL_EPROTO;
+		if (!sh_err_get(c)[0])
+			sh_err_set(c, rc, "GET reply: %s", why[0] ? why : shoal_strerror(rc));
+		rc = sh_err_get(c)[0] ? rc : SHOAL_EPROTO;
 		object_drop(o);
 		return rc == SHOAL_EBADMSG ? SHOAL_EPROTO : rc;
 	}
@@ -704,7 +694,7 @@ static void drain(shoal_client *c)
 		int fd;
 		if (sh_mp_array(&m, &n) || n != 1 || sh_mp_uint(&m, &seg) || seg == 0) {
 			c->broken = true;
-			sh_client_fail(c, SHOAL_EPROTO, "CREATE reply: expected [segment]");
+			sh_err_set(c, SHOAL_EPROTO, "CREATE reply: expected [segment]");
 			return;
 		}
 		if (sh_client_recv_fds(c, &seg, &fd, 1) != 0)
@@ -1054,7 +1044,7 @@ int shoal_claim(shoal_client *c, uint64_t *token)
 	uint32_t n;
 	int rc = sh_client_call(c, SH_OP_CLAIM, false, &m);
 	if (rc == 0 && (sh_mp_array(&m, &n) || n != 1 || sh_mp_uint(&m, token) || *token == 0))
-		rc = sh_client_fail(c, SHOAL_EPROTO, "CLAIM reply: expected [token]");
+		rc = sh_err_set(c, SHOAL_EPROTO, "CLAIM reply: expected [token]");
 	return rc;
 }
 
@@ -1070,7 +1060,7 @@ int shoal_restrict(shoal_client *c, uint64_t grant)
 	uint32_t n;
 	int rc = sh_client_call(c, SH_OP_RESTRICT, false, &m);
 	if (rc == 0 && (sh_mp_array(&m, &n) || n != 0 || sh_mp_done(&m)))
-		rc = sh_client_fail(c, SHOAL_EPROTO, "RESTRICT reply: expected []");
+		rc = sh_err_set(c, SHOAL_EPROTO, "RESTRICT reply: expected []");
 	return rc;
 }
 
@@ -1123,19 +1113,19 @@ int shoal_migrate(shoal_client *c, const char *name, shoal_id id, const shoal_mi
 		    (done ? n != 2 || sh_mp_uint(&m, out) || *out == 0
 			  : n != 4 || sh_mp_uint(&m, &ticket) || ticket == 0 ||
 				     sh_mp_uint(&m, &got) || sh_mp_uint(&m, &total)))
-			return sh_client_fail(c, SHOAL_EPROTO,
-					      "MIGRATE reply: expected [true, id] or [false, "
-					      "ticket, received, total]");
+			return sh_err_set(c, SHOAL_EPROTO,
+					  "MIGRATE reply: expected [true, id] or [false, "
+					  "ticket, received, total]");
 		if (done)
 			return 0;
 		if (opts->progress)
 			opts->progress(opts->progress_arg, got, total);
 		if (deadline != SHOAL_FOREVER && shoal_now_ns() >= deadline)
-			return sh_client_fail(c, SHOAL_ETIMEDOUT,
-					      "the migration did not finish within %lld ms (the "
-					      "connection's timeout): %" PRIu64 " of %" PRIu64
-					      " bytes came; it goes on in the store",
-					      (long long)(c->timeout_ns / 1000000), got, total);
+			return sh_err_set(c, SHOAL_ETIMEDOUT,
+					  "the migration did not finish within %lld ms (the "
+					  "connection's timeout): %" PRIu64 " of %" PRIu64
+					  " bytes came; it goes on in the store",
+					  (long long)(c->timeout_ns / 1000000), got, total);
 	}
 }
 
@@ -1163,9 +1153,8 @@ int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st)
 	    sh_mp_uint(&m, &st->incoming_rate) || sh_mp_uint(&m, &st->spare_bytes) ||
 	    sh_mp_uint(&m, &kind) || kind > SHOAL_PAGES_HUGETLB || sh_mp_str(&m, &why, &wl) ||
 	    wl >= sizeof(st->pages_why))
-		return sh_client_fail(
-			c, SHOAL_EPROTO,
-			"STAT reply: expected 17 counters, a page kind and its reason");
+		return sh_err_set(c, SHOAL_EPROTO,
+				  "STAT reply: expected 17 counters, a page kind and its reason");
 	st->pages = (shoal_pages)kind;
 	memcpy(st->pages_why, why, wl);
 	st->pages_why[wl] = 0;
@@ -1192,7 +1181,7 @@ int shoal_list(shoal_client *c, const char *prefix, int (*fn)(const shoal_entry 
 			return rc;
 		uint32_t n, k;
 		if (sh_mp_array(&m, &n) || n != 2 || sh_mp_array(&m, &k))
-			return sh_client_fail(c, SHOAL_EPROTO, "LIST reply: malformed");
+			return sh_err_set(c, SHOAL_EPROTO, "LIST reply: malformed");
 		/* Entries point into c->in, which the next call reuses: hand
 		 * each out before asking again. */
 		for (uint32_t i = 0; i < k; i++) {
@@ -1203,8 +1192,7 @@ int shoal_list(shoal_client *c, const char *prefix, int (*fn)(const shoal_entry 
 			    nl > SH_NODE_MAX_NAME || sh_mp_uint(&m, &e.id) ||
 			    sh_mp_str(&m, &type, &tl) || tl > SH_NODE_MAX_KEY ||
 			    sh_mp_uint(&m, &e.bytes))
-				return sh_client_fail(c, SHOAL_EPROTO,
-						      "LIST reply: malformed entry");
+				return sh_err_set(c, SHOAL_EPROTO, "LIST reply: malformed entry");
 			char tbuf[SH_NODE_MAX_KEY + 1];
 			memcpy(after, name, nl);
 			after[nl] = 0;
@@ -1218,7 +1206,7 @@ int shoal_list(shoal_client *c, const char *prefix, int (*fn)(const shoal_entry 
 		}
 		bool more;
 		if (sh_mp_bool(&m, &more))
-			return sh_client_fail(c, SHOAL_EPROTO, "LIST reply: malformed");
+			return sh_err_set(c, SHOAL_EPROTO, "LIST reply: malformed");
 		if (!more)
 			return 0;
 	}

@@ -99,7 +99,6 @@ struct shoal_client {
 	uint16_t pend_op;
 	uint32_t pend_seq;
 	size_t pend_got, pend_len;
-	char err[512];
 };
 
 /* Frees a copy-on-write view (cow.c), releasing what it views. */
@@ -110,7 +109,7 @@ void sh_cow_forget(shoal_client *c, uint64_t seg);
 /* Starts a request: packs into c->out after the frame header. */
 void sh_client_begin(shoal_client *c, msgpack_packer *pk);
 /* Sends it and, unless noreply, waits for the reply; on success m reads
- * its body. A failure leaves its message in c->err. */
+ * its body. A failure leaves its message for shoal_client_error (sh_err_set). */
 int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m);
 /* Receives the descriptors the store sends ahead of a reply, for the n
  * segment ids listed. */
@@ -133,8 +132,5 @@ void sh_client_unborrow(shoal_client *c, uint64_t seg);
 
 /* The DLPack (0.6) type of dt; SHOAL_ENOTSUP for the 8-bit floats. */
 int sh_dlpack_dtype(shoal_dtype dt, DLDataType *out);
-
-SHOAL_PRINTF(3, 4)
-int sh_client_fail(shoal_client *c, int code, const char *fmt, ...);
 
 #endif

@@ -162,10 +162,10 @@ static int map_seg(shoal_client *c, cow_seg *s, int fd, const unsigned char *sha
 		b = (s->hi + page - 1) & ~(page - 1);
 		m = mmap(NULL, b - a, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (m == MAP_FAILED)
-			return sh_client_fail(c, SHOAL_ENOMEM,
-					      "copy-on-write view: no memory for a copy of %" PRIu64
-					      " bytes",
-					      s->hi - s->lo);
+			return sh_err_set(c, SHOAL_ENOMEM,
+					  "copy-on-write view: no memory for a copy of %" PRIu64
+					  " bytes",
+					  s->hi - s->lo);
 		memcpy((unsigned char *)m + (s->lo - a), shared + s->lo, s->hi - s->lo);
 	}
 	s->map = m;

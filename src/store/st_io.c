@@ -30,7 +30,7 @@ static const char *file_kind(mode_t m)
 static int fail_errno(shoal_client *c, const char *path)
 {
 	int rc = shoal_errno();
-	return sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
+	return sh_err_set(c, rc, "%s: %s", path, strerror(-rc));
 }
 
 /* Opens path for reading if it is a regular file, else fails with
@@ -56,9 +56,9 @@ static int open_regular(shoal_client *c, const char *path)
 	if (!S_ISREG(st.st_mode)) {
 		if (fd >= 0)
 			close(fd);
-		return sh_client_fail(c, SHOAL_EBADMSG,
-				      "%s is %s: expected a regular .safetensors file", path,
-				      file_kind(st.st_mode));
+		return sh_err_set(c, SHOAL_EBADMSG,
+				  "%s is %s: expected a regular .safetensors file", path,
+				  file_kind(st.st_mode));
 	}
 	/* Reads of a regular file ignore O_NONBLOCK; cleared all the same so
 	 * that no read ever sees EAGAIN. */
@@ -160,7 +160,7 @@ int shoal_import_safetensors(shoal_client *c, const char *path, const char *name
 	if (b && rc == 0) {
 		rc = shoal_builder_seal(b, name, flags, id);
 		b = NULL;
-		if (rc) /* the seal's own message is in c->err */
+		if (rc) /* the seal's own message is the client's error */
 			err[0] = 0;
 	}
 	if (b)
@@ -171,7 +171,7 @@ int shoal_import_safetensors(shoal_client *c, const char *path, const char *name
 		shoal_free(json, hlen ? hlen : 1);
 	close(fd);
 	if (rc && err[0])
-		sh_client_fail(c, rc, "%s: %s", path, err);
+		sh_err_set(c, rc, "%s: %s", path, err);
 	return rc;
 }
 
@@ -206,8 +206,8 @@ int shoal_export_safetensors(shoal_client *c, const char *name, const char *path
 	unsigned char *hdr = NULL;
 	size_t hlen = 0;
 	if (strcmp(r->type, "tensor_dict") != 0) {
-		rc = sh_client_fail(c, SHOAL_EINVAL, "%s is a %s, expected a tensor_dict", name,
-				    r->type);
+		rc = sh_err_set(c, SHOAL_EINVAL, "%s is a %s, expected a tensor_dict", name,
+				r->type);
 		goto out;
 	}
 	t = n ? shoal_calloc(n, sizeof(*t)) : NULL;
@@ -236,8 +236,8 @@ int shoal_export_safetensors(shoal_client *c, const char *name, const char *path
 		t[i].end = off;
 	}
 	if ((rc = sh_st_header_write(t, n, meta, nmeta, &hdr, &hlen)) != 0) {
-		sh_client_fail(c, rc, "%s cannot be written as safetensors: %s", name,
-			       shoal_strerror(rc));
+		sh_err_set(c, rc, "%s cannot be written as safetensors: %s", name,
+			   shoal_strerror(rc));
 		goto out;
 	}
 	/* Non-blocking, so that a FIFO nobody reads fails at once (ENXIO)
@@ -249,9 +249,9 @@ int shoal_export_safetensors(shoal_client *c, const char *name, const char *path
 		if (fd >= 0)
 			close(fd);
 		if (rc == -ENXIO)
-			sh_client_fail(c, rc, "%s is a FIFO that no one reads", path);
+			sh_err_set(c, rc, "%s is a FIFO that no one reads", path);
 		else
-			sh_client_fail(c, rc, "%s: %s", path, strerror(-rc));
+			sh_err_set(c, rc, "%s: %s", path, strerror(-rc));
 		goto out;
 	}
 	rc = write_all(fd, hdr, hlen);
@@ -264,7 +264,7 @@ int shoal_export_safetensors(shoal_client *c, const char *name, const char *path
 	if (close(fd) != 0 && rc == 0)
 		rc = shoal_errno();
 	if (rc)
-		sh_client_fail(c, rc, "writing %s: %s", path, shoal_strerror(rc));
+		sh_err_set(c, rc, "writing %s: %s", path, shoal_strerror(rc));
 out:
 	if (hdr)
 		shoal_free(hdr, hlen);

@@ -80,22 +80,11 @@ struct shoal_farm {
 	bool asking;	 /* a timed-out wait asks (no asking within) */
 	bool told;	 /* "no engine" has been logged once */
 	char where[128]; /* the controller's socket, for messages */
-	char err[1280];	 /* room for a failed task's whole message (1 KiB) */
 };
 
-static int ffail(shoal_farm *f, int rc, const char *fmt, ...) SHOAL_PRINTF(3, 4);
-static int ffail(shoal_farm *f, int rc, const char *fmt, ...)
+const char *shoal_farm_error(const shoal_farm *f)
 {
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(f->err, sizeof(f->err), fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
-const char *shoal_farm_last_error(const shoal_farm *f)
-{
-	return f ? f->err : "";
+	return sh_err_get(f);
 }
 
 void shoal_task_opts_init(shoal_task_opts *o)
@@ -288,14 +277,15 @@ int shoal_farm_use_store(shoal_farm *f, const char *store_socket)
 	if (rc == 0 && (rc = shoal_connect(&f->store, store_socket)) != 0) {
 		shoal_vbuf_free(f->share);
 		f->share = NULL;
-		return ffail(f, rc, "no store at %s: %s", store_socket, shoal_strerror(rc));
+		return sh_err_set(f, rc, "no store at %s: %s", store_socket, shoal_strerror(rc));
 	}
 	f->share->store = f->store;
 	/* Engines seal large results for us: ours from then on, whatever
 	 * becomes of the engine (and freed with this connection). */
 	uint64_t token;
 	if ((rc = shoal_claim(f->store, &token)) != 0)
-		return ffail(f, rc, "claiming an owner token: %s", shoal_client_error(f->store));
+		return sh_err_set(f, rc, "claiming an owner token: %s",
+				  shoal_client_error(f->store));
 	sh_wbuf w;
 	msgpack_packer pk;
 	sh_wbuf_init(&w);
@@ -304,7 +294,8 @@ int shoal_farm_use_store(shoal_farm *f, const char *store_socket)
 	msgpack_pack_uint64(&pk, token);
 	/* after the tasks submitted so far, as the next batch */
 	if ((rc = sh_tk_batch_end(&w, 1, SH_TK_OWNER)) != 0)
-		rc = ffail(f, rc, "telling the controller our owner token: %s", shoal_strerror(rc));
+		rc = sh_err_set(f, rc, "telling the controller our owner token: %s",
+				shoal_strerror(rc));
 	else if ((rc = send_batch(f, false, SHOAL_FOREVER)) == 0 && (rc = queue_frame(f, &w)) == 0)
 		return drain(f, true, SHOAL_FOREVER);
 	sh_wbuf_fini(&w);
@@ -329,13 +320,14 @@ static int drain(shoal_farm *f, bool block, int64_t deadline)
 		if (rc == SHOAL_EAGAIN && !block)
 			return 0;
 		if (rc == SHOAL_ETIMEDOUT)
-			return ffail(f, rc,
-				     "sending tasks to the controller: it took none for %.0f s "
-				     "(shoal_farm_set_timeout), or the deadline passed",
-				     (double)f->timeout_ns / 1e9);
+			return sh_err_set(
+				f, rc,
+				"sending tasks to the controller: it took none for %.0f s "
+				"(shoal_farm_set_timeout), or the deadline passed",
+				(double)f->timeout_ns / 1e9);
 		if (rc)
-			return ffail(f, rc, "sending tasks to the controller: %s",
-				     shoal_strerror(rc));
+			return sh_err_set(f, rc, "sending tasks to the controller: %s",
+					  shoal_strerror(rc));
 		sh_wbuf_fini(b);
 		memmove(f->queue, f->queue + 1, (f->nqueue - 1) * sizeof(*f->queue));
 		f->nqueue--;
@@ -349,7 +341,7 @@ static int queue_frame(shoal_farm *f, sh_wbuf *w)
 {
 	int rc = sh_grow_array((void **)&f->queue, &f->cap_queue, f->nqueue, sizeof(*f->queue));
 	if (rc)
-		return ffail(f, rc, "queueing tasks: %s", shoal_strerror(rc));
+		return sh_err_set(f, rc, "queueing tasks: %s", shoal_strerror(rc));
 	f->queue[f->nqueue++] = *w;
 	sh_wbuf_init(w);
 	return 0;
@@ -362,7 +354,7 @@ static int send_batch(shoal_farm *f, bool block, int64_t deadline)
 	if (f->nsub) {
 		int rc = sh_tk_batch_end(&f->sub, f->nsub, SH_TK_SUBMIT);
 		if (rc)
-			return ffail(f, rc, "queueing tasks: %s", shoal_strerror(rc));
+			return sh_err_set(f, rc, "queueing tasks: %s", shoal_strerror(rc));
 		if ((rc = queue_frame(f, &f->sub)) != 0)
 			return rc;
 		f->nsub = 0;
@@ -457,7 +449,7 @@ static int submit_large(shoal_farm *f, const char *fn, const shoal_value *args,
 	if (rc == 0)
 		rc = sh_tk_batch_end(&f->one, 1, SH_TK_SUBMIT);
 	if (rc)
-		return ffail(f, rc, "encoding the task: %s", shoal_strerror(rc));
+		return sh_err_set(f, rc, "encoding the task: %s", shoal_strerror(rc));
 	if ((rc = send_batch(f, true, SHOAL_FOREVER)) != 0)
 		return rc;
 	if (f->tcp < 0) {
@@ -474,7 +466,8 @@ static int submit_large(shoal_farm *f, const char *fn, const shoal_value *args,
 	}
 	if (f->call.cap > SH_MSG_BUF_KEEP)
 		sh_wbuf_fini(&f->call);
-	return rc ? ffail(f, rc, "sending a task to the controller: %s", shoal_strerror(rc)) : 0;
+	return rc ? sh_err_set(f, rc, "sending a task to the controller: %s", shoal_strerror(rc))
+		  : 0;
 }
 
 static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
@@ -487,7 +480,7 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 	}
 	int rc = track(f, f->next_id + 1);
 	if (rc)
-		return ffail(f, rc, "no memory for another task");
+		return sh_err_set(f, rc, "no memory for another task");
 	/* Tensors and blobs not in the store yet go into it now, once, as
 	 * objects this task owns until its result is in. */
 	tk_res *slot = &f->res[f->next_id + 1 - f->base];
@@ -496,13 +489,13 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 		shoal_vbuf_reset(f->share);
 		shoal_value *c = sh_value_clone(f->share, args);
 		if (!c)
-			return ffail(f, SHOAL_ENOMEM, "no memory to share the arguments");
+			return sh_err_set(f, SHOAL_ENOMEM, "no memory to share the arguments");
 		if ((rc = sh_value_share(f->share, c, why, sizeof(why))) != 0)
-			return ffail(f, rc, "sharing the arguments: %s", why);
+			return sh_err_set(f, rc, "sharing the arguments: %s", why);
 		args = c;
 		if (f->share->nmade) {
 			if (!(slot->made = shoal_alloc(f->share->nmade * sizeof(*slot->made))))
-				return ffail(f, SHOAL_ENOMEM, "no memory for another task");
+				return sh_err_set(f, SHOAL_ENOMEM, "no memory for another task");
 			memcpy(slot->made, f->share->made, f->share->nmade * sizeof(*slot->made));
 			slot->nmade = f->share->nmade;
 			f->share->nmade = 0; /* they are the task's now */
@@ -532,7 +525,7 @@ static int submit_one(shoal_farm *f, const char *fn, const shoal_value *args,
 		f->sub.err = 0;
 		f->sub.len = mark;
 		drop_made(f, slot);
-		return ffail(f, rc, "encoding the task: %s", shoal_strerror(rc));
+		return sh_err_set(f, rc, "encoding the task: %s", shoal_strerror(rc));
 	}
 	*id = ++f->next_id;
 	f->nsub++;
@@ -548,7 +541,7 @@ int shoal_farm_submit(shoal_farm *f, const char *fn, const shoal_value *args,
 {
 	if (!f || !fn || !*fn || !id)
 		return SHOAL_EINVAL;
-	f->err[0] = 0;
+	sh_err_clear(f);
 	return submit_one(f, fn, args, opts, id);
 }
 
@@ -557,7 +550,7 @@ int shoal_farm_map(shoal_farm *f, const char *fn, const shoal_value *args,
 {
 	if (!f || !fn || !*fn || !args || args->type != SHOAL_V_ARRAY || !first)
 		return SHOAL_EINVAL;
-	f->err[0] = 0;
+	sh_err_clear(f);
 	*first = f->next_id + 1;
 	for (uint32_t i = 0; i < args->n; i++) {
 		shoal_task id;
@@ -576,13 +569,14 @@ static int read_status(shoal_farm *f, const unsigned char *p, size_t len)
 	uint64_t v[9];
 	sh_mp_init(&m, p, len);
 	if (sh_mp_array(&m, &n) || n != 10)
-		return ffail(f, SHOAL_EPROTO, "from the controller: a malformed status");
+		return sh_err_set(f, SHOAL_EPROTO, "from the controller: a malformed status");
 	for (int i = 0; i < 9; i++)
 		if (sh_mp_uint(&m, &v[i]) || (i < 2 && v[i] > UINT32_MAX))
-			return ffail(f, SHOAL_EPROTO, "from the controller: a malformed status");
+			return sh_err_set(f, SHOAL_EPROTO,
+					  "from the controller: a malformed status");
 	if (sh_mp_array(&m, &ne) ||
 	    sh_grow_to((void **)&f->eng, &f->cap_eng, ne ? ne : 1, sizeof(*f->eng)) != 0)
-		return ffail(f, SHOAL_EPROTO, "from the controller: a malformed status");
+		return sh_err_set(f, SHOAL_EPROTO, "from the controller: a malformed status");
 	for (uint32_t i = 0; i < ne; i++) {
 		uint32_t k, pl;
 		uint64_t num, inflight;
@@ -591,7 +585,8 @@ static int read_status(shoal_farm *f, const unsigned char *p, size_t len)
 		if (sh_mp_array(&m, &k) || k != 4 || sh_mp_uint(&m, &num) || num > UINT32_MAX ||
 		    sh_mp_str(&m, &peer, &pl) || sh_mp_int(&m, &pid) || pid < 0 ||
 		    pid > INT32_MAX || sh_mp_uint(&m, &inflight) || inflight > UINT32_MAX)
-			return ffail(f, SHOAL_EPROTO, "from the controller: a malformed status");
+			return sh_err_set(f, SHOAL_EPROTO,
+					  "from the controller: a malformed status");
 		shoal_farm_engine *e = &f->eng[i];
 		e->num = (uint32_t)num;
 		e->pid = (int32_t)pid;
@@ -601,7 +596,7 @@ static int read_status(shoal_farm *f, const unsigned char *p, size_t len)
 		e->peer[cut] = 0;
 	}
 	if (sh_mp_done(&m))
-		return ffail(f, SHOAL_EPROTO, "from the controller: a malformed status");
+		return sh_err_set(f, SHOAL_EPROTO, "from the controller: a malformed status");
 	f->st = (shoal_controller_stat){
 		.engines = (uint32_t)v[0],
 		.clients = (uint32_t)v[1],
@@ -628,7 +623,7 @@ static int ask_status(shoal_farm *f, int64_t deadline)
 	int rc = sh_tk_batch_end(&w, 0, SH_TK_STATUS);
 	if (rc) {
 		sh_wbuf_fini(&w);
-		return ffail(f, rc, "asking the controller: %s", shoal_strerror(rc));
+		return sh_err_set(f, rc, "asking the controller: %s", shoal_strerror(rc));
 	}
 	/* after the tasks queued so far, as the next frame */
 	if ((rc = send_batch(f, false, SHOAL_NOWAIT)) != 0 || (rc = queue_frame(f, &w)) != 0) {
@@ -660,13 +655,14 @@ static int timed_out(shoal_farm *f)
 					"LIBRARY.so)",
 					f->where, f->where);
 			f->told = true;
-			return ffail(f, SHOAL_ETIMEDOUT,
-				     "no result before the deadline: no engine is connected to "
-				     "the controller at %s",
-				     f->where);
+			return sh_err_set(
+				f, SHOAL_ETIMEDOUT,
+				"no result before the deadline: no engine is connected to "
+				"the controller at %s",
+				f->where);
 		}
 	}
-	return ffail(f, SHOAL_ETIMEDOUT, "no result before the deadline");
+	return sh_err_set(f, SHOAL_ETIMEDOUT, "no result before the deadline");
 }
 
 int shoal_farm_stat(shoal_farm *f, shoal_controller_stat *st, shoal_farm_engine *engines,
@@ -674,11 +670,11 @@ int shoal_farm_stat(shoal_farm *f, shoal_controller_stat *st, shoal_farm_engine 
 {
 	if (!f || !st || (cap && !engines))
 		return SHOAL_EINVAL;
-	f->err[0] = 0;
+	sh_err_clear(f);
 	int rc = ask_status(f, deadline);
 	if (rc == SHOAL_ETIMEDOUT)
-		return ffail(f, rc, "the controller at %s did not answer before the deadline",
-			     f->where);
+		return sh_err_set(f, rc, "the controller at %s did not answer before the deadline",
+				  f->where);
 	if (rc)
 		return rc;
 	*st = f->st;
@@ -718,12 +714,12 @@ static int pump(shoal_farm *f, int64_t deadline, bool ask)
 		}
 	}
 	if (rc == SHOAL_ETIMEDOUT)
-		return ask ? timed_out(f) : ffail(f, rc, "no result before the deadline");
+		return ask ? timed_out(f) : sh_err_set(f, rc, "no result before the deadline");
 	if (rc)
-		return ffail(f, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
-			     "the controller's connection: %s%s%s", shoal_strerror(rc),
-			     f->ch && *sh_channel_error(f->ch) ? ": " : "",
-			     f->ch ? sh_channel_error(f->ch) : "");
+		return sh_err_set(f, rc == SHOAL_ECLOSED ? SHOAL_ECONNRESET : rc,
+				  "the controller's connection: %s%s%s", shoal_strerror(rc),
+				  f->ch && *sh_channel_error(f->ch) ? ": " : "",
+				  f->ch ? sh_channel_error(f->ch) : "");
 	sh_frame fr;
 	char why[160];
 	sh_mp m;
@@ -736,18 +732,18 @@ static int pump(shoal_farm *f, int64_t deadline, bool ask)
 		return rc;
 	}
 	if (why[0] || fr.op != SH_TK_RESULTS || fr.oob)
-		return ffail(f, SHOAL_EPROTO, "from the controller: %s",
-			     why[0] ? why : "not a batch of results");
+		return sh_err_set(f, SHOAL_EPROTO, "from the controller: %s",
+				  why[0] ? why : "not a batch of results");
 	sh_mp_init(&m, f->in + SH_FRAME_HDR, fr.body_len);
 	if (sh_mp_array(&m, &n))
-		return ffail(f, SHOAL_EPROTO, "from the controller: malformed results");
+		return sh_err_set(f, SHOAL_EPROTO, "from the controller: malformed results");
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t id;
 		int32_t status;
 		const unsigned char *from;
 		size_t vl;
 		if (sh_tk_read_result(&m, &id, &status, &from, &vl))
-			return ffail(f, SHOAL_EPROTO, "from the controller: malformed result");
+			return sh_err_set(f, SHOAL_EPROTO, "from the controller: malformed result");
 		if (id < f->base || id > f->next_id || f->res[id - f->base].state != 0)
 			continue; /* not ours, or twice: ignored */
 		if (f->rlen + vl > f->rcap) {
@@ -756,7 +752,7 @@ static int pump(shoal_farm *f, int64_t deadline, bool ask)
 				cap *= 2;
 			unsigned char *p = shoal_realloc(f->rbuf, f->rcap, cap);
 			if (!p)
-				return ffail(f, SHOAL_ENOMEM, "no memory for results");
+				return sh_err_set(f, SHOAL_ENOMEM, "no memory for results");
 			f->rbuf = p;
 			f->rcap = cap;
 		}
@@ -789,10 +785,10 @@ int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out, const shoal_v
 {
 	if (!f || !out || !result)
 		return SHOAL_EINVAL;
-	f->err[0] = 0;
+	sh_err_clear(f);
 	if (id < f->base || id > f->next_id || f->res[id - f->base].state == 2)
-		return ffail(f, SHOAL_ENOENT, "no task %llu waiting to be taken",
-			     (unsigned long long)id);
+		return sh_err_set(f, SHOAL_ENOENT, "no task %llu waiting to be taken",
+				  (unsigned long long)id);
 	int rc = send_batch(f, true, deadline);
 	while (rc == 0 && f->res[id - f->base].state == 0)
 		rc = pump(f, deadline, true);
@@ -808,9 +804,9 @@ int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out, const shoal_v
 		uint32_t ml = 0;
 		if (sh_mp_str(&m, &msg, &ml))
 			msg = "(no message)", ml = 12;
-		rc = ffail(f, r->status, "%.*s", (int)ml, msg);
+		rc = sh_err_set(f, r->status, "%.*s", (int)ml, msg);
 	} else if (f->store && out->store && out->store != f->store) {
-		rc = ffail(f, SHOAL_EINVAL, "out holds objects of another store connection");
+		rc = sh_err_set(f, SHOAL_EINVAL, "out holds objects of another store connection");
 	} else {
 		shoal_value *v;
 		char why[256] = "malformed";
@@ -819,8 +815,8 @@ int shoal_farm_wait(shoal_farm *f, shoal_task id, shoal_vbuf *out, const shoal_v
 			out->store = f->store; /* large results are mapped from it */
 		if (sh_mp_array(&m, &two) || two != 2 ||
 		    (rc = sh_value_decode(&m, out, NULL, &v, why, sizeof(why))) != 0)
-			rc = ffail(f, rc == SHOAL_ENOMEM ? rc : SHOAL_EPROTO,
-				   "result of task %llu: %s", (unsigned long long)id, why);
+			rc = sh_err_set(f, rc == SHOAL_ENOMEM ? rc : SHOAL_EPROTO,
+					"result of task %llu: %s", (unsigned long long)id, why);
 		else
 			*result = v;
 		/* Objects made for it: deleted now, freed once out lets go. */
@@ -853,9 +849,9 @@ static int wait_some(shoal_farm *f, shoal_task *ids, uint32_t cap, uint32_t *n, 
 	if (!f || !ids || !cap || !n)
 		return SHOAL_EINVAL;
 	*n = 0;
-	f->err[0] = 0;
+	sh_err_clear(f);
 	if (f->taken == f->next_id - f->base + 1)
-		return ffail(f, SHOAL_ENOENT, "no task waiting to be taken");
+		return sh_err_set(f, SHOAL_ENOENT, "no task waiting to be taken");
 	int rc = send_batch(f, true, deadline);
 	while (rc == 0 && f->here == f->taken)
 		rc = pump(f, deadline, ask);
@@ -878,7 +874,7 @@ int shoal_farm_wait_all(shoal_farm *f, int64_t deadline)
 {
 	if (!f)
 		return SHOAL_EINVAL;
-	f->err[0] = 0;
+	sh_err_clear(f);
 	int rc = send_batch(f, true, deadline);
 	while (rc == 0 && f->here < f->next_id - f->base + 1)
 		rc = pump(f, deadline, true);
