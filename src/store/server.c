@@ -113,6 +113,8 @@ static void conn_free(st_conn *c)
 		shoal_free(c->in, c->in_cap);
 	s->nclients--;
 	SH_DELETE(c);
+	if (!s->conns)
+		sh_waitq_wake_all(&s->conns_gone);
 }
 
 /* Set-up: HELLO in, rings + doorbell + arena out. */
@@ -160,7 +162,8 @@ static int budget_take(st_conn *c, size_t bytes)
 				REQ_BUDGET);
 			return SHOAL_EBUSY;
 		}
-		if (shoal_sleep_until(shoal_deadline_in(1000000)) == SHOAL_ECANCELED)
+		/* woken when a request gives back what it took */
+		if (sh_waitq_wait(&s->req_room, deadline) == SHOAL_ECANCELED)
 			return SHOAL_ECANCELED;
 	}
 	s->req_used += bytes;
@@ -207,6 +210,8 @@ static void *conn_main(void *arg)
 		if (rc == 0)
 			rc = sh_st_handle(c, len);
 		c->srv->req_used -= charged;
+		if (charged)
+			sh_waitq_wake_all(&c->srv->req_room);
 		/* Buffers of big requests and replies are not kept: idle
 		 * connections would hold them outside --size. */
 		if (c->in_cap > REQ_FREE_MAX) {
@@ -361,11 +366,12 @@ static void *server_thread(void *arg)
 	 * them): all post to the mail fiber, which goes last */
 	if (s->hooks.stop)
 		s->hooks.stop(s->hooks.ctx);
-	/* Closing a connection's rings ends its fiber, which frees it. */
+	/* Closing a connection's rings ends its fiber, which frees it; the
+	 * last one's conn_free wakes the wait below. */
 	for (st_conn *c = s->conns; c; c = c->next)
 		sh_link_shut(&c->l);
 	while (s->conns)
-		shoal_sleep_until(shoal_deadline_in(1000000));
+		sh_waitq_wait(&s->conns_gone, SHOAL_FOREVER);
 	if (mail) {
 		shoal_cancel(mail);
 		shoal_join(mail, NULL);

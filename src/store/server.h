@@ -12,6 +12,7 @@
 #include "store/node.h"
 #include "store/pages.h"
 #include "wire/wire.h"
+#include "fiber/waitq.h"
 
 #include <pthread.h>
 #include <shoal/fiber.h>
@@ -100,6 +101,7 @@ struct shoal_store {
 	sh_map objs, names, segs;
 	sh_map claims;	    /* owner token -> the st_conn that claimed it */
 	size_t req_used;    /* bytes of requests over REQ_FREE_MAX being read */
+	sh_waitq req_room;  /* requests waiting for req_used to go down */
 	uint64_t fd_budget; /* descriptors connections and segments may hold */
 	int arena_fd, arena_ro_fd;
 	unsigned char *arena;
@@ -108,6 +110,7 @@ struct shoal_store {
 	uint64_t capacity, used, nobjs, nnames, nclients, pending;
 	uint64_t incoming; /* room held by copies on their way here (within used) */
 	st_conn *conns;
+	sh_waitq conns_gone;	  /* the stop, waiting for the last connection to end */
 	struct sh_state *state;	  /* the state directory, or NULL */
 	struct sh_spares *spares; /* NULL: none */
 	sh_pages pages;		  /* what large segments live on */
