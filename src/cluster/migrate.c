@@ -14,6 +14,7 @@
  * original). A transfer that fails fails every ask waiting on it, with the
  * peer and the bytes received; its region is closed, its room given back. */
 #include "cluster/cluster.h"
+#include "fiber/waitq.h"
 #include "shm/shm.h"
 #include "store/proto.h"
 
@@ -53,6 +54,7 @@ struct sh_migs {
 	mig *list;
 	uint64_t next_ticket;
 	uint32_t running; /* threads */
+	sh_waitq ended;	  /* the stop, waiting for running to reach 0 */
 	pthread_mutex_t pool_mu;
 	idle_link pool[POOL_MAX];
 	int npool;
@@ -196,6 +198,8 @@ static void on_end(shoal_store *s, sh_st_mail *m)
 	sh_cluster *cl = g->cl;
 	pthread_join(g->thread, NULL);
 	cl->migs->running--;
+	if (!cl->migs->running)
+		sh_waitq_wake_all(&cl->migs->ended);
 	cl->migrating--;
 	int rc = g->rc;
 	sh_store_room_release(s, g->room.charged); /* adopt counts the region itself */
@@ -1089,8 +1093,8 @@ void sh_migs_stop(sh_cluster *cl)
 	for (mig *g = cl->migs->list; g; g = g->next)
 		if (g->state != MIG_DONE)
 			cut(g);
-	while (cl->migs->running)
-		shoal_sleep_until(shoal_deadline_in(1000000));
+	while (cl->migs->running) /* each thread's end (on_end, in the mail fiber) */
+		sh_waitq_wait(&cl->migs->ended, SHOAL_FOREVER);
 }
 
 void sh_migs_free(sh_cluster *cl)

@@ -14,6 +14,7 @@
  * byte came, and a link that ends first leaves nothing. What a link put
  * without persist goes when the link does. */
 #include "cluster/cluster.h"
+#include "fiber/waitq.h"
 #include "shm/shm.h"
 #include "store/proto.h"
 
@@ -65,6 +66,7 @@ struct sh_peers {
 	shoal_fiber *acceptor;
 	sh_hellos hellos; /* handshakes in progress */
 	uint32_t nconns;
+	sh_waitq conns_gone; /* the stop, waiting for the last link to end */
 	peer_conn *conns;
 	sh_map xfers; /* token -> xfer waiting for its other links */
 	uint64_t next_token;
@@ -799,6 +801,8 @@ static void *peer_main(void *arg)
 		pc->next->prev = pc->prev;
 	p->nconns--;
 	SH_DELETE(pc);
+	if (!p->conns)
+		sh_waitq_wake_all(&p->conns_gone);
 	return NULL;
 }
 
@@ -922,8 +926,8 @@ void sh_peers_stop(sh_cluster *cl)
 			shoal_chan_close(x->all_in);
 		}
 	}
-	while (p->conns)
-		shoal_sleep_until(shoal_deadline_in(1000000));
+	while (p->conns) /* the last link's fiber wakes this at its end */
+		sh_waitq_wait(&p->conns_gone, SHOAL_FOREVER);
 	shoal_fd_forget(p->lsock);
 }
 

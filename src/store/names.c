@@ -193,3 +193,21 @@ int sh_st_op_name(st_conn *c, const sh_frame *req, sh_mp *m)
 		return sh_st_reply_err(c, req, rc, "NAME: %s", c->why);
 	return reply_empty(c, req);
 }
+
+/* Names (or, with drop, lets go of) o's name in the cluster (the hooks'
+ * global names): o is held meanwhile, so that a delete by another client
+ * cannot free it under us. */
+int sh_st_name_global(shoal_store *s, st_obj *o, const char *name, size_t nl, bool drop,
+		      bool replace, char *why, size_t whylen)
+{
+	sh_bump a = {0};
+	shoal_node *root = NULL;
+	int rc = drop ? 0 : sh_store_tree(o, &a, &root, why, whylen);
+	if (rc == 0) {
+		o->refs++;
+		rc = s->hooks.name(s->hooks.ctx, drop, name, nl, o->id, root, replace, why, whylen);
+		sh_st_obj_unref(s, o, 1);
+	}
+	sh_bump_fini(&a);
+	return rc;
+}

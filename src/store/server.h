@@ -1,8 +1,9 @@
 /* The store server's state, shared by the files that serve it: server.c
- * (local clients, objects, memory), state.c (the state directory) and
- * extend.c (what a layer above reaches: store/extend.h). Everything here
- * belongs to the store's thread; other threads reach it only through
- * sh_store_post. */
+ * (the loop: connections, opening, closing, persistence), ops.c (requests),
+ * arena.c (small objects), segments.c (segments, seals, objects), names.c,
+ * state.c (the state directory) and extend.c (what a layer above reaches:
+ * store/extend.h). Everything here belongs to the store's thread; other
+ * threads reach it only through sh_store_post. */
 #ifndef SHOAL_STORE_SERVER_H
 #define SHOAL_STORE_SERVER_H
 
@@ -11,6 +12,7 @@
 #include "store/node.h"
 #include "store/pages.h"
 #include "wire/wire.h"
+#include "fiber/waitq.h"
 
 #include <pthread.h>
 #include <shoal/fiber.h>
@@ -20,6 +22,15 @@
 #define ARENA_CLASSES 9	  /* 64 B .. 16 KiB */
 #define PAGE 4096u
 #define ID_COUNTER SH_STORE_ID_COUNTER
+
+/* Every connection holds FDS_PER_CONN descriptors (its socket, two
+ * doorbells' two ends, the write end of the client's fiber doorbell) and
+ * every segment one, all within RLIMIT_NOFILE: a
+ * client that made segments or connections until none was left would stop
+ * the store from accepting anyone. Connections may use the whole budget,
+ * segments all but what keeps FD_SPARE_CONNS connections possible. */
+#define FDS_PER_CONN 6
+#define FD_SPARE_CONNS 32
 
 typedef struct st_seg {
 	uint64_t id;
@@ -90,6 +101,7 @@ struct shoal_store {
 	sh_map objs, names, segs;
 	sh_map claims;	    /* owner token -> the st_conn that claimed it */
 	size_t req_used;    /* bytes of requests over REQ_FREE_MAX being read */
+	sh_waitq req_room;  /* requests waiting for req_used to go down */
 	uint64_t fd_budget; /* descriptors connections and segments may hold */
 	int arena_fd, arena_ro_fd;
 	unsigned char *arena;
@@ -98,6 +110,7 @@ struct shoal_store {
 	uint64_t capacity, used, nobjs, nnames, nclients, pending;
 	uint64_t incoming; /* room held by copies on their way here (within used) */
 	st_conn *conns;
+	sh_waitq conns_gone;	  /* the stop, waiting for the last connection to end */
 	struct sh_state *state;	  /* the state directory, or NULL */
 	struct sh_spares *spares; /* NULL: none */
 	sh_pages pages;		  /* what large segments live on */
@@ -136,5 +149,43 @@ int sh_st_name_global(shoal_store *s, st_obj *o, const char *name, size_t nl, bo
 int sh_st_op_name(st_conn *c, const sh_frame *req, sh_mp *m);
 int sh_store_adopt(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *root, uint32_t nsegs,
 		   const int *fds, const uint64_t *sizes, st_obj **out, char *why, size_t whylen);
+
+/* ---- the loop (server.c) ---- */
+
+/* Descriptors connections, segments and spares hold now. */
+uint64_t sh_st_fds_held(const shoal_store *s);
+
+/* ---- requests (ops.c) ---- */
+
+/* Handles one request record in c->in. A nonzero return ends the
+ * connection. */
+int sh_st_handle(st_conn *c, size_t len);
+/* Sends the descriptors of n segments to c's client. */
+int sh_st_send_fds(st_conn *c, st_seg **g, size_t n);
+
+/* ---- the arena (arena.c) ---- */
+
+/* The size class of a blob of size bytes. */
+int sh_st_arena_class(uint64_t size);
+/* A slot for size bytes: *off, within --size; SHOAL_ENOSPC else. */
+int sh_st_arena_alloc(shoal_store *s, uint64_t size, uint64_t *off);
+void sh_st_arena_free(shoal_store *s, uint64_t off, int c);
+/* The arena's memfd, mapped here, and its read-only descriptor. */
+int sh_st_arena_make(shoal_store *s);
+
+/* ---- segments and objects (segments.c) ---- */
+
+void sh_st_seg_free(shoal_store *s, st_seg *g);
+/* Frees o now, whatever holds it (its name, segments, arena slots). */
+void sh_st_obj_free(shoal_store *s, st_obj *o);
+/* Drops an unsealed segment c created. */
+void sh_st_region_drop(st_conn *c, st_seg *g);
+/* Whether segments of these sizes fit --size and the descriptor budget
+ * (a state file's, before its segments are read). */
+int sh_st_restore_fits(void *arg, uint32_t nsegs, const uint64_t *sizes, char *why, size_t whylen);
+/* CREATE, ABORT, SEAL. */
+int sh_st_op_create(st_conn *c, const sh_frame *req, sh_mp *m);
+int sh_st_op_abort(st_conn *c, const sh_frame *req, sh_mp *m);
+int sh_st_op_seal(st_conn *c, const sh_frame *req, sh_mp *m);
 
 #endif

@@ -1,0 +1,41 @@
+/* Wait queues (waitq.h), on the scheduler's parking (fiber_impl.h): a
+ * waiter parks with its node on its own stack, linked in the queue; a wake
+ * unlinks every node and unparks its fiber. */
+#include "fiber/waitq.h"
+#include "fiber/fiber_impl.h"
+
+struct sh_waitq_node {
+	shoal_fiber *f;
+	sh_waitq_node *next, **pprev; /* pprev NULL: out of the queue */
+};
+
+int sh_waitq_wait(sh_waitq *q, int64_t deadline)
+{
+	sh_waitq_node n = {.f = shoal_self(), .next = q->head, .pprev = &q->head};
+	if (!n.f)
+		return SHOAL_EINVAL;
+	if (q->head)
+		q->head->pprev = &n.next;
+	q->head = &n;
+	int rc = sh_fiber_park(deadline);
+	if (n.pprev) { /* not woken by the queue: the deadline, a cancel */
+		*n.pprev = n.next;
+		if (n.next)
+			n.next->pprev = n.pprev;
+	}
+	return rc;
+}
+
+void sh_waitq_wake_all(sh_waitq *q)
+{
+	sh_waitq_node *n = q->head;
+	q->head = NULL;
+	while (n) {
+		sh_waitq_node *next = n->next;
+		n->pprev = NULL;
+		/* EINVAL: its deadline or a cancel woke it already; it runs and
+		 * finds itself out of the queue */
+		sh_fiber_unpark(n->f, 0);
+		n = next;
+	}
+}

@@ -1,0 +1,29 @@
+/* A wait queue: fibers of one scheduler that wait until another fiber of
+ * the same scheduler says that what they wait for may have come (room freed,
+ * the last connection gone). A condition variable without its mutex (fibers
+ * switch only where they block): the waiter looks at its condition again
+ * after every wake, so a wake too many costs a look, never a wrong answer.
+ * What it replaces is a sleep-and-poll loop, which looked every millisecond
+ * whether anything had changed.
+ *
+ * A queue and its waiters belong to one scheduler's thread; a queue needs
+ * no set-up (all zero is empty) and no tear-down once no one waits. */
+#ifndef SHOAL_FIBER_WAITQ_H
+#define SHOAL_FIBER_WAITQ_H
+
+#include <shoal/fiber.h>
+
+typedef struct sh_waitq_node sh_waitq_node;
+typedef struct sh_waitq {
+	sh_waitq_node *head;
+} sh_waitq;
+
+/* Blocks the calling fiber until sh_waitq_wake_all(q): 0, SHOAL_ETIMEDOUT
+ * at the deadline, SHOAL_ECANCELED. No allocation: its place in the queue
+ * is on its own stack. */
+int sh_waitq_wait(sh_waitq *q, int64_t deadline);
+/* Makes every fiber waiting on q now runnable (each returns 0). Never
+ * blocks; no-op on an empty queue. */
+void sh_waitq_wake_all(sh_waitq *q);
+
+#endif
