@@ -1,8 +1,7 @@
 /* Fiber groups (group.h): each member runs through a trampoline that
  * links it into its group while it runs and unlinks it as it returns,
- * waking the fiber that stops the group when the last one leaves. */
+ * waking whoever waits for the group when the last one leaves. */
 #include "fiber/group.h"
-#include "fiber/fiber_impl.h"
 
 struct sh_fgroup_member {
 	sh_fgroup_member *prev, *next;
@@ -31,8 +30,8 @@ static void *member_main(void *arg)
 	void *r = m->fn(m->arg);
 	unlink_member(m);
 	SH_DELETE(m);
-	if (g->n == 0 && g->joiner)
-		sh_fiber_unpark(g->joiner, 0);
+	if (g->n == 0)
+		sh_waitq_wake_all(&g->ended);
 	return r;
 }
 
@@ -75,12 +74,8 @@ int sh_fgroup_join(sh_fgroup *g, int64_t deadline)
 {
 	g->stopping = true;
 	while (g->n > 0) {
-		if (g->joiner && g->joiner != shoal_self())
-			return SHOAL_EBUSY; /* another fiber is stopping it */
-		g->joiner = shoal_self();
-		int rc = sh_fiber_park(deadline);
-		g->joiner = NULL;
-		if (rc == SHOAL_ETIMEDOUT || rc == SHOAL_ECANCELED)
+		int rc = sh_waitq_wait(&g->ended, deadline);
+		if (rc != 0)
 			return g->n > 0 ? rc : 0;
 	}
 	return 0;

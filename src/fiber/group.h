@@ -7,15 +7,16 @@
 #ifndef SHOAL_FIBER_GROUP_H
 #define SHOAL_FIBER_GROUP_H
 
+#include "fiber/waitq.h"
 #include "shoal_impl.h"
 
 typedef struct sh_fgroup_member sh_fgroup_member;
 
 typedef struct sh_fgroup {
 	sh_fgroup_member *head;
-	size_t n;	     /* members still running */
-	shoal_fiber *joiner; /* parked in sh_fgroup_stop until n is 0 */
-	bool stopping;	     /* no new member may join */
+	size_t n;	/* members still running */
+	sh_waitq ended; /* who waits for n to reach 0 */
+	bool stopping;	/* no new member may join */
 } sh_fgroup;
 
 static inline void sh_fgroup_init(sh_fgroup *g)
@@ -34,8 +35,7 @@ int sh_fgroup_spawn(sh_fgroup *g, shoal_fiber **out, shoal_fiber_fn fn, void *ar
  * its connections to end (shut their links); later spawns fail. Blocks
  * until the deadline: SHOAL_ETIMEDOUT leaves the members that did not end
  * yet running (still in the group: call again to wait for them),
- * SHOAL_ECANCELED if the caller is cancelled meanwhile, SHOAL_EBUSY if
- * another fiber is already waiting. */
+ * SHOAL_ECANCELED if the caller is cancelled meanwhile. */
 int sh_fgroup_join(sh_fgroup *g, int64_t deadline);
 
 /* Cancels every member, then sh_fgroup_join. Blocks. */
