@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -441,6 +442,77 @@ int main(int argc, char **argv)
 	printf("%d passed, %d skipped, %d failed\n", passed, skipped, failed);
 	/* (a run of nothing at all, a misspelt case name, fails) */
 	return failed ? 1 : (passed + skipped ? 0 : 1);
+}
+
+int sh_test_shoald(const char *const *args, const char *const *env, const char *log, int log_flags,
+		   pid_t *pid)
+{
+	char exe[4096];
+	sh_test_bin(exe, sizeof(exe), "tools/shoald");
+	const char *argv[64] = {exe};
+	size_t n = 1;
+	for (; args && args[n - 1] && n < 60; n++)
+		argv[n] = args[n - 1];
+	argv[n++] = "--ready-fd";
+	argv[n++] = "3";
+	argv[n] = NULL;
+	int p[2];
+	CHECK(pipe2(p, O_CLOEXEC) == 0);
+	fflush(NULL);
+	pid_t child = fork();
+	CHECK(child >= 0);
+	if (child == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* dies with the test case */
+		if (log) {
+			int fd = open(log, O_WRONLY | O_CREAT | O_CLOEXEC | log_flags, 0600);
+			if (fd < 0 || dup2(fd, 2) < 0)
+				_exit(126);
+		}
+		for (size_t i = 0; env && env[i]; i++) {
+			if (strchr(env[i], '='))
+				putenv((char *)env[i]);
+			else
+				unsetenv(env[i]);
+		}
+		if (p[1] == 3 ? fcntl(3, F_SETFD, 0) != 0 : dup2(p[1], 3) != 3)
+			_exit(126);
+		execv(exe, (char *const *)argv);
+		_exit(127);
+	}
+	close(p[1]);
+	char line[512];
+	size_t got = 0;
+	double until = now_ms() + 120000;
+	for (;;) {
+		struct pollfd pf = {.fd = p[0], .events = POLLIN};
+		double left = until - now_ms();
+		if (left <= 0 || poll(&pf, 1, (int)left + 1) == 0) {
+			close(p[0]);
+			kill(child, SIGKILL);
+			waitpid(child, NULL, 0);
+			sh_test_fail(__FILE__, __LINE__, "shoald %s did not serve within 120 s",
+				     args && args[0] ? args[1] : "");
+		}
+		ssize_t r = read(p[0], line + got, sizeof(line) - 1 - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r > 0) {
+			got += (size_t)r;
+			line[got] = 0;
+			if (!strchr(line, '\n') && got + 1 < sizeof(line))
+				continue;
+		}
+		close(p[0]);
+		if (r > 0 && !strncmp(line, "ready ", 6)) {
+			*pid = child;
+			return 0;
+		}
+		/* its end closed without the line: it ended */
+		int st;
+		while (waitpid(child, &st, 0) < 0 && errno == EINTR)
+			;
+		return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	}
 }
 
 int sh_test_run(char *const argv[], char *const env[], char *out, size_t outlen)

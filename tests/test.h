@@ -103,6 +103,16 @@ shoal_chan *sh_test_chan_new(size_t elem, size_t cap);
  * NULL) added to its environment; returns its exit status, or 128 + the
  * signal that killed it. */
 int sh_test_run(char *const argv[], char *const env[], char *out, size_t outlen);
+/* Starts shoald of this build as the case's daemon (it dies with the
+ * case): args after the program's name (NULL-ended), env's entries
+ * applied to its environment ("NAME=value" sets, a bare "NAME" unsets; may
+ * be NULL), its standard error into log (opened with O_TRUNC or O_APPEND
+ * in log_flags; NULL: the case's own). Waits on the line shoald writes
+ * once it serves (--ready-fd, which this adds), not on connects: 0 and
+ * *pid then, else shoald ended first and it returns its exit status (128
+ * + a signal), reaped. The case fails if neither comes within 120 s. */
+int sh_test_shoald(const char *const *args, const char *const *env, const char *log, int log_flags,
+		   pid_t *pid);
 /* The path of a program or extension of this build (rel: "tools/shoal",
  * "tests/ext_sample.so"), which the calling uid must be able to run;
  * found through SHOAL_TEST_BINDIR, which ctest sets. A process that

@@ -211,6 +211,13 @@ SH_TEST(missing_values_and_operands)
 	char *a7[] = {shoald, "stray", NULL};
 	CHECK_EQ(run3(a7, NULL), 2);
 	CHECK_ERR_HAS("takes no arguments, got 'stray'");
+	/* --ready-fd: an open descriptor past the standard ones, or refused */
+	char *a7b[] = {shoald, "--ready-fd", "2", NULL};
+	CHECK_EQ(run3(a7b, NULL), 2);
+	CHECK_ERR_HAS("--ready-fd '2': expected an open descriptor's number, 3 or more");
+	char *a7c[] = {shoald, "--ready-fd", "977", NULL};
+	CHECK_EQ(run3(a7c, NULL), 2);
+	CHECK_ERR_HAS("--ready-fd '977': expected an open descriptor's number");
 	char *a9[] = {engine, "--s", "x", NULL};
 	CHECK_EQ(run3(a9, NULL), 2);
 	CHECK_ERR_HAS("ambiguous option '--s' (--socket, --so, --store)");
@@ -325,24 +332,10 @@ static pid_t start_shoald(void)
 	CHECK(mkdtemp(dir) != NULL);
 	snprintf(sock, sizeof(sock), "%s/s.sock", dir);
 	sh_test_bin(shoal_bin, sizeof(shoal_bin), "tools/shoal");
-	char exe[4096];
-	sh_test_bin(exe, sizeof(exe), "tools/shoald");
-	pid_t pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		execl(exe, exe, "--socket", sock, "--size", "16M", (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 500; i++) {
-		shoal_client *c;
-		if (shoal_connect(&c, sock) == 0) {
-			shoal_disconnect(c);
-			return pid;
-		}
-		usleep(10000);
-	}
-	sh_test_fail(__FILE__, __LINE__, "shoald did not start on %s", sock);
+	const char *args[] = {"--socket", sock, "--size", "16M", NULL};
+	pid_t pid;
+	CHECK_OK(sh_test_shoald(args, NULL, NULL, 0, &pid));
+	return pid;
 }
 
 /* shoal ARGS... --socket SOCK, up to the first NULL */

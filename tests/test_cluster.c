@@ -71,39 +71,21 @@ static void node_start_argv(node *n, const char *name, const char *size, const c
 {
 	snprintf(n->sock, sizeof(n->sock), "%s/%s.sock", dir, name);
 	snprintf(n->log, sizeof(n->log), "%s/%s.log", dir, name);
-	char exe[4096];
-	sh_test_bin(exe, sizeof(exe), "tools/shoald");
-	fflush(NULL);
-	n->pid = fork();
-	CHECK(n->pid >= 0);
-	if (n->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* dies with the test case */
-		int fd = open(n->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		dup2(fd, 2);
-		unsetenv("SHOAL_SECRET");
-		unsetenv("SHOAL_SECRET_FILE");
-		if (secret)
-			putenv((char *)secret);
-		const char *argv[32] = {exe,  "--socket", n->sock,	"--size",
-					size, "--peer",	  "127.0.0.1:0"};
-		for (int i = 0; x && x[i] && i < 20; i++)
-			argv[7 + i] = x[i];
-		execv(exe, (char *const *)argv);
-		_exit(127);
-	}
+	const char *args[32] = {"--socket", n->sock, "--size", size, "--peer", "127.0.0.1:0"};
+	for (int i = 0; x && x[i] && i < 20; i++)
+		args[6 + i] = x[i];
+	const char *env[] = {"SHOAL_SECRET", "SHOAL_SECRET_FILE", secret, NULL};
+	int st = sh_test_shoald(args, env, n->log, O_TRUNC, &n->pid);
 	char text[4096];
-	for (int i = 0; i < 1000; i++) {
-		read_file(n->log, text, sizeof(text));
-		const char *p = strstr(text, "peers on ");
-		if (p && sscanf(p + 9, "%63[0-9.:]", n->peer) == 1)
-			return;
-		int st;
-		if (waitpid(n->pid, &st, WNOHANG) == n->pid)
-			sh_test_fail(__FILE__, __LINE__, "shoald %s exited at start:\n%s", name,
-				     text);
-		usleep(10000);
-	}
-	sh_test_fail(__FILE__, __LINE__, "shoald %s did not start:\n%s", name, text);
+	read_file(n->log, text, sizeof(text));
+	if (st != 0)
+		sh_test_fail(__FILE__, __LINE__, "shoald %s exited at start (%d):\n%s", name, st,
+			     text);
+	/* it said where its peers connect before it said it serves */
+	const char *p = strstr(text, "peers on ");
+	if (!p || sscanf(p + 9, "%63[0-9.:]", n->peer) != 1)
+		sh_test_fail(__FILE__, __LINE__, "shoald %s serves, but not to peers:\n%s", name,
+			     text);
 }
 
 static void node_start(node *n, const char *name, const char *size, const char *secret,

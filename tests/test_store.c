@@ -52,28 +52,13 @@ typedef struct daemon_store {
 
 static void daemon_open(daemon_store *d, size_t size)
 {
-	char exe[4096], sz[32];
-	sh_test_bin(exe, sizeof(exe), "tools/shoald");
+	char sz[32];
 	snprintf(d->dir, sizeof(d->dir), "/tmp/shoal-store-XXXXXX");
 	CHECK(mkdtemp(d->dir) != NULL);
 	snprintf(d->path, sizeof(d->path), "%s/s.sock", d->dir);
 	snprintf(sz, sizeof(sz), "%zu", size ? size : (size_t)1 << 30);
-	d->pid = fork();
-	CHECK(d->pid >= 0);
-	if (d->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* dies with the test case */
-		execl(exe, exe, "--socket", d->path, "--size", sz, (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 1000; i++) {
-		shoal_client *c;
-		if (shoal_connect(&c, d->path) == 0) {
-			shoal_disconnect(c);
-			return;
-		}
-		usleep(5000);
-	}
-	sh_test_fail(__FILE__, __LINE__, "shoald did not start on %s", d->path);
+	const char *args[] = {"--socket", d->path, "--size", sz, NULL};
+	CHECK_OK(sh_test_shoald(args, NULL, NULL, 0, &d->pid));
 }
 
 /* Stops it with SIGTERM: it must exit 0 (and, under ASan, leak nothing). */

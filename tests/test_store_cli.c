@@ -31,26 +31,10 @@ static void setup(void)
 /* shoald --socket SOCK --size SIZE [extra options] */
 static pid_t start_daemon_with(const char *size, const char *x1, const char *x2)
 {
-	char exe[4096];
-	sh_test_bin(exe, sizeof(exe), "tools/shoald");
-	pid_t pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		/* Dies with the test case, whatever happens to it. */
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		execl(exe, exe, "--socket", sock, "--size", size, x1, x2, (char *)NULL);
-		_exit(127);
-	}
-	/* Ready when a client gets through. */
-	for (int i = 0; i < 500; i++) {
-		shoal_client *c;
-		if (shoal_connect(&c, sock) == 0) {
-			shoal_disconnect(c);
-			return pid;
-		}
-		usleep(10000);
-	}
-	sh_test_fail(__FILE__, __LINE__, "shoald did not start on %s", sock);
+	const char *args[] = {"--socket", sock, "--size", size, x1, x2, NULL};
+	pid_t pid;
+	CHECK_OK(sh_test_shoald(args, NULL, NULL, 0, &pid));
+	return pid;
 }
 
 static pid_t start_daemon(const char *size)

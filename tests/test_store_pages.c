@@ -416,38 +416,28 @@ SH_TEST(a_safetensors_file_imports_into_hugetlb_pages)
 static pid_t node_start(const char *dir, const char *name, const char *x, char *sock, size_t slen,
 			char *peer, size_t plen)
 {
-	char exe[4096], log[128];
-	sh_test_bin(exe, sizeof(exe), "tools/shoald");
+	char log[128];
 	snprintf(sock, slen, "%s/%s.sock", dir, name);
 	snprintf(log, sizeof(log), "%s/%s.log", dir, name);
-	fflush(NULL);
-	pid_t pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		dup2(fd, 2);
-		setenv("SHOAL_SECRET", "pages-test-secret-0123456789abcdef", 1);
-		unsetenv("SHOAL_SECRET_FILE");
-		execl(exe, exe, "--socket", sock, "--size", "256M", "--peer", "127.0.0.1:0",
-		      x ? x : (char *)NULL, (char *)NULL);
-		_exit(127);
-	}
+	const char *args[] = {"--socket", sock, "--size", "256M", "--peer", "127.0.0.1:0", x, NULL};
+	const char *env[] = {"SHOAL_SECRET=pages-test-secret-0123456789abcdef", "SHOAL_SECRET_FILE",
+			     NULL};
+	pid_t pid;
+	int st = sh_test_shoald(args, env, log, O_TRUNC, &pid);
 	char text[4096] = "";
-	for (int i = 0; i < 1000; i++) {
-		FILE *f = fopen(log, "r");
-		if (f) {
-			text[fread(text, 1, sizeof(text) - 1, f)] = 0;
-			fclose(f);
-		}
-		const char *p = strstr(text, "peers on ");
-		char fmt[16];
-		snprintf(fmt, sizeof(fmt), "%%%zu[0-9.:]", plen - 1);
-		if (p && sscanf(p + 9, fmt, peer) == 1)
-			return pid;
-		usleep(10000);
+	FILE *f = fopen(log, "r");
+	if (f) {
+		text[fread(text, 1, sizeof(text) - 1, f)] = 0;
+		fclose(f);
 	}
-	sh_test_fail(__FILE__, __LINE__, "shoald %s did not start:\n%s", name, text);
+	/* it said where its peers connect before it said it serves */
+	const char *p = strstr(text, "peers on ");
+	char fmt[16];
+	snprintf(fmt, sizeof(fmt), "%%%zu[0-9.:]", plen - 1);
+	if (st != 0 || !p || sscanf(p + 9, fmt, peer) != 1)
+		sh_test_fail(__FILE__, __LINE__, "shoald %s did not start (%d):\n%s", name, st,
+			     text);
+	return pid;
 }
 
 SH_TEST_T(a_copy_from_another_store_lands_on_huge_pages, 120)

@@ -52,40 +52,18 @@ static void daemon_init(shoald_proc *d)
  * serves, else its exit status. */
 static int daemon_start_with(shoald_proc *d, size_t size, const char *const *extra)
 {
-	char exe[4096], sz[32];
-	sh_test_bin(exe, sizeof(exe), "tools/shoald");
+	char sz[32];
 	snprintf(sz, sizeof(sz), "%zu", size);
-	const char *argv[16] = {exe, "--socket", d->sock, "--size", sz, "--state-dir", d->state};
-	int n = 7;
+	const char *args[16] = {"--socket", d->sock, "--size", sz, "--state-dir", d->state};
+	int n = 6;
 	for (; extra && *extra && n < 15; extra++)
-		argv[n++] = *extra;
-	argv[n] = NULL;
-	fflush(NULL);
-	d->pid = fork();
-	CHECK(d->pid >= 0);
-	if (d->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* dies with the test case */
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-		if (fd < 0 || dup2(fd, 2) < 0)
-			_exit(126);
-		setenv("SHOAL_LOG", "info", 1);
-		execv(exe, (char **)argv);
-		_exit(127);
-	}
-	for (int i = 0; i < 2000; i++) {
-		int st;
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			d->pid = 0;
-			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-		}
-		shoal_client *c;
-		if (shoal_connect(&c, d->sock) == 0) {
-			shoal_disconnect(c);
-			return 0;
-		}
-		usleep(5000);
-	}
-	sh_test_fail(__FILE__, __LINE__, "shoald did not start on %s", d->sock);
+		args[n++] = *extra;
+	args[n] = NULL;
+	const char *env[] = {"SHOAL_LOG=info", NULL};
+	int st = sh_test_shoald(args, env, d->log, O_APPEND, &d->pid);
+	if (st != 0)
+		d->pid = 0;
+	return st;
 }
 
 static void daemon_start(shoald_proc *d, size_t size)

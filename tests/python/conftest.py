@@ -49,33 +49,38 @@ def nobody_can_run(tmp_path_factory):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def wait_listening(sock, proc, seconds=20):
-    """Until the store at sock accepts a connection: its socket file appears at bind,
-    before it listens (a connect then is refused)."""
-    import socket as so
-    deadline = time.monotonic() + seconds
-    while True:
-        with so.socket(so.AF_UNIX, so.SOCK_SEQPACKET) as s:
-            try:
-                s.connect(sock)
-                return
-            except OSError:
-                pass
-        if proc.poll() is not None:
-            raise AssertionError("shoald exited at start (%d)" % proc.returncode)
-        if time.monotonic() > deadline:
-            raise AssertionError("shoald did not listen on %s" % sock)
-        time.sleep(0.01)
+def start_shoald(args, seconds=60, **popen):
+    """shoald of this build with args: its Popen once it serves. It says so on a pipe
+    (--ready-fd), which this waits on, not on connects; an end before that fails."""
+    import select
+    r, w = os.pipe()
+    p = subprocess.Popen([os.path.join(BINDIR, "tools", "shoald"), *args,
+                          "--ready-fd", str(w)], pass_fds=(w,), **popen)
+    os.close(w)
+    try:
+        said = b""
+        deadline = time.monotonic() + seconds
+        while b"\n" not in said:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([r], [], [], left)[0]:
+                p.kill()
+                raise AssertionError("shoald did not serve within %s s" % seconds)
+            more = os.read(r, 512)
+            if not more:
+                raise AssertionError("shoald exited at start (%s)" % p.wait(10))
+            said += more
+        assert said.startswith(b"ready "), said
+        return p
+    finally:
+        os.close(r)
 
 
 @pytest.fixture
 def shoald_proc(tmp_path):
     """A shoald process of this build (its Popen, with .sock)."""
     sock = str(tmp_path / "shoald.sock")
-    p = subprocess.Popen([os.path.join(BINDIR, "tools", "shoald"), "--socket", sock,
-                          "--size", "1G"], stderr=subprocess.PIPE)
+    p = start_shoald(["--socket", sock, "--size", "1G"], stderr=subprocess.PIPE)
     p.sock = sock
-    wait_listening(sock, p)
     yield p
     p.send_signal(signal.SIGCONT)
     p.send_signal(signal.SIGTERM)
@@ -95,21 +100,20 @@ def start_peer_store(tmp_path, name, secret, *extra):
     log = open(tmp_path / (name + ".log"), "w+")
     env = dict(os.environ, SHOAL_SECRET=secret)
     env.pop("SHOAL_SECRET_FILE", None)
-    p = subprocess.Popen([os.path.join(BINDIR, "tools", "shoald"), "--socket", sock,
-                          "--size", "512M", "--peer", "127.0.0.1:0", *extra],
-                         stderr=log, env=env)
+    try:
+        p = start_shoald(["--socket", sock, "--size", "512M", "--peer", "127.0.0.1:0",
+                          *extra], stderr=log, env=env)
+    except AssertionError as e:
+        log.seek(0)
+        raise AssertionError("%s:\n%s" % (e, log.read())) from None
     p.sock = sock
     p.secret = secret
-    for _ in range(1000):
-        log.seek(0)
-        text = log.read()
-        if "peers on " in text:
-            p.peer = text.split("peers on ", 1)[1].split()[0].rstrip(",")
-            return p
-        if p.poll() is not None:
-            raise AssertionError("shoald exited at start:\n" + text)
-        time.sleep(0.01)
-    raise AssertionError("shoald did not start")
+    # it says where its peers connect before it says it serves
+    log.seek(0)
+    text = log.read()
+    assert "peers on " in text, text
+    p.peer = text.split("peers on ", 1)[1].split()[0].rstrip(",")
+    return p
 
 
 @pytest.fixture
