@@ -477,17 +477,24 @@ bool sh_launch_failed(const sh_launch *l)
 	return l->failed;
 }
 
-/* Waits until one of l's processes ends (their pidfds) or until; a Slurm
- * job has no process here: its state is asked for again at next_poll. */
-static void wait_units(sh_launch *l, int64_t until)
+uint32_t sh_launch_wait_fds(const sh_launch *l, struct pollfd *p, uint32_t max, int64_t *until)
 {
-	if (l->job[0] && l->next_poll < until)
-		until = l->next_poll;
-	struct pollfd p[MAX_UNITS];
-	nfds_t n = 0;
-	for (uint32_t i = 0; i < l->nu && n < MAX_UNITS; i++)
+	/* a Slurm job has no process here: its state is asked for again at
+	 * next_poll */
+	if (l->job[0] && l->next_poll < *until)
+		*until = l->next_poll;
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < l->nu && n < max; i++)
 		if (!l->u[i].ended && l->u[i].proc.pidfd >= 0)
 			p[n++] = (struct pollfd){.fd = l->u[i].proc.pidfd, .events = POLLIN};
+	return n;
+}
+
+/* Waits until one of l's processes ends or until. */
+static void wait_units(sh_launch *l, int64_t until)
+{
+	struct pollfd p[MAX_UNITS];
+	nfds_t n = sh_launch_wait_fds(l, p, MAX_UNITS, &until);
 	int64_t left = until - shoal_now_ns();
 	if (left > 0)
 		poll(p, n, (int)(left / 1000000 + 1));

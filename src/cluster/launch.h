@@ -11,6 +11,7 @@
 
 #include <shoal/cluster.h>
 
+#include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -54,6 +55,11 @@ int sh_launch_start(sh_launch **out, const sh_launch_cfg *cfg, char *why, size_t
  * ended since the last look (and how) is appended to news, one line each,
  * in the launcher's own words with the tail of its output. */
 uint32_t sh_launch_poll(sh_launch *l, char *news, size_t newslen);
+/* What says when to poll l next: the pidfds of its processes still running
+ * (into p, at most max; their count is returned), and, for a launcher with
+ * no process here (Slurm), *until lowered to its next ask. A waiter polls
+ * these with its own descriptors, then calls sh_launch_poll. */
+uint32_t sh_launch_wait_fds(const sh_launch *l, struct pollfd *p, uint32_t max, int64_t *until);
 /* The next poll asks the launcher (Slurm) at once: for a status. */
 void sh_launch_refresh(sh_launch *l);
 /* Appends a line per unit: what it is and how it is doing. */

@@ -223,6 +223,16 @@ static void sup_poll(sup *s)
 	s->news[a + b] = 0;
 }
 
+/* The descriptors that say a launch has news (sh_launch_wait_fds). */
+#define WAIT_FDS 1024
+static uint32_t sup_wait_fds(sup *s, struct pollfd *p, uint32_t max, int64_t *until)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < s->nlaunch && n < max; i++)
+		n += sh_launch_wait_fds(s->launch[i], p + n, max - n, until);
+	return n;
+}
+
 static void sup_status(sup *s, char *out, size_t len)
 {
 	shoal_controller_stat st;
@@ -594,8 +604,13 @@ static int serve(sup *s, int ready_fd)
 		ready_fd = -1;
 	}
 	for (;;) {
-		struct pollfd p[2] = {{lfd, POLLIN, 0}, {sfd, POLLIN, 0}};
-		poll(p, 2, 200);
+		/* a request, a signal, or the end of a process a launch started
+		 * (a Slurm launch's next ask bounds the wait) */
+		struct pollfd p[2 + WAIT_FDS] = {{lfd, POLLIN, 0}, {sfd, POLLIN, 0}};
+		int64_t until = SHOAL_FOREVER;
+		nfds_t n = 2 + sup_wait_fds(s, p + 2, WAIT_FDS, &until);
+		int64_t left = until == SHOAL_FOREVER ? -1 : until - shoal_now_ns();
+		poll(p, n, left < 0 ? -1 : (int)(left / 1000000 + 1));
 		if (p[1].revents) {
 			struct signalfd_siginfo si;
 			if (read(sfd, &si, sizeof(si)) > 0) {
