@@ -756,8 +756,15 @@ static void *watch_main(void *arg)
 			cJSON_Delete(w);
 		}
 		cJSON_Delete(ans);
-		for (int i = 0; i < 10 && !r->stop; i++)
-			usleep(100000);
+		/* a second before it asks again, unless the store stops first
+		 * (sh_reg_stop wakes every waiter on cv) */
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += 1;
+		pthread_mutex_lock(&r->mu);
+		while (!r->stop && pthread_cond_timedwait(&r->cv, &r->mu, &ts) == 0)
+			;
+		pthread_mutex_unlock(&r->mu);
 	}
 	return NULL;
 }
@@ -837,7 +844,7 @@ int sh_reg_serve(sh_cluster *cl)
 	if (rc == 0 && (rc = -pthread_create(&r->watcher, NULL, watch_main, r)) != 0) {
 		pthread_mutex_lock(&r->mu);
 		r->stop = 1;
-		pthread_cond_signal(&r->cv);
+		pthread_cond_broadcast(&r->cv);
 		pthread_mutex_unlock(&r->mu);
 		pthread_join(r->thread, NULL);
 	}
@@ -851,7 +858,7 @@ void sh_reg_stop(sh_cluster *cl)
 		return;
 	pthread_mutex_lock(&r->mu);
 	r->stop = 1;
-	pthread_cond_signal(&r->cv);
+	pthread_cond_broadcast(&r->cv);
 	pthread_mutex_unlock(&r->mu);
 	pthread_join(r->thread, NULL);
 	pthread_join(r->watcher, NULL);
