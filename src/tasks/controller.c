@@ -42,6 +42,17 @@
 
 typedef struct tk_task tk_task;
 
+/* Why a task left the controller (sh_task_end). */
+typedef enum sh_task_why {
+	SH_TASK_RESULT = 1, /* its engine answered (a value, or the error its function raised) */
+	SH_TASK_FAILED,	    /* failed here: no engine for it, a dependency, its engine went */
+	SH_TASK_RETRIES,    /* its engine went while running it, and no retries were left */
+	SH_TASK_DEADLINE,   /* its deadline passed */
+	SH_TASK_GONE,	    /* its client went (or its bytes never came): nobody to answer */
+	SH_TASK_STOP,	    /* the controller stops */
+	SH_TASK_NOMEM,	    /* never got on the books */
+} sh_task_why;
+
 /* A hold buffer: the out-of-band bytes of a large task, read from its
  * client. Freed (or kept for the next large task, warm) with its last
  * reference. */
@@ -74,7 +85,8 @@ struct tk_task {
 	uint32_t nfollow;
 	bool queued; /* in an outbox or the pending queue */
 	bool sent;   /* its engine has it */
-	bool over;   /* answered (failed early): freed when it leaves its queue */
+	bool over;   /* ended (sh_task_end): freed once nothing holds it */
+	uint8_t end; /* why it ended (sh_task_why) */
 };
 
 typedef struct tk_queue {
@@ -290,28 +302,41 @@ static void take_back(shoal_controller *ctl, tk_task *t)
 	fill(ctl, e);
 }
 
-/* Takes t off the books; a queue it is in frees it when it comes out. */
-static void forget(shoal_controller *ctl, tk_task *t)
+/* Every task leaves through here: once when it ends (why), and again each
+ * time something that held it lets go of it (sh_task_let_go: a queue it
+ * was in, a dependency it waited for, a writer sending its bytes). The
+ * first time takes it off the books; it is freed once nothing holds it,
+ * here and nowhere else. */
+static void sh_task_end(shoal_controller *ctl, tk_task *t, sh_task_why why)
 {
-	if (t->deadline)
-		ctl->with_deadline--;
-	sh_map_del(&ctl->tasks, t->tid);
-	if (t->on)
-		take_back(ctl, t);
-	else if (t->queued)
-		atomic_fetch_sub_explicit(&ctl->n_queued, 1, memory_order_relaxed); /* pending */
-	if (t->queued || t->unmet || t->writing)
-		t->over = true; /* freed when it leaves its queue, or its waits end */
-	else
+	if (!t->over) {
+		t->over = true;
+		t->end = (uint8_t)why;
+		if (t->deadline)
+			ctl->with_deadline--;
+		sh_map_del(&ctl->tasks, t->tid);
+		if (t->on)
+			take_back(ctl, t);
+		else if (t->queued) /* pending */
+			atomic_fetch_sub_explicit(&ctl->n_queued, 1, memory_order_relaxed);
+	}
+	if (!t->queued && !t->unmet && !t->writing)
 		task_free(t);
 }
 
+/* Something that held t let go of it: if t has ended, it may go now. */
+static void sh_task_let_go(shoal_controller *ctl, tk_task *t)
+{
+	if (t->over)
+		sh_task_end(ctl, t, (sh_task_why)t->end);
+}
+
 /* Appends the result of t (status, and raw: an encoded value, or NULL
- * with a message) to its client's batch, and forgets t. */
+ * with a message) to its client's batch, and ends t (why). */
 static void settle_deps(shoal_controller *ctl, tk_client *c, uint64_t id, int32_t fate);
 
-static void answer(shoal_controller *ctl, tk_task *t, int32_t status, const void *raw, size_t len,
-		   const char *msg)
+static void answer(shoal_controller *ctl, tk_task *t, sh_task_why why, int32_t status,
+		   const void *raw, size_t len, const char *msg)
 {
 	tk_client *c = t->client;
 	uint64_t cid = t->cid;
@@ -332,21 +357,21 @@ static void answer(shoal_controller *ctl, tk_task *t, int32_t status, const void
 	atomic_fetch_add_explicit(&ctl->n_done, 1, memory_order_relaxed);
 	if (status != 0 && !raw)
 		atomic_fetch_add_explicit(&ctl->n_failed, 1, memory_order_relaxed);
-	forget(ctl, t);
+	sh_task_end(ctl, t, why);
 	if (c && !c->c.gone)
 		settle_deps(ctl, c, cid, fate);
 }
 
-static void fail(shoal_controller *ctl, tk_task *t, int code, const char *fmt, ...)
-	SHOAL_PRINTF(4, 5);
-static void fail(shoal_controller *ctl, tk_task *t, int code, const char *fmt, ...)
+static void fail(shoal_controller *ctl, tk_task *t, sh_task_why why, int code, const char *fmt, ...)
+	SHOAL_PRINTF(5, 6);
+static void fail(shoal_controller *ctl, tk_task *t, sh_task_why why, int code, const char *fmt, ...)
 {
 	char msg[256];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	answer(ctl, t, code, NULL, 0, msg);
+	answer(ctl, t, why, code, NULL, 0, msg);
 }
 
 /* ---- schemes ---- */
@@ -451,7 +476,7 @@ static void assign(shoal_controller *ctl, tk_task *t)
 				if (g->c.num == (uint32_t)t->engine_want)
 					q = &g->waiting;
 		if (q == &ctl->pending && (uint32_t)t->engine_want < ctl->next_engine) {
-			fail(ctl, t, SHOAL_EENGINE,
+			fail(ctl, t, SH_TASK_FAILED, SHOAL_EENGINE,
 			     "task %llu was for engine %d alone, which has gone",
 			     (unsigned long long)t->cid, t->engine_want);
 			return;
@@ -474,8 +499,7 @@ static void fill(shoal_controller *ctl, tk_engine *e)
 		if (!t && !(t = q_pop(&ctl->backlog)))
 			break;
 		if (t->over) { /* answered or dropped while it waited */
-			if (!t->writing && !t->unmet)
-				task_free(t);
+			sh_task_let_go(ctl, t);
 			continue;
 		}
 		atomic_fetch_sub_explicit(&ctl->n_queued, 1, memory_order_relaxed);
@@ -494,7 +518,7 @@ static void assign_pending(shoal_controller *ctl)
 	ctl->pending = (tk_queue){0};
 	for (tk_task *t; (t = q_pop(&q)) != NULL;) {
 		if (t->over) {
-			task_free(t);
+			sh_task_let_go(ctl, t);
 			continue;
 		}
 		atomic_fetch_sub_explicit(&ctl->n_queued, 1, memory_order_relaxed);
@@ -530,7 +554,8 @@ static void release(shoal_controller *ctl, tk_task *t)
 	char why[128];
 	int32_t e = -1;
 	if (t->nfollow && follow_engine(t->client, t, &e, why, sizeof(why)) != 0) {
-		fail(ctl, t, SHOAL_EDEPFAIL, "task %llu: %s", (unsigned long long)t->cid, why);
+		fail(ctl, t, SH_TASK_FAILED, SHOAL_EDEPFAIL, "task %llu: %s",
+		     (unsigned long long)t->cid, why);
 		return;
 	}
 	if (e >= 0) {
@@ -538,7 +563,7 @@ static void release(shoal_controller *ctl, tk_task *t)
 		for (tk_engine *g = ctl->engines; g && !there; g = g->next)
 			there = (int32_t)g->c.num == e;
 		if (!there) {
-			fail(ctl, t, SHOAL_EDEPFAIL,
+			fail(ctl, t, SH_TASK_FAILED, SHOAL_EDEPFAIL,
 			     "task %llu follows tasks that ran on engine %d, which is gone",
 			     (unsigned long long)t->cid, e);
 			return;
@@ -561,12 +586,12 @@ static void settle_deps(shoal_controller *ctl, tk_client *c, uint64_t id, int32_
 		tk_task *t = w->v[i];
 		t->unmet--;
 		if (t->over) {
-			if (t->unmet == 0 && !t->queued)
-				task_free(t);
+			sh_task_let_go(ctl, t);
 			continue;
 		}
 		if (fate < 0)
-			fail(ctl, t, SHOAL_EDEPFAIL, "task %llu depends on task %llu, which failed",
+			fail(ctl, t, SH_TASK_FAILED, SHOAL_EDEPFAIL,
+			     "task %llu depends on task %llu, which failed",
 			     (unsigned long long)t->cid, (unsigned long long)id);
 		else if (t->unmet == 0)
 			release(ctl, t);
@@ -660,7 +685,7 @@ static int add_task(tk_client *c, const sh_tk_submit *v, int64_t now, const unsi
 		ctl->with_deadline++;
 	}
 	if (sh_map_put(&ctl->tasks, t->tid, t) != 0) {
-		task_free(t);
+		sh_task_end(ctl, t, SH_TASK_NOMEM);
 		return SHOAL_ENOMEM;
 	}
 	int rc = 0;
@@ -682,7 +707,7 @@ static int add_task(tk_client *c, const sh_tk_submit *v, int64_t now, const unsi
 	if (rc == SHOAL_ENOMEM)
 		return rc;
 	if (rc) {
-		fail(ctl, t, rc, "%s", why);
+		fail(ctl, t, SH_TASK_FAILED, rc, "%s", why);
 		return 0;
 	}
 	*out = t;
@@ -813,7 +838,7 @@ static void client_gone(shoal_controller *ctl, tk_client *c)
 	for (tk_task *t; (t = sweep_next(&w)) != NULL; dropped++) {
 		if (t->sent)
 			drop_on_engine(t);
-		forget(ctl, t);
+		sh_task_end(ctl, t, SH_TASK_GONE);
 	}
 	size_t it = 0;
 	uint64_t key;
@@ -842,8 +867,8 @@ static void client_fini(tk_client *c)
 		tk_waiters *w = val;
 		for (uint32_t i = 0; i < w->n; i++) {
 			tk_task *t = w->v[i];
-			if (--t->unmet == 0 && t->over && !t->queued)
-				task_free(t);
+			t->unmet--;
+			sh_task_let_go(c->c.ctl, t);
 		}
 		if (w->v)
 			shoal_free(w->v, w->cap * sizeof(*w->v));
@@ -875,7 +900,7 @@ static int on_done(tk_engine *e, const sh_frame *f)
 		tk_task *t = sh_map_get(&ctl->tasks, tid);
 		if (!t || t->on != e)
 			continue; /* answered already (its deadline passed) */
-		answer(ctl, t, status, raw, len, NULL);
+		answer(ctl, t, SH_TASK_RESULT, status, raw, len, NULL);
 	}
 	return sh_mp_done(&m) == 0 ? 0 : SHOAL_EPROTO;
 }
@@ -943,8 +968,7 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 	 * number will come. */
 	for (tk_task *t; (t = q_pop(&e->waiting)) != NULL;) {
 		if (t->over) { /* answered or dropped while it waited */
-			if (!t->writing && !t->unmet)
-				task_free(t);
+			sh_task_let_go(ctl, t);
 			continue;
 		}
 		atomic_fetch_sub_explicit(&ctl->n_queued, 1, memory_order_relaxed);
@@ -953,7 +977,7 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 	/* The outbox first: those never ran. */
 	for (tk_task *t; (t = q_pop(&e->outbox)) != NULL;) {
 		if (t->over) {
-			task_free(t);
+			sh_task_let_go(ctl, t);
 			continue;
 		}
 		take_back(ctl, t);
@@ -970,7 +994,7 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 			again++;
 			assign(ctl, t);
 		} else if (t->seq == 0 || t->seq > e->started) {
-			fail(ctl, t, SHOAL_EENGINE,
+			fail(ctl, t, SH_TASK_FAILED, SHOAL_EENGINE,
 			     "engine %u (%s) %s before it started the task, whose arguments were "
 			     "relayed to it, not kept",
 			     e->c.num, e->c.peer, how);
@@ -980,8 +1004,8 @@ static void engine_gone(shoal_controller *ctl, tk_engine *e)
 			atomic_fetch_add_explicit(&ctl->n_retried, 1, memory_order_relaxed);
 			assign(ctl, t);
 		} else {
-			fail(ctl, t, SHOAL_EENGINE, "engine %u (%s) %s while running it", e->c.num,
-			     e->c.peer, how);
+			fail(ctl, t, SH_TASK_RETRIES, SHOAL_EENGINE,
+			     "engine %u (%s) %s while running it", e->c.num, e->c.peer, how);
 		}
 	}
 	uint32_t left = 0;
@@ -1073,7 +1097,7 @@ static int engine_flush(tk_engine *e)
 		       rc == 0) {
 			tk_task *t = q_pop(&e->outbox);
 			if (t->over) {
-				task_free(t);
+				sh_task_let_go(e->c.ctl, t);
 				continue;
 			}
 			t->sent = true; /* a retry sends it again */
@@ -1106,8 +1130,8 @@ static int engine_flush(tk_engine *e)
 		}
 		for (uint32_t i = 0; i < e->npinned; i++) {
 			tk_task *t = e->pinned[i];
-			if (--t->writing == 0 && t->over && !t->queued && !t->unmet)
-				task_free(t);
+			t->writing--;
+			sh_task_let_go(e->c.ctl, t);
 		}
 		e->npinned = 0;
 		give_turn(&e->c);
@@ -1347,14 +1371,14 @@ static int relay(tk_client *c, tk_engine *e, tk_task *t, uint64_t n)
 	if (erc) {
 		conn_shut(&e->c);
 		if (t->on == e)
-			fail(ctl, t, SHOAL_EENGINE,
+			fail(ctl, t, SH_TASK_FAILED, SHOAL_EENGINE,
 			     "engine %u (%s) went while the task's arguments were on their way: %s",
 			     e->c.num, e->c.peer, shoal_strerror(erc));
 	} else if (crc && t->on == e) {
-		forget(ctl, t); /* nobody to answer, and no answer coming */
+		sh_task_end(ctl, t, SH_TASK_GONE); /* nobody to answer, and no answer coming */
 	}
-	if (--t->writing == 0 && t->over && !t->queued && !t->unmet)
-		task_free(t);
+	t->writing--;
+	sh_task_let_go(ctl, t);
 	return crc;
 }
 
@@ -1398,17 +1422,16 @@ static int on_large(tk_client *c, const sh_frame *f)
 		t->raw = fr->p;
 		t->frame = fr;
 		fr->refs++;
-		if (--t->writing == 0 && t->over)
-			task_free(t);
-		else if (!t->over)
+		t->writing--;
+		if (t->over)
+			sh_task_let_go(ctl, t);
+		else
 			release(ctl, t);
 	} else if (rc == 0) {
 		rc = add_task(c, &v, now, NULL, fr, true, &t);
-	} else if (t && --t->writing == 0) {
-		if (t->over)
-			task_free(t);
-		else
-			forget(ctl, t);
+	} else if (t) { /* its bytes never came: the connection ends */
+		t->writing--;
+		sh_task_end(ctl, t, SH_TASK_GONE);
 	}
 	if (fr)
 		frame_unref(fr);
@@ -1772,7 +1795,7 @@ static void *deadline_main(void *arg)
 		tk_sweep w;
 		sweep_begin(&w, ctl, overdue, &now);
 		for (tk_task *t; (t = sweep_next(&w)) != NULL;)
-			fail(ctl, t, SHOAL_ETIMEDOUT,
+			fail(ctl, t, SH_TASK_DEADLINE, SHOAL_ETIMEDOUT,
 			     "task %llu did not finish before its deadline",
 			     (unsigned long long)t->cid);
 	}
@@ -1831,11 +1854,8 @@ static void *controller_thread(void *arg)
 	while (ctl->nconns)
 		shoal_sleep_until(shoal_deadline_in(1000000));
 	/* What is left had no engine and no client any more. */
-	for (tk_task *t; (t = q_pop(&ctl->pending)) != NULL;) {
-		if (!t->over)
-			sh_map_del(&ctl->tasks, t->tid);
-		task_free(t);
-	}
+	for (tk_task *t; (t = q_pop(&ctl->pending)) != NULL || (t = q_pop(&ctl->backlog)) != NULL;)
+		sh_task_end(ctl, t, SH_TASK_STOP);
 	shoal_fd_forget(ctl->lsock);
 	shoal_fd_forget(ctl->stop_efd);
 	if (ctl->tcp_lsock >= 0)
