@@ -37,6 +37,8 @@ static int conn_read(tk_conn *c, size_t *len)
 void sh_ctl_conn_shut(tk_conn *c)
 {
 	c->shut = true;
+	if (c->bell)
+		sh_ctl_ring(c->bell);
 	if (c->tcp >= 0)
 		shutdown(c->tcp, SHUT_RDWR);
 	else
@@ -44,6 +46,26 @@ void sh_ctl_conn_shut(tk_conn *c)
 }
 
 /* ---- writers ---- */
+
+/* A doorbell is a channel of one byte and capacity one: ringing it twice
+ * before its fiber looks is ringing it once. Its fiber, on this thread,
+ * checks what it waits for after each ring. */
+void sh_ctl_ring(shoal_chan *bell)
+{
+	char one = 1;
+	if (shoal_chan_len(bell) == 0)
+		shoal_chan_send(bell, &one, SHOAL_FOREVER); /* room for it: never waits */
+}
+
+/* The clients held back look again (fewer bytes held, or more engines). */
+void sh_ctl_wake_held(shoal_controller *ctl)
+{
+	if (!ctl->nheld_back)
+		return;
+	for (tk_client *c = ctl->clients; c; c = c->next)
+		if (c->c.held_back)
+			sh_ctl_ring(c->c.bell);
+}
 
 void sh_ctl_kick(tk_conn *c)
 {
@@ -358,6 +380,8 @@ static void conn_fini(tk_conn *c)
 	}
 	if (c->kick)
 		shoal_chan_destroy(c->kick);
+	if (c->bell)
+		shoal_chan_destroy(c->bell);
 	if (c->turn)
 		shoal_chan_destroy(c->turn);
 	sh_link_fini(&c->l);
@@ -371,22 +395,61 @@ static void conn_fini(tk_conn *c)
 		shoal_free(c->in, c->in_cap);
 }
 
+/* While a TCP client is held back nothing is read from it that would say
+ * its peer hung up: this fiber looks at each edge of its socket, and
+ * rings the client's bell when it did. */
+static void *hangup_main(void *arg)
+{
+	tk_conn *c = arg;
+	for (;;) {
+		struct pollfd p = {.fd = c->tcp, .events = POLLRDHUP};
+		if (poll(&p, 1, 0) == 1) {
+			c->hung_up = true;
+			sh_ctl_ring(c->bell);
+			return NULL;
+		}
+		if (shoal_fd_wait(c->tcp, SHOAL_FD_IN, SHOAL_FOREVER, NULL) == SHOAL_ECANCELED)
+			return NULL;
+	}
+}
+
+static bool too_much_held(const shoal_controller *ctl)
+{
+	return ctl->held > HELD_MAX &&
+	       ctl->nheld > 2 * atomic_load_explicit(&ctl->n_engines, memory_order_relaxed);
+}
+
 /* Waits, before reading more of a client, while the controller holds
- * HELD_MAX bytes of large tasks; polled, since what frees them (results,
- * deadlines, engines and clients leaving) is everywhere. */
+ * HELD_MAX bytes of large tasks. What frees them (results, deadlines,
+ * engines and clients leaving) is everywhere, but all of it goes through
+ * sh_ctl_frame_unref, which rings the bells of the clients held back, as
+ * does an engine joining and the client's connection ending. */
 static int hold_back(tk_client *c)
 {
 	shoal_controller *ctl = c->c.ctl;
-	while (ctl->held > HELD_MAX &&
-	       ctl->nheld > 2 * atomic_load_explicit(&ctl->n_engines, memory_order_relaxed)) {
-		struct pollfd p = {.fd = c->c.tcp, .events = POLLRDHUP};
-		if (c->c.shut || (c->c.tcp >= 0 && poll(&p, 1, 0) == 1))
-			return SHOAL_ECLOSED;
-		int rc = shoal_sleep_until(shoal_deadline_in(200000));
-		if (rc != 0 && rc != SHOAL_ETIMEDOUT)
-			return rc; /* cancelled */
+	if (!too_much_held(ctl))
+		return 0;
+	shoal_fiber *hangup = NULL;
+	int rc = 0;
+	if (c->c.tcp >= 0)
+		rc = shoal_spawn(&hangup, hangup_main, &c->c,
+				 &(shoal_fiber_opts){.name = "tasks-hangup"});
+	c->c.held_back = true;
+	ctl->nheld_back++;
+	while (rc == 0 && too_much_held(ctl)) {
+		char b;
+		if (c->c.shut || c->c.hung_up)
+			rc = SHOAL_ECLOSED;
+		else if ((rc = shoal_chan_recv(c->c.bell, &b, SHOAL_FOREVER)) != 0)
+			break; /* cancelled */
 	}
-	return 0;
+	c->c.held_back = false;
+	ctl->nheld_back--;
+	if (hangup) {
+		shoal_cancel(hangup);
+		shoal_join(hangup, NULL);
+	}
+	return rc;
 }
 
 void *sh_ctl_conn_main(void *arg)
@@ -459,6 +522,8 @@ void *sh_ctl_conn_main(void *arg)
 			close(page);
 		if (rc == 0)
 			rc = shoal_chan_create(&c->kick, 1, 1);
+		if (rc == 0)
+			rc = shoal_chan_create(&c->bell, 1, 1);
 		if (rc == 0 && (rc = shoal_chan_create(&c->turn, 1, 1)) == 0)
 			sh_ctl_give_turn(c);
 		if (rc == 0)
@@ -486,6 +551,7 @@ void *sh_ctl_conn_main(void *arg)
 			atomic_load_explicit(&ctl->n_engines, memory_order_relaxed) == 1 ? ""
 											 : "s");
 		joined = true;
+		sh_ctl_wake_held(ctl); /* room for more held bytes */
 		sh_ctl_assign_pending(ctl);
 		sh_ctl_fill(ctl, e);
 	} else if (rc == 0) {
@@ -533,8 +599,9 @@ void *sh_ctl_conn_main(void *arg)
 				}
 			sh_ctl_client_gone(ctl, cl);
 		}
-		while (c->users) /* relays to it, finding it gone */
-			shoal_sleep_until(shoal_deadline_in(1000000));
+		char b;
+		while (c->users) /* relays to it, finding it gone; the last rings */
+			shoal_chan_recv(c->bell, &b, SHOAL_FOREVER);
 		conn_fini(c);
 		if (e) {
 			if (e->pinned)
@@ -554,6 +621,7 @@ void *sh_ctl_conn_main(void *arg)
 						  memory_order_relaxed);
 		SH_DELETE(e ? (void *)e : (void *)cl);
 	}
-	ctl->nconns--;
+	if (--ctl->nconns == 0 && ctl->stopping)
+		sh_ctl_ring(ctl->idle);
 	return NULL;
 }

@@ -67,7 +67,9 @@ static bool overdue(const tk_task *t, const void *now)
 	return t->deadline && *(const int64_t *)now > t->deadline;
 }
 
-/* Fails what passed its deadline; trims the spares. */
+/* Fails what passed its deadline; trims the spares. A timer, not a wait
+ * for an event: each 5 ms it sweeps the tasks that have a deadline (they
+ * are in no order of deadlines to wait for the next one). */
 static void *deadline_main(void *arg)
 {
 	shoal_controller *ctl = arg;
@@ -207,7 +209,8 @@ static void *controller_thread(void *arg)
 		return NULL;
 	}
 	shoal_fiber *acc = NULL, *dl = NULL, *tacc = NULL;
-	if ((rc = shoal_spawn(&acc, accept_main, ctl,
+	if ((rc = shoal_chan_create(&ctl->idle, 1, 1)) ||
+	    (rc = shoal_spawn(&acc, accept_main, ctl,
 			      &(shoal_fiber_opts){.name = "tasks-accept"})) ||
 	    (rc = shoal_spawn(&dl, deadline_main, ctl,
 			      &(shoal_fiber_opts){.name = "tasks-deadlines"})) ||
@@ -239,8 +242,9 @@ static void *controller_thread(void *arg)
 		sh_ctl_conn_shut(&e->c);
 	for (tk_client *c = ctl->clients; c; c = c->next)
 		sh_ctl_conn_shut(&c->c);
-	while (ctl->nconns)
-		shoal_sleep_until(shoal_deadline_in(1000000));
+	char b;
+	while (ctl->nconns) /* the last to end rings */
+		shoal_chan_recv(ctl->idle, &b, SHOAL_FOREVER);
 	/* What is left had no engine and no client any more. */
 	for (tk_task *t; (t = sh_ctl_q_pop(&ctl->pending)) != NULL ||
 			 (t = sh_ctl_q_pop(&ctl->backlog)) != NULL;)
@@ -249,6 +253,8 @@ static void *controller_thread(void *arg)
 	shoal_fd_forget(ctl->stop_efd);
 	if (ctl->tcp_lsock >= 0)
 		shoal_fd_forget(ctl->tcp_lsock);
+	if (ctl->idle)
+		shoal_chan_destroy(ctl->idle);
 	shoal_sched_destroy(sched);
 	return NULL;
 }

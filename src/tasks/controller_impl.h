@@ -84,12 +84,17 @@ typedef struct tk_conn {
 	pid_t pid;
 	uint32_t num; /* engines: 0, 1, 2 ...; clients: 1, 2, ... */
 	bool engine, gone, kick_pending;
-	bool shut; /* its traffic is over (conn_shut) */
+	bool shut;	/* its traffic is over (conn_shut) */
+	bool held_back; /* a client waiting in hold_back (conn.c) */
+	bool hung_up;	/* its TCP peer hung up while it was held back */
 	/* the right to write to it, a token that the writer fiber and relays
 	 * pass around; relays using it (it is freed only once they are done) */
 	shoal_chan *turn;
 	uint32_t users;
 	shoal_chan *kick;
+	/* its reader's doorbell (sh_ctl_ring): the last relay to it is done,
+	 * the held bytes went down, it was shut */
+	shoal_chan *bell;
 	shoal_fiber *writer, *watcher;
 	unsigned char *in;
 	size_t in_cap;
@@ -154,6 +159,8 @@ struct shoal_controller {
 	tk_engine *engines;
 	tk_client *clients;
 	uint32_t nconns, next_engine, next_client;
+	uint32_t nheld_back;  /* clients waiting in hold_back */
+	shoal_chan *idle;     /* rung as the last connection ends, once stopping */
 	sh_hellos tcp_hellos; /* TCP peers still in their handshake */
 	uint64_t conn_budget; /* connections the descriptor limit allows */
 	sh_refusals refusals; /* TCP peers refused, for the log */
@@ -230,6 +237,8 @@ void sh_ctl_client_fini(tk_client *c);
 void sh_ctl_engine_gone(shoal_controller *ctl, tk_engine *e);
 
 /* conn.c */
+void sh_ctl_ring(shoal_chan *bell);
+void sh_ctl_wake_held(shoal_controller *ctl);
 void sh_ctl_kick(tk_conn *c);
 void sh_ctl_conn_shut(tk_conn *c);
 uint64_t sh_ctl_owner_of(const tk_task *t);

@@ -19,6 +19,7 @@ void sh_ctl_frame_unref(tk_frame *fr)
 	ctl->nheld--;
 	atomic_store_explicit(&ctl->n_held, ctl->held, memory_order_relaxed);
 	ctl->last_hold = shoal_now_ns();
+	sh_ctl_wake_held(ctl);
 	if (ctl->spare_bytes + fr->cap <= SPARE_MAX) {
 		fr->next = ctl->spare_frames;
 		ctl->spare_frames = fr;
@@ -151,7 +152,8 @@ static int relay(tk_client *c, tk_engine *e, tk_task *t, uint64_t n)
 	}
 	if (turn)
 		sh_ctl_give_turn(&e->c);
-	e->c.users--;
+	if (--e->c.users == 0 && e->c.gone)
+		sh_ctl_ring(e->c.bell); /* its reader waits for the last relay */
 	if (erc) {
 		sh_ctl_conn_shut(&e->c);
 		if (t->on == e)

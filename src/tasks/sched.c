@@ -8,7 +8,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 /* ---- queues ---- */
 
@@ -576,21 +578,31 @@ static void engine_end(pid_t pid, char *how, size_t len)
 	snprintf(how, len, "went away");
 	if (pid <= 0)
 		return; /* over TCP: no process of ours */
-	/* It may still be on its way out. */
-	for (int i = 0; i < 100; i++) {
+	/* It may still be on its way out: its pidfd says when it is, within
+	 * 100 ms. */
+	int64_t until = shoal_deadline_in(100000000);
+	int pidfd = -1;
+	for (;;) {
 		siginfo_t si;
 		si.si_pid = 0;
 		if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0)
-			return; /* not ours, or reaped already */
+			break; /* not ours, or reaped already */
 		if (si.si_pid == pid) {
 			if (si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED)
 				snprintf(how, len, "was killed by signal %d (%s)", si.si_status,
 					 strsignal(si.si_status));
 			else
 				snprintf(how, len, "exited with status %d", si.si_status);
-			return;
+			break;
 		}
-		shoal_sleep_until(shoal_deadline_in(1000000));
+		if (pidfd < 0 && (pidfd = (int)syscall(SYS_pidfd_open, pid, 0)) < 0)
+			break; /* gone meanwhile (then reaped), or no pidfds */
+		if (shoal_fd_wait(pidfd, SHOAL_FD_IN, until, NULL) != 0)
+			break; /* still running after 100 ms, or cancelled */
+	}
+	if (pidfd >= 0) {
+		shoal_fd_forget(pidfd);
+		close(pidfd);
 	}
 }
 
