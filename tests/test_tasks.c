@@ -1676,6 +1676,45 @@ SH_TEST_T(large_tasks_are_held_back, 120)
 		waitpid(pids[i], NULL, 0);
 }
 
+/* The same over TCP, killed while held back: nothing read from a client
+ * held back would say its peer hung up, so a fiber watches its socket
+ * meanwhile (conn.c, hold_back). */
+SH_TEST_T(large_tasks_are_held_back_over_tcp, 120)
+{
+	setenv("SHOAL_SECRET", secret, 1); /* the client's, inherited */
+	int go[2];
+	CHECK(pipe(go) == 0);
+	pid_t kid = fork();
+	CHECK(kid >= 0);
+	if (kid == 0) {
+		char addr[256] = {0};
+		close(go[1]);
+		if (read(go[0], addr, sizeof(addr) - 1) <= 0)
+			_exit(1);
+		held_client(addr, 200, 3000);
+	}
+	close(go[0]);
+	char addr[160];
+	shoal_controller *c = tcp_controller(addr, sizeof(addr));
+	pid_t pids[2];
+	engines(c, 2, pids);
+	CHECK(write(go[1], addr, strlen(addr)) == (ssize_t)strlen(addr));
+	WAIT_FOR(stat_of(c).held_bytes >= 12 * MIB, 10000);
+	CHECK(stat_of(c).held_bytes >= 12 * MIB);
+	usleep(100000);
+	CHECK(stat_of(c).held_bytes <= 20 * MIB);
+	int status;
+	CHECK(kill(kid, SIGKILL) == 0);
+	CHECK(waitpid(kid, &status, 0) == kid);
+	WAIT_FOR(!stat_of(c).clients && !stat_of(c).queued && !stat_of(c).held_bytes, 5000);
+	shoal_controller_stat st = stat_of(c);
+	CHECK_EQ(st.clients + st.queued + st.held_bytes, 0);
+	close(go[1]);
+	shoal_controller_close(c);
+	for (int i = 0; i < 2; i++)
+		waitpid(pids[i], NULL, 0);
+}
+
 /* Echoes of large arguments through f to engine `engine`: some relayed,
  * some held by the controller (a retry or a dependency needs the bytes
  * kept), every result checked. */
