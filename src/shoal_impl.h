@@ -113,6 +113,9 @@ int sh_err_set(const void *h, int code, const char *fmt, ...) SHOAL_PRINTF(3, 4)
 int sh_err_vset(const void *h, int code, const char *fmt, va_list ap);
 void sh_err_clear(const void *h);
 const char *sh_err_get(const void *h);
+/* The same for a call that reports into its caller's buffer (why,
+ * whylen: may be NULL, 0): the message, cut to fit; returns code. */
+int sh_say(char *why, size_t whylen, int code, const char *fmt, ...) SHOAL_PRINTF(4, 5);
 
 /* Writes a whole buffer to fd with write(2), retrying on EINTR and partial
  * writes; async-signal-safe. */

@@ -129,3 +129,14 @@ const char *sh_err_get(const void *h)
 {
 	return h && last_err.owner == h ? last_err.text : "";
 }
+
+int sh_say(char *why, size_t whylen, int code, const char *fmt, ...)
+{
+	if (why && whylen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(why, whylen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}

@@ -279,16 +279,6 @@ bool sh_migs_yield_room(sh_cluster *cl, uint64_t bytes)
 
 /* ---- the thread ---- */
 
-SHOAL_PRINTF(3, 4)
-static int mig_fail(mig *g, int rc, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(g->why, sizeof(g->why), fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
 /* The blobs' places in the region, in the tree's order: each inside it. */
 static int check_layout(const shoal_node *n, uint64_t region, uint64_t *total, uint64_t *nblobs)
 {
@@ -661,7 +651,8 @@ static int ask(mig *g, size_t *len, char *why, size_t whylen)
 		int rc = 0;
 		if (!kept && (rc = link_open(g, 0, &ch, why, whylen)) != 0) {
 			g->ch = ch;
-			return mig_fail(g, rc, "cannot reach the store at %s: %s", g->from, why);
+			return sh_say(g->why, sizeof(g->why), rc,
+				      "cannot reach the store at %s: %s", g->from, why);
 		}
 		g->ch = ch;
 		rc = send_request(ch, SH_PEER_FETCH, g->key_id, g->key_name, g->key_len,
@@ -679,15 +670,16 @@ static int ask(mig *g, size_t *len, char *why, size_t whylen)
 			continue;
 		}
 		if (rc == SHOAL_EMSGSIZE)
-			return mig_fail(
-				g, rc,
+			return sh_say(
+				g->why, sizeof(g->why), rc,
 				"the store at %s answered FETCH with a frame over %u bytes: "
 				"expected an answer of at most %u (a metadata tree of at most "
 				"%u bytes)",
 				g->from, SH_PEER_META_MAX + 4096, SH_PEER_META_MAX + 4096,
 				SH_PEER_META_MAX);
-		return mig_fail(g, rc, "the store at %s: %s%s%s", g->from, shoal_strerror(rc),
-				sh_channel_error(ch)[0] ? ": " : "", sh_channel_error(ch));
+		return sh_say(g->why, sizeof(g->why), rc, "the store at %s: %s%s%s", g->from,
+			      shoal_strerror(rc), sh_channel_error(ch)[0] ? ": " : "",
+			      sh_channel_error(ch));
 	}
 }
 
@@ -728,32 +720,33 @@ static int fetch(mig *g)
 	sh_channel *ch = g->ch;
 	if ((rc = sh_mig_parse_reply(g->in, len, &g->r, &g->a, why, sizeof(why))) != 0) {
 		g->in_step = rc < 0 && rc != SHOAL_EPROTO && rc != SHOAL_EBADMSG;
-		return g->in_step ? mig_fail(g, rc, "%s", why)
-				  : mig_fail(g, rc, "the store at %s: %s", g->from, why);
+		return g->in_step ? sh_say(g->why, sizeof(g->why), rc, "%s", why)
+				  : sh_say(g->why, sizeof(g->why), rc, "the store at %s: %s",
+					   g->from, why);
 	}
 	/* What comes is what was asked for: the id, or the name, which the
 	 * copy is bound to (never a name the source gives instead) */
 	if (g->key_id && g->r.id != g->key_id)
-		return mig_fail(g, SHOAL_EPROTO,
-				"the store at %s sent object %016" PRIx64 " for %016" PRIx64
-				": expected the object asked for",
-				g->from, g->r.id, g->key_id);
+		return sh_say(g->why, sizeof(g->why), SHOAL_EPROTO,
+			      "the store at %s sent object %016" PRIx64 " for %016" PRIx64
+			      ": expected the object asked for",
+			      g->from, g->r.id, g->key_id);
 	if (g->key_name && (!g->r.name || strcmp(g->r.name, g->key_name) != 0))
-		return mig_fail(g, SHOAL_EPROTO,
-				"the store at %s answered for \"%.200s\" with %s%.200s%s: expected "
-				"the object named \"%.200s\"",
-				g->from, g->key_name, g->r.name ? "\"" : "",
-				g->r.name ? g->r.name : "an unnamed object", g->r.name ? "\"" : "",
-				g->key_name);
+		return sh_say(g->why, sizeof(g->why), SHOAL_EPROTO,
+			      "the store at %s answered for \"%.200s\" with %s%.200s%s: expected "
+			      "the object named \"%.200s\"",
+			      g->from, g->key_name, g->r.name ? "\"" : "",
+			      g->r.name ? g->r.name : "an unnamed object", g->r.name ? "\"" : "",
+			      g->key_name);
 	if ((rc = expect_check(g, why, sizeof(why))) != 0)
-		return mig_fail(g, rc, "the store at %s: %s", g->from, why);
+		return sh_say(g->why, sizeof(g->why), rc, "the store at %s: %s", g->from, why);
 	g->id = g->r.id;
 	g->sig = g->r.sig;
 	g->region = g->r.region;
 	g->root = g->r.root;
 	g->total = g->r.total;
 	if (g->key_name && !(g->name = shoal_alloc(g->key_len + 1)))
-		return mig_fail(g, SHOAL_ENOMEM, "out of memory");
+		return sh_say(g->why, sizeof(g->why), SHOAL_ENOMEM, "out of memory");
 	if (g->key_name)
 		memcpy(g->name, g->key_name, g->key_len + 1);
 	/* is it here already, is there room? */
@@ -773,8 +766,9 @@ static int fetch(mig *g)
 	 * write(2), which hugetlbfs has not; fresh 4 KiB pages would be faulted
 	 * one by one there, the kernel's pwritev is cheaper */
 	if ((rc = sh_store_copy_region(g->cl->s, g->region, &g->room, &g->region_of)) != 0)
-		return mig_fail(g, rc, "object %016" PRIx64 ": a region of %" PRIu64 " bytes: %s",
-				g->id, g->region, shoal_strerror(rc));
+		return sh_say(g->why, sizeof(g->why), rc,
+			      "object %016" PRIx64 ": a region of %" PRIu64 " bytes: %s", g->id,
+			      g->region, shoal_strerror(rc));
 	share sh[SH_PEER_STREAMS_MAX];
 	uint32_t started = 1;
 	for (; started < g->r.k; started++) {
@@ -799,20 +793,21 @@ static int fetch(mig *g)
 	 * remain for the seal */
 	sh_store_copy_region_done(&g->region_of, rc != 0);
 	if (rc)
-		return mig_fail(g, rc,
-				"object %016" PRIx64 " from %s: the transfer broke after %" PRIu64
-				" of %" PRIu64 " bytes: %s%s%s",
-				g->id, g->from, (uint64_t)atomic_load(&g->received), g->total,
-				shoal_strerror(rc), cause[0] ? ": " : "", cause);
+		return sh_say(g->why, sizeof(g->why), rc,
+			      "object %016" PRIx64 " from %s: the transfer broke after %" PRIu64
+			      " of %" PRIu64 " bytes: %s%s%s",
+			      g->id, g->from, (uint64_t)atomic_load(&g->received), g->total,
+			      shoal_strerror(rc), cause[0] ? ": " : "", cause);
 	if (sh_channel_pending(ch))
-		return mig_fail(g, SHOAL_EPROTO,
-				"object %016" PRIx64 " from %s: bytes came after the %" PRIu64
-				" its answer announced: expected the transfer to end there",
-				g->id, g->from, g->total);
+		return sh_say(g->why, sizeof(g->why), SHOAL_EPROTO,
+			      "object %016" PRIx64 " from %s: bytes came after the %" PRIu64
+			      " its answer announced: expected the transfer to end there",
+			      g->id, g->from, g->total);
 	g->in_step = g->r.k == 1; /* every byte of the one link read */
 	if ((rc = sh_memfd_seal(g->region_of.fd)) != 0)
-		return mig_fail(g, rc, "object %016" PRIx64 ": sealing its region: %s", g->id,
-				shoal_strerror(rc));
+		return sh_say(g->why, sizeof(g->why), rc,
+			      "object %016" PRIx64 ": sealing its region: %s", g->id,
+			      shoal_strerror(rc));
 	return 0;
 }
 

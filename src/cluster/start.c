@@ -23,18 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-SHOAL_PRINTF(4, 5)
-static int say(char *why, size_t whylen, int rc, const char *fmt, ...)
-{
-	if (why && whylen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(why, whylen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
-
 void shoal_cluster_opts_init(shoal_cluster_opts *o)
 {
 	memset(o, 0, sizeof(*o));
@@ -46,14 +34,14 @@ void shoal_cluster_opts_init(shoal_cluster_opts *o)
 static int where(const char *name, char *dir, size_t len, char *why, size_t whylen)
 {
 	if (!sh_cluster_name_ok(name))
-		return say(
+		return sh_say(
 			why, whylen, SHOAL_EINVAL,
 			"a cluster's name is 1 to 64 letters, digits, '.', '_' or '-': got '%.80s'",
 			name);
 	if (sh_cluster_dir(name, dir, len) != 0)
-		return say(why, whylen, SHOAL_EACCES,
-			   "no safe directory for the cluster's sockets (shoal_socket_dir: the "
-			   "log says why)");
+		return sh_say(why, whylen, SHOAL_EACCES,
+			      "no safe directory for the cluster's sockets (shoal_socket_dir: the "
+			      "log says why)");
 	return 0;
 }
 
@@ -103,36 +91,38 @@ int shoal_cluster_start(const shoal_cluster_opts *o, shoal_cluster_info *info, c
 {
 	const char *name = o->name ? o->name : "default";
 	if (o->engines == 0 || o->engines > SHOAL_CLUSTER_MAX_ENGINES)
-		return say(why, whylen, SHOAL_EINVAL, "engines: expected 1 to %d, got %u",
-			   SHOAL_CLUSTER_MAX_ENGINES, o->engines);
+		return sh_say(why, whylen, SHOAL_EINVAL, "engines: expected 1 to %d, got %u",
+			      SHOAL_CLUSTER_MAX_ENGINES, o->engines);
 	if (o->launcher < SHOAL_LAUNCH_LOCAL || o->launcher > SHOAL_LAUNCH_SLURM)
-		return say(why, whylen, SHOAL_EINVAL,
-			   "launcher %d: expected local, mpi, ssh or slurm", (int)o->launcher);
+		return sh_say(why, whylen, SHOAL_EINVAL,
+			      "launcher %d: expected local, mpi, ssh or slurm", (int)o->launcher);
 	if (o->launcher == SHOAL_LAUNCH_SSH && !o->hosts)
-		return say(why, whylen, SHOAL_EINVAL, "the ssh launcher needs hosts (a file)");
+		return sh_say(why, whylen, SHOAL_EINVAL, "the ssh launcher needs hosts (a file)");
 	if (o->launcher == SHOAL_LAUNCH_SSH && !o->tcp)
-		return say(why, whylen, SHOAL_EINVAL,
-			   "the ssh launcher needs tcp: an address of this host the engines reach");
+		return sh_say(
+			why, whylen, SHOAL_EINVAL,
+			"the ssh launcher needs tcp: an address of this host the engines reach");
 	if (o->so && access(o->so, R_OK) != 0)
-		return say(why, whylen, shoal_errno(), "so %s: %s", o->so, strerror(errno));
+		return sh_say(why, whylen, shoal_errno(), "so %s: %s", o->so, strerror(errno));
 	char hosts[PATH_MAX];
 	if (o->hosts && !realpath(o->hosts, hosts))
-		return say(why, whylen, shoal_errno(), "hosts %s: %s", o->hosts, strerror(errno));
+		return sh_say(why, whylen, shoal_errno(), "hosts %s: %s", o->hosts,
+			      strerror(errno));
 	char dir[PATH_MAX], reply[256];
 	int rc = where(name, dir, sizeof(dir), why, whylen);
 	if (rc)
 		return rc;
 	int e = sh_cluster_ask(dir, "status", reply, sizeof(reply), shoal_now_ns() + 2000000000LL);
 	if (e == 0 || e == SHOAL_ETIMEDOUT)
-		return say(why, whylen, SHOAL_EEXIST,
-			   "a cluster named %s is running (shoal cluster stop --name %s)", name,
-			   name);
+		return sh_say(why, whylen, SHOAL_EEXIST,
+			      "a cluster named %s is running (shoal cluster stop --name %s)", name,
+			      name);
 	sh_cluster_cleanup_dir(dir); /* a supervisor's that did not end well */
 	if (mkdir(dir, 0700) != 0)
-		return say(why, whylen, shoal_errno(), "%s: %s", dir, strerror(errno));
+		return sh_say(why, whylen, shoal_errno(), "%s: %s", dir, strerror(errno));
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) != 0) {
-		rc = say(why, whylen, shoal_errno(), "pipe: %s", strerror(errno));
+		rc = sh_say(why, whylen, shoal_errno(), "pipe: %s", strerror(errno));
 		sh_cluster_cleanup_dir(dir);
 		return rc;
 	}
@@ -157,7 +147,7 @@ int shoal_cluster_start(const shoal_cluster_opts *o, shoal_cluster_info *info, c
 	if (sr) {
 		close(p[0]);
 		sh_cluster_cleanup_dir(dir);
-		return say(why, whylen, sr, "the supervisor: %s", spawn_why);
+		return sh_say(why, whylen, sr, "the supervisor: %s", spawn_why);
 	}
 	/* it forks the supervisor proper and ends at once: the cluster is
 	 * no child of the caller's, which would keep it as a zombie after it
@@ -186,10 +176,10 @@ int shoal_cluster_start(const shoal_cluster_opts *o, shoal_cluster_info *info, c
 		return 0;
 	}
 	if (got)
-		return say(why, whylen, SHOAL_EIO, "cluster %s did not start: %s", name,
-			   strncmp(msg, "error: ", 7) == 0 ? msg + 7 : msg);
-	return say(why, whylen, SHOAL_EIO,
-		   "the cluster's supervisor (%s) ended without a word (see %s)", a[0], logpath);
+		return sh_say(why, whylen, SHOAL_EIO, "cluster %s did not start: %s", name,
+			      strncmp(msg, "error: ", 7) == 0 ? msg + 7 : msg);
+	return sh_say(why, whylen, SHOAL_EIO,
+		      "the cluster's supervisor (%s) ended without a word (see %s)", a[0], logpath);
 }
 
 /* Asks cluster name's supervisor req until wait_s; its answer into reply.
@@ -205,16 +195,17 @@ static int ask_named(const char *name, const char *req, double wait_s, char *rep
 	if (rc == SHOAL_ENOENT) {
 		if (!strcmp(req, "stop"))
 			sh_cluster_cleanup_dir(dir); /* nothing runs there: a dead one's files */
-		return say(why, whylen, rc, "no cluster named %s here (shoal cluster start)", name);
+		return sh_say(why, whylen, rc, "no cluster named %s here (shoal cluster start)",
+			      name);
 	}
 	if (rc)
-		return say(why, whylen, rc, "cluster %s did not answer: %s", name,
-			   shoal_strerror(rc));
+		return sh_say(why, whylen, rc, "cluster %s did not answer: %s", name,
+			      shoal_strerror(rc));
 	if (strncmp(reply, "error: ", 7) == 0) {
 		size_t n = strlen(reply);
 		if (n && reply[n - 1] == '\n')
 			reply[n - 1] = 0;
-		return say(why, whylen, SHOAL_EIO, "%s", reply + 7);
+		return sh_say(why, whylen, SHOAL_EIO, "%s", reply + 7);
 	}
 	return 0;
 }
@@ -236,22 +227,22 @@ int shoal_cluster_add(const char *name, uint32_t n, shoal_launcher l, const char
 {
 	sh_cluster_req r = {.op = SH_CLUSTER_ADD, .n = n, .launcher = (int)l};
 	if (n == 0 || n > SHOAL_CLUSTER_MAX_ENGINES)
-		return say(why, whylen, SHOAL_EINVAL, "engines to add: expected 1 to %d, got %u",
-			   SHOAL_CLUSTER_MAX_ENGINES, n);
+		return sh_say(why, whylen, SHOAL_EINVAL, "engines to add: expected 1 to %d, got %u",
+			      SHOAL_CLUSTER_MAX_ENGINES, n);
 	if (hosts) {
 		char abs[PATH_MAX];
 		if (!realpath(hosts, abs))
-			return say(why, whylen, shoal_errno(), "hosts %s: %s", hosts,
-				   strerror(errno));
+			return sh_say(why, whylen, shoal_errno(), "hosts %s: %s", hosts,
+				      strerror(errno));
 		if (strlen(abs) >= sizeof(r.hosts))
-			return say(why, whylen, SHOAL_EINVAL, "hosts %s: the path is too long",
-				   hosts);
+			return sh_say(why, whylen, SHOAL_EINVAL, "hosts %s: the path is too long",
+				      hosts);
 		memcpy(r.hosts, abs, strlen(abs) + 1);
 	}
 	char req[SH_CLUSTER_REQ_MAX + 1], dir[PATH_MAX];
 	if (sh_cluster_format_request(&r, req, sizeof(req)) < 0)
-		return say(why, whylen, SHOAL_EINVAL,
-			   "launcher %d: expected local, mpi, ssh or slurm", (int)l);
+		return sh_say(why, whylen, SHOAL_EINVAL,
+			      "launcher %d: expected local, mpi, ssh or slurm", (int)l);
 	static char reply[SH_CLUSTER_REPLY_MAX];
 	/* the supervisor waits for the engines up to its own timeout */
 	int rc = ask_named(name, req, (timeout_s > 0 ? timeout_s : 60) + 5, reply, sizeof(reply),
@@ -283,9 +274,9 @@ int shoal_cluster_stop(const char *name, double timeout_s, char *why, size_t why
 		close(in);
 	struct stat st;
 	if (stat(dir, &st) == 0)
-		return say(why, whylen, SHOAL_ETIMEDOUT,
-			   "cluster %s is still stopping after %.0f s", name ? name : "default",
-			   t + 5);
+		return sh_say(why, whylen, SHOAL_ETIMEDOUT,
+			      "cluster %s is still stopping after %.0f s", name ? name : "default",
+			      t + 5);
 	return 0;
 }
 

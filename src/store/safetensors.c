@@ -33,19 +33,6 @@ static const uint8_t dtype_rank[SHOAL_DT_COUNT] = {
 	[SHOAL_DT_F64] = 12,	[SHOAL_DT_I64] = 13, [SHOAL_DT_U64] = 14,
 };
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
-
 /* ---- helpers for messages --------------------------------------------- */
 
 /* A name as a message shows it: quoted, with control bytes, quotes and
@@ -217,26 +204,26 @@ static int lex_escape(const unsigned char *s, size_t len, size_t j, size_t *k, c
 		return 0;
 	}
 	if (e != 'u')
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "invalid escape at byte %zu of the header: expected one of \\\" \\\\ "
-			    "\\/ \\b \\f \\n \\r \\t \\uXXXX, got %s",
-			    j, e ? show_byte(e, b) : "the end");
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "invalid escape at byte %zu of the header: expected one of \\\" \\\\ "
+			      "\\/ \\b \\f \\n \\r \\t \\uXXXX, got %s",
+			      j, e ? show_byte(e, b) : "the end");
 	if (j + 6 > len || !is_hex4(s + j + 2))
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "invalid \\u escape at byte %zu of the header: expected 4 hex digits",
-			    j);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "invalid \\u escape at byte %zu of the header: expected 4 hex digits",
+			      j);
 	unsigned u = hex4(s + j + 2);
 	if (u == 0)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "\\u0000 at byte %zu of the header: names and metadata are C strings "
-			    "and cannot hold NUL",
-			    j);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "\\u0000 at byte %zu of the header: names and metadata are C strings "
+			      "and cannot hold NUL",
+			      j);
 	bool high = u >= 0xd800 && u < 0xdc00;
 	bool paired = high && j + 12 <= len && s[j + 6] == '\\' && s[j + 7] == 'u' &&
 		      is_hex4(s + j + 8) && hex4(s + j + 8) >= 0xdc00 && hex4(s + j + 8) < 0xe000;
 	if ((u >= 0xd800 && u < 0xe000) && !paired)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "unpaired UTF-16 surrogate \\u%04x at byte %zu of the header", u, j);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "unpaired UTF-16 surrogate \\u%04x at byte %zu of the header", u, j);
 	*k = paired ? 12 : 6;
 	return 0;
 }
@@ -247,9 +234,9 @@ static int lex_string(const unsigned char *s, size_t len, size_t *ip, char *err,
 	int rc;
 	for (;;) {
 		if (j >= len)
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "string starting at byte %zu of the header is not terminated",
-				    start);
+			return sh_say(err, errlen, SHOAL_EBADMSG,
+				      "string starting at byte %zu of the header is not terminated",
+				      start);
 		unsigned char c = s[j];
 		if (c == '"') {
 			*ip = j + 1;
@@ -259,15 +246,16 @@ static int lex_string(const unsigned char *s, size_t len, size_t *ip, char *err,
 			if ((rc = lex_escape(s, len, j, &k, err, errlen)) != 0)
 				return rc;
 		} else if (c < 0x20) {
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "raw control byte 0x%02x in a string at byte %zu of the header "
-				    "(JSON needs it escaped)",
-				    c, j);
+			return sh_say(
+				err, errlen, SHOAL_EBADMSG,
+				"raw control byte 0x%02x in a string at byte %zu of the header "
+				"(JSON needs it escaped)",
+				c, j);
 		} else if ((k = utf8_seq(s + j, len - j)) == 0) {
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "invalid UTF-8 at byte %zu of the header (byte 0x%02x): the "
-				    "header must be UTF-8",
-				    j, c);
+			return sh_say(err, errlen, SHOAL_EBADMSG,
+				      "invalid UTF-8 at byte %zu of the header (byte 0x%02x): the "
+				      "header must be UTF-8",
+				      j, c);
 		}
 		j += k;
 	}
@@ -281,13 +269,13 @@ static int lex_number(const unsigned char *s, size_t len, size_t *ip, lexed *lx,
 	if (s[j] == '-')
 		j++;
 	if (j >= len || !is_digit(s[j]))
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "invalid number at byte %zu of the header: '-' without digits", i);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "invalid number at byte %zu of the header: '-' without digits", i);
 	if (s[j] == '0') {
 		j++;
 		if (j < len && is_digit(s[j]))
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "number with a leading zero at byte %zu of the header", i);
+			return sh_say(err, errlen, SHOAL_EBADMSG,
+				      "number with a leading zero at byte %zu of the header", i);
 	} else {
 		while (j < len && is_digit(s[j]))
 			j++;
@@ -295,9 +283,9 @@ static int lex_number(const unsigned char *s, size_t len, size_t *ip, lexed *lx,
 	if (j < len && s[j] == '.') {
 		j++;
 		if (j >= len || !is_digit(s[j]))
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "invalid number at byte %zu of the header: no digits after '.'",
-				    i);
+			return sh_say(
+				err, errlen, SHOAL_EBADMSG,
+				"invalid number at byte %zu of the header: no digits after '.'", i);
 		while (j < len && is_digit(s[j]))
 			j++;
 		frac = true;
@@ -307,19 +295,19 @@ static int lex_number(const unsigned char *s, size_t len, size_t *ip, lexed *lx,
 		if (j < len && (s[j] == '+' || s[j] == '-'))
 			j++;
 		if (j >= len || !is_digit(s[j]))
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "invalid number at byte %zu of the header: no digits in the "
-				    "exponent",
-				    i);
+			return sh_say(err, errlen, SHOAL_EBADMSG,
+				      "invalid number at byte %zu of the header: no digits in the "
+				      "exponent",
+				      i);
 		while (j < len && is_digit(s[j]))
 			j++;
 		frac = true;
 	}
 	if (j - i > MAX_NUMBER_CHARS)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "number of %zu characters at byte %zu of the header: shapes and "
-			    "offsets are integers below 2^53",
-			    j - i, i);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "number of %zu characters at byte %zu of the header: shapes and "
+			      "offsets are integers below 2^53",
+			      j - i, i);
 	if (frac && lx->nonint_at == SIZE_MAX) {
 		lx->nonint_at = i;
 		lx->nonint_len = j - i;
@@ -337,18 +325,18 @@ static int lex_padding(const unsigned char *s, size_t len, size_t i, char *err, 
 	while (i < len && s[i] == ' ')
 		i++;
 	if (i < len && is_ws(s[i]))
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "%s at byte %zu of the header, after the JSON object: the header may "
-			    "be padded with spaces only",
-			    show_byte(s[i], b), i);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "%s at byte %zu of the header, after the JSON object: the header may "
+			      "be padded with spaces only",
+			      show_byte(s[i], b), i);
 	if (i < len)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "unexpected %s at byte %zu of the header, after the JSON object",
-			    show_byte(s[i], b), i);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "unexpected %s at byte %zu of the header, after the JSON object",
+			      show_byte(s[i], b), i);
 	if (i - start > SH_ST_MAX_WS)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "%zu bytes of padding after the JSON object: expected at most %u",
-			    i - start, SH_ST_MAX_WS);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "%zu bytes of padding after the JSON object: expected at most %u",
+			      i - start, SH_ST_MAX_WS);
 	return 0;
 }
 
@@ -365,17 +353,17 @@ static int lex(const unsigned char *s, size_t len, lexed *lx, char *err, size_t 
 	while (i < len && is_ws(s[i]))
 		i++;
 	if (i == len)
-		return fail(err, errlen, SHOAL_EBADMSG, "header is %s: expected a JSON object",
-			    len ? "all whitespace" : "empty");
+		return sh_say(err, errlen, SHOAL_EBADMSG, "header is %s: expected a JSON object",
+			      len ? "all whitespace" : "empty");
 	if (i > 0)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "header starts with %zu bytes of whitespace: expected '{' at byte 0 "
-			    "(the format's rule; padding goes at the end)",
-			    i);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "header starts with %zu bytes of whitespace: expected '{' at byte 0 "
+			      "(the format's rule; padding goes at the end)",
+			      i);
 	if (s[0] != '{')
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "header is not a JSON object: expected '{', got %s at byte 0",
-			    show_byte(s[0], b));
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "header is not a JSON object: expected '{', got %s at byte 0",
+			      show_byte(s[0], b));
 	while (i < len) {
 		unsigned char c = s[i];
 		if (is_ws(c)) {
@@ -383,28 +371,29 @@ static int lex(const unsigned char *s, size_t len, lexed *lx, char *err, size_t 
 			while (j < len && is_ws(s[j]))
 				j++;
 			if (j - i > SH_ST_MAX_WS)
-				return fail(err, errlen, SHOAL_EBADMSG,
-					    "%zu bytes of whitespace at byte %zu of the header: "
-					    "expected at most %u (layout or padding, not filler)",
-					    j - i, i, SH_ST_MAX_WS);
+				return sh_say(err, errlen, SHOAL_EBADMSG,
+					      "%zu bytes of whitespace at byte %zu of the header: "
+					      "expected at most %u (layout or padding, not filler)",
+					      j - i, i, SH_ST_MAX_WS);
 			i = j;
 		} else if (c == ':' || c == ',') {
 			i++;
 		} else if (c == '{' || c == '[') {
 			if (depth == MAX_DEPTH)
-				return fail(err, errlen, SHOAL_EBADMSG,
-					    "header nests deeper than %d levels at byte %zu (a "
-					    "valid one nests 3)",
-					    MAX_DEPTH, i);
+				return sh_say(err, errlen, SHOAL_EBADMSG,
+					      "header nests deeper than %d levels at byte %zu (a "
+					      "valid one nests 3)",
+					      MAX_DEPTH, i);
 			brackets[depth++] = c;
 			i++;
 		} else if (c == '}' || c == ']') {
 			/* depth > 0: the object's end returns below */
 			if (brackets[depth - 1] != (c == '}' ? '{' : '['))
-				return fail(err, errlen, SHOAL_EBADMSG,
-					    "unbalanced '%c' at byte %zu of the header: it closes "
-					    "a '%c'",
-					    c, i, brackets[depth - 1]);
+				return sh_say(
+					err, errlen, SHOAL_EBADMSG,
+					"unbalanced '%c' at byte %zu of the header: it closes "
+					"a '%c'",
+					c, i, brackets[depth - 1]);
 			depth--;
 			i++;
 			if (depth == 0)
@@ -421,9 +410,9 @@ static int lex(const unsigned char *s, size_t len, lexed *lx, char *err, size_t 
 		} else if (len - i >= 5 && memcmp(s + i, "false", 5) == 0) {
 			i += 5;
 		} else {
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "invalid JSON: unexpected %s at byte %zu of the header",
-				    show_byte(c, b), i);
+			return sh_say(err, errlen, SHOAL_EBADMSG,
+				      "invalid JSON: unexpected %s at byte %zu of the header",
+				      show_byte(c, b), i);
 		}
 	}
 	return 0;
@@ -473,15 +462,15 @@ static int parse_tensor(const cJSON *c, sh_st_tensor *t, char *err, size_t errle
 	const char *qn = quote(&q, name, nl);
 	char b[64], sb[256];
 	if (nl == 0)
-		return fail(err, errlen, SHOAL_EBADMSG, "a tensor has an empty name");
+		return sh_say(err, errlen, SHOAL_EBADMSG, "a tensor has an empty name");
 	if (!(t->name = dup_str(name, nl)))
-		return fail(err, errlen, SHOAL_ENOMEM, "out of memory for tensor %s", qn);
+		return sh_say(err, errlen, SHOAL_ENOMEM, "out of memory for tensor %s", qn);
 	t->name_len = nl;
 	if (!cJSON_IsObject(c))
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "tensor %s: expected an object with dtype, shape and data_offsets, "
-			    "got %s",
-			    qn, json_kind(c));
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "tensor %s: expected an object with dtype, shape and data_offsets, "
+			      "got %s",
+			      qn, json_kind(c));
 
 	const cJSON *dt = NULL, *sh = NULL, *off = NULL;
 	for (const cJSON *f = c->child; f; f = f->next) {
@@ -491,24 +480,24 @@ static int parse_tensor(const cJSON *c, sh_st_tensor *t, char *err, size_t errle
 									      : NULL;
 		qname qf;
 		if (!slot)
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "tensor %s: unknown field %s (a tensor has dtype, shape and "
-				    "data_offsets)",
-				    qn, quote(&qf, f->string, strlen(f->string)));
+			return sh_say(err, errlen, SHOAL_EBADMSG,
+				      "tensor %s: unknown field %s (a tensor has dtype, shape and "
+				      "data_offsets)",
+				      qn, quote(&qf, f->string, strlen(f->string)));
 		if (*slot)
-			return fail(err, errlen, SHOAL_EBADMSG, "tensor %s: duplicate field %s", qn,
-				    quote(&qf, f->string, strlen(f->string)));
+			return sh_say(err, errlen, SHOAL_EBADMSG, "tensor %s: duplicate field %s",
+				      qn, quote(&qf, f->string, strlen(f->string)));
 		*slot = f;
 	}
 	if (!dt || !sh || !off)
-		return fail(err, errlen, SHOAL_EBADMSG, "tensor %s: missing field \"%s\"", qn,
-			    !dt	  ? "dtype"
-			    : !sh ? "shape"
-				  : "data_offsets");
+		return sh_say(err, errlen, SHOAL_EBADMSG, "tensor %s: missing field \"%s\"", qn,
+			      !dt   ? "dtype"
+			      : !sh ? "shape"
+				    : "data_offsets");
 
 	if (!cJSON_IsString(dt))
-		return fail(err, errlen, SHOAL_EBADMSG, "tensor %s: dtype must be a string, got %s",
-			    qn, json_kind(dt));
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "tensor %s: dtype must be a string, got %s", qn, json_kind(dt));
 	t->dtype = shoal_dtype_from_name(dt->valuestring, strlen(dt->valuestring));
 	if (t->dtype == SHOAL_DT_INVALID) {
 		char known[160];
@@ -517,48 +506,48 @@ static int parse_tensor(const cJSON *c, sh_st_tensor *t, char *err, size_t errle
 			o += (size_t)snprintf(known + o, sizeof(known) - o, "%s%s",
 					      d > 1 ? " " : "", shoal_dtype_name((shoal_dtype)d));
 		qname qd;
-		return fail(err, errlen, SHOAL_EBADMSG, "tensor %s: unknown dtype %s (known: %s)",
-			    qn, quote(&qd, dt->valuestring, strlen(dt->valuestring)), known);
+		return sh_say(err, errlen, SHOAL_EBADMSG, "tensor %s: unknown dtype %s (known: %s)",
+			      qn, quote(&qd, dt->valuestring, strlen(dt->valuestring)), known);
 	}
 
 	if (!cJSON_IsArray(sh))
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "tensor %s: shape must be an array of integers, got %s", qn,
-			    json_kind(sh));
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "tensor %s: shape must be an array of integers, got %s", qn,
+			      json_kind(sh));
 	size_t nd = json_count(sh);
 	if (nd > SHOAL_TENSOR_MAX_DIMS)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "tensor %s: shape has %zu dimensions, at most %d are supported", qn, nd,
-			    SHOAL_TENSOR_MAX_DIMS);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "tensor %s: shape has %zu dimensions, at most %d are supported", qn,
+			      nd, SHOAL_TENSOR_MAX_DIMS);
 	t->ndim = 0;
 	for (const cJSON *e = sh->child; e; e = e->next) {
 		uint64_t v;
 		if (!json_uint(e, &v))
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "tensor %s: shape[%d] is %s, expected an integer from 0 to "
-				    "2^53 - 1",
-				    qn, t->ndim, json_show(e, b, sizeof(b)));
+			return sh_say(err, errlen, SHOAL_EBADMSG,
+				      "tensor %s: shape[%d] is %s, expected an integer from 0 to "
+				      "2^53 - 1",
+				      qn, t->ndim, json_show(e, b, sizeof(b)));
 		t->shape[t->ndim++] = (int64_t)v;
 	}
 
 	if (!cJSON_IsArray(off) || json_count(off) != 2)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "tensor %s: data_offsets must be [begin, end], got %s%s%zu", qn,
-			    json_kind(off), cJSON_IsArray(off) ? " of length " : "",
-			    cJSON_IsArray(off) ? json_count(off) : 0);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "tensor %s: data_offsets must be [begin, end], got %s%s%zu", qn,
+			      json_kind(off), cJSON_IsArray(off) ? " of length " : "",
+			      cJSON_IsArray(off) ? json_count(off) : 0);
 	const cJSON *e0 = off->child, *e1 = e0->next;
 	if (!json_uint(e0, &t->begin) || !json_uint(e1, &t->end)) {
 		const cJSON *bad = json_uint(e0, &t->begin) ? e1 : e0;
-		return fail(
+		return sh_say(
 			err, errlen, SHOAL_EBADMSG,
 			"tensor %s: data_offsets[%d] is %s, expected an integer from 0 to 2^53 - 1",
 			qn, bad == e0 ? 0 : 1, json_show(bad, b, sizeof(b)));
 	}
 	if (t->begin > t->end)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64
-			    "): begin is after end",
-			    qn, t->begin, t->end);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64
+			      "): begin is after end",
+			      qn, t->begin, t->end);
 
 	/* size_t is 64 bits wherever shoal builds (x86_64, aarch64). The
 	 * span (item size times every dimension but zeros) bounds the strides
@@ -568,26 +557,27 @@ static int parse_tensor(const cJSON *c, sh_st_tensor *t, char *err, size_t errle
 	bool wide = false;
 	for (int d = 0; d < t->ndim; d++) {
 		if (shoal_mul_size(count, (size_t)t->shape[d], &count) != 0)
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "tensor %s: %s has more than 2^64 elements", qn,
-				    show_shape(t, sb, sizeof(sb)));
+			return sh_say(err, errlen, SHOAL_EBADMSG,
+				      "tensor %s: %s has more than 2^64 elements", qn,
+				      show_shape(t, sb, sizeof(sb)));
 		if (t->shape[d] &&
 		    (shoal_mul_size(span, (size_t)t->shape[d], &span) != 0 || span > INT64_MAX))
 			wide = true;
 	}
 	if (count == 0 && wide)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "tensor %s: %s has no elements, but strides that do not fit in 63 bits",
-			    qn, show_shape(t, sb, sizeof(sb)));
+		return sh_say(
+			err, errlen, SHOAL_EBADMSG,
+			"tensor %s: %s has no elements, but strides that do not fit in 63 bits", qn,
+			show_shape(t, sb, sizeof(sb)));
 	if (shoal_mul_size(count, shoal_dtype_size(t->dtype), &bytes) != 0)
-		return fail(err, errlen, SHOAL_EBADMSG, "tensor %s: %s has more than 2^64 bytes",
-			    qn, show_shape(t, sb, sizeof(sb)));
+		return sh_say(err, errlen, SHOAL_EBADMSG, "tensor %s: %s has more than 2^64 bytes",
+			      qn, show_shape(t, sb, sizeof(sb)));
 	if (t->end - t->begin != bytes)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 ") hold %" PRIu64
-			    " bytes, but %s needs %zu",
-			    qn, t->begin, t->end, t->end - t->begin, show_shape(t, sb, sizeof(sb)),
-			    bytes);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64 ") hold %" PRIu64
+			      " bytes, but %s needs %zu",
+			      qn, t->begin, t->end, t->end - t->begin,
+			      show_shape(t, sb, sizeof(sb)), bytes);
 	return 0;
 }
 
@@ -603,39 +593,42 @@ static int parse_meta(const cJSON *m, sh_st_file *f, char *err, size_t errlen)
 	if (cJSON_IsNull(m))
 		return 0; /* what serde makes of it: no metadata */
 	if (!cJSON_IsObject(m))
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "\"__metadata__\" must be an object of strings, got %s", json_kind(m));
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "\"__metadata__\" must be an object of strings, got %s",
+			      json_kind(m));
 	size_t n = json_count(m);
 	if (n == 0)
 		return 0;
 	if (!(f->meta = shoal_calloc(n, sizeof(*f->meta))))
-		return fail(err, errlen, SHOAL_ENOMEM, "out of memory for %zu metadata entries", n);
+		return sh_say(err, errlen, SHOAL_ENOMEM, "out of memory for %zu metadata entries",
+			      n);
 	f->nmeta = n;
 	size_t i = 0;
 	for (const cJSON *e = m->child; e; e = e->next, i++) {
 		if (!cJSON_IsString(e))
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "\"__metadata__\" key %s: values must be strings, got %s",
-				    quote(&q, e->string, strlen(e->string)),
-				    cJSON_IsNumber(e) ? json_show(e, b, sizeof(b)) : json_kind(e));
+			return sh_say(err, errlen, SHOAL_EBADMSG,
+				      "\"__metadata__\" key %s: values must be strings, got %s",
+				      quote(&q, e->string, strlen(e->string)),
+				      cJSON_IsNumber(e) ? json_show(e, b, sizeof(b))
+							: json_kind(e));
 		f->meta[i].key = dup_str(e->string, strlen(e->string));
 		f->meta[i].val = dup_str(e->valuestring, strlen(e->valuestring));
 		if (!f->meta[i].key || !f->meta[i].val)
-			return fail(err, errlen, SHOAL_ENOMEM, "out of memory for metadata");
+			return sh_say(err, errlen, SHOAL_ENOMEM, "out of memory for metadata");
 	}
 	/* key is the first member: sorting the entries' key pointers finds
 	 * repeats without disturbing the file order. */
 	char **keys = shoal_alloc(n * sizeof(*keys));
 	if (!keys)
-		return fail(err, errlen, SHOAL_ENOMEM, "out of memory for metadata");
+		return sh_say(err, errlen, SHOAL_ENOMEM, "out of memory for metadata");
 	for (i = 0; i < n; i++)
 		keys[i] = f->meta[i].key;
 	qsort(keys, n, sizeof(*keys), cmp_cstr);
 	int rc = 0;
 	for (i = 1; i < n && rc == 0; i++)
 		if (strcmp(keys[i - 1], keys[i]) == 0)
-			rc = fail(err, errlen, SHOAL_EBADMSG, "duplicate \"__metadata__\" key %s",
-				  quote(&q, keys[i], strlen(keys[i])));
+			rc = sh_say(err, errlen, SHOAL_EBADMSG, "duplicate \"__metadata__\" key %s",
+				    quote(&q, keys[i], strlen(keys[i])));
 	shoal_free(keys, n * sizeof(*keys));
 	return rc;
 }
@@ -678,7 +671,7 @@ static int check_unique(const sh_st_file *f, char *err, size_t errlen)
 		return 0;
 	const sh_st_tensor **p = shoal_alloc(f->n * sizeof(*p));
 	if (!p)
-		return fail(err, errlen, SHOAL_ENOMEM, "out of memory for %zu tensors", f->n);
+		return sh_say(err, errlen, SHOAL_ENOMEM, "out of memory for %zu tensors", f->n);
 	for (size_t i = 0; i < f->n; i++)
 		p[i] = &f->t[i];
 	qsort(p, f->n, sizeof(*p), cmp_name_ptr);
@@ -686,8 +679,8 @@ static int check_unique(const sh_st_file *f, char *err, size_t errlen)
 	for (size_t i = 1; i < f->n && rc == 0; i++) {
 		if (cmp_name(p[i - 1], p[i]) == 0) {
 			qname q;
-			rc = fail(err, errlen, SHOAL_EBADMSG, "duplicate tensor name %s",
-				  quote(&q, p[i]->name, p[i]->name_len));
+			rc = sh_say(err, errlen, SHOAL_EBADMSG, "duplicate tensor name %s",
+				    quote(&q, p[i]->name, p[i]->name_len));
 		}
 	}
 	shoal_free(p, f->n * sizeof(*p));
@@ -703,36 +696,38 @@ static int check_tiling(const sh_st_file *f, char *err, size_t errlen)
 	for (size_t i = 0; i < f->n; i++) {
 		const sh_st_tensor *t = &f->t[i], *prev = i ? &f->t[i - 1] : NULL;
 		if (t->begin < pos)
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64
-				    ") overlap tensor %s [%" PRIu64 ", %" PRIu64 ")",
-				    quote(&q, t->name, t->name_len), t->begin, t->end,
-				    quote(&qp, prev->name, prev->name_len), prev->begin, prev->end);
+			return sh_say(err, errlen, SHOAL_EBADMSG,
+				      "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64
+				      ") overlap tensor %s [%" PRIu64 ", %" PRIu64 ")",
+				      quote(&q, t->name, t->name_len), t->begin, t->end,
+				      quote(&qp, prev->name, prev->name_len), prev->begin,
+				      prev->end);
 		if (t->begin > pos && !prev)
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "gap of %" PRIu64
-				    " bytes at the start of the data area: the first "
-				    "tensor, %s, begins at %" PRIu64 ", expected 0",
-				    t->begin, quote(&q, t->name, t->name_len), t->begin);
+			return sh_say(err, errlen, SHOAL_EBADMSG,
+				      "gap of %" PRIu64
+				      " bytes at the start of the data area: the first "
+				      "tensor, %s, begins at %" PRIu64 ", expected 0",
+				      t->begin, quote(&q, t->name, t->name_len), t->begin);
 		if (t->begin > pos)
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "gap of %" PRIu64
-				    " bytes in the data area: tensor %s ends at %" PRIu64
-				    ", the next, %s, begins at %" PRIu64,
-				    t->begin - pos, quote(&qp, prev->name, prev->name_len), pos,
-				    quote(&q, t->name, t->name_len), t->begin);
+			return sh_say(err, errlen, SHOAL_EBADMSG,
+				      "gap of %" PRIu64
+				      " bytes in the data area: tensor %s ends at %" PRIu64
+				      ", the next, %s, begins at %" PRIu64,
+				      t->begin - pos, quote(&qp, prev->name, prev->name_len), pos,
+				      quote(&q, t->name, t->name_len), t->begin);
 		if (t->end > f->data_len)
-			return fail(err, errlen, SHOAL_EBADMSG,
-				    "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64
-				    ") run past the end of the %" PRIu64 "-byte data area",
-				    quote(&q, t->name, t->name_len), t->begin, t->end, f->data_len);
+			return sh_say(err, errlen, SHOAL_EBADMSG,
+				      "tensor %s: data_offsets [%" PRIu64 ", %" PRIu64
+				      ") run past the end of the %" PRIu64 "-byte data area",
+				      quote(&q, t->name, t->name_len), t->begin, t->end,
+				      f->data_len);
 		pos = t->end;
 	}
 	if (pos != f->data_len)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "%" PRIu64 " trailing bytes: the tensors end at byte %" PRIu64
-			    " of the %" PRIu64 "-byte data area",
-			    f->data_len - pos, pos, f->data_len);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "%" PRIu64 " trailing bytes: the tensors end at byte %" PRIu64
+			      " of the %" PRIu64 "-byte data area",
+			      f->data_len - pos, pos, f->data_len);
 	return 0;
 }
 
@@ -746,14 +741,14 @@ static int check_tree(const cJSON *root, sh_st_file *f, const lexed *lx, const c
 		if (strcmp(c->string, "__metadata__") != 0)
 			nt++;
 	if (nt && !(f->t = shoal_calloc(nt, sizeof(*f->t))))
-		return fail(err, errlen, SHOAL_ENOMEM, "out of memory for %zu tensors", nt);
+		return sh_say(err, errlen, SHOAL_ENOMEM, "out of memory for %zu tensors", nt);
 	f->n = nt;
 	size_t i = 0;
 	for (const cJSON *c = root->child; c; c = c->next) {
 		if (strcmp(c->string, "__metadata__") == 0) {
 			if (meta)
-				return fail(err, errlen, SHOAL_EBADMSG,
-					    "duplicate key \"__metadata__\"");
+				return sh_say(err, errlen, SHOAL_EBADMSG,
+					      "duplicate key \"__metadata__\"");
 			meta = c;
 		} else if ((rc = parse_tensor(c, &f->t[i++], err, errlen)) != 0) {
 			return rc;
@@ -767,10 +762,10 @@ static int check_tree(const cJSON *root, sh_st_file *f, const lexed *lx, const c
 	 * written as 2.0 or 2e0 had an integral value: serde_json would still
 	 * refuse it as a float. */
 	if (lx->nonint_at != SIZE_MAX)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "number %.*s at byte %zu of the header: shapes and offsets are "
-			    "written as integers",
-			    (int)lx->nonint_len, json + lx->nonint_at, lx->nonint_at);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "number %.*s at byte %zu of the header: shapes and offsets are "
+			      "written as integers",
+			      (int)lx->nonint_len, json + lx->nonint_at, lx->nonint_at);
 	if (f->n > 1)
 		qsort(f->t, f->n, sizeof(*f->t), cmp_data_qsort);
 	return check_tiling(f, err, errlen);
@@ -780,21 +775,21 @@ int sh_st_prefix(const unsigned char first8[8], uint64_t file_size, uint64_t *he
 		 size_t errlen)
 {
 	if (file_size < 8)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "file of %" PRIu64 " bytes is shorter than the 8-byte header length",
-			    file_size);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "file of %" PRIu64 " bytes is shorter than the 8-byte header length",
+			      file_size);
 	uint64_t n = 0;
 	for (int i = 7; i >= 0; i--)
 		n = n << 8 | first8[i];
 	if (n > SH_ST_MAX_HEADER)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "header length %" PRIu64 " is beyond the limit of %u bytes", n,
-			    SH_ST_MAX_HEADER);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "header length %" PRIu64 " is beyond the limit of %u bytes", n,
+			      SH_ST_MAX_HEADER);
 	if (n > file_size - 8)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "header length %" PRIu64 " runs past the end of the file: %" PRIu64
-			    " bytes follow the length",
-			    n, file_size - 8);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "header length %" PRIu64 " runs past the end of the file: %" PRIu64
+			      " bytes follow the length",
+			      n, file_size - 8);
 	*header_len = n;
 	return 0;
 }
@@ -806,9 +801,9 @@ int sh_st_parse(const char *json, size_t len, uint64_t data_len, sh_st_file **ou
 	int rc;
 	*out = NULL;
 	if (len > SH_ST_MAX_HEADER)
-		return fail(err, errlen, SHOAL_EBADMSG,
-			    "header of %zu bytes is beyond the limit of %u bytes", len,
-			    SH_ST_MAX_HEADER);
+		return sh_say(err, errlen, SHOAL_EBADMSG,
+			      "header of %zu bytes is beyond the limit of %u bytes", len,
+			      SH_ST_MAX_HEADER);
 	if ((rc = lex((const unsigned char *)json, len, &lx, err, errlen)) != 0)
 		return rc;
 
@@ -817,7 +812,8 @@ int sh_st_parse(const char *json, size_t len, uint64_t data_len, sh_st_file **ou
 	 * not ours to take. */
 	char *copy = shoal_alloc(len + 1);
 	if (!copy)
-		return fail(err, errlen, SHOAL_ENOMEM, "out of memory for a %zu-byte header", len);
+		return sh_say(err, errlen, SHOAL_ENOMEM, "out of memory for a %zu-byte header",
+			      len);
 	memcpy(copy, json, len);
 	copy[len] = '\0';
 	const char *end = NULL;
@@ -825,8 +821,9 @@ int sh_st_parse(const char *json, size_t len, uint64_t data_len, sh_st_file **ou
 	if (!root) {
 		size_t at = end ? (size_t)(end - copy) : 0;
 		char b[16];
-		rc = fail(err, errlen, SHOAL_EBADMSG, "invalid JSON at byte %zu of the header (%s)",
-			  at, at < len ? show_byte((unsigned char)copy[at], b) : "the end");
+		rc = sh_say(err, errlen, SHOAL_EBADMSG,
+			    "invalid JSON at byte %zu of the header (%s)", at,
+			    at < len ? show_byte((unsigned char)copy[at], b) : "the end");
 		goto out;
 	}
 	size_t at = (size_t)(end - copy);
@@ -834,15 +831,15 @@ int sh_st_parse(const char *json, size_t len, uint64_t data_len, sh_st_file **ou
 		at++;
 	if (at < len) {
 		char b[16];
-		rc = fail(err, errlen, SHOAL_EBADMSG,
-			  "unexpected %s at byte %zu of the header, after the JSON object",
-			  show_byte((unsigned char)copy[at], b), at);
+		rc = sh_say(err, errlen, SHOAL_EBADMSG,
+			    "unexpected %s at byte %zu of the header, after the JSON object",
+			    show_byte((unsigned char)copy[at], b), at);
 		goto out;
 	}
 
 	sh_st_file *f = shoal_calloc(1, sizeof(*f));
 	if (!f) {
-		rc = fail(err, errlen, SHOAL_ENOMEM, "out of memory");
+		rc = sh_say(err, errlen, SHOAL_ENOMEM, "out of memory");
 		goto out;
 	}
 	f->header_len = len;
