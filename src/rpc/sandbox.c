@@ -1,5 +1,6 @@
 /* The sandboxes of an extension's runner (sandbox.h): limits, a cgroup, a
- * tree that ends whole, and strict (its system call filter is seccomp.c's).
+ * tree that ends whole, and strict (its system call filter is seccomp.c's);
+ * and the host's side of it: the child's cgroup, made, killed, removed.
  * Strict runs in three processes: the runner's first (namespaces, the
  * uid's lock, then outside the pid namespace, watched by the host), the
  * namespace's init (reaps, reports), and the extension's (pid 2: confined,
@@ -9,6 +10,7 @@
  * not dumpable, so not even a process of its own uid may look into it;
  * and the only places it can write are tmpfs of its own. */
 #include "rpc/sandbox.h"
+#include "rpc/ext_host.h"
 #include "rpc/ext_proto.h"
 
 #include <dirent.h>
@@ -479,4 +481,205 @@ int sh_sb_join_cgroup(const char *dir)
 	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
 	snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
 	return sh_ext_write_file(path, pid);
+}
+
+/* ---- a memory cgroup of its own (mem_max) ---- */
+
+int sh_ext_write_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return shoal_errno();
+	ssize_t n = write(fd, text, strlen(text));
+	int rc = n == (ssize_t)strlen(text) ? 0 : n < 0 ? shoal_errno() : SHOAL_EIO;
+	close(fd);
+	return rc;
+}
+
+/* Reads the small file at path into buf (NUL-terminated, cut at len - 1
+ * bytes): 0 or the error. No stdio: this runs at every start and end of
+ * a child, which should cost no heap. */
+static int read_text(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return shoal_errno();
+	size_t got = 0;
+	for (ssize_t n; got + 1 < len; got += (size_t)n) {
+		n = read(fd, buf + got, len - 1 - got);
+		if (n < 0 && errno == EINTR) {
+			n = 0;
+			continue;
+		}
+		if (n <= 0)
+			break;
+	}
+	buf[got] = 0;
+	close(fd);
+	return 0;
+}
+
+/* The directory of our own cgroup in a hierarchy with the memory
+ * controller: v1's memory hierarchy, else the unified one. */
+static int cg_base(char *dir, size_t len, bool *v2)
+{
+	char text[4096], v1path[256] = "", v2path[256] = "", *save = NULL;
+	int rc = read_text("/proc/self/cgroup", text, sizeof(text));
+	if (rc)
+		return rc;
+	bool have_v1 = false, have_v2 = false;
+	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c2 = 0;
+		const char *ctl = c1 + 1, *path = c2 + 1;
+		bool mem = false;
+		for (const char *p = ctl; *p; p += strcspn(p, ","), p += *p == ',')
+			mem |= !strncmp(p, "memory", 6) && (p[6] == ',' || !p[6]);
+		if (mem)
+			have_v1 = true, snprintf(v1path, sizeof(v1path), "%s", path);
+		else if (!*ctl)
+			have_v2 = true, snprintf(v2path, sizeof(v2path), "%s", path);
+	}
+	if (have_v1) {
+		*v2 = false;
+		snprintf(dir, len, "/sys/fs/cgroup/memory%s", v1path);
+		return 0;
+	}
+	if (!have_v2)
+		return SHOAL_ENOTSUP;
+	*v2 = true;
+	const char *mnt = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0
+				  ? "/sys/fs/cgroup"
+				  : "/sys/fs/cgroup/unified";
+	snprintf(dir, len, "%s%s", mnt, v2path);
+	return 0;
+}
+
+/* Removes the cgroups that hosts which died without stopping their
+ * extensions left under base (named for their pid, which no longer
+ * runs): once a process, at its first extension. Only empty ones go
+ * (rmdir refuses the rest), so a live tree is never touched. */
+static void cg_sweep(const char *base)
+{
+	static atomic_flag swept = ATOMIC_FLAG_INIT;
+	if (atomic_flag_test_and_set(&swept))
+		return;
+	DIR *d = opendir(base);
+	for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+		int pid;
+		unsigned n;
+		if (sscanf(de->d_name, "shoal-ext-%d-%u", &pid, &n) != 2 || pid <= 0 ||
+		    pid == (int)getpid() || kill(pid, 0) == 0 || errno != ESRCH)
+			continue;
+		char path[600];
+		snprintf(path, sizeof(path), "%s/%s", base, de->d_name);
+		rmdir(path);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* Makes e's cgroup (every extension gets one where we may make it: its
+ * whole tree ends with it), with memory limited to cfg.mem_max if set. */
+int sh_sb_cgroup_make(shoal_ext *e, char *why, size_t whylen)
+{
+	static _Atomic uint32_t counter;
+	char base[200], path[300], limit[32];
+	int rc = cg_base(base, sizeof(base), &e->cg_v2);
+	if (rc) {
+		snprintf(why, whylen, "no memory cgroup hierarchy");
+		return rc;
+	}
+	cg_sweep(base);
+	snprintf(e->cg, sizeof(e->cg), "%s/shoal-ext-%d-%u", strcmp(base, "/") ? base : "",
+		 (int)getpid(), atomic_fetch_add(&counter, 1));
+	if (mkdir(e->cg, 0700) != 0) {
+		rc = shoal_errno();
+		snprintf(why, whylen, "mkdir %s: %s", e->cg, strerror(errno));
+		e->cg[0] = 0;
+		return rc;
+	}
+	if (!e->cfg.mem_max)
+		return 0;
+	snprintf(path, sizeof(path), "%s/%s", e->cg,
+		 e->cg_v2 ? "memory.max" : "memory.limit_in_bytes");
+	if (e->cg_v2 && access(path, F_OK) != 0) {
+		/* the controller is not on for our children yet */
+		char sub[300];
+		snprintf(sub, sizeof(sub), "%s/cgroup.subtree_control", base);
+		sh_ext_write_file(sub, "+memory");
+	}
+	snprintf(limit, sizeof(limit), "%" PRIu64, e->cfg.mem_max);
+	if ((rc = sh_ext_write_file(path, limit)) != 0) {
+		snprintf(why, whylen, "writing %s: %s", path, shoal_strerror(rc));
+		rmdir(e->cg);
+		e->cg[0] = 0;
+		return rc;
+	}
+	/* no swapping past the limit either, where that is a knob */
+	snprintf(path, sizeof(path), "%s/%s", e->cg,
+		 e->cg_v2 ? "memory.swap.max" : "memory.memsw.limit_in_bytes");
+	if (access(path, F_OK) == 0)
+		sh_ext_write_file(path, e->cg_v2 ? "0" : limit);
+	return 0;
+}
+
+/* Kills every process in e's cgroup: whatever the extension forked,
+ * daemons included (they cannot leave it unless privileged: strict is
+ * not). cgroup.kill where the kernel has it; else SIGKILL to each listed
+ * process, again until none is left (what a killed process forked
+ * meanwhile is listed the next round), for at most about a second. */
+void sh_sb_cgroup_kill(shoal_ext *e)
+{
+	if (!e->cg[0])
+		return;
+	char path[300], text[8192];
+	snprintf(path, sizeof(path), "%s/cgroup.kill", e->cg);
+	bool killed = e->cg_v2 && sh_ext_write_file(path, "1") == 0;
+	snprintf(path, sizeof(path), "%s/cgroup.procs", e->cg);
+	for (int round = 0; round < 1000; round++) {
+		/* (more than fit the buffer: the rest is read the next round) */
+		int n = 0;
+		if (read_text(path, text, sizeof(text)) != 0)
+			return;
+		char *last = strrchr(text, '\n'); /* a pid cut at the end is not one */
+		if (!last)
+			return;
+		last[1] = 0;
+		for (char *p = text, *end; *p; p = end) {
+			long v = strtol(p, &end, 10);
+			if (end == p)
+				break;
+			pid_t pid = (pid_t)v;
+			/* (the child itself, a zombie till we reap it, may stay listed) */
+			if (pid > 0 && (killed || kill(pid, SIGKILL) == 0) && pid != e->pid)
+				n++;
+		}
+		if (n == 0)
+			return;
+		usleep(1000);
+	}
+	sh_warn("ext", "%s: processes left in %s after killing them for a second", e->name, e->cg);
+}
+
+/* After the child is reaped: was it the OOM killer, and the cgroup goes
+ * (its last tasks may take a moment to leave). */
+void sh_sb_cgroup_done(shoal_ext *e)
+{
+	if (!e->cg[0])
+		return;
+	char path[300], text[1024];
+	snprintf(path, sizeof(path), "%s/%s", e->cg,
+		 e->cg_v2 ? "memory.events" : "memory.oom_control");
+	unsigned long long n = 0;
+	const char *at =
+		read_text(path, text, sizeof(text)) == 0 ? strstr(text, "oom_kill ") : NULL;
+	if (at)
+		sscanf(at, "oom_kill %llu", &n);
+	e->oom_killed = n > 0;
+	for (int i = 0; i < 200 && rmdir(e->cg) != 0 && errno == EBUSY; i++)
+		usleep(1000);
+	e->cg[0] = 0;
 }
