@@ -215,22 +215,73 @@ int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg)
 	return rc;
 }
 
+/* A fiber waiting for its turn inside an extension (sh_ext_enter). */
+struct sh_ext_waiter {
+	shoal_chan *wake; /* closed by the caller that leaves: from any thread,
+			   * which never blocks it */
+	sh_ext_waiter *next;
+};
+
+/* A lost wake-up (the close of a fiber's channel from another thread
+ * found no memory) is noticed after this long: the waiter looks again. */
+#define SH_EXT_TURN_GUARD_NS 1000000000LL
+
+/* A fiber's wait for its turn, called and returning with e->lock held:
+ * it sleeps on a channel of its own (so the fiber inside, on the same
+ * thread perhaps, runs meanwhile) until the caller that leaves closes it.
+ * first: it was woken and lost the turn to another, so it is next again. */
+static void turn_wait(shoal_ext *e, bool first)
+{
+	sh_ext_waiter w = {0};
+	if (shoal_chan_create(&w.wake, 1, 1) != 0) {
+		/* no memory for a channel: a short sleep, then look again */
+		pthread_mutex_unlock(&e->lock);
+		shoal_sleep_until(shoal_deadline_in(50000));
+		pthread_mutex_lock(&e->lock);
+		return;
+	}
+	if (first || !e->waiters) {
+		w.next = e->waiters;
+		e->waiters = &w;
+	} else {
+		sh_ext_waiter *t = e->waiters;
+		while (t->next)
+			t = t->next;
+		t->next = &w;
+	}
+	pthread_mutex_unlock(&e->lock);
+	char c;
+	shoal_chan_recv(w.wake, &c, shoal_deadline_in(SH_EXT_TURN_GUARD_NS));
+	pthread_mutex_lock(&e->lock);
+	/* not woken (the guard, a cancel): still in the queue */
+	for (sh_ext_waiter **p = &e->waiters; *p; p = &(*p)->next)
+		if (*p == &w) {
+			*p = w.next;
+			break;
+		}
+	pthread_mutex_unlock(&e->lock);
+	/* (a close still in our inbox is taken first) */
+	shoal_chan_destroy(w.wake);
+	pthread_mutex_lock(&e->lock);
+}
+
 /* Entering an extension: one caller at a time, a thread or one fiber of
  * a thread; the same caller may come back in (a service it serves calls
  * again). The mutex guards only who is inside: nobody holds it across a
  * call, so a fiber asleep in a call blocks nothing but its turn. A waiting
- * thread sleeps on the condition; a waiting fiber sleeps in short slices,
- * so that the fiber inside, on the same thread, can finish. */
+ * thread sleeps on the condition, a waiting fiber on its channel
+ * (turn_wait), so that the fiber inside, on the same thread, can finish;
+ * the caller that leaves wakes the threads and the first fiber. */
 void sh_ext_enter(shoal_ext *e)
 {
 	shoal_fiber *me = shoal_sched_current() ? shoal_self() : NULL;
 	pthread_t self = pthread_self();
+	bool woken = false;
 	pthread_mutex_lock(&e->lock);
 	while (e->depth && !(pthread_equal(e->owner, self) && e->holder == me)) {
 		if (me) {
-			pthread_mutex_unlock(&e->lock);
-			shoal_sleep_until(shoal_deadline_in(50000));
-			pthread_mutex_lock(&e->lock);
+			turn_wait(e, woken);
+			woken = true;
 		} else {
 			pthread_cond_wait(&e->turn, &e->lock);
 		}
@@ -247,6 +298,11 @@ void sh_ext_leave(shoal_ext *e)
 	if (--e->depth == 0) {
 		e->holder = NULL;
 		pthread_cond_broadcast(&e->turn);
+		sh_ext_waiter *w = e->waiters;
+		if (w) {
+			e->waiters = w->next;
+			shoal_chan_close(w->wake);
+		}
 	}
 	pthread_mutex_unlock(&e->lock);
 }

@@ -22,6 +22,8 @@
  * name. Its output is the extension's, so hostile: lines are cut at
  * PUMP_LINE bytes and control bytes are replaced. */
 #define PUMP_LINE 2048
+typedef struct sh_ext_waiter sh_ext_waiter;
+
 typedef struct pump {
 	int fd[2]; /* read ends: stdout, stderr */
 	char name[128];
@@ -54,12 +56,13 @@ struct shoal_ext {
 	sh_oob oob;	      /* where the frame just read puts its payloads */
 	pthread_mutex_t lock; /* guards who is inside: owner, holder, depth */
 	pthread_cond_t turn;
-	pthread_t owner;     /* the thread inside (when depth > 0) */
-	shoal_fiber *holder; /* the fiber inside, when a fiber is */
-	uint32_t depth;	     /* how deep it is inside (nested calls) */
-	char cg[256];	     /* its memory cgroup's directory ("": none) */
-	bool cg_v2;	     /* in the unified hierarchy (else v1's memory one) */
-	bool oom_killed;     /* the last child was killed for its memory limit */
+	pthread_t owner;	/* the thread inside (when depth > 0) */
+	shoal_fiber *holder;	/* the fiber inside, when a fiber is */
+	uint32_t depth;		/* how deep it is inside (nested calls) */
+	sh_ext_waiter *waiters; /* fibers waiting for their turn, first first */
+	char cg[256];		/* its memory cgroup's directory ("": none) */
+	bool cg_v2;		/* in the unified hierarchy (else v1's memory one) */
+	bool oom_killed;	/* the last child was killed for its memory limit */
 	char err[1024];
 };
 
