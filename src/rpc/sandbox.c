@@ -20,6 +20,7 @@
 #include <limits.h>
 #include <linux/capability.h>
 #include <linux/mount.h>
+#include <poll.h>
 #include <pwd.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -626,11 +627,41 @@ int sh_sb_cgroup_make(shoal_ext *e, char *why, size_t whylen)
 	return 0;
 }
 
+/* The most processes of a cgroup waited for at once (sh_sb_cgroup_kill):
+ * the rest are the next round's. */
+#define CG_WAIT_MAX 64
+
+/* Waits until every process of fds (pidfds) has ended, or the deadline;
+ * closes them. */
+static void cg_wait_gone(int *fds, int n, int64_t deadline)
+{
+	struct pollfd p[CG_WAIT_MAX];
+	for (int i = 0; i < n; i++)
+		p[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+	for (int left = n; left > 0;) {
+		int64_t ns = deadline - shoal_now_ns();
+		if (ns <= 0)
+			break;
+		int r = poll(p, (nfds_t)n, (int)((ns + 999999) / 1000000));
+		if (r < 0 && errno != EINTR)
+			break;
+		for (int i = 0; r > 0 && i < n; i++)
+			if (p[i].fd >= 0 && p[i].revents) {
+				p[i].fd = -1; /* (poll skips it now) */
+				left--;
+			}
+	}
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+}
+
 /* Kills every process in e's cgroup: whatever the extension forked,
  * daemons included (they cannot leave it unless privileged: strict is
  * not). cgroup.kill where the kernel has it; else SIGKILL to each listed
  * process, again until none is left (what a killed process forked
- * meanwhile is listed the next round), for at most about a second. */
+ * meanwhile is listed the next round), for at most about a second. A
+ * round waits on pidfds of the processes it killed until they are gone
+ * (an ended process has left its cgroup's list when its pidfd says so). */
 void sh_sb_cgroup_kill(shoal_ext *e)
 {
 	if (!e->cg[0])
@@ -639,9 +670,10 @@ void sh_sb_cgroup_kill(shoal_ext *e)
 	snprintf(path, sizeof(path), "%s/cgroup.kill", e->cg);
 	bool killed = e->cg_v2 && sh_ext_write_file(path, "1") == 0;
 	snprintf(path, sizeof(path), "%s/cgroup.procs", e->cg);
-	for (int round = 0; round < 1000; round++) {
+	int64_t deadline = shoal_deadline_in(1000000000);
+	while (shoal_now_ns() < deadline) {
 		/* (more than fit the buffer: the rest is read the next round) */
-		int n = 0;
+		int n = 0, fds[CG_WAIT_MAX], nfd = 0;
 		if (read_text(path, text, sizeof(text)) != 0)
 			return;
 		char *last = strrchr(text, '\n'); /* a pid cut at the end is not one */
@@ -654,14 +686,54 @@ void sh_sb_cgroup_kill(shoal_ext *e)
 				break;
 			pid_t pid = (pid_t)v;
 			/* (the child itself, a zombie till we reap it, may stay listed) */
-			if (pid > 0 && (killed || kill(pid, SIGKILL) == 0) && pid != e->pid)
+			if (pid > 0 && (killed || kill(pid, SIGKILL) == 0) && pid != e->pid) {
 				n++;
+				int fd = nfd < CG_WAIT_MAX ? (int)syscall(SYS_pidfd_open, pid, 0)
+							   : -1;
+				if (fd >= 0)
+					fds[nfd++] = fd;
+			}
 		}
 		if (n == 0)
 			return;
-		usleep(1000);
+		if (nfd)
+			cg_wait_gone(fds, nfd, deadline);
+		else
+			usleep(1000); /* no pidfd to be had (gone meanwhile, or none left) */
 	}
 	sh_warn("ext", "%s: processes left in %s after killing them for a second", e->name, e->cg);
+}
+
+/* Waits, until deadline, for e's cgroup (v2) to be left by its last
+ * process: true when it was not empty and became so. cgroup.events says
+ * "populated 0" then, and a poll of it (POLLPRI) wakes at its changes. */
+static bool cg_wait_empty(const shoal_ext *e, int64_t deadline)
+{
+	char path[300], text[256];
+	snprintf(path, sizeof(path), "%s/cgroup.events", e->cg);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	bool waited = false, empty = false;
+	for (;;) {
+		ssize_t got = lseek(fd, 0, SEEK_SET) == 0 ? read(fd, text, sizeof(text) - 1) : -1;
+		if (got < 0)
+			break;
+		text[got] = 0;
+		if (strstr(text, "populated 0")) {
+			empty = waited;
+			break;
+		}
+		int64_t ns = deadline - shoal_now_ns();
+		if (ns <= 0)
+			break;
+		struct pollfd p = {.fd = fd, .events = POLLPRI};
+		if (poll(&p, 1, (int)((ns + 999999) / 1000000)) < 0 && errno != EINTR)
+			break;
+		waited = true;
+	}
+	close(fd);
+	return empty;
 }
 
 /* After the child is reaped: was it the OOM killer, and the cgroup goes
@@ -679,7 +751,18 @@ void sh_sb_cgroup_done(shoal_ext *e)
 	if (at)
 		sscanf(at, "oom_kill %llu", &n);
 	e->oom_killed = n > 0;
-	for (int i = 0; i < 200 && rmdir(e->cg) != 0 && errno == EBUSY; i++)
-		usleep(1000);
+	/* Its last tasks may take a moment to leave it: on v2 cgroup.events
+	 * says when the last has (cg_wait_empty); v1 has no event for it
+	 * (only a release agent, a program of root's for the whole
+	 * hierarchy), so there it is tried again every millisecond. A v2
+	 * cgroup that is empty and still busy (the extension made one in it)
+	 * stays, as it did after the 200 ms: no event would come for it. */
+	int64_t deadline = shoal_deadline_in(200000000);
+	for (int i = 0; i < 200 && rmdir(e->cg) != 0 && errno == EBUSY; i++) {
+		if (!e->cg_v2)
+			usleep(1000);
+		else if (!cg_wait_empty(e, deadline))
+			break;
+	}
 	e->cg[0] = 0;
 }
