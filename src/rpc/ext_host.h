@@ -29,7 +29,8 @@ typedef struct pump {
 	char name[128];
 	char buf[2][PUMP_LINE];
 	size_t len[2];
-	_Atomic bool stop; /* the child is gone: drain what is there and end */
+	int stop_fd; /* an eventfd rung when the child is gone: drain what is
+		      * there and end */
 	pthread_t thread;
 } pump;
 

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -36,13 +37,20 @@ static void pump_line(pump *p, int i)
 static void *pump_main(void *arg)
 {
 	pump *p = arg;
-	struct pollfd pf[2] = {{.fd = p->fd[0], .events = POLLIN},
-			       {.fd = p->fd[1], .events = POLLIN}};
+	struct pollfd pf[3] = {{.fd = p->fd[0], .events = POLLIN},
+			       {.fd = p->fd[1], .events = POLLIN},
+			       {.fd = p->stop_fd, .events = POLLIN}};
 	/* Once stopped, a bounded drain: a process that escaped the tree and
-	 * keeps writing does not hold the host's stop. */
+	 * keeps writing does not hold the host's stop. Until then it sleeps
+	 * until output comes or the stop rings. */
+	bool stopped = false;
 	for (int open = 2, after = 0; open > 0 && after < 20;) {
-		int n = poll(pf, 2, 50);
-		if (atomic_load(&p->stop))
+		int n = poll(pf, stopped ? 2 : 3, stopped ? 50 : -1);
+		if (n > 0 && !stopped && pf[2].revents) {
+			stopped = true; /* (output that came with it: the next poll) */
+			continue;
+		}
+		if (stopped)
 			after++;
 		if (n <= 0) {
 			if (after)
@@ -93,11 +101,20 @@ static int pump_start(shoal_ext *e, int out_fd, int err_fd)
 	}
 	p->fd[0] = out_fd;
 	p->fd[1] = err_fd;
+	p->stop_fd = eventfd(0, EFD_CLOEXEC);
+	if (p->stop_fd < 0) {
+		int rc = shoal_errno();
+		close(out_fd);
+		close(err_fd);
+		SH_DELETE(p);
+		return rc;
+	}
 	snprintf(p->name, sizeof(p->name), "%s", e->name);
 	int rc = -pthread_create(&p->thread, NULL, pump_main, p);
 	if (rc) {
 		close(out_fd);
 		close(err_fd);
+		close(p->stop_fd);
 		SH_DELETE(p);
 		return rc;
 	}
@@ -109,8 +126,11 @@ void sh_ext_pump_stop(shoal_ext *e)
 {
 	if (!e->pump)
 		return;
-	atomic_store(&e->pump->stop, true);
+	uint64_t one = 1;
+	while (write(e->pump->stop_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
 	pthread_join(e->pump->thread, NULL);
+	close(e->pump->stop_fd);
 	SH_DELETE(e->pump);
 	e->pump = NULL;
 }
