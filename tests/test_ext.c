@@ -1021,6 +1021,42 @@ SH_TEST(fibers_share_an_extension)
 	CHECK_OK(shoal_sched_destroy(s));
 }
 
+/* A thread with a scheduler of its own whose two fibers call the
+ * extension (fiber_adds). */
+static void *fibers_of_a_thread(void *arg)
+{
+	struct fiber_adds *fa = arg;
+	shoal_sched *s = sh_test_sched_new();
+	shoal_fiber *f[2];
+	for (int i = 0; i < 2; i++)
+		CHECK_OK(shoal_spawn(&f[i], fiber_adds, &fa[i], NULL));
+	for (int i = 0; i < 2; i++)
+		CHECK_OK(shoal_join(f[i], NULL));
+	CHECK_OK(shoal_sched_destroy(s));
+	return NULL;
+}
+
+/* Fibers of two threads and a plain thread calling one extension take
+ * turns: a fiber waiting for its turn is woken by a caller of another
+ * thread as by one of its own. */
+SH_TEST(fibers_of_threads_share_an_extension)
+{
+	shoal_ext_config c = config();
+	shoal_ext *e = start(&c);
+	struct fiber_adds fa[5];
+	for (int i = 0; i < 5; i++)
+		fa[i] = (struct fiber_adds){.e = e, .base = i * 1000};
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++)
+		CHECK(pthread_create(&t[i], NULL, fibers_of_a_thread, &fa[2 * i]) == 0);
+	fiber_adds(&fa[4]);
+	for (int i = 0; i < 2; i++)
+		CHECK(pthread_join(t[i], NULL) == 0);
+	for (int i = 0; i < 5; i++)
+		CHECK_EQ(fa[i].ok, 200);
+	CHECK_OK(shoal_ext_stop(e));
+}
+
 /* Runs fn in a child that dropped to uid/gid 65534 (no groups): the host
  * of an unprivileged user. */
 static void as_nobody(void (*fn)(void))

@@ -1,14 +1,16 @@
 /* The sandboxes of an extension's runner (sandbox.h): limits, a cgroup, a
- * tree that ends whole, and strict. Strict runs in three processes: the
- * runner's first (namespaces, the uid's lock, then outside the pid
- * namespace, watched by the host), the namespace's init (reaps, reports),
- * and the extension's (pid 2: confined, filtered, then the extension's
- * code). A strict extension of a root host gets a uid no account and no
- * other extension has, so no process of the machine's users (nobody's
- * included) shares an identity with it; it is not dumpable, so not even
- * a process of its own uid may look into it; and the only places it can
- * write are tmpfs of its own. */
+ * tree that ends whole, and strict (its system call filter is seccomp.c's);
+ * and the host's side of it: the child's cgroup, made, killed, removed.
+ * Strict runs in three processes: the runner's first (namespaces, the
+ * uid's lock, then outside the pid namespace, watched by the host), the
+ * namespace's init (reaps, reports), and the extension's (pid 2: confined,
+ * filtered, then the extension's code). A strict extension of a root host
+ * gets a uid no account and no other extension has, so no process of the
+ * machine's users (nobody's included) shares an identity with it; it is
+ * not dumpable, so not even a process of its own uid may look into it;
+ * and the only places it can write are tmpfs of its own. */
 #include "rpc/sandbox.h"
+#include "rpc/ext_host.h"
 #include "rpc/ext_proto.h"
 
 #include <dirent.h>
@@ -18,6 +20,7 @@
 #include <limits.h>
 #include <linux/capability.h>
 #include <linux/mount.h>
+#include <poll.h>
 #include <pwd.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -40,345 +43,6 @@ int sh_sb_limit(int res, uint64_t v)
 {
 	struct rlimit rl = {.rlim_cur = v, .rlim_max = v};
 	return setrlimit(res, &rl) == 0 ? 0 : shoal_errno();
-}
-
-/* The strict sandbox's filter, an allow-list: what a C or Python
- * extension needs (memory, threads, files through the descriptors and
- * paths it may open, time, signals, polling, local sockets) is allowed;
- * everything else fails with EPERM (not a kill, so an extension can
- * report what it was refused), io_uring included: its SOCKET op would
- * make sockets the socket() rule never sees. Sockets are AF_UNIX only
- * unless network; clone may not make namespaces, and clone3, whose flags
- * a filter cannot read, says ENOSYS, on which glibc falls back to clone.
- * Another architecture's system calls kill the process. */
-int sh_sb_filter(bool network, char *why, size_t whylen)
-{
-	static const char *const allow[] = {
-		/* descriptors and files */
-		"read",
-		"write",
-		"readv",
-		"writev",
-		"pread64",
-		"pwrite64",
-		"preadv",
-		"pwritev",
-		"preadv2",
-		"pwritev2",
-		"lseek",
-		"_llseek",
-		"close",
-		"close_range",
-		"dup",
-		"dup2",
-		"dup3",
-		"fcntl",
-		"fcntl64",
-		"open",
-		"openat",
-		"openat2",
-		"creat",
-		"stat",
-		"fstat",
-		"lstat",
-		"newfstatat",
-		"fstatat64",
-		"stat64",
-		"fstat64",
-		"lstat64",
-		"statx",
-		"statfs",
-		"fstatfs",
-		"statfs64",
-		"fstatfs64",
-		"access",
-		"faccessat",
-		"faccessat2",
-		"readlink",
-		"readlinkat",
-		"getdents",
-		"getdents64",
-		"getcwd",
-		"chdir",
-		"fchdir",
-		"mkdir",
-		"mkdirat",
-		"rmdir",
-		"unlink",
-		"unlinkat",
-		"rename",
-		"renameat",
-		"renameat2",
-		"link",
-		"linkat",
-		"symlink",
-		"symlinkat",
-		"chmod",
-		"fchmod",
-		"fchmodat",
-		"fchmodat2",
-		"chown",
-		"fchown",
-		"lchown",
-		"fchownat",
-		"truncate",
-		"ftruncate",
-		"truncate64",
-		"ftruncate64",
-		"fallocate",
-		"fsync",
-		"fdatasync",
-		"sync_file_range",
-		"flock",
-		"utime",
-		"utimes",
-		"utimensat",
-		"futimesat",
-		"umask",
-		"getxattr",
-		"lgetxattr",
-		"fgetxattr",
-		"listxattr",
-		"llistxattr",
-		"flistxattr",
-		"sendfile",
-		"sendfile64",
-		"copy_file_range",
-		"splice",
-		"tee",
-		"vmsplice", /* how the runner rings the host's doorbell */
-		"readahead",
-		"fadvise64",
-		"fadvise64_64",
-		"memfd_create",
-		"pipe",
-		"pipe2",
-		"eventfd",
-		"eventfd2",
-		"inotify_init",
-		"inotify_init1",
-		"inotify_add_watch",
-		"inotify_rm_watch",
-		/* memory */
-		"brk",
-		"mmap",
-		"mmap2",
-		"munmap",
-		"mremap",
-		"mprotect",
-		"madvise",
-		"mlock",
-		"mlock2",
-		"munlock",
-		"mlockall",
-		"munlockall",
-		"mincore",
-		"msync",
-		"membarrier",
-		"get_mempolicy",
-		"set_mempolicy",
-		"mbind",
-		"pkey_alloc",
-		"pkey_free",
-		"pkey_mprotect",
-		/* processes and threads (their own: pids are of its namespace) */
-		"fork",
-		"vfork",
-		"execve",
-		"execveat",
-		"exit",
-		"exit_group",
-		"wait4",
-		"waitid",
-		"kill",
-		"tgkill",
-		"tkill",
-		"getpid",
-		"getppid",
-		"gettid",
-		"getuid",
-		"geteuid",
-		"getgid",
-		"getegid",
-		"getgroups",
-		"getresuid",
-		"getresgid",
-		"getuid32",
-		"geteuid32",
-		"getgid32",
-		"getegid32",
-		"getgroups32",
-		"getresuid32",
-		"getresgid32",
-		"setsid",
-		"getsid",
-		"getpgid",
-		"setpgid",
-		"getpgrp",
-		"set_tid_address",
-		"set_robust_list",
-		"get_robust_list",
-		"rseq",
-		"futex",
-		"futex_time64",
-		"futex_waitv",
-		"futex_wait",
-		"futex_wake",
-		"futex_requeue",
-		"sched_yield",
-		"sched_getaffinity",
-		"sched_setaffinity",
-		"sched_getparam",
-		"sched_getscheduler",
-		"sched_get_priority_max",
-		"sched_get_priority_min",
-		"sched_getattr",
-		"getpriority",
-		"prctl",
-		"arch_prctl",
-		"capget",
-		"uname",
-		"sysinfo",
-		"getrlimit",
-		"ugetrlimit",
-		"setrlimit",
-		"getrusage",
-		"times",
-		"getcpu",
-		"getrandom",
-		"set_thread_area",
-		"get_thread_area",
-		/* signals and time */
-		"rt_sigaction",
-		"rt_sigprocmask",
-		"rt_sigreturn",
-		"sigreturn",
-		"rt_sigsuspend",
-		"rt_sigpending",
-		"rt_sigtimedwait",
-		"rt_sigtimedwait_time64",
-		"rt_sigqueueinfo",
-		"rt_tgsigqueueinfo",
-		"sigaltstack",
-		"signalfd",
-		"signalfd4",
-		"restart_syscall",
-		"pause",
-		"alarm",
-		"clock_gettime",
-		"clock_gettime64",
-		"clock_getres",
-		"clock_getres_time64",
-		"clock_nanosleep",
-		"clock_nanosleep_time64",
-		"nanosleep",
-		"gettimeofday",
-		"time",
-		"timer_create",
-		"timer_settime",
-		"timer_settime64",
-		"timer_gettime",
-		"timer_gettime64",
-		"timer_getoverrun",
-		"timer_delete",
-		"timerfd_create",
-		"timerfd_settime",
-		"timerfd_settime64",
-		"timerfd_gettime",
-		"timerfd_gettime64",
-		"getitimer",
-		"setitimer",
-		/* waiting */
-		"poll",
-		"ppoll",
-		"ppoll_time64",
-		"select",
-		"_newselect",
-		"pselect6",
-		"pselect6_time64",
-		"epoll_create",
-		"epoll_create1",
-		"epoll_ctl",
-		"epoll_wait",
-		"epoll_pwait",
-		"epoll_pwait2",
-		/* sockets it has or may make (socket() below) */
-		"connect",
-		"bind",
-		"listen",
-		"accept",
-		"accept4",
-		"sendto",
-		"recvfrom",
-		"sendmsg",
-		"recvmsg",
-		"sendmmsg",
-		"recvmmsg",
-		"recvmmsg_time64",
-		"shutdown",
-		"getsockname",
-		"getpeername",
-		"setsockopt",
-		"getsockopt",
-		/* System V IPC: the namespace's own */
-		"shmget",
-		"shmat",
-		"shmdt",
-		"shmctl",
-		"semget",
-		"semop",
-		"semtimedop",
-		"semctl",
-		"msgget",
-		"msgsnd",
-		"msgrcv",
-		"msgctl",
-	};
-	scmp_filter_ctx f = seccomp_init(SCMP_ACT_ERRNO(EPERM));
-	if (!f) {
-		snprintf(why, whylen, "seccomp_init failed");
-		return SHOAL_ENOMEM;
-	}
-	int rc = 0;
-	for (size_t i = 0; rc == 0 && i < sizeof(allow) / sizeof(allow[0]); i++) {
-		int nr = seccomp_syscall_resolve_name(allow[i]);
-		if (nr == __NR_SCMP_ERROR)
-			continue; /* not on this architecture */
-		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, nr, 0);
-	}
-	/* ioctl: its own session has no terminal to type into (TIOCSTI needs
-	 * one, or CAP_SYS_ADMIN), so no command of it reaches the host */
-	if (rc == 0)
-		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 0);
-	/* clone for threads and processes, without new namespaces */
-	const scmp_datum_t newns = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |
-				   CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET;
-	if (rc == 0)
-		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
-				      SCMP_A0(SCMP_CMP_MASKED_EQ, newns, 0));
-	int clone3 = seccomp_syscall_resolve_name("clone3");
-	if (rc == 0 && clone3 != __NR_SCMP_ERROR)
-		rc = seccomp_rule_add(f, SCMP_ACT_ERRNO(ENOSYS), clone3, 0);
-	/* limits of itself only (pid 0) */
-	int prlimit = seccomp_syscall_resolve_name("prlimit64");
-	if (rc == 0 && prlimit != __NR_SCMP_ERROR)
-		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, prlimit, 1, SCMP_A0(SCMP_CMP_EQ, 0, 0));
-	/* sockets: local ones; IP ones only when the config allows them */
-	static const int families[] = {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK};
-	size_t nfam = network ? 4 : 1;
-	for (size_t i = 0; rc == 0 && i < nfam; i++) {
-		rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
-				      SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i], 0));
-		if (rc == 0)
-			rc = seccomp_rule_add(f, SCMP_ACT_ALLOW, SCMP_SYS(socketpair), 1,
-					      SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)families[i], 0));
-	}
-	if (rc == 0)
-		rc = seccomp_load(f);
-	seccomp_release(f);
-	if (rc)
-		snprintf(why, whylen, "loading the seccomp filter: %s", strerror(-rc));
-	return rc;
 }
 
 /* ---- a uid of its own ---- */
@@ -818,4 +482,287 @@ int sh_sb_join_cgroup(const char *dir)
 	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
 	snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
 	return sh_ext_write_file(path, pid);
+}
+
+/* ---- a memory cgroup of its own (mem_max) ---- */
+
+int sh_ext_write_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return shoal_errno();
+	ssize_t n = write(fd, text, strlen(text));
+	int rc = n == (ssize_t)strlen(text) ? 0 : n < 0 ? shoal_errno() : SHOAL_EIO;
+	close(fd);
+	return rc;
+}
+
+/* Reads the small file at path into buf (NUL-terminated, cut at len - 1
+ * bytes): 0 or the error. No stdio: this runs at every start and end of
+ * a child, which should cost no heap. */
+static int read_text(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return shoal_errno();
+	size_t got = 0;
+	for (ssize_t n; got + 1 < len; got += (size_t)n) {
+		n = read(fd, buf + got, len - 1 - got);
+		if (n < 0 && errno == EINTR) {
+			n = 0;
+			continue;
+		}
+		if (n <= 0)
+			break;
+	}
+	buf[got] = 0;
+	close(fd);
+	return 0;
+}
+
+/* The directory of our own cgroup in a hierarchy with the memory
+ * controller: v1's memory hierarchy, else the unified one. */
+static int cg_base(char *dir, size_t len, bool *v2)
+{
+	char text[4096], v1path[256] = "", v2path[256] = "", *save = NULL;
+	int rc = read_text("/proc/self/cgroup", text, sizeof(text));
+	if (rc)
+		return rc;
+	bool have_v1 = false, have_v2 = false;
+	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c2 = 0;
+		const char *ctl = c1 + 1, *path = c2 + 1;
+		bool mem = false;
+		for (const char *p = ctl; *p; p += strcspn(p, ","), p += *p == ',')
+			mem |= !strncmp(p, "memory", 6) && (p[6] == ',' || !p[6]);
+		if (mem)
+			have_v1 = true, snprintf(v1path, sizeof(v1path), "%s", path);
+		else if (!*ctl)
+			have_v2 = true, snprintf(v2path, sizeof(v2path), "%s", path);
+	}
+	if (have_v1) {
+		*v2 = false;
+		snprintf(dir, len, "/sys/fs/cgroup/memory%s", v1path);
+		return 0;
+	}
+	if (!have_v2)
+		return SHOAL_ENOTSUP;
+	*v2 = true;
+	const char *mnt = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0
+				  ? "/sys/fs/cgroup"
+				  : "/sys/fs/cgroup/unified";
+	snprintf(dir, len, "%s%s", mnt, v2path);
+	return 0;
+}
+
+/* Removes the cgroups that hosts which died without stopping their
+ * extensions left under base (named for their pid, which no longer
+ * runs): once a process, at its first extension. Only empty ones go
+ * (rmdir refuses the rest), so a live tree is never touched. */
+static void cg_sweep(const char *base)
+{
+	static atomic_flag swept = ATOMIC_FLAG_INIT;
+	if (atomic_flag_test_and_set(&swept))
+		return;
+	DIR *d = opendir(base);
+	for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+		int pid;
+		unsigned n;
+		if (sscanf(de->d_name, "shoal-ext-%d-%u", &pid, &n) != 2 || pid <= 0 ||
+		    pid == (int)getpid() || kill(pid, 0) == 0 || errno != ESRCH)
+			continue;
+		char path[600];
+		snprintf(path, sizeof(path), "%s/%s", base, de->d_name);
+		rmdir(path);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* Makes e's cgroup (every extension gets one where we may make it: its
+ * whole tree ends with it), with memory limited to cfg.mem_max if set. */
+int sh_sb_cgroup_make(shoal_ext *e, char *why, size_t whylen)
+{
+	static _Atomic uint32_t counter;
+	char base[200], path[300], limit[32];
+	int rc = cg_base(base, sizeof(base), &e->cg_v2);
+	if (rc) {
+		snprintf(why, whylen, "no memory cgroup hierarchy");
+		return rc;
+	}
+	cg_sweep(base);
+	snprintf(e->cg, sizeof(e->cg), "%s/shoal-ext-%d-%u", strcmp(base, "/") ? base : "",
+		 (int)getpid(), atomic_fetch_add(&counter, 1));
+	if (mkdir(e->cg, 0700) != 0) {
+		rc = shoal_errno();
+		snprintf(why, whylen, "mkdir %s: %s", e->cg, strerror(errno));
+		e->cg[0] = 0;
+		return rc;
+	}
+	if (!e->cfg.mem_max)
+		return 0;
+	snprintf(path, sizeof(path), "%s/%s", e->cg,
+		 e->cg_v2 ? "memory.max" : "memory.limit_in_bytes");
+	if (e->cg_v2 && access(path, F_OK) != 0) {
+		/* the controller is not on for our children yet */
+		char sub[300];
+		snprintf(sub, sizeof(sub), "%s/cgroup.subtree_control", base);
+		sh_ext_write_file(sub, "+memory");
+	}
+	snprintf(limit, sizeof(limit), "%" PRIu64, e->cfg.mem_max);
+	if ((rc = sh_ext_write_file(path, limit)) != 0) {
+		snprintf(why, whylen, "writing %s: %s", path, shoal_strerror(rc));
+		rmdir(e->cg);
+		e->cg[0] = 0;
+		return rc;
+	}
+	/* no swapping past the limit either, where that is a knob */
+	snprintf(path, sizeof(path), "%s/%s", e->cg,
+		 e->cg_v2 ? "memory.swap.max" : "memory.memsw.limit_in_bytes");
+	if (access(path, F_OK) == 0)
+		sh_ext_write_file(path, e->cg_v2 ? "0" : limit);
+	return 0;
+}
+
+/* The most processes of a cgroup waited for at once (sh_sb_cgroup_kill):
+ * the rest are the next round's. */
+#define CG_WAIT_MAX 64
+
+/* Waits until every process of fds (pidfds) has ended, or the deadline;
+ * closes them. */
+static void cg_wait_gone(int *fds, int n, int64_t deadline)
+{
+	struct pollfd p[CG_WAIT_MAX];
+	for (int i = 0; i < n; i++)
+		p[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+	for (int left = n; left > 0;) {
+		int64_t ns = deadline - shoal_now_ns();
+		if (ns <= 0)
+			break;
+		int r = poll(p, (nfds_t)n, (int)((ns + 999999) / 1000000));
+		if (r < 0 && errno != EINTR)
+			break;
+		for (int i = 0; r > 0 && i < n; i++)
+			if (p[i].fd >= 0 && p[i].revents) {
+				p[i].fd = -1; /* (poll skips it now) */
+				left--;
+			}
+	}
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+/* Kills every process in e's cgroup: whatever the extension forked,
+ * daemons included (they cannot leave it unless privileged: strict is
+ * not). cgroup.kill where the kernel has it; else SIGKILL to each listed
+ * process, again until none is left (what a killed process forked
+ * meanwhile is listed the next round), for at most about a second. A
+ * round waits on pidfds of the processes it killed until they are gone
+ * (an ended process has left its cgroup's list when its pidfd says so). */
+void sh_sb_cgroup_kill(shoal_ext *e)
+{
+	if (!e->cg[0])
+		return;
+	char path[300], text[8192];
+	snprintf(path, sizeof(path), "%s/cgroup.kill", e->cg);
+	bool killed = e->cg_v2 && sh_ext_write_file(path, "1") == 0;
+	snprintf(path, sizeof(path), "%s/cgroup.procs", e->cg);
+	int64_t deadline = shoal_deadline_in(1000000000);
+	while (shoal_now_ns() < deadline) {
+		/* (more than fit the buffer: the rest is read the next round) */
+		int n = 0, fds[CG_WAIT_MAX], nfd = 0;
+		if (read_text(path, text, sizeof(text)) != 0)
+			return;
+		char *last = strrchr(text, '\n'); /* a pid cut at the end is not one */
+		if (!last)
+			return;
+		last[1] = 0;
+		for (char *p = text, *end; *p; p = end) {
+			long v = strtol(p, &end, 10);
+			if (end == p)
+				break;
+			pid_t pid = (pid_t)v;
+			/* (the child itself, a zombie till we reap it, may stay listed) */
+			if (pid > 0 && (killed || kill(pid, SIGKILL) == 0) && pid != e->pid) {
+				n++;
+				int fd = nfd < CG_WAIT_MAX ? (int)syscall(SYS_pidfd_open, pid, 0)
+							   : -1;
+				if (fd >= 0)
+					fds[nfd++] = fd;
+			}
+		}
+		if (n == 0)
+			return;
+		if (nfd)
+			cg_wait_gone(fds, nfd, deadline);
+		else
+			usleep(1000); /* no pidfd to be had (gone meanwhile, or none left) */
+	}
+	sh_warn("ext", "%s: processes left in %s after killing them for a second", e->name, e->cg);
+}
+
+/* Waits, until deadline, for e's cgroup (v2) to be left by its last
+ * process: true when it was not empty and became so. cgroup.events says
+ * "populated 0" then, and a poll of it (POLLPRI) wakes at its changes. */
+static bool cg_wait_empty(const shoal_ext *e, int64_t deadline)
+{
+	char path[300], text[256];
+	snprintf(path, sizeof(path), "%s/cgroup.events", e->cg);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	bool waited = false, empty = false;
+	for (;;) {
+		ssize_t got = lseek(fd, 0, SEEK_SET) == 0 ? read(fd, text, sizeof(text) - 1) : -1;
+		if (got < 0)
+			break;
+		text[got] = 0;
+		if (strstr(text, "populated 0")) {
+			empty = waited;
+			break;
+		}
+		int64_t ns = deadline - shoal_now_ns();
+		if (ns <= 0)
+			break;
+		struct pollfd p = {.fd = fd, .events = POLLPRI};
+		if (poll(&p, 1, (int)((ns + 999999) / 1000000)) < 0 && errno != EINTR)
+			break;
+		waited = true;
+	}
+	close(fd);
+	return empty;
+}
+
+/* After the child is reaped: was it the OOM killer, and the cgroup goes
+ * (its last tasks may take a moment to leave). */
+void sh_sb_cgroup_done(shoal_ext *e)
+{
+	if (!e->cg[0])
+		return;
+	char path[300], text[1024];
+	snprintf(path, sizeof(path), "%s/%s", e->cg,
+		 e->cg_v2 ? "memory.events" : "memory.oom_control");
+	unsigned long long n = 0;
+	const char *at =
+		read_text(path, text, sizeof(text)) == 0 ? strstr(text, "oom_kill ") : NULL;
+	if (at)
+		sscanf(at, "oom_kill %llu", &n);
+	e->oom_killed = n > 0;
+	/* Its last tasks may take a moment to leave it: on v2 cgroup.events
+	 * says when the last has (cg_wait_empty); v1 has no event for it
+	 * (only a release agent, a program of root's for the whole
+	 * hierarchy), so there it is tried again every millisecond. A v2
+	 * cgroup that is empty and still busy (the extension made one in it)
+	 * stays, as it did after the 200 ms: no event would come for it. */
+	int64_t deadline = shoal_deadline_in(200000000);
+	for (int i = 0; i < 200 && rmdir(e->cg) != 0 && errno == EBUSY; i++) {
+		if (!e->cg_v2)
+			usleep(1000);
+		else if (!cg_wait_empty(e, deadline))
+			break;
+	}
+	e->cg[0] = 0;
 }
