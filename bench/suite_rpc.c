@@ -115,7 +115,7 @@ static int svc_down(void *self, const shoal_value *args, shoal_vbuf *out, shoal_
 	int rc = shoal_ext_call(bench_ext, "nested", shoal_v_int(out, args->v.i - 1), out, &r,
 				SHOAL_FOREVER);
 	if (rc) {
-		snprintf(msg, msglen, "%s", shoal_ext_last_error(bench_ext));
+		snprintf(msg, msglen, "%s", shoal_ext_error(bench_ext));
 		return rc;
 	}
 	*result = (shoal_value *)r;
@@ -331,7 +331,7 @@ static void bench_one(const sh_bench_opts *o, sh_bench_report *r, shoal_ext *e, 
 	}
 	shoal_vbuf_reset(out);
 	if (rc) {
-		sh_bench_fail(x, "%s: %s", shoal_strerror(rc), shoal_ext_last_error(e));
+		sh_bench_fail(x, "%s: %s", shoal_strerror(rc), shoal_ext_error(e));
 		return;
 	}
 	set_stats(x, us, n);
@@ -391,8 +391,7 @@ static void bench_start_and_idle(const sh_bench_opts *o, sh_bench_report *r,
 		rc = shoal_ext_start(&e, c);
 		ms[i] = (sh_bench_now() - t0) * 1e3;
 		if (rc)
-			sh_bench_fail(x, "%s: %s", shoal_strerror(rc),
-				      e ? shoal_ext_last_error(e) : "");
+			sh_bench_fail(x, "%s: %s", shoal_strerror(rc), e ? shoal_ext_error(e) : "");
 		if (e)
 			shoal_ext_stop(e);
 	}
@@ -413,7 +412,7 @@ static void bench_start_and_idle(const sh_bench_opts *o, sh_bench_report *r,
 		for (; started < n && rc == 0; started++)
 			if ((rc = shoal_ext_start(&all[started], c)) != 0)
 				sh_bench_fail(m, "start #%d: %s", started,
-					      shoal_ext_last_error(all[started]));
+					      shoal_ext_error(all[started]));
 		if (rc)
 			started--; /* the failed one still needs its stop */
 		/* One call each, so every one has served, then measure idle. */
@@ -425,8 +424,7 @@ static void bench_start_and_idle(const sh_bench_opts *o, sh_bench_report *r,
 			long u, p;
 			if ((rc = shoal_ext_call(all[i], "nop", NULL, vb, &res, 0)) != 0 ||
 			    sh_bench_proc_mem(shoal_ext_pid(all[i]), &u, &p) != 0) {
-				sh_bench_fail(m, "extension %d: %s", i,
-					      shoal_ext_last_error(all[i]));
+				sh_bench_fail(m, "extension %d: %s", i, shoal_ext_error(all[i]));
 				rc = rc ? rc : -1;
 				break;
 			}
@@ -492,8 +490,7 @@ static void bench_tensor_memory(const sh_bench_opts *o, sh_bench_report *r,
 			int started = 0, rc = 0;
 			for (; started < n && rc == 0; started++)
 				if ((rc = shoal_ext_start(&e[started], c)) != 0)
-					sh_bench_fail(x, "start: %s",
-						      shoal_ext_last_error(e[started]));
+					sh_bench_fail(x, "start: %s", shoal_ext_error(e[started]));
 			/* The tensor: private, shared once, the private copy freed. */
 			int64_t shape[1] = {(int64_t)(bytes / 4)};
 			float *f = rc == 0 ? malloc(bytes) : NULL;
@@ -503,7 +500,7 @@ static void bench_tensor_memory(const sh_bench_opts *o, sh_bench_report *r,
 				t = shoal_v_tensor(vb, SHOAL_DT_F32, 1, shape, f);
 				rc = shared ? shoal_v_share(e[0], vb, t) : 0;
 				if (rc)
-					sh_bench_fail(x, "share: %s", shoal_ext_last_error(e[0]));
+					sh_bench_fail(x, "share: %s", shoal_ext_error(e[0]));
 			} else if (rc == 0) {
 				rc = SHOAL_ENOMEM;
 				sh_bench_fail(x, "out of memory for the tensor");
@@ -530,7 +527,7 @@ static void bench_tensor_memory(const sh_bench_opts *o, sh_bench_report *r,
 							    shared ? SHOAL_CALL_SHARED
 								   : SHOAL_CALL_COPY)) != 0)
 					sh_bench_fail(x, "extension %d: %s", i,
-						      shoal_ext_last_error(e[i]));
+						      shoal_ext_error(e[i]));
 			}
 			for (int i = 0; i < n && rc == 0; i++) {
 				if (sh_bench_proc_mem(shoal_ext_pid(e[i]), &u1, &p) != 0) {
@@ -587,7 +584,7 @@ int sh_bench_rpc(const sh_bench_opts *o, sh_bench_report *r)
 	c.store_socket = store ? shoal_store_socket(store) : NULL;
 	rc = shoal_ext_start(&e, &c);
 	if (rc) {
-		fprintf(stderr, "shoal bench rpc: %s\n", e ? shoal_ext_last_error(e) : "");
+		fprintf(stderr, "shoal bench rpc: %s\n", e ? shoal_ext_error(e) : "");
 		if (e)
 			shoal_ext_stop(e);
 		e = NULL;

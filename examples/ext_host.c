@@ -32,13 +32,13 @@ int main(int argc, char **argv)
 	shoal_v_set(args, 1, shoal_v_int(vb, 2));
 	const shoal_value *r;
 	if ((rc = shoal_ext_call(e, "greet", args, vb, &r, 0)) != 0) {
-		fprintf(stderr, "greet: %s\n", shoal_ext_last_error(e));
+		fprintf(stderr, "greet: %s\n", shoal_ext_error(e));
 		return 1;
 	}
 	printf("%.*s\n", (int)r->n, r->v.s);
 	/* A wrong call fails with the extension's code and message. */
 	rc = shoal_ext_call(e, "greet", shoal_v_int(vb, 7), vb, &r, 0);
-	printf("greet(7): %s: %s\n", shoal_strerror(rc), shoal_ext_last_error(e));
+	printf("greet(7): %s: %s\n", shoal_strerror(rc), shoal_ext_error(e));
 	shoal_vbuf_free(vb);
 	return shoal_ext_stop(e) ? 1 : 0;
 }

@@ -4,6 +4,8 @@
  * constructors) and monotonic deadlines. */
 #include "test.h"
 
+#include "shoal_impl.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -760,4 +762,35 @@ SH_TEST(deadline_in_saturates)
 	CHECK(shoal_deadline_in(-1) == SHOAL_FOREVER);
 	CHECK(shoal_deadline_in(-1000000000) == SHOAL_FOREVER);
 	CHECK(shoal_deadline_in(INT64_MIN) == SHOAL_FOREVER);
+}
+
+/* The handles' failure messages (sh_err_*): one slot a thread, read for
+ * the handle that failed last, cleared by that handle's next call, and a
+ * message may quote the slot's own text (a farm's quoting its store
+ * client's) without being garbled. */
+SH_TEST(a_failure_message_is_the_threads_and_the_handles)
+{
+	int a = 0, b = 0; /* two handles: only their addresses count */
+	CHECK_STR(sh_err_get(&a), "");
+	CHECK_EQ(sh_err_set(&a, SHOAL_ENOENT, "no object named %s", "x"), SHOAL_ENOENT);
+	CHECK_STR(sh_err_get(&a), "no object named x");
+	CHECK_STR(sh_err_get(&b), ""); /* another handle's */
+	CHECK_STR(sh_err_get(NULL), "");
+	sh_err_clear(&b); /* another handle's call leaves a's */
+	CHECK_STR(sh_err_get(&a), "no object named x");
+	CHECK_EQ(sh_err_set(&b, SHOAL_EIO, "the store: %s", sh_err_get(&a)), SHOAL_EIO);
+	CHECK_STR(sh_err_get(&b), "the store: no object named x");
+	CHECK_STR(sh_err_get(&a), ""); /* the slot is b's now */
+	char big[SH_ERR_MAX * 2];
+	memset(big, 'y', sizeof(big) - 1);
+	big[sizeof(big) - 1] = 0;
+	sh_err_set(&a, SHOAL_EINVAL, "%s", big);
+	CHECK_EQ(strlen(sh_err_get(&a)), (size_t)SH_ERR_MAX - 1); /* cut to fit */
+	sh_err_clear(&a);
+	CHECK_STR(sh_err_get(&a), "");
+	char why[16];
+	CHECK_EQ(sh_say(why, sizeof(why), SHOAL_EBUSY, "%s", "a longer message than fits"),
+		 SHOAL_EBUSY);
+	CHECK_STR(why, "a longer messag");
+	CHECK_EQ(sh_say(NULL, 0, SHOAL_EBUSY, "nowhere"), SHOAL_EBUSY);
 }

@@ -62,7 +62,7 @@ static shoal_ext *start(const shoal_ext_config *c)
 	int rc = shoal_ext_start(&e, c);
 	if (rc)
 		sh_test_fail(__FILE__, __LINE__, "start: %s: %s", shoal_strerror(rc),
-			     e ? shoal_ext_last_error(e) : "");
+			     e ? shoal_ext_error(e) : "");
 	return e;
 }
 
@@ -74,9 +74,9 @@ static int call(shoal_ext *e, const char *fn, const shoal_value *args, shoal_vbu
 
 #define CHECK_MSG(e, needle)                                                                   \
 	do {                                                                                   \
-		if (!strstr(shoal_ext_last_error(e), (needle)))                                \
+		if (!strstr(shoal_ext_error(e), (needle)))                                     \
 			sh_test_fail(__FILE__, __LINE__, "message lacks \"%s\": %s", (needle), \
-				     shoal_ext_last_error(e));                                 \
+				     shoal_ext_error(e));                                      \
 	} while (0)
 
 /* The directory of pid's cgroup in the hierarchy an extension's memory
@@ -163,7 +163,7 @@ SH_TEST(calls_and_values)
 	shoal_vbuf_reset(out);
 	shoal_value *bv = shoal_v_bytes(vb, mem, big);
 	if (call(e, "echo", bv, out, &r) != 0)
-		sh_test_fail(__FILE__, __LINE__, "echo 50 MiB: %s", shoal_ext_last_error(e));
+		sh_test_fail(__FILE__, __LINE__, "echo 50 MiB: %s", shoal_ext_error(e));
 	CHECK(shoal_v_equal(r, bv));
 	int64_t shape[2] = {1024, 2048};
 	shoal_value *tv = shoal_v_tensor(vb, SHOAL_DT_F32, 2, shape, mem);
@@ -550,7 +550,7 @@ static int svc_down(void *self, const shoal_value *args, shoal_vbuf *out, shoal_
 	shoal_value *d = shoal_v_int(out, args->v.i - 1);
 	int rc = shoal_ext_call(e, "nested", d, out, &r, SHOAL_FOREVER);
 	if (rc) {
-		snprintf(msg, msglen, "%s", shoal_ext_last_error(e));
+		snprintf(msg, msglen, "%s", shoal_ext_error(e));
 		return rc;
 	}
 	*result = (shoal_value *)r;
@@ -1095,7 +1095,7 @@ static void rings_truncation_refused(void)
 		int rc = call(e, "truncate_rings", NULL, vb, &r);
 		if (rc)
 			sh_test_fail(__FILE__, __LINE__, "sandbox %d: %s: %s", sb,
-				     shoal_strerror(rc), shoal_ext_last_error(e));
+				     shoal_strerror(rc), shoal_ext_error(e));
 		for (int i = 0; i < 3; i++)
 			if (r->v.items[i].v.i == 0)
 				sh_test_fail(__FILE__, __LINE__,
@@ -1820,7 +1820,7 @@ SH_TEST_T(strict_fork_bomb_is_bounded, 120)
 				shoal_deadline_in(60000 * MS));
 	CHECK_RC(rc, SHOAL_EAGAIN);
 	long long forked = -1;
-	CHECK(sscanf(strstr(shoal_ext_last_error(e), "fork ") + 5, "%lld", &forked) == 1);
+	CHECK(sscanf(strstr(shoal_ext_error(e), "fork ") + 5, "%lld", &forked) == 1);
 	CHECK(forked > 0 && forked <= 4096);
 	CHECK_OK(shoal_ext_stop(e)); /* and all of them go with it */
 	shoal_vbuf_free(vb);
@@ -1948,7 +1948,7 @@ static int64_t store_try(shoal_ext *e, shoal_vbuf *vb, const char *op, const cha
 	int rc = call(e, "store_try", a, vb, &r);
 	if (rc)
 		sh_test_fail(__FILE__, __LINE__, "store_try %s: %s: %s", op, shoal_strerror(rc),
-			     shoal_ext_last_error(e));
+			     shoal_ext_error(e));
 	return r->v.i;
 }
 

@@ -165,7 +165,7 @@ SHOAL_API void shoal_ext_config_init(shoal_ext_config *c);
 /* Starts the extension and returns when its init has run: SHOAL_ENOENT
  * (no such file), SHOAL_EBADMSG (not an extension: missing symbol), the
  * code its init failed with, SHOAL_ECRASHED (it died while loading),
- * SHOAL_ETIMEDOUT; shoal_ext_last_error says more. On failure *out is
+ * SHOAL_ETIMEDOUT; shoal_ext_error says more. On failure *out is
  * still set when the config was valid, so that the message can be read:
  * shoal_ext_stop frees it. */
 SHOAL_API int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg);
@@ -207,8 +207,9 @@ SHOAL_API int shoal_future_wait(shoal_future *f, shoal_vbuf *out, const shoal_va
  * shared, for that call only. */
 SHOAL_API int shoal_v_share(shoal_ext *e, shoal_vbuf *b, shoal_value *v);
 
-/* The message of the last failure on e ("" after a success). */
-SHOAL_API const char *shoal_ext_last_error(const shoal_ext *e);
+/* The message of this thread's last failed call on e ("" after a
+ * success): each thread sees its own, like errno (base.h says more). */
+SHOAL_API const char *shoal_ext_error(const shoal_ext *e);
 /* Its process id (0 when not running). */
 SHOAL_API pid_t shoal_ext_pid(const shoal_ext *e);
 /* How many times it was started (1 + restarts). */

@@ -154,7 +154,7 @@ static PyObject *ext_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	{
 		char msg[1200];
 		snprintf(msg, sizeof(msg), "%s",
-			 self->e ? shoal_ext_last_error(self->e) : shoal_strerror(rc));
+			 self->e ? shoal_ext_error(self->e) : shoal_strerror(rc));
 		if (self->e) {
 			Py_BEGIN_ALLOW_THREADS shoal_ext_stop(self->e);
 			Py_END_ALLOW_THREADS self->e = NULL;
@@ -252,7 +252,7 @@ static PyObject *ext_call(ShExt *self, PyObject *args, PyObject *kw)
 		rc = shoal_ext_call_ex(e, fn, v, out, &r, deadline, flags);
 		sh_tl_blocking_end(&b, rc);
 		if (rc)
-			sh_py_raise(rc, shoal_ext_last_error(e));
+			sh_py_raise(rc, shoal_ext_error(e));
 		else
 			res = sh_py_from_value(r);
 	}

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static const struct {
@@ -103,8 +104,12 @@ static _Thread_local struct {
 
 int sh_err_vset(const void *h, int code, const char *fmt, va_list ap)
 {
+	/* formatted apart first: the arguments may hold the slot's own text
+	 * (a farm's message quoting its store client's) */
+	char text[SH_ERR_MAX];
+	vsnprintf(text, sizeof(text), fmt, ap);
+	memcpy(last_err.text, text, strlen(text) + 1);
 	last_err.owner = h;
-	vsnprintf(last_err.text, sizeof(last_err.text), fmt, ap);
 	return code;
 }
 

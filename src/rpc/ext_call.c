@@ -24,11 +24,11 @@ static int crashed(shoal_ext *e, const char *fn)
 	sh_ext_reap(e, true, &st);
 	sh_ext_describe(st, how, sizeof(how));
 	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && e->oom_killed)
-		return sh_ext_fail(e, SHOAL_ECRASHED,
-				   "%s: killed by the OOM killer: over its memory limit of %" PRIu64
-				   " MiB (mem_max) in %s()",
-				   e->name, e->cfg.mem_max >> 20, fn);
-	return sh_ext_fail(e, SHOAL_ECRASHED, "%s: %s in %s()", e->name, how, fn);
+		return sh_err_set(e, SHOAL_ECRASHED,
+				  "%s: killed by the OOM killer: over its memory limit of %" PRIu64
+				  " MiB (mem_max) in %s()",
+				  e->name, e->cfg.mem_max >> 20, fn);
+	return sh_err_set(e, SHOAL_ECRASHED, "%s: %s in %s()", e->name, how, fn);
 }
 
 int shoal_v_share(shoal_ext *e, shoal_vbuf *b, shoal_value *v)
@@ -36,15 +36,15 @@ int shoal_v_share(shoal_ext *e, shoal_vbuf *b, shoal_value *v)
 	if (!e || !b || !v)
 		return SHOAL_EINVAL;
 	if (!e->store)
-		return sh_ext_fail(e, SHOAL_EINVAL,
-				   "%s: sharing needs a store (config store_socket)", e->name);
+		return sh_err_set(e, SHOAL_EINVAL,
+				  "%s: sharing needs a store (config store_socket)", e->name);
 	if (b->store && b->store != e->store)
-		return sh_ext_fail(e, SHOAL_EINVAL,
-				   "the vbuf holds objects of another store connection");
+		return sh_err_set(e, SHOAL_EINVAL,
+				  "the vbuf holds objects of another store connection");
 	b->store = e->store;
 	char why[256];
 	int rc = sh_value_share(b, v, why, sizeof(why));
-	return rc ? sh_ext_fail(e, rc, "%s", why) : 0;
+	return rc ? sh_err_set(e, rc, "%s", why) : 0;
 }
 
 /* ---- calls: sent now, their replies read when someone waits ---- */
@@ -125,8 +125,9 @@ static void keep_reply(shoal_ext *e, shoal_future *p)
 	p->replied = true;
 	p->status = rc;
 	p->result = (shoal_value *)res;
-	if (rc && (p->msg = shoal_alloc(strlen(e->err) + 1)) != NULL)
-		memcpy(p->msg, e->err, strlen(e->err) + 1);
+	const char *msg = sh_err_get(e);
+	if (rc && (p->msg = shoal_alloc(strlen(msg) + 1)) != NULL)
+		memcpy(p->msg, msg, strlen(msg) + 1);
 }
 
 /* Whether the call packed in e->out fits the request ring's free room
@@ -157,28 +158,28 @@ static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int6
 	    (flags & SHOAL_CALL_COPY && flags & SHOAL_CALL_SHARED))
 		return SHOAL_EINVAL;
 	int rc = 0;
-	e->err[0] = 0;
+	sh_err_clear(e);
 	bool shared = (flags & SHOAL_CALL_SHARED) ||
 		      (!(flags & SHOAL_CALL_COPY) && e->cfg.payload == SHOAL_PAYLOAD_SHARED);
 	if (shared && !e->store)
-		return sh_ext_fail(e, SHOAL_EINVAL,
-				   "%s: shared mode needs a store (config store_socket)", e->name);
+		return sh_err_set(e, SHOAL_EINVAL,
+				  "%s: shared mode needs a store (config store_socket)", e->name);
 	f->e = e;
 	snprintf(f->fn, sizeof(f->fn), "%s", fn);
 	if (shared && args && sh_value_needs_share(args)) {
 		if (shoal_vbuf_create(&f->hold) != 0)
-			return sh_ext_fail(e, SHOAL_ENOMEM, "out of memory");
+			return sh_err_set(e, SHOAL_ENOMEM, "out of memory");
 		f->hold->store = e->store;
 		/* Tensors not in the store yet go into one for this call: a copy
 		 * of the tree (not of the data), shared, held by the call. */
 		shoal_value *c = sh_value_clone(f->hold, args);
 		char why[256];
 		if (!c) {
-			rc = sh_ext_fail(e, SHOAL_ENOMEM, "out of memory");
+			rc = sh_err_set(e, SHOAL_ENOMEM, "out of memory");
 			goto fail;
 		}
 		if ((rc = sh_value_share(f->hold, c, why, sizeof(why))) != 0) {
-			sh_ext_fail(e, rc, "%s", why);
+			sh_err_set(e, rc, "%s", why);
 			goto fail;
 		}
 		args = c;
@@ -196,7 +197,7 @@ static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int6
 	}
 	if (e->dead) {
 		if (e->cfg.restart != SHOAL_RESTART_ON_CRASH || e->starts == 0) {
-			rc = sh_ext_fail(e, SHOAL_ECRASHED, "%s is not running", e->name);
+			rc = sh_err_set(e, SHOAL_ECRASHED, "%s is not running", e->name);
 			goto fail;
 		}
 		if ((rc = sh_ext_spawn(e)) != 0 || (rc = sh_ext_await_ready(e)) != 0)
@@ -209,13 +210,13 @@ static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int6
 	sh_frame fr = {
 		.op = SH_EXT_OP_CALL, .seq = ++e->seq, .flags = shared ? SH_FRAME_SHARED : 0};
 	if ((rc = sh_wbuf_frame_end(&e->out, &fr)) != 0) {
-		sh_ext_fail(e, rc, "%s(): arguments: %s", fn, shoal_strerror(rc));
+		sh_err_set(e, rc, "%s(): arguments: %s", fn, shoal_strerror(rc));
 		goto fail;
 	}
 	if (e->out.len > SH_MSG_MAX) {
-		rc = sh_ext_fail(e, SHOAL_EMSGSIZE,
-				 "%s(): %zu bytes of arguments, at most %zu fit a call", fn,
-				 e->out.len, SH_MSG_MAX);
+		rc = sh_err_set(e, SHOAL_EMSGSIZE,
+				"%s(): %zu bytes of arguments, at most %zu fit a call", fn,
+				e->out.len, SH_MSG_MAX);
 		goto fail;
 	}
 	rc = sh_frame_send(&e->req, &e->out, deadline);
@@ -228,9 +229,8 @@ static int send_call(shoal_ext *e, const char *fn, const shoal_value *args, int6
 		int crc = rc == SHOAL_ETIMEDOUT ? SHOAL_ETIMEDOUT : SHOAL_ECRASHED;
 		if (rc == SHOAL_ETIMEDOUT) {
 			sh_ext_reap(e, true, NULL);
-			sh_ext_fail(e, crc,
-				    "%s: %s() could not be sent before its deadline; killed",
-				    e->name, fn);
+			sh_err_set(e, crc, "%s: %s() could not be sent before its deadline; killed",
+				   e->name, fn);
 		} else {
 			crashed(e, fn);
 		}
@@ -303,10 +303,9 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 {
 	shoal_ext *e = f->e;
 	int rc = 0;
-	e->err[0] = 0;
+	sh_err_clear(e);
 	if (out->store && out->store != e->store)
-		return sh_ext_fail(e, SHOAL_EINVAL,
-				   "out holds objects of another store connection");
+		return sh_err_set(e, SHOAL_EINVAL, "out holds objects of another store connection");
 	out->store = e->store;
 	if (deadline == 0)
 		deadline = f->deadline;
@@ -314,19 +313,19 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 	for (;;) {
 		if (f->replied) {
 			if (f->status)
-				return sh_ext_fail(e, f->status, "%s", f->msg ? f->msg : "");
+				return sh_err_set(e, f->status, "%s", f->msg ? f->msg : "");
 			if ((rc = sh_vbuf_adopt(out, f->kept)) != 0)
-				return sh_ext_fail(
+				return sh_err_set(
 					e, rc, "no memory to hand over the result of %s()", f->fn);
 			*result = f->result;
 			return 0;
 		}
 		if (f->failed || f->gen != e->starts || e->dead) {
 			rc = f->failed ? f->failed : SHOAL_ECRASHED;
-			if (!e->err[0] || f->failed)
-				sh_ext_fail(e, rc, "%s: %s() was in flight when the extension %s",
-					    e->name, f->fn,
-					    rc == SHOAL_ETIMEDOUT ? "was killed" : "went");
+			if (!sh_err_get(e)[0] || f->failed)
+				sh_err_set(e, rc, "%s: %s() was in flight when the extension %s",
+					   e->name, f->fn,
+					   rc == SHOAL_ETIMEDOUT ? "was killed" : "went");
 			return rc;
 		}
 		size_t len = 0;
@@ -357,16 +356,16 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 			/* Its state is unknown now: it goes, and comes back per policy. */
 			fail_pending(e, SHOAL_ECRASHED);
 			sh_ext_reap(e, true, NULL);
-			return sh_ext_fail(e, SHOAL_ETIMEDOUT,
-					   "%s: %s() did not return before its deadline%s; killed",
-					   e->name, f->fn,
-					   cancelling ? ", nor when asked to give up" : "");
+			return sh_err_set(e, SHOAL_ETIMEDOUT,
+					  "%s: %s() did not return before its deadline%s; killed",
+					  e->name, f->fn,
+					  cancelling ? ", nor when asked to give up" : "");
 		}
 		if (rc) {
 			fail_pending(e, SHOAL_ECRASHED);
 			sh_ext_reap(e, true, NULL); /* out of step now */
-			return sh_ext_fail(e, rc, "%s: reading the reply to %s(): %s; killed",
-					   e->name, f->fn, shoal_strerror(rc));
+			return sh_err_set(e, rc, "%s: reading the reply to %s(): %s; killed",
+					  e->name, f->fn, shoal_strerror(rc));
 		}
 		sh_frame r;
 		char why[256] = "";
@@ -387,17 +386,17 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 		if (why[0] || r.op != SH_EXT_OP_RETURN || !to) {
 			fail_pending(e, SHOAL_ECRASHED);
 			sh_ext_reap(e, true, NULL);
-			return sh_ext_fail(e, SHOAL_EPROTO,
-					   "%s: malformed reply to %s(): %s; killed", e->name,
-					   f->fn, why[0] ? why : "wrong op or sequence");
+			return sh_err_set(e, SHOAL_EPROTO,
+					  "%s: malformed reply to %s(): %s; killed", e->name, f->fn,
+					  why[0] ? why : "wrong op or sequence");
 		}
 		/* Another call's reply is decoded into a vbuf of its own, which
 		 * its wait hands over. */
 		if (to != f && !to->kept && shoal_vbuf_create(&to->kept) != 0) {
 			fail_pending(e, SHOAL_ECRASHED);
 			sh_ext_reap(e, true, NULL);
-			return sh_ext_fail(e, SHOAL_ENOMEM, "no memory to keep the reply to %s()",
-					   to->fn);
+			return sh_err_set(e, SHOAL_ENOMEM, "no memory to keep the reply to %s()",
+					  to->fn);
 		}
 		if (to != f)
 			to->kept->store = e->store;
@@ -409,13 +408,13 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 		if (fatal) {
 			fail_pending(e, SHOAL_ECRASHED);
 			sh_ext_reap(e, true, NULL);
-			return sh_ext_fail(e, status == SHOAL_EPROTO ? status : SHOAL_ECRASHED,
-					   "%s: reply to %s(): %s; killed", e->name, to->fn,
-					   status == SHOAL_EPROTO ? msg : shoal_strerror(status));
+			return sh_err_set(e, status == SHOAL_EPROTO ? status : SHOAL_ECRASHED,
+					  "%s: reply to %s(): %s; killed", e->name, to->fn,
+					  status == SHOAL_EPROTO ? msg : shoal_strerror(status));
 		}
 		if (to == f && cancelling) {
 			atomic_store_explicit(e->cancel, 0, memory_order_release);
-			return sh_ext_fail(
+			return sh_err_set(
 				e, SHOAL_ETIMEDOUT,
 				"%s: %s() did not return before its deadline; it gave up when "
 				"asked",
@@ -423,7 +422,7 @@ static int wait_call(shoal_future *f, shoal_vbuf *out, const shoal_value **resul
 		}
 		if (to == f) {
 			if (status)
-				return sh_ext_fail(e, status, "%s", msg);
+				return sh_err_set(e, status, "%s", msg);
 			*result = v;
 			return 0;
 		}

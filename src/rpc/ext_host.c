@@ -24,19 +24,9 @@ void shoal_ext_config_init(shoal_ext_config *c)
 	memset(c, 0, sizeof(*c));
 }
 
-SHOAL_PRINTF(3, 4)
-int sh_ext_fail(shoal_ext *e, int code, const char *fmt, ...)
+const char *shoal_ext_error(const shoal_ext *e)
 {
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(e->err, sizeof(e->err), fmt, ap);
-	va_end(ap);
-	return code;
-}
-
-const char *shoal_ext_last_error(const shoal_ext *e)
-{
-	return e ? e->err : "";
+	return sh_err_get(e);
 }
 
 pid_t shoal_ext_pid(const shoal_ext *e)
@@ -196,8 +186,8 @@ int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg)
 	}
 	*out = e;
 	if (e->store_path && (rc = shoal_connect(&e->store, e->store_path)) != 0)
-		return sh_ext_fail(e, rc, "%s: no store at %s for shared payloads: %s", e->name,
-				   e->store_path, shoal_strerror(rc));
+		return sh_err_set(e, rc, "%s: no store at %s for shared payloads: %s", e->name,
+				  e->store_path, shoal_strerror(rc));
 	/* A strict extension's runner restricts its own store connection to
 	 * what this one holds (shoal_restrict): the token that names this
 	 * connection goes in its environment, which only it (and root) reads. */
@@ -207,8 +197,8 @@ int shoal_ext_start(shoal_ext **out, const shoal_ext_config *cfg)
 	    ((!grant && (rc = shoal_claim(e->store, &grant)) != 0) ||
 	     (snprintf(entry, sizeof(entry), "SHOAL_EXT_STORE_GRANT=%016" PRIx64, grant),
 	      (rc = sh_ext_env_add(e, entry)) != 0)))
-		return sh_ext_fail(e, rc, "%s: a grant of the store for it: %s", e->name,
-				   shoal_strerror(rc));
+		return sh_err_set(e, rc, "%s: a grant of the store for it: %s", e->name,
+				  shoal_strerror(rc));
 	rc = sh_ext_spawn(e);
 	if (rc == 0)
 		rc = sh_ext_await_ready(e);

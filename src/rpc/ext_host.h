@@ -64,14 +64,10 @@ struct shoal_ext {
 	char cg[256];		/* its memory cgroup's directory ("": none) */
 	bool cg_v2;		/* in the unified hierarchy (else v1's memory one) */
 	bool oom_killed;	/* the last child was killed for its memory limit */
-	char err[1024];
 };
 
 /* ---- ext_host.c: the handle ---- */
 
-/* Sets e's last error to the message; returns code. */
-SHOAL_PRINTF(3, 4)
-int sh_ext_fail(shoal_ext *e, int code, const char *fmt, ...);
 /* An owned copy of s (NULL for NULL), freed with sh_ext_free_str. */
 char *sh_ext_dup(const char *s);
 void sh_ext_free_str(char *s);

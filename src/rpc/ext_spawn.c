@@ -141,7 +141,7 @@ int sh_ext_spawn(shoal_ext *e)
 	size_t one;
 	e->dead = true;
 	if ((rc = sh_ring_bytes(SH_EXT_RING_CAP, &one)) != 0)
-		return sh_ext_fail(e, rc, "ring size");
+		return sh_err_set(e, rc, "ring size");
 	e->ring_bytes = 2 * one + SH_EXT_CTRL_BYTES;
 	/* The doorbell the extension rings is a pipe whose read end only we
 	 * hold: on an eventfd both hold, the extension could clear O_NONBLOCK
@@ -232,7 +232,7 @@ int sh_ext_spawn(shoal_ext *e)
 	bool pumped = e->cfg.log_output || e->cfg.sandbox == SHOAL_SANDBOX_STRICT;
 	if (pumped && (pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0)) {
 		rc = shoal_errno();
-		sh_ext_fail(e, rc, "%s: pipes for its output: %s", e->name, strerror(errno));
+		sh_err_set(e, rc, "%s: pipes for its output: %s", e->name, strerror(errno));
 		for (int i = 0; i < 2; i++)
 			if (outp[i] >= 0)
 				close(outp[i]);
@@ -264,11 +264,11 @@ int sh_ext_spawn(shoal_ext *e)
 			close(outp[0]);
 			close(errp[0]);
 		}
-		sh_ext_fail(e, rc, "%s: cannot run %s: %s", e->name, e->runner, shoal_strerror(rc));
+		sh_err_set(e, rc, "%s: cannot run %s: %s", e->name, e->runner, shoal_strerror(rc));
 		goto out;
 	}
 	if (pumped && (rc = pump_start(e, outp[0], errp[0])) != 0) {
-		sh_ext_fail(e, rc, "%s: a thread for its output: %s", e->name, shoal_strerror(rc));
+		sh_err_set(e, rc, "%s: a thread for its output: %s", e->name, shoal_strerror(rc));
 		goto out;
 	}
 	e->pidfd = (int)syscall(SYS_pidfd_open, e->pid, 0);
@@ -288,8 +288,8 @@ out:
 	if (rfd >= 0)
 		close(rfd);
 	if (rc) {
-		if (!e->err[0])
-			sh_ext_fail(e, rc, "%s: starting: %s", e->name, shoal_strerror(rc));
+		if (!sh_err_get(e)[0])
+			sh_err_set(e, rc, "%s: starting: %s", e->name, shoal_strerror(rc));
 		sh_ext_reap(e, true, NULL);
 	}
 	return rc;
@@ -307,13 +307,13 @@ int sh_ext_await_ready(shoal_ext *e)
 		int64_t left = deadline - shoal_now_ns();
 		if (left <= 0) {
 			sh_ext_reap(e, true, NULL);
-			return sh_ext_fail(e, SHOAL_ETIMEDOUT, "%s: not ready after %" PRId64 " ms",
-					   e->name, ns / 1000000);
+			return sh_err_set(e, SHOAL_ETIMEDOUT, "%s: not ready after %" PRId64 " ms",
+					  e->name, ns / 1000000);
 		}
 		int n = poll(p, 2, (int)((left + 999999) / 1000000));
 		if (n < 0 && errno != EINTR)
-			return sh_ext_fail(e, shoal_errno(), "%s: poll: %s", e->name,
-					   strerror(errno));
+			return sh_err_set(e, shoal_errno(), "%s: poll: %s", e->name,
+					  strerror(errno));
 		if (n > 0 && (p[0].revents & POLLIN)) {
 			size_t got = 0;
 			int rc = sh_fd_recv(e->sock, &m, sizeof(m), &got, NULL, 0, NULL);
@@ -326,14 +326,14 @@ int sh_ext_await_ready(shoal_ext *e)
 				}
 				/* it may say so and live on: not waited for alive */
 				sh_ext_reap(e, true, NULL);
-				return sh_ext_fail(e, m.status, "%s", m.msg);
+				return sh_err_set(e, m.status, "%s", m.msg);
 			}
 			if (rc == 0 && got == 0)
 				p[1].revents = POLLIN; /* closed: it is gone or going */
 			else if (rc != SHOAL_EAGAIN) {
 				sh_ext_reap(e, true, NULL);
-				return sh_ext_fail(e, SHOAL_EPROTO, "%s: malformed ready message",
-						   e->name);
+				return sh_err_set(e, SHOAL_EPROTO, "%s: malformed ready message",
+						  e->name);
 			}
 		}
 		if (n > 0 && (p[1].revents || (p[0].revents & (POLLHUP | POLLERR)))) {
@@ -341,7 +341,7 @@ int sh_ext_await_ready(shoal_ext *e)
 			char how[96];
 			sh_ext_reap(e, false, &st);
 			sh_ext_describe(st, how, sizeof(how));
-			return sh_ext_fail(e, SHOAL_ECRASHED, "%s: %s while loading", e->name, how);
+			return sh_err_set(e, SHOAL_ECRASHED, "%s: %s while loading", e->name, how);
 		}
 	}
 }

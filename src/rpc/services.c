@@ -128,8 +128,8 @@ int sh_ext_serve(shoal_ext *e, const sh_frame *f, int64_t deadline)
 	if (rc && (rc != SHOAL_EBADMSG || status == 0)) {
 		shoal_vbuf_free(vin);
 		shoal_vbuf_free(vout);
-		return sh_ext_fail(e, SHOAL_EPROTO, "%s: its call of %s: %s", e->name, mname,
-				   rc == SHOAL_EBADMSG ? msg : shoal_strerror(rc));
+		return sh_err_set(e, SHOAL_EPROTO, "%s: its call of %s: %s", e->name, mname,
+				  rc == SHOAL_EBADMSG ? msg : shoal_strerror(rc));
 	}
 	shoal_service_fn fn = NULL;
 	void *self = NULL;
@@ -182,7 +182,7 @@ int sh_ext_serve(shoal_ext *e, const sh_frame *f, int64_t deadline)
 	shoal_vbuf_free(vin);
 	shoal_vbuf_free(vout);
 	if (rc)
-		sh_ext_fail(e, rc, "%s: answering its call of %s: %s", e->name, mname,
-			    shoal_strerror(rc));
+		sh_err_set(e, rc, "%s: answering its call of %s: %s", e->name, mname,
+			   shoal_strerror(rc));
 	return rc;
 }
