@@ -14,7 +14,7 @@
  * byte came, and a link that ends first leaves nothing. What a link put
  * without persist goes when the link does. */
 #include "cluster/cluster.h"
-#include "fiber/waitq.h"
+#include "net/listener.h"
 #include "shm/shm.h"
 #include "store/proto.h"
 
@@ -63,14 +63,13 @@ typedef struct peer_conn peer_conn;
 struct sh_peers {
 	int lsock;
 	char bound[64];
-	shoal_fiber *acceptor;
-	sh_hellos hellos; /* handshakes in progress */
+	/* accepts the links (their handshakes' slots, the refusals' log);
+	 * their fibers are its group's */
+	sh_listener listener;
 	uint32_t nconns;
-	sh_waitq conns_gone; /* the stop, waiting for the last link to end */
-	peer_conn *conns;
-	sh_map xfers; /* token -> xfer waiting for its other links */
+	peer_conn *conns; /* their sockets are shut at the stop */
+	sh_map xfers;	  /* token -> xfer waiting for its other links */
 	uint64_t next_token;
-	sh_refusals refusals; /* for the log */
 };
 
 struct peer_conn {
@@ -79,7 +78,7 @@ struct peer_conn {
 	int fd;
 	int hello; /* its handshake's slot, until it is over */
 	sh_channel *ch;
-	char addr[80];
+	char addr[96]; /* "HOST:PORT" (sh_accepted.who) */
 	/* a share in flight or a PUT's bytes coming: its thread, its
 	 * transfer, how it ended */
 	pthread_t thread;
@@ -98,14 +97,6 @@ struct peer_conn {
 	size_t in_cap;
 	sh_wbuf out;
 };
-
-/* A refused peer, logged (sh_tcp_refused) as "peer HOST:PORT". */
-static void refused(sh_peers *p, const char *addr, const char *why)
-{
-	char who[96];
-	snprintf(who, sizeof(who), "peer %s", addr);
-	sh_tcp_refused(&p->refusals, "store", who, why);
-}
 
 /* ---- transfers ---- */
 
@@ -728,11 +719,12 @@ static void *peer_main(void *arg)
 	uint32_t proto = 0;
 	int rc = sh_auth_server(pc->fd, cl->key, cl->klen, cl->opts->peer_no_encrypt, &proto,
 				&pc->ch, why, sizeof(why));
-	sh_hellos_drop(&p->hellos, pc->hello);
+	sh_listener_hello_done(&p->listener, pc->hello);
 	if (rc)
-		refused(p, pc->addr, why);
+		sh_listener_refused(&p->listener, pc->addr, why);
 	else if (proto != SH_PEER_PROTO) {
-		refused(p, pc->addr, "not a store (it said it is something else)");
+		sh_listener_refused(&p->listener, pc->addr,
+				    "not a store (it said it is something else)");
 		rc = SHOAL_EPROTO;
 	} else {
 		sh_channel_set_stall(pc->ch, PEER_STALL_NS);
@@ -801,60 +793,50 @@ static void *peer_main(void *arg)
 		pc->next->prev = pc->prev;
 	p->nconns--;
 	SH_DELETE(pc);
-	if (!p->conns)
-		sh_waitq_wake_all(&p->conns_gone);
 	return NULL;
 }
 
-static void *accept_main(void *arg)
+/* A link holds its socket: room is kept for local clients (the
+ * listener's room). */
+static bool peer_room(void *arg, char *why, size_t whylen)
 {
 	sh_cluster *cl = arg;
+	if (sh_store_fd_room(cl->s, cl->peers->nconns))
+		return true;
+	snprintf(why, whylen, "out of descriptors");
+	return false;
+}
+
+/* A stranger the listener took (it holds a handshake's slot): its link,
+ * served by a fiber of the listener's group. */
+static int peer_take(void *arg, sh_accepted *a, char *why, size_t whylen)
+{
+	(void)why, (void)whylen; /* out of memory: the stranger goes unlogged */
+	sh_cluster *cl = arg;
 	sh_peers *p = cl->peers;
-	for (;;) {
-		char who[80];
-		int fd = sh_tcp_accept(p->lsock, "store", who, sizeof(who));
-		if (fd < 0)
-			return NULL; /* cancelled */
-		/* a link holds its socket; keep room for local clients */
-		char why[160];
-		int slot = -1;
-		if (!sh_store_fd_room(cl->s, p->nconns))
-			snprintf(why, sizeof(why), "out of descriptors");
-		else
-			slot = sh_hellos_take(&p->hellos, fd, who, why, sizeof(why));
-		if (slot < 0) {
-			close(fd);
-			refused(p, who, why);
-			continue;
-		}
-		peer_conn *pc = SH_NEW(peer_conn);
-		if (!pc) {
-			sh_hellos_drop(&p->hellos, slot);
-			close(fd);
-			continue;
-		}
-		pc->cl = cl;
-		pc->fd = fd;
-		pc->hello = slot;
-		snprintf(pc->addr, sizeof(pc->addr), "%s", who);
-		sh_wbuf_init(&pc->out);
-		pc->next = p->conns;
-		if (p->conns)
-			p->conns->prev = pc;
-		p->conns = pc;
-		p->nconns++;
-		if (shoal_spawn(NULL, peer_main, pc,
-				&(shoal_fiber_opts){.name = "store-peer", .detached = 1}) != 0) {
-			sh_hellos_drop(&p->hellos, slot);
-			p->conns = pc->next;
-			if (pc->next)
-				pc->next->prev = NULL;
-			p->nconns--;
-			close(fd);
-			sh_wbuf_fini(&pc->out);
-			SH_DELETE(pc);
-		}
+	peer_conn *pc = SH_NEW(peer_conn);
+	if (!pc)
+		return SHOAL_ENOMEM;
+	pc->cl = cl;
+	pc->fd = a->fd;
+	pc->hello = a->hello;
+	snprintf(pc->addr, sizeof(pc->addr), "%s", a->who);
+	sh_wbuf_init(&pc->out);
+	pc->next = p->conns;
+	if (p->conns)
+		p->conns->prev = pc;
+	p->conns = pc;
+	p->nconns++;
+	int rc = sh_listener_spawn(&p->listener, peer_main, pc, "store-peer");
+	if (rc) {
+		p->conns = pc->next;
+		if (pc->next)
+			pc->next->prev = NULL;
+		p->nconns--;
+		sh_wbuf_fini(&pc->out);
+		SH_DELETE(pc);
 	}
+	return rc;
 }
 
 /* ---- start and stop ---- */
@@ -882,11 +864,8 @@ int sh_peers_start(sh_cluster *cl)
 		return SHOAL_EACCES;
 	}
 	sh_peers *p = SH_NEW(sh_peers);
-	if (!p || sh_hellos_init(&p->hellos, PEER_HELLOS, PEER_HELLOS_PER_SOURCE) != 0) {
-		if (p)
-			SH_DELETE(p);
+	if (!p)
 		return SHOAL_ENOMEM;
-	}
 	p->lsock = -1;
 	cl->peers = p;
 	if ((rc = sh_tcp_listen(peer, &p->lsock, p->bound, sizeof(p->bound), why, sizeof(why))) !=
@@ -897,10 +876,20 @@ int sh_peers_start(sh_cluster *cl)
 
 int sh_peers_serve(sh_cluster *cl)
 {
-	if (!cl->peers)
+	sh_peers *p = cl->peers;
+	if (!p)
 		return 0;
-	return shoal_spawn(&cl->peers->acceptor, accept_main, cl,
-			   &(shoal_fiber_opts){.name = "store-peers"});
+	sh_listener_opts lo = {.area = "store",
+			       .lsock = p->lsock,
+			       .tcp = true,
+			       .label = "peer",
+			       .hellos = PEER_HELLOS,
+			       .hellos_per_source = PEER_HELLOS_PER_SOURCE,
+			       .room = peer_room,
+			       .take = peer_take,
+			       .arg = cl,
+			       .fiber_name = "store-peers"};
+	return sh_listener_start(&p->listener, &lo);
 }
 
 void sh_peers_stop(sh_cluster *cl)
@@ -908,11 +897,7 @@ void sh_peers_stop(sh_cluster *cl)
 	sh_peers *p = cl->peers;
 	if (!p)
 		return;
-	if (p->acceptor) {
-		shoal_cancel(p->acceptor);
-		shoal_join(p->acceptor, NULL);
-		p->acceptor = NULL;
-	}
+	sh_listener_close(&p->listener);
 	/* ending a link's socket ends its fiber (and a transfer's thread) */
 	for (peer_conn *pc = p->conns; pc; pc = pc->next)
 		shutdown(pc->fd, SHUT_RDWR);
@@ -926,8 +911,8 @@ void sh_peers_stop(sh_cluster *cl)
 			shoal_chan_close(x->all_in);
 		}
 	}
-	while (p->conns) /* the last link's fiber wakes this at its end */
-		sh_waitq_wait(&p->conns_gone, SHOAL_FOREVER);
+	/* the listener's group is done when the last link's fiber is */
+	sh_listener_stop(&p->listener, false, SHOAL_FOREVER);
 	shoal_fd_forget(p->lsock);
 }
 
@@ -938,7 +923,6 @@ void sh_peers_free(sh_cluster *cl)
 	if (cl->peers->lsock >= 0)
 		close(cl->peers->lsock);
 	sh_map_fini(&cl->peers->xfers);
-	sh_hellos_fini(&cl->peers->hellos);
 	SH_DELETE(cl->peers);
 	cl->peers = NULL;
 }

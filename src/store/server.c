@@ -1,11 +1,12 @@
 /* The store server: shoald's and an embedded store's loop. One thread
- * runs it, as fibers over one poller: an accept fiber, per connection a
- * request fiber reading the request ring and a watcher that sees on the
- * socket when the client is gone, and a mail fiber. The threads of
- * migrations, of peers' transfers and of the registry touch none of the
- * store's state: they post what they finished to the mailbox
- * (sh_store_post), whose fiber runs it here; the spares' worker shares only
- * its lists (spare.c). So the mailbox's is the one lock taken here.
+ * runs it, as fibers over one poller: a listener (net/listener.h), per
+ * connection a request fiber of the listener's group reading the request
+ * ring and a watcher that sees on the socket when the client is gone, and
+ * a mail fiber. The threads of migrations, of peers' transfers and of the
+ * registry touch none of the store's state: they post what they finished
+ * to the mailbox (sh_store_post), whose fiber runs it here; the spares'
+ * worker shares only its lists (spare.c). So the mailbox's is the one lock
+ * taken here.
  *
  * The jobs the loop ties together are in files of their own: requests
  * (ops.c), the arena of small objects (arena.c), segments, seals and
@@ -113,8 +114,6 @@ static void conn_free(st_conn *c)
 		shoal_free(c->in, c->in_cap);
 	s->nclients--;
 	SH_DELETE(c);
-	if (!s->conns)
-		sh_waitq_wake_all(&s->conns_gone);
 }
 
 /* Set-up: HELLO in, rings + doorbell + arena out. */
@@ -237,60 +236,47 @@ static void *conn_main(void *arg)
 	return NULL;
 }
 
-static void *accept_main(void *arg)
+/* Whether one more connection fits the descriptor budget (the listener's
+ * room). */
+static bool conn_room(void *arg, char *why, size_t whylen)
 {
 	shoal_store *s = arg;
-	for (;;) {
-		int fd = accept4(s->lsock, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) {
-				if (shoal_fd_wait(s->lsock, SHOAL_FD_IN, SHOAL_FOREVER, NULL) ==
-				    SHOAL_ECANCELED)
-					return NULL;
-				continue;
-			}
-			if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) {
-				sh_warn("store", "accept: %s; retrying in 100 ms", strerror(errno));
-				if (shoal_sleep_until(shoal_deadline_in(100000000)) ==
-				    SHOAL_ECANCELED)
-					return NULL;
-				continue;
-			}
-			sh_error("store", "accept: %s", strerror(errno));
-			return NULL;
-		}
-		shoal_yield(); /* a flood of connects must not crowd out the rest (tcp.c) */
-		pid_t pid = 0;
-		st_conn *c = NULL;
-		if (sh_st_fds_held(s) + FDS_PER_CONN > s->fd_budget) {
-			sh_warn("store",
-				"refused a connection: %" PRIu64 " clients and %zu segments hold "
-				"%" PRIu64 " of the %" PRIu64 " descriptors the store may use",
-				s->nclients, (size_t)s->segs.n, sh_st_fds_held(s), s->fd_budget);
-			close(fd);
-			continue;
-		}
-		if (!sh_link_peer_allowed(fd, s->opts.group, "store", &pid) ||
-		    !(c = SH_NEW(st_conn))) {
-			close(fd);
-			continue;
-		}
-		c->srv = s;
-		sh_link_init(&c->l, fd);
-		c->pid = pid;
-		c->id = ++s->next_client;
-		c->next = s->conns;
-		if (s->conns)
-			s->conns->prev = c;
-		s->conns = c;
-		s->nclients++;
-		sh_wbuf_init(&c->out);
-		if (shoal_spawn(NULL, conn_main, c,
-				&(shoal_fiber_opts){.name = "store-conn", .detached = 1}) != 0) {
-			sh_warn("store", "refused pid %d: out of memory", (int)pid);
-			conn_free(c);
-		}
+	if (sh_st_fds_held(s) + FDS_PER_CONN <= s->fd_budget)
+		return true;
+	snprintf(why, whylen,
+		 "%" PRIu64 " clients and %zu segments hold %" PRIu64 " of the %" PRIu64
+		 " descriptors the store may use",
+		 s->nclients, (size_t)s->segs.n, sh_st_fds_held(s), s->fd_budget);
+	return false;
+}
+
+/* A connection the listener took: its st_conn, served by a fiber of the
+ * listener's group. */
+static int conn_take(void *arg, sh_accepted *a, char *why, size_t whylen)
+{
+	shoal_store *s = arg;
+	st_conn *c = SH_NEW(st_conn);
+	if (!c) {
+		snprintf(why, whylen, "out of memory");
+		return SHOAL_ENOMEM;
 	}
+	c->srv = s;
+	sh_link_init(&c->l, a->fd);
+	c->pid = a->pid;
+	c->id = ++s->next_client;
+	c->next = s->conns;
+	if (s->conns)
+		s->conns->prev = c;
+	s->conns = c;
+	s->nclients++;
+	sh_wbuf_init(&c->out);
+	int rc = sh_listener_spawn(&s->listener, conn_main, c, "store-conn");
+	if (rc) {
+		snprintf(why, whylen, "out of memory");
+		c->l.sock = -1; /* the listener closes the socket */
+		conn_free(c);
+	}
+	return rc;
 }
 
 /* ---- the server thread ---- */
@@ -341,8 +327,15 @@ static void *server_thread(void *arg)
 		sh_error("store", "scheduler: %s", shoal_strerror(rc));
 		return NULL;
 	}
-	shoal_fiber *acc = NULL, *mail = NULL;
-	if ((rc = shoal_spawn(&acc, accept_main, s, &(shoal_fiber_opts){.name = "store-accept"})))
+	shoal_fiber *mail = NULL;
+	sh_listener_opts lo = {.area = "store",
+			       .lsock = s->lsock,
+			       .group = s->opts.group,
+			       .room = conn_room,
+			       .take = conn_take,
+			       .arg = s,
+			       .fiber_name = "store-accept"};
+	if ((rc = sh_listener_start(&s->listener, &lo)))
 		sh_error("store", "accept fiber: %s", shoal_strerror(rc));
 	if (rc == 0 &&
 	    (rc = shoal_spawn(&mail, mail_main, s, &(shoal_fiber_opts){.name = "store-mail"})))
@@ -357,21 +350,17 @@ static void *server_thread(void *arg)
 		shoal_fd_wait(s->stop_efd, SHOAL_FD_IN, SHOAL_FOREVER, NULL);
 	}
 	s->stopping = true;
-	if (acc) {
-		shoal_cancel(acc);
-		shoal_join(acc, NULL);
-	}
+	sh_listener_close(&s->listener);
 	/* what extends the store ends first (the registry's and transfers'
 	 * threads), and then the connections (whose requests may wait on
 	 * them): all post to the mail fiber, which goes last */
 	if (s->hooks.stop)
 		s->hooks.stop(s->hooks.ctx);
 	/* Closing a connection's rings ends its fiber, which frees it; the
-	 * last one's conn_free wakes the wait below. */
+	 * listener's group is done when the last one is. */
 	for (st_conn *c = s->conns; c; c = c->next)
 		sh_link_shut(&c->l);
-	while (s->conns)
-		sh_waitq_wait(&s->conns_gone, SHOAL_FOREVER);
+	sh_listener_stop(&s->listener, false, SHOAL_FOREVER);
 	if (mail) {
 		shoal_cancel(mail);
 		shoal_join(mail, NULL);

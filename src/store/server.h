@@ -7,6 +7,7 @@
 #ifndef SHOAL_STORE_SERVER_H
 #define SHOAL_STORE_SERVER_H
 
+#include "net/listener.h"
 #include "ring/link.h"
 #include "store/extend.h"
 #include "store/node.h"
@@ -108,9 +109,9 @@ struct shoal_store {
 	size_t arena_size, arena_bump;
 	sh_ptrstack arena_free[ARENA_CLASSES];
 	uint64_t capacity, used, nobjs, nnames, nclients, pending;
-	uint64_t incoming; /* room held by copies on their way here (within used) */
-	st_conn *conns;
-	sh_waitq conns_gone;	  /* the stop, waiting for the last connection to end */
+	uint64_t incoming;	  /* room held by copies on their way here (within used) */
+	st_conn *conns;		  /* their links are shut at the stop */
+	sh_listener listener;	  /* accepts them; their fibers are its group's */
 	struct sh_state *state;	  /* the state directory, or NULL */
 	struct sh_spares *spares; /* NULL: none */
 	sh_pages pages;		  /* what large segments live on */
