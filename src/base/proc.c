@@ -122,6 +122,34 @@ int sh_proc_spawn(sh_proc *p, const sh_proc_opts *o, char *why, size_t whylen)
 	return 0;
 }
 
+int sh_proc_spawn_daemon(sh_proc *p, char *const *argv, const char *log, sh_proc_detach detach,
+			 int *ready, char *why, size_t whylen)
+{
+	int fds[2];
+	*p = (sh_proc){.pidfd = -1};
+	if (pipe2(fds, O_CLOEXEC) != 0) {
+		int rc = shoal_errno();
+		snprintf(why, whylen, "a pipe for %s's word: %s", argv[0], strerror(errno));
+		return rc;
+	}
+	sh_proc_opts o;
+	sh_proc_opts_init(&o, argv);
+	o.stdio[0] = SH_PROC_DEVNULL;
+	o.log = log;
+	o.from[0] = fds[1];
+	o.to[0] = 3;
+	o.nfds = 1;
+	o.detach = detach;
+	int rc = sh_proc_spawn(p, &o, why, whylen);
+	close(fds[1]);
+	if (rc) {
+		close(fds[0]);
+		return rc;
+	}
+	*ready = fds[0];
+	return 0;
+}
+
 int sh_proc_signal(const sh_proc *p, int sig)
 {
 	if (p->pid <= 0 || p->reaped)

@@ -51,6 +51,14 @@ void sh_proc_opts_init(sh_proc_opts *o, char *const *argv);
  * PROG: ..."). */
 int sh_proc_spawn(sh_proc *p, const sh_proc_opts *o, char *why, size_t whylen);
 
+/* Starts a daemon that says when it is ready on its descriptor 3 (shoald
+ * --ready-fd 3, a cluster's supervisor): its input /dev/null, its output
+ * appended to log, in detach's group; *ready gets our end of that pipe
+ * (close-on-exec), which reads its word, then EOF once it closes its end
+ * or ends. 0, or a negative SHOAL_E* with why. */
+int sh_proc_spawn_daemon(sh_proc *p, char *const *argv, const char *log, sh_proc_detach detach,
+			 int *ready, char *why, size_t whylen);
+
 /* name's path as a shell would find it ($PATH, else /usr/bin:/bin); a
  * name with a slash is taken as it is. 0, or SHOAL_ENOENT when there is
  * no such executable. */

@@ -120,32 +120,18 @@ int shoal_cluster_start(const shoal_cluster_opts *o, shoal_cluster_info *info, c
 	sh_cluster_cleanup_dir(dir); /* a supervisor's that did not end well */
 	if (mkdir(dir, 0700) != 0)
 		return sh_say(why, whylen, shoal_errno(), "%s: %s", dir, strerror(errno));
-	int p[2];
-	if (pipe2(p, O_CLOEXEC) != 0) {
-		rc = sh_say(why, whylen, shoal_errno(), "pipe: %s", strerror(errno));
-		sh_cluster_cleanup_dir(dir);
-		return rc;
-	}
 	char logpath[PATH_MAX + 16], exe[PATH_MAX], bufs[3][32];
 	snprintf(logpath, sizeof(logpath), "%s/cluster.log", dir);
 	const char *a[SUP_ARGS];
 	sup_argv(o, name, o->hosts ? hosts : NULL, a, bufs, exe, sizeof(exe));
-	sh_proc_opts po;
-	sh_proc_opts_init(&po, (char *const *)a);
-	po.stdio[0] = SH_PROC_DEVNULL;
-	po.log = logpath;
-	po.from[0] = p[1];
-	po.to[0] = 3;
-	po.nfds = 1;
 	/* a session of its own: the caller's end (a terminal's hang-up, a
 	 * Ctrl-C to its group) is not the cluster's */
-	po.detach = SH_PROC_SESSION;
 	sh_proc sp;
+	int word;
 	char spawn_why[PATH_MAX + 64];
-	int sr = sh_proc_spawn(&sp, &po, spawn_why, sizeof(spawn_why));
-	close(p[1]);
+	int sr = sh_proc_spawn_daemon(&sp, (char *const *)a, logpath, SH_PROC_SESSION, &word,
+				      spawn_why, sizeof(spawn_why));
 	if (sr) {
-		close(p[0]);
 		sh_cluster_cleanup_dir(dir);
 		return sh_say(why, whylen, sr, "the supervisor: %s", spawn_why);
 	}
@@ -158,14 +144,14 @@ int shoal_cluster_start(const shoal_cluster_opts *o, shoal_cluster_info *info, c
 	static char msg[SH_CLUSTER_REPLY_MAX];
 	size_t got = 0;
 	ssize_t r;
-	while (got + 1 < sizeof(msg) && (r = read(p[0], msg + got, sizeof(msg) - 1 - got)) != 0) {
+	while (got + 1 < sizeof(msg) && (r = read(word, msg + got, sizeof(msg) - 1 - got)) != 0) {
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
 			break;
 		got += (size_t)r;
 	}
-	close(p[0]);
+	close(word);
 	msg[got] = 0;
 	if (strncmp(msg, "ok ", 3) == 0) {
 		if (info) { /* its word says where; the engines are those asked for */

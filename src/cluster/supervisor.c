@@ -456,20 +456,9 @@ static int local_store_start(sup *s, char *why, size_t whylen)
 	a[k++] = "--ready-fd";
 	a[k++] = "3";
 	a[k] = NULL;
-	int p[2];
-	if (pipe2(p, O_CLOEXEC) != 0)
-		return snprintf(why, whylen, "pipe: %s", strerror(errno)), -1;
-	sh_proc_opts o;
-	sh_proc_opts_init(&o, (char *const *)a);
-	o.stdio[0] = SH_PROC_DEVNULL;
-	o.log = log;
-	o.from[0] = p[1];
-	o.to[0] = 3;
-	o.nfds = 1;
-	int rc = sh_proc_spawn(&s->store, &o, why, whylen);
-	close(p[1]);
-	if (rc) {
-		close(p[0]);
+	int word;
+	if (sh_proc_spawn_daemon(&s->store, (char *const *)a, log, SH_PROC_SAME, &word, why,
+				 whylen) != 0) {
 		s->store.pid = 0;
 		return -1;
 	}
@@ -478,22 +467,22 @@ static int local_store_start(sup *s, char *why, size_t whylen)
 	char line[PATH_MAX + 16];
 	size_t got = 0;
 	for (;;) {
-		struct pollfd pf[2] = {{.fd = p[0], .events = POLLIN},
+		struct pollfd pf[2] = {{.fd = word, .events = POLLIN},
 				       {.fd = s->store.pidfd, .events = POLLIN}};
 		int64_t left = deadline - shoal_now_ns();
 		if (left <= 0 ||
 		    poll(pf, s->store.pidfd >= 0 ? 2 : 1, (int)(left / 1000000 + 1)) == 0) {
-			close(p[0]);
+			close(word);
 			return snprintf(why, whylen,
 					"the store (shoald) did not listen within 20 s"),
 			       -1;
 		}
-		ssize_t r = pf[0].revents ? read(p[0], line + got, sizeof(line) - 1 - got) : 0;
+		ssize_t r = pf[0].revents ? read(word, line + got, sizeof(line) - 1 - got) : 0;
 		if (r > 0) {
 			got += (size_t)r;
 			line[got] = 0;
 			if (strchr(line, '\n') && !strncmp(line, "ready ", 6)) {
-				close(p[0]);
+				close(word);
 				return 0;
 			}
 			if (got + 1 < sizeof(line))
@@ -502,7 +491,7 @@ static int local_store_start(sup *s, char *why, size_t whylen)
 		if (r < 0 && errno == EINTR)
 			continue;
 		/* its end of the pipe closed, or it ended, without the line */
-		close(p[0]);
+		close(word);
 		sh_proc_wait(&s->store, shoal_now_ns() + 5000000000LL);
 		char tail[600] = "";
 		FILE *f = fopen(log, "re");
