@@ -5,6 +5,7 @@
  * limited to mem_max, its whole tree ending with it: sandbox.c), its
  * output in the log; then the ready handshake, until the child says it
  * loaded or dies. */
+#include "base/proc.h"
 #include "rpc/ext_host.h"
 
 #include <errno.h>
@@ -12,7 +13,6 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,22 +238,23 @@ int sh_ext_spawn(shoal_ext *e)
 				close(outp[i]);
 		goto out;
 	}
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
+	sh_proc_opts o;
+	sh_proc_opts_init(&o, argv);
+	o.env = e->env;
+	o.cwd = e->cwd;
 	if (pumped) {
-		posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
-		posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+		o.stdio[1] = outp[1];
+		o.stdio[2] = errp[1];
 	}
 	/* nor our stdin, from basic on: it could read what is typed to us */
 	if (e->cfg.sandbox != SHOAL_SANDBOX_NONE)
-		posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, sv[1], SH_EXT_FD_SOCK);
-	posix_spawn_file_actions_adddup2(&fa, rfd, SH_EXT_FD_RINGS);
-	posix_spawn_file_actions_adddup2(&fa, e->efd_w, SH_EXT_FD_EFD);
-	if (e->cwd)
-		posix_spawn_file_actions_addchdir_np(&fa, e->cwd);
-	rc = -posix_spawn(&e->pid, e->runner, &fa, NULL, argv, e->env);
-	posix_spawn_file_actions_destroy(&fa);
+		o.stdio[0] = SH_PROC_DEVNULL;
+	o.from[0] = sv[1], o.to[0] = SH_EXT_FD_SOCK;
+	o.from[1] = rfd, o.to[1] = SH_EXT_FD_RINGS;
+	o.from[2] = e->efd_w, o.to[2] = SH_EXT_FD_EFD;
+	o.nfds = 3;
+	sh_proc child;
+	rc = sh_proc_spawn(&child, &o, why, sizeof(why));
 	if (pumped) {
 		close(outp[1]);
 		close(errp[1]);
@@ -264,16 +265,19 @@ int sh_ext_spawn(shoal_ext *e)
 			close(outp[0]);
 			close(errp[0]);
 		}
-		sh_err_set(e, rc, "%s: cannot run %s: %s", e->name, e->runner, shoal_strerror(rc));
+		sh_err_set(e, rc, "%s: %s", e->name, why);
 		goto out;
 	}
+	e->pid = child.pid;
+	e->pidfd = child.pidfd;
 	if (pumped && (rc = pump_start(e, outp[0], errp[0])) != 0) {
 		sh_err_set(e, rc, "%s: a thread for its output: %s", e->name, shoal_strerror(rc));
 		goto out;
 	}
-	e->pidfd = (int)syscall(SYS_pidfd_open, e->pid, 0);
 	if (e->pidfd < 0) {
-		rc = shoal_errno();
+		rc = SHOAL_ENOSYS;
+		sh_err_set(e, rc, "%s: no pidfd for its process (Linux 5.3 or later is needed)",
+			   e->name);
 		goto out;
 	}
 	e->rep.peer_fd = e->req.peer_fd = e->pidfd;
