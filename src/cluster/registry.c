@@ -50,6 +50,7 @@ struct sh_registry {
 	pthread_t thread, watcher;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
+	pthread_cond_t stop_cv; /* the watcher's pause between asks: a stop ends it */
 	sh_reg_job *head, *tail;
 	_Atomic int stop;
 	/* the registry thread's own */
@@ -757,12 +758,13 @@ static void *watch_main(void *arg)
 		}
 		cJSON_Delete(ans);
 		/* a second before it asks again, unless the store stops first
-		 * (sh_reg_stop wakes every waiter on cv) */
+		 * (sh_reg_stop rings stop_cv; cv is the jobs' thread's alone, so
+		 * that a job's signal always wakes that thread) */
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_sec += 1;
 		pthread_mutex_lock(&r->mu);
-		while (!r->stop && pthread_cond_timedwait(&r->cv, &r->mu, &ts) == 0)
+		while (!r->stop && pthread_cond_timedwait(&r->stop_cv, &r->mu, &ts) == 0)
 			;
 		pthread_mutex_unlock(&r->mu);
 	}
@@ -806,6 +808,7 @@ int sh_reg_start(sh_cluster *cl)
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&r->cv, &ca);
+	pthread_cond_init(&r->stop_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	char why[300];
 	int rc = sh_etcd_open(meta + 7, &r->jobs_etcd, why, sizeof(why));
@@ -844,7 +847,8 @@ int sh_reg_serve(sh_cluster *cl)
 	if (rc == 0 && (rc = -pthread_create(&r->watcher, NULL, watch_main, r)) != 0) {
 		pthread_mutex_lock(&r->mu);
 		r->stop = 1;
-		pthread_cond_broadcast(&r->cv);
+		pthread_cond_signal(&r->cv);
+		pthread_cond_broadcast(&r->stop_cv);
 		pthread_mutex_unlock(&r->mu);
 		pthread_join(r->thread, NULL);
 	}
@@ -858,7 +862,8 @@ void sh_reg_stop(sh_cluster *cl)
 		return;
 	pthread_mutex_lock(&r->mu);
 	r->stop = 1;
-	pthread_cond_broadcast(&r->cv);
+	pthread_cond_signal(&r->cv);
+	pthread_cond_broadcast(&r->stop_cv);
 	pthread_mutex_unlock(&r->mu);
 	pthread_join(r->thread, NULL);
 	pthread_join(r->watcher, NULL);
@@ -875,6 +880,7 @@ void sh_reg_free(sh_cluster *cl)
 	sh_etcd_close(r->watch_etcd);
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
+	pthread_cond_destroy(&r->stop_cv);
 	free(r);
 	cl->reg = NULL;
 }
