@@ -121,6 +121,17 @@ int sh_say(char *why, size_t whylen, int code, const char *fmt, ...) SHOAL_PRINT
  * writes; async-signal-safe. */
 void sh_write_all(int fd, const void *buf, size_t len);
 
+/* A library loaded when first used (dl.c): lib opened (RTLD_LOCAL) and
+ * each of syms' names looked up into its slot (a function pointer's
+ * address); SHOAL_ENOSYS with why when it is not there or lacks one (hint,
+ * if not NULL, says what is needed). */
+typedef struct sh_dl_sym {
+	const char *name;
+	void **slot;
+} sh_dl_sym;
+int sh_dl_load(const char *lib, const sh_dl_sym *syms, size_t n, const char *hint, char *why,
+	       size_t whylen);
+
 /* The path of a program installed with the library (shoal-ext,
  * shoal-engine): in the programs' directory of the prefix the library was
  * installed under (found from where libshoal.so, or the program linking

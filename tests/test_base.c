@@ -794,3 +794,24 @@ SH_TEST(a_failure_message_is_the_threads_and_the_handles)
 	CHECK_STR(why, "a longer messag");
 	CHECK_EQ(sh_say(NULL, 0, SHOAL_EBUSY, "nowhere"), SHOAL_EBUSY);
 }
+
+/* Libraries loaded when first used (sh_dl_load): a table filled from a
+ * library, and what is missing named. */
+SH_TEST(a_library_table_is_filled_or_what_is_missing_is_said)
+{
+	size_t (*my_strlen)(const char *) = NULL;
+	void *nothing = NULL;
+	sh_dl_sym ok[] = {{"strlen", (void **)&my_strlen}};
+	char why[256] = "";
+	CHECK_OK(sh_dl_load("libc.so.6", ok, 1, NULL, why, sizeof(why)));
+	CHECK(my_strlen != NULL);
+	CHECK_EQ(my_strlen("four"), 4u);
+	sh_dl_sym lacking[] = {{"strlen", (void **)&my_strlen},
+			       {"no_such_function_in_libc", &nothing}};
+	CHECK_RC(sh_dl_load("libc.so.6", lacking, 2, "a newer libc is needed", why, sizeof(why)),
+		 SHOAL_ENOSYS);
+	CHECK_STR(why, "libc.so.6 lacks no_such_function_in_libc (a newer libc is needed)");
+	CHECK_RC(sh_dl_load("libno-such-library.so.9", ok, 1, NULL, why, sizeof(why)),
+		 SHOAL_ENOSYS);
+	CHECK_HAS(why, "libno-such-library.so.9");
+}

@@ -12,7 +12,6 @@
 /* the functions are called through pointers: no type-checking macros */
 #define CURL_DISABLE_TYPECHECK 1
 #include <curl/curl.h>
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -36,18 +35,14 @@ static struct {
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static char curl_err[200];
 
+#define X(f) {#f, (void **)&K.f},
+static const sh_dl_sym curl_syms[] = {CURL_FNS(X)};
+#undef X
+
 static void curl_load(void)
 {
-	void *h = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-	if (!h) {
-		snprintf(curl_err, sizeof(curl_err), "%s", dlerror());
-		return;
-	}
-#define X(f)                                                  \
-	if (!curl_err[0] && !(*(void **)&K.f = dlsym(h, #f))) \
-		snprintf(curl_err, sizeof(curl_err), "libcurl.so.4 lacks %s", #f);
-	CURL_FNS(X)
-#undef X
+	sh_dl_load("libcurl.so.4", curl_syms, sizeof(curl_syms) / sizeof(curl_syms[0]), NULL,
+		   curl_err, sizeof(curl_err));
 	if (!curl_err[0] && K.curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		snprintf(curl_err, sizeof(curl_err), "curl_global_init failed");
 }

@@ -4,7 +4,6 @@
 #define SH_OSSL_IMPL
 #include "net/ossl.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,39 +13,20 @@ sh_ossl sh_ossl_fns;
 static pthread_once_t crypto_once = PTHREAD_ONCE_INIT, ssl_once = PTHREAD_ONCE_INIT;
 static char crypto_err[200], ssl_err[200];
 
-static void *open_lib(const char *name, char *err, size_t errlen)
-{
-	void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-	if (!h)
-		snprintf(err, errlen, "%s", dlerror());
-	return h;
-}
-
-#define SH_OSSL_LOOKUP(f)                                          \
-	if (!err[0] && !(*(void **)&sh_ossl_fns.f = dlsym(h, #f))) \
-		snprintf(err, sizeof(crypto_err),                  \
-			 "%s lacks %s (OpenSSL 3 is "              \
-			 "needed)",                                \
-			 lib, #f);
+#define SH_OSSL_SYM(f) {#f, (void **)&sh_ossl_fns.f},
+static const sh_dl_sym crypto_syms[] = {SH_OSSL_CRYPTO(SH_OSSL_SYM)};
+static const sh_dl_sym ssl_syms[] = {SH_OSSL_SSL(SH_OSSL_SYM)};
 
 static void load_crypto(void)
 {
-	const char *lib = "libcrypto.so.3";
-	char *err = crypto_err;
-	void *h = open_lib(lib, err, sizeof(crypto_err));
-	if (h) {
-		SH_OSSL_CRYPTO(SH_OSSL_LOOKUP)
-	}
+	sh_dl_load("libcrypto.so.3", crypto_syms, sizeof(crypto_syms) / sizeof(crypto_syms[0]),
+		   "OpenSSL 3 is needed", crypto_err, sizeof(crypto_err));
 }
 
 static void load_ssl(void)
 {
-	const char *lib = "libssl.so.3";
-	char *err = ssl_err;
-	void *h = open_lib(lib, err, sizeof(ssl_err));
-	if (h) {
-		SH_OSSL_SSL(SH_OSSL_LOOKUP)
-	}
+	sh_dl_load("libssl.so.3", ssl_syms, sizeof(ssl_syms) / sizeof(ssl_syms[0]),
+		   "OpenSSL 3 is needed", ssl_err, sizeof(ssl_err));
 }
 
 int sh_ossl_load(bool ssl, char *why, size_t whylen)
