@@ -15,7 +15,9 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -513,6 +515,63 @@ int sh_test_shoald(const char *const *args, const char *const *env, const char *
 			;
 		return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 	}
+}
+
+static void read_text(const char *path, char *buf, size_t len)
+{
+	buf[0] = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	size_t got = 0;
+	ssize_t r;
+	while (got + 1 < len && (r = read(fd, buf + got, len - 1 - got)) > 0)
+		got += (size_t)r;
+	buf[got] = 0;
+	close(fd);
+}
+
+void sh_test_wait_text(const char *path, const char *needle, char *buf, size_t len, int timeout_ms)
+{
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		*slash = 0;
+	int in = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	CHECK(in >= 0);
+	CHECK(inotify_add_watch(in, slash ? dir : ".", IN_MODIFY | IN_CREATE | IN_CLOSE_WRITE) >=
+	      0);
+	double until = now_ms() + timeout_ms;
+	/* the watch is set before the first look: no change falls between */
+	for (read_text(path, buf, len); !strstr(buf, needle); read_text(path, buf, len)) {
+		double left = until - now_ms();
+		struct pollfd pf = {.fd = in, .events = POLLIN};
+		if (left <= 0 || poll(&pf, 1, (int)left + 1) == 0) {
+			close(in);
+			sh_test_fail(__FILE__, __LINE__, "%s lacks \"%s\" after %d ms:\n%s", path,
+				     needle, timeout_ms, buf);
+		}
+		char ev[4096];
+		while (read(in, ev, sizeof(ev)) > 0)
+			;
+	}
+	close(in);
+}
+
+void sh_test_wait_gone(pid_t pid, int timeout_ms)
+{
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (fd < 0) {
+		CHECK(errno == ESRCH); /* gone already */
+		return;
+	}
+	struct pollfd pf = {.fd = fd, .events = POLLIN};
+	int r = poll(&pf, 1, timeout_ms);
+	close(fd);
+	if (r != 1)
+		sh_test_fail(__FILE__, __LINE__, "process %d still runs after %d ms", (int)pid,
+			     timeout_ms);
 }
 
 int sh_test_run(char *const argv[], char *const env[], char *out, size_t outlen)

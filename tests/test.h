@@ -113,6 +113,12 @@ int sh_test_run(char *const argv[], char *const env[], char *out, size_t outlen)
  * + a signal), reaped. The case fails if neither comes within 120 s. */
 int sh_test_shoald(const char *const *args, const char *const *env, const char *log, int log_flags,
 		   pid_t *pid);
+/* Waits on events, not in sleeps: until the file at path holds needle
+ * (inotify on its directory says when it changed; its text is left in
+ * buf), or until process pid is gone (a pidfd, which any process may
+ * have of another of its uid). The case fails after timeout_ms. */
+void sh_test_wait_text(const char *path, const char *needle, char *buf, size_t len, int timeout_ms);
+void sh_test_wait_gone(pid_t pid, int timeout_ms);
 /* The path of a program or extension of this build (rel: "tools/shoal",
  * "tests/ext_sample.so"), which the calling uid must be able to run;
  * found through SHOAL_TEST_BINDIR, which ctest sets. A process that

@@ -472,13 +472,8 @@ SH_TEST_T(a_controller_from_the_shell, 120)
 	pid_t ctl = spawn_logged(ca, ctl_log);
 	/* it says where it serves, TCP included */
 	static char log[1 << 15];
-	char *tcp = NULL;
-	for (int i = 0; i < 500 && !tcp; i++) {
-		usleep(10000);
-		read_log(ctl_log, log, sizeof(log));
-		tcp = strstr(log, "tcp://");
-	}
-	CHECK(tcp != NULL);
+	sh_test_wait_text(ctl_log, "tcp://", log, sizeof(log), 10000);
+	char *tcp = strstr(log, "tcp://");
 	char tcp_addr[128];
 	CHECK(sscanf(tcp, "%127[^,\n ]", tcp_addr) == 1);
 	char *env[] = {(char *)secret_env, NULL};
@@ -493,11 +488,7 @@ SH_TEST_T(a_controller_from_the_shell, 120)
 	pid_t eng = spawn_logged(ea, eng_log);
 	char joined[64];
 	snprintf(joined, sizeof(joined), "engine 0 (pid %d) joined", (int)eng);
-	for (int i = 0; i < 1000 && !strstr(log, joined); i++) {
-		usleep(10000);
-		read_log(ctl_log, log, sizeof(log));
-	}
-	CHECK_HAS(log, joined);
+	sh_test_wait_text(ctl_log, joined, log, sizeof(log), 20000);
 	char row[64];
 	snprintf(row, sizeof(row), "pid %d", (int)eng);
 	CHECK_EQ(run3(sa, env), 0);
@@ -530,10 +521,7 @@ SH_TEST_T(a_controller_from_the_shell, 120)
 	CHECK(waitpid(eng, NULL, 0) == eng);
 	char left[96];
 	snprintf(left, sizeof(left), "engine 0 (pid %d) went away", (int)eng);
-	for (int i = 0; i < 1000 && !strstr(log, "0 engines left"); i++) {
-		usleep(10000);
-		read_log(ctl_log, log, sizeof(log));
-	}
+	sh_test_wait_text(ctl_log, "0 engines left", log, sizeof(log), 20000);
 	CHECK_HAS(log, left);
 	CHECK_HAS(log, "0 engines left");
 	CHECK_EQ(kill(ctl, SIGTERM), 0);

@@ -90,9 +90,7 @@ SH_TEST_T(a_cluster_starts_serves_grows_and_stops, 180)
 	*strrchr(dir, '/') = 0;
 	CHECK_OK(shoal_cluster_stop(name, 10, why, sizeof(why)));
 	CHECK(!exists(dir));
-	for (int i = 0; i < 500 && kill(pid, 0) == 0; i++)
-		usleep(10000);
-	CHECK(kill(pid, 0) != 0 && errno == ESRCH);
+	sh_test_wait_gone(pid, 5000);
 	CHECK_RC(shoal_cluster_status(name, &info, why, sizeof(why)), SHOAL_ENOENT);
 	CHECK_HAS(why, "no cluster named");
 	CHECK_RC(shoal_cluster_stop(name, 10, why, sizeof(why)), SHOAL_ENOENT);
@@ -110,8 +108,7 @@ SH_TEST_T(a_dead_supervisors_cluster_is_gone_and_cleaned_up, 120)
 	snprintf(dir, sizeof(dir), "%s", info.controller);
 	*strrchr(dir, '/') = 0;
 	CHECK_OK(kill(info.supervisor_pid, SIGKILL));
-	for (int i = 0; i < 500 && kill(info.supervisor_pid, 0) == 0; i++)
-		usleep(10000);
+	sh_test_wait_gone(info.supervisor_pid, 5000);
 	/* its engine loses its controller and ends; its files stay until a
 	 * stop (or a start of the same name) finds no one there */
 	CHECK_RC(shoal_cluster_status(name, &info, why, sizeof(why)), SHOAL_ENOENT);
