@@ -96,14 +96,19 @@ void sh_ext_reap(shoal_ext *e, bool kill_it, int *status)
 	sh_ext_pump_stop(e); /* after its tree: the last lines of all of it are in */
 	if (e->rings)
 		sh_shm_unmap(e->rings, e->ring_bytes);
-	if (e->pidfd >= 0)
-		close(e->pidfd);
-	if (e->sock >= 0)
-		close(e->sock);
-	if (e->efd >= 0)
-		close(e->efd);
-	if (e->efd_w >= 0)
-		close(e->efd_w);
+	/* Forgotten by this thread's poller first, which a fiber's wait on the
+	 * doorbell or the pidfd registered them with: a number the poller still
+	 * held would be taken for the next descriptor to get it, and a wait on
+	 * that one would never wake (sh_link_fini does the same). */
+	bool fiber = shoal_sched_current() != NULL;
+	int fds[4] = {e->pidfd, e->sock, e->efd, e->efd_w};
+	for (int i = 0; i < 4; i++) {
+		if (fds[i] < 0)
+			continue;
+		if (fiber)
+			shoal_fd_forget(fds[i]);
+		close(fds[i]);
+	}
 	e->rings = NULL;
 	e->cancel = NULL;
 	e->pidfd = e->sock = e->efd = e->efd_w = -1;

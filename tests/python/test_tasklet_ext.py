@@ -101,3 +101,23 @@ def test_a_host_service_runs_in_the_calling_tasklet_nested_calls_too(node):
     want = ["ext0", "host1", "ext2", "host3", "ext4"]  # 4 levels of nested calls
     assert got == {k: (want, True) for k in range(3)}
     assert len(ticks) > 0
+
+
+def test_descriptors_freed_by_a_closed_extension_wait_again():
+    """An extension's calls and the host services it calls back, made from tasklets, have
+    its descriptors waited on in the thread's poller; once it is closed, the numbers they
+    had go to new descriptors, and a tasklet waiting on one of those must wake. A poller
+    that still held the old ones took the new for registered and never woke: the two
+    cases of this file above, then test_tasklets_io's first fd wait, hung. Run as that
+    sequence, in a fresh interpreter (its descriptor numbers as they were then)."""
+    import subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    ext = os.path.join(here, "test_tasklet_ext.py")
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+         ext + "::test_tasklets_take_turns_at_one_extension",
+         ext + "::test_a_host_service_runs_in_the_calling_tasklet_nested_calls_too",
+         os.path.join(here, "test_tasklets_io.py") +
+         "::test_wait_readable_suspends_only_the_tasklet"],
+        capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
