@@ -1,10 +1,11 @@
 /* Fuzzes a store client's reading of replies, what a client takes from
  * whatever serves the socket it connected to (a squatter's daemon
  * included): the reply to each call of the public API (stat, list, get by
- * name and by id, delete, persist, claim, seal), decoded by client.c and
- * builder.c, and for a get the object it makes, walked to every byte of its
- * blobs. The client is a real one on real rings in a memfd and a real
- * socket (whose far end is closed: descriptors never come); the input is
+ * name and by id, delete, persist, claim, seal), decoded by client.c,
+ * client_get.c, client_ops.c and builder.c, and for a get the object it
+ * makes, walked to every byte of its blobs. The client is a real one on
+ * real rings in a memfd and a real socket (whose far end is closed:
+ * descriptors never come); the input is
  * what the store side writes into its ring, after which that ring is
  * closed, so that a client waiting for more gets an error at once. The
  * arena is a real 64 KiB memfd mapped read-only. Whatever the replies say,

@@ -1,7 +1,9 @@
 /* The client side of the store protocol, shared by client.c (connection,
- * requests, reading objects), builder.c (creating them), st_io.c
- * (safetensors files in and out) and rpc/value.c (payloads passed by
- * reference, borrowed from segments the client has mapped). */
+ * requests), client_get.c (reading objects), client_node.c (their trees),
+ * client_ops.c (the other requests), builder.c (creating objects), cow.c
+ * (copy-on-write views), st_io.c (safetensors files in and out) and
+ * rpc/value.c (payloads passed by reference, borrowed from segments the
+ * client has mapped). */
 #ifndef SHOAL_STORE_CLIENT_H
 #define SHOAL_STORE_CLIENT_H
 
@@ -114,6 +116,13 @@ int sh_client_call(shoal_client *c, uint16_t op, bool noreply, sh_mp *m);
 /* Receives the descriptors the store sends ahead of a reply, for the n
  * segment ids listed. */
 int sh_client_recv_fds(shoal_client *c, const uint64_t *ids, int *fds, size_t n);
+/* A request whose body is [name] or [id] (GET, DELETE, PERSIST), name
+ * NULL for an id; its reply's body in m (client_get.c). */
+int sh_client_call_key(shoal_client *c, uint16_t op, const char *name, shoal_id id, sh_mp *m);
+/* Takes a GET's reply in mp: the object (of id, unless 0) into *out, its
+ * new segments' descriptors from the socket, mapped (client_get.c); a
+ * reply its cancelled caller left is taken and released (client.c). */
+int sh_client_get_reply(shoal_client *c, sh_mp *mp, shoal_id id, shoal_object **out);
 /* For importers: a region of bytes that the caller lays out itself
  * (*fd to write through, *addr mapped writable until the seal) ... */
 int sh_builder_region(shoal_builder *b, size_t bytes, uint32_t *idx, int *fd, void **addr);

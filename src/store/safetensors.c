@@ -1,26 +1,17 @@
-/* safetensors headers (see safetensors.h). A header is parsed in three
- * passes: a lexical one over the raw bytes, for what cJSON lets through but
- * the reference's serde_json rejects (bad UTF-8, raw control bytes, numbers
- * like 01 or +1) and for nesting deep enough to hurt; cJSON for the
- * structure; then the checks on the tree. Every rejection says what was
- * expected and what came, naming the tensor. */
+/* safetensors headers read (see safetensors.h). A header is parsed in
+ * three passes: a lexical one over the raw bytes (st_lex.c), for what
+ * cJSON lets through but the reference's serde_json rejects; cJSON for the
+ * structure; then the checks on the tree, here. Every rejection says what
+ * was expected and what came, naming the tensor. Writing one is
+ * st_write.c's. */
 #include "store/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A valid header nests 3 deep ({ "t": { "shape": [ ), so anything past
- * this is invalid anyway; stopping here keeps cJSON's recursion shallow. */
-#define MAX_DEPTH 16
-/* Longer numbers are beyond 2^53 or not integers either way. */
-#define MAX_NUMBER_CHARS 40
-/* JSON integers from here up may have been rounded by cJSON's double. */
-#define EXACT_LIMIT 9007199254740992.0 /* 2^53 */
 
 /* The order of the reference's Dtype enum. Its writer lays tensors out in
  * descending order of this, then by name; ties in data order (empty
@@ -88,7 +79,7 @@ static const char *json_show(const cJSON *e, char *buf, size_t n)
 	/* cJSON has rounded such a number: say so rather than show a value
 	 * the header may not hold. */
 	double d = e->valuedouble;
-	snprintf(buf, n, d < EXACT_LIMIT ? "%.17g" : "%.17g (2^53 or more)", d);
+	snprintf(buf, n, d < SH_ST_EXACT_LIMIT ? "%.17g" : "%.17g (2^53 or more)", d);
 	return buf;
 }
 
@@ -103,319 +94,13 @@ static const char *show_shape(const sh_st_tensor *t, char *buf, size_t n)
 	return buf;
 }
 
-static const char *show_byte(unsigned char c, char buf[16])
+const char *sh_st_show_byte(unsigned char c, char buf[16])
 {
 	if (c > 0x20 && c < 0x7f)
 		snprintf(buf, 16, "'%c'", c);
 	else
 		snprintf(buf, 16, "byte 0x%02x", c);
 	return buf;
-}
-
-/* ---- the lexical pass --------------------------------------------------- */
-
-static bool is_ws(unsigned char c)
-{
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
-static bool is_digit(unsigned char c)
-{
-	return c >= '0' && c <= '9';
-}
-
-static bool is_hex(unsigned char c)
-{
-	return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
-/* The length of the UTF-8 sequence at s (n bytes left), or 0 when it is
- * not one: no overlong forms, surrogates or code points past U+10FFFF. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-	unsigned char c = s[0], lo = 0x80, hi = 0xbf;
-	size_t k;
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf) {
-		k = 2;
-	} else if (c >= 0xe0 && c <= 0xef) {
-		k = 3;
-		lo = c == 0xe0 ? 0xa0 : 0x80;
-		hi = c == 0xed ? 0x9f : 0xbf;
-	} else if (c >= 0xf0 && c <= 0xf4) {
-		k = 4;
-		lo = c == 0xf0 ? 0x90 : 0x80;
-		hi = c == 0xf4 ? 0x8f : 0xbf;
-	} else {
-		return 0;
-	}
-	if (n < k || s[1] < lo || s[1] > hi)
-		return 0;
-	for (size_t i = 2; i < k; i++)
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-	return k;
-}
-
-static bool utf8_valid(const char *p, size_t n)
-{
-	const unsigned char *s = (const unsigned char *)p;
-	for (size_t i = 0; i < n;) {
-		size_t k = utf8_seq(s + i, n - i);
-		if (k == 0)
-			return false;
-		i += k;
-	}
-	return true;
-}
-
-/* The value of 4 hex digits (checked by the caller). */
-static unsigned hex4(const unsigned char *s)
-{
-	unsigned v = 0;
-	for (int i = 0; i < 4; i++)
-		v = v << 4 | (unsigned)(is_digit(s[i]) ? s[i] - '0' : (s[i] | 0x20) - 'a' + 10);
-	return v;
-}
-
-static bool is_hex4(const unsigned char *s)
-{
-	return is_hex(s[0]) && is_hex(s[1]) && is_hex(s[2]) && is_hex(s[3]);
-}
-
-/* What the lexical pass learnt for the later ones. */
-typedef struct lexed {
-	size_t nonint_at; /* the first number written with a fraction or
-			     exponent (2.0, 2e0), or SIZE_MAX */
-	size_t nonint_len;
-} lexed;
-
-/* The escape at s[j] ('\\'): sets *k to its length. "\\u0000" is refused
- * (names are C strings) and so are unpaired surrogates, which cJSON would
- * refuse too, but only as "invalid JSON". */
-static int lex_escape(const unsigned char *s, size_t len, size_t j, size_t *k, char *err,
-		      size_t errlen)
-{
-	unsigned char e = j + 1 < len ? s[j + 1] : 0;
-	char b[16];
-	if (e && strchr("\"\\/bfnrt", e)) {
-		*k = 2;
-		return 0;
-	}
-	if (e != 'u')
-		return sh_say(err, errlen, SHOAL_EBADMSG,
-			      "invalid escape at byte %zu of the header: expected one of \\\" \\\\ "
-			      "\\/ \\b \\f \\n \\r \\t \\uXXXX, got %s",
-			      j, e ? show_byte(e, b) : "the end");
-	if (j + 6 > len || !is_hex4(s + j + 2))
-		return sh_say(err, errlen, SHOAL_EBADMSG,
-			      "invalid \\u escape at byte %zu of the header: expected 4 hex digits",
-			      j);
-	unsigned u = hex4(s + j + 2);
-	if (u == 0)
-		return sh_say(err, errlen, SHOAL_EBADMSG,
-			      "\\u0000 at byte %zu of the header: names and metadata are C strings "
-			      "and cannot hold NUL",
-			      j);
-	bool high = u >= 0xd800 && u < 0xdc00;
-	bool paired = high && j + 12 <= len && s[j + 6] == '\\' && s[j + 7] == 'u' &&
-		      is_hex4(s + j + 8) && hex4(s + j + 8) >= 0xdc00 && hex4(s + j + 8) < 0xe000;
-	if ((u >= 0xd800 && u < 0xe000) && !paired)
-		return sh_say(err, errlen, SHOAL_EBADMSG,
-			      "unpaired UTF-16 surrogate \\u%04x at byte %zu of the header", u, j);
-	*k = paired ? 12 : 6;
-	return 0;
-}
-
-static int lex_string(const unsigned char *s, size_t len, size_t *ip, char *err, size_t errlen)
-{
-	size_t start = *ip, j = start + 1, k = 0;
-	int rc;
-	for (;;) {
-		if (j >= len)
-			return sh_say(err, errlen, SHOAL_EBADMSG,
-				      "string starting at byte %zu of the header is not terminated",
-				      start);
-		unsigned char c = s[j];
-		if (c == '"') {
-			*ip = j + 1;
-			return 0;
-		}
-		if (c == '\\') {
-			if ((rc = lex_escape(s, len, j, &k, err, errlen)) != 0)
-				return rc;
-		} else if (c < 0x20) {
-			return sh_say(
-				err, errlen, SHOAL_EBADMSG,
-				"raw control byte 0x%02x in a string at byte %zu of the header "
-				"(JSON needs it escaped)",
-				c, j);
-		} else if ((k = utf8_seq(s + j, len - j)) == 0) {
-			return sh_say(err, errlen, SHOAL_EBADMSG,
-				      "invalid UTF-8 at byte %zu of the header (byte 0x%02x): the "
-				      "header must be UTF-8",
-				      j, c);
-		}
-		j += k;
-	}
-}
-
-static int lex_number(const unsigned char *s, size_t len, size_t *ip, lexed *lx, char *err,
-		      size_t errlen)
-{
-	size_t i = *ip, j = i;
-	bool frac = false;
-	if (s[j] == '-')
-		j++;
-	if (j >= len || !is_digit(s[j]))
-		return sh_say(err, errlen, SHOAL_EBADMSG,
-			      "invalid number at byte %zu of the header: '-' without digits", i);
-	if (s[j] == '0') {
-		j++;
-		if (j < len && is_digit(s[j]))
-			return sh_say(err, errlen, SHOAL_EBADMSG,
-				      "number with a leading zero at byte %zu of the header", i);
-	} else {
-		while (j < len && is_digit(s[j]))
-			j++;
-	}
-	if (j < len && s[j] == '.') {
-		j++;
-		if (j >= len || !is_digit(s[j]))
-			return sh_say(
-				err, errlen, SHOAL_EBADMSG,
-				"invalid number at byte %zu of the header: no digits after '.'", i);
-		while (j < len && is_digit(s[j]))
-			j++;
-		frac = true;
-	}
-	if (j < len && (s[j] == 'e' || s[j] == 'E')) {
-		j++;
-		if (j < len && (s[j] == '+' || s[j] == '-'))
-			j++;
-		if (j >= len || !is_digit(s[j]))
-			return sh_say(err, errlen, SHOAL_EBADMSG,
-				      "invalid number at byte %zu of the header: no digits in the "
-				      "exponent",
-				      i);
-		while (j < len && is_digit(s[j]))
-			j++;
-		frac = true;
-	}
-	if (j - i > MAX_NUMBER_CHARS)
-		return sh_say(err, errlen, SHOAL_EBADMSG,
-			      "number of %zu characters at byte %zu of the header: shapes and "
-			      "offsets are integers below 2^53",
-			      j - i, i);
-	if (frac && lx->nonint_at == SIZE_MAX) {
-		lx->nonint_at = i;
-		lx->nonint_len = j - i;
-	}
-	*ip = j;
-	return 0;
-}
-
-/* What may follow the header's object: the format's padding, spaces
- * (0x20) only, no more of them than any writer needs. */
-static int lex_padding(const unsigned char *s, size_t len, size_t i, char *err, size_t errlen)
-{
-	char b[16];
-	size_t start = i;
-	while (i < len && s[i] == ' ')
-		i++;
-	if (i < len && is_ws(s[i]))
-		return sh_say(err, errlen, SHOAL_EBADMSG,
-			      "%s at byte %zu of the header, after the JSON object: the header may "
-			      "be padded with spaces only",
-			      show_byte(s[i], b), i);
-	if (i < len)
-		return sh_say(err, errlen, SHOAL_EBADMSG,
-			      "unexpected %s at byte %zu of the header, after the JSON object",
-			      show_byte(s[i], b), i);
-	if (i - start > SH_ST_MAX_WS)
-		return sh_say(err, errlen, SHOAL_EBADMSG,
-			      "%zu bytes of padding after the JSON object: expected at most %u",
-			      i - start, SH_ST_MAX_WS);
-	return 0;
-}
-
-/* Checks the tokens of the header, not their arrangement (cJSON does that):
- * valid UTF-8, strings and numbers as RFC 8259 has them, no byte outside
- * a token but JSON whitespace, nesting at most MAX_DEPTH deep; '{' first,
- * whitespace in runs of at most SH_ST_MAX_WS, only spaces after the object. */
-static int lex(const unsigned char *s, size_t len, lexed *lx, char *err, size_t errlen)
-{
-	size_t i = 0, depth = 0;
-	char b[16], brackets[MAX_DEPTH];
-	int rc;
-	lx->nonint_at = SIZE_MAX;
-	while (i < len && is_ws(s[i]))
-		i++;
-	if (i == len)
-		return sh_say(err, errlen, SHOAL_EBADMSG, "header is %s: expected a JSON object",
-			      len ? "all whitespace" : "empty");
-	if (i > 0)
-		return sh_say(err, errlen, SHOAL_EBADMSG,
-			      "header starts with %zu bytes of whitespace: expected '{' at byte 0 "
-			      "(the format's rule; padding goes at the end)",
-			      i);
-	if (s[0] != '{')
-		return sh_say(err, errlen, SHOAL_EBADMSG,
-			      "header is not a JSON object: expected '{', got %s at byte 0",
-			      show_byte(s[0], b));
-	while (i < len) {
-		unsigned char c = s[i];
-		if (is_ws(c)) {
-			size_t j = i;
-			while (j < len && is_ws(s[j]))
-				j++;
-			if (j - i > SH_ST_MAX_WS)
-				return sh_say(err, errlen, SHOAL_EBADMSG,
-					      "%zu bytes of whitespace at byte %zu of the header: "
-					      "expected at most %u (layout or padding, not filler)",
-					      j - i, i, SH_ST_MAX_WS);
-			i = j;
-		} else if (c == ':' || c == ',') {
-			i++;
-		} else if (c == '{' || c == '[') {
-			if (depth == MAX_DEPTH)
-				return sh_say(err, errlen, SHOAL_EBADMSG,
-					      "header nests deeper than %d levels at byte %zu (a "
-					      "valid one nests 3)",
-					      MAX_DEPTH, i);
-			brackets[depth++] = c;
-			i++;
-		} else if (c == '}' || c == ']') {
-			/* depth > 0: the object's end returns below */
-			if (brackets[depth - 1] != (c == '}' ? '{' : '['))
-				return sh_say(
-					err, errlen, SHOAL_EBADMSG,
-					"unbalanced '%c' at byte %zu of the header: it closes "
-					"a '%c'",
-					c, i, brackets[depth - 1]);
-			depth--;
-			i++;
-			if (depth == 0)
-				return lex_padding(s, len, i, err, errlen);
-		} else if (c == '"') {
-			if ((rc = lex_string(s, len, &i, err, errlen)) != 0)
-				return rc;
-		} else if (c == '-' || is_digit(c)) {
-			if ((rc = lex_number(s, len, &i, lx, err, errlen)) != 0)
-				return rc;
-		} else if (len - i >= 4 &&
-			   (memcmp(s + i, "true", 4) == 0 || memcmp(s + i, "null", 4) == 0)) {
-			i += 4;
-		} else if (len - i >= 5 && memcmp(s + i, "false", 5) == 0) {
-			i += 5;
-		} else {
-			return sh_say(err, errlen, SHOAL_EBADMSG,
-				      "invalid JSON: unexpected %s at byte %zu of the header",
-				      show_byte(c, b), i);
-		}
-	}
-	return 0;
 }
 
 /* ---- the checks on the tree --------------------------------------------- */
@@ -427,7 +112,7 @@ static bool json_uint(const cJSON *e, uint64_t *v)
 	if (!cJSON_IsNumber(e))
 		return false;
 	double d = e->valuedouble;
-	if (signbit(d) || !(d < EXACT_LIMIT))
+	if (signbit(d) || !(d < SH_ST_EXACT_LIMIT))
 		return false;
 	uint64_t u = (uint64_t)d;
 	if ((double)u != d)
@@ -649,7 +334,7 @@ static int cmp_name_ptr(const void *a, const void *b)
 
 /* Data order, and within it (empty tensors at one offset) the reference
  * writer's order: dtype descending, then name bytes. */
-static int cmp_data(const sh_st_tensor *a, const sh_st_tensor *b)
+int sh_st_cmp_data(const sh_st_tensor *a, const sh_st_tensor *b)
 {
 	if (a->begin != b->begin)
 		return a->begin < b->begin ? -1 : 1;
@@ -662,7 +347,7 @@ static int cmp_data(const sh_st_tensor *a, const sh_st_tensor *b)
 
 static int cmp_data_qsort(const void *a, const void *b)
 {
-	return cmp_data(a, b);
+	return sh_st_cmp_data(a, b);
 }
 
 static int check_unique(const sh_st_file *f, char *err, size_t errlen)
@@ -731,7 +416,7 @@ static int check_tiling(const sh_st_file *f, char *err, size_t errlen)
 	return 0;
 }
 
-static int check_tree(const cJSON *root, sh_st_file *f, const lexed *lx, const char *json,
+static int check_tree(const cJSON *root, sh_st_file *f, const sh_st_lexed *lx, const char *json,
 		      char *err, size_t errlen)
 {
 	size_t nt = 0;
@@ -797,14 +482,14 @@ int sh_st_prefix(const unsigned char first8[8], uint64_t file_size, uint64_t *he
 int sh_st_parse(const char *json, size_t len, uint64_t data_len, sh_st_file **out, char *err,
 		size_t errlen)
 {
-	lexed lx = {SIZE_MAX, 0};
+	sh_st_lexed lx = {SIZE_MAX, 0};
 	int rc;
 	*out = NULL;
 	if (len > SH_ST_MAX_HEADER)
 		return sh_say(err, errlen, SHOAL_EBADMSG,
 			      "header of %zu bytes is beyond the limit of %u bytes", len,
 			      SH_ST_MAX_HEADER);
-	if ((rc = lex((const unsigned char *)json, len, &lx, err, errlen)) != 0)
+	if ((rc = sh_st_lex((const unsigned char *)json, len, &lx, err, errlen)) != 0)
 		return rc;
 
 	/* cJSON wants a NUL at the end; the lexical pass made sure there is
@@ -823,17 +508,17 @@ int sh_st_parse(const char *json, size_t len, uint64_t data_len, sh_st_file **ou
 		char b[16];
 		rc = sh_say(err, errlen, SHOAL_EBADMSG,
 			    "invalid JSON at byte %zu of the header (%s)", at,
-			    at < len ? show_byte((unsigned char)copy[at], b) : "the end");
+			    at < len ? sh_st_show_byte((unsigned char)copy[at], b) : "the end");
 		goto out;
 	}
 	size_t at = (size_t)(end - copy);
-	while (at < len && is_ws((unsigned char)copy[at]))
+	while (at < len && sh_st_is_ws((unsigned char)copy[at]))
 		at++;
 	if (at < len) {
 		char b[16];
 		rc = sh_say(err, errlen, SHOAL_EBADMSG,
 			    "unexpected %s at byte %zu of the header, after the JSON object",
-			    show_byte((unsigned char)copy[at], b), at);
+			    sh_st_show_byte((unsigned char)copy[at], b), at);
 		goto out;
 	}
 
@@ -873,194 +558,4 @@ void sh_st_free(sh_st_file *f)
 	if (f->meta)
 		shoal_free(f->meta, f->nmeta * sizeof(*f->meta));
 	shoal_free(f, sizeof(*f));
-}
-
-/* ---- writing ------------------------------------------------------------ */
-
-/* Output that is only counted while p is NULL: the header is written twice,
- * once to learn its size, once into a buffer of exactly that size. */
-typedef struct out {
-	unsigned char *p;
-	size_t n;
-	bool big; /* the count overflowed */
-} out;
-
-static void put(out *o, const void *s, size_t k)
-{
-	if (o->p)
-		memcpy(o->p + o->n, s, k);
-	if (__builtin_add_overflow(o->n, k, &o->n))
-		o->big = true;
-}
-
-static void put_lit(out *o, const char *s)
-{
-	put(o, s, strlen(s));
-}
-
-static void put_u64(out *o, uint64_t v)
-{
-	char b[24];
-	put(o, b, (size_t)snprintf(b, sizeof(b), "%" PRIu64, v));
-}
-
-/* A JSON string as serde_json writes one: only '"', '\' and bytes below
- * 0x20 escaped, the usual five by letter, the rest as \u00xx in lowercase;
- * everything else, non-ASCII included, as is. */
-static void put_str(out *o, const char *s, size_t len)
-{
-	static const char hex[] = "0123456789abcdef";
-	size_t run = 0;
-	put(o, "\"", 1);
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
-		char e[6] = {'\\', 0, '0', '0', 0, 0};
-		size_t k = 2;
-		switch (c) {
-		case '"':
-		case '\\':
-			e[1] = (char)c;
-			break;
-		case '\b':
-			e[1] = 'b';
-			break;
-		case '\t':
-			e[1] = 't';
-			break;
-		case '\n':
-			e[1] = 'n';
-			break;
-		case '\f':
-			e[1] = 'f';
-			break;
-		case '\r':
-			e[1] = 'r';
-			break;
-		default:
-			if (c >= 0x20)
-				continue;
-			e[1] = 'u';
-			e[4] = hex[c >> 4];
-			e[5] = hex[c & 15];
-			k = 6;
-		}
-		put(o, s + run, i - run);
-		put(o, e, k);
-		run = i + 1;
-	}
-	put(o, s + run, len - run);
-	put(o, "\"", 1);
-}
-
-static void emit(out *o, const sh_st_tensor *t, const size_t *idx, size_t n, const sh_st_meta *meta,
-		 size_t nmeta)
-{
-	put(o, "{", 1);
-	if (nmeta) {
-		put_lit(o, "\"__metadata__\":{");
-		for (size_t j = 0; j < nmeta; j++) {
-			if (j)
-				put(o, ",", 1);
-			put_str(o, meta[j].key, strlen(meta[j].key));
-			put(o, ":", 1);
-			put_str(o, meta[j].val, strlen(meta[j].val));
-		}
-		put(o, n ? "}," : "}", n ? 2 : 1);
-	}
-	for (size_t k = 0; k < n; k++) {
-		const sh_st_tensor *x = &t[idx[k]];
-		if (k)
-			put(o, ",", 1);
-		put_str(o, x->name, x->name_len);
-		put_lit(o, ":{\"dtype\":");
-		put_str(o, shoal_dtype_name(x->dtype), strlen(shoal_dtype_name(x->dtype)));
-		put_lit(o, ",\"shape\":[");
-		for (int d = 0; d < x->ndim; d++) {
-			if (d)
-				put(o, ",", 1);
-			put_u64(o, (uint64_t)x->shape[d]);
-		}
-		put_lit(o, "],\"data_offsets\":[");
-		put_u64(o, x->begin);
-		put(o, ",", 1);
-		put_u64(o, x->end);
-		put_lit(o, "]}");
-	}
-	put(o, "}", 1);
-}
-
-/* Whether a header can hold t as it is, and our reader read it back. */
-static bool writable(const sh_st_tensor *t)
-{
-	if (!t->name || t->name_len == 0 || memchr(t->name, 0, t->name_len) ||
-	    !utf8_valid(t->name, t->name_len))
-		return false;
-	if (t->dtype <= SHOAL_DT_INVALID || t->dtype >= SHOAL_DT_COUNT)
-		return false;
-	if (t->ndim < 0 || t->ndim > SHOAL_TENSOR_MAX_DIMS)
-		return false;
-	for (int d = 0; d < t->ndim; d++)
-		if (t->shape[d] < 0 || (double)t->shape[d] >= EXACT_LIMIT)
-			return false;
-	return t->begin <= t->end && (double)t->end < EXACT_LIMIT;
-}
-
-/* The writer sorts an index array, not the caller's t; qsort has no
- * context argument, and thread-local keeps concurrent writers apart. */
-static _Thread_local const sh_st_tensor *sort_base;
-
-static int cmp_idx(const void *a, const void *b)
-{
-	return cmp_data(&sort_base[*(const size_t *)a], &sort_base[*(const size_t *)b]);
-}
-
-int sh_st_header_write(const sh_st_tensor *t, size_t n, const sh_st_meta *meta, size_t nmeta,
-		       unsigned char **buf, size_t *len)
-{
-	*buf = NULL;
-	*len = 0;
-	for (size_t i = 0; i < n; i++)
-		if (!writable(&t[i]))
-			return SHOAL_EINVAL;
-	for (size_t j = 0; j < nmeta; j++)
-		if (!meta[j].key || !meta[j].val || !utf8_valid(meta[j].key, strlen(meta[j].key)) ||
-		    !utf8_valid(meta[j].val, strlen(meta[j].val)))
-			return SHOAL_EINVAL;
-
-	size_t *idx = NULL, idx_bytes = 0;
-	if (n) {
-		if (shoal_mul_size(n, sizeof(*idx), &idx_bytes) != 0)
-			return SHOAL_EOVERFLOW;
-		if (!(idx = shoal_alloc(idx_bytes)))
-			return SHOAL_ENOMEM;
-		for (size_t i = 0; i < n; i++)
-			idx[i] = i;
-		sort_base = t;
-		qsort(idx, n, sizeof(*idx), cmp_idx);
-	}
-
-	out o = {NULL, 0, false};
-	emit(&o, t, idx, n, meta, nmeta);
-	size_t pad = (8 - o.n % 8) % 8, total = o.n + pad;
-	int rc = 0;
-	if (o.big || total < o.n || total > SH_ST_MAX_HEADER) {
-		rc = SHOAL_EMSGSIZE;
-		goto done;
-	}
-	unsigned char *b = shoal_alloc(8 + total);
-	if (!b) {
-		rc = SHOAL_ENOMEM;
-		goto done;
-	}
-	for (int i = 0; i < 8; i++)
-		b[i] = (unsigned char)((uint64_t)total >> (8 * i));
-	o = (out){b + 8, 0, false};
-	emit(&o, t, idx, n, meta, nmeta);
-	memset(b + 8 + o.n, ' ', pad);
-	*buf = b;
-	*len = 8 + total;
-done:
-	if (idx)
-		shoal_free(idx, idx_bytes);
-	return rc;
 }

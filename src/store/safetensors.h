@@ -78,4 +78,30 @@ void sh_st_free(sh_st_file *f);
 int sh_st_header_write(const sh_st_tensor *t, size_t n, const sh_st_meta *meta, size_t nmeta,
 		       unsigned char **buf, size_t *len);
 
+/* ---- shared by the reader's files (safetensors.c, st_lex.c) and the
+ * writer (st_write.c) ---- */
+
+/* JSON integers from here up may have been rounded by cJSON's double. */
+#define SH_ST_EXACT_LIMIT 9007199254740992.0 /* 2^53 */
+
+/* What the lexical pass learnt for the later ones. */
+typedef struct sh_st_lexed {
+	size_t nonint_at; /* the first number written with a fraction or
+			     exponent (2.0, 2e0), or SIZE_MAX */
+	size_t nonint_len;
+} sh_st_lexed;
+
+/* The reader's first pass (st_lex.c) over the len bytes of a header at
+ * s: 0, or SHOAL_EBADMSG with the reason in err. */
+int sh_st_lex(const unsigned char *s, size_t len, sh_st_lexed *lx, char *err, size_t errlen);
+/* JSON whitespace (st_lex.c). */
+bool sh_st_is_ws(unsigned char c);
+/* Whether n bytes at p are UTF-8 as the reader takes it (st_lex.c). */
+bool sh_st_utf8_valid(const char *p, size_t n);
+/* A byte as a message shows it: 'x', or byte 0xNN (safetensors.c). */
+const char *sh_st_show_byte(unsigned char c, char buf[16]);
+/* Data order, with ties broken as the reference writer orders tensors
+ * (safetensors.c): how the reader sorts and the writer lays out. */
+int sh_st_cmp_data(const sh_st_tensor *a, const sh_st_tensor *b);
+
 #endif
