@@ -8,11 +8,11 @@
  * a task leaves them (sh_task_end), deadlines, what the two listeners
  * (net/listener.h: the unix socket, TCP) take, starting and stopping, and
  * the API. */
+#include "base/proc.h"
 #include "tasks/controller_impl.h"
 
 #include <limits.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,11 +381,18 @@ int shoal_engine_spawn_store(const char *socket, const char *so, const char *run
 			store ? "--store" : NULL,
 			(char *)store,
 			NULL};
-	extern char **environ;
-	int rc = posix_spawn(pid, runner, NULL, NULL, argv, environ);
-	if (rc)
-		sh_warn("tasks", "cannot run %s: %s", runner, strerror(rc));
-	return -rc;
+	sh_proc p;
+	sh_proc_opts po;
+	sh_proc_opts_init(&po, argv);
+	char why[PATH_MAX + 64];
+	int rc = sh_proc_spawn(&p, &po, why, sizeof(why));
+	if (rc) {
+		sh_warn("tasks", "%s", why);
+		return rc;
+	}
+	*pid = p.pid;
+	sh_proc_fini(&p); /* the caller reaps it by its pid */
+	return 0;
 }
 
 int shoal_controller_stat_get(shoal_controller *c, shoal_controller_stat *st)
