@@ -547,6 +547,7 @@ void *sh_ctl_conn_main(void *arg)
 		e->next = ctl->engines;
 		ctl->engines = e;
 		atomic_fetch_add_explicit(&ctl->n_engines, 1, memory_order_relaxed);
+		sh_ctl_engines_changed(ctl);
 		sh_info("tasks", "engine %u (%s) joined; %u engine%s now", e->c.num, e->c.peer,
 			atomic_load_explicit(&ctl->n_engines, memory_order_relaxed),
 			atomic_load_explicit(&ctl->n_engines, memory_order_relaxed) == 1 ? ""
@@ -621,7 +622,8 @@ void *sh_ctl_conn_main(void *arg)
 			atomic_fetch_sub_explicit(e ? &ctl->n_engines : &ctl->n_clients, 1,
 						  memory_order_relaxed);
 		if (joined && e)
-			SH_DELETE(e ? (void *)e : (void *)cl);
+			sh_ctl_engines_changed(ctl);
+		SH_DELETE(e ? (void *)e : (void *)cl);
 	}
 	ctl->nconns--;
 	return NULL;

@@ -9,6 +9,7 @@
  * (net/listener.h: the unix socket, TCP) take, starting and stopping, and
  * the API. */
 #include "base/proc.h"
+#include "tasks/controller.h"
 #include "tasks/controller_impl.h"
 
 #include <limits.h>
@@ -266,6 +267,8 @@ static void controller_free(shoal_controller *ctl)
 		close(ctl->stop_efd);
 	if (ctl->tcp_lsock >= 0)
 		close(ctl->tcp_lsock);
+	if (ctl->engines_efd >= 0)
+		close(ctl->engines_efd);
 	memset(ctl->key, 0, sizeof(ctl->key));
 	SH_DELETE(ctl);
 }
@@ -281,7 +284,7 @@ int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o
 		ctl->opts = *o;
 	else
 		shoal_controller_opts_init(&ctl->opts);
-	ctl->lsock = ctl->stop_efd = ctl->tcp_lsock = -1;
+	ctl->lsock = ctl->stop_efd = ctl->tcp_lsock = ctl->engines_efd = -1;
 	ctl->rng = (uint64_t)shoal_now_ns() | 1;
 	ctl->window = ctl->opts.window ? ctl->opts.window : SH_TASKS_WINDOW;
 	if (ctl->window > SH_TASKS_WINDOW_MAX) {
@@ -324,6 +327,8 @@ int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o
 	rc = sh_link_listen(ctl->opts.socket, "tasks", (gid_t)-1, ctl->path, sizeof(ctl->path),
 			    &ctl->lsock);
 	if (rc == 0 && (ctl->stop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		rc = shoal_errno();
+	if (rc == 0 && (ctl->engines_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
 		rc = shoal_errno();
 	if (rc == 0 && (rc = -pthread_create(&ctl->thread, NULL, controller_thread, ctl)) != 0)
 		sh_error("tasks", "thread: %s", shoal_strerror(rc));
@@ -393,6 +398,16 @@ int shoal_engine_spawn_store(const char *socket, const char *so, const char *run
 	*pid = p.pid;
 	sh_proc_fini(&p); /* the caller reaps it by its pid */
 	return 0;
+}
+
+int sh_ctl_engines_fd(shoal_controller *ctl)
+{
+	return ctl->engines_efd;
+}
+
+void sh_ctl_engines_changed(shoal_controller *ctl)
+{
+	sh_eventfd_signal(ctl->engines_efd);
 }
 
 int shoal_controller_stat_get(shoal_controller *c, shoal_controller_stat *st)

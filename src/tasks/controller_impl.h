@@ -174,7 +174,9 @@ struct shoal_controller {
 	tk_queue pending;	  /* no engine can take them yet (none, or not theirs) */
 	tk_queue backlog;	  /* for any engine, waiting for room in a window */
 	uint32_t window;	  /* tasks an engine holds at most */
-	/* read by other threads */
+	/* read by other threads; engines_efd is bumped as an engine joins or
+	 * leaves (sh_ctl_engines_fd) */
+	int engines_efd;
 	_Atomic uint32_t n_engines, n_clients;
 	_Atomic uint64_t n_queued, n_running, n_done, n_retried, n_failed, n_held, n_held_peak;
 };
@@ -233,6 +235,9 @@ tk_task *sh_ctl_sweep_next(tk_sweep *w);
 void sh_ctl_client_gone(shoal_controller *ctl, tk_client *c);
 void sh_ctl_client_fini(tk_client *c);
 void sh_ctl_engine_gone(shoal_controller *ctl, tk_engine *e);
+
+/* controller.c: n_engines changed */
+void sh_ctl_engines_changed(shoal_controller *ctl);
 
 /* conn.c */
 void sh_ctl_ring(shoal_chan *bell);
