@@ -12,6 +12,7 @@
 #include "cluster/supervise.h"
 #include "net/net.h"
 #include "shoal_impl.h"
+#include "tasks/controller.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -307,8 +308,19 @@ static int sup_wait(sup *s, uint32_t want, uint32_t first, int64_t deadline, cha
 			}
 			return -1;
 		}
-		struct timespec ts = {0, 2000000};
-		nanosleep(&ts, NULL);
+		/* an engine joined or left, a process a launch started ended,
+		 * a Slurm launch's next ask, or the deadline */
+		struct pollfd p[1 + WAIT_FDS] = {{sh_ctl_engines_fd(s->ctl), POLLIN, 0}};
+		int64_t until = deadline;
+		nfds_t n = 1 + sup_wait_fds(s, p + 1, WAIT_FDS, &until);
+		int64_t left = until == SHOAL_FOREVER ? 3600000000000LL : until - shoal_now_ns();
+		left = left < 0 ? 0 : left > 3600000000000LL ? 3600000000000LL : left;
+		if (poll(p, n, (int)((left + 999999) / 1000000)) > 0 && p[0].revents) {
+			uint64_t v;
+			if (read(p[0].fd, &v, sizeof(v)) < 0) {
+				/* cleared already: stat says the rest */
+			}
+		}
 	}
 }
 

@@ -5,7 +5,8 @@
  * RESULTS to a client), so that a reader never blocks on a full ring or
  * socket of another connection. Arguments and results are forwarded as
  * the bytes their sender encoded; only ids, options and statuses are read
- * (proto.h). */
+ * (proto.h). Each connection's fiber is a member of its listener's group
+ * (controller.c), which the controller joins as it stops. */
 #include "shm/shm.h"
 #include "store/proto.h"
 #include "tasks/controller_impl.h"
@@ -462,9 +463,9 @@ void *sh_ctl_conn_main(void *arg)
 		char why[128];
 		rc = sh_auth_server(hello->tcp, ctl->key, ctl->klen, ctl->opts.no_encrypt, &proto,
 				    &hello->ch, why, sizeof(why));
-		sh_hellos_drop(&ctl->tcp_hellos, hello->hello);
+		sh_listener_hello_done(&ctl->remote, hello->hello);
 		if (rc != 0)
-			sh_tcp_refused(&ctl->refusals, "tasks", hello->peer, why);
+			sh_listener_refused(&ctl->remote, hello->peer, why);
 		else /* a message half moved may not hold its peer (or an engine) */
 			sh_channel_set_stall(hello->ch, ctl->opts.stall_ns ? ctl->opts.stall_ns
 									   : SH_TASKS_STALL_NS);
@@ -546,6 +547,7 @@ void *sh_ctl_conn_main(void *arg)
 		e->next = ctl->engines;
 		ctl->engines = e;
 		atomic_fetch_add_explicit(&ctl->n_engines, 1, memory_order_relaxed);
+		sh_ctl_engines_changed(ctl);
 		sh_info("tasks", "engine %u (%s) joined; %u engine%s now", e->c.num, e->c.peer,
 			atomic_load_explicit(&ctl->n_engines, memory_order_relaxed),
 			atomic_load_explicit(&ctl->n_engines, memory_order_relaxed) == 1 ? ""
@@ -619,9 +621,10 @@ void *sh_ctl_conn_main(void *arg)
 		if (joined)
 			atomic_fetch_sub_explicit(e ? &ctl->n_engines : &ctl->n_clients, 1,
 						  memory_order_relaxed);
+		if (joined && e)
+			sh_ctl_engines_changed(ctl);
 		SH_DELETE(e ? (void *)e : (void *)cl);
 	}
-	if (--ctl->nconns == 0 && ctl->stopping)
-		sh_ctl_ring(ctl->idle);
+	ctl->nconns--;
 	return NULL;
 }

@@ -5,19 +5,19 @@
  * of them on each engine, batched per engine, and their results batched
  * per client; dependencies (after, follow) and retries are sched.c's, the
  * bytes of large tasks relay.c's. Here: the books of tasks and the one way
- * a task leaves them (sh_task_end), deadlines, the accept loops, starting
- * and stopping, and the API. */
+ * a task leaves them (sh_task_end), deadlines, what the two listeners
+ * (net/listener.h: the unix socket, TCP) take, starting and stopping, and
+ * the API. */
+#include "base/proc.h"
+#include "tasks/controller.h"
 #include "tasks/controller_impl.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 /* ---- the books ---- */
@@ -90,52 +90,6 @@ static void *deadline_main(void *arg)
 
 /* ---- accepting ---- */
 
-static void *accept_main(void *arg)
-{
-	shoal_controller *ctl = arg;
-	for (;;) {
-		int fd = accept4(ctl->lsock, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED ||
-			    errno == EMFILE || errno == ENFILE || errno == ENOMEM) {
-				int64_t until =
-					errno == EAGAIN || errno == EINTR || errno == ECONNABORTED
-						? SHOAL_FOREVER
-						: shoal_deadline_in(100000000);
-				if (until != SHOAL_FOREVER)
-					sh_warn("tasks", "accept: %s; retrying in 100 ms",
-						strerror(errno));
-				if ((until == SHOAL_FOREVER
-					     ? shoal_fd_wait(ctl->lsock, SHOAL_FD_IN, until, NULL)
-					     : shoal_sleep_until(until)) == SHOAL_ECANCELED)
-					return NULL;
-				continue;
-			}
-			sh_error("tasks", "accept: %s", strerror(errno));
-			return NULL;
-		}
-		shoal_yield(); /* a flood of connects must not crowd out the rest (tcp.c) */
-		pid_t pid = 0;
-		tk_conn *h = NULL;
-		if (!sh_link_peer_allowed(fd, (gid_t)-1, "tasks", &pid) || !(h = SH_NEW(tk_conn))) {
-			close(fd);
-			continue;
-		}
-		h->ctl = ctl;
-		h->pid = pid;
-		h->tcp = -1;
-		snprintf(h->peer, sizeof(h->peer), "pid %d", (int)pid);
-		sh_link_init(&h->l, fd);
-		ctl->nconns++;
-		if (shoal_spawn(NULL, sh_ctl_conn_main, h,
-				&(shoal_fiber_opts){.name = "tasks-conn", .detached = 1}) != 0) {
-			ctl->nconns--;
-			sh_link_fini(&h->l);
-			SH_DELETE(h);
-		}
-	}
-}
-
 /* Peers on other hosts: each proves it knows the secret first. Strangers
  * may not crowd out anyone: at most TCP_HELLOS of them at once in their
  * handshake (5 s each at most), TCP_HELLOS_PER_SOURCE from one address, a
@@ -147,47 +101,51 @@ static void *accept_main(void *arg)
 #define FDS_PER_CONN 7 /* 6 before the link's connector doorbell (efd_conn) */
 #define LOCAL_SPARE 32
 
-static void *tcp_accept_main(void *arg)
+static bool tcp_room(void *arg, char *why, size_t whylen)
 {
 	shoal_controller *ctl = arg;
-	for (;;) {
-		char who[96];
-		int fd = sh_tcp_accept(ctl->tcp_lsock, "tasks", who, sizeof(who));
-		if (fd < 0)
-			return NULL; /* cancelled */
-		uint64_t spare =
-			ctl->conn_budget / 4 < LOCAL_SPARE ? ctl->conn_budget / 4 : LOCAL_SPARE;
-		char why[160];
-		int slot = -1;
-		if ((uint64_t)ctl->nconns + spare >= ctl->conn_budget)
-			snprintf(why, sizeof(why), "out of descriptors");
-		else
-			slot = sh_hellos_take(&ctl->tcp_hellos, fd, who, why, sizeof(why));
-		if (slot < 0) {
-			close(fd);
-			sh_tcp_refused(&ctl->refusals, "tasks", who, why);
-			continue;
-		}
-		tk_conn *h = SH_NEW(tk_conn);
-		if (!h) {
-			sh_hellos_drop(&ctl->tcp_hellos, slot);
-			close(fd);
-			continue;
-		}
-		h->ctl = ctl;
-		h->tcp = fd;
-		h->hello = slot;
-		sh_link_init(&h->l, -1);
-		snprintf(h->peer, sizeof(h->peer), "%s", who);
-		ctl->nconns++;
-		if (shoal_spawn(NULL, sh_ctl_conn_main, h,
-				&(shoal_fiber_opts){.name = "tasks-tcp", .detached = 1}) != 0) {
-			ctl->nconns--;
-			sh_hellos_drop(&ctl->tcp_hellos, slot);
-			close(fd);
-			SH_DELETE(h);
-		}
+	uint64_t spare = ctl->conn_budget / 4 < LOCAL_SPARE ? ctl->conn_budget / 4 : LOCAL_SPARE;
+	if ((uint64_t)ctl->nconns + spare < ctl->conn_budget)
+		return true;
+	snprintf(why, whylen, "out of descriptors");
+	return false;
+}
+
+/* A connection the listener l took: its fiber (conn.c) learns whether it
+ * is an engine or a client. Nonzero leaves a->fd to the listener. */
+static int take(shoal_controller *ctl, sh_listener *l, const sh_accepted *a)
+{
+	bool tcp = l == &ctl->remote;
+	tk_conn *h = SH_NEW(tk_conn);
+	if (!h)
+		return SHOAL_ENOMEM;
+	h->ctl = ctl;
+	h->pid = a->pid;
+	h->tcp = tcp ? a->fd : -1;
+	h->hello = a->hello;
+	sh_link_init(&h->l, tcp ? -1 : a->fd);
+	snprintf(h->peer, sizeof(h->peer), "%s", a->who);
+	int rc = sh_listener_spawn(l, sh_ctl_conn_main, h, tcp ? "tasks-tcp" : "tasks-conn");
+	if (rc) {
+		SH_DELETE(h);
+		return rc;
 	}
+	ctl->nconns++;
+	return 0;
+}
+
+static int take_local(void *arg, sh_accepted *a, char *why, size_t whylen)
+{
+	(void)why, (void)whylen; /* nothing to log, as for a fiber that did not start */
+	shoal_controller *ctl = arg;
+	return take(ctl, &ctl->local, a);
+}
+
+static int take_tcp(void *arg, sh_accepted *a, char *why, size_t whylen)
+{
+	(void)why, (void)whylen;
+	shoal_controller *ctl = arg;
+	return take(ctl, &ctl->remote, a);
 }
 
 /* ---- the thread ---- */
@@ -208,15 +166,30 @@ static void *controller_thread(void *arg)
 		sh_error("tasks", "scheduler: %s", shoal_strerror(rc));
 		return NULL;
 	}
-	shoal_fiber *acc = NULL, *dl = NULL, *tacc = NULL;
-	if ((rc = shoal_chan_create(&ctl->idle, 1, 1)) ||
-	    (rc = shoal_spawn(&acc, accept_main, ctl,
-			      &(shoal_fiber_opts){.name = "tasks-accept"})) ||
+	shoal_fiber *dl = NULL;
+	sh_listener_opts local = {
+		.area = "tasks",
+		.lsock = ctl->lsock,
+		.group = (gid_t)-1,
+		.take = take_local,
+		.arg = ctl,
+		.fiber_name = "tasks-accept",
+	};
+	sh_listener_opts remote = {
+		.area = "tasks",
+		.lsock = ctl->tcp_lsock,
+		.tcp = true,
+		.hellos = TCP_HELLOS,
+		.hellos_per_source = TCP_HELLOS_PER_SOURCE,
+		.room = tcp_room,
+		.take = take_tcp,
+		.arg = ctl,
+		.fiber_name = "tasks-tcp-accept",
+	};
+	if ((rc = sh_listener_start(&ctl->local, &local)) ||
 	    (rc = shoal_spawn(&dl, deadline_main, ctl,
 			      &(shoal_fiber_opts){.name = "tasks-deadlines"})) ||
-	    (ctl->tcp_lsock >= 0 &&
-	     (rc = shoal_spawn(&tacc, tcp_accept_main, ctl,
-			       &(shoal_fiber_opts){.name = "tasks-tcp-accept"}))))
+	    (ctl->tcp_lsock >= 0 && (rc = sh_listener_start(&ctl->remote, &remote))))
 		sh_error("tasks", "fibers: %s", shoal_strerror(rc));
 	while (rc == 0) {
 		uint64_t v;
@@ -224,27 +197,22 @@ static void *controller_thread(void *arg)
 			break;
 		shoal_fd_wait(ctl->stop_efd, SHOAL_FD_IN, SHOAL_FOREVER, NULL);
 	}
-	ctl->stopping = true;
-	if (acc) {
-		shoal_cancel(acc);
-		shoal_join(acc, NULL);
-	}
+	sh_listener_close(&ctl->local);
+	sh_listener_close(&ctl->remote);
 	if (dl) {
 		shoal_cancel(dl);
 		shoal_join(dl, NULL);
-	}
-	if (tacc) {
-		shoal_cancel(tacc);
-		shoal_join(tacc, NULL);
 	}
 	/* Closing a connection's rings ends its fiber, which frees it. */
 	for (tk_engine *e = ctl->engines; e; e = e->next)
 		sh_ctl_conn_shut(&e->c);
 	for (tk_client *c = ctl->clients; c; c = c->next)
 		sh_ctl_conn_shut(&c->c);
-	char b;
-	while (ctl->nconns) /* the last to end rings */
-		shoal_chan_recv(ctl->idle, &b, SHOAL_FOREVER);
+	/* No deadline, as ever: a connection is not cancelled halfway (a
+	 * relay may be using it); each ends once its link is shut, or its
+	 * handshake over. */
+	sh_listener_stop(&ctl->local, false, SHOAL_FOREVER);
+	sh_listener_stop(&ctl->remote, false, SHOAL_FOREVER);
 	/* What is left had no engine and no client any more. */
 	for (tk_task *t; (t = sh_ctl_q_pop(&ctl->pending)) != NULL ||
 			 (t = sh_ctl_q_pop(&ctl->backlog)) != NULL;)
@@ -253,8 +221,6 @@ static void *controller_thread(void *arg)
 	shoal_fd_forget(ctl->stop_efd);
 	if (ctl->tcp_lsock >= 0)
 		shoal_fd_forget(ctl->tcp_lsock);
-	if (ctl->idle)
-		shoal_chan_destroy(ctl->idle);
 	shoal_sched_destroy(sched);
 	return NULL;
 }
@@ -301,7 +267,8 @@ static void controller_free(shoal_controller *ctl)
 		close(ctl->stop_efd);
 	if (ctl->tcp_lsock >= 0)
 		close(ctl->tcp_lsock);
-	sh_hellos_fini(&ctl->tcp_hellos);
+	if (ctl->engines_efd >= 0)
+		close(ctl->engines_efd);
 	memset(ctl->key, 0, sizeof(ctl->key));
 	SH_DELETE(ctl);
 }
@@ -317,17 +284,12 @@ int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o
 		ctl->opts = *o;
 	else
 		shoal_controller_opts_init(&ctl->opts);
-	ctl->lsock = ctl->stop_efd = ctl->tcp_lsock = -1;
-	if (sh_hellos_init(&ctl->tcp_hellos, TCP_HELLOS, TCP_HELLOS_PER_SOURCE) != 0) {
-		SH_DELETE(ctl);
-		return SHOAL_ENOMEM;
-	}
+	ctl->lsock = ctl->stop_efd = ctl->tcp_lsock = ctl->engines_efd = -1;
 	ctl->rng = (uint64_t)shoal_now_ns() | 1;
 	ctl->window = ctl->opts.window ? ctl->opts.window : SH_TASKS_WINDOW;
 	if (ctl->window > SH_TASKS_WINDOW_MAX) {
 		sh_error("tasks", "a window of %u tasks: expected at most %u", ctl->window,
 			 SH_TASKS_WINDOW_MAX);
-		sh_hellos_fini(&ctl->tcp_hellos);
 		SH_DELETE(ctl);
 		return SHOAL_EINVAL;
 	}
@@ -365,6 +327,8 @@ int shoal_controller_open(shoal_controller **out, const shoal_controller_opts *o
 	rc = sh_link_listen(ctl->opts.socket, "tasks", (gid_t)-1, ctl->path, sizeof(ctl->path),
 			    &ctl->lsock);
 	if (rc == 0 && (ctl->stop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+		rc = shoal_errno();
+	if (rc == 0 && (ctl->engines_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
 		rc = shoal_errno();
 	if (rc == 0 && (rc = -pthread_create(&ctl->thread, NULL, controller_thread, ctl)) != 0)
 		sh_error("tasks", "thread: %s", shoal_strerror(rc));
@@ -422,11 +386,28 @@ int shoal_engine_spawn_store(const char *socket, const char *so, const char *run
 			store ? "--store" : NULL,
 			(char *)store,
 			NULL};
-	extern char **environ;
-	int rc = posix_spawn(pid, runner, NULL, NULL, argv, environ);
-	if (rc)
-		sh_warn("tasks", "cannot run %s: %s", runner, strerror(rc));
-	return -rc;
+	sh_proc p;
+	sh_proc_opts po;
+	sh_proc_opts_init(&po, argv);
+	char why[PATH_MAX + 64];
+	int rc = sh_proc_spawn(&p, &po, why, sizeof(why));
+	if (rc) {
+		sh_warn("tasks", "%s", why);
+		return rc;
+	}
+	*pid = p.pid;
+	sh_proc_fini(&p); /* the caller reaps it by its pid */
+	return 0;
+}
+
+int sh_ctl_engines_fd(shoal_controller *ctl)
+{
+	return ctl->engines_efd;
+}
+
+void sh_ctl_engines_changed(shoal_controller *ctl)
+{
+	sh_eventfd_signal(ctl->engines_efd);
 }
 
 int shoal_controller_stat_get(shoal_controller *c, shoal_controller_stat *st)

@@ -9,6 +9,7 @@
 #ifndef SHOAL_TASKS_CONTROLLER_IMPL_H
 #define SHOAL_TASKS_CONTROLLER_IMPL_H
 
+#include "net/listener.h"
 #include "net/net.h"
 #include "tasks/proto.h"
 
@@ -158,12 +159,10 @@ struct shoal_controller {
 	/* the controller thread's own */
 	tk_engine *engines;
 	tk_client *clients;
+	sh_listener local, remote; /* the unix socket's; TCP's (its handshakes, its refusals) */
 	uint32_t nconns, next_engine, next_client;
 	uint32_t nheld_back;  /* clients waiting in hold_back */
-	shoal_chan *idle;     /* rung as the last connection ends, once stopping */
-	sh_hellos tcp_hellos; /* TCP peers still in their handshake */
 	uint64_t conn_budget; /* connections the descriptor limit allows */
-	sh_refusals refusals; /* TCP peers refused, for the log */
 	sh_map tasks;	      /* tid -> tk_task */
 	uint64_t next_tid, clock, rng;
 	uint32_t rr;
@@ -175,8 +174,9 @@ struct shoal_controller {
 	tk_queue pending;	  /* no engine can take them yet (none, or not theirs) */
 	tk_queue backlog;	  /* for any engine, waiting for room in a window */
 	uint32_t window;	  /* tasks an engine holds at most */
-	bool stopping;
-	/* read by other threads */
+	/* read by other threads; engines_efd is bumped as an engine joins or
+	 * leaves (sh_ctl_engines_fd) */
+	int engines_efd;
 	_Atomic uint32_t n_engines, n_clients;
 	_Atomic uint64_t n_queued, n_running, n_done, n_retried, n_failed, n_held, n_held_peak;
 };
@@ -235,6 +235,9 @@ tk_task *sh_ctl_sweep_next(tk_sweep *w);
 void sh_ctl_client_gone(shoal_controller *ctl, tk_client *c);
 void sh_ctl_client_fini(tk_client *c);
 void sh_ctl_engine_gone(shoal_controller *ctl, tk_engine *e);
+
+/* controller.c: n_engines changed */
+void sh_ctl_engines_changed(shoal_controller *ctl);
 
 /* conn.c */
 void sh_ctl_ring(shoal_chan *bell);
