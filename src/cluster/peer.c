@@ -133,34 +133,6 @@ static int layout(shoal_store *s, shoal_node *n, xfer *x, uint64_t *end)
 	return 0;
 }
 
-int sh_peer_pack_reply(sh_wbuf *w, uint32_t seq, const sh_peer_fetch_reply *r)
-{
-	sh_wbuf meta;
-	sh_wbuf_init(&meta);
-	msgpack_packer pk;
-	sh_wbuf_packer(&meta, &pk);
-	msgpack_pack_array(&pk, 2);
-	if (r->name)
-		sh_mp_pack_cstr(&pk, r->name);
-	else
-		msgpack_pack_nil(&pk);
-	sh_node_pack(&pk, r->root);
-	sh_wbuf_frame_begin(w);
-	sh_wbuf_packer(w, &pk);
-	msgpack_pack_array(&pk, 6);
-	msgpack_pack_uint64(&pk, r->id);
-	msgpack_pack_uint64(&pk, r->sig);
-	msgpack_pack_uint64(&pk, r->region);
-	msgpack_pack_bin(&pk, meta.len);
-	msgpack_pack_bin_body(&pk, meta.p, meta.len);
-	msgpack_pack_uint64(&pk, r->token);
-	msgpack_pack_uint32(&pk, r->k);
-	sh_frame f = {.op = SH_PEER_FETCH, .seq = seq};
-	int rc = meta.err || w->err ? SHOAL_ENOMEM : sh_wbuf_frame_end(w, &f);
-	sh_wbuf_fini(&meta);
-	return rc;
-}
-
 /* Lets go of x once no link sends it: the object with it. */
 static void xfer_drop(sh_cluster *cl, xfer *x)
 {
@@ -458,77 +430,6 @@ static int send_ok(peer_conn *pc, const sh_frame *req, sh_wbuf *body)
 	return rc ? rc
 		  : sh_channel_write(pc->ch, pc->out.p, pc->out.len, true,
 				     shoal_deadline_in(PEER_STALL_NS));
-}
-
-int sh_peer_parse_put(sh_mp *m, sh_peer_put *out, sh_bump *a, char *why, size_t whylen)
-{
-	memset(out, 0, sizeof(*out));
-	uint32_t n, nl = 0, ml;
-	const char *name = NULL;
-	const void *meta;
-	uint64_t flags;
-	if (sh_mp_array(m, &n) || n != 4 ||
-	    (!sh_mp_take_nil(m) && (sh_mp_str(m, &name, &nl) || nl == 0 || nl > SH_NODE_MAX_NAME ||
-				    memchr(name, 0, nl))) ||
-	    sh_mp_uint(m, &flags) || (flags & ~(uint64_t)(SHOAL_PERSIST | SHOAL_REPLACE)) ||
-	    sh_mp_uint(m, &out->region) || sh_mp_bin(m, &meta, &ml) || sh_mp_done(m)) {
-		snprintf(why, whylen,
-			 "expected [name or nil (1 to %d bytes, no NUL), flags (PERSIST|REPLACE), "
-			 "region bytes, metadata]",
-			 SH_NODE_MAX_NAME);
-		return SHOAL_EBADMSG;
-	}
-	/* a region no store has: its rounding to pages must not wrap */
-	if (out->region > SH_PEER_REGION_MAX) {
-		snprintf(why, whylen, "a region of %" PRIu64 " bytes: expected at most %llu",
-			 out->region, (unsigned long long)SH_PEER_REGION_MAX);
-		return SHOAL_EBADMSG;
-	}
-	out->flags = (unsigned)flags;
-	/* the tree is as hostile as a client's seal request: the same
-	 * decoder and checks, and every blob inside the one region */
-	sh_mp mm;
-	sh_mp_init(&mm, meta, ml);
-	int rc = sh_node_decode(&mm, a, &out->root, why, whylen);
-	if (rc == 0 && sh_mp_done(&mm))
-		rc = SHOAL_EBADMSG, snprintf(why, whylen, "trailing bytes after the node");
-	if (rc == 0)
-		rc = sh_node_check_types(out->root, why, whylen);
-	if (rc == 0)
-		rc = sh_peer_blobs(out->root, out->region, a, &out->blobs, &out->nblobs,
-				   &out->total, why, whylen);
-	if (rc == 0 && name && !(out->name = sh_bump_alloc(a, nl + 1)))
-		rc = SHOAL_ENOMEM, snprintf(why, whylen, "out of memory");
-	if (rc == 0 && name) {
-		memcpy(out->name, name, nl);
-		out->name[nl] = 0;
-	}
-	return rc;
-}
-
-int sh_peer_pack_put(sh_wbuf *w, const char *name, unsigned flags, uint64_t region,
-		     const shoal_node *root)
-{
-	sh_wbuf meta;
-	sh_wbuf_init(&meta);
-	msgpack_packer pk;
-	sh_wbuf_packer(&meta, &pk);
-	sh_node_pack(&pk, root);
-	sh_wbuf_frame_begin(w);
-	sh_wbuf_packer(w, &pk);
-	msgpack_pack_array(&pk, 4);
-	if (name)
-		sh_mp_pack_cstr(&pk, name);
-	else
-		msgpack_pack_nil(&pk);
-	msgpack_pack_uint32(&pk, flags);
-	msgpack_pack_uint64(&pk, region);
-	msgpack_pack_bin(&pk, meta.len);
-	msgpack_pack_bin_body(&pk, meta.p, meta.len);
-	sh_frame f = {.op = SH_PEER_PUT, .seq = 1};
-	int rc = meta.err || w->err ? SHOAL_ENOMEM : sh_wbuf_frame_end(w, &f);
-	sh_wbuf_fini(&meta);
-	return rc;
 }
 
 static void *recv_main(void *arg)
