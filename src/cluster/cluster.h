@@ -1,10 +1,12 @@
 /* The cluster layer: what links a store to other stores, above the store
  * (which knows nothing of it: store/extend.h). peer.c serves other stores
- * that fetch objects from this one (opts.peer, TCP); migrate.c fetches
- * objects from others into this one (MIGRATE, MIGWAIT, and a get of what
- * is not here); registry.c keeps the cluster's registry in etcd (opts.meta:
- * stores, names unique in the cluster); cluster.c ties them to the store
- * through its hooks. One sh_cluster a store, its state. */
+ * that fetch objects from this one (opts.peer, TCP; peer_send.c,
+ * peer_remote.c); migrate.c fetches objects from others into this one
+ * (MIGRATE, MIGWAIT, and a get of what is not here; mig_thread.c);
+ * peer_wire.c packs and checks their messages; registry.c keeps the
+ * cluster's registry in etcd (opts.meta: stores, names unique in the
+ * cluster); cluster.c ties them to the store through its hooks. One
+ * sh_cluster a store, its state. */
 #ifndef SHOAL_CLUSTER_CLUSTER_H
 #define SHOAL_CLUSTER_CLUSTER_H
 

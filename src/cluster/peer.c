@@ -12,16 +12,15 @@
  * way, into a region charged against the store's room as a copy's is
  * (extend.h), received by a thread; they become an object only once every
  * byte came, and a link that ends first leaves nothing. What a link put
- * without persist goes when the link does. */
-#include "cluster/cluster.h"
-#include "net/listener.h"
-#include "shm/shm.h"
-#include "store/proto.h"
+ * without persist goes when the link does.
+ *
+ * This file is the links (accepting, the handshake, reading requests,
+ * start and stop); FETCH and JOIN are peer_send.c, PUT, DELETE and NAMES
+ * peer_remote.c, the messages' packing and checks peer_wire.c. */
+#include "cluster/peer_impl.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -33,152 +32,8 @@
  * counts against the descriptors. */
 #define PEER_HELLOS 32
 #define PEER_HELLOS_PER_SOURCE 8
-/* A peer that takes nothing for this long, in the middle of a transfer,
- * is gone. */
-#define PEER_STALL_NS (10 * 1000000000LL)
-/* The least bytes a share is worth another link for. */
-#define SHARE_MIN (32ull << 20)
-/* Where a blob's bytes are here: in the store's memory (mem), or in
- * segment seg of the object's, at off. */
-typedef struct piece {
-	const unsigned char *mem;
-	uint32_t seg;
-	uint64_t off, len;
-} piece;
 
-/* One object on its way to a peer, in shares over one link or several. */
-typedef struct xfer {
-	st_obj *o;
-	piece *pieces; /* its blobs, in the tree's order */
-	size_t npieces, cap;
-	uint64_t total, token;
-	uint32_t k, joined; /* shares; links that joined besides the first */
-	uint32_t holds;	    /* links sending it, and the first while it waits */
-	shoal_chan *all_in; /* closed when every share has its link, or at a stop */
-	bool in_closed;
-} xfer;
-
-typedef struct peer_conn peer_conn;
-
-struct sh_peers {
-	int lsock;
-	char bound[64];
-	/* accepts the links (their handshakes' slots, the refusals' log);
-	 * their fibers are its group's */
-	sh_listener listener;
-	uint32_t nconns;
-	peer_conn *conns; /* their sockets are shut at the stop */
-	sh_map xfers;	  /* token -> xfer waiting for its other links */
-	uint64_t next_token;
-};
-
-struct peer_conn {
-	sh_cluster *cl;
-	peer_conn *prev, *next;
-	int fd;
-	int hello; /* its handshake's slot, until it is over */
-	sh_channel *ch;
-	char addr[96]; /* "HOST:PORT" (sh_accepted.who) */
-	/* a share in flight or a PUT's bytes coming: its thread, its
-	 * transfer, how it ended */
-	pthread_t thread;
-	bool busy;
-	xfer *x;
-	uint32_t share;
-	const sh_peer_put *put;
-	const sh_store_region *dst;
-	/* the transient objects this link put: they go with it */
-	uint64_t *puts;
-	size_t nputs, cap_puts;
-	shoal_chan *done;
-	sh_st_mail mail;
-	int rc;
-	unsigned char *in;
-	size_t in_cap;
-	sh_wbuf out;
-};
-
-/* ---- transfers ---- */
-
-/* Rewrites the blobs of o's tree for the copy's one region, in the order
- * of the tree, noting where each one's bytes are here. */
-static int layout(shoal_store *s, shoal_node *n, xfer *x, uint64_t *end)
-{
-	for (uint32_t i = 0; i < n->nblobs; i++) {
-		sh_blobref *b = &n->blobs[i];
-		sh_store_place at;
-		sh_store_blob_place(s, x->o, b, &at);
-		if (x->npieces == x->cap) {
-			size_t nc = x->cap ? x->cap * 2 : 16;
-			piece *q = shoal_realloc(x->pieces, x->cap * sizeof(piece),
-						 nc * sizeof(piece));
-			if (!q)
-				return SHOAL_ENOMEM;
-			x->pieces = q;
-			x->cap = nc;
-		}
-		x->pieces[x->npieces++] = (piece){at.mem, at.seg, at.off, b->size};
-		x->total += b->size;
-		*end = (*end + SH_STORE_BLOB_ALIGN - 1) & ~(uint64_t)(SH_STORE_BLOB_ALIGN - 1);
-		b->seg = 1;
-		b->off = *end;
-		b->inline_data = NULL;
-		*end += b->size;
-	}
-	for (uint32_t i = 0; i < n->nmembers; i++) {
-		int rc = layout(s, n->members[i], x, end);
-		if (rc)
-			return rc;
-	}
-	return 0;
-}
-
-int sh_peer_pack_reply(sh_wbuf *w, uint32_t seq, const sh_peer_fetch_reply *r)
-{
-	sh_wbuf meta;
-	sh_wbuf_init(&meta);
-	msgpack_packer pk;
-	sh_wbuf_packer(&meta, &pk);
-	msgpack_pack_array(&pk, 2);
-	if (r->name)
-		sh_mp_pack_cstr(&pk, r->name);
-	else
-		msgpack_pack_nil(&pk);
-	sh_node_pack(&pk, r->root);
-	sh_wbuf_frame_begin(w);
-	sh_wbuf_packer(w, &pk);
-	msgpack_pack_array(&pk, 6);
-	msgpack_pack_uint64(&pk, r->id);
-	msgpack_pack_uint64(&pk, r->sig);
-	msgpack_pack_uint64(&pk, r->region);
-	msgpack_pack_bin(&pk, meta.len);
-	msgpack_pack_bin_body(&pk, meta.p, meta.len);
-	msgpack_pack_uint64(&pk, r->token);
-	msgpack_pack_uint32(&pk, r->k);
-	sh_frame f = {.op = SH_PEER_FETCH, .seq = seq};
-	int rc = meta.err || w->err ? SHOAL_ENOMEM : sh_wbuf_frame_end(w, &f);
-	sh_wbuf_fini(&meta);
-	return rc;
-}
-
-/* Lets go of x once no link sends it: the object with it. */
-static void xfer_drop(sh_cluster *cl, xfer *x)
-{
-	if (--x->holds)
-		return;
-	if (x->token)
-		sh_map_del(&cl->peers->xfers, x->token);
-	if (x->all_in)
-		shoal_chan_destroy(x->all_in);
-	if (x->pieces)
-		shoal_free(x->pieces, x->cap * sizeof(piece));
-	sh_store_unhold(cl->s, x->o);
-	SH_DELETE(x);
-}
-
-static int send_error(peer_conn *pc, const sh_frame *req, int code, const char *fmt, ...)
-	SHOAL_PRINTF(4, 5);
-static int send_error(peer_conn *pc, const sh_frame *req, int code, const char *fmt, ...)
+int sh_peer_send_error(peer_conn *pc, const sh_frame *req, int code, const char *fmt, ...)
 {
 	char msg[400];
 	va_list ap;
@@ -198,70 +53,6 @@ static int send_error(peer_conn *pc, const sh_frame *req, int code, const char *
 				     shoal_deadline_in(PEER_STALL_NS));
 }
 
-/* The share's bytes: [lo, hi) of the blobs' bytes laid end to end: from
- * the memory the store has mapped (its arena's small blobs), from segments
- * of huge pages mapped here (populated over what is sent), from the
- * others' files (a mapping would fault 4 KiB pages in one by one: see
- * sh_channel_send_bulk). */
-static void *send_main(void *arg)
-{
-	peer_conn *pc = arg;
-	xfer *x = pc->x;
-	uint64_t lo, hi, at = 0;
-	sh_peer_share(x->total, x->k, pc->share, &lo, &hi);
-	uint32_t nsegs = sh_store_nsegs(x->o);
-	size_t np = x->npieces ? x->npieces : 1, ns = nsegs ? nsegs : 1;
-	sh_bulk_part *v = shoal_alloc(np * sizeof(*v));
-	void **maps = shoal_alloc(ns * sizeof(*maps));
-	size_t *lens = shoal_alloc(ns * sizeof(*lens));
-	int *fds = shoal_alloc(ns * sizeof(*fds));
-	size_t n = 0;
-	int rc = v && maps && lens && fds ? 0 : SHOAL_ENOMEM;
-	for (uint32_t i = 0; rc == 0 && i < nsegs; i++)
-		maps[i] = NULL;
-	for (uint32_t i = 0; rc == 0 && i < nsegs; i++) {
-		uint64_t size;
-		bool huge;
-		sh_store_seg(pc->cl->s, x->o, i, &fds[i], &size, &huge);
-		lens[i] = size;
-		if (huge && size)
-			rc = sh_shm_map_len(fds[i], &lens[i], false, &maps[i]);
-	}
-	for (size_t i = 0; rc == 0 && i < x->npieces && at < hi; i++) {
-		const piece *q = &x->pieces[i];
-		uint64_t a = lo > at ? lo : at, b = at + q->len < hi ? at + q->len : hi;
-		at += q->len;
-		if (a >= b)
-			continue;
-		uint64_t off = q->off + (a - (at - q->len));
-		if (q->mem) {
-			v[n++] = (sh_bulk_part){.p = q->mem + (a - (at - q->len)), .len = b - a};
-		} else if (maps[q->seg]) {
-			sh_shm_populate_read(maps[q->seg], lens[q->seg], off, b - a);
-			v[n++] = (sh_bulk_part){.p = (unsigned char *)maps[q->seg] + off,
-						.len = b - a};
-		} else {
-			v[n++] = (sh_bulk_part){.fd = fds[q->seg], .off = off, .len = b - a};
-		}
-	}
-	/* bounded by the stall */
-	if (rc == 0)
-		rc = sh_channel_send_bulk(pc->ch, v, n, SHOAL_FOREVER);
-	pc->rc = rc;
-	for (uint32_t i = 0; maps && lens && i < nsegs; i++)
-		sh_shm_unmap(maps[i], lens[i]);
-	if (v)
-		shoal_free(v, np * sizeof(*v));
-	if (maps)
-		shoal_free(maps, ns * sizeof(*maps));
-	if (lens)
-		shoal_free(lens, ns * sizeof(*lens));
-	if (fds)
-		shoal_free(fds, ns * sizeof(*fds));
-	sh_store_post(pc->cl->s, &pc->mail);
-	return NULL;
-}
-
 static void thread_over(shoal_store *s, sh_st_mail *m)
 {
 	(void)s;
@@ -274,7 +65,7 @@ static void thread_over(shoal_store *s, sh_st_mail *m)
 /* Runs fn (which sets pc->rc and posts pc->mail last) on a thread of its
  * own, the link's bytes being a thread's work, and waits for it here
  * while the store's thread serves others. */
-static int in_thread(peer_conn *pc, void *(*fn)(void *))
+int sh_peer_in_thread(peer_conn *pc, void *(*fn)(void *))
 {
 	int rc = shoal_chan_create(&pc->done, 1, 0);
 	if (rc == 0) {
@@ -294,155 +85,7 @@ static int in_thread(peer_conn *pc, void *(*fn)(void *))
 	return rc ? rc : pc->rc;
 }
 
-/* Sends share pc->share of pc->x from a thread, waiting for it here. */
-static int send_share(peer_conn *pc)
-{
-	xfer *x = pc->x;
-	uint64_t lo, hi;
-	sh_peer_share(x->total, x->k, pc->share, &lo, &hi);
-	if (lo == hi)
-		return 0;
-	int rc = in_thread(pc, send_main);
-	if (rc)
-		sh_warn("store",
-			"peer %s: sending share %u of %u of object %016" PRIx64 " failed: %s%s%s",
-			pc->addr, pc->share, x->k, sh_store_info(x->o).id, shoal_strerror(rc),
-			sh_channel_error(pc->ch)[0] ? ": " : "", sh_channel_error(pc->ch));
-	return rc;
-}
-
-static int fetch(peer_conn *pc, const sh_frame *req, sh_mp *m)
-{
-	sh_cluster *cl = pc->cl;
-	shoal_store *s = cl->s;
-	sh_peers *p = cl->peers;
-	uint32_t n;
-	uint64_t k;
-	st_obj *o = NULL;
-	const char *name = NULL;
-	uint32_t len = 0;
-	uint64_t id = 0;
-	if (sh_mp_array(m, &n) || n != 2 ||
-	    (sh_mp_kind(m) == SH_MP_STR ? sh_mp_str(m, &name, &len) : sh_mp_uint(m, &id)) ||
-	    sh_mp_uint(m, &k) || k == 0 || k > SH_PEER_STREAMS_MAX || sh_mp_done(m))
-		return send_error(pc, req, SHOAL_EBADMSG,
-				  "FETCH: expected [id or name, streams (1 to %d)]",
-				  SH_PEER_STREAMS_MAX);
-	if (!(o = sh_store_find(s, name, len, id)))
-		return name ? send_error(pc, req, SHOAL_ENOENT, "no object named \"%.*s\" at %s",
-					 (int)(len > 200 ? 200 : len), name, p->bound)
-			    : send_error(pc, req, SHOAL_ENOENT, "no object %016" PRIx64 " at %s",
-					 id, p->bound);
-	sh_store_objinfo oi = sh_store_info(o);
-	xfer *x = SH_NEW(xfer);
-	if (!x)
-		return send_error(pc, req, SHOAL_ENOMEM, "FETCH: out of memory");
-	x->o = o;
-	x->holds = 1;
-	sh_store_hold(s, o); /* until its last byte left: the pieces name its segments */
-	sh_bump a = {0};
-	shoal_node *root;
-	char why[256];
-	uint64_t end = 0;
-	int rc = sh_store_tree(o, &a, &root, why, sizeof(why));
-	if (rc == 0)
-		rc = layout(s, root, x, &end);
-	/* as many links as asked, each with a share worth a link's set-up */
-	x->k = (uint32_t)(x->total / SHARE_MIN < k ? x->total / SHARE_MIN : k);
-	x->k = x->k ? x->k : 1;
-	if (rc == 0 && x->k > 1) {
-		x->token = ++p->next_token;
-		if ((rc = shoal_chan_create(&x->all_in, 1, 0)) == 0 &&
-		    sh_map_put(&p->xfers, x->token, x) != 0)
-			rc = SHOAL_ENOMEM;
-	}
-	if (rc == 0) {
-		sh_wbuf_reset(&pc->out);
-		sh_peer_fetch_reply r = {.id = oi.id,
-					 .sig = oi.sig,
-					 .region = end,
-					 .name = oi.name,
-					 .root = root,
-					 .token = x->token,
-					 .k = x->k};
-		rc = sh_peer_pack_reply(&pc->out, req->seq, &r);
-	}
-	sh_bump_fini(&a);
-	if (rc) {
-		xfer_drop(cl, x);
-		return send_error(pc, req, rc, "FETCH: %s", shoal_strerror(rc));
-	}
-	rc = sh_channel_write(pc->ch, pc->out.p, pc->out.len, true,
-			      shoal_deadline_in(PEER_STALL_NS));
-	if (rc == 0) {
-		pc->x = x;
-		pc->share = 0;
-		rc = send_share(pc);
-		pc->x = NULL;
-	}
-	/* the other shares' links may still be on their way: the object
-	 * stays for them a while, then no more may join */
-	if (x->all_in && x->joined + 1 < x->k && rc == 0) {
-		char c;
-		shoal_chan_recv(x->all_in, &c, shoal_deadline_in(PEER_STALL_NS));
-	}
-	if (x->token) {
-		sh_map_del(&p->xfers, x->token);
-		x->token = 0;
-	}
-	if (rc == 0 && x->joined + 1 == x->k) {
-		cl->sent++;
-		cl->sent_bytes += oi.bytes;
-		sh_debug("store",
-			 "peer %s: sent object %016" PRIx64 ", %" PRIu64 " bytes in %u "
-			 "shares",
-			 pc->addr, oi.id, oi.bytes, x->k);
-	}
-	xfer_drop(cl, x);
-	return rc;
-}
-
-static int join(peer_conn *pc, const sh_frame *req, sh_mp *m)
-{
-	sh_cluster *cl = pc->cl;
-	uint32_t n;
-	uint64_t token, i;
-	if (sh_mp_array(m, &n) || n != 2 || sh_mp_uint(m, &token) || sh_mp_uint(m, &i) ||
-	    sh_mp_done(m))
-		return send_error(pc, req, SHOAL_EBADMSG, "JOIN: expected [token, share]");
-	xfer *x = token ? sh_map_get(&cl->peers->xfers, token) : NULL;
-	if (!x || i == 0 || i >= x->k || x->joined + 1 >= x->k)
-		return send_error(pc, req, SHOAL_ENOENT,
-				  "JOIN: no transfer %" PRIu64 " waiting for share %" PRIu64, token,
-				  i);
-	x->holds++;
-	if (++x->joined + 1 == x->k && !x->in_closed) {
-		x->in_closed = true;
-		shoal_chan_close(x->all_in);
-	}
-	sh_wbuf_reset(&pc->out);
-	sh_wbuf_frame_begin(&pc->out);
-	msgpack_packer pk;
-	sh_wbuf_packer(&pc->out, &pk);
-	msgpack_pack_array(&pk, 0);
-	sh_frame f = {.op = req->op, .seq = req->seq};
-	int rc = sh_wbuf_frame_end(&pc->out, &f);
-	if (rc == 0)
-		rc = sh_channel_write(pc->ch, pc->out.p, pc->out.len, true,
-				      shoal_deadline_in(PEER_STALL_NS));
-	if (rc == 0) {
-		pc->x = x;
-		pc->share = (uint32_t)i;
-		rc = send_share(pc);
-		pc->x = NULL;
-	}
-	xfer_drop(cl, x);
-	return rc;
-}
-
-/* ---- a remote client's requests ---- */
-
-static int send_ok(peer_conn *pc, const sh_frame *req, sh_wbuf *body)
+int sh_peer_send_ok(peer_conn *pc, const sh_frame *req, sh_wbuf *body)
 {
 	sh_wbuf_reset(&pc->out);
 	sh_wbuf_frame_begin(&pc->out);
@@ -458,254 +101,6 @@ static int send_ok(peer_conn *pc, const sh_frame *req, sh_wbuf *body)
 	return rc ? rc
 		  : sh_channel_write(pc->ch, pc->out.p, pc->out.len, true,
 				     shoal_deadline_in(PEER_STALL_NS));
-}
-
-int sh_peer_parse_put(sh_mp *m, sh_peer_put *out, sh_bump *a, char *why, size_t whylen)
-{
-	memset(out, 0, sizeof(*out));
-	uint32_t n, nl = 0, ml;
-	const char *name = NULL;
-	const void *meta;
-	uint64_t flags;
-	if (sh_mp_array(m, &n) || n != 4 ||
-	    (!sh_mp_take_nil(m) && (sh_mp_str(m, &name, &nl) || nl == 0 || nl > SH_NODE_MAX_NAME ||
-				    memchr(name, 0, nl))) ||
-	    sh_mp_uint(m, &flags) || (flags & ~(uint64_t)(SHOAL_PERSIST | SHOAL_REPLACE)) ||
-	    sh_mp_uint(m, &out->region) || sh_mp_bin(m, &meta, &ml) || sh_mp_done(m)) {
-		snprintf(why, whylen,
-			 "expected [name or nil (1 to %d bytes, no NUL), flags (PERSIST|REPLACE), "
-			 "region bytes, metadata]",
-			 SH_NODE_MAX_NAME);
-		return SHOAL_EBADMSG;
-	}
-	/* a region no store has: its rounding to pages must not wrap */
-	if (out->region > SH_PEER_REGION_MAX) {
-		snprintf(why, whylen, "a region of %" PRIu64 " bytes: expected at most %llu",
-			 out->region, (unsigned long long)SH_PEER_REGION_MAX);
-		return SHOAL_EBADMSG;
-	}
-	out->flags = (unsigned)flags;
-	/* the tree is as hostile as a client's seal request: the same
-	 * decoder and checks, and every blob inside the one region */
-	sh_mp mm;
-	sh_mp_init(&mm, meta, ml);
-	int rc = sh_node_decode(&mm, a, &out->root, why, whylen);
-	if (rc == 0 && sh_mp_done(&mm))
-		rc = SHOAL_EBADMSG, snprintf(why, whylen, "trailing bytes after the node");
-	if (rc == 0)
-		rc = sh_node_check_types(out->root, why, whylen);
-	if (rc == 0)
-		rc = sh_peer_blobs(out->root, out->region, a, &out->blobs, &out->nblobs,
-				   &out->total, why, whylen);
-	if (rc == 0 && name && !(out->name = sh_bump_alloc(a, nl + 1)))
-		rc = SHOAL_ENOMEM, snprintf(why, whylen, "out of memory");
-	if (rc == 0 && name) {
-		memcpy(out->name, name, nl);
-		out->name[nl] = 0;
-	}
-	return rc;
-}
-
-int sh_peer_pack_put(sh_wbuf *w, const char *name, unsigned flags, uint64_t region,
-		     const shoal_node *root)
-{
-	sh_wbuf meta;
-	sh_wbuf_init(&meta);
-	msgpack_packer pk;
-	sh_wbuf_packer(&meta, &pk);
-	sh_node_pack(&pk, root);
-	sh_wbuf_frame_begin(w);
-	sh_wbuf_packer(w, &pk);
-	msgpack_pack_array(&pk, 4);
-	if (name)
-		sh_mp_pack_cstr(&pk, name);
-	else
-		msgpack_pack_nil(&pk);
-	msgpack_pack_uint32(&pk, flags);
-	msgpack_pack_uint64(&pk, region);
-	msgpack_pack_bin(&pk, meta.len);
-	msgpack_pack_bin_body(&pk, meta.p, meta.len);
-	sh_frame f = {.op = SH_PEER_PUT, .seq = 1};
-	int rc = meta.err || w->err ? SHOAL_ENOMEM : sh_wbuf_frame_end(w, &f);
-	sh_wbuf_fini(&meta);
-	return rc;
-}
-
-static void *recv_main(void *arg)
-{
-	peer_conn *pc = arg;
-	_Atomic uint64_t got = 0;
-	pc->rc = sh_peer_recv_blobs(pc->ch, pc->put->blobs, pc->put->nblobs, 0, pc->put->total,
-				    pc->dst, pc->cl->opts->peer_min_rate, SHOAL_FOREVER, &got);
-	sh_store_post(pc->cl->s, &pc->mail);
-	return NULL;
-}
-
-/* A PUT: checked, room taken, "go" ([]), the bytes into a region of their
- * own, then the object: [id, signature]. A failure before the bytes is
- * answered and the link goes on; one while they come ends the link (it is
- * out of step), and the region and its room go with it. */
-static int put(peer_conn *pc, const sh_frame *req, sh_mp *m)
-{
-	sh_cluster *cl = pc->cl;
-	shoal_store *s = cl->s;
-	sh_bump a = {0};
-	sh_peer_put p;
-	char why[400];
-	sh_store_room room = {.spare_fd = -1};
-	sh_store_region dst = {.fd = -1};
-	int rc = sh_peer_parse_put(m, &p, &a, why, sizeof(why));
-	size_t nl = p.name ? strlen(p.name) : 0;
-	if (rc == 0)
-		rc = sh_store_put_allowed(s, p.name, nl, p.flags, why, sizeof(why));
-	if (rc == 0 && pc->nputs == pc->cap_puts) {
-		size_t nc = pc->cap_puts ? pc->cap_puts * 2 : 8;
-		uint64_t *q = shoal_realloc(pc->puts, pc->cap_puts * 8, nc * 8);
-		if (q)
-			pc->puts = q, pc->cap_puts = nc;
-		else
-			rc = SHOAL_ENOMEM, snprintf(why, sizeof(why), "out of memory");
-	}
-	if (rc == 0)
-		rc = sh_store_room_for_copy(s, p.region, &room, why, sizeof(why));
-	if (rc == 0 && (rc = sh_store_copy_region(s, p.region, &room, &dst)) != 0)
-		snprintf(why, sizeof(why), "a region of %" PRIu64 " bytes: %s", p.region,
-			 shoal_strerror(rc));
-	bool answered = rc != 0;
-	if (rc)
-		rc = send_error(pc, req, rc, "PUT: %s", why);
-	else if ((rc = send_ok(pc, req, NULL)) == 0) {
-		pc->put = &p;
-		pc->dst = &dst;
-		if ((rc = in_thread(pc, recv_main)) != 0)
-			sh_warn("store", "peer %s: a PUT's bytes broke off: %s%s%s", pc->addr,
-				shoal_strerror(rc), sh_channel_error(pc->ch)[0] ? ": " : "",
-				sh_channel_error(pc->ch));
-		pc->put = NULL;
-		pc->dst = NULL;
-	}
-	if (dst.fd >= 0)
-		sh_store_copy_region_done(&dst, rc != 0);
-	if (rc == 0 && !answered && (rc = sh_memfd_seal(dst.fd)) != 0) {
-		snprintf(why, sizeof(why), "sealing its region: %s", shoal_strerror(rc));
-		rc = send_error(pc, req, rc, "PUT: %s", why);
-		answered = true;
-	}
-	/* the room a copy holds goes back; adopt counts the region itself */
-	sh_store_room_release(s, room.charged);
-	if (room.spare_fd >= 0)
-		close(room.spare_fd);
-	st_obj *o = NULL;
-	if (rc == 0 && !answered) {
-		int arc = sh_store_adopt_put(s, p.root, &dst.fd, dst.size, p.name, nl, p.flags, &o,
-					     why, sizeof(why));
-		if (arc)
-			rc = send_error(pc, req, arc, "PUT: %s", why);
-	}
-	if (dst.fd >= 0)
-		close(dst.fd);
-	sh_bump_fini(&a);
-	if (!o)
-		return rc;
-	sh_store_objinfo oi = sh_store_info(o);
-	if (!(p.flags & SHOAL_PERSIST))
-		pc->puts[pc->nputs++] = oi.id;
-	sh_debug("store", "peer %s: put object %016" PRIx64 ", %" PRIu64 " bytes", pc->addr, oi.id,
-		 oi.bytes);
-	sh_wbuf body;
-	sh_wbuf_init(&body);
-	msgpack_packer pk;
-	sh_wbuf_packer(&body, &pk);
-	msgpack_pack_array(&pk, 2);
-	msgpack_pack_uint64(&pk, oi.id);
-	msgpack_pack_uint64(&pk, oi.sig);
-	rc = send_ok(pc, req, &body);
-	sh_wbuf_fini(&body);
-	return rc;
-}
-
-/* [id | name], as FETCH names an object: it, or an answer saying why
- * not (*o NULL then). */
-static int find_key(peer_conn *pc, const sh_frame *req, sh_mp *m, const char *op, st_obj **o)
-{
-	uint32_t n, len = 0;
-	const char *name = NULL;
-	uint64_t id = 0;
-	*o = NULL;
-	if (sh_mp_array(m, &n) || n != 1 ||
-	    (sh_mp_kind(m) == SH_MP_STR ? sh_mp_str(m, &name, &len) : sh_mp_uint(m, &id)) ||
-	    sh_mp_done(m) || (name ? len == 0 || len > SH_NODE_MAX_NAME : id == 0))
-		return send_error(pc, req, SHOAL_EBADMSG,
-				  "%s: expected [id or name (1 to %d bytes)]", op,
-				  SH_NODE_MAX_NAME);
-	if ((*o = sh_store_find(pc->cl->s, name, len, id)) != NULL)
-		return 0;
-	return name ? send_error(pc, req, SHOAL_ENOENT, "no object named \"%.*s\" at %s",
-				 (int)(len > 200 ? 200 : len), name, pc->cl->peers->bound)
-		    : send_error(pc, req, SHOAL_ENOENT, "no object %016" PRIx64 " at %s", id,
-				 pc->cl->peers->bound);
-}
-
-static int del(peer_conn *pc, const sh_frame *req, sh_mp *m)
-{
-	st_obj *o;
-	int rc = find_key(pc, req, m, "DELETE", &o);
-	if (!o)
-		return rc;
-	char why[400];
-	if ((rc = sh_store_delete_obj(pc->cl->s, o, why, sizeof(why))) != 0)
-		return send_error(pc, req, rc, "DELETE: %s", why);
-	return send_ok(pc, req, NULL);
-}
-
-typedef struct names_walk {
-	msgpack_packer pk;
-	sh_wbuf items;
-	uint64_t n;
-	bool more;
-} names_walk;
-
-static bool name_one(void *arg, const sh_store_objinfo *i)
-{
-	names_walk *w = arg;
-	/* as many as fit one answer (names are up to 4 KiB each) */
-	if (w->items.len + strlen(i->name) + strlen(i->type) + 64 > SH_PEER_META_MAX) {
-		w->more = true;
-		return false;
-	}
-	msgpack_pack_array(&w->pk, 4);
-	sh_mp_pack_cstr(&w->pk, i->name);
-	msgpack_pack_uint64(&w->pk, i->id);
-	sh_mp_pack_cstr(&w->pk, i->type);
-	msgpack_pack_uint64(&w->pk, i->bytes);
-	w->n++;
-	return true;
-}
-
-static int names(peer_conn *pc, const sh_frame *req, sh_mp *m)
-{
-	uint32_t n, plen;
-	const char *prefix;
-	if (sh_mp_array(m, &n) || n != 1 || sh_mp_str(m, &prefix, &plen) || sh_mp_done(m) ||
-	    plen > SH_NODE_MAX_NAME)
-		return send_error(pc, req, SHOAL_EBADMSG, "NAMES: expected [prefix]");
-	names_walk w = {.n = 0};
-	sh_wbuf_init(&w.items);
-	sh_wbuf_packer(&w.items, &w.pk);
-	sh_store_each_name(pc->cl->s, prefix, plen, name_one, &w);
-	sh_wbuf body;
-	sh_wbuf_init(&body);
-	msgpack_packer pk;
-	sh_wbuf_packer(&body, &pk);
-	msgpack_pack_array(&pk, 2);
-	msgpack_pack_array(&pk, (uint32_t)w.n);
-	sh_wbuf_append(&body, w.items.p, w.items.len);
-	w.more ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
-	int rc = w.items.err || body.err ? send_error(pc, req, SHOAL_ENOMEM, "NAMES: out of memory")
-					 : send_ok(pc, req, &body);
-	sh_wbuf_fini(&w.items);
-	sh_wbuf_fini(&body);
-	return rc;
 }
 
 /* ---- a peer's link ---- */
@@ -748,25 +143,26 @@ static void *peer_main(void *arg)
 		sh_mp_init(&m, pc->in + SH_FRAME_HDR, f.body_len);
 		switch (f.op) {
 		case SH_PEER_FETCH:
-			rc = fetch(pc, &f, &m);
+			rc = sh_peer_op_fetch(pc, &f, &m);
 			break;
 		case SH_PEER_JOIN:
-			rc = join(pc, &f, &m);
+			rc = sh_peer_op_join(pc, &f, &m);
 			break;
 		case SH_PEER_PUT:
-			rc = put(pc, &f, &m);
+			rc = sh_peer_op_put(pc, &f, &m);
 			break;
 		case SH_PEER_DELETE:
-			rc = del(pc, &f, &m);
+			rc = sh_peer_op_delete(pc, &f, &m);
 			break;
 		case SH_PEER_NAMES:
-			rc = names(pc, &f, &m);
+			rc = sh_peer_op_names(pc, &f, &m);
 			break;
 		default: /* a newer client's: it hears what this store speaks */
-			rc = send_error(pc, &f, SHOAL_ENOTSUP,
-					"op %u is not one this store knows (peer protocol %d: "
-					"FETCH, JOIN, PUT, DELETE, NAMES)",
-					f.op, SH_PEER_VERSION);
+			rc = sh_peer_send_error(
+				pc, &f, SHOAL_ENOTSUP,
+				"op %u is not one this store knows (peer protocol %d: "
+				"FETCH, JOIN, PUT, DELETE, NAMES)",
+				f.op, SH_PEER_VERSION);
 		}
 	}
 	/* what this link put without persist goes with it */

@@ -1,7 +1,8 @@
-/* RPC values on the wire: msgpack, one value per argument list or result,
- * decoded by the strict cursor of the wire layer into a vbuf. Large
- * payloads go out of band after the frame (copy mode) or by reference to
- * store objects (shared mode); a vbuf holds what its values map. */
+/* RPC values (value.c; the vbuf they live in, vbuf.c) on the wire
+ * (value_wire.c): msgpack, one value per argument list or result, decoded
+ * by the strict cursor of the wire layer into a vbuf. Large payloads go
+ * out of band after the frame (copy mode) or by reference to store
+ * objects (shared mode); a vbuf holds what its values map. */
 #ifndef SHOAL_RPC_VALUE_H
 #define SHOAL_RPC_VALUE_H
 
@@ -99,6 +100,13 @@ bool sh_value_needs_share(const shoal_value *v);
  * values decoded into src stay valid as long as dst. Both must use the
  * same store client (or none). */
 int sh_vbuf_adopt(shoal_vbuf *dst, shoal_vbuf *src);
+/* vbuf.c's, for the decoder and sharing: appends the elem bytes at v to
+ * the array *arr; maps object id and holds it in b (the tensor's bytes). */
+int sh_vbuf_push(void **arr, uint32_t *n, uint32_t *cap, size_t elem, const void *v);
+int sh_vbuf_map_tensor(shoal_vbuf *b, shoal_id id, const void **data, size_t *bytes, char *why,
+		       size_t whylen);
+/* Tensors and blobs: data that a shared call passes by reference. */
+bool sh_value_by_ref(const shoal_value *v);
 /* A copy of v's tree (not of strings, bytes or tensor data) in b. */
 shoal_value *sh_value_clone(shoal_vbuf *b, const shoal_value *v);
 /* One value at m into b. SHOAL_EBADMSG with why for anything else: other
