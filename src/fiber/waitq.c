@@ -1,8 +1,11 @@
 /* Wait queues (waitq.h), on the scheduler's parking (fiber_impl.h): a
  * waiter parks with its node on its own stack, linked in the queue; a wake
- * unlinks every node and unparks its fiber. */
+ * unlinks every node and unparks its fiber. And a fiber's wait on an
+ * eventfd another thread rings. */
 #include "fiber/waitq.h"
 #include "fiber/fiber_impl.h"
+
+#include <unistd.h>
 
 struct sh_waitq_node {
 	shoal_fiber *f;
@@ -37,5 +40,17 @@ void sh_waitq_wake_all(sh_waitq *q)
 		 * finds itself out of the queue */
 		sh_fiber_unpark(n->f, 0);
 		n = next;
+	}
+}
+
+int sh_efd_wait(int efd, int64_t deadline)
+{
+	for (;;) {
+		uint64_t v;
+		if (read(efd, &v, sizeof(v)) == (ssize_t)sizeof(v))
+			return 0;
+		int rc = shoal_fd_wait(efd, SHOAL_FD_IN, deadline, NULL);
+		if (rc)
+			return rc;
 	}
 }

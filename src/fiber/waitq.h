@@ -26,4 +26,9 @@ int sh_waitq_wait(sh_waitq *q, int64_t deadline);
  * blocks; no-op on an empty queue. */
 void sh_waitq_wake_all(sh_waitq *q);
 
+/* Waits in the poller until the eventfd efd (non-blocking) has a count,
+ * and takes it: 0, SHOAL_ETIMEDOUT, SHOAL_ECANCELED, or the poller's
+ * error. For what another thread says through an eventfd (stop, mail). */
+int sh_efd_wait(int efd, int64_t deadline);
+
 #endif

@@ -1,10 +1,12 @@
 /* The accept loop of every daemon (listener.h): accept, check, ask for
  * room, take a handshake slot, hand over; every refusal through one
- * bounded log. */
+ * bounded log. And the thread a daemon serves in (sh_service_run). */
 #include "net/listener.h"
+#include "fiber/waitq.h"
 #include "ring/link.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -145,4 +147,26 @@ int sh_listener_stop(sh_listener *l, bool cancel, int64_t deadline)
 	if (rc == 0)
 		sh_hellos_fini(&l->hellos);
 	return rc;
+}
+
+void sh_service_run(const sh_service *sv)
+{
+	if (sv->block_sigpipe) {
+		/* blocked in this thread, a SIGPIPE stays pending, harmless */
+		sigset_t pipe_sig;
+		sigemptyset(&pipe_sig);
+		sigaddset(&pipe_sig, SIGPIPE);
+		pthread_sigmask(SIG_BLOCK, &pipe_sig, NULL);
+	}
+	shoal_sched *sched;
+	int rc = shoal_sched_create(&sched, NULL);
+	if (rc) {
+		sh_error(sv->area, "scheduler: %s", shoal_strerror(rc));
+		return;
+	}
+	if (sv->start(sv->arg) == 0)
+		sh_efd_wait(sv->stop_efd, SHOAL_FOREVER);
+	sv->stop(sv->arg);
+	shoal_fd_forget(sv->stop_efd);
+	shoal_sched_destroy(sched);
 }

@@ -56,6 +56,23 @@ typedef struct sh_listener {
 	uint64_t accepted, refused;
 } sh_listener;
 
+/* A daemon's thread (the store's server, the task controller): a fiber
+ * scheduler of its own; start(arg), which starts its listeners and
+ * fibers (and logs what failed); a wait until its owner rings stop_efd
+ * (sh_eventfd_signal, from any thread); then stop(arg), which ends them
+ * (what is left, the scheduler cancels and joins). stop runs after a
+ * failed start too. With block_sigpipe, a write to a socket whose peer
+ * went fails with EPIPE where no MSG_NOSIGNAL can say so. */
+typedef struct sh_service {
+	const char *area;
+	int stop_efd;
+	int (*start)(void *arg);
+	void (*stop)(void *arg);
+	void *arg;
+	bool block_sigpipe;
+} sh_service;
+void sh_service_run(const sh_service *sv);
+
 /* Starts accepting (a fiber of the calling thread's scheduler). */
 int sh_listener_start(sh_listener *l, const sh_listener_opts *o);
 

@@ -299,13 +299,8 @@ static void *mail_main(void *arg)
 {
 	shoal_store *s = arg;
 	for (;;) {
-		uint64_t v;
-		if (read(s->mail_efd, &v, 8) != 8) {
-			if (shoal_fd_wait(s->mail_efd, SHOAL_FD_IN, SHOAL_FOREVER, NULL) ==
-			    SHOAL_ECANCELED)
-				return NULL;
-			continue;
-		}
+		if (sh_efd_wait(s->mail_efd, SHOAL_FOREVER) == SHOAL_ECANCELED)
+			return NULL;
 		pthread_mutex_lock(&s->mail_mu);
 		sh_st_mail *m = s->mail_head;
 		s->mail_head = s->mail_tail = NULL;
@@ -318,16 +313,9 @@ static void *mail_main(void *arg)
 	}
 }
 
-static void *server_thread(void *arg)
+static int server_start(void *arg)
 {
 	shoal_store *s = arg;
-	shoal_sched *sched;
-	int rc = shoal_sched_create(&sched, NULL);
-	if (rc) {
-		sh_error("store", "scheduler: %s", shoal_strerror(rc));
-		return NULL;
-	}
-	shoal_fiber *mail = NULL;
 	sh_listener_opts lo = {.area = "store",
 			       .lsock = s->lsock,
 			       .group = s->opts.group,
@@ -335,20 +323,20 @@ static void *server_thread(void *arg)
 			       .take = conn_take,
 			       .arg = s,
 			       .fiber_name = "store-accept"};
+	int rc;
 	if ((rc = sh_listener_start(&s->listener, &lo)))
 		sh_error("store", "accept fiber: %s", shoal_strerror(rc));
 	if (rc == 0 &&
-	    (rc = shoal_spawn(&mail, mail_main, s, &(shoal_fiber_opts){.name = "store-mail"})))
+	    (rc = shoal_spawn(&s->mail, mail_main, s, &(shoal_fiber_opts){.name = "store-mail"})))
 		sh_error("store", "mail fiber: %s", shoal_strerror(rc));
 	if (rc == 0 && s->hooks.serve && (rc = s->hooks.serve(s->hooks.ctx)) != 0)
 		sh_error("store", "what extends the store: %s", shoal_strerror(rc));
-	/* Until shoal_store_close rings stop_efd. */
-	while (rc == 0) {
-		uint64_t v;
-		if (read(s->stop_efd, &v, 8) == 8)
-			break;
-		shoal_fd_wait(s->stop_efd, SHOAL_FD_IN, SHOAL_FOREVER, NULL);
-	}
+	return rc;
+}
+
+static void server_stop(void *arg)
+{
+	shoal_store *s = arg;
 	s->stopping = true;
 	sh_listener_close(&s->listener);
 	/* what extends the store ends first (the registry's and transfers'
@@ -361,14 +349,23 @@ static void *server_thread(void *arg)
 	for (st_conn *c = s->conns; c; c = c->next)
 		sh_link_shut(&c->l);
 	sh_listener_stop(&s->listener, false, SHOAL_FOREVER);
-	if (mail) {
-		shoal_cancel(mail);
-		shoal_join(mail, NULL);
+	if (s->mail) {
+		shoal_cancel(s->mail);
+		shoal_join(s->mail, NULL);
+		s->mail = NULL;
 	}
 	shoal_fd_forget(s->lsock);
-	shoal_fd_forget(s->stop_efd);
 	shoal_fd_forget(s->mail_efd);
-	shoal_sched_destroy(sched);
+}
+
+/* Until shoal_store_close rings stop_efd. */
+static void *server_thread(void *arg)
+{
+	sh_service_run(&(sh_service){.area = "store",
+				     .stop_efd = ((shoal_store *)arg)->stop_efd,
+				     .start = server_start,
+				     .stop = server_stop,
+				     .arg = arg});
 	return NULL;
 }
 

@@ -111,6 +111,7 @@ struct shoal_store {
 	uint64_t capacity, used, nobjs, nnames, nclients, pending;
 	uint64_t incoming;	  /* room held by copies on their way here (within used) */
 	st_conn *conns;		  /* their links are shut at the stop */
+	shoal_fiber *mail;	  /* runs what other threads post (sh_store_post) */
 	sh_listener listener;	  /* accepts them; their fibers are its group's */
 	struct sh_state *state;	  /* the state directory, or NULL */
 	struct sh_spares *spares; /* NULL: none */

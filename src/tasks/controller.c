@@ -150,23 +150,9 @@ static int take_tcp(void *arg, sh_accepted *a, char *why, size_t whylen)
 
 /* ---- the thread ---- */
 
-static void *controller_thread(void *arg)
+static int controller_start(void *arg)
 {
 	shoal_controller *ctl = arg;
-	/* a write to a socket whose peer went raises SIGPIPE where no
-	 * MSG_NOSIGNAL can say otherwise: blocked in this thread, it stays
-	 * pending, harmless, and the call fails with EPIPE */
-	sigset_t pipe_sig;
-	sigemptyset(&pipe_sig);
-	sigaddset(&pipe_sig, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &pipe_sig, NULL);
-	shoal_sched *sched;
-	int rc = shoal_sched_create(&sched, NULL);
-	if (rc) {
-		sh_error("tasks", "scheduler: %s", shoal_strerror(rc));
-		return NULL;
-	}
-	shoal_fiber *dl = NULL;
 	sh_listener_opts local = {
 		.area = "tasks",
 		.lsock = ctl->lsock,
@@ -186,22 +172,24 @@ static void *controller_thread(void *arg)
 		.arg = ctl,
 		.fiber_name = "tasks-tcp-accept",
 	};
+	int rc;
 	if ((rc = sh_listener_start(&ctl->local, &local)) ||
-	    (rc = shoal_spawn(&dl, deadline_main, ctl,
+	    (rc = shoal_spawn(&ctl->deadlines, deadline_main, ctl,
 			      &(shoal_fiber_opts){.name = "tasks-deadlines"})) ||
 	    (ctl->tcp_lsock >= 0 && (rc = sh_listener_start(&ctl->remote, &remote))))
 		sh_error("tasks", "fibers: %s", shoal_strerror(rc));
-	while (rc == 0) {
-		uint64_t v;
-		if (read(ctl->stop_efd, &v, 8) == 8)
-			break;
-		shoal_fd_wait(ctl->stop_efd, SHOAL_FD_IN, SHOAL_FOREVER, NULL);
-	}
+	return rc;
+}
+
+static void controller_stop(void *arg)
+{
+	shoal_controller *ctl = arg;
 	sh_listener_close(&ctl->local);
 	sh_listener_close(&ctl->remote);
-	if (dl) {
-		shoal_cancel(dl);
-		shoal_join(dl, NULL);
+	if (ctl->deadlines) {
+		shoal_cancel(ctl->deadlines);
+		shoal_join(ctl->deadlines, NULL);
+		ctl->deadlines = NULL;
 	}
 	/* Closing a connection's rings ends its fiber, which frees it. */
 	for (tk_engine *e = ctl->engines; e; e = e->next)
@@ -218,10 +206,21 @@ static void *controller_thread(void *arg)
 			 (t = sh_ctl_q_pop(&ctl->backlog)) != NULL;)
 		sh_task_end(ctl, t, SH_TASK_STOP);
 	shoal_fd_forget(ctl->lsock);
-	shoal_fd_forget(ctl->stop_efd);
 	if (ctl->tcp_lsock >= 0)
 		shoal_fd_forget(ctl->tcp_lsock);
-	shoal_sched_destroy(sched);
+}
+
+/* Until shoal_controller_close rings stop_efd. A write to a socket whose
+ * peer went raises SIGPIPE where no MSG_NOSIGNAL can say otherwise: it is
+ * blocked in this thread, and the call fails with EPIPE. */
+static void *controller_thread(void *arg)
+{
+	sh_service_run(&(sh_service){.area = "tasks",
+				     .stop_efd = ((shoal_controller *)arg)->stop_efd,
+				     .start = controller_start,
+				     .stop = controller_stop,
+				     .arg = arg,
+				     .block_sigpipe = true});
 	return NULL;
 }
 

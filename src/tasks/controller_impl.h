@@ -159,6 +159,7 @@ struct shoal_controller {
 	/* the controller thread's own */
 	tk_engine *engines;
 	tk_client *clients;
+	shoal_fiber *deadlines;	   /* the deadline sweep (deadline_main) */
 	sh_listener local, remote; /* the unix socket's; TCP's (its handshakes, its refusals) */
 	uint32_t nconns, next_engine, next_client;
 	uint32_t nheld_back;  /* clients waiting in hold_back */
