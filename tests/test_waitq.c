@@ -1,11 +1,20 @@
+/* shoal-test: threaded */
 /* Tests for the fiber layer's wait queues (fiber/waitq.h), what the store's
  * waits for room and for its connections' end block on: a wake makes every
  * waiter runnable with 0, a waiter leaves the queue at its deadline or a
  * cancel, a wake and a deadline together wake it once, the root fiber
- * waits too, and an empty queue's wake does nothing. */
+ * waits too, and an empty queue's wake does nothing; and a fiber's wait on
+ * an eventfd another thread rings. */
 #include "test.h"
 
 #include "fiber/waitq.h"
+#include "shoal_impl.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
 
 static sh_waitq q;
 static int woken;
@@ -109,5 +118,33 @@ SH_TEST(the_root_fiber_waits)
 	CHECK_OK(sh_waitq_wait(&q, shoal_deadline_in(5 * 1000000000LL)));
 	CHECK_OK(shoal_join(w, NULL));
 	CHECK(q.head == NULL);
+	CHECK_OK(shoal_sched_destroy(s));
+}
+
+/* A fiber's wait on an eventfd another thread rings (sh_efd_wait): it
+ * takes the count, times out at its deadline, and a cancel ends it. */
+static void *ring_later(void *arg)
+{
+	int efd = *(int *)arg;
+	struct timespec ts = {0, 20 * 1000000};
+	nanosleep(&ts, NULL);
+	sh_eventfd_signal(efd);
+	return NULL;
+}
+
+SH_TEST(a_fiber_waits_on_an_eventfd_another_thread_rings)
+{
+	shoal_sched *s = sh_test_sched_new();
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	CHECK(efd >= 0);
+	CHECK_RC(sh_efd_wait(efd, shoal_deadline_in(10 * MS)), SHOAL_ETIMEDOUT);
+	pthread_t t;
+	CHECK_OK(pthread_create(&t, NULL, ring_later, &efd));
+	CHECK_OK(sh_efd_wait(efd, shoal_deadline_in(10000 * MS)));
+	CHECK_OK(pthread_join(t, NULL));
+	uint64_t v;
+	CHECK(read(efd, &v, sizeof(v)) < 0 && errno == EAGAIN); /* the count was taken */
+	shoal_fd_forget(efd);
+	close(efd);
 	CHECK_OK(shoal_sched_destroy(s));
 }
