@@ -1,5 +1,5 @@
 /* Fuzzes what a store reads back from etcd about a name
- * (src/cluster/registry.c, sh_reg_parse_record): a record's JSON, written by
+ * (src/cluster/registry_record.c, sh_reg_parse_record): a record's JSON, written by
  * whoever may write etcd's keys. What parses must be signed under the
  * cluster's secret and be the name asked for: the fuzzer cannot forge a
  * record that is accepted, only ones refused with a reason (and none may

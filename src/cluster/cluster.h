@@ -183,7 +183,7 @@ typedef struct sh_mig_expect {
 int sh_migs_fetch(sh_cluster *cl, const char *name, size_t nl, uint64_t id, const char *from,
 		  const sh_mig_expect *x, char *why, size_t whylen);
 
-/* registry.c: the cluster's registry in etcd (opts.meta "etcd://..."),
+/* registry*.c: the cluster's registry in etcd (opts.meta "etcd://..."),
  * in the same steps as the peers; note: a persistent named object read
  * back at start, registered with the rest once etcd answers. */
 int sh_reg_start(sh_cluster *cl);
