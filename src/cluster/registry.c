@@ -96,6 +96,17 @@ void sh_reg_note(sh_cluster *cl, const char *name, uint64_t id, uint64_t sig, co
 	free(rec);
 }
 
+/* Tells both threads to end: the jobs' thread on its condition, the
+ * watcher in its pause between asks on stop_cv. */
+static void tell_stop(sh_registry *r)
+{
+	pthread_mutex_lock(&r->mu);
+	r->stop = 1;
+	pthread_cond_signal(&r->cv);
+	pthread_cond_broadcast(&r->stop_cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
 int sh_reg_serve(sh_cluster *cl)
 {
 	sh_registry *r = cl->reg;
@@ -103,11 +114,7 @@ int sh_reg_serve(sh_cluster *cl)
 		return 0;
 	int rc = -pthread_create(&r->thread, NULL, sh_reg_jobs_main, r);
 	if (rc == 0 && (rc = -pthread_create(&r->watcher, NULL, sh_reg_watch_main, r)) != 0) {
-		pthread_mutex_lock(&r->mu);
-		r->stop = 1;
-		pthread_cond_signal(&r->cv);
-		pthread_cond_broadcast(&r->stop_cv);
-		pthread_mutex_unlock(&r->mu);
+		tell_stop(r);
 		pthread_join(r->thread, NULL);
 	}
 	return rc;
@@ -118,11 +125,7 @@ void sh_reg_stop(sh_cluster *cl)
 	sh_registry *r = cl->reg;
 	if (!r)
 		return;
-	pthread_mutex_lock(&r->mu);
-	r->stop = 1;
-	pthread_cond_signal(&r->cv);
-	pthread_cond_broadcast(&r->stop_cv);
-	pthread_mutex_unlock(&r->mu);
+	tell_stop(r);
 	pthread_join(r->thread, NULL);
 	pthread_join(r->watcher, NULL);
 }
