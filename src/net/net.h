@@ -60,7 +60,6 @@ typedef struct sh_refusals {
 /* "refused WHO HOW: WHY" (how: " over TCP", or ""). */
 void sh_refused(sh_refusals *r, const char *area, const char *who, const char *how,
 		const char *why);
-void sh_tcp_refused(sh_refusals *r, const char *area, const char *who, const char *why);
 
 /* The handshakes in progress on a TCP listener: strangers until they
  * prove the secret, so their slots are bounded, in all (max) and from one

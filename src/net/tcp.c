@@ -162,11 +162,6 @@ void sh_refused(sh_refusals *r, const char *area, const char *who, const char *h
 		sh_warn(area, "refused %s%s: %s", who, how, why);
 }
 
-void sh_tcp_refused(sh_refusals *r, const char *area, const char *who, const char *why)
-{
-	sh_refused(r, area, who, " over TCP", why);
-}
-
 int sh_net_wait(int fd, unsigned ev, bool fiber, int64_t deadline)
 {
 	if (fiber)
