@@ -54,3 +54,11 @@ int sh_efd_wait(int efd, int64_t deadline)
 			return rc;
 	}
 }
+
+void sh_fd_close(int fd)
+{
+	if (fd < 0)
+		return;
+	shoal_fd_forget(fd); /* SHOAL_EINVAL without a scheduler, ENOENT if never waited on */
+	close(fd);
+}

@@ -31,4 +31,10 @@ void sh_waitq_wake_all(sh_waitq *q);
  * error. For what another thread says through an eventfd (stop, mail). */
 int sh_efd_wait(int efd, int64_t deadline);
 
+/* Closes fd (nothing for -1), which a fiber of this thread may have waited
+ * on: forgotten by this thread's poller first, since a number the poller
+ * still held would be taken for the next descriptor to get it, and a wait
+ * on that one would never wake. */
+void sh_fd_close(int fd);
+
 #endif

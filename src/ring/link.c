@@ -1,5 +1,6 @@
 /* Links: the set-up of a ring connection between two processes, shared by
  * every on-host protocol (see link.h). */
+#include "fiber/waitq.h"
 #include "ring/link.h"
 #include "shm/shm.h"
 
@@ -451,21 +452,10 @@ void sh_link_shut(sh_link *l)
 
 void sh_link_fini(sh_link *l)
 {
-	bool fiber = shoal_sched_current() != NULL; /* our poller may know them */
 	if (l->mem)
 		sh_shm_unmap(l->mem, l->bytes);
-	int fds[5] = {l->efd, l->efd_down, l->efd_w, l->efd_down_w, l->efd_conn};
-	for (int i = 0; i < 5; i++) {
-		if (fds[i] < 0)
-			continue;
-		if (fiber)
-			shoal_fd_forget(fds[i]);
-		close(fds[i]);
-	}
-	if (l->sock >= 0) {
-		if (fiber)
-			shoal_fd_forget(l->sock);
-		close(l->sock);
-	}
+	int fds[6] = {l->efd, l->efd_down, l->efd_w, l->efd_down_w, l->efd_conn, l->sock};
+	for (int i = 0; i < 6; i++)
+		sh_fd_close(fds[i]); /* our poller may know them */
 	sh_link_init(l, -1);
 }

@@ -4,6 +4,7 @@
  * back in), tearing a child down (kill, reap, its cgroup and descriptors)
  * and stopping it. Calls are ext_call.c's, the host's services are
  * services.c's, the host's side of the sandbox is sandbox.c's. */
+#include "fiber/waitq.h"
 #include "rpc/ext_host.h"
 
 #include <errno.h>
@@ -96,19 +97,10 @@ void sh_ext_reap(shoal_ext *e, bool kill_it, int *status)
 	sh_ext_pump_stop(e); /* after its tree: the last lines of all of it are in */
 	if (e->rings)
 		sh_shm_unmap(e->rings, e->ring_bytes);
-	/* Forgotten by this thread's poller first, which a fiber's wait on the
-	 * doorbell or the pidfd registered them with: a number the poller still
-	 * held would be taken for the next descriptor to get it, and a wait on
-	 * that one would never wake (sh_link_fini does the same). */
-	bool fiber = shoal_sched_current() != NULL;
+	/* a fiber's wait on the doorbell registered it with our poller */
 	int fds[4] = {e->pidfd, e->sock, e->efd, e->efd_w};
-	for (int i = 0; i < 4; i++) {
-		if (fds[i] < 0)
-			continue;
-		if (fiber)
-			shoal_fd_forget(fds[i]);
-		close(fds[i]);
-	}
+	for (int i = 0; i < 4; i++)
+		sh_fd_close(fds[i]);
 	e->rings = NULL;
 	e->cancel = NULL;
 	e->pidfd = e->sock = e->efd = e->efd_w = -1;
