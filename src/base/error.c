@@ -4,6 +4,7 @@
 #include "shoal_impl.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,10 +98,24 @@ void sh_panic(const char *file, int line, const char *fmt, ...)
 	abort();
 }
 
+/* The slot holds a pointer, its text allocated on a thread's first
+ * failure: 1.3 KB of static TLS in every thread of every program (a
+ * store's readers are many small processes) cost a page each, for a text
+ * most threads never write. */
 static _Thread_local struct {
 	const void *owner;
-	char text[SH_ERR_MAX];
+	char *text;
 } last_err;
+
+static pthread_key_t err_key;
+static bool err_key_ok;
+static pthread_once_t err_once = PTHREAD_ONCE_INIT;
+
+static void err_key_make(void)
+{
+	/* the destructor frees a thread's text when it ends */
+	err_key_ok = pthread_key_create(&err_key, free) == 0;
+}
 
 int sh_err_vset(const void *h, int code, const char *fmt, va_list ap)
 {
@@ -108,6 +123,16 @@ int sh_err_vset(const void *h, int code, const char *fmt, va_list ap)
 	 * (a farm's message quoting its store client's) */
 	char text[SH_ERR_MAX];
 	vsnprintf(text, sizeof(text), fmt, ap);
+	if (!last_err.text) {
+		pthread_once(&err_once, err_key_make);
+		char *t = malloc(SH_ERR_MAX);
+		if (!t || !err_key_ok || pthread_setspecific(err_key, t) != 0) {
+			free(t);
+			last_err.owner = h; /* sh_err_get says why it has no text */
+			return code;
+		}
+		last_err.text = t;
+	}
 	memcpy(last_err.text, text, strlen(text) + 1);
 	last_err.owner = h;
 	return code;
@@ -124,15 +149,15 @@ int sh_err_set(const void *h, int code, const char *fmt, ...)
 
 void sh_err_clear(const void *h)
 {
-	if (last_err.owner == h) {
+	if (last_err.owner == h)
 		last_err.owner = NULL;
-		last_err.text[0] = 0;
-	}
 }
 
 const char *sh_err_get(const void *h)
 {
-	return h && last_err.owner == h ? last_err.text : "";
+	if (!h || last_err.owner != h)
+		return "";
+	return last_err.text ? last_err.text : "(no memory for this failure's message)";
 }
 
 int sh_say(char *why, size_t whylen, int code, const char *fmt, ...)
