@@ -117,6 +117,18 @@ const char *sh_err_get(const void *h);
  * whylen: may be NULL, 0): the message, cut to fit; returns code. */
 int sh_say(char *why, size_t whylen, int code, const char *fmt, ...) SHOAL_PRINTF(4, 5);
 
+/* The checksum of n bytes at p, chained through seed (hash.c): of the
+ * files the library writes and reads back, against corruption, not forgery. */
+uint64_t sh_hash64(const void *p, size_t n, uint64_t seed);
+/* The same over n bytes that come in pieces (read from a file): every
+ * piece but the last a multiple of 32 bytes; the result is sh_hash64's. */
+typedef struct sh_hash {
+	uint64_t h[4], t;
+} sh_hash;
+void sh_hash64_begin(sh_hash *x, uint64_t n, uint64_t seed);
+void sh_hash64_add(sh_hash *x, const void *p, size_t n);
+uint64_t sh_hash64_end(const sh_hash *x);
+
 /* Writes a whole buffer to fd with write(2), retrying on EINTR and partial
  * writes; async-signal-safe. */
 void sh_write_all(int fd, const void *buf, size_t len);

@@ -949,6 +949,18 @@ static int cmd_stat(int argc, char **argv)
 	printf("spares:    %s ready (pages allocated ahead for puts and copies)\n",
 	       sh_tools_fmt_bytes(st.spare_bytes, b8, sizeof(b8)));
 	printf("pages:     %s (%s)\n", shoal_pages_name(st.pages), st.pages_why);
+	if (st.spill_file_bytes || st.spilled) {
+		char c1[32], c2[32], c3[32], c4[32], c5[32], c6[32];
+		printf("spill:     %" PRIu64 " objects (%s) on disk only, %s of files\n"
+		       "           %" PRIu64 " spilled (%s, %s/s), %" PRIu64
+		       " restored (%s, %s/s)\n",
+		       st.spill_objects, sh_tools_fmt_bytes(st.spill_bytes, c1, sizeof(c1)),
+		       sh_tools_fmt_bytes(st.spill_file_bytes, c2, sizeof(c2)), st.spilled,
+		       sh_tools_fmt_bytes(st.spilled_bytes, c3, sizeof(c3)),
+		       sh_tools_fmt_bytes(st.spill_rate, c4, sizeof(c4)), st.restored,
+		       sh_tools_fmt_bytes(st.restored_bytes, c5, sizeof(c5)),
+		       sh_tools_fmt_bytes(st.restore_rate, c6, sizeof(c6)));
+	}
 	if (st.registry)
 		printf("cluster:   %" PRIu64 " stores; etcd %s\n", st.peers,
 		       st.registry == 1 ? "answers"

@@ -154,6 +154,29 @@ typedef struct shoal_store_opts {
 	 * of an object not here asks in turn, fetching it from the first that
 	 * has it; NULL: none. */
 	const char *peers;
+	/* NULL: nothing spills, and a create that does not fit size fails.
+	 * Else a directory on a disk (made 0700 if missing, checked as
+	 * state_dir is; tmpfs and ramfs refused, SHOAL_EINVAL, unless
+	 * spill_any_fs) that cold objects are written to when memory runs
+	 * short: when use passes spill_high of size, or a create, a seal or a
+	 * copy from another store needs room that is not free. Objects no
+	 * client holds or has mapped go first, least recently got first, down
+	 * to spill_low of size; written and synced before their memory is
+	 * freed. A get of a spilled object brings it back within the get,
+	 * the same object (id, name, type, signature, bytes) as before. What
+	 * is in the directory is removed at the next start: persistent
+	 * objects outlive the store through state_dir, whose files are their
+	 * spill. */
+	const char *spill_dir;
+	/* The most bytes of spill files; 0: as many as the disk holds. A
+	 * spill past it fails (logged) and the objects stay in memory. */
+	uint64_t spill_limit;
+	/* Fractions of size: spilling starts past spill_high (0: 0.8) and goes
+	 * down to spill_low (0: spill_high - 0.1). */
+	double spill_high, spill_low;
+	/* Accept a spill_dir on tmpfs or ramfs (tests, or a tmpfs backed by
+	 * swap). */
+	bool spill_any_fs;
 } shoal_store_opts;
 
 #define SHOAL_STORE_SPARES_AUTO ((size_t)-1)
@@ -246,6 +269,15 @@ typedef struct shoal_store_stat {
 	uint64_t spare_bytes;
 	shoal_pages pages;   /* what segments of 2 MiB and more live on */
 	char pages_why[256]; /* why, and how to enable a better kind */
+	/* With a spill directory: objects whose bytes are on disk only now,
+	 * and those bytes; the bytes of the spill files (objects brought back
+	 * keep their copy there, so a second spill writes nothing) */
+	uint64_t spill_objects, spill_bytes, spill_file_bytes;
+	/* objects written to disk and brought back since the start, their
+	 * bytes, and the rates of each (bytes a second of the time spent
+	 * writing, syncing and reading) */
+	uint64_t spilled, spilled_bytes, restored, restored_bytes;
+	uint64_t spill_rate, restore_rate;
 } shoal_store_stat;
 /* Blocks: a round trip to the store, at most the connection's timeout. */
 SHOAL_API int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st);

@@ -1229,7 +1229,7 @@ static PyObject *client_stat(ShClient *self, PyObject *args, PyObject *kw)
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$O:stat", kwlist, &timeout) ||
 	    sh_py_parse_timeout(timeout, &tmo) != 0 || call(self, do_stat, &st, tmo) != 0)
 		return NULL;
-	return Py_BuildValue(
+	PyObject *d = Py_BuildValue(
 		"{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKssss}", "capacity",
 		(unsigned long long)st.capacity, "used", (unsigned long long)st.used, "objects",
 		(unsigned long long)st.objects, "names", (unsigned long long)st.names, "clients",
@@ -1244,6 +1244,24 @@ static PyObject *client_stat(ShClient *self, PyObject *args, PyObject *kw)
 		(unsigned long long)st.incoming_rate, "spare_bytes",
 		(unsigned long long)st.spare_bytes, "pages", shoal_pages_name(st.pages),
 		"pages_why", st.pages_why);
+	const struct {
+		const char *k;
+		uint64_t v;
+	} spill[] = {{"spill_objects", st.spill_objects},	{"spill_bytes", st.spill_bytes},
+		     {"spill_file_bytes", st.spill_file_bytes}, {"spilled", st.spilled},
+		     {"spilled_bytes", st.spilled_bytes},	{"restored", st.restored},
+		     {"restored_bytes", st.restored_bytes},	{"spill_rate", st.spill_rate},
+		     {"restore_rate", st.restore_rate}};
+	for (size_t i = 0; d && i < sizeof(spill) / sizeof(spill[0]); i++) {
+		PyObject *v = PyLong_FromUnsignedLongLong(spill[i].v);
+		if (!v || PyDict_SetItemString(d, spill[i].k, v) != 0) {
+			Py_XDECREF(v);
+			Py_CLEAR(d);
+			break;
+		}
+		Py_DECREF(v);
+	}
+	return d;
 }
 
 static int do_claim(ShClient *c, void *arg)

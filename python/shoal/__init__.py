@@ -452,7 +452,11 @@ class Client:
     def stat(self, *, timeout: CallTimeout = CONNECTION_TIMEOUT) -> Dict[str, Any]:
         """The store's figures: capacity, bytes used, objects, names, clients...; and
         ``pages``, what its segments of 2 MiB and more live on ("4k", "thp" or
-        "hugetlb", see shoald --huge-pages), with ``pages_why`` saying why."""
+        "hugetlb", see shoald --huge-pages), with ``pages_why`` saying why. With a
+        spill directory (shoald --spill-dir): ``spill_objects`` and ``spill_bytes`` on
+        disk only now, ``spill_file_bytes``, ``spilled`` and ``restored`` (counts since
+        the start, with ``spilled_bytes``, ``restored_bytes``) and ``spill_rate``,
+        ``restore_rate`` in bytes a second."""
         return self._c.stat(**_tmo(timeout))
 
     def claim(self, *, timeout: CallTimeout = CONNECTION_TIMEOUT) -> int:

@@ -177,7 +177,9 @@ int sh_peer_op_fetch(peer_conn *pc, const sh_frame *req, sh_mp *m)
 	shoal_node *root;
 	char why[256];
 	uint64_t end = 0;
-	int rc = sh_store_tree(o, &a, &root, why, sizeof(why));
+	int rc = sh_store_resident(s, o, why, sizeof(why));
+	if (rc == 0)
+		rc = sh_store_tree(o, &a, &root, why, sizeof(why));
 	if (rc == 0)
 		rc = layout(s, root, x, &end);
 	/* as many links as asked, each with a share worth a link's set-up */

@@ -31,6 +31,15 @@ void sh_waitq_wake_all(sh_waitq *q);
  * error. For what another thread says through an eventfd (stop, mail). */
 int sh_efd_wait(int efd, int64_t deadline);
 
+/* Runs fn(arg) on a thread of its own (named name) while the calling
+ * fiber waits: for work that blocks in the kernel for long (a GiB of huge
+ * pages zeroed, a file written and synced, read back), which must not stop
+ * the thread's other fibers. Outside a fiber, or when no thread can be
+ * started, fn runs here. 0 once fn has returned; SHOAL_ECANCELED when the
+ * fiber was cancelled meanwhile, also only once fn has returned (its
+ * arguments are the caller's), blocking the thread for the rest. */
+int sh_run_aside(const char *name, void (*fn)(void *), void *arg);
+
 /* Closes fd (nothing for -1), which a fiber of this thread may have waited
  * on: forgotten by this thread's poller first, since a number the poller
  * still held would be taken for the next descriptor to get it, and a wait

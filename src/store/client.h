@@ -91,7 +91,8 @@ struct shoal_client {
 	int64_t timeout_ns; /* per request; SHOAL_FOREVER: none */
 	shoal_interrupt_fn interrupt;
 	void *interrupt_arg;
-	bool broken; /* the store is gone, spoke garbage or stopped answering */
+	bool broken;	/* the store is gone, spoke garbage or stopped answering */
+	bool short_mem; /* the last GET said the store spills: nothing kept idle */
 	/* A request whose caller was cancelled (shoal_cancel of its fiber)
 	 * while the reply was on its way: the reply is read and undone (a GET's
 	 * object released, a CREATE's region aborted) before the next request,

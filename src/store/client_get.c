@@ -46,7 +46,10 @@ static void put_segs(shoal_client *c, const uint64_t *ids, uint32_t n, sh_wbuf *
 		sh_cseg *g = sh_map_get(&c->segs, ids[i]);
 		if (!g || --g->users)
 			continue;
-		if (g->size > SH_CLIENT_IDLE_MAX_BYTES) {
+		/* the store is short of memory: what is mapped idle could spill */
+		if (g->size > SH_CLIENT_IDLE_MAX_BYTES || c->short_mem) {
+			while (c->nidle)
+				evict_idle(c, dropped);
 			unmap_seg(c, g, dropped);
 			continue;
 		}
@@ -192,6 +195,7 @@ static int get(shoal_client *c, const char *name, shoal_id id, unsigned flags, s
 	}
 	sh_mp m;
 	int rc;
+again:
 	if (flags & SHOAL_GET_LOCAL) {
 		msgpack_packer pk;
 		sh_client_begin(c, &pk);
@@ -204,6 +208,18 @@ static int get(shoal_client *c, const char *name, shoal_id id, unsigned flags, s
 		rc = sh_client_call(c, SH_OP_GET, false, &m);
 	} else {
 		rc = sh_client_call_key(c, SH_OP_GET, name, id, &m);
+	}
+	if (rc == SHOAL_ENOSPC && c->nidle) {
+		/* A spilled object with no room to come back, maybe for what we
+		 * keep mapped idle: let go of it, and ask once more. */
+		sh_wbuf dropped;
+		sh_wbuf_init(&dropped);
+		while (c->nidle)
+			evict_idle(c, &dropped);
+		c->short_mem = true;
+		send_release(c, 0, &dropped);
+		sh_wbuf_fini(&dropped);
+		goto again;
 	}
 	if (rc)
 		return rc;
@@ -222,11 +238,11 @@ int sh_client_get_reply(shoal_client *c, sh_mp *mp, shoal_id id, shoal_object **
 	o->c = c;
 	o->refs = 1;
 	uint32_t n, nnew;
-	if (sh_mp_array(&m, &n) || n != 4 || sh_mp_uint(&m, &o->id) || sh_mp_uint(&m, &o->sig) ||
+	if (sh_mp_array(&m, &n) || n != 5 || sh_mp_uint(&m, &o->id) || sh_mp_uint(&m, &o->sig) ||
 	    sh_mp_array(&m, &nnew) || nnew > 1u << 20 || o->id == 0 || (id && o->id != id)) {
 		c->broken = true;
 		rc = sh_err_set(c, SHOAL_EPROTO,
-				"GET reply: expected [id, sig, segments, node] with the id "
+				"GET reply: expected [id, sig, segments, flags, node] with the id "
 				"asked for (or any id but 0 for a name)");
 		SH_DELETE(o);
 		return rc;
@@ -274,6 +290,10 @@ int sh_client_get_reply(shoal_client *c, sh_mp *mp, shoal_id id, shoal_object **
 		done += k;
 	}
 	char why[256] = "";
+	uint64_t gflags = 0;
+	if (rc == 0 && sh_mp_uint(&m, &gflags) != 0)
+		rc = SHOAL_EPROTO;
+	c->short_mem = gflags & SH_GET_SHORT;
 	if (rc == 0)
 		rc = sh_node_decode(&m, &o->a, &o->root, why, sizeof(why));
 	if (rc == 0 && sh_mp_done(&m) != 0)

@@ -175,7 +175,7 @@ int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st)
 	uint64_t kind;
 	const char *why;
 	uint32_t wl;
-	if (sh_mp_array(&m, &n) || n != 19 || sh_mp_uint(&m, &st->capacity) ||
+	if (sh_mp_array(&m, &n) || n != 28 || sh_mp_uint(&m, &st->capacity) ||
 	    sh_mp_uint(&m, &st->used) || sh_mp_uint(&m, &st->objects) ||
 	    sh_mp_uint(&m, &st->names) || sh_mp_uint(&m, &st->clients) ||
 	    sh_mp_uint(&m, &st->pending_frees) || sh_mp_uint(&m, &st->sent) ||
@@ -187,10 +187,18 @@ int shoal_store_stat_get(shoal_client *c, shoal_store_stat *st)
 	    sh_mp_uint(&m, &kind) || kind > SHOAL_PAGES_HUGETLB || sh_mp_str(&m, &why, &wl) ||
 	    wl >= sizeof(st->pages_why))
 		return sh_err_set(c, SHOAL_EPROTO,
-				  "STAT reply: expected 17 counters, a page kind and its reason");
+				  "STAT reply: expected 17 counters, a page kind and its reason, "
+				  "then 9 of spilling");
 	st->pages = (shoal_pages)kind;
 	memcpy(st->pages_why, why, wl);
 	st->pages_why[wl] = 0;
+	uint64_t *spill[9] = {&st->spill_objects,  &st->spill_bytes,   &st->spill_file_bytes,
+			      &st->spilled,	   &st->spilled_bytes, &st->restored,
+			      &st->restored_bytes, &st->spill_rate,    &st->restore_rate};
+	for (int i = 0; i < 9; i++)
+		if (sh_mp_uint(&m, spill[i]))
+			return sh_err_set(c, SHOAL_EPROTO,
+					  "STAT reply: expected 9 counters of spilling at its end");
 	return 0;
 }
 

@@ -70,6 +70,16 @@ void sh_store_unhold(shoal_store *s, st_obj *o)
 	sh_st_obj_unref(s, o, 1);
 }
 
+int sh_store_resident(shoal_store *s, st_obj *o, char *why, size_t whylen)
+{
+	if (!o->spilled)
+		return 0;
+	int rc = sh_st_restore(s, o, why, whylen);
+	if (rc == SHOAL_EBADMSG) /* never served: gone */
+		sh_st_obj_delete(s, o);
+	return rc;
+}
+
 sh_store_objinfo sh_store_info(const st_obj *o)
 {
 	return (sh_store_objinfo){

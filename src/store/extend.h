@@ -103,6 +103,10 @@ st_obj *sh_store_find_copy(shoal_store *s, uint64_t id, uint64_t sig);
  * meanwhile only unbinds its name). */
 void sh_store_hold(shoal_store *s, st_obj *o);
 void sh_store_unhold(shoal_store *s, st_obj *o);
+/* Brings held o back into memory if it was spilled (spill.h), before its
+ * tree's places or segments are read: waits (from a fiber). A spill record
+ * that fails its checks is never served: SHOAL_EBADMSG, and o is deleted. */
+int sh_store_resident(shoal_store *s, st_obj *o, char *why, size_t whylen);
 
 typedef struct sh_store_objinfo {
 	uint64_t id, sig, bytes;

@@ -254,9 +254,26 @@ lookup:;
 		return sh_st_reply_err(c, req, SHOAL_ENOMEM, "GET: out of memory");
 	o->refs++;
 	o->last_get = shoal_now_ns();
+	/* A spilled object comes back within this get: the client sees only
+	 * the time it took. */
+	if (o->spilled && (rc = sh_st_restore(s, o, c->why, sizeof(c->why))) != 0) {
+		held = (uintptr_t)sh_map_get(&c->refs, o->id);
+		if (held <= 1)
+			sh_map_del(&c->refs, o->id);
+		else
+			sh_map_put(&c->refs, o->id, (void *)(held - 1));
+		uint64_t id = o->id;
+		if (rc == SHOAL_EBADMSG) /* never served: gone, as a lost file's would be */
+			sh_st_obj_delete(s, o);
+		sh_st_obj_unref(s, o, 1);
+		return sh_st_reply_err(c, req, rc == SHOAL_EBADMSG ? SHOAL_EIO : rc,
+				       "GET: object %016" PRIx64 " could not be brought back from "
+				       "disk: %s",
+				       id, c->why);
+	}
 	msgpack_packer pk;
 	sh_st_begin_reply(c, &pk);
-	msgpack_pack_array(&pk, 4);
+	msgpack_pack_array(&pk, 5);
 	msgpack_pack_uint64(&pk, o->id);
 	msgpack_pack_uint64(&pk, o->sig);
 	uint32_t nnew = 0;
@@ -276,12 +293,15 @@ lookup:;
 			continue;
 		if (sh_map_put(&c->sent, g->id, (void *)1) != 0)
 			rc = SHOAL_ENOMEM;
+		else
+			g->mapped++; /* not spilled while it is */
 		msgpack_pack_array(&pk, 2);
 		msgpack_pack_uint64(&pk, g->id);
 		msgpack_pack_uint64(&pk, g->size);
 		fresh[nfresh++] = g;
 	}
 	if (rc == 0) {
+		msgpack_pack_uint64(&pk, sh_st_spill_short(s) ? SH_GET_SHORT : 0);
 		sh_wbuf_append(&c->out, o->meta, o->meta_len);
 		rc = sh_st_reply_ok(c, req, &pk);
 	}
@@ -321,7 +341,9 @@ static int op_release(st_conn *c, const sh_frame *req, sh_mp *m)
 		if (sh_mp_uint(m, &id) || id == 0)
 			return sh_st_reply_err(c, req, SHOAL_EBADMSG,
 					       "RELEASE: segments must be nonzero");
-		sh_map_del(&c->sent, id);
+		st_seg *g = sh_map_del(&c->sent, id) ? sh_map_get(&s->segs, id) : NULL;
+		if (g)
+			g->mapped--;
 	}
 	if (sh_mp_done(m))
 		return sh_st_reply_err(c, req, SHOAL_EBADMSG, "RELEASE: trailing bytes");
@@ -377,6 +399,20 @@ static int op_persist(st_conn *c, const sh_frame *req, sh_mp *m)
 				c, req, SHOAL_ENOENT,
 				"PERSIST: object %016" PRIx64 " was deleted meanwhile", id);
 		o->global = true;
+	}
+	if (!o->persistent && s->state && o->spilled) {
+		/* its file is written from its bytes: back from the spill first */
+		uint64_t id = o->id;
+		o->refs++;
+		rc = sh_st_restore(s, o, c->why, sizeof(c->why));
+		sh_st_obj_unref(s, o, 1);
+		if (rc)
+			return sh_st_reply_err(c, req, rc == SHOAL_EBADMSG ? SHOAL_EIO : rc,
+					       "PERSIST: bringing it back from disk: %s", c->why);
+		if (!(o = sh_map_get(&s->objs, id)) || o->deleted)
+			return sh_st_reply_err(
+				c, req, SHOAL_ENOENT,
+				"PERSIST: object %016" PRIx64 " was deleted meanwhile", id);
 	}
 	if (!o->persistent && s->state &&
 	    (rc = sh_st_persist_obj(s, o, o->name, o->name ? strlen(o->name) : 0, c->why,
@@ -511,7 +547,8 @@ static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
 	shoal_store_stat st = {0}; /* the layer above's figures */
 	if (s->hooks.stat)
 		s->hooks.stat(s->hooks.ctx, &st);
-	msgpack_pack_array(&pk, 19);
+	sh_st_spill_stat(s, &st);
+	msgpack_pack_array(&pk, 28);
 	msgpack_pack_uint64(&pk, s->capacity);
 	msgpack_pack_uint64(&pk, s->used);
 	msgpack_pack_uint64(&pk, s->nobjs);
@@ -533,6 +570,11 @@ static int op_stat(st_conn *c, const sh_frame *req, sh_mp *m)
 	size_t wl = strlen(s->pages.why);
 	msgpack_pack_str(&pk, wl);
 	msgpack_pack_str_body(&pk, s->pages.why, wl);
+	const uint64_t spill[9] = {st.spill_objects,  st.spill_bytes,	st.spill_file_bytes,
+				   st.spilled,	      st.spilled_bytes, st.restored,
+				   st.restored_bytes, st.spill_rate,	st.restore_rate};
+	for (int i = 0; i < 9; i++)
+		msgpack_pack_uint64(&pk, spill[i]);
 	return sh_st_reply_ok(c, req, &pk);
 }
 

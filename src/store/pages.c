@@ -2,6 +2,7 @@
  * system allows (the hugetlb pool, shmem's THP setting), making segments
  * on it, and faulting huge ones in at once. */
 #include "store/pages.h"
+#include "fiber/waitq.h"
 #include "shm/shm.h"
 
 #include <errno.h>
@@ -255,19 +256,14 @@ typedef struct seg_job {
 	const sh_pages *p;
 	const char *name;
 	uint64_t size, got;
-	int fd, rc, efd;
+	int fd, rc;
 	shoal_pages kind;
 } seg_job;
 
-static void *seg_main(void *arg)
+static void seg_main(void *arg)
 {
 	seg_job *j = arg;
-	pthread_setname_np(pthread_self(), "shoal-pages");
 	j->rc = sh_pages_segment(j->p, j->name, j->size, &j->fd, &j->got, &j->kind);
-	uint64_t one = 1;
-	while (write(j->efd, &one, sizeof(one)) < 0 && errno == EINTR)
-		;
-	return NULL;
 }
 
 int sh_pages_segment_aside(const sh_pages *p, const char *name, uint64_t size, int *fd,
@@ -276,21 +272,7 @@ int sh_pages_segment_aside(const sh_pages *p, const char *name, uint64_t size, i
 	if (p->kind == SHOAL_PAGES_4K || size < SH_HUGE_MIN)
 		return sh_pages_segment(p, name, size, fd, got_size, kind); /* no pages now */
 	seg_job j = {.p = p, .name = name, .size = size, .fd = -1};
-	pthread_t th;
-	if ((j.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
-	    pthread_create(&th, NULL, seg_main, &j) != 0) {
-		if (j.efd >= 0)
-			close(j.efd);
-		return sh_pages_segment(p, name, size, fd, got_size, kind); /* here, then */
-	}
-	int w;
-	uint64_t v;
-	while ((w = shoal_fd_wait(j.efd, SHOAL_FD_IN, SHOAL_FOREVER, NULL)) == 0 &&
-	       read(j.efd, &v, sizeof(v)) != (ssize_t)sizeof(v))
-		;
-	pthread_join(th, NULL); /* at once, but for a cancel (the store stops) */
-	shoal_fd_forget(j.efd);
-	close(j.efd);
+	int w = sh_run_aside("shoal-pages", seg_main, &j);
 	if (w != 0) {
 		if (j.rc == 0)
 			close(j.fd);

@@ -15,9 +15,13 @@
  *           [name|nil, flags, node, owner]  (sealed for the connection whose
  *                                            CLAIM gave owner, which owns it)
  *   ABORT   [segment]                   (no reply)
- *   GET     [id | name]                 -> [id, signature, [[segment, size]...], node]
+ *   GET     [id | name]                 -> [id, signature, [[segment, size]...], reply
+ *                                              flags, node]
  *                                          the segments new to this connection,
- *                                          their descriptors after the reply
+ *                                          their descriptors after the reply;
+ *                                          SH_GET_SHORT: memory is short (the
+ *                                          store spills), keep no segment mapped
+ *                                          idle: it pins what could spill
  *           [id | name, flags]             flags SH_GET_LOCAL: only this store's
  *                                          objects; of one elsewhere in the
  *                                          cluster the error says where
@@ -76,6 +80,7 @@ enum {
 };
 
 enum { SH_GET_LOCAL = 1 };
+enum { SH_GET_SHORT = 1 }; /* a GET reply's flags */
 
 #define SH_STORE_RING_CAP (1u << 20) /* data bytes per direction */
 /* Blobs up to this size travel inside the seal request and are copied

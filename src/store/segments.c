@@ -37,9 +37,12 @@ bool sh_store_make_room(shoal_store *s, uint64_t bytes, bool local)
 			    (!victim || o->last_get < victim->last_get))
 				victim = o;
 		}
-		if (!victim) /* local puts come first: copies on their way give way */
-			return local && s->hooks.yield_room &&
-			       s->hooks.yield_room(s->hooks.ctx, bytes);
+		/* then cold objects go to disk; local puts come first: copies on
+		 * their way give way */
+		if (!victim)
+			return sh_st_spill_room(s, bytes) ||
+			       (local && s->hooks.yield_room &&
+				s->hooks.yield_room(s->hooks.ctx, bytes));
 		sh_debug("store", "copy %016" PRIx64 " (%" PRIu64 " bytes) evicted for room",
 			 victim->id, victim->bytes);
 		sh_st_obj_delete(s, victim);
@@ -79,6 +82,7 @@ static void obj_shell_free(st_obj *o)
 void sh_st_obj_free(shoal_store *s, st_obj *o)
 {
 	sh_st_name_unbind(s, o);
+	sh_st_spill_forget(s, o);
 	if (o->creator)
 		sh_map_del(&o->creator->created, o->id);
 	for (uint32_t i = 0; i < o->nsegs; i++)
@@ -306,6 +310,20 @@ static int place_blobs(seal_ctx *x, shoal_node *n, char *why, size_t whylen)
 	return 0;
 }
 
+/* The arena's bytes a tree's inline blobs will take. */
+static uint64_t inline_need(const shoal_node *n)
+{
+	uint64_t need = 0;
+	for (uint32_t i = 0; i < n->nblobs; i++)
+		if (n->blobs[i].inline_data)
+			need += 1ull
+				<< (sh_st_arena_class(n->blobs[i].size ? n->blobs[i].size : 1) +
+				    ARENA_MIN_CLASS);
+	for (uint32_t i = 0; i < n->nmembers; i++)
+		need += inline_need(n->members[i]);
+	return need;
+}
+
 /* o's stored encoding and type, from its tree (blobs placed). */
 static int obj_set_tree(st_obj *o, const shoal_node *root, char *why, size_t whylen)
 {
@@ -360,6 +378,11 @@ int sh_st_op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	char *why = c->why;
 	why[0] = 0;
 	int rc = sh_node_decode(m, &a, &root, why, sizeof(c->why));
+	/* Room for its small blobs, before anything of the store is looked
+	 * up: making it may wait for cold objects to spill. */
+	uint64_t need = rc == 0 ? inline_need(root) : 0;
+	if (need > s->capacity - s->used)
+		sh_store_make_room(s, need, true);
 	/* made for another connection, which owns it from now on */
 	st_conn *owner = c;
 	uint64_t token = 0;
@@ -447,6 +470,7 @@ int sh_st_op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	}
 	o->id = pre_id ? pre_id : s->instance | s->next_id++;
 	o->sig = o->id;
+	o->last_get = shoal_now_ns(); /* made counts as used, for what spills first */
 	o->global = pre_id != 0;
 	o->bytes = sh_node_bytes(root);
 	sh_bump_fini(&a);
@@ -486,6 +510,7 @@ int sh_st_op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 			return sh_st_reply_err(c, req, SHOAL_ENOMEM, "SEAL: out of memory");
 		}
 	}
+	sh_st_spill_check(s);
 	/* The next put is likely of this size: its spare is made now that
 	 * this one's copy is done (not during it, which it would slow). */
 	for (uint32_t i = 0; s->spares && i < o->nsegs; i++)
@@ -533,27 +558,18 @@ int sh_st_restore_fits(void *arg, uint32_t nsegs, const uint64_t *sizes, char *w
 	return 0;
 }
 
-/* Serves a tree whose blobs are inline (copied into the arena) or lie in
- * nsegs sealed files (fds, sizes), named [index + 1, offset, size], as
- * the persistent object id with signature sig: checked as a seal request
- * is, within --size and the descriptor budget. On success *out is the
- * object and the descriptors are the store's; on failure they stay the
- * caller's. For objects that come from outside a client's connection: a
- * state file read back, a copy migrated from another host. */
-int sh_store_adopt(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *root, uint32_t nsegs,
-		   const int *fds, const uint64_t *sizes, st_obj **out, char *why, size_t whylen)
+/* Gives o the bytes of root: its blobs inline (copied into the arena) or
+ * in nsegs sealed files (fds, sizes), named [index + 1, offset, size],
+ * checked as a seal request is, within --size and the descriptor budget;
+ * o's segments, arena slots, meta, type and bytes are set. On failure
+ * nothing is left of it and the descriptors stay the caller's. */
+static int obj_fill(shoal_store *s, st_obj *o, shoal_node *root, uint32_t nsegs, const int *fds,
+		    const uint64_t *sizes, char *why, size_t whylen)
 {
 	sh_map regions = {0};
 	st_seg **segs = nsegs ? shoal_alloc(nsegs * sizeof(*segs)) : NULL;
 	seal_ctx x = {.s = s, .regions = &regions};
-	st_obj *o = NULL;
-	int rc = 0;
-	if (nsegs && !segs)
-		rc = SHOAL_ENOMEM;
-	if (rc == 0 && (id == 0 || sh_map_get(&s->objs, id))) {
-		snprintf(why, whylen, "object %016" PRIx64 " is here already", id);
-		rc = SHOAL_EEXIST;
-	}
+	int rc = nsegs && !segs ? SHOAL_ENOMEM : 0;
 	if (rc == 0)
 		rc = sh_st_restore_fits(s, nsegs, sizes, why, whylen);
 	uint32_t made = 0;
@@ -581,14 +597,10 @@ int sh_store_adopt(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *root, 
 		snprintf(why, whylen, "%u segments, of which blobs use %u", nsegs, x.nsegs);
 		rc = SHOAL_EBADMSG;
 	}
-	if (rc == 0 && !(o = SH_NEW(st_obj)))
-		rc = SHOAL_ENOMEM;
 	if (rc == 0) {
 		blobs_from_state(root, segs);
 		rc = obj_set_tree(o, root, why, whylen);
 	}
-	if (rc == 0 && sh_map_put(&s->objs, id, o) != 0)
-		rc = SHOAL_ENOMEM;
 	if (rc != 0) {
 		for (uint32_t i = 0; i < x.narena; i++)
 			sh_st_arena_free(s, x.arena[i] >> 8, (int)(x.arena[i] & 0xff));
@@ -601,13 +613,8 @@ int sh_store_adopt(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *root, 
 			shoal_free(x.arena, x.cap_arena * 8);
 		if (x.segs)
 			shoal_free(x.segs, x.cap_segs * sizeof(st_seg *));
-		if (o)
-			obj_shell_free(o);
 	} else {
-		o->id = id;
-		o->sig = sig;
 		o->bytes = sh_node_bytes(root);
-		o->persistent = true;
 		o->segs = x.segs;
 		o->nsegs = x.nsegs;
 		o->cap_segs = x.cap_segs;
@@ -616,11 +623,75 @@ int sh_store_adopt(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *root, 
 		o->cap_arena = x.cap_arena;
 		for (uint32_t i = 0; i < x.nsegs; i++)
 			x.segs[i]->owner = o;
-		s->nobjs++;
-		*out = o;
 	}
 	sh_map_fini(&regions);
 	if (segs)
 		shoal_free(segs, nsegs * sizeof(*segs));
 	return rc;
+}
+
+/* Serves such a tree as the persistent object id with signature sig: on
+ * success *out is the object and the descriptors are the store's. For
+ * objects that come from outside a connection: a state file read back, a
+ * copy migrated from another host. */
+int sh_store_adopt(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *root, uint32_t nsegs,
+		   const int *fds, const uint64_t *sizes, st_obj **out, char *why, size_t whylen)
+{
+	if (id == 0 || sh_map_get(&s->objs, id)) {
+		snprintf(why, whylen, "object %016" PRIx64 " is here already", id);
+		return SHOAL_EEXIST;
+	}
+	st_obj *o = SH_NEW(st_obj);
+	if (!o || sh_map_put(&s->objs, id, o) != 0) {
+		if (o)
+			SH_DELETE(o);
+		snprintf(why, whylen, "out of memory");
+		return SHOAL_ENOMEM;
+	}
+	int rc = obj_fill(s, o, root, nsegs, fds, sizes, why, whylen);
+	if (rc) {
+		sh_map_del(&s->objs, id);
+		obj_shell_free(o);
+		return rc;
+	}
+	o->id = id;
+	o->sig = sig;
+	o->persistent = true;
+	o->last_get = shoal_now_ns();
+	s->nobjs++;
+	*out = o;
+	return 0;
+}
+
+int sh_st_obj_load(shoal_store *s, st_obj *o, shoal_node *root, uint32_t nsegs, const int *fds,
+		   const uint64_t *sizes, char *why, size_t whylen)
+{
+	SH_ASSERT(o->nsegs == 0 && o->narena == 0);
+	if (o->meta)
+		shoal_free(o->meta, o->meta_cap);
+	o->meta = NULL;
+	o->meta_len = o->meta_cap = 0;
+	/* its type stays where it was: what a layer above holds of it */
+	char *type = o->type;
+	o->type = NULL;
+	int rc = obj_fill(s, o, root, nsegs, fds, sizes, why, whylen);
+	if (o->type)
+		shoal_free(o->type, strlen(o->type) + 1);
+	o->type = type;
+	return rc;
+}
+
+void sh_st_obj_unload(shoal_store *s, st_obj *o)
+{
+	for (uint32_t i = 0; i < o->nsegs; i++)
+		sh_st_seg_free(s, o->segs[i]);
+	for (uint32_t i = 0; i < o->narena; i++)
+		sh_st_arena_free(s, o->arena[i] >> 8, (int)(o->arena[i] & 0xff));
+	if (o->segs)
+		shoal_free(o->segs, o->cap_segs * sizeof(*o->segs));
+	if (o->arena)
+		shoal_free(o->arena, o->cap_arena * sizeof(*o->arena));
+	o->segs = NULL;
+	o->arena = NULL;
+	o->nsegs = o->narena = o->cap_segs = o->cap_arena = 0;
 }

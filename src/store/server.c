@@ -96,6 +96,12 @@ static void conn_drop(st_conn *c)
 		sh_st_region_drop(c, val);
 	}
 	sh_map_fini(&c->regions);
+	it = 0;
+	while (sh_map_next(&c->sent, &it, &key, &val)) {
+		st_seg *g = sh_map_get(&s->segs, key);
+		if (g)
+			g->mapped--;
+	}
 	sh_map_fini(&c->sent);
 }
 
@@ -329,6 +335,8 @@ static int server_start(void *arg)
 	if (rc == 0 &&
 	    (rc = shoal_spawn(&s->mail, mail_main, s, &(shoal_fiber_opts){.name = "store-mail"})))
 		sh_error("store", "mail fiber: %s", shoal_strerror(rc));
+	if (rc == 0 && (rc = sh_st_spill_start(s)) != 0)
+		sh_error("store", "spill fiber: %s", shoal_strerror(rc));
 	if (rc == 0 && s->hooks.serve && (rc = s->hooks.serve(s->hooks.ctx)) != 0)
 		sh_error("store", "what extends the store: %s", shoal_strerror(rc));
 	return rc;
@@ -339,6 +347,8 @@ static void server_stop(void *arg)
 	shoal_store *s = arg;
 	s->stopping = true;
 	sh_listener_close(&s->listener);
+	/* before the connections: a create waiting for room wakes and fails */
+	sh_st_spill_stop(s);
 	/* what extends the store ends first (the registry's and transfers'
 	 * threads), and then the connections (whose requests may wait on
 	 * them): all post to the mail fiber, which goes last */
@@ -402,28 +412,19 @@ static int blobs_for_state(shoal_store *s, const st_obj *o, shoal_node *n)
 	return 0;
 }
 
-/* Writes persistent object o, named name (or not), into the state
- * directory: its tree with the arena's blobs inline and its segments
- * numbered in the order of o->segs (state.h). */
-int sh_st_persist_obj(shoal_store *s, st_obj *o, const char *name, size_t name_len, char *why,
-		      size_t whylen)
+int sh_st_obj_record(shoal_store *s, st_obj *o, const char *name, size_t name_len, sh_wbuf *w,
+		     int *fds, uint64_t *sizes, char *why, size_t whylen)
 {
 	sh_bump a = {0};
 	shoal_node *root;
 	sh_mp m;
 	sh_mp_init(&m, o->meta, o->meta_len);
 	int rc = sh_node_decode(&m, &a, &root, why, whylen);
-	int *fds = o->nsegs ? shoal_alloc(o->nsegs * sizeof(int)) : NULL;
-	uint64_t *sizes = o->nsegs ? shoal_alloc(o->nsegs * sizeof(uint64_t)) : NULL;
-	if (rc == 0 && o->nsegs && (!fds || !sizes))
-		rc = SHOAL_ENOMEM;
 	if (rc == 0)
 		rc = blobs_for_state(s, o, root);
-	sh_wbuf w;
-	sh_wbuf_init(&w);
 	if (rc == 0) {
 		msgpack_packer pk;
-		sh_wbuf_packer(&w, &pk);
+		sh_wbuf_packer(w, &pk);
 		msgpack_pack_array(&pk, 2);
 		if (name) {
 			msgpack_pack_str(&pk, name_len);
@@ -431,14 +432,35 @@ int sh_st_persist_obj(shoal_store *s, st_obj *o, const char *name, size_t name_l
 		} else
 			msgpack_pack_nil(&pk);
 		sh_node_pack(&pk, root);
-		if (w.err)
+		if (w->err) {
 			rc = SHOAL_ENOMEM;
-	}
-	if (rc == 0) {
-		for (uint32_t i = 0; i < o->nsegs; i++) {
-			fds[i] = o->segs[i]->fd;
-			sizes[i] = o->segs[i]->size;
+			snprintf(why, whylen, "out of memory packing object %016" PRIx64, o->id);
 		}
+	}
+	for (uint32_t i = 0; rc == 0 && i < o->nsegs; i++) {
+		fds[i] = o->segs[i]->fd;
+		sizes[i] = o->segs[i]->size;
+	}
+	sh_bump_fini(&a);
+	return rc;
+}
+
+/* Writes persistent object o, named name (or not), into the state
+ * directory. */
+int sh_st_persist_obj(shoal_store *s, st_obj *o, const char *name, size_t name_len, char *why,
+		      size_t whylen)
+{
+	int *fds = o->nsegs ? shoal_alloc(o->nsegs * sizeof(int)) : NULL;
+	uint64_t *sizes = o->nsegs ? shoal_alloc(o->nsegs * sizeof(uint64_t)) : NULL;
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	int rc = o->nsegs && (!fds || !sizes) ? SHOAL_ENOMEM : 0;
+	if (rc)
+		snprintf(why, whylen, "out of memory writing object %016" PRIx64 " to the state",
+			 o->id);
+	if (rc == 0)
+		rc = sh_st_obj_record(s, o, name, name_len, &w, fds, sizes, why, whylen);
+	if (rc == 0) {
 		sh_state_rec r = {.id = o->id,
 				  .sig = o->sig,
 				  .meta = w.p,
@@ -448,12 +470,8 @@ int sh_st_persist_obj(shoal_store *s, st_obj *o, const char *name, size_t name_l
 				  .seg_sizes = sizes};
 		rc = sh_state_write(s->state, &r, why, whylen);
 		o->gen = r.gen;
-	} else if (rc == SHOAL_ENOMEM) {
-		snprintf(why, whylen, "out of memory writing object %016" PRIx64 " to the state",
-			 o->id);
 	}
 	sh_wbuf_fini(&w);
-	sh_bump_fini(&a);
 	if (fds)
 		shoal_free(fds, o->nsegs * sizeof(int));
 	if (sizes)
@@ -561,6 +579,7 @@ static void store_free(shoal_store *s)
 			break;
 		sh_st_seg_free(s, val);
 	}
+	sh_st_spill_close(s);
 	sh_state_close(s->state);
 	sh_spares_stop(s->spares);
 	sh_map_fini(&s->objs);
@@ -629,6 +648,8 @@ int sh_store_create(shoal_store **out, const shoal_store_opts *opts)
 		sh_pages_warm(&s->pages, s->capacity);
 	if (rc == 0 && s->opts.state_dir)
 		rc = open_state(s);
+	if (rc == 0 && s->opts.spill_dir)
+		rc = sh_st_spill_open(s);
 	if (rc == 0 && (s->stop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
 		rc = shoal_errno();
 	if (rc == 0 && (s->mail_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)

@@ -12,6 +12,7 @@
 #include "store/extend.h"
 #include "store/node.h"
 #include "store/pages.h"
+#include "store/spill.h"
 #include "wire/wire.h"
 #include "fiber/waitq.h"
 
@@ -40,6 +41,7 @@ typedef struct st_seg {
 	uint64_t charged; /* what counts against the capacity: size in pages */
 	st_conn *creator; /* while unsealed */
 	st_obj *owner;
+	uint32_t mapped; /* connections that have its descriptor (their sent) */
 } st_seg;
 
 struct st_obj {
@@ -63,6 +65,13 @@ struct st_obj {
 	uint64_t gen;	   /* with a state directory: when its file was written */
 	st_conn *creator;  /* NULL once persistent or the creator is gone */
 	st_obj *name_next; /* objects whose names share a hash */
+	/* With a spill directory (spilling.c): its record there (spill.len 0:
+	 * none; a persistent object's is its state file), and whether its
+	 * bytes are there only (segs and arena then empty; meta kept, its
+	 * blobs' places stale). busy: being spilled or restored. */
+	sh_spill_loc spill;
+	uint32_t spill_nsegs; /* segments in that record */
+	bool spilled, busy, in_state;
 };
 
 struct st_conn {
@@ -109,13 +118,14 @@ struct shoal_store {
 	size_t arena_size, arena_bump;
 	sh_ptrstack arena_free[ARENA_CLASSES];
 	uint64_t capacity, used, nobjs, nnames, nclients, pending;
-	uint64_t incoming;	  /* room held by copies on their way here (within used) */
-	st_conn *conns;		  /* their links are shut at the stop */
-	shoal_fiber *mail;	  /* runs what other threads post (sh_store_post) */
-	sh_listener listener;	  /* accepts them; their fibers are its group's */
-	struct sh_state *state;	  /* the state directory, or NULL */
-	struct sh_spares *spares; /* NULL: none */
-	sh_pages pages;		  /* what large segments live on */
+	uint64_t incoming;	    /* room held by copies on their way here (within used) */
+	st_conn *conns;		    /* their links are shut at the stop */
+	shoal_fiber *mail;	    /* runs what other threads post (sh_store_post) */
+	sh_listener listener;	    /* accepts them; their fibers are its group's */
+	struct sh_state *state;	    /* the state directory, or NULL */
+	struct sh_spares *spares;   /* NULL: none */
+	sh_pages pages;		    /* what large segments live on */
+	struct sh_spiller *spiller; /* spilling.c, or NULL: no spill directory */
 	bool stopping;
 	/* the mailbox of other threads (sh_store_post) */
 	pthread_mutex_t mail_mu;
@@ -151,6 +161,48 @@ int sh_st_name_global(shoal_store *s, st_obj *o, const char *name, size_t nl, bo
 int sh_st_op_name(st_conn *c, const sh_frame *req, sh_mp *m);
 int sh_store_adopt(shoal_store *s, uint64_t id, uint64_t sig, shoal_node *root, uint32_t nsegs,
 		   const int *fds, const uint64_t *sizes, st_obj **out, char *why, size_t whylen);
+
+/* Serves o's tree and segments (fds, sizes: nsegs sealed files, blobs
+ * named [index + 1, offset, size]; inline ones copied into the arena) as
+ * o's bytes, o already known to the store but holding none (spilled):
+ * checked as a seal is, within --size. On failure the descriptors stay the
+ * caller's. */
+int sh_st_obj_load(shoal_store *s, st_obj *o, shoal_node *root, uint32_t nsegs, const int *fds,
+		   const uint64_t *sizes, char *why, size_t whylen);
+/* o's record (record.h) for a file: meta [name | nil, node] in *w with the
+ * arena's blobs inline and segments numbered in the order of o->segs;
+ * fds and sizes (o->nsegs each) its segments'. */
+int sh_st_obj_record(shoal_store *s, st_obj *o, const char *name, size_t name_len, sh_wbuf *w,
+		     int *fds, uint64_t *sizes, char *why, size_t whylen);
+/* Frees the bytes of o (segments, arena slots), keeping the object. */
+void sh_st_obj_unload(shoal_store *s, st_obj *o);
+
+/* ---- spilling (spilling.c) ---- */
+
+/* Opens the spill directory (opts.spill_dir); the spiller fiber starts
+ * with the server's thread and stops with it. */
+int sh_st_spill_open(shoal_store *s);
+int sh_st_spill_start(shoal_store *s);
+void sh_st_spill_stop(shoal_store *s);
+void sh_st_spill_close(shoal_store *s);
+/* Spills cold objects until bytes more fit --size: true when they do.
+ * From a fiber: waits for the spiller (other fibers run meanwhile, so the
+ * caller looks at what it holds again after). */
+bool sh_st_spill_room(shoal_store *s, uint64_t bytes);
+/* Whether memory is short: use past the high mark, objects on disk that a
+ * get would bring back, or a last spill that found nothing it could write.
+ * Clients are told then to keep nothing mapped idle, which would pin it. */
+bool sh_st_spill_short(const shoal_store *s);
+/* After use grew: starts the spiller when use is past the high mark. */
+void sh_st_spill_check(shoal_store *s);
+/* Brings spilled o, which the caller holds, back into memory. From a
+ * fiber: waits (the disk's time). A record that fails its checks is never
+ * served: SHOAL_EBADMSG, and the caller deletes o. */
+int sh_st_restore(shoal_store *s, st_obj *o, char *why, size_t whylen);
+/* o is being freed: its record is dropped. */
+void sh_st_spill_forget(shoal_store *s, st_obj *o);
+/* The spill's figures for STAT. */
+void sh_st_spill_stat(shoal_store *s, shoal_store_stat *st);
 
 /* ---- the loop (server.c) ---- */
 

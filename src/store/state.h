@@ -4,13 +4,7 @@
  * without a state directory); each file is a copy written when the object
  * becomes persistent, removed when it is deleted, and read back at start.
  *
- * A file, ID.obj (the id in 16 hex digits):
- *   header   64 bytes: "SHOALST1", version, nsegs, id, signature,
- *            generation, meta_len, hash of the rest, hash of the header
- *   table    nsegs sizes (u64, little-endian as every field)
- *   meta     msgpack [name | nil, node]; the node's small blobs inline
- *            (bin), its large ones [segment index (1..nsegs), offset, size]
- *   segments each at the next 4096-byte boundary, nsegs of them
+ * A file, ID.obj (the id in 16 hex digits), is one record (record.h).
  * It is written to .ID.obj.tmp, synced, and renamed: whole or absent.
  * The directory is as hostile as a client: every file is checked (owner,
  * kind, size, hashes), and its metadata goes through the decoder of seal
@@ -18,23 +12,9 @@
 #ifndef SHOAL_STORE_STATE_H
 #define SHOAL_STORE_STATE_H
 
-#include "shoal_impl.h"
+#include "store/record.h"
 
 typedef struct sh_state sh_state;
-
-/* An object as it is written, or as it was read back. */
-typedef struct sh_state_rec {
-	uint64_t id, sig;
-	/* CLOCK_REALTIME ns at the write: of two files naming one object, the
-	 * newer wins (a replace that stopped between its two steps) */
-	uint64_t gen;
-	const unsigned char *meta;
-	size_t meta_len;
-	uint32_t nsegs;
-	int *seg_fds; /* sealed memfds; read back: the callback takes them */
-	uint64_t *seg_sizes;
-	char file[40]; /* its name in the directory */
-} sh_state_rec;
 
 /* Opens the state directory dir, making it (0700) if missing, and locks it
  * against a second store. SHOAL_EACCES unless it is a directory (not a
@@ -42,11 +22,19 @@ typedef struct sh_state_rec {
  * another store holds it. why says which. */
 int sh_state_open(const char *dir, sh_state **out, char *why, size_t whylen);
 void sh_state_close(sh_state *st);
+/* The checks and the lock of sh_state_open for any directory of a store's
+ * files (what names it in why: "spill directory"): *dfd opened on it. */
+int sh_state_dir_open(const char *dir, const char *what, int *dfd, char *why, size_t whylen);
 const char *sh_state_dir(const sh_state *st);
 
 /* Writes r (r->gen is set here) as its file, replacing nothing: whole or
  * not at all. Blocks on the copy of every segment and on fsync. */
 int sh_state_write(sh_state *st, sh_state_rec *r, char *why, size_t whylen);
+/* Reads the file of object id back into r (its arrays with room for the
+ * segments the object had when it was written), every byte checked as at start; x makes the
+ * segments. Blocks on the reads. */
+int sh_state_read(sh_state *st, uint64_t id, sh_rec_reader *x, sh_state_rec *r, char *why,
+		  size_t whylen);
 /* Removes the file of object id (logged when that fails). */
 void sh_state_remove(sh_state *st, uint64_t id);
 

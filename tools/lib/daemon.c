@@ -174,6 +174,8 @@ static void daemon_usage(FILE *f)
 		"usage: %s [--socket PATH] [--size BYTES] [--reserve] [--spares BYTES]\n"
 		"          [--huge-pages]\n"
 		"          [--group GROUP] [--state-dir DIR]\n"
+		"          [--spill-dir DIR [--spill-limit BYTES] [--spill-high F] [--spill-low "
+		"F]]\n"
 		"          [--peer HOST:PORT [--peer-no-encrypt] [--peer-min-rate R]\n"
 		"           [--peer-room BYTES]\n"
 		"           [--meta local|etcd://HOST:PORT[,...] [--cluster NAME] [--lease-ttl "
@@ -201,6 +203,15 @@ static void daemon_usage(FILE *f)
 		"                   the log says which (default: 4 KiB pages)\n"
 		"  --state-dir DIR  keep persistent objects in DIR (made 0700; on tmpfs,\n"
 		"                   e.g. /dev/shm/NAME) and serve them again after a restart\n"
+		"  --spill-dir DIR  when memory runs short, write cold objects (no client\n"
+		"                   holds them; least recently got first) to files in DIR, on\n"
+		"                   a disk (made 0700; tmpfs refused), and bring each back at\n"
+		"                   its next get; emptied at start (persistent objects\n"
+		"                   outlive a restart through --state-dir)\n"
+		"  --spill-limit BYTES  the most bytes of spill files (default: the disk's)\n"
+		"  --spill-high F   start spilling past this fraction of --size (default 0.8)\n"
+		"  --spill-low F    and spill down to this one (default: high - 0.1)\n"
+		"  --spill-any-fs   accept a --spill-dir on tmpfs or ramfs (tests)\n"
 		"  --group GROUP    also admit processes of this group (name or gid); the\n"
 		"                   socket is then 0660, else 0600\n"
 		"  --peer H:P       also serve other hosts' stores on TCP (they copy objects\n"
@@ -275,6 +286,11 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 					     {"huge-pages", no_argument, NULL, 'H'},
 					     {"group", required_argument, NULL, 'g'},
 					     {"state-dir", required_argument, NULL, 'd'},
+					     {"spill-dir", required_argument, NULL, 'D'},
+					     {"spill-limit", required_argument, NULL, 'l'},
+					     {"spill-high", required_argument, NULL, 'I'},
+					     {"spill-low", required_argument, NULL, 'w'},
+					     {"spill-any-fs", no_argument, NULL, 'A'},
 					     {"tasks", required_argument, NULL, 't'},
 					     {"peer", required_argument, NULL, 'p'},
 					     {"peer-no-encrypt", no_argument, NULL, 'P'},
@@ -322,6 +338,32 @@ int sh_daemon_main(const char *prog, int argc, char **argv)
 		}
 		case 'd':
 			o.state_dir = v;
+			break;
+		case 'D':
+			o.spill_dir = v;
+			break;
+		case 'l':
+			if (sh_tools_parse_size(v, &o.spill_limit) != 0 || o.spill_limit < 4096)
+				sh_cli_fail(&cli,
+					    "--spill-limit '%s': expected a byte count of at least "
+					    "4096, like 64G",
+					    v);
+			break;
+		case 'I':
+		case 'w': {
+			char *end;
+			double f = strtod(v, &end);
+			if (*end || end == v || !(f > 0 && f <= 1))
+				sh_cli_fail(
+					&cli,
+					"--spill-%s '%s': expected a fraction of --size, above 0 "
+					"and at most 1, like 0.8",
+					opt == 'I' ? "high" : "low", v);
+			*(opt == 'I' ? &o.spill_high : &o.spill_low) = f;
+			break;
+		}
+		case 'A':
+			o.spill_any_fs = true;
 			break;
 		case 'g': {
 			char *end;

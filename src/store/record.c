@@ -1,0 +1,250 @@
+/* The record of one object in a file (the format is in record.h): its
+ * writing from a store's memfds, and its reading back into fresh ones, with
+ * every byte checked. Shared by the state directory and the spill
+ * directory, on whatever thread does their I/O. */
+#include "store/record.h"
+#include "store/proto.h"
+#include "shm/shm.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define MAGIC "SHOALST1"
+#define VERSION 1
+#define PAGE 4096u
+/* An object's metadata: what a get may return, plus its inline blobs. */
+#define META_MAX ((uint64_t)SH_STORE_REPLY_MAX + SH_STORE_INLINE_TOTAL)
+/* The piece a segment is written or read in: large enough that the disk
+ * streams, small enough that it is still in the cache when it is hashed. */
+#define PIECE ((size_t)8 << 20)
+
+static uint64_t page_up(uint64_t v)
+{
+	return (v + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+	memcpy(p, &v, 8); /* the format is little-endian, as every host we build for */
+}
+
+static uint64_t load64(const unsigned char *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+uint64_t sh_rec_len(const sh_state_rec *r, bool tight)
+{
+	uint64_t n = SH_REC_HDR + (uint64_t)r->nsegs * 8 + r->meta_len;
+	if (tight && r->nsegs == 0)
+		return n;
+	n = page_up(n);
+	for (uint32_t i = 0; i < r->nsegs; i++)
+		n += page_up(r->seg_sizes[i]);
+	return n;
+}
+
+/* Writes len bytes of the sealed memfd sfd at off of fd, hashing them
+ * into *x on the way (mapped: it cannot change). */
+static int write_seg(int fd, uint64_t off, int sfd, uint64_t len, sh_hash *x)
+{
+	unsigned char *p = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, sfd, 0);
+	if (p == MAP_FAILED)
+		return shoal_errno();
+	int rc = 0;
+	for (uint64_t done = 0; rc == 0 && done < len; done += PIECE) {
+		size_t n = len - done < PIECE ? (size_t)(len - done) : PIECE;
+		sh_hash64_add(x, p + done, n);
+		rc = sh_fd_pwrite_all(fd, p + done, n, off + done);
+	}
+	munmap(p, len);
+	return rc;
+}
+
+int sh_rec_write(int fd, uint64_t off, const sh_state_rec *r, bool tight)
+{
+	size_t tlen = (size_t)r->nsegs * 8, head = SH_REC_HDR + tlen + r->meta_len;
+	unsigned char *b = shoal_alloc(head);
+	if (!b)
+		return SHOAL_ENOMEM;
+	for (uint32_t i = 0; i < r->nsegs; i++)
+		put64(b + SH_REC_HDR + 8 * i, r->seg_sizes[i]);
+	memcpy(b + SH_REC_HDR + tlen, r->meta, r->meta_len);
+	uint64_t h = sh_hash64(b + SH_REC_HDR, tlen, 0);
+	h = sh_hash64(r->meta, r->meta_len, h);
+	int rc = sh_fd_pwrite_all(fd, b + SH_REC_HDR, tlen + r->meta_len, off + SH_REC_HDR);
+	uint64_t at = off + page_up(head), wend = off + head;
+	for (uint32_t i = 0; rc == 0 && i < r->nsegs; i++) {
+		sh_hash x;
+		sh_hash64_begin(&x, r->seg_sizes[i], h);
+		rc = write_seg(fd, at, r->seg_fds[i], r->seg_sizes[i], &x);
+		h = sh_hash64_end(&x);
+		wend = at + r->seg_sizes[i];
+		at += page_up(r->seg_sizes[i]);
+	}
+	/* the padding a reader expects (a hole where nothing was written) */
+	uint64_t end = off + sh_rec_len(r, tight);
+	if (rc == 0 && end > wend) {
+		unsigned char z = 0;
+		rc = sh_fd_pwrite_all(fd, &z, 1, end - 1);
+	}
+	/* The header last: a record cut short has none that holds. */
+	if (rc == 0) {
+		unsigned char *hd = b;
+		memset(hd, 0, SH_REC_HDR);
+		memcpy(hd, MAGIC, 8);
+		uint32_t v = VERSION, ns = r->nsegs;
+		memcpy(hd + 8, &v, 4);
+		memcpy(hd + 12, &ns, 4);
+		put64(hd + 16, r->id);
+		put64(hd + 24, r->sig);
+		put64(hd + 32, r->gen);
+		put64(hd + 40, r->meta_len);
+		put64(hd + 48, h);
+		put64(hd + 56, sh_hash64(hd, 56, 0));
+		rc = sh_fd_pwrite_all(fd, hd, SH_REC_HDR, off);
+	}
+	shoal_free(b, head);
+	return rc;
+}
+
+uint32_t sh_rec_nsegs(const unsigned char h[SH_REC_HDR])
+{
+	uint32_t ns;
+	memcpy(&ns, h + 12, 4);
+	return memcmp(h, MAGIC, 8) == 0 && ns <= SH_REC_SEGS_MAX ? ns : 0;
+}
+
+void sh_rec_reader_fini(sh_rec_reader *x)
+{
+	if (x->buf)
+		shoal_free(x->buf, x->cap);
+	x->buf = NULL;
+	x->cap = 0;
+}
+
+/* Reads len bytes at off of fd into a fresh segment (from x->make),
+ * hashing them into *hx as they come, and seals it: *out. Until the seal
+ * no one but us has the file, so what was hashed is what will be served. */
+static int read_seg(sh_rec_reader *x, int fd, uint64_t off, uint64_t len, sh_hash *hx, int *out)
+{
+	int sfd = -1;
+	uint64_t maplen;
+	int rc = x->make(x->ctx, len, &sfd, &maplen);
+	if (rc)
+		return rc;
+	unsigned char *p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+	if (p == MAP_FAILED) {
+		rc = shoal_errno();
+		close(sfd);
+		return rc;
+	}
+	for (uint64_t done = 0; rc == 0 && done < len; done += PIECE) {
+		size_t n = len - done < PIECE ? (size_t)(len - done) : PIECE;
+		if ((rc = sh_fd_pread_all(fd, p + done, n, off + done)) == 0)
+			sh_hash64_add(hx, p + done, n);
+	}
+	munmap(p, maplen);
+	if (rc == 0)
+		rc = sh_memfd_seal(sfd);
+	if (rc) {
+		close(sfd);
+		return rc;
+	}
+	*out = sfd;
+	return 0;
+}
+
+int sh_rec_read(sh_rec_reader *x, int fd, uint64_t off, uint64_t avail, bool exact,
+		sh_state_rec *r, char *why, size_t whylen)
+{
+	unsigned char h[SH_REC_HDR];
+	r->nsegs = 0; /* descriptors made so far */
+	if (avail < SH_REC_HDR || sh_fd_pread_all(fd, h, SH_REC_HDR, off) != 0) {
+		snprintf(why, whylen, "%" PRIu64 " bytes, shorter than a header (%d)", avail,
+			 SH_REC_HDR);
+		return SHOAL_EBADMSG;
+	}
+	uint32_t ver, nsegs;
+	memcpy(&ver, h + 8, 4);
+	memcpy(&nsegs, h + 12, 4);
+	if (memcmp(h, MAGIC, 8) != 0 || load64(h + 56) != sh_hash64(h, 56, 0) || ver != VERSION) {
+		snprintf(why, whylen,
+			 "not a record of version %d (bad magic, version or header hash)",
+			 VERSION);
+		return SHOAL_EBADMSG;
+	}
+	r->id = load64(h + 16);
+	r->sig = load64(h + 24);
+	r->gen = load64(h + 32);
+	r->meta_len = load64(h + 40);
+	if (nsegs > SH_REC_SEGS_MAX || r->meta_len > META_MAX) {
+		snprintf(why, whylen,
+			 "%u segments, %zu bytes of metadata; expected at most %u and %" PRIu64,
+			 nsegs, r->meta_len, SH_REC_SEGS_MAX, META_MAX);
+		return SHOAL_EBADMSG;
+	}
+	size_t tlen = (size_t)nsegs * 8, need = tlen + r->meta_len;
+	if (need > x->cap) {
+		void *p = shoal_alloc(need);
+		if (!p) {
+			snprintf(why, whylen, "out of memory");
+			return SHOAL_ENOMEM;
+		}
+		sh_rec_reader_fini(x);
+		x->buf = p;
+		x->cap = need;
+	}
+	if (need > avail - SH_REC_HDR ||
+	    (need && sh_fd_pread_all(fd, x->buf, need, off + SH_REC_HDR) != 0)) {
+		snprintf(why, whylen, "%" PRIu64 " bytes, shorter than its table and metadata",
+			 avail);
+		return SHOAL_EBADMSG;
+	}
+	uint64_t expect = nsegs ? page_up(SH_REC_HDR + need) : SH_REC_HDR + need;
+	for (uint32_t i = 0; i < nsegs; i++) {
+		r->seg_sizes[i] = load64(x->buf + 8 * i);
+		if (r->seg_sizes[i] == 0 || r->seg_sizes[i] > (uint64_t)INT64_MAX / 4 ||
+		    (expect += page_up(r->seg_sizes[i])) > (uint64_t)INT64_MAX / 2) {
+			snprintf(why, whylen, "segment %u of %" PRIu64 " bytes", i + 1,
+				 r->seg_sizes[i]);
+			return SHOAL_EBADMSG;
+		}
+	}
+	/* a state file (exact) is padded even without segments */
+	uint64_t padded = page_up(expect);
+	if (exact ? avail != padded : avail < expect) {
+		snprintf(why, whylen, "%" PRIu64 " bytes, expected %" PRIu64 " (truncated or grown)",
+			 avail, exact ? padded : expect);
+		return SHOAL_EBADMSG;
+	}
+	int rc = x->fit ? x->fit(x->ctx, nsegs, r->seg_sizes, why, whylen) : 0;
+	if (rc)
+		return rc;
+	uint64_t hh = sh_hash64(x->buf, tlen, 0);
+	hh = sh_hash64(x->buf + tlen, r->meta_len, hh);
+	r->meta = x->buf + tlen;
+	uint64_t at = off + page_up(SH_REC_HDR + need);
+	for (uint32_t i = 0; i < nsegs; i++) {
+		sh_hash hx;
+		sh_hash64_begin(&hx, r->seg_sizes[i], hh);
+		if ((rc = read_seg(x, fd, at, r->seg_sizes[i], &hx, &r->seg_fds[i])) != 0) {
+			snprintf(why, whylen, "segment %u: %s", i + 1, shoal_strerror(rc));
+			return rc == SHOAL_EIO ? SHOAL_EBADMSG : rc;
+		}
+		hh = sh_hash64_end(&hx);
+		r->nsegs = i + 1;
+		at += page_up(r->seg_sizes[i]);
+	}
+	r->nsegs = nsegs;
+	if (hh != load64(h + 48)) {
+		snprintf(why, whylen, "its contents do not match its hash (corrupted)");
+		return SHOAL_EBADMSG;
+	}
+	return 0;
+}

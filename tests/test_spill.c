@@ -1,0 +1,379 @@
+/* Tests of spilling (shoald --spill-dir) with real shoald processes and a
+ * spill directory on a disk: one client puts several times the store's
+ * size, large objects and small ones, and gets every one back byte for
+ * byte under its id, name, type and signature; small objects share a few
+ * files; an object a client holds is never spilled; a spill file that was
+ * corrupted or cut short is never served; the directory is checked as the
+ * state directory is (another uid's, a symlink, tmpfs refused). */
+#include "test.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct spilld {
+	pid_t pid;
+	char dir[64], sock[128], spill[128], log[128];
+} spilld;
+
+/* The socket and log in /tmp, the spill directory on a disk: /var/tmp is
+ * one wherever /tmp is tmpfs. */
+static void spilld_init(spilld *d)
+{
+	snprintf(d->dir, sizeof(d->dir), "/var/tmp/shoal-spill-test-XXXXXX");
+	CHECK(mkdtemp(d->dir) != NULL);
+	snprintf(d->sock, sizeof(d->sock), "%s/s.sock", d->dir);
+	snprintf(d->spill, sizeof(d->spill), "%s/spill", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/log", d->dir);
+}
+
+/* shoald on d with --size size and --spill-dir d->spill (or dir when
+ * not NULL), extra arguments after; 0 once it serves, else its status. */
+static int spilld_start_with(spilld *d, size_t size, const char *dir, const char *const *extra)
+{
+	char sz[32];
+	snprintf(sz, sizeof(sz), "%zu", size);
+	const char *args[20] = {"--socket",    d->sock,		"--size", sz,
+				"--spill-dir", dir ? dir : d->spill, "--spares", "0"};
+	int n = 8;
+	for (; extra && *extra && n < 19; extra++)
+		args[n++] = *extra;
+	args[n] = NULL;
+	const char *env[] = {"SHOAL_LOG=info", NULL};
+	int st = sh_test_shoald(args, env, d->log, O_APPEND, &d->pid);
+	if (st != 0)
+		d->pid = 0;
+	return st;
+}
+
+static void spilld_start(spilld *d, size_t size)
+{
+	CHECK_EQ(spilld_start_with(d, size, NULL, NULL), 0);
+}
+
+static void spilld_fini(spilld *d)
+{
+	if (d->pid > 0) {
+		CHECK_EQ(kill(d->pid, SIGTERM), 0);
+		int st;
+		CHECK(waitpid(d->pid, &st, 0) == d->pid);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			sh_test_fail(__FILE__, __LINE__, "shoald: status 0x%x", st);
+	}
+	char cmd[200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
+	CHECK_EQ(system(cmd), 0);
+}
+
+static char *read_log(const spilld *d)
+{
+	static char buf[1 << 16];
+	FILE *f = fopen(d->log, "r");
+	CHECK(f != NULL);
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	return buf;
+}
+
+static shoal_store_stat stat_of(shoal_client *c)
+{
+	shoal_store_stat st;
+	CHECK_OK(shoal_store_stat_get(c, &st));
+	return st;
+}
+
+/* Byte i of the blob of object k. */
+static unsigned char pattern(int k, size_t i)
+{
+	return (unsigned char)(k * 131 + i * 7 + (i >> 12));
+}
+
+static shoal_id put_pattern(shoal_client *c, const char *name, int k, size_t size, unsigned flags)
+{
+	unsigned char *b = malloc(size);
+	CHECK(b != NULL);
+	for (size_t i = 0; i < size; i++)
+		b[i] = pattern(k, i);
+	shoal_id id;
+	int rc = shoal_put_bytes(c, name, b, size, flags, &id);
+	if (rc)
+		sh_test_fail(__FILE__, __LINE__, "put %s: %s: %s", name, shoal_strerror(rc),
+			     shoal_client_error(c));
+	free(b);
+	return id;
+}
+
+/* Gets name and checks it: its id, type, size and every byte. */
+static void check_pattern(shoal_client *c, const char *name, shoal_id id, int k, size_t size)
+{
+	shoal_object *o;
+	int rc = shoal_get_by_name(c, name, &o);
+	if (rc)
+		sh_test_fail(__FILE__, __LINE__, "get %s: %s: %s", name, shoal_strerror(rc),
+			     shoal_client_error(c));
+	CHECK_EQ(shoal_object_id(o), id);
+	CHECK_EQ(shoal_object_signature(o), id); /* a put's signature is its id */
+	CHECK_STR(shoal_node_type(shoal_object_root(o)), "bytes");
+	const void *data;
+	size_t n;
+	CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &data, &n));
+	CHECK_EQ(n, size);
+	const unsigned char *b = data;
+	for (size_t i = 0; i < size; i++)
+		if (b[i] != pattern(k, i))
+			sh_test_fail(__FILE__, __LINE__, "%s: byte %zu is %u, expected %u", name, i,
+				     b[i], pattern(k, i));
+	CHECK_OK(shoal_object_release(o));
+}
+
+/* The spill files in dir, and their bytes. */
+static int spill_files(const char *dir, uint64_t *bytes)
+{
+	DIR *d = opendir(dir);
+	CHECK(d != NULL);
+	int n = 0;
+	*bytes = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		size_t l = strlen(e->d_name);
+		if (l < 7 || strcmp(e->d_name + l - 6, ".spill") != 0)
+			continue;
+		char p[400];
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		struct stat st;
+		CHECK_EQ(stat(p, &st), 0);
+		*bytes += (uint64_t)st.st_size;
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+SH_TEST(one_client_puts_three_times_the_store_and_gets_all_back)
+{
+	spilld d;
+	spilld_init(&d);
+	enum { N = 24, SIZE = 8 << 20 };
+	spilld_start(&d, (size_t)64 << 20);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, d.sock));
+	shoal_id ids[N];
+	char name[32];
+	for (int k = 0; k < N; k++) {
+		snprintf(name, sizeof(name), "big-%d", k);
+		ids[k] = put_pattern(c, name, k, SIZE, 0);
+	}
+	shoal_store_stat st = stat_of(c);
+	CHECK(st.used <= st.capacity);
+	CHECK(st.spilled >= N - 8);
+	CHECK(st.spill_objects >= N - 8);
+	CHECK(st.spill_bytes >= (uint64_t)(N - 8) * SIZE);
+	uint64_t on_disk;
+	CHECK(spill_files(d.spill, &on_disk) >= 1);
+	CHECK_EQ(on_disk, st.spill_file_bytes);
+	/* every one back, the oldest first: each get may spill others */
+	for (int k = 0; k < N; k++) {
+		snprintf(name, sizeof(name), "big-%d", k);
+		check_pattern(c, name, ids[k], k, SIZE);
+	}
+	st = stat_of(c);
+	CHECK(st.restored >= N - 8);
+	CHECK(st.restored_bytes >= (uint64_t)(N - 8) * SIZE);
+	CHECK(st.spill_rate > 0 && st.restore_rate > 0);
+	/* and again: a second spill of an object writes nothing */
+	uint64_t written = st.spilled;
+	for (int k = 0; k < N; k++) {
+		snprintf(name, sizeof(name), "big-%d", k);
+		check_pattern(c, name, ids[k], k, SIZE);
+	}
+	CHECK_EQ(stat_of(c).spilled, written);
+	/* a delete takes the object's record with it: the files go */
+	for (int k = 0; k < N; k++) {
+		snprintf(name, sizeof(name), "big-%d", k);
+		CHECK_OK(shoal_delete(c, name));
+	}
+	st = stat_of(c);
+	CHECK_EQ(st.spill_objects, 0);
+	CHECK_EQ(st.spill_file_bytes, 0);
+	CHECK_EQ(spill_files(d.spill, &on_disk), 0);
+	CHECK_OK(shoal_disconnect(c));
+	spilld_fini(&d);
+}
+
+SH_TEST(small_objects_share_files_and_come_back_alone)
+{
+	spilld d;
+	spilld_init(&d);
+	enum { N = 20000, SIZE = 4000 };
+	spilld_start(&d, (size_t)16 << 20);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, d.sock));
+	shoal_id *ids = malloc(N * sizeof(*ids));
+	char name[32];
+	for (int k = 0; k < N; k++) {
+		snprintf(name, sizeof(name), "small-%d", k);
+		ids[k] = put_pattern(c, name, k, SIZE, 0);
+	}
+	shoal_store_stat st = stat_of(c);
+	CHECK(st.spill_objects > N / 2);
+	/* fused: a file of many objects, not a file each */
+	uint64_t bytes;
+	int files = spill_files(d.spill, &bytes);
+	CHECK(files >= 1 && files <= 2);
+	CHECK(bytes < (uint64_t)N * (SIZE + 512)); /* tight: no page each */
+	/* one from the middle of a file comes back alone */
+	uint64_t restored = st.restored_bytes;
+	check_pattern(c, "small-100", ids[100], 100, SIZE);
+	st = stat_of(c);
+	CHECK_EQ(st.restored, 1);
+	CHECK(st.restored_bytes - restored < 8192);
+	for (int k = 0; k < N; k++) {
+		snprintf(name, sizeof(name), "small-%d", k);
+		check_pattern(c, name, ids[k], k, SIZE);
+	}
+	free(ids);
+	CHECK_OK(shoal_disconnect(c));
+	spilld_fini(&d);
+}
+
+SH_TEST(a_held_object_is_not_spilled)
+{
+	spilld d;
+	spilld_init(&d);
+	enum { SIZE = 8 << 20 };
+	spilld_start(&d, (size_t)64 << 20);
+	shoal_client *c, *reader;
+	CHECK_OK(shoal_connect(&c, d.sock));
+	CHECK_OK(shoal_connect(&reader, d.sock));
+	shoal_id held = put_pattern(c, "held", 0, SIZE, 0);
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(reader, "held", &o));
+	char name[32];
+	for (int k = 1; k < 20; k++) {
+		snprintf(name, sizeof(name), "other-%d", k);
+		put_pattern(c, name, k, SIZE, 0);
+	}
+	shoal_store_stat st = stat_of(c);
+	CHECK(st.spilled >= 10);
+	/* it was in memory all along: getting it brings nothing back */
+	check_pattern(c, "held", held, 0, SIZE);
+	CHECK_EQ(stat_of(c).restored, st.restored);
+	CHECK_OK(shoal_object_release(o));
+	CHECK_OK(shoal_disconnect(reader));
+	CHECK_OK(shoal_disconnect(c));
+	spilld_fini(&d);
+}
+
+/* Flips a byte at off of the only spill file in dir. */
+static void corrupt(const char *dir, uint64_t off)
+{
+	DIR *dd = opendir(dir);
+	CHECK(dd != NULL);
+	struct dirent *e;
+	char p[400] = "";
+	while ((e = readdir(dd)) != NULL)
+		if (strstr(e->d_name, ".spill"))
+			snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+	closedir(dd);
+	CHECK(p[0] != 0);
+	int fd = open(p, O_RDWR);
+	CHECK(fd >= 0);
+	unsigned char b;
+	CHECK_EQ(pread(fd, &b, 1, (off_t)off), 1);
+	b ^= 0x40;
+	CHECK_EQ(pwrite(fd, &b, 1, (off_t)off), 1);
+	close(fd);
+}
+
+SH_TEST(a_corrupt_spill_record_is_never_served)
+{
+	spilld d;
+	spilld_init(&d);
+	enum { SIZE = 8 << 20 };
+	spilld_start(&d, (size_t)32 << 20);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, d.sock));
+	/* the first spill writes "a" then "b" into the first file */
+	shoal_id ids[8];
+	char name[32];
+	for (int k = 0; k < 8; k++) {
+		snprintf(name, sizeof(name), "o-%d", k);
+		ids[k] = put_pattern(c, name, k, SIZE, 0);
+	}
+	CHECK(stat_of(c).spill_objects >= 4);
+	/* a byte in the middle of o-0's bytes (its record is the first) */
+	corrupt(d.spill, 4096 + SIZE / 2);
+	shoal_object *o;
+	CHECK_RC(shoal_get_by_name(c, "o-0", &o), SHOAL_EIO);
+	CHECK_HAS(shoal_client_error(c), "do not match its hash");
+	/* never served, and gone: not half an object */
+	CHECK_RC(shoal_get_by_name(c, "o-0", &o), SHOAL_ENOENT);
+	CHECK_HAS(read_log(&d), "restoring object");
+	for (int k = 1; k < 8; k++) {
+		snprintf(name, sizeof(name), "o-%d", k);
+		check_pattern(c, name, ids[k], k, SIZE);
+	}
+	CHECK_OK(shoal_disconnect(c));
+	spilld_fini(&d);
+}
+
+/* A uid no account has: nothing of anyone's is borrowed. */
+static uid_t unused_uid(void)
+{
+	for (uid_t u = 4000123;; u++)
+		if (!getpwuid(u))
+			return u;
+}
+
+SH_TEST(the_spill_directory_is_checked)
+{
+	spilld d;
+	spilld_init(&d);
+	/* of another uid: refused, whoever we are */
+	CHECK_EQ(mkdir(d.spill, 0700), 0);
+	if (geteuid() == 0) {
+		CHECK_EQ(chown(d.spill, unused_uid(), unused_uid()), 0);
+		CHECK(spilld_start_with(&d, 16 << 20, NULL, NULL) != 0);
+		CHECK_HAS(read_log(&d), "spill directory");
+		CHECK_EQ(chown(d.spill, 0, 0), 0);
+	}
+	/* others may enter it: refused */
+	CHECK_EQ(chmod(d.spill, 0755), 0);
+	CHECK(spilld_start_with(&d, 16 << 20, NULL, NULL) != 0);
+	CHECK_EQ(chmod(d.spill, 0700), 0);
+	/* a symlink to it: refused, not followed */
+	char link[200];
+	snprintf(link, sizeof(link), "%s/link", d.dir);
+	CHECK_EQ(symlink(d.spill, link), 0);
+	CHECK(spilld_start_with(&d, 16 << 20, link, NULL) != 0);
+	/* tmpfs: refused, unless allowed */
+	char shm[64];
+	snprintf(shm, sizeof(shm), "/dev/shm/shoal-spill-XXXXXX");
+	CHECK(mkdtemp(shm) != NULL);
+	CHECK(spilld_start_with(&d, 16 << 20, shm, NULL) != 0);
+	CHECK_HAS(read_log(&d), "is on tmpfs");
+	const char *any[] = {"--spill-any-fs", NULL};
+	CHECK_EQ(spilld_start_with(&d, 16 << 20, shm, any), 0);
+	CHECK_EQ(kill(d.pid, SIGTERM), 0);
+	CHECK(waitpid(d.pid, NULL, 0) == d.pid);
+	d.pid = 0;
+	rmdir(shm);
+	/* what an earlier store left is removed at start */
+	char left[200];
+	snprintf(left, sizeof(left), "%s/00000000.spill", d.spill);
+	int fd = open(left, O_WRONLY | O_CREAT, 0600);
+	CHECK(fd >= 0);
+	CHECK_EQ(write(fd, "x", 1), 1);
+	close(fd);
+	spilld_start(&d, 16 << 20);
+	CHECK(access(left, F_OK) != 0);
+	spilld_fini(&d);
+}
