@@ -1,3 +1,4 @@
+/* shoal-test: threaded */
 /* Tests of spilling (shoald --spill-dir) with real shoald processes and a
  * spill directory on a disk: one client puts several times the store's
  * size, large objects and small ones, and gets every one back byte for
@@ -11,9 +12,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pwd.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,8 +43,8 @@ static int spilld_start_with(spilld *d, size_t size, const char *dir, const char
 {
 	char sz[32];
 	snprintf(sz, sizeof(sz), "%zu", size);
-	const char *args[20] = {"--socket",    d->sock,		"--size", sz,
-				"--spill-dir", dir ? dir : d->spill, "--spares", "0"};
+	const char *args[20] = {"--socket",	      d->sock,	  "--size", sz, "--spill-dir",
+				dir ? dir : d->spill, "--spares", "0"};
 	int n = 8;
 	for (; extra && *extra && n < 19; extra++)
 		args[n++] = *extra;
@@ -161,8 +164,8 @@ SH_TEST(one_client_puts_three_times_the_store_and_gets_all_back)
 {
 	spilld d;
 	spilld_init(&d);
-	enum { N = 24, SIZE = 8 << 20 };
-	spilld_start(&d, (size_t)64 << 20);
+	enum { N = 24, SIZE = 2 << 20 };
+	spilld_start(&d, (size_t)16 << 20);
 	shoal_client *c;
 	CHECK_OK(shoal_connect(&c, d.sock));
 	shoal_id ids[N];
@@ -212,8 +215,8 @@ SH_TEST(small_objects_share_files_and_come_back_alone)
 {
 	spilld d;
 	spilld_init(&d);
-	enum { N = 20000, SIZE = 4000 };
-	spilld_start(&d, (size_t)16 << 20);
+	enum { N = 6000, SIZE = 4000 };
+	spilld_start(&d, (size_t)4 << 20);
 	shoal_client *c;
 	CHECK_OK(shoal_connect(&c, d.sock));
 	shoal_id *ids = malloc(N * sizeof(*ids));
@@ -248,8 +251,8 @@ SH_TEST(a_held_object_is_not_spilled)
 {
 	spilld d;
 	spilld_init(&d);
-	enum { SIZE = 8 << 20 };
-	spilld_start(&d, (size_t)64 << 20);
+	enum { SIZE = 2 << 20 };
+	spilld_start(&d, (size_t)16 << 20);
 	shoal_client *c, *reader;
 	CHECK_OK(shoal_connect(&c, d.sock));
 	CHECK_OK(shoal_connect(&reader, d.sock));
@@ -297,8 +300,8 @@ SH_TEST(a_corrupt_spill_record_is_never_served)
 {
 	spilld d;
 	spilld_init(&d);
-	enum { SIZE = 8 << 20 };
-	spilld_start(&d, (size_t)32 << 20);
+	enum { SIZE = 2 << 20 };
+	spilld_start(&d, (size_t)8 << 20);
 	shoal_client *c;
 	CHECK_OK(shoal_connect(&c, d.sock));
 	/* the first spill writes "a" then "b" into the first file */
@@ -375,5 +378,257 @@ SH_TEST(the_spill_directory_is_checked)
 	close(fd);
 	spilld_start(&d, 16 << 20);
 	CHECK(access(left, F_OK) != 0);
+	spilld_fini(&d);
+}
+
+/* Gets name expecting it absent. */
+static void check_gone(shoal_client *c, const char *name)
+{
+	shoal_object *o;
+	CHECK_RC(shoal_get_by_name(c, name, &o), SHOAL_ENOENT);
+}
+
+/* Waits (a bound of 60 s) until the store has spilled at least n objects
+ * (the spill has no event a client can wait on). */
+static void wait_spilled(const spilld *d, uint64_t n)
+{
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, d->sock));
+	int64_t end = shoal_now_ns() + 60 * 1000000000ll;
+	while (stat_of(c).spilled < n) {
+		CHECK(shoal_now_ns() < end);
+		usleep(1000);
+	}
+	CHECK_OK(shoal_disconnect(c));
+}
+
+static void kill9(spilld *d)
+{
+	CHECK_EQ(kill(d->pid, SIGKILL), 0);
+	int st;
+	CHECK(waitpid(d->pid, &st, 0) == d->pid);
+	CHECK(WIFSIGNALED(st));
+	d->pid = 0;
+}
+
+/* A client process putting persistent objects p-K and transient ones t-K
+ * (SIZE bytes, pattern K) until the store goes; it writes K to fd once
+ * p-K's put returned. */
+static void putter(const char *sock, int n, size_t size, int fd)
+{
+	shoal_client *c;
+	if (shoal_connect(&c, sock) != 0)
+		_exit(1);
+	unsigned char *b = malloc(size);
+	char name[32];
+	for (int k = 0; k < n; k++) {
+		for (size_t i = 0; i < size; i++)
+			b[i] = pattern(k, i);
+		snprintf(name, sizeof(name), "t-%d", k);
+		if (shoal_put_bytes(c, name, b, size, 0, NULL) != 0)
+			_exit(0);
+		snprintf(name, sizeof(name), "p-%d", k);
+		if (shoal_put_bytes(c, name, b, size, SHOAL_PERSIST, NULL) != 0)
+			_exit(0);
+		if (write(fd, &k, sizeof(k)) != sizeof(k))
+			_exit(1);
+	}
+	_exit(0);
+}
+
+SH_TEST(kill9_during_spills_and_restores_loses_no_persistent_object)
+{
+	spilld d;
+	spilld_init(&d);
+	enum { N = 48, SIZE = 1 << 20 };
+	char state[128];
+	snprintf(state, sizeof(state), "%s/state", d.dir);
+	const char *with_state[] = {"--state-dir", state, NULL};
+	CHECK_EQ(spilld_start_with(&d, (size_t)8 << 20, NULL, with_state), 0);
+	int p[2];
+	CHECK_EQ(pipe(p), 0);
+	pid_t kid = fork();
+	if (kid == 0) {
+		close(p[0]);
+		putter(d.sock, N, SIZE, p[1]);
+	}
+	close(p[1]);
+	/* killed while spilling: transient objects are being written out */
+	wait_spilled(&d, 6);
+	kill9(&d);
+	int st;
+	CHECK(waitpid(kid, &st, 0) == kid);
+	bool put[N] = {false};
+	int k, confirmed = 0;
+	while (read(p[0], &k, sizeof(k)) == sizeof(k)) {
+		CHECK(k >= 0 && k < N);
+		put[k] = true;
+		confirmed++;
+	}
+	close(p[0]);
+	CHECK(confirmed >= 2);
+	/* every persistent object sealed is served again; no transient one */
+	CHECK_EQ(spilld_start_with(&d, (size_t)8 << 20, NULL, with_state), 0);
+	uint64_t left;
+	CHECK_EQ(spill_files(d.spill, &left), 0);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, d.sock));
+	CHECK(stat_of(c).spill_objects >= (uint64_t)confirmed); /* back at their first get */
+	char name[32];
+	for (k = 0; k < N; k++) {
+		snprintf(name, sizeof(name), "t-%d", k);
+		check_gone(c, name);
+		if (!put[k])
+			continue;
+		shoal_object *o;
+		snprintf(name, sizeof(name), "p-%d", k);
+		CHECK_OK(shoal_get_by_name(c, name, &o));
+		CHECK_OK(shoal_object_release(o));
+	}
+	CHECK_OK(shoal_disconnect(c));
+	/* killed while bringing them back */
+	kid = fork();
+	if (kid == 0) {
+		shoal_client *r;
+		if (shoal_connect(&r, d.sock) != 0)
+			_exit(1);
+		for (int i = N - 1; i >= 0; i--) {
+			char nm[32];
+			shoal_object *o;
+			snprintf(nm, sizeof(nm), "p-%d", i);
+			if (shoal_get_by_name(r, nm, &o) == 0)
+				shoal_object_release(o);
+		}
+		_exit(0);
+	}
+	CHECK_OK(shoal_connect(&c, d.sock));
+	int64_t end = shoal_now_ns() + 60 * 1000000000ll;
+	while (stat_of(c).restored < 2 && shoal_now_ns() < end)
+		usleep(500);
+	shoal_disconnect(c);
+	kill9(&d);
+	CHECK(waitpid(kid, &st, 0) == kid);
+	CHECK_EQ(spilld_start_with(&d, (size_t)8 << 20, NULL, with_state), 0);
+	CHECK_OK(shoal_connect(&c, d.sock));
+	for (k = 0; k < N; k++) {
+		if (!put[k])
+			continue;
+		snprintf(name, sizeof(name), "p-%d", k);
+		shoal_object *o;
+		CHECK_OK(shoal_get_by_name(c, name, &o));
+		const void *data;
+		size_t n;
+		CHECK_OK(shoal_node_blob(shoal_object_root(o), 0, &data, &n));
+		CHECK_EQ(n, SIZE);
+		const unsigned char *b = data;
+		for (size_t i = 0; i < SIZE; i += 997)
+			if (b[i] != pattern(k, i))
+				sh_test_fail(__FILE__, __LINE__, "%s: byte %zu", name, i);
+		CHECK_OK(shoal_object_release(o));
+	}
+	CHECK_OK(shoal_disconnect(c));
+	spilld_fini(&d);
+}
+
+SH_TEST(a_full_disk_fails_the_spill_and_loses_nothing)
+{
+	/* A disk of 5 MiB: a tmpfs with a size limit, in a mount namespace
+	 * of this test's own (nothing outside sees it), standing in for a
+	 * full disk in this test only. */
+	if (geteuid() != 0)
+		sh_test_skip("mounting a small tmpfs needs root (a mount namespace)");
+	if (unshare(CLONE_NEWNS) != 0)
+		sh_test_skip("unshare(CLONE_NEWNS): %s", strerror(errno));
+	CHECK_EQ(mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
+	spilld d;
+	spilld_init(&d);
+	CHECK_EQ(mkdir(d.spill, 0700), 0);
+	CHECK_EQ(mount("tmpfs", d.spill, "tmpfs", 0, "size=5m,mode=0700"), 0);
+	enum { N = 12, SIZE = 2 << 20 };
+	const char *any[] = {"--spill-any-fs", NULL};
+	CHECK_EQ(spilld_start_with(&d, (size_t)8 << 20, NULL, any), 0);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, d.sock));
+	shoal_id ids[N];
+	bool in[N] = {false};
+	char name[32];
+	int refused = 0;
+	unsigned char *b = malloc(SIZE);
+	for (int k = 0; k < N; k++) {
+		for (size_t i = 0; i < SIZE; i++)
+			b[i] = pattern(k, i);
+		snprintf(name, sizeof(name), "o-%d", k);
+		int rc = shoal_put_bytes(c, name, b, SIZE, 0, &ids[k]);
+		if (rc == 0) {
+			in[k] = true;
+			continue;
+		}
+		/* the store is full once the disk is: said, not crashed */
+		CHECK_EQ(rc, SHOAL_ENOSPC);
+		CHECK_HAS(shoal_client_error(c), "store full");
+		refused++;
+	}
+	free(b);
+	CHECK(refused > 0);
+	CHECK_HAS(read_log(&d), "no space left");
+	CHECK_HAS(read_log(&d), "stay in memory");
+	/* What was put is all there, spilled or not: those in memory first;
+	 * a spilled one comes back once they leave it room (the disk being
+	 * full, nothing more spills for it). */
+	bool later[N] = {false};
+	int nlater = 0;
+	for (int k = 0; k < N; k++) {
+		if (!in[k])
+			continue;
+		snprintf(name, sizeof(name), "o-%d", k);
+		shoal_object *o;
+		int rc = shoal_get_by_name(c, name, &o);
+		if (rc == SHOAL_ENOSPC) {
+			CHECK_HAS(shoal_client_error(c), "to bring it back");
+			later[k] = true;
+			nlater++;
+			continue;
+		}
+		CHECK_OK(rc);
+		CHECK_OK(shoal_object_release(o));
+		check_pattern(c, name, ids[k], k, SIZE);
+	}
+	for (int k = 0; k < N && nlater; k++)
+		if (in[k] && !later[k]) {
+			snprintf(name, sizeof(name), "o-%d", k);
+			CHECK_OK(shoal_delete(c, name));
+		}
+	for (int k = 0; k < N; k++) {
+		if (!later[k])
+			continue;
+		snprintf(name, sizeof(name), "o-%d", k);
+		check_pattern(c, name, ids[k], k, SIZE);
+	}
+	CHECK_OK(shoal_disconnect(c));
+	CHECK_EQ(kill(d.pid, SIGTERM), 0);
+	int st;
+	CHECK(waitpid(d.pid, &st, 0) == d.pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	d.pid = 0;
+	CHECK_EQ(umount(d.spill), 0);
+	/* --spill-limit fails the same way, on a disk with room */
+	const char *limit[] = {"--spill-limit", "5M", NULL};
+	CHECK_EQ(spilld_start_with(&d, (size_t)8 << 20, NULL, limit), 0);
+	CHECK_OK(shoal_connect(&c, d.sock));
+	refused = 0;
+	for (int k = 0; k < N; k++) {
+		snprintf(name, sizeof(name), "l-%d", k);
+		int rc = shoal_put_bytes(c, name, "x", 1, 0, NULL);
+		CHECK_OK(rc);
+		unsigned char *big = calloc(1, SIZE);
+		rc = shoal_put_bytes(c, name + 1, big, SIZE, 0, NULL); /* "-K": unnamed */
+		free(big);
+		refused += rc == SHOAL_ENOSPC;
+	}
+	CHECK(refused > 0);
+	CHECK_HAS(read_log(&d), "the spill limit");
+	uint64_t files;
+	spill_files(d.spill, &files);
+	CHECK(files <= (uint64_t)5 << 20);
+	CHECK_OK(shoal_disconnect(c));
 	spilld_fini(&d);
 }

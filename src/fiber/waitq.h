@@ -31,8 +31,8 @@ void sh_waitq_wake_all(sh_waitq *q);
  * error. For what another thread says through an eventfd (stop, mail). */
 int sh_efd_wait(int efd, int64_t deadline);
 
-/* Runs fn(arg) on a thread of its own (named name) while the calling
- * fiber waits: for work that blocks in the kernel for long (a GiB of huge
+/* Runs fn(arg) on a thread aside (a pool's, named name while it runs)
+ * while the calling fiber waits: for work that blocks in the kernel for long (a GiB of huge
  * pages zeroed, a file written and synced, read back), which must not stop
  * the thread's other fibers. Outside a fiber, or when no thread can be
  * started, fn runs here. 0 once fn has returned; SHOAL_ECANCELED when the

@@ -160,8 +160,8 @@ static int read_seg(sh_rec_reader *x, int fd, uint64_t off, uint64_t len, sh_has
 	return 0;
 }
 
-int sh_rec_read(sh_rec_reader *x, int fd, uint64_t off, uint64_t avail, bool exact,
-		sh_state_rec *r, char *why, size_t whylen)
+int sh_rec_read(sh_rec_reader *x, int fd, uint64_t off, uint64_t avail, bool exact, sh_state_rec *r,
+		char *why, size_t whylen)
 {
 	unsigned char h[SH_REC_HDR];
 	r->nsegs = 0; /* descriptors made so far */
@@ -175,8 +175,7 @@ int sh_rec_read(sh_rec_reader *x, int fd, uint64_t off, uint64_t avail, bool exa
 	memcpy(&nsegs, h + 12, 4);
 	if (memcmp(h, MAGIC, 8) != 0 || load64(h + 56) != sh_hash64(h, 56, 0) || ver != VERSION) {
 		snprintf(why, whylen,
-			 "not a record of version %d (bad magic, version or header hash)",
-			 VERSION);
+			 "not a record of version %d (bad magic, version or header hash)", VERSION);
 		return SHOAL_EBADMSG;
 	}
 	r->id = load64(h + 16);
@@ -219,16 +218,22 @@ int sh_rec_read(sh_rec_reader *x, int fd, uint64_t off, uint64_t avail, bool exa
 	/* a state file (exact) is padded even without segments */
 	uint64_t padded = page_up(expect);
 	if (exact ? avail != padded : avail < expect) {
-		snprintf(why, whylen, "%" PRIu64 " bytes, expected %" PRIu64 " (truncated or grown)",
-			 avail, exact ? padded : expect);
+		snprintf(why, whylen,
+			 "%" PRIu64 " bytes, expected %" PRIu64 " (truncated or grown)", avail,
+			 exact ? padded : expect);
 		return SHOAL_EBADMSG;
+	}
+	r->len = exact ? padded : expect;
+	r->meta = x->buf + tlen;
+	if (x->head_only) {
+		r->nsegs = nsegs;
+		return 0;
 	}
 	int rc = x->fit ? x->fit(x->ctx, nsegs, r->seg_sizes, why, whylen) : 0;
 	if (rc)
 		return rc;
 	uint64_t hh = sh_hash64(x->buf, tlen, 0);
 	hh = sh_hash64(x->buf + tlen, r->meta_len, hh);
-	r->meta = x->buf + tlen;
 	uint64_t at = off + page_up(SH_REC_HDR + need);
 	for (uint32_t i = 0; i < nsegs; i++) {
 		sh_hash hx;

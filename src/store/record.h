@@ -34,6 +34,7 @@ typedef struct sh_state_rec {
 	uint32_t nsegs;
 	int *seg_fds; /* sealed memfds; read back: the callback takes them */
 	uint64_t *seg_sizes;
+	uint64_t len;  /* read back: the record's length in its file */
 	char file[40]; /* its name in the directory */
 } sh_state_rec;
 
@@ -60,6 +61,10 @@ typedef struct sh_rec_reader {
 	sh_rec_seg_fn make;
 	sh_rec_fit_fn fit; /* or NULL */
 	void *ctx;
+	/* only the header, table and metadata, checked but for the hash (which
+	 * covers the segments): r->nsegs and seg_sizes say what a later full
+	 * read will find, no segment is made (make and fit unused) */
+	bool head_only;
 	unsigned char *buf; /* the table and metadata of the last record read */
 	size_t cap;
 } sh_rec_reader;
@@ -73,7 +78,7 @@ void sh_rec_reader_fini(sh_rec_reader *x);
  * against avail, the hash. SHOAL_EBADMSG with why when the record is not a
  * whole, sound one; r->nsegs says how many descriptors were made (the
  * caller closes them on failure). Blocks on the reads. */
-int sh_rec_read(sh_rec_reader *x, int fd, uint64_t off, uint64_t avail, bool exact,
-		sh_state_rec *r, char *why, size_t whylen);
+int sh_rec_read(sh_rec_reader *x, int fd, uint64_t off, uint64_t avail, bool exact, sh_state_rec *r,
+		char *why, size_t whylen);
 
 #endif

@@ -512,7 +512,10 @@ static int restore_obj(void *arg, sh_state_rec *r, char *why, size_t whylen)
 			 old->id, (int)(name_len > 200 ? 200 : name_len), name);
 		rc = SH_STATE_SUPERSEDED;
 	}
-	if (rc == 0)
+	/* with a spill directory its bytes stay in the file until a get */
+	if (rc == 0 && s->spiller)
+		rc = sh_st_spill_adopt(s, r, root, &o, why, whylen);
+	else if (rc == 0)
 		rc = sh_store_adopt(s, r->id, r->sig, root, r->nsegs, r->seg_fds, r->seg_sizes, &o,
 				    why, whylen);
 	if (rc == 0) {
@@ -546,9 +549,16 @@ static int open_state(shoal_store *s)
 		sh_error("store", "%s", why);
 		return rc;
 	}
-	int kept = sh_state_load(s->state, sh_st_restore_fits, restore_obj, s);
-	sh_info("store", "state %s: %d persistent objects back, %" PRIu64 " bytes of %" PRIu64,
-		s->opts.state_dir, kept, s->used, s->capacity);
+	int kept = sh_state_load(s->state, s->spiller != NULL, sh_st_restore_fits, restore_obj, s);
+	if (s->spiller)
+		sh_info("store",
+			"state %s: %d persistent objects back, each read from its file at its "
+			"first get",
+			s->opts.state_dir, kept);
+	else
+		sh_info("store",
+			"state %s: %d persistent objects back, %" PRIu64 " bytes of %" PRIu64,
+			s->opts.state_dir, kept, s->used, s->capacity);
 	return 0;
 }
 
@@ -646,10 +656,10 @@ int sh_store_create(shoal_store **out, const shoal_store_opts *opts)
 	/* the capacity's first touch at start, before a client can ask */
 	if (rc == 0 && s->opts.reserve)
 		sh_pages_warm(&s->pages, s->capacity);
-	if (rc == 0 && s->opts.state_dir)
-		rc = open_state(s);
 	if (rc == 0 && s->opts.spill_dir)
 		rc = sh_st_spill_open(s);
+	if (rc == 0 && s->opts.state_dir)
+		rc = open_state(s);
 	if (rc == 0 && (s->stop_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
 		rc = shoal_errno();
 	if (rc == 0 && (s->mail_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)

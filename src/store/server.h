@@ -199,6 +199,11 @@ void sh_st_spill_check(shoal_store *s);
  * fiber: waits (the disk's time). A record that fails its checks is never
  * served: SHOAL_EBADMSG, and the caller deletes o. */
 int sh_st_restore(shoal_store *s, st_obj *o, char *why, size_t whylen);
+/* A persistent object read back from the state directory, header and
+ * metadata only (sh_state_load lazy): known by its id, name and type, its
+ * bytes read from its file at its first get. */
+int sh_st_spill_adopt(shoal_store *s, const sh_state_rec *r, shoal_node *root, st_obj **out,
+		      char *why, size_t whylen);
 /* o is being freed: its record is dropped. */
 void sh_st_spill_forget(shoal_store *s, st_obj *o);
 /* The spill's figures for STAT. */

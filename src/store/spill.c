@@ -235,8 +235,9 @@ size_t sh_spill_write(sh_spill *sp, sh_state_rec *recs, size_t n, sh_spill_loc *
 		if (sp->limit && sp->total - f->bytes + off + len > sp->limit) {
 			*rc = SHOAL_ENOSPC;
 			snprintf(why, whylen,
-				 "spill %s: the spill limit (%" PRIu64 " bytes) is reached: %" PRIu64
-				 " bytes of files, %" PRIu64 " more asked",
+				 "spill %s: the spill limit (%" PRIu64
+				 " bytes) is reached: %" PRIu64 " bytes of files, %" PRIu64
+				 " more asked",
 				 sp->dir, sp->limit, sp->total, len);
 			break;
 		}

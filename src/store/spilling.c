@@ -47,6 +47,9 @@ typedef struct sh_spiller {
 	sh_waitq done;	   /* room waiters wait here for the end of a round */
 	sh_waitq restored; /* gets of an object being restored wait here */
 	uint64_t need;	   /* bytes room waiters want free */
+	/* after a write that found the disk (or --spill-limit) full: no
+	 * write until then, rather than the same failure at every seal */
+	int64_t full_until;
 	uint64_t rounds;
 	bool stuck; /* the last round freed nothing */
 	bool stopping;
@@ -202,9 +205,10 @@ static uint64_t spill_round(shoal_store *s, uint64_t want)
 			planned += ch;
 			continue;
 		}
-		if (nb == BATCH_OBJS || meta_bytes > BATCH_META || planned - freed > BATCH_BYTES)
+		if (nb == BATCH_OBJS || meta_bytes > BATCH_META || planned - freed > BATCH_BYTES ||
+		    shoal_now_ns() < sp->full_until)
 			continue; /* the next round takes it */
-		cand[nb++] = o; /* the written ones, in cand's front */
+		cand[nb++] = o;	  /* the written ones, in cand's front */
 		planned += obj_charged(o);
 		meta_bytes += o->meta_len;
 		for (uint32_t k = 0; k < o->narena; k++)
@@ -217,7 +221,8 @@ static uint64_t spill_round(shoal_store *s, uint64_t want)
 		if (o->persistent && s->state) {
 			/* the room a restore makes: at least its file's length */
 			uint64_t ch = obj_charged(o);
-			o->spill = (sh_spill_loc){.len = ch + o->meta_len + 8ull * o->nsegs + 2 * PAGE};
+			o->spill = (sh_spill_loc){.len = ch + o->meta_len + 8ull * o->nsegs +
+							 2 * PAGE};
 			o->spill_nsegs = o->nsegs;
 			o->in_state = true;
 			unload(s, o);
@@ -241,8 +246,12 @@ static uint64_t spill_round(shoal_store *s, uint64_t want)
 			sh_run_aside("shoal-spill", batch_main, &b);
 			sp->spill_ns += shoal_now_ns() - t0;
 			if (b.done < b.n)
-				sh_error("store", "%s: %zu of %zu objects stay in memory", b.why,
-					 b.n - b.done, b.n);
+				sh_error("store", "%s: %zu of %zu objects stay in memory%s", b.why,
+					 b.n - b.done, b.n,
+					 b.rc == SHOAL_ENOSPC ? " (no spill is tried for 1 s)"
+							      : "");
+			if (b.rc == SHOAL_ENOSPC)
+				sp->full_until = shoal_now_ns() + 1000000000ll;
 			for (size_t i = 0; i < b.n; i++) {
 				st_obj *o = sh_map_get(&s->objs, ids[i]);
 				if (!o || o->id != ids[i]) { /* deleted meanwhile */
@@ -370,8 +379,7 @@ static void restore_main(void *arg)
 }
 
 /* The record's tree into o: [name | nil, node], checked. */
-static int restore_tree(shoal_store *s, st_obj *o, const sh_state_rec *r, char *why,
-			size_t whylen)
+static int restore_tree(shoal_store *s, st_obj *o, const sh_state_rec *r, char *why, size_t whylen)
 {
 	sh_mp m;
 	sh_mp_init(&m, r->meta, r->meta_len);
@@ -380,8 +388,7 @@ static int restore_tree(shoal_store *s, st_obj *o, const sh_state_rec *r, char *
 	sh_bump a = {0};
 	shoal_node *root;
 	int rc = 0;
-	if (sh_mp_array(&m, &n) || n != 2 ||
-	    (!sh_mp_take_nil(&m) && sh_mp_str(&m, &name, &nl))) {
+	if (sh_mp_array(&m, &n) || n != 2 || (!sh_mp_take_nil(&m) && sh_mp_str(&m, &name, &nl))) {
 		snprintf(why, whylen, "metadata: expected [name or nil, node]");
 		rc = SHOAL_EBADMSG;
 	}
@@ -453,6 +460,13 @@ int sh_st_restore(shoal_store *s, st_obj *o, char *why, size_t whylen)
 				close(fds[k]);
 			snprintf(why, whylen, "%s", j->why);
 			sh_error("store", "restoring object %016" PRIx64 ": %s", o->id, j->why);
+			if (o->in_state && rc == SHOAL_EBADMSG) {
+				/* as at a start: aside, not read again at the next */
+				char file[40];
+				snprintf(file, sizeof(file), "%016" PRIx64 ".obj", o->id);
+				sh_state_set_aside(s->state, file, j->why);
+				o->persistent = false;
+			}
 		} else {
 			o->spilled = false;
 			sp->on_disk--;
@@ -471,6 +485,48 @@ int sh_st_restore(shoal_store *s, st_obj *o, char *why, size_t whylen)
 	o->busy = false;
 	sh_waitq_wake_all(&sp->restored);
 	return rc;
+}
+
+int sh_st_spill_adopt(shoal_store *s, const sh_state_rec *r, shoal_node *root, st_obj **out,
+		      char *why, size_t whylen)
+{
+	if (r->id == 0 || sh_map_get(&s->objs, r->id)) {
+		snprintf(why, whylen, "object %016" PRIx64 " is here already", r->id);
+		return SHOAL_EEXIST;
+	}
+	st_obj *o = SH_NEW(st_obj);
+	size_t tl = strlen(root->type) + 1;
+	sh_wbuf w;
+	sh_wbuf_init(&w);
+	msgpack_packer pk;
+	sh_wbuf_packer(&w, &pk);
+	sh_node_pack(&pk, root); /* its blobs' places are the file's until it comes back */
+	if (!o || w.err || !(o->type = shoal_alloc(tl)) || sh_map_put(&s->objs, r->id, o) != 0) {
+		if (o && o->type)
+			shoal_free(o->type, tl);
+		if (o)
+			SH_DELETE(o);
+		sh_wbuf_fini(&w);
+		snprintf(why, whylen, "out of memory");
+		return SHOAL_ENOMEM;
+	}
+	memcpy(o->type, root->type, tl);
+	o->meta = w.p;
+	o->meta_len = w.len;
+	o->meta_cap = w.cap;
+	o->id = r->id;
+	o->sig = r->sig;
+	o->gen = r->gen;
+	o->bytes = sh_node_bytes(root);
+	o->persistent = true;
+	o->spilled = o->in_state = true;
+	o->spill = (sh_spill_loc){.len = r->len};
+	o->spill_nsegs = r->nsegs;
+	s->nobjs++;
+	s->spiller->on_disk++;
+	s->spiller->on_disk_bytes += o->bytes;
+	*out = o;
+	return 0;
 }
 
 void sh_st_spill_forget(shoal_store *s, st_obj *o)
@@ -565,10 +621,11 @@ void sh_st_spill_stat(shoal_store *s, shoal_store_stat *st)
 	st->spilled_bytes = sp->spilled_bytes;
 	st->restored = sp->restored_n;
 	st->restored_bytes = sp->restored_bytes;
-	st->spill_rate = sp->spill_ns ? (uint64_t)((double)sp->spilled_bytes * 1e9 /
-						    (double)sp->spill_ns)
-				      : 0;
-	st->restore_rate = sp->restore_ns ? (uint64_t)((double)sp->restored_bytes * 1e9 /
-							(double)sp->restore_ns)
-					  : 0;
+	st->spill_rate =
+		sp->spill_ns ? (uint64_t)((double)sp->spilled_bytes * 1e9 / (double)sp->spill_ns)
+			     : 0;
+	st->restore_rate =
+		sp->restore_ns
+			? (uint64_t)((double)sp->restored_bytes * 1e9 / (double)sp->restore_ns)
+			: 0;
 }

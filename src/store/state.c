@@ -264,9 +264,9 @@ static bool obj_file_name(const char *n)
 	return true;
 }
 
-int sh_state_load(sh_state *st, sh_state_fit_fn fit, sh_state_fn fn, void *arg)
+int sh_state_load(sh_state *st, bool lazy, sh_state_fit_fn fit, sh_state_fn fn, void *arg)
 {
-	sh_rec_reader x = {.make = state_seg, .fit = fit, .ctx = arg};
+	sh_rec_reader x = {.make = state_seg, .fit = fit, .ctx = arg, .head_only = lazy};
 	int dfd = openat(st->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
 	if (!d) {
@@ -343,7 +343,7 @@ int sh_state_load(sh_state *st, sh_state_fit_fn fit, sh_state_fn fn, void *arg)
 		} else if (rc) {
 			sh_state_set_aside(st, nm, why[0] ? why : shoal_strerror(rc));
 		}
-		if (rc)
+		if (rc && !lazy)
 			for (uint32_t k = 0; k < r.nsegs; k++)
 				close(r.seg_fds[k]);
 		if (sizes)

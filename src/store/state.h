@@ -50,7 +50,10 @@ typedef int (*sh_state_fn)(void *arg, sh_state_rec *r, char *why, size_t whylen)
  * room for: a file cannot make the store allocate what it would refuse. */
 typedef int (*sh_state_fit_fn)(void *arg, uint32_t nsegs, const uint64_t *sizes, char *why,
 			       size_t whylen);
-int sh_state_load(sh_state *st, sh_state_fit_fn fit, sh_state_fn fn, void *arg);
+/* lazy: each file's header, table and metadata only (no segment is made:
+ * r->seg_fds unused), for a store that brings objects back at their first
+ * get (spilling.c); the rest is checked then. */
+int sh_state_load(sh_state *st, bool lazy, sh_state_fit_fn fit, sh_state_fn fn, void *arg);
 /* Moves the file named file into aside/, logging why. */
 void sh_state_set_aside(sh_state *st, const char *file, const char *why);
 
