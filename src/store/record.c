@@ -6,6 +6,7 @@
 #include "store/proto.h"
 #include "shm/shm.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,6 +67,28 @@ static int write_seg(int fd, uint64_t off, int sfd, uint64_t len, sh_hash *x)
 	return rc;
 }
 
+static void head_pack(unsigned char *hd, const sh_state_rec *r, uint64_t data_hash)
+{
+	memset(hd, 0, SH_REC_HDR);
+	memcpy(hd, MAGIC, 8);
+	uint32_t v = VERSION, ns = r->nsegs;
+	memcpy(hd + 8, &v, 4);
+	memcpy(hd + 12, &ns, 4);
+	put64(hd + 16, r->id);
+	put64(hd + 24, r->sig);
+	put64(hd + 32, r->gen);
+	put64(hd + 40, r->meta_len);
+	put64(hd + 48, data_hash);
+	put64(hd + 56, sh_hash64(hd, 56, 0));
+}
+
+void sh_rec_encode(const sh_state_rec *r, unsigned char *out)
+{
+	SH_ASSERT(r->nsegs == 0);
+	memcpy(out + SH_REC_HDR, r->meta, r->meta_len);
+	head_pack(out, r, sh_hash64(r->meta, r->meta_len, sh_hash64(NULL, 0, 0)));
+}
+
 int sh_rec_write(int fd, uint64_t off, const sh_state_rec *r, bool tight)
 {
 	size_t tlen = (size_t)r->nsegs * 8, head = SH_REC_HDR + tlen + r->meta_len;
@@ -95,19 +118,8 @@ int sh_rec_write(int fd, uint64_t off, const sh_state_rec *r, bool tight)
 	}
 	/* The header last: a record cut short has none that holds. */
 	if (rc == 0) {
-		unsigned char *hd = b;
-		memset(hd, 0, SH_REC_HDR);
-		memcpy(hd, MAGIC, 8);
-		uint32_t v = VERSION, ns = r->nsegs;
-		memcpy(hd + 8, &v, 4);
-		memcpy(hd + 12, &ns, 4);
-		put64(hd + 16, r->id);
-		put64(hd + 24, r->sig);
-		put64(hd + 32, r->gen);
-		put64(hd + 40, r->meta_len);
-		put64(hd + 48, h);
-		put64(hd + 56, sh_hash64(hd, 56, 0));
-		rc = sh_fd_pwrite_all(fd, hd, SH_REC_HDR, off);
+		head_pack(b, r, h);
+		rc = sh_fd_pwrite_all(fd, b, SH_REC_HDR, off);
 	}
 	shoal_free(b, head);
 	return rc;
@@ -146,7 +158,9 @@ static int read_seg(sh_rec_reader *x, int fd, uint64_t off, uint64_t len, sh_has
 	}
 	for (uint64_t done = 0; rc == 0 && done < len; done += PIECE) {
 		size_t n = len - done < PIECE ? (size_t)(len - done) : PIECE;
-		if ((rc = sh_fd_pread_all(fd, p + done, n, off + done)) == 0)
+		/* O_DIRECT reads whole pages: the record's padding is the file's */
+		size_t rn = x->direct ? (n + PAGE - 1) & ~(size_t)(PAGE - 1) : n;
+		if ((rc = sh_fd_pread_all(fd, p + done, rn, off + done)) == 0)
 			sh_hash64_add(hx, p + done, n);
 	}
 	munmap(p, maplen);
@@ -235,6 +249,9 @@ int sh_rec_read(sh_rec_reader *x, int fd, uint64_t off, uint64_t avail, bool exa
 	uint64_t hh = sh_hash64(x->buf, tlen, 0);
 	hh = sh_hash64(x->buf + tlen, r->meta_len, hh);
 	uint64_t at = off + page_up(SH_REC_HDR + need);
+	int fl = fcntl(fd, F_GETFL);
+	if (x->direct && nsegs && (fl < 0 || fcntl(fd, F_SETFL, fl | O_DIRECT) != 0))
+		x->direct = false; /* a file system without it: through the cache */
 	for (uint32_t i = 0; i < nsegs; i++) {
 		sh_hash hx;
 		sh_hash64_begin(&hx, r->seg_sizes[i], hh);

@@ -45,6 +45,10 @@ uint64_t sh_rec_len(const sh_state_rec *r, bool tight);
  * segment; syncs nothing. */
 int sh_rec_write(int fd, uint64_t off, const sh_state_rec *r, bool tight);
 
+/* A record without segments, whole, into out (sh_rec_len(r, true)
+ * bytes): for a writer that gathers many into one write. */
+void sh_rec_encode(const sh_state_rec *r, unsigned char *out);
+
 /* The number of segments the header h says, 0 if it says nonsense (read
  * before sh_rec_read, to size r's arrays). */
 uint32_t sh_rec_nsegs(const unsigned char h[SH_REC_HDR]);
@@ -65,6 +69,9 @@ typedef struct sh_rec_reader {
 	 * covers the segments): r->nsegs and seg_sizes say what a later full
 	 * read will find, no segment is made (make and fit unused) */
 	bool head_only;
+	/* segments read with O_DIRECT (the descriptor switched to it once the
+	 * head is read): from the disk into their pages, past the page cache */
+	bool direct;
 	unsigned char *buf; /* the table and metadata of the last record read */
 	size_t cap;
 } sh_rec_reader;

@@ -70,7 +70,8 @@ struct st_obj {
 	 * bytes are there only (segs and arena then empty; meta kept, its
 	 * blobs' places stale). busy: being spilled or restored. */
 	sh_spill_loc spill;
-	uint32_t spill_nsegs; /* segments in that record */
+	uint32_t spill_nsegs;  /* segments in that record */
+	uint64_t *spill_sizes; /* and their sizes (for the spares a restore takes) */
 	bool spilled, busy, in_state;
 };
 

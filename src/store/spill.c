@@ -203,19 +203,61 @@ static int new_file(sh_spill *sp, char *why, size_t whylen)
 	return 0;
 }
 
+/* Small records are gathered into one buffer and written together: a
+ * record of 4 KiB written alone costs a system call for 4 KiB. */
+#define GATHER ((size_t)8 << 20)
+
+typedef struct gather {
+	unsigned char *buf;
+	size_t len;
+	size_t first, n; /* the records in it: recs[first..first+n) */
+} gather;
+
+/* Writes what g gathered at the end of the file being written. Under mu. */
+static int gather_flush(sh_spill *sp, gather *g)
+{
+	if (!g->len)
+		return 0;
+	spill_file *f = &sp->files[sp->cur];
+	int rc = sh_fd_pwrite_all(sp->cur_fd, g->buf, g->len, f->bytes);
+	if (rc) {
+		if (ftruncate(sp->cur_fd, (off_t)f->bytes) != 0)
+			sh_warn("store", "spill %s: truncating after a failed write: %s", sp->dir,
+				strerror(errno));
+		return rc;
+	}
+	f->bytes += g->len;
+	sp->total += g->len;
+	f->live += (uint32_t)g->n;
+	g->len = 0;
+	g->n = 0;
+	return 0;
+}
+
 size_t sh_spill_write(sh_spill *sp, sh_state_rec *recs, size_t n, sh_spill_loc *loc, int *rc,
 		      char *why, size_t whylen)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	uint64_t gen = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	gather g = {.buf = shoal_alloc(GATHER)};
 	pthread_mutex_lock(&sp->mu);
 	size_t done = 0, synced = 0;
 	*rc = 0;
 	for (; done < n; done++) {
 		sh_state_rec *r = &recs[done];
 		r->gen = gen;
+		uint64_t len = sh_rec_len(r, true);
+		bool small = r->nsegs == 0 && len <= GATHER && g.buf;
 		spill_file *f = sp->cur_fd >= 0 ? &sp->files[sp->cur] : NULL;
+		if (f &&
+		    (!small || g.len + len > GATHER || f->bytes + g.len >= SH_SPILL_FILE_BYTES) &&
+		    (*rc = gather_flush(sp, &g)) != 0) {
+			done = g.first;
+			snprintf(why, whylen, "spill %s: writing: %s", sp->dir,
+				 shoal_strerror(*rc));
+			break;
+		}
 		if (f && f->bytes >= SH_SPILL_FILE_BYTES) {
 			if ((*rc = end_file(sp)) != 0) {
 				snprintf(why, whylen, "spill %s: syncing: %s", sp->dir,
@@ -230,16 +272,25 @@ size_t sh_spill_write(sh_spill *sp, sh_state_rec *recs, size_t n, sh_spill_loc *
 				break;
 			f = &sp->files[sp->cur];
 		}
-		uint64_t off = r->nsegs ? (f->bytes + PAGE - 1) & ~(uint64_t)(PAGE - 1) : f->bytes;
-		uint64_t len = sh_rec_len(r, true);
-		if (sp->limit && sp->total - f->bytes + off + len > sp->limit) {
+		uint64_t end = f->bytes + g.len;
+		uint64_t off = r->nsegs ? (end + PAGE - 1) & ~(uint64_t)(PAGE - 1) : end;
+		if (sp->limit && sp->total + g.len + (off - end) + len > sp->limit) {
 			*rc = SHOAL_ENOSPC;
 			snprintf(why, whylen,
 				 "spill %s: the spill limit (%" PRIu64
 				 " bytes) is reached: %" PRIu64 " bytes of files, %" PRIu64
 				 " more asked",
-				 sp->dir, sp->limit, sp->total, len);
+				 sp->dir, sp->limit, sp->total + g.len, len);
 			break;
+		}
+		loc[done] = (sh_spill_loc){.file = sp->cur, .off = off, .len = len};
+		if (small) {
+			if (!g.len)
+				g.first = done;
+			sh_rec_encode(r, g.buf + g.len);
+			g.len += len;
+			g.n++;
+			continue;
 		}
 		/* the file keeps nothing of a record cut short (a full disk) */
 		if ((*rc = sh_rec_write(sp->cur_fd, off, r, true)) != 0) {
@@ -253,8 +304,11 @@ size_t sh_spill_write(sh_spill *sp, sh_state_rec *recs, size_t n, sh_spill_loc *
 		sp->total += off + len - f->bytes;
 		f->bytes = off + len;
 		f->live++;
-		loc[done] = (sh_spill_loc){.file = sp->cur, .off = off, .len = len};
 	}
+	if (g.len && *rc == 0 && (*rc = gather_flush(sp, &g)) != 0)
+		snprintf(why, whylen, "spill %s: writing: %s", sp->dir, shoal_strerror(*rc));
+	if (g.len) /* not written: the records from the first gathered on */
+		done = g.first;
 	/* One sync for the batch: only then may the memory go. */
 	if (sp->cur_fd >= 0 && done > synced && fdatasync(sp->cur_fd) != 0) {
 		int e = shoal_errno();
@@ -268,6 +322,8 @@ size_t sh_spill_write(sh_spill *sp, sh_state_rec *recs, size_t n, sh_spill_loc *
 		end_file(sp); /* what it holds is no one's */
 	}
 	pthread_mutex_unlock(&sp->mu);
+	if (g.buf)
+		shoal_free(g.buf, GATHER);
 	return done;
 }
 

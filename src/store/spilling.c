@@ -23,6 +23,7 @@
  * record stays on disk, so a second spill of it writes nothing. */
 #include "store/server.h"
 #include "store/state.h"
+#include "store/spare.h"
 #include "fiber/waitq.h"
 
 #include <fcntl.h>
@@ -92,6 +93,29 @@ static int by_last_get(const void *a, const void *b)
 {
 	const st_obj *x = *(st_obj *const *)a, *y = *(st_obj *const *)b;
 	return x->last_get < y->last_get ? -1 : x->last_get > y->last_get;
+}
+
+/* Keeps the sizes of o's n segments in its record. */
+static void set_sizes(st_obj *o, uint32_t n, const uint64_t *sizes)
+{
+	if (o->spill_sizes)
+		shoal_free(o->spill_sizes, o->spill_nsegs * sizeof(uint64_t));
+	o->spill_sizes = n ? shoal_alloc(n * sizeof(uint64_t)) : NULL;
+	if (o->spill_sizes) /* else no spare is taken for its restore */
+		memcpy(o->spill_sizes, sizes, n * sizeof(uint64_t));
+	o->spill_nsegs = n;
+}
+
+/* The same from o's segments now (its state file's, in that order). */
+static void keep_sizes(st_obj *o)
+{
+	uint64_t *sizes = o->nsegs ? shoal_alloc(o->nsegs * sizeof(uint64_t)) : NULL;
+	for (uint32_t k = 0; sizes && k < o->nsegs; k++)
+		sizes[k] = o->segs[k]->size;
+	set_sizes(o, sizes ? o->nsegs : 0, sizes);
+	o->spill_nsegs = o->nsegs;
+	if (sizes)
+		shoal_free(sizes, o->nsegs * sizeof(uint64_t));
 }
 
 /* Frees the bytes of o, whose record is on disk. */
@@ -223,7 +247,12 @@ static uint64_t spill_round(shoal_store *s, uint64_t want)
 			uint64_t ch = obj_charged(o);
 			o->spill = (sh_spill_loc){.len = ch + o->meta_len + 8ull * o->nsegs +
 							 2 * PAGE};
-			o->spill_nsegs = o->nsegs;
+			o->spill_nsegs = 0;
+			for (uint32_t k = 0; k < o->nsegs; k++) /* in the order of its file's */
+				if (sh_grow_array((void **)&o->spill_sizes, &o->spill_nsegs, k,
+						  sizeof(uint64_t)) == 0)
+					o->spill_sizes[k] = o->segs[k]->size;
+			keep_sizes(o); /* in the order of its file's */
 			o->in_state = true;
 			unload(s, o);
 			freed += ch;
@@ -263,7 +292,7 @@ static uint64_t spill_round(shoal_store *s, uint64_t want)
 				if (i >= b.done)
 					continue;
 				o->spill = b.loc[i];
-				o->spill_nsegs = b.recs[i].nsegs;
+				set_sizes(o, b.recs[i].nsegs, b.recs[i].seg_sizes);
 				sp->spilled++;
 				sp->spilled_bytes += o->bytes;
 				if (spillable(o)) { /* not got meanwhile */
@@ -351,11 +380,12 @@ void sh_st_spill_check(shoal_store *s)
 
 /* ---- coming back ---- */
 
-static int seg_make(void *ctx, uint64_t size, int *fd, uint64_t *map_len)
+/* Whether segments are read with O_DIRECT (SHOAL_SPILL_DIRECT=1): straight
+ * from the disk into their pages, past the page cache. */
+static bool spill_direct(void)
 {
-	const sh_pages *p = ctx;
-	shoal_pages kind;
-	return sh_pages_segment(p, "shoal-segment", size, fd, map_len, &kind);
+	const char *e = getenv("SHOAL_SPILL_DIRECT");
+	return e && e[0] == '1';
 }
 
 typedef struct restore_job {
@@ -363,9 +393,29 @@ typedef struct restore_job {
 	st_obj *o; /* read only off the store's thread: its spill fields */
 	sh_rec_reader x;
 	sh_state_rec r;
+	int *pre; /* spares taken for its segments, in order, or -1 */
+	uint32_t made;
 	int rc;
 	char why[512];
 } restore_job;
+
+/* A segment to read into: the spare taken for it, whose pages exist (a
+ * fresh page's first touch costs more than its read here), else a fresh
+ * one on the store's pages. */
+static int seg_make(void *ctx, uint64_t size, int *fd, uint64_t *map_len)
+{
+	restore_job *j = ctx;
+	uint32_t k = j->made++;
+	if (k < j->o->spill_nsegs && j->pre[k] >= 0 && j->o->spill_sizes &&
+	    j->o->spill_sizes[k] == size) {
+		*fd = j->pre[k];
+		j->pre[k] = -1;
+		*map_len = size;
+		return 0;
+	}
+	shoal_pages kind;
+	return sh_pages_segment(&j->s->pages, "shoal-segment", size, fd, map_len, &kind);
+}
 
 static void restore_main(void *arg)
 {
@@ -433,16 +483,23 @@ int sh_st_restore(shoal_store *s, st_obj *o, char *why, size_t whylen)
 	restore_job *j = rc == 0 ? SH_NEW(restore_job) : NULL;
 	int *fds = j ? shoal_alloc(ns * sizeof(int)) : NULL;
 	uint64_t *sizes = j ? shoal_alloc(ns * sizeof(uint64_t)) : NULL;
-	if (rc == 0 && (!j || !fds || !sizes)) {
+	int *pre = j ? shoal_alloc(ns * sizeof(int)) : NULL;
+	if (rc == 0 && (!j || !fds || !sizes || !pre)) {
 		snprintf(why, whylen, "out of memory");
 		rc = SHOAL_ENOMEM;
 	}
 	if (rc == 0) {
+		for (uint32_t k = 0; k < ns; k++)
+			pre[k] = s->spares && o->spill_sizes && k < o->spill_nsegs &&
+						 o->spill_sizes[k] >= SH_SPARE_MIN
+					 ? sh_spares_take(s->spares, o->spill_sizes[k])
+					 : -1;
 		s->used += reserve; /* the room is this restore's while it reads */
 		*j = (restore_job){.s = s,
 				   .o = o,
-				   .x = {.make = seg_make, .ctx = &s->pages},
-				   .r = {.seg_fds = fds, .seg_sizes = sizes}};
+				   .x = {.make = seg_make, .ctx = j, .direct = spill_direct()},
+				   .r = {.seg_fds = fds, .seg_sizes = sizes},
+				   .pre = pre};
 		uint64_t t0 = shoal_now_ns();
 		sh_run_aside("shoal-restore", restore_main, j);
 		sp->restore_ns += shoal_now_ns() - t0;
@@ -468,6 +525,11 @@ int sh_st_restore(shoal_store *s, st_obj *o, char *why, size_t whylen)
 				o->persistent = false;
 			}
 		} else {
+			/* the next restore or put of these sizes finds a spare */
+			for (uint32_t k = 0; s->spares && k < o->nsegs; k++)
+				if (o->segs[k]->size >= SH_SPARE_MIN)
+					sh_spares_want(s->spares, o->segs[k]->size,
+						       s->capacity - s->used);
 			o->spilled = false;
 			sp->on_disk--;
 			sp->on_disk_bytes -= o->bytes;
@@ -482,6 +544,11 @@ int sh_st_restore(shoal_store *s, st_obj *o, char *why, size_t whylen)
 		shoal_free(fds, ns * sizeof(int));
 	if (sizes)
 		shoal_free(sizes, ns * sizeof(uint64_t));
+	for (uint32_t k = 0; pre && k < ns; k++)
+		if (pre[k] >= 0) /* not used: the read failed first */
+			sh_spares_dispose(s->spares, pre[k]);
+	if (pre)
+		shoal_free(pre, ns * sizeof(int));
 	o->busy = false;
 	sh_waitq_wake_all(&sp->restored);
 	return rc;
@@ -521,7 +588,7 @@ int sh_st_spill_adopt(shoal_store *s, const sh_state_rec *r, shoal_node *root, s
 	o->persistent = true;
 	o->spilled = o->in_state = true;
 	o->spill = (sh_spill_loc){.len = r->len};
-	o->spill_nsegs = r->nsegs;
+	set_sizes(o, r->nsegs, r->seg_sizes);
 	s->nobjs++;
 	s->spiller->on_disk++;
 	s->spiller->on_disk_bytes += o->bytes;
@@ -542,6 +609,9 @@ void sh_st_spill_forget(shoal_store *s, st_obj *o)
 	if (o->spill.len && !o->in_state)
 		sh_spill_drop(sp->sp, &o->spill);
 	o->spill.len = 0;
+	if (o->spill_sizes)
+		shoal_free(o->spill_sizes, o->spill_nsegs * sizeof(uint64_t));
+	o->spill_sizes = NULL;
 }
 
 /* ---- the spiller's life ---- */
