@@ -6,7 +6,7 @@
  * tensor's address, dtype and shape are in hand; and what each of N reader
  * processes that map and read one large tensor costs beyond the shared
  * pages (Uss). `shoal put` of a safetensors file against cp is in the
- * import test.
+ * import test. The spill and restore rows are suite_spill.c's.
  *
  * --json: get_small times get, read and release together; get_tensor_dict
  * rows have param client: warm (metadata walk, segments still mapped),
@@ -667,6 +667,7 @@ int sh_bench_store(const sh_bench_opts *o, sh_bench_report *r)
 	bench_import(o, r, sock);
 	bench_readers(o, r, sock);
 	shoal_store_close(s);
+	sh_bench_spill(o, r);
 	sh_bench_note(r, "get_small: get, read every byte, release, timed together. "
 			 "get_tensor_dict: client=warm, the same client again, its segments "
 			 "still mapped: the metadata walk alone (every tensor's address, dtype, "
@@ -710,8 +711,9 @@ void sh_bench_store_table(FILE *f, const sh_bench_report *r)
 		"summary: put %.1f us, get-read-release %.1f us p50 (a unix-socket round trip "
 		"alone: %.1f us); 1100-tensor dict %.2f ms warm (metadata), %.2f ms cold in a "
 		"fresh process, %.2f ms until all its data is readable; import %.2fx cp; a reader "
-		"costs at most %.2f%% of the tensor\n\n",
+		"costs at most %.2f%% of the tensor\n",
 		put, get, sock, dict, cold, cold_read, imp, pct);
+	sh_bench_spill_summary(f, r);
 }
 
 void sh_bench_store_plot(FILE *f, const sh_bench_report *r)
