@@ -365,5 +365,13 @@ void sh_bench_cluster_table(FILE *f, const sh_bench_report *r);
 int sh_bench_store(const sh_bench_opts *o, sh_bench_report *r);
 void sh_bench_store_table(FILE *f, const sh_bench_report *r);
 void sh_bench_store_plot(FILE *f, const sh_bench_report *r);
+/* suite_spill.c: its spill and restore rows, into a spill directory on a
+ * disk; and their line under the store's summary. */
+void sh_bench_spill(const sh_bench_opts *o, sh_bench_report *r);
+void sh_bench_spill_summary(FILE *f, const sh_bench_report *r);
+/* A fresh directory for a store's spill under /var/tmp, which must be on a
+ * disk with need bytes free (and an eighth more): 0, or -1 with why (the
+ * rows are then skipped). */
+int sh_bench_spill_scratch(char *dir, size_t len, uint64_t need, char *why, size_t whylen);
 
 #endif

@@ -6,7 +6,9 @@
  * tensor's address, dtype and shape are in hand; and what each of N reader
  * processes that map and read one large tensor costs beyond the shared
  * pages (Uss). `shoal put` of a safetensors file against cp is in the
- * import test.
+ * import test. put_small and get_small run again (param spill: true)
+ * against a store with a spill directory that stays under its high mark;
+ * the spill and restore rows are suite_spill.c's.
  *
  * --json: get_small times get, read and release together; get_tensor_dict
  * rows have param client: warm (metadata walk, segments still mapped),
@@ -95,7 +97,33 @@ static int socket_baseline(double *lat, int n, char *err, size_t errlen)
 	return rc;
 }
 
-static void bench_small(const sh_bench_opts *o, sh_bench_report *r, const char *sock)
+/* The p50 of the row test with spilling off, or 0. */
+static double p50_spill_off(const sh_bench_report *r, const char *test)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		const sh_bench_result *x = &r->res[i];
+		const char *sp = sh_bench_param_get(x, "spill");
+		if (!strcmp(x->suite, SUITE) && !strcmp(x->test, test) && sp &&
+		    !strcmp(sp, "false") && x->status == SH_BENCH_OK)
+			return sh_bench_metric_get(x, "p50_us", 0);
+	}
+	return 0;
+}
+
+/* With spill: against a store that has a spill directory and stays under
+ * its high mark (the rows of the same test without are measured first). */
+static void set_small_latency(sh_bench_report *r, sh_bench_result *x, double *lat, int n,
+			      bool spill)
+{
+	set_latency(x, lat, n);
+	double off = spill ? p50_spill_off(r, x->test) : 0;
+	if (off > 0) {
+		sh_bench_metric_set(x, "ratio_vs_spill_off", x->cmp_value / off);
+		snprintf(x->aside, sizeof(x->aside), "p50 %.2fx spilling off", x->cmp_value / off);
+	}
+}
+
+static void bench_small(const sh_bench_opts *o, sh_bench_report *r, const char *sock, bool spill)
 {
 	int n = o->quick ? 5000 : 50000;
 	double *lat = malloc(sizeof(double) * (size_t)n);
@@ -103,17 +131,20 @@ static void bench_small(const sh_bench_opts *o, sh_bench_report *r, const char *
 	if (!lat || !ids)
 		exit(1);
 	char err[256];
-	sh_bench_result *x = sh_bench_add(r, SUITE, "roundtrip", "socket", 1);
-	sh_bench_param_num(x, "bytes", SMALL_BYTES);
-	if (socket_baseline(lat, n, err, sizeof(err)) != 0)
-		sh_bench_fail(x, "%s", err);
-	else
-		set_latency(x, lat, n);
+	if (!spill) {
+		sh_bench_result *x = sh_bench_add(r, SUITE, "roundtrip", "socket", 1);
+		sh_bench_param_num(x, "bytes", SMALL_BYTES);
+		if (socket_baseline(lat, n, err, sizeof(err)) != 0)
+			sh_bench_fail(x, "%s", err);
+		else
+			set_latency(x, lat, n);
+	}
 
 	shoal_client *c;
 	int rc = shoal_connect(&c, sock);
 	sh_bench_result *p = sh_bench_add(r, SUITE, "put_small", "shoal", 0);
 	sh_bench_param_num(p, "bytes", SMALL_BYTES);
+	sh_bench_param_bool(p, "spill", spill);
 	if (rc) {
 		sh_bench_fail(p, "connect: %s", shoal_strerror(rc));
 		free(lat);
@@ -138,12 +169,13 @@ static void bench_small(const sh_bench_opts *o, sh_bench_report *r, const char *
 		sh_bench_fail(p, "put: %s: %s", shoal_strerror(rc), shoal_client_error(c));
 		n = 0;
 	} else {
-		set_latency(p, lat, n);
+		set_small_latency(r, p, lat, n, spill);
 	}
 	/* get_small: every object just put, by id: the whole cycle a user
 	 * runs, timed: get, read every byte, release (its RELEASE message). */
 	sh_bench_result *g = sh_bench_add(r, SUITE, "get_small", "shoal", 0);
 	sh_bench_param_num(g, "bytes", SMALL_BYTES);
+	sh_bench_param_bool(g, "spill", spill);
 	for (int i = 0; i < n && rc == 0; i++) {
 		shoal_object *ob;
 		double t0 = sh_bench_now();
@@ -164,12 +196,47 @@ static void bench_small(const sh_bench_opts *o, sh_bench_report *r, const char *
 	if (rc || n == 0)
 		sh_bench_fail(g, "get: %s: %s", shoal_strerror(rc), shoal_client_error(c));
 	else
-		set_latency(g, lat, n);
+		set_small_latency(r, g, lat, n, spill);
 	for (int i = 0; i < n; i++)
 		shoal_delete_id(c, ids[i]);
 	shoal_disconnect(c);
 	free(lat);
 	free(ids);
+}
+
+/* put_small and get_small again, against a store of the same size with a
+ * spill directory on a disk that stays under its high mark: what having
+ * spilling on costs objects that fit. */
+static void bench_small_spilling(const sh_bench_opts *o, sh_bench_report *r, size_t size)
+{
+	char base[256], spill[300], why[300];
+	if (sh_bench_spill_scratch(base, sizeof(base), 0, why, sizeof(why)) != 0) {
+		static const char *const tests[] = {"put_small", "get_small"};
+		for (int i = 0; i < 2; i++) {
+			sh_bench_result *x = sh_bench_add(r, SUITE, tests[i], "shoal", 0);
+			sh_bench_param_num(x, "bytes", SMALL_BYTES);
+			sh_bench_param_bool(x, "spill", true);
+			sh_bench_skip(x, "%s", why);
+		}
+		return;
+	}
+	snprintf(spill, sizeof(spill), "%s/spill", base);
+	shoal_store_opts so;
+	shoal_store_opts_init(&so);
+	so.size = size;
+	so.spill_dir = spill;
+	shoal_store *s;
+	int rc = shoal_store_open_embedded(&s, &so);
+	if (rc) {
+		sh_bench_result *x = sh_bench_add(r, SUITE, "put_small", "shoal", 0);
+		sh_bench_param_num(x, "bytes", SMALL_BYTES);
+		sh_bench_param_bool(x, "spill", true);
+		sh_bench_fail(x, "a store spilling into %s: %s", spill, shoal_strerror(rc));
+	} else {
+		bench_small(o, r, shoal_store_socket(s), true);
+		shoal_store_close(s);
+	}
+	sh_bench_rm_tree(base);
 }
 
 /* A state dict shaped like stable-diffusion v1.5's: n F16 tensors whose
@@ -662,11 +729,13 @@ int sh_bench_store(const sh_bench_opts *o, sh_bench_report *r)
 		return -1;
 	}
 	const char *sock = shoal_store_socket(s);
-	bench_small(o, r, sock);
+	bench_small(o, r, sock, false);
+	bench_small_spilling(o, r, so.size);
 	bench_dict(o, r, sock);
 	bench_import(o, r, sock);
 	bench_readers(o, r, sock);
 	shoal_store_close(s);
+	sh_bench_spill(o, r);
 	sh_bench_note(r, "get_small: get, read every byte, release, timed together. "
 			 "get_tensor_dict: client=warm, the same client again, its segments "
 			 "still mapped: the metadata walk alone (every tensor's address, dtype, "
@@ -687,7 +756,9 @@ void sh_bench_store_table(FILE *f, const sh_bench_report *r)
 	double put = 0, get = 0, dict = 0, cold = 0, cold_read = 0, sock = 0, pct = 0, imp = 0;
 	for (size_t i = 0; i < r->n; i++) {
 		const sh_bench_result *x = &r->res[i];
-		if (strcmp(x->suite, SUITE) != 0 || x->status != SH_BENCH_OK)
+		const char *spill = sh_bench_param_get(x, "spill");
+		if (strcmp(x->suite, SUITE) != 0 || x->status != SH_BENCH_OK ||
+		    (spill && !strcmp(spill, "true")))
 			continue;
 		if (!strcmp(x->test, "put_small"))
 			put = sh_bench_metric_get(x, "p50_us", 0);
@@ -710,8 +781,9 @@ void sh_bench_store_table(FILE *f, const sh_bench_report *r)
 		"summary: put %.1f us, get-read-release %.1f us p50 (a unix-socket round trip "
 		"alone: %.1f us); 1100-tensor dict %.2f ms warm (metadata), %.2f ms cold in a "
 		"fresh process, %.2f ms until all its data is readable; import %.2fx cp; a reader "
-		"costs at most %.2f%% of the tensor\n\n",
+		"costs at most %.2f%% of the tensor\n",
 		put, get, sock, dict, cold, cold_read, imp, pct);
+	sh_bench_spill_summary(f, r);
 }
 
 void sh_bench_store_plot(FILE *f, const sh_bench_report *r)
