@@ -729,13 +729,19 @@ int sh_bench_store(const sh_bench_opts *o, sh_bench_report *r)
 		return -1;
 	}
 	const char *sock = shoal_store_socket(s);
-	bench_small(o, r, sock, false);
-	bench_small_spilling(o, r, so.size);
-	bench_dict(o, r, sock);
-	bench_import(o, r, sock);
-	bench_readers(o, r, sock);
+	if (sh_bench_wants(o, "small")) {
+		bench_small(o, r, sock, false);
+		bench_small_spilling(o, r, so.size);
+	}
+	if (sh_bench_wants(o, "dict"))
+		bench_dict(o, r, sock);
+	if (sh_bench_wants(o, "import"))
+		bench_import(o, r, sock);
+	if (sh_bench_wants(o, "readers"))
+		bench_readers(o, r, sock);
 	shoal_store_close(s);
-	sh_bench_spill(o, r);
+	if (sh_bench_wants(o, "spill"))
+		sh_bench_spill(o, r);
 	sh_bench_note(r, "get_small: get, read every byte, release, timed together. "
 			 "get_tensor_dict: client=warm, the same client again, its segments "
 			 "still mapped: the metadata walk alone (every tensor's address, dtype, "

@@ -6,11 +6,13 @@
 #include "store/proto.h"
 #include "shm/shm.h"
 
-#include <fcntl.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <unistd.h>
 
 #define MAGIC "SHOALST1"
@@ -21,6 +23,8 @@
 /* The piece a segment is written or read in: large enough that the disk
  * streams, small enough that it is still in the cache when it is hashed. */
 #define PIECE ((size_t)8 << 20)
+/* What a hash reads back at a time: it stays in the CPU's cache. */
+#define HASH_BUF ((size_t)1 << 20)
 
 static uint64_t page_up(uint64_t v)
 {
@@ -140,9 +144,138 @@ void sh_rec_reader_fini(sh_rec_reader *x)
 	x->cap = 0;
 }
 
+/* The hash of a segment being filled, by a thread of its own that follows
+ * the copy piece by piece: reading back what was copied (from the page
+ * cache, into a buffer that stays in the CPU's cache) costs about half
+ * the copy, which then hides it. */
+typedef struct hasher {
+	int sfd;
+	uint64_t len;
+	sh_hash *hx;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t copied; /* bytes the copy has put in */
+	bool failed;	 /* the copy stopped short */
+	int rc;
+} hasher;
+
+/* Hashes [from, to) of the segment, read back through buf. */
+static int hash_back(int sfd, uint64_t from, uint64_t to, sh_hash *hx, unsigned char *buf)
+{
+	for (uint64_t at = from; at < to; at += HASH_BUF) {
+		size_t n = to - at < HASH_BUF ? (size_t)(to - at) : HASH_BUF;
+		int rc = sh_fd_pread_all(sfd, buf, n, at);
+		if (rc)
+			return rc;
+		sh_hash64_add(hx, buf, n);
+	}
+	return 0;
+}
+
+static void *hasher_main(void *arg)
+{
+	hasher *h = arg;
+	unsigned char *buf = shoal_alloc(HASH_BUF);
+	uint64_t done = 0;
+	h->rc = buf ? 0 : SHOAL_ENOMEM;
+	while (h->rc == 0 && done < h->len) {
+		pthread_mutex_lock(&h->mu);
+		while (h->copied == done && !h->failed)
+			pthread_cond_wait(&h->cv, &h->mu);
+		uint64_t to = h->copied;
+		bool failed = h->failed;
+		pthread_mutex_unlock(&h->mu);
+		if (to == done && failed)
+			break;
+		h->rc = hash_back(h->sfd, done, to, h->hx, buf);
+		done = to;
+	}
+	if (buf)
+		shoal_free(buf, HASH_BUF);
+	return NULL;
+}
+
+static void hasher_tell(hasher *h, uint64_t copied, bool failed)
+{
+	pthread_mutex_lock(&h->mu);
+	h->copied = copied;
+	h->failed = failed;
+	pthread_cond_signal(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* Copies len bytes at off of fd into the segment sfd by the kernel
+ * (sendfile: no page of it faulted into this process, which on a VM costs
+ * more than the copy), hashed into *hx by a hasher thread that follows
+ * (here, for a small one). SHOAL_EINVAL when the segment's file system
+ * takes no such copy (hugetlbfs). */
+static int copy_seg(int fd, uint64_t off, int sfd, uint64_t len, sh_hash *hx)
+{
+	hasher h = {.sfd = sfd, .len = len, .hx = hx};
+	pthread_t th;
+	bool helper = len >= 2 * PIECE;
+	if (helper) {
+		pthread_mutex_init(&h.mu, NULL);
+		pthread_cond_init(&h.cv, NULL);
+		if (pthread_create(&th, NULL, hasher_main, &h) != 0) {
+			pthread_mutex_destroy(&h.mu);
+			pthread_cond_destroy(&h.cv);
+			helper = false;
+		}
+	}
+	int rc = lseek(sfd, 0, SEEK_SET) == 0 ? 0 : shoal_errno();
+	off_t in = (off_t)off;
+	uint64_t done = 0;
+	while (rc == 0 && done < len) {
+		size_t n = len - done < PIECE ? (size_t)(len - done) : PIECE;
+		ssize_t k = sendfile(sfd, fd, &in, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			rc = k == 0 ? SHOAL_EIO : shoal_errno();
+			break;
+		}
+		done += (uint64_t)k;
+		if (helper)
+			hasher_tell(&h, done, false);
+	}
+	if (helper) {
+		if (rc)
+			hasher_tell(&h, done, true);
+		pthread_join(th, NULL);
+		pthread_mutex_destroy(&h.mu);
+		pthread_cond_destroy(&h.cv);
+		if (rc == 0)
+			rc = h.rc;
+	} else if (rc == 0) {
+		unsigned char *buf = shoal_alloc(HASH_BUF);
+		rc = buf ? hash_back(sfd, 0, len, hx, buf) : SHOAL_ENOMEM;
+		if (buf)
+			shoal_free(buf, HASH_BUF);
+	}
+	return rc;
+}
+
+/* The same through a mapping, for segments sendfile cannot fill. */
+static int read_seg_mapped(int fd, uint64_t off, int sfd, uint64_t len, uint64_t maplen,
+			   sh_hash *hx)
+{
+	unsigned char *p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+	if (p == MAP_FAILED)
+		return shoal_errno();
+	int rc = 0;
+	for (uint64_t done = 0; rc == 0 && done < len; done += PIECE) {
+		size_t n = len - done < PIECE ? (size_t)(len - done) : PIECE;
+		if ((rc = sh_fd_pread_all(fd, p + done, n, off + done)) == 0)
+			sh_hash64_add(hx, p + done, n);
+	}
+	munmap(p, maplen);
+	return rc;
+}
+
 /* Reads len bytes at off of fd into a fresh segment (from x->make),
- * hashing them into *hx as they come, and seals it: *out. Until the seal
- * no one but us has the file, so what was hashed is what will be served. */
+ * hashing them into *hx, and seals it: *out. Until the seal no one but us
+ * has the file, so what was hashed is what will be served. */
 static int read_seg(sh_rec_reader *x, int fd, uint64_t off, uint64_t len, sh_hash *hx, int *out)
 {
 	int sfd = -1;
@@ -150,20 +283,12 @@ static int read_seg(sh_rec_reader *x, int fd, uint64_t off, uint64_t len, sh_has
 	int rc = x->make(x->ctx, len, &sfd, &maplen);
 	if (rc)
 		return rc;
-	unsigned char *p = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
-	if (p == MAP_FAILED) {
-		rc = shoal_errno();
-		close(sfd);
-		return rc;
+	sh_hash start = *hx;
+	rc = copy_seg(fd, off, sfd, len, hx);
+	if (rc == SHOAL_EINVAL) { /* hugetlbfs: through a mapping */
+		*hx = start;
+		rc = read_seg_mapped(fd, off, sfd, len, maplen, hx);
 	}
-	for (uint64_t done = 0; rc == 0 && done < len; done += PIECE) {
-		size_t n = len - done < PIECE ? (size_t)(len - done) : PIECE;
-		/* O_DIRECT reads whole pages: the record's padding is the file's */
-		size_t rn = x->direct ? (n + PAGE - 1) & ~(size_t)(PAGE - 1) : n;
-		if ((rc = sh_fd_pread_all(fd, p + done, rn, off + done)) == 0)
-			sh_hash64_add(hx, p + done, n);
-	}
-	munmap(p, maplen);
 	if (rc == 0)
 		rc = sh_memfd_seal(sfd);
 	if (rc) {
@@ -249,9 +374,6 @@ int sh_rec_read(sh_rec_reader *x, int fd, uint64_t off, uint64_t avail, bool exa
 	uint64_t hh = sh_hash64(x->buf, tlen, 0);
 	hh = sh_hash64(x->buf + tlen, r->meta_len, hh);
 	uint64_t at = off + page_up(SH_REC_HDR + need);
-	int fl = fcntl(fd, F_GETFL);
-	if (x->direct && nsegs && (fl < 0 || fcntl(fd, F_SETFL, fl | O_DIRECT) != 0))
-		x->direct = false; /* a file system without it: through the cache */
 	for (uint32_t i = 0; i < nsegs; i++) {
 		sh_hash hx;
 		sh_hash64_begin(&hx, r->seg_sizes[i], hh);

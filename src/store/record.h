@@ -69,9 +69,6 @@ typedef struct sh_rec_reader {
 	 * covers the segments): r->nsegs and seg_sizes say what a later full
 	 * read will find, no segment is made (make and fit unused) */
 	bool head_only;
-	/* segments read with O_DIRECT (the descriptor switched to it once the
-	 * head is read): from the disk into their pages, past the page cache */
-	bool direct;
 	unsigned char *buf; /* the table and metadata of the last record read */
 	size_t cap;
 } sh_rec_reader;

@@ -380,14 +380,6 @@ void sh_st_spill_check(shoal_store *s)
 
 /* ---- coming back ---- */
 
-/* Whether segments are read with O_DIRECT (SHOAL_SPILL_DIRECT=1): straight
- * from the disk into their pages, past the page cache. */
-static bool spill_direct(void)
-{
-	const char *e = getenv("SHOAL_SPILL_DIRECT");
-	return e && e[0] == '1';
-}
-
 typedef struct restore_job {
 	shoal_store *s;
 	st_obj *o; /* read only off the store's thread: its spill fields */
@@ -497,7 +489,7 @@ int sh_st_restore(shoal_store *s, st_obj *o, char *why, size_t whylen)
 		s->used += reserve; /* the room is this restore's while it reads */
 		*j = (restore_job){.s = s,
 				   .o = o,
-				   .x = {.make = seg_make, .ctx = j, .direct = spill_direct()},
+				   .x = {.make = seg_make, .ctx = j},
 				   .r = {.seg_fds = fds, .seg_sizes = sizes},
 				   .pre = pre};
 		uint64_t t0 = shoal_now_ns();
