@@ -3,6 +3,7 @@
  * every byte checked. Shared by the state directory and the spill
  * directory, on whatever thread does their I/O. */
 #include "store/record.h"
+#include "store/node.h"
 #include "store/proto.h"
 #include "shm/shm.h"
 
@@ -391,4 +392,29 @@ int sh_rec_read(sh_rec_reader *x, int fd, uint64_t off, uint64_t avail, bool exa
 		return SHOAL_EBADMSG;
 	}
 	return 0;
+}
+
+int sh_rec_tree(const sh_state_rec *r, sh_bump *a, shoal_node **root, const char **name,
+		uint32_t *name_len, char *why, size_t whylen)
+{
+	sh_mp m;
+	sh_mp_init(&m, r->meta, r->meta_len);
+	uint32_t n;
+	*name = NULL;
+	*name_len = 0;
+	if (sh_mp_array(&m, &n) || n != 2 ||
+	    (!sh_mp_take_nil(&m) &&
+	     (sh_mp_str(&m, name, name_len) || *name_len == 0 || *name_len > SH_NODE_MAX_NAME ||
+	      memchr(*name, 0, *name_len)))) {
+		snprintf(why, whylen, "metadata: expected [name or nil, node]");
+		return SHOAL_EBADMSG;
+	}
+	int rc = sh_node_decode(&m, a, root, why, whylen);
+	if (rc == 0 && sh_mp_done(&m) != 0) {
+		snprintf(why, whylen, "metadata: trailing bytes after the node");
+		rc = SHOAL_EBADMSG;
+	}
+	if (rc == 0)
+		rc = sh_node_check_types(*root, why, whylen);
+	return rc;
 }

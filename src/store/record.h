@@ -85,4 +85,11 @@ void sh_rec_reader_fini(sh_rec_reader *x);
 int sh_rec_read(sh_rec_reader *x, int fd, uint64_t off, uint64_t avail, bool exact, sh_state_rec *r,
 		char *why, size_t whylen);
 
+/* The tree of a record read back: its metadata [name | nil, node]
+ * decoded into a (sh_bump_fini frees it) as strictly as a seal request,
+ * *name (not NUL-terminated, *name_len bytes) NULL when nil. */
+typedef struct shoal_node shoal_node;
+int sh_rec_tree(const sh_state_rec *r, sh_bump *a, shoal_node **root, const char **name,
+		uint32_t *name_len, char *why, size_t whylen);
+
 #endif

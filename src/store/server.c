@@ -485,28 +485,12 @@ int sh_st_persist_obj(shoal_store *s, st_obj *o, const char *name, size_t name_l
 static int restore_obj(void *arg, sh_state_rec *r, char *why, size_t whylen)
 {
 	shoal_store *s = arg;
-	sh_mp m;
-	sh_mp_init(&m, r->meta, r->meta_len);
-	uint32_t n, name_len = 0;
+	uint32_t name_len = 0;
 	const char *name = NULL;
 	sh_bump a = {0};
 	shoal_node *root = NULL;
 	st_obj *o = NULL, *old = NULL;
-	int rc = 0;
-	if (sh_mp_array(&m, &n) || n != 2 ||
-	    (!sh_mp_take_nil(&m) && (sh_mp_str(&m, &name, &name_len) || name_len == 0 ||
-				     name_len > SH_NODE_MAX_NAME || memchr(name, 0, name_len)))) {
-		snprintf(why, whylen, "metadata: expected [name or nil, node]");
-		rc = SHOAL_EBADMSG;
-	}
-	if (rc == 0)
-		rc = sh_node_decode(&m, &a, &root, why, whylen);
-	if (rc == 0 && sh_mp_done(&m) != 0) {
-		snprintf(why, whylen, "metadata: trailing bytes after the node");
-		rc = SHOAL_EBADMSG;
-	}
-	if (rc == 0)
-		rc = sh_node_check_types(root, why, whylen);
+	int rc = sh_rec_tree(r, &a, &root, &name, &name_len, why, whylen);
 	if (rc == 0 && name && (old = sh_st_name_find(s, name, name_len)) && old->gen >= r->gen) {
 		snprintf(why, whylen, "replaced by %016" PRIx64 ", a newer object named %.*s",
 			 old->id, (int)(name_len > 200 ? 200 : name_len), name);

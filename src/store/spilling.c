@@ -423,25 +423,11 @@ static void restore_main(void *arg)
 /* The record's tree into o: [name | nil, node], checked. */
 static int restore_tree(shoal_store *s, st_obj *o, const sh_state_rec *r, char *why, size_t whylen)
 {
-	sh_mp m;
-	sh_mp_init(&m, r->meta, r->meta_len);
-	uint32_t n, nl;
 	const char *name;
+	uint32_t nl;
 	sh_bump a = {0};
 	shoal_node *root;
-	int rc = 0;
-	if (sh_mp_array(&m, &n) || n != 2 || (!sh_mp_take_nil(&m) && sh_mp_str(&m, &name, &nl))) {
-		snprintf(why, whylen, "metadata: expected [name or nil, node]");
-		rc = SHOAL_EBADMSG;
-	}
-	if (rc == 0)
-		rc = sh_node_decode(&m, &a, &root, why, whylen);
-	if (rc == 0 && sh_mp_done(&m) != 0) {
-		snprintf(why, whylen, "metadata: trailing bytes after the node");
-		rc = SHOAL_EBADMSG;
-	}
-	if (rc == 0)
-		rc = sh_node_check_types(root, why, whylen);
+	int rc = sh_rec_tree(r, &a, &root, &name, &nl, why, whylen);
 	if (rc == 0 && r->sig != o->sig) {
 		snprintf(why, whylen, "signature %016" PRIx64 ", expected %016" PRIx64, r->sig,
 			 o->sig);
