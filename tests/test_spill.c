@@ -632,3 +632,92 @@ SH_TEST(a_full_disk_fails_the_spill_and_loses_nothing)
 	CHECK_OK(shoal_disconnect(c));
 	spilld_fini(&d);
 }
+
+/* The only spill file in dir, into p. */
+static void the_spill_file(const char *dir, char *p, size_t len)
+{
+	DIR *dd = opendir(dir);
+	CHECK(dd != NULL);
+	struct dirent *e;
+	p[0] = 0;
+	while ((e = readdir(dd)) != NULL)
+		if (strstr(e->d_name, ".spill"))
+			snprintf(p, len, "%s/%s", dir, e->d_name);
+	closedir(dd);
+	CHECK(p[0] != 0);
+}
+
+SH_TEST(a_truncated_spill_file_is_never_served)
+{
+	spilld d;
+	spilld_init(&d);
+	enum { N = 8, SIZE = 2 << 20 };
+	spilld_start(&d, (size_t)8 << 20);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, d.sock));
+	shoal_id ids[N];
+	char name[32];
+	for (int k = 0; k < N; k++) {
+		snprintf(name, sizeof(name), "o-%d", k);
+		ids[k] = put_pattern(c, name, k, SIZE, 0);
+	}
+	uint64_t spilled = stat_of(c).spill_objects;
+	CHECK(spilled >= 3);
+	/* cut in the middle of the first record's bytes: every record is
+	 * short or gone */
+	char p[400];
+	the_spill_file(d.spill, p, sizeof(p));
+	CHECK_EQ(truncate(p, 4096 + SIZE / 2), 0);
+	uint64_t refused = 0;
+	for (int k = 0; k < N; k++) {
+		snprintf(name, sizeof(name), "o-%d", k);
+		shoal_object *o;
+		int rc = shoal_get_by_name(c, name, &o);
+		if (rc == SHOAL_EIO) {
+			refused++;
+			continue;
+		}
+		CHECK_OK(rc);
+		CHECK_OK(shoal_object_release(o));
+		check_pattern(c, name, ids[k], k, SIZE);
+	}
+	/* those spilled before the cut at least (the spiller may have gone on
+	 * a little after the puts); never one in memory */
+	CHECK(refused >= spilled && refused < N);
+	CHECK_OK(shoal_disconnect(c));
+	spilld_fini(&d);
+}
+
+typedef struct squat {
+	const char *spill; /* root's: "another user's" for the one who runs this */
+} squat;
+
+/* As an unprivileged uid: a store of one's own refuses a spill directory
+ * another user (root) made. */
+static void squatted_as_user(void *arg)
+{
+	const squat *q = arg;
+	spilld d;
+	snprintf(d.dir, sizeof(d.dir), "/tmp/shoal-spill-user-XXXXXX");
+	CHECK(mkdtemp(d.dir) != NULL);
+	snprintf(d.sock, sizeof(d.sock), "%s/s.sock", d.dir);
+	snprintf(d.log, sizeof(d.log), "%s/log", d.dir);
+	d.spill[0] = 0;
+	CHECK(spilld_start_with(&d, 16 << 20, q->spill, NULL) != 0);
+	CHECK_HAS(read_log(&d), "spill directory");
+	d.pid = 0;
+	spilld_fini(&d);
+}
+
+SH_TEST(a_spill_directory_squatted_by_another_user_is_refused)
+{
+	if (geteuid() != 0)
+		sh_test_skip("needs root: to be another user for an unprivileged one");
+	spilld d;
+	spilld_init(&d);
+	CHECK_EQ(chmod(d.dir, 0755), 0); /* the unprivileged uid reaches the path */
+	CHECK_EQ(mkdir(d.spill, 0700), 0);
+	squat q = {.spill = d.spill};
+	CHECK_EQ(sh_test_run_as(unused_uid(), NULL, 0, squatted_as_user, &q), 0);
+	spilld_fini(&d);
+}
