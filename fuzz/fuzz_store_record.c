@@ -121,26 +121,15 @@ static void check_read(const uint8_t *in, size_t n, bool exact, const sh_rec_rea
 		abort();
 }
 
-/* The record's metadata as a restore decodes it (spilling.c restore_tree). */
+/* The record's metadata as a start and a restore decode it (sh_rec_tree). */
 static int decode_tree(const sh_state_rec *r)
 {
-	sh_mp m;
-	sh_mp_init(&m, r->meta, r->meta_len);
-	uint32_t k, nl;
 	const char *name;
+	uint32_t nl;
 	sh_bump a = {0};
 	shoal_node *root;
 	char why[256] = "";
-	int rc = 0;
-	if (sh_mp_array(&m, &k) || k != 2 || (!sh_mp_take_nil(&m) && sh_mp_str(&m, &name, &nl)))
-		return TREE_REFUSED;
-	rc = sh_node_decode(&m, &a, &root, why, sizeof(why));
-	if (rc == 0 && sh_mp_done(&m) != 0) {
-		sh_bump_fini(&a);
-		return TREE_REFUSED;
-	}
-	if (rc == 0)
-		rc = sh_node_check_types(root, why, sizeof(why));
+	int rc = sh_rec_tree(r, &a, &root, &name, &nl, why, sizeof(why));
 	if (rc && (rc > 0 || !why[0]))
 		abort(); /* a refusal says why */
 	sh_bump_fini(&a);
@@ -162,7 +151,7 @@ static int read_one(sh_rec_reader *x, made *mk, int fd, const uint8_t *in, size_
 		free(sizes);
 		return READ_REFUSED;
 	}
-	sh_state_rec r = {.seg_fds = fds, .seg_sizes = sizes};
+	sh_state_rec r = {.seg_fds = fds, .seg_sizes = sizes, .seg_room = room};
 	char why[256] = "";
 	*mk = (made){.last = -1};
 	int rc = sh_rec_read(x, fd, 0, n, exact, &r, why, sizeof(why));

@@ -8,6 +8,9 @@
  * state directory is (another uid's, a symlink, tmpfs refused). */
 #include "test.h"
 
+#include "shm/shm.h"
+#include "store/record.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -719,5 +722,58 @@ SH_TEST(a_spill_directory_squatted_by_another_user_is_refused)
 	CHECK_EQ(mkdir(d.spill, 0700), 0);
 	squat q = {.spill = d.spill};
 	CHECK_EQ(sh_test_run_as(unused_uid(), NULL, 0, squatted_as_user, &q), 0);
+	spilld_fini(&d);
+}
+
+SH_TEST(a_rewritten_spill_record_cannot_overflow_the_store)
+{
+	/* Whoever can write the directory can write a record whose hashes
+	 * hold (they are a checksum, not a seal): one that says it has more
+	 * segments than the object had must be refused before a byte of it
+	 * is read into arrays sized for the object's. */
+	spilld d;
+	spilld_init(&d);
+	enum { N = 8, SIZE = 2 << 20 };
+	spilld_start(&d, (size_t)8 << 20);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, d.sock));
+	shoal_id ids[N];
+	char name[32];
+	for (int k = 0; k < N; k++) {
+		snprintf(name, sizeof(name), "o-%d", k);
+		ids[k] = put_pattern(c, name, k, SIZE, 0);
+	}
+	CHECK(stat_of(c).spill_objects >= 3);
+	/* o-0's record is the file's first: rewritten with three segments */
+	int segs[3];
+	uint64_t sizes[3] = {4096, 4096, 4096};
+	for (int i = 0; i < 3; i++) {
+		CHECK_OK(sh_memfd_create("seg", 4096, true, &segs[i]));
+		CHECK_OK(sh_memfd_seal(segs[i]));
+	}
+	static const unsigned char meta[] = {0x92, 0xc0, 0xc0}; /* [nil, nil] */
+	sh_state_rec r = {.id = ids[0],
+			  .sig = ids[0],
+			  .meta = meta,
+			  .meta_len = sizeof(meta),
+			  .nsegs = 3,
+			  .seg_fds = segs,
+			  .seg_sizes = sizes};
+	char p[400];
+	the_spill_file(d.spill, p, sizeof(p));
+	int fd = open(p, O_WRONLY);
+	CHECK(fd >= 0);
+	CHECK_OK(sh_rec_write(fd, 0, &r, true));
+	close(fd);
+	for (int i = 0; i < 3; i++)
+		close(segs[i]);
+	shoal_object *o;
+	CHECK_RC(shoal_get_by_name(c, "o-0", &o), SHOAL_EIO);
+	CHECK_HAS(shoal_client_error(c), "3 segments, expected at most 1");
+	for (int k = 1; k < N; k++) {
+		snprintf(name, sizeof(name), "o-%d", k);
+		check_pattern(c, name, ids[k], k, SIZE);
+	}
+	CHECK_OK(shoal_disconnect(c));
 	spilld_fini(&d);
 }

@@ -59,16 +59,20 @@ uint64_t sh_rec_len(const sh_state_rec *r, bool tight)
  * into *x on the way (mapped: it cannot change). */
 static int write_seg(int fd, uint64_t off, int sfd, uint64_t len, sh_hash *x)
 {
-	unsigned char *p = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, sfd, 0);
-	if (p == MAP_FAILED)
-		return shoal_errno();
+	/* read through a buffer that stays in the CPU's cache, not mapped: a
+	 * mapping of a segment costs a fault a page here, more than its copy */
+	unsigned char *b = shoal_alloc(HASH_BUF);
+	if (!b)
+		return SHOAL_ENOMEM;
 	int rc = 0;
-	for (uint64_t done = 0; rc == 0 && done < len; done += PIECE) {
-		size_t n = len - done < PIECE ? (size_t)(len - done) : PIECE;
-		sh_hash64_add(x, p + done, n);
-		rc = sh_fd_pwrite_all(fd, p + done, n, off + done);
+	for (uint64_t done = 0; rc == 0 && done < len; done += HASH_BUF) {
+		size_t n = len - done < HASH_BUF ? (size_t)(len - done) : HASH_BUF;
+		if ((rc = sh_fd_pread_all(sfd, b, n, done)) != 0)
+			break;
+		sh_hash64_add(x, b, n);
+		rc = sh_fd_pwrite_all(fd, b, n, off + done);
 	}
-	munmap(p, len);
+	shoal_free(b, HASH_BUF);
 	return rc;
 }
 
@@ -322,13 +326,27 @@ int sh_rec_read(sh_rec_reader *x, int fd, uint64_t off, uint64_t avail, bool exa
 	r->sig = load64(h + 24);
 	r->gen = load64(h + 32);
 	r->meta_len = load64(h + 40);
-	if (nsegs > SH_REC_SEGS_MAX || r->meta_len > META_MAX) {
-		snprintf(why, whylen,
-			 "%u segments, %zu bytes of metadata; expected at most %u and %" PRIu64,
-			 nsegs, r->meta_len, SH_REC_SEGS_MAX, META_MAX);
+	/* every record's metadata is [name | nil, node]: 3 bytes at least */
+	if (nsegs > SH_REC_SEGS_MAX || r->meta_len > META_MAX || r->meta_len < 3) {
+		snprintf(
+			why, whylen,
+			"%u segments, %zu bytes of metadata; expected at most %u and 3 to %" PRIu64,
+			nsegs, r->meta_len, SH_REC_SEGS_MAX, META_MAX);
+		return SHOAL_EBADMSG;
+	}
+	/* the caller's arrays hold what it expects, which the file must not
+	 * exceed (a rewritten one would write past them) */
+	if (nsegs > r->seg_room) {
+		snprintf(why, whylen, "%u segments, expected at most %u", nsegs, r->seg_room);
 		return SHOAL_EBADMSG;
 	}
 	size_t tlen = (size_t)nsegs * 8, need = tlen + r->meta_len;
+	/* checked before anything is allocated for it */
+	if (need > avail - SH_REC_HDR) {
+		snprintf(why, whylen, "%" PRIu64 " bytes, shorter than its table and metadata",
+			 avail);
+		return SHOAL_EBADMSG;
+	}
 	if (need > x->cap) {
 		void *p = shoal_alloc(need);
 		if (!p) {
@@ -339,8 +357,7 @@ int sh_rec_read(sh_rec_reader *x, int fd, uint64_t off, uint64_t avail, bool exa
 		x->buf = p;
 		x->cap = need;
 	}
-	if (need > avail - SH_REC_HDR ||
-	    (need && sh_fd_pread_all(fd, x->buf, need, off + SH_REC_HDR) != 0)) {
+	if (sh_fd_pread_all(fd, x->buf, need, off + SH_REC_HDR) != 0) {
 		snprintf(why, whylen, "%" PRIu64 " bytes, shorter than its table and metadata",
 			 avail);
 		return SHOAL_EBADMSG;

@@ -34,8 +34,9 @@ typedef struct sh_state_rec {
 	uint32_t nsegs;
 	int *seg_fds; /* sealed memfds; read back: the callback takes them */
 	uint64_t *seg_sizes;
-	uint64_t len;  /* read back: the record's length in its file */
-	char file[40]; /* its name in the directory */
+	uint32_t seg_room; /* read back: what seg_fds and seg_sizes hold */
+	uint64_t len;	   /* read back: the record's length in its file */
+	char file[40];	   /* its name in the directory */
 } sh_state_rec;
 
 /* The bytes r takes in a file; tight: unpadded when it has no segment. */

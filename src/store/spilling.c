@@ -476,7 +476,7 @@ int sh_st_restore(shoal_store *s, st_obj *o, char *why, size_t whylen)
 		*j = (restore_job){.s = s,
 				   .o = o,
 				   .x = {.make = seg_make, .ctx = j},
-				   .r = {.seg_fds = fds, .seg_sizes = sizes},
+				   .r = {.seg_fds = fds, .seg_sizes = sizes, .seg_room = ns},
 				   .pre = pre};
 		uint64_t t0 = shoal_now_ns();
 		sh_run_aside("shoal-restore", restore_main, j);

@@ -323,7 +323,7 @@ int sh_state_load(sh_state *st, bool lazy, sh_state_fit_fn fit, sh_state_fn fn, 
 		uint32_t room = ns > 1 ? ns : 1;
 		uint64_t *sizes = shoal_alloc(room * sizeof(uint64_t));
 		int *fds = shoal_alloc(room * sizeof(int));
-		sh_state_rec r = {.seg_fds = fds, .seg_sizes = sizes};
+		sh_state_rec r = {.seg_fds = fds, .seg_sizes = sizes, .seg_room = room};
 		snprintf(r.file, sizeof(r.file), "%s", nm);
 		why[0] = 0;
 		int rc = sizes && fds ? read_file(&x, fd, nm, &r, why, sizeof(why)) : SHOAL_ENOMEM;
