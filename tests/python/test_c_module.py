@@ -197,6 +197,15 @@ def test_names_delete_persist_stat(client, store):
         "spare_bytes",
         "pages",
         "pages_why",
+        "spill_objects",
+        "spill_bytes",
+        "spill_file_bytes",
+        "spilled",
+        "spilled_bytes",
+        "restored",
+        "restored_bytes",
+        "spill_rate",
+        "restore_rate",
     }
     assert st["capacity"] == 64 << 20 and st["names"] == 4 and st["clients"] == 1
     assert st["pages"] == "4k" and "--huge-pages" in st["pages_why"]
