@@ -33,6 +33,7 @@ typedef struct spilld {
  * one wherever /tmp is tmpfs. */
 static void spilld_init(spilld *d)
 {
+	memset(d, 0, sizeof(*d));
 	snprintf(d->dir, sizeof(d->dir), "/var/tmp/shoal-spill-test-XXXXXX");
 	CHECK(mkdtemp(d->dir) != NULL);
 	snprintf(d->sock, sizeof(d->sock), "%s/s.sock", d->dir);
@@ -700,7 +701,7 @@ typedef struct squat {
 static void squatted_as_user(void *arg)
 {
 	const squat *q = arg;
-	spilld d;
+	spilld d = {0};
 	snprintf(d.dir, sizeof(d.dir), "/tmp/shoal-spill-user-XXXXXX");
 	CHECK(mkdtemp(d.dir) != NULL);
 	snprintf(d.sock, sizeof(d.sock), "%s/s.sock", d.dir);
