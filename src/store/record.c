@@ -44,6 +44,128 @@ static uint64_t load64(const unsigned char *p)
 	return v;
 }
 
+/* The hash of a segment being filled, by a thread of its own that follows
+ * the copy piece by piece: reading back what was copied (from the page
+ * cache, into a buffer that stays in the CPU's cache) costs about half
+ * the copy, which then hides it. */
+typedef struct hasher {
+	int sfd;
+	uint64_t len;
+	sh_hash *hx;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t copied; /* bytes the copy has put in */
+	bool failed;	 /* the copy stopped short */
+	int rc;
+} hasher;
+
+/* Hashes [from, to) of the segment, read back through buf. */
+static int hash_back(int sfd, uint64_t from, uint64_t to, sh_hash *hx, unsigned char *buf)
+{
+	for (uint64_t at = from; at < to; at += HASH_BUF) {
+		size_t n = to - at < HASH_BUF ? (size_t)(to - at) : HASH_BUF;
+		int rc = sh_fd_pread_all(sfd, buf, n, at);
+		if (rc)
+			return rc;
+		sh_hash64_add(hx, buf, n);
+	}
+	return 0;
+}
+
+static void *hasher_main(void *arg)
+{
+	hasher *h = arg;
+	unsigned char *buf = shoal_alloc(HASH_BUF);
+	uint64_t done = 0;
+	h->rc = buf ? 0 : SHOAL_ENOMEM;
+	while (h->rc == 0 && done < h->len) {
+		pthread_mutex_lock(&h->mu);
+		while (h->copied == done && !h->failed)
+			pthread_cond_wait(&h->cv, &h->mu);
+		uint64_t to = h->copied;
+		bool failed = h->failed;
+		pthread_mutex_unlock(&h->mu);
+		if (to == done && failed)
+			break;
+		h->rc = hash_back(h->sfd, done, to, h->hx, buf);
+		done = to;
+	}
+	if (buf)
+		shoal_free(buf, HASH_BUF);
+	return NULL;
+}
+
+static void hasher_tell(hasher *h, uint64_t copied, bool failed)
+{
+	pthread_mutex_lock(&h->mu);
+	h->copied = copied;
+	h->failed = failed;
+	pthread_cond_signal(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* A whole sealed segment's hash, by a thread of its own while the caller
+ * copies it out (it cannot change meanwhile). */
+typedef struct whole_hash {
+	int sfd;
+	uint64_t len;
+	sh_hash *hx;
+	int rc;
+} whole_hash;
+
+static void *whole_main(void *arg)
+{
+	whole_hash *w = arg;
+	unsigned char *buf = shoal_alloc(HASH_BUF);
+	w->rc = buf ? hash_back(w->sfd, 0, w->len, w->hx, buf) : SHOAL_ENOMEM;
+	if (buf)
+		shoal_free(buf, HASH_BUF);
+	return NULL;
+}
+
+/* Writes len bytes of the sealed memfd sfd at off of fd, hashing them into
+ * *x. The kernel copies them (sendfile: no page of the segment faulted
+ * into this process, which on a VM costs more than the copy) while a
+ * thread hashes them; a segment sendfile cannot read (hugetlbfs) goes
+ * through a buffer. */
+static int write_seg(int fd, uint64_t off, int sfd, uint64_t len, sh_hash *x)
+{
+	whole_hash w = {.sfd = sfd, .len = len, .hx = x};
+	pthread_t th;
+	bool helper = len >= 2 * PIECE && pthread_create(&th, NULL, whole_main, &w) == 0;
+	int rc = lseek(fd, (off_t)off, SEEK_SET) == (off_t)off ? 0 : shoal_errno();
+	off_t in = 0;
+	uint64_t done = 0;
+	bool buffered = false;
+	while (rc == 0 && done < len && !buffered) {
+		size_t n = len - done < ((size_t)1 << 30) ? (size_t)(len - done) : (size_t)1 << 30;
+		ssize_t k = sendfile(fd, sfd, &in, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && errno == EINVAL && done == 0)
+			buffered = true;
+		else if (k <= 0)
+			rc = k == 0 ? SHOAL_EIO : shoal_errno();
+		else
+			done += (uint64_t)k;
+	}
+	unsigned char *b = buffered && rc == 0 ? shoal_alloc(HASH_BUF) : NULL;
+	if (buffered && rc == 0 && !b)
+		rc = SHOAL_ENOMEM;
+	for (; b && rc == 0 && done < len; done += HASH_BUF) {
+		size_t n = len - done < HASH_BUF ? (size_t)(len - done) : HASH_BUF;
+		if ((rc = sh_fd_pread_all(sfd, b, n, done)) == 0)
+			rc = sh_fd_pwrite_all(fd, b, n, off + done);
+	}
+	if (b)
+		shoal_free(b, HASH_BUF);
+	if (helper)
+		pthread_join(th, NULL);
+	else
+		whole_main(&w);
+	return rc ? rc : w.rc;
+}
+
 uint64_t sh_rec_len(const sh_state_rec *r, bool tight)
 {
 	uint64_t n = SH_REC_HDR + (uint64_t)r->nsegs * 8 + r->meta_len;
@@ -53,27 +175,6 @@ uint64_t sh_rec_len(const sh_state_rec *r, bool tight)
 	for (uint32_t i = 0; i < r->nsegs; i++)
 		n += page_up(r->seg_sizes[i]);
 	return n;
-}
-
-/* Writes len bytes of the sealed memfd sfd at off of fd, hashing them
- * into *x on the way (mapped: it cannot change). */
-static int write_seg(int fd, uint64_t off, int sfd, uint64_t len, sh_hash *x)
-{
-	/* read through a buffer that stays in the CPU's cache, not mapped: a
-	 * mapping of a segment costs a fault a page here, more than its copy */
-	unsigned char *b = shoal_alloc(HASH_BUF);
-	if (!b)
-		return SHOAL_ENOMEM;
-	int rc = 0;
-	for (uint64_t done = 0; rc == 0 && done < len; done += HASH_BUF) {
-		size_t n = len - done < HASH_BUF ? (size_t)(len - done) : HASH_BUF;
-		if ((rc = sh_fd_pread_all(sfd, b, n, done)) != 0)
-			break;
-		sh_hash64_add(x, b, n);
-		rc = sh_fd_pwrite_all(fd, b, n, off + done);
-	}
-	shoal_free(b, HASH_BUF);
-	return rc;
 }
 
 static void head_pack(unsigned char *hd, const sh_state_rec *r, uint64_t data_hash)
@@ -147,66 +248,6 @@ void sh_rec_reader_fini(sh_rec_reader *x)
 		shoal_free(x->buf, x->cap);
 	x->buf = NULL;
 	x->cap = 0;
-}
-
-/* The hash of a segment being filled, by a thread of its own that follows
- * the copy piece by piece: reading back what was copied (from the page
- * cache, into a buffer that stays in the CPU's cache) costs about half
- * the copy, which then hides it. */
-typedef struct hasher {
-	int sfd;
-	uint64_t len;
-	sh_hash *hx;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	uint64_t copied; /* bytes the copy has put in */
-	bool failed;	 /* the copy stopped short */
-	int rc;
-} hasher;
-
-/* Hashes [from, to) of the segment, read back through buf. */
-static int hash_back(int sfd, uint64_t from, uint64_t to, sh_hash *hx, unsigned char *buf)
-{
-	for (uint64_t at = from; at < to; at += HASH_BUF) {
-		size_t n = to - at < HASH_BUF ? (size_t)(to - at) : HASH_BUF;
-		int rc = sh_fd_pread_all(sfd, buf, n, at);
-		if (rc)
-			return rc;
-		sh_hash64_add(hx, buf, n);
-	}
-	return 0;
-}
-
-static void *hasher_main(void *arg)
-{
-	hasher *h = arg;
-	unsigned char *buf = shoal_alloc(HASH_BUF);
-	uint64_t done = 0;
-	h->rc = buf ? 0 : SHOAL_ENOMEM;
-	while (h->rc == 0 && done < h->len) {
-		pthread_mutex_lock(&h->mu);
-		while (h->copied == done && !h->failed)
-			pthread_cond_wait(&h->cv, &h->mu);
-		uint64_t to = h->copied;
-		bool failed = h->failed;
-		pthread_mutex_unlock(&h->mu);
-		if (to == done && failed)
-			break;
-		h->rc = hash_back(h->sfd, done, to, h->hx, buf);
-		done = to;
-	}
-	if (buf)
-		shoal_free(buf, HASH_BUF);
-	return NULL;
-}
-
-static void hasher_tell(hasher *h, uint64_t copied, bool failed)
-{
-	pthread_mutex_lock(&h->mu);
-	h->copied = copied;
-	h->failed = failed;
-	pthread_cond_signal(&h->cv);
-	pthread_mutex_unlock(&h->mu);
 }
 
 /* Copies len bytes at off of fd into the segment sfd by the kernel
