@@ -44,14 +44,16 @@ static uint64_t load64(const unsigned char *p)
 	return v;
 }
 
-/* The hash of a segment being filled, by a thread of its own that follows
- * the copy piece by piece: reading back what was copied (from the page
- * cache, into a buffer that stays in the CPU's cache) costs about half
- * the copy, which then hides it. */
+/* The hash of a segment being copied, by a thread of its own for a large
+ * one: it reads back what the copy has put in (through a buffer that stays
+ * in the CPU's cache), which costs about half the copy, which then hides
+ * it. A small one is hashed when its copy ends. */
 typedef struct hasher {
 	int sfd;
 	uint64_t len;
 	sh_hash *hx;
+	bool thread;
+	pthread_t th;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	uint64_t copied; /* bytes the copy has put in */
@@ -95,8 +97,26 @@ static void *hasher_main(void *arg)
 	return NULL;
 }
 
+/* Starts hashing len bytes of sfd into *hx, ready of them there already
+ * (all of a segment being written out, none of one being read in). */
+static void hasher_start(hasher *h, int sfd, uint64_t len, sh_hash *hx, uint64_t ready)
+{
+	*h = (hasher){.sfd = sfd, .len = len, .hx = hx, .copied = ready};
+	if (len < 2 * PIECE)
+		return;
+	pthread_mutex_init(&h->mu, NULL);
+	pthread_cond_init(&h->cv, NULL);
+	if (!(h->thread = pthread_create(&h->th, NULL, hasher_main, h) == 0)) {
+		pthread_mutex_destroy(&h->mu);
+		pthread_cond_destroy(&h->cv);
+	}
+}
+
+/* The copy has put in copied bytes (and stops there when failed). */
 static void hasher_tell(hasher *h, uint64_t copied, bool failed)
 {
+	if (!h->thread)
+		return;
 	pthread_mutex_lock(&h->mu);
 	h->copied = copied;
 	h->failed = failed;
@@ -104,23 +124,25 @@ static void hasher_tell(hasher *h, uint64_t copied, bool failed)
 	pthread_mutex_unlock(&h->mu);
 }
 
-/* A whole sealed segment's hash, by a thread of its own while the caller
- * copies it out (it cannot change meanwhile). */
-typedef struct whole_hash {
-	int sfd;
-	uint64_t len;
-	sh_hash *hx;
-	int rc;
-} whole_hash;
-
-static void *whole_main(void *arg)
+/* The copy ended with rc: waits for the hash (or, for a small segment,
+ * makes it now); the first failure of either. */
+static int hasher_end(hasher *h, int rc)
 {
-	whole_hash *w = arg;
+	if (h->thread) {
+		if (rc)
+			hasher_tell(h, h->copied, true);
+		pthread_join(h->th, NULL);
+		pthread_mutex_destroy(&h->mu);
+		pthread_cond_destroy(&h->cv);
+		return rc ? rc : h->rc;
+	}
+	if (rc)
+		return rc;
 	unsigned char *buf = shoal_alloc(HASH_BUF);
-	w->rc = buf ? hash_back(w->sfd, 0, w->len, w->hx, buf) : SHOAL_ENOMEM;
+	rc = buf ? hash_back(h->sfd, 0, h->len, h->hx, buf) : SHOAL_ENOMEM;
 	if (buf)
 		shoal_free(buf, HASH_BUF);
-	return NULL;
+	return rc;
 }
 
 /* Writes len bytes of the sealed memfd sfd at off of fd, hashing them into
@@ -130,9 +152,8 @@ static void *whole_main(void *arg)
  * through a buffer. */
 static int write_seg(int fd, uint64_t off, int sfd, uint64_t len, sh_hash *x)
 {
-	whole_hash w = {.sfd = sfd, .len = len, .hx = x};
-	pthread_t th;
-	bool helper = len >= 2 * PIECE && pthread_create(&th, NULL, whole_main, &w) == 0;
+	hasher h;
+	hasher_start(&h, sfd, len, x, len);
 	int rc = lseek(fd, (off_t)off, SEEK_SET) == (off_t)off ? 0 : shoal_errno();
 	off_t in = 0;
 	uint64_t done = 0;
@@ -159,11 +180,7 @@ static int write_seg(int fd, uint64_t off, int sfd, uint64_t len, sh_hash *x)
 	}
 	if (b)
 		shoal_free(b, HASH_BUF);
-	if (helper)
-		pthread_join(th, NULL);
-	else
-		whole_main(&w);
-	return rc ? rc : w.rc;
+	return hasher_end(&h, rc);
 }
 
 uint64_t sh_rec_len(const sh_state_rec *r, bool tight)
@@ -252,23 +269,12 @@ void sh_rec_reader_fini(sh_rec_reader *x)
 
 /* Copies len bytes at off of fd into the segment sfd by the kernel
  * (sendfile: no page of it faulted into this process, which on a VM costs
- * more than the copy), hashed into *hx by a hasher thread that follows
- * (here, for a small one). SHOAL_EINVAL when the segment's file system
+ * more than the copy), hashed into *hx (hasher). SHOAL_EINVAL when the segment's file system
  * takes no such copy (hugetlbfs). */
 static int copy_seg(int fd, uint64_t off, int sfd, uint64_t len, sh_hash *hx)
 {
-	hasher h = {.sfd = sfd, .len = len, .hx = hx};
-	pthread_t th;
-	bool helper = len >= 2 * PIECE;
-	if (helper) {
-		pthread_mutex_init(&h.mu, NULL);
-		pthread_cond_init(&h.cv, NULL);
-		if (pthread_create(&th, NULL, hasher_main, &h) != 0) {
-			pthread_mutex_destroy(&h.mu);
-			pthread_cond_destroy(&h.cv);
-			helper = false;
-		}
-	}
+	hasher h;
+	hasher_start(&h, sfd, len, hx, 0);
 	int rc = lseek(sfd, 0, SEEK_SET) == 0 ? 0 : shoal_errno();
 	off_t in = (off_t)off;
 	uint64_t done = 0;
@@ -282,24 +288,9 @@ static int copy_seg(int fd, uint64_t off, int sfd, uint64_t len, sh_hash *hx)
 			break;
 		}
 		done += (uint64_t)k;
-		if (helper)
-			hasher_tell(&h, done, false);
+		hasher_tell(&h, done, false);
 	}
-	if (helper) {
-		if (rc)
-			hasher_tell(&h, done, true);
-		pthread_join(th, NULL);
-		pthread_mutex_destroy(&h.mu);
-		pthread_cond_destroy(&h.cv);
-		if (rc == 0)
-			rc = h.rc;
-	} else if (rc == 0) {
-		unsigned char *buf = shoal_alloc(HASH_BUF);
-		rc = buf ? hash_back(sfd, 0, len, hx, buf) : SHOAL_ENOMEM;
-		if (buf)
-			shoal_free(buf, HASH_BUF);
-	}
-	return rc;
+	return hasher_end(&h, rc);
 }
 
 /* The same through a mapping, for segments sendfile cannot fill. */
