@@ -247,11 +247,6 @@ static uint64_t spill_round(shoal_store *s, uint64_t want)
 			uint64_t ch = obj_charged(o);
 			o->spill = (sh_spill_loc){.len = ch + o->meta_len + 8ull * o->nsegs +
 							 2 * PAGE};
-			o->spill_nsegs = 0;
-			for (uint32_t k = 0; k < o->nsegs; k++) /* in the order of its file's */
-				if (sh_grow_array((void **)&o->spill_sizes, &o->spill_nsegs, k,
-						  sizeof(uint64_t)) == 0)
-					o->spill_sizes[k] = o->segs[k]->size;
 			keep_sizes(o); /* in the order of its file's */
 			o->in_state = true;
 			unload(s, o);
@@ -264,13 +259,10 @@ static uint64_t spill_round(shoal_store *s, uint64_t want)
 		b.recs = shoal_alloc(nw * sizeof(*b.recs));
 		b.loc = shoal_alloc(nw * sizeof(*b.loc));
 		sh_wbuf *metas = shoal_alloc(nw * sizeof(*metas));
-		uint64_t *ids = shoal_alloc(nw * sizeof(*ids));
-		if (b.recs && b.loc && metas && ids) {
+		if (b.recs && b.loc && metas) {
 			for (size_t i = 0; i < nw; i++)
-				if (batch_add(s, &b, &metas[b.n], cand[i]) == 0) {
-					ids[b.n - 1] = cand[i]->id;
+				if (batch_add(s, &b, &metas[b.n], cand[i]) == 0)
 					cand[i]->busy = true;
-				}
 			uint64_t t0 = shoal_now_ns();
 			sh_run_aside("shoal-spill", batch_main, &b);
 			sp->spill_ns += shoal_now_ns() - t0;
@@ -282,8 +274,8 @@ static uint64_t spill_round(shoal_store *s, uint64_t want)
 			if (b.rc == SHOAL_ENOSPC)
 				sp->full_until = shoal_now_ns() + 1000000000ll;
 			for (size_t i = 0; i < b.n; i++) {
-				st_obj *o = sh_map_get(&s->objs, ids[i]);
-				if (!o || o->id != ids[i]) { /* deleted meanwhile */
+				st_obj *o = sh_map_get(&s->objs, b.recs[i].id);
+				if (!o) { /* deleted meanwhile */
 					if (i < b.done)
 						sh_spill_drop(sp->sp, &b.loc[i]);
 					continue;
@@ -311,8 +303,6 @@ static uint64_t spill_round(shoal_store *s, uint64_t want)
 			shoal_free(b.loc, nw * sizeof(*b.loc));
 		if (metas)
 			shoal_free(metas, nw * sizeof(*metas));
-		if (ids)
-			shoal_free(ids, nw * sizeof(*ids));
 	}
 	shoal_free(cand, capc * sizeof(*cand));
 	return freed;
