@@ -7,6 +7,7 @@
  * corrupted or cut short is never served; the directory is checked as the
  * state directory is (another uid's, a symlink, tmpfs refused). */
 #include "test.h"
+#include "store_blob.h"
 
 #include "shm/shm.h"
 #include "store/record.h"
@@ -79,43 +80,14 @@ static void spilld_fini(spilld *d)
 	CHECK_EQ(system(cmd), 0);
 }
 
-static char *read_log(const spilld *d)
+/* Puts n objects PREFIX-K of size bytes (pattern K), ids[k] their ids. */
+static void put_many(shoal_client *c, const char *prefix, int n, size_t size, shoal_id *ids)
 {
-	static char buf[1 << 16];
-	FILE *f = fopen(d->log, "r");
-	CHECK(f != NULL);
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = 0;
-	fclose(f);
-	return buf;
-}
-
-static shoal_store_stat stat_of(shoal_client *c)
-{
-	shoal_store_stat st;
-	CHECK_OK(shoal_store_stat_get(c, &st));
-	return st;
-}
-
-/* Byte i of the blob of object k. */
-static unsigned char pattern(int k, size_t i)
-{
-	return (unsigned char)(k * 131 + i * 7 + (i >> 12));
-}
-
-static shoal_id put_pattern(shoal_client *c, const char *name, int k, size_t size, unsigned flags)
-{
-	unsigned char *b = malloc(size);
-	CHECK(b != NULL);
-	for (size_t i = 0; i < size; i++)
-		b[i] = pattern(k, i);
-	shoal_id id;
-	int rc = shoal_put_bytes(c, name, b, size, flags, &id);
-	if (rc)
-		sh_test_fail(__FILE__, __LINE__, "put %s: %s: %s", name, shoal_strerror(rc),
-			     shoal_client_error(c));
-	free(b);
-	return id;
+	char name[32];
+	for (int k = 0; k < n; k++) {
+		snprintf(name, sizeof(name), "%s-%d", prefix, k);
+		ids[k] = put_pattern(c, name, k, size, 0);
+	}
 }
 
 /* Gets name and checks it: its id, type, size and every byte. */
@@ -174,10 +146,7 @@ SH_TEST(one_client_puts_three_times_the_store_and_gets_all_back)
 	CHECK_OK(shoal_connect(&c, d.sock));
 	shoal_id ids[N];
 	char name[32];
-	for (int k = 0; k < N; k++) {
-		snprintf(name, sizeof(name), "big-%d", k);
-		ids[k] = put_pattern(c, name, k, SIZE, 0);
-	}
+	put_many(c, "big", N, SIZE, ids);
 	shoal_store_stat st = stat_of(c);
 	CHECK(st.used <= st.capacity);
 	CHECK(st.spilled >= N - 8);
@@ -225,10 +194,7 @@ SH_TEST(small_objects_share_files_and_come_back_alone)
 	CHECK_OK(shoal_connect(&c, d.sock));
 	shoal_id *ids = malloc(N * sizeof(*ids));
 	char name[32];
-	for (int k = 0; k < N; k++) {
-		snprintf(name, sizeof(name), "small-%d", k);
-		ids[k] = put_pattern(c, name, k, SIZE, 0);
-	}
+	put_many(c, "small", N, SIZE, ids);
 	shoal_store_stat st = stat_of(c);
 	CHECK(st.spill_objects > N / 2);
 	/* fused: a file of many objects, not a file each */
@@ -279,18 +245,25 @@ SH_TEST(a_held_object_is_not_spilled)
 	spilld_fini(&d);
 }
 
-/* Flips a byte at off of the only spill file in dir. */
-static void corrupt(const char *dir, uint64_t off)
+/* The only spill file in dir, into p. */
+static void the_spill_file(const char *dir, char *p, size_t len)
 {
 	DIR *dd = opendir(dir);
 	CHECK(dd != NULL);
 	struct dirent *e;
-	char p[400] = "";
+	p[0] = 0;
 	while ((e = readdir(dd)) != NULL)
 		if (strstr(e->d_name, ".spill"))
-			snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+			snprintf(p, len, "%s/%s", dir, e->d_name);
 	closedir(dd);
 	CHECK(p[0] != 0);
+}
+
+/* Flips a byte at off of the only spill file in dir. */
+static void corrupt(const char *dir, uint64_t off)
+{
+	char p[400];
+	the_spill_file(dir, p, sizeof(p));
 	int fd = open(p, O_RDWR);
 	CHECK(fd >= 0);
 	unsigned char b;
@@ -323,7 +296,7 @@ SH_TEST(a_corrupt_spill_record_is_never_served)
 	CHECK_HAS(shoal_client_error(c), "do not match its hash");
 	/* never served, and gone: not half an object */
 	CHECK_RC(shoal_get_by_name(c, "o-0", &o), SHOAL_ENOENT);
-	CHECK_HAS(read_log(&d), "restoring object");
+	CHECK_HAS(read_text(d.log), "restoring object");
 	for (int k = 1; k < 8; k++) {
 		snprintf(name, sizeof(name), "o-%d", k);
 		check_pattern(c, name, ids[k], k, SIZE);
@@ -349,7 +322,7 @@ SH_TEST(the_spill_directory_is_checked)
 	if (geteuid() == 0) {
 		CHECK_EQ(chown(d.spill, unused_uid(), unused_uid()), 0);
 		CHECK(spilld_start_with(&d, 16 << 20, NULL, NULL) != 0);
-		CHECK_HAS(read_log(&d), "spill directory");
+		CHECK_HAS(read_text(d.log), "spill directory");
 		CHECK_EQ(chown(d.spill, 0, 0), 0);
 	}
 	/* others may enter it: refused */
@@ -366,7 +339,7 @@ SH_TEST(the_spill_directory_is_checked)
 	snprintf(shm, sizeof(shm), "/dev/shm/shoal-spill-XXXXXX");
 	CHECK(mkdtemp(shm) != NULL);
 	CHECK(spilld_start_with(&d, 16 << 20, shm, NULL) != 0);
-	CHECK_HAS(read_log(&d), "is on tmpfs");
+	CHECK_HAS(read_text(d.log), "is on tmpfs");
 	const char *any[] = {"--spill-any-fs", NULL};
 	CHECK_EQ(spilld_start_with(&d, 16 << 20, shm, any), 0);
 	CHECK_EQ(kill(d.pid, SIGTERM), 0);
@@ -574,8 +547,8 @@ SH_TEST(a_full_disk_fails_the_spill_and_loses_nothing)
 	}
 	free(b);
 	CHECK(refused > 0);
-	CHECK_HAS(read_log(&d), "no space left");
-	CHECK_HAS(read_log(&d), "stay in memory");
+	CHECK_HAS(read_text(d.log), "no space left");
+	CHECK_HAS(read_text(d.log), "stay in memory");
 	/* What was put is all there, spilled or not: those in memory first;
 	 * a spilled one comes back once they leave it room (the disk being
 	 * full, nothing more spills for it). */
@@ -629,26 +602,12 @@ SH_TEST(a_full_disk_fails_the_spill_and_loses_nothing)
 		refused += rc == SHOAL_ENOSPC;
 	}
 	CHECK(refused > 0);
-	CHECK_HAS(read_log(&d), "the spill limit");
+	CHECK_HAS(read_text(d.log), "the spill limit");
 	uint64_t files;
 	spill_files(d.spill, &files);
 	CHECK(files <= (uint64_t)5 << 20);
 	CHECK_OK(shoal_disconnect(c));
 	spilld_fini(&d);
-}
-
-/* The only spill file in dir, into p. */
-static void the_spill_file(const char *dir, char *p, size_t len)
-{
-	DIR *dd = opendir(dir);
-	CHECK(dd != NULL);
-	struct dirent *e;
-	p[0] = 0;
-	while ((e = readdir(dd)) != NULL)
-		if (strstr(e->d_name, ".spill"))
-			snprintf(p, len, "%s/%s", dir, e->d_name);
-	closedir(dd);
-	CHECK(p[0] != 0);
 }
 
 SH_TEST(a_truncated_spill_file_is_never_served)
@@ -661,10 +620,7 @@ SH_TEST(a_truncated_spill_file_is_never_served)
 	CHECK_OK(shoal_connect(&c, d.sock));
 	shoal_id ids[N];
 	char name[32];
-	for (int k = 0; k < N; k++) {
-		snprintf(name, sizeof(name), "o-%d", k);
-		ids[k] = put_pattern(c, name, k, SIZE, 0);
-	}
+	put_many(c, "o", N, SIZE, ids);
 	uint64_t spilled = stat_of(c).spill_objects;
 	CHECK(spilled >= 3);
 	/* cut in the middle of the first record's bytes: every record is
@@ -708,7 +664,7 @@ static void squatted_as_user(void *arg)
 	snprintf(d.log, sizeof(d.log), "%s/log", d.dir);
 	d.spill[0] = 0;
 	CHECK(spilld_start_with(&d, 16 << 20, q->spill, NULL) != 0);
-	CHECK_HAS(read_log(&d), "spill directory");
+	CHECK_HAS(read_text(d.log), "spill directory");
 	d.pid = 0;
 	spilld_fini(&d);
 }
@@ -740,10 +696,7 @@ SH_TEST(a_rewritten_spill_record_cannot_overflow_the_store)
 	CHECK_OK(shoal_connect(&c, d.sock));
 	shoal_id ids[N];
 	char name[32];
-	for (int k = 0; k < N; k++) {
-		snprintf(name, sizeof(name), "o-%d", k);
-		ids[k] = put_pattern(c, name, k, SIZE, 0);
-	}
+	put_many(c, "o", N, SIZE, ids);
 	CHECK(stat_of(c).spill_objects >= 3);
 	/* o-0's record is the file's first: rewritten with three segments */
 	int segs[3];
@@ -775,6 +728,26 @@ SH_TEST(a_rewritten_spill_record_cannot_overflow_the_store)
 		snprintf(name, sizeof(name), "o-%d", k);
 		check_pattern(c, name, ids[k], k, SIZE);
 	}
+	CHECK_OK(shoal_disconnect(c));
+	spilld_fini(&d);
+}
+
+SH_TEST(a_large_segment_is_hashed_beside_its_copy)
+{
+	/* Segments of 16 MiB and more are hashed by a thread of their own
+	 * while the kernel copies them, out and back in. */
+	spilld d;
+	spilld_init(&d);
+	enum { N = 2, SIZE = 20 << 20 };
+	spilld_start(&d, (size_t)32 << 20);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, d.sock));
+	shoal_id ids[N];
+	put_many(c, "large", N, SIZE, ids);
+	CHECK_EQ(stat_of(c).spill_objects, 1);
+	check_pattern(c, "large-0", ids[0], 0, SIZE); /* the other spills for it */
+	CHECK_EQ(stat_of(c).restored, 1);
+	check_pattern(c, "large-1", ids[1], 1, SIZE);
 	CHECK_OK(shoal_disconnect(c));
 	spilld_fini(&d);
 }

@@ -9,6 +9,7 @@
  * the directory itself is checked; and a client, root or nobody, cannot
  * write what it maps of a restored object. */
 #include "test.h"
+#include "store_blob.h"
 #include "store_dict.h"
 
 #include "store/proto.h"
@@ -105,47 +106,11 @@ static void daemon_fini(shoald_proc *d)
 	rm_tree(d->dir);
 }
 
-static char *read_log(const shoald_proc *d)
-{
-	static char buf[1 << 16];
-	FILE *f = fopen(d->log, "r");
-	CHECK(f != NULL);
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = 0;
-	fclose(f);
-	return buf;
-}
-
 static shoal_client *connect_to(const shoald_proc *d)
 {
 	shoal_client *c;
 	CHECK_OK(shoal_connect(&c, d->sock));
 	return c;
-}
-
-static shoal_store_stat stat_of(shoal_client *c)
-{
-	shoal_store_stat st;
-	CHECK_OK(shoal_store_stat_get(c, &st));
-	return st;
-}
-
-/* Byte i of a test blob of seed k. */
-static unsigned char pattern(int k, size_t i)
-{
-	return (unsigned char)(k * 131 + i * 7 + (i >> 12));
-}
-
-static shoal_id put_pattern(shoal_client *c, const char *name, int k, size_t size, unsigned flags)
-{
-	unsigned char *p = malloc(size);
-	CHECK(p != NULL);
-	for (size_t i = 0; i < size; i++)
-		p[i] = pattern(k, i);
-	shoal_id id = 0;
-	CHECK_OK(shoal_put_bytes(c, name, p, size, flags, &id));
-	free(p);
-	return id;
 }
 
 /* Whether p lies in a mapping of a store segment (a memfd mapped
@@ -335,7 +300,7 @@ SH_TEST(persistent_objects_survive_restarts)
 	check_dict(c, "sd", o.dict, 40);
 	CHECK_EQ(stat_of(c).objects, 4);
 	CHECK_OK(shoal_disconnect(c));
-	const char *log = read_log(&d);
+	const char *log = read_text(d.log);
 	CHECK(strstr(log, "refused") == NULL);
 	CHECK_HAS(log, ", state in ");
 	CHECK_HAS(log, "4 persistent objects back");
@@ -526,7 +491,7 @@ SH_TEST(bad_state_files_are_set_aside)
 	CHECK_EQ(st.objects, 1);
 	CHECK_EQ(st.used, 200704); /* only o7's pages: nothing of the refused stayed charged */
 	CHECK_OK(shoal_disconnect(c));
-	const char *log = read_log(&d);
+	const char *log = read_text(d.log);
 	for (int i = 0; i < 7; i++)
 		CHECK_HAS(log, strrchr(f[i], '/') + 1);
 	CHECK_HAS(log, "truncated");
@@ -550,7 +515,7 @@ SH_TEST(bad_state_files_are_set_aside)
 	c = connect_to(&d);
 	check_pattern(c, "o7", id[7], 7, 200000, true);
 	CHECK_OK(shoal_disconnect(c));
-	CHECK(strstr(read_log(&d), "refused") == NULL);
+	CHECK(strstr(read_text(d.log), "refused") == NULL);
 	daemon_fini(&d);
 }
 
@@ -564,24 +529,24 @@ SH_TEST(the_state_directory_is_checked)
 	CHECK_EQ(mkdir(real, 0700), 0);
 	CHECK_EQ(symlink(real, d.state), 0);
 	CHECK_EQ(daemon_start_with(&d, 1u << 20, NULL), 1);
-	CHECK_HAS(read_log(&d), "is a symlink");
+	CHECK_HAS(read_text(d.log), "is a symlink");
 	CHECK_EQ(unlink(d.state), 0);
 	/* open to others */
 	CHECK_EQ(mkdir(d.state, 0755), 0);
 	CHECK_EQ(daemon_start_with(&d, 1u << 20, NULL), 1);
-	CHECK_HAS(read_log(&d), "mode 755");
+	CHECK_HAS(read_text(d.log), "mode 755");
 	/* of another uid */
 	CHECK_EQ(chmod(d.state, 0700), 0);
 	CHECK_EQ(chown(d.state, NOBODY, NOBODY), 0);
 	CHECK_EQ(daemon_start_with(&d, 1u << 20, NULL), 1);
-	CHECK_HAS(read_log(&d), "owned by uid 65534");
+	CHECK_HAS(read_text(d.log), "owned by uid 65534");
 	CHECK_EQ(rmdir(d.state), 0);
 	/* a file */
 	FILE *f = fopen(d.state, "w");
 	CHECK(f != NULL);
 	fclose(f);
 	CHECK_EQ(daemon_start_with(&d, 1u << 20, NULL), 1);
-	CHECK_HAS(read_log(&d), "not a directory");
+	CHECK_HAS(read_text(d.log), "not a directory");
 	CHECK_EQ(unlink(d.state), 0);
 	/* missing: made 0700; and one store at a time */
 	daemon_start(&d, 1u << 20);
@@ -592,7 +557,7 @@ SH_TEST(the_state_directory_is_checked)
 	shoald_proc other = d;
 	snprintf(other.sock, sizeof(other.sock), "%s/other.sock", d.dir);
 	CHECK_EQ(daemon_start_with(&other, 1u << 20, NULL), 1);
-	CHECK_HAS(read_log(&d), "another store uses it");
+	CHECK_HAS(read_text(d.log), "another store uses it");
 	daemon_fini(&d);
 }
 
@@ -624,7 +589,7 @@ SH_TEST(the_size_limit_holds_across_restarts)
 	CHECK_RC(shoal_get(c, big, &o), SHOAL_ENOENT);
 	CHECK_EQ(stat_of(c).used, 128);
 	CHECK_OK(shoal_disconnect(c));
-	CHECK_HAS(read_log(&d), "do not fit the store's size");
+	CHECK_HAS(read_text(d.log), "do not fit the store's size");
 	daemon_fini(&d);
 }
 
