@@ -15,6 +15,7 @@
 #include "wire/wire.h"
 
 #include "seed.h"
+#include "seed_tree.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -130,32 +131,6 @@ static void frame_seed(const char *name, uint16_t op, uint16_t flags, int32_t st
 		seed_die("the body is not one msgpack value", name);
 	seed_write(name, w.p, w.len);
 	sh_wbuf_fini(&w);
-}
-
-/* Trees to pack: a tensor over blob b, dtype and shape as given. */
-typedef struct seed_tensor {
-	shoal_node n;
-	sh_field f[2];
-	sh_blobref b;
-	int64_t shape[4];
-} seed_tensor;
-
-static void make_tensor(seed_tensor *t, const char *dtype, int ndim, const int64_t *shape,
-			const void *inline_data, uint64_t seg, uint64_t off)
-{
-	memset(t, 0, sizeof(*t));
-	uint64_t bytes = shoal_dtype_size(shoal_dtype_from_name(dtype, strlen(dtype)));
-	for (int d = 0; d < ndim; d++) {
-		t->shape[d] = shape[d];
-		bytes *= (uint64_t)shape[d];
-	}
-	t->f[0] = (sh_field){.key = "dtype", .kind = SH_F_STR, .n = (uint32_t)strlen(dtype)};
-	t->f[0].v.s = dtype;
-	t->f[1] = (sh_field){.key = "shape", .kind = SH_F_INTS, .n = (uint32_t)ndim};
-	t->f[1].v.ints = t->shape;
-	t->b = (sh_blobref){.seg = seg, .off = off, .size = bytes, .inline_data = inline_data};
-	t->n = (shoal_node){
-		.type = "tensor", .nfields = 2, .nblobs = 1, .fields = t->f, .blobs = &t->b};
 }
 
 static const shoal_node *seed_root;

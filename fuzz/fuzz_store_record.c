@@ -30,6 +30,7 @@
 #include "wire/wire.h"
 
 #include "seed.h"
+#include "seed_tree.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -343,33 +344,6 @@ static void record_seed(const char *file, const seed_rec *s)
 	sh_wbuf_fini(&meta);
 	for (uint32_t i = 0; i < s->nsegs; i++)
 		close(fds[i]);
-}
-
-/* A tensor over blob b: dtype and shape as given, its bytes inline
- * (inline_data) or in segment seg (1..) at off. */
-typedef struct seed_tensor {
-	shoal_node n;
-	sh_field f[2];
-	sh_blobref b;
-	int64_t shape[2];
-} seed_tensor;
-
-static void make_tensor(seed_tensor *t, const char *dtype, int ndim, const int64_t *shape,
-			const void *inline_data, uint64_t seg, uint64_t off)
-{
-	memset(t, 0, sizeof(*t));
-	uint64_t bytes = shoal_dtype_size(shoal_dtype_from_name(dtype, strlen(dtype)));
-	for (int d = 0; d < ndim; d++) {
-		t->shape[d] = shape[d];
-		bytes *= (uint64_t)shape[d];
-	}
-	t->f[0] = (sh_field){.key = "dtype", .kind = SH_F_STR, .n = (uint32_t)strlen(dtype)};
-	t->f[0].v.s = dtype;
-	t->f[1] = (sh_field){.key = "shape", .kind = SH_F_INTS, .n = (uint32_t)ndim};
-	t->f[1].v.ints = t->shape;
-	t->b = (sh_blobref){.seg = seg, .off = off, .size = bytes, .inline_data = inline_data};
-	t->n = (shoal_node){
-		.type = "tensor", .nfields = 2, .nblobs = 1, .fields = t->f, .blobs = &t->b};
 }
 
 static void record_seeds(void)
