@@ -22,6 +22,7 @@
 #include "store/client.h"
 
 #include "seed.h"
+#include "seed_tree.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -293,14 +294,19 @@ static void pk_message(msgpack_packer *pk, const void *arg)
 	sh_mp_pack_cstr(pk, arg);
 }
 
+/* STAT: 17 counters, a page kind and its reason, then 9 of spilling. */
 static void pk_stat(msgpack_packer *pk, const void *arg)
 {
 	(void)arg;
-	static const uint64_t v[] = {1ull << 34, 1ull << 30, 12,   10, 3, 1, 2,
-				     1ull << 31, 1,	     4096, 1,  3, 1};
-	msgpack_pack_array(pk, 13);
-	for (int i = 0; i < 13; i++)
+	static const uint64_t v[] = {1ull << 34, 1ull << 30, 12, 10, 3, 1, 2, 1ull << 31, 1,
+				     4096,	 1,	     3,	 1,  0, 0, 0, 1ull << 29};
+	msgpack_pack_array(pk, 28);
+	for (int i = 0; i < 17; i++)
 		msgpack_pack_uint64(pk, v[i]);
+	msgpack_pack_uint64(pk, SHOAL_PAGES_THP);
+	sh_mp_pack_cstr(pk, "shmem's transparent huge pages");
+	for (int i = 0; i < 9; i++)
+		msgpack_pack_uint64(pk, (uint64_t)i << 20);
 }
 
 /* A LIST page: *arg entries (names m0, m1, ...), more when arg[1]. */
@@ -338,10 +344,11 @@ static void pk_seal(msgpack_packer *pk, const void *arg)
 /* A GET reply: no new segments, the tree at arg, blobs in the arena. */
 static void pk_get(msgpack_packer *pk, const void *arg)
 {
-	msgpack_pack_array(pk, 4);
+	msgpack_pack_array(pk, 5);
 	msgpack_pack_uint64(pk, 0x40895d0000000001ull);
 	msgpack_pack_uint64(pk, 0x0123456789abcdefull);
 	msgpack_pack_array(pk, 0);
+	msgpack_pack_uint64(pk, SH_GET_SHORT); /* the store spills: keep nothing idle */
 	sh_node_pack(pk, arg);
 }
 
@@ -349,37 +356,12 @@ static void pk_get(msgpack_packer *pk, const void *arg)
  * reached the client's object map, whose keys must be nonzero. */
 static void pk_get_id0(msgpack_packer *pk, const void *arg)
 {
-	msgpack_pack_array(pk, 4);
+	msgpack_pack_array(pk, 5);
 	msgpack_pack_uint64(pk, 0);
 	msgpack_pack_uint64(pk, 0x0123456789abcdefull);
 	msgpack_pack_array(pk, 0);
+	msgpack_pack_uint64(pk, 0);
 	sh_node_pack(pk, arg);
-}
-
-/* A tensor of dtype and shape over bytes of the arena from off. */
-typedef struct seed_tensor {
-	shoal_node n;
-	sh_field f[2];
-	sh_blobref b;
-	int64_t shape[4];
-} seed_tensor;
-
-static void make_tensor(seed_tensor *t, const char *dtype, int ndim, const int64_t *shape,
-			uint64_t off)
-{
-	memset(t, 0, sizeof(*t));
-	uint64_t bytes = shoal_dtype_size(shoal_dtype_from_name(dtype, strlen(dtype)));
-	for (int d = 0; d < ndim; d++) {
-		t->shape[d] = shape[d];
-		bytes *= (uint64_t)shape[d];
-	}
-	t->f[0] = (sh_field){.key = "dtype", .kind = SH_F_STR, .n = (uint32_t)strlen(dtype)};
-	t->f[0].v.s = dtype;
-	t->f[1] = (sh_field){.key = "shape", .kind = SH_F_INTS, .n = (uint32_t)ndim};
-	t->f[1].v.ints = t->shape;
-	t->b = (sh_blobref){.seg = 0, .off = off, .size = bytes};
-	t->n = (shoal_node){
-		.type = "tensor", .nfields = 2, .nblobs = 1, .fields = t->f, .blobs = &t->b};
 }
 
 /* MIGRATE's answers: [true, id], or [false, ticket, received, total]. */
@@ -454,10 +436,10 @@ static void reply_seeds(void)
 
 	static const int64_t s23[] = {2, 3}, s4[] = {4}, s0[] = {0, 8};
 	seed_tensor t[4];
-	make_tensor(&t[0], "F32", 2, s23, 0);
-	make_tensor(&t[1], "BF16", 1, s4, 64);
-	make_tensor(&t[2], "I64", 0, NULL, 128);
-	make_tensor(&t[3], "U8", 2, s0, 0);
+	make_tensor(&t[0], "F32", 2, s23, NULL, 0, 0);
+	make_tensor(&t[1], "BF16", 1, s4, NULL, 0, 64);
+	make_tensor(&t[2], "I64", 0, NULL, NULL, 0, 128);
+	make_tensor(&t[3], "U8", 2, s0, NULL, 0, 0);
 	sh_field meta[2] = {{.key = "format", .kind = SH_F_STR, .n = 2},
 			    {.key = "step", .kind = SH_F_INT}};
 	meta[0].v.s = "pt";
