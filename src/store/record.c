@@ -13,6 +13,7 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <fcntl.h>
 #include <sys/sendfile.h>
 #include <unistd.h>
 
@@ -287,6 +288,11 @@ static int copy_seg(int fd, uint64_t off, int sfd, uint64_t len, sh_hash *hx)
 			rc = k == 0 ? SHOAL_EIO : shoal_errno();
 			break;
 		}
+		/* The file's cached pages of this piece go back at once: kept,
+		 * the object would be in memory twice, and the next piece's
+		 * read would take fresh pages (on a VM the costly kind) rather
+		 * than these. No-op on tmpfs, whose pages are the file. */
+		(void)posix_fadvise(fd, (off_t)(off + done), (off_t)k, POSIX_FADV_DONTNEED);
 		done += (uint64_t)k;
 		hasher_tell(&h, done, false);
 	}

@@ -167,13 +167,24 @@ static void maybe_remove(sh_spill *sp, uint32_t i)
 	f->bytes = 0;
 }
 
+/* Syncs the file being written, and drops its pages from the page cache:
+ * a spill is there to free memory, and pages kept cached would hold the
+ * objects' bytes a second time until the kernel needed them. */
+static int sync_file(sh_spill *sp)
+{
+	if (fdatasync(sp->cur_fd) != 0)
+		return shoal_errno();
+	(void)posix_fadvise(sp->cur_fd, 0, 0, POSIX_FADV_DONTNEED);
+	return 0;
+}
+
 /* Ends the file being written: synced, closed, and removed if nothing in
  * it is wanted. Under mu. */
 static int end_file(sh_spill *sp)
 {
 	if (sp->cur_fd < 0)
 		return 0;
-	int rc = fdatasync(sp->cur_fd) == 0 ? 0 : shoal_errno();
+	int rc = sync_file(sp);
 	close(sp->cur_fd);
 	sp->cur_fd = -1;
 	maybe_remove(sp, sp->cur);
@@ -310,8 +321,8 @@ size_t sh_spill_write(sh_spill *sp, sh_state_rec *recs, size_t n, sh_spill_loc *
 	if (g.len) /* not written: the records from the first gathered on */
 		done = g.first;
 	/* One sync for the batch: only then may the memory go. */
-	if (sp->cur_fd >= 0 && done > synced && fdatasync(sp->cur_fd) != 0) {
-		int e = shoal_errno();
+	int e;
+	if (sp->cur_fd >= 0 && done > synced && (e = sync_file(sp)) != 0) {
 		if (*rc == 0) {
 			*rc = e;
 			snprintf(why, whylen, "spill %s: syncing: %s", sp->dir, shoal_strerror(e));
@@ -343,6 +354,8 @@ int sh_spill_read(sh_spill *sp, const sh_spill_loc *loc, uint64_t id, sh_rec_rea
 	posix_fadvise(fd, (off_t)loc->off, (off_t)loc->len, POSIX_FADV_SEQUENTIAL);
 	char w[256];
 	int rc = sh_rec_read(x, fd, loc->off, loc->len, false, r, w, sizeof(w));
+	/* read once into memory: its cached pages would be a second copy */
+	posix_fadvise(fd, (off_t)loc->off, (off_t)loc->len, POSIX_FADV_DONTNEED);
 	close(fd);
 	if (rc == 0 && r->id != id) {
 		snprintf(w, sizeof(w), "holds object %016" PRIx64 ", not %016" PRIx64, r->id, id);
