@@ -1417,6 +1417,10 @@ SH_TEST(spare_segments)
 	memset(data, 0xab, MB4);
 	CHECK_OK(shoal_put_bytes(c, "a", data, MB4, 0, NULL));
 	await_segments(MB4, 2); /* a's and the spare */
+	/* made (a spare in the making is no one's yet) */
+	for (int i = 0; i < 1000 && stat_of(c).spare_bytes < MB4; i++)
+		usleep(10000);
+	CHECK_EQ(stat_of(c).spare_bytes, MB4);
 
 	shoal_builder *b;
 	uint32_t idx;

@@ -5,7 +5,8 @@
  * byte under its id, name, type and signature; small objects share a few
  * files; an object a client holds is never spilled; a spill file that was
  * corrupted or cut short is never served; the directory is checked as the
- * state directory is (another uid's, a symlink, tmpfs refused). */
+ * state directory is (another uid's, a symlink, tmpfs refused); a restore
+ * lands in the spare its spill left, and no spill file stays cached. */
 #include "test.h"
 #include "store_blob.h"
 
@@ -20,6 +21,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -728,6 +730,141 @@ SH_TEST(a_rewritten_spill_record_cannot_overflow_the_store)
 		snprintf(name, sizeof(name), "o-%d", k);
 		check_pattern(c, name, ids[k], k, SIZE);
 	}
+	CHECK_OK(shoal_disconnect(c));
+	spilld_fini(&d);
+}
+
+/* Pages of the spill files in dir that the page cache holds. */
+static size_t cached_pages(const char *dir)
+{
+	DIR *dd = opendir(dir);
+	CHECK(dd != NULL);
+	size_t n = 0;
+	struct dirent *e;
+	while ((e = readdir(dd)) != NULL) {
+		if (!strstr(e->d_name, ".spill"))
+			continue;
+		char p[400];
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		int fd = open(p, O_RDONLY | O_CLOEXEC);
+		CHECK(fd >= 0);
+		struct stat st;
+		CHECK_EQ(fstat(fd, &st), 0);
+		size_t pages = ((size_t)st.st_size + 4095) / 4096;
+		if (pages) {
+			void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+			CHECK(m != MAP_FAILED);
+			unsigned char *v = malloc(pages);
+			CHECK(v != NULL);
+			CHECK_EQ(mincore(m, (size_t)st.st_size, v), 0);
+			for (size_t i = 0; i < pages; i++)
+				n += v[i] & 1;
+			free(v);
+			munmap(m, (size_t)st.st_size);
+		}
+		close(fd);
+	}
+	closedir(dd);
+	return n;
+}
+
+/* The inode of the store's segment memfds of size bytes in process pid;
+ * *count: how many there are; *path: one's name in /proc. */
+static ino_t segment_of_size(pid_t pid, uint64_t size, int *count, char *path, size_t len)
+{
+	char dir[64];
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	DIR *dd = opendir(dir);
+	CHECK(dd != NULL);
+	ino_t ino = 0;
+	*count = 0;
+	struct dirent *e;
+	while ((e = readdir(dd)) != NULL) {
+		char p[320], link[256];
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		ssize_t n = readlink(p, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		struct stat st;
+		if (strstr(link, "memfd:shoal-segment") && stat(p, &st) == 0 &&
+		    (uint64_t)st.st_size == size) {
+			ino = st.st_ino;
+			snprintf(path, len, "%s", p);
+			(*count)++;
+		}
+	}
+	closedir(dd);
+	return ino;
+}
+
+/* Whether this process maps the file of inode ino. */
+static bool mapped_here(ino_t ino)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	CHECK(f != NULL);
+	char line[512];
+	bool found = false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		unsigned long long in = 0;
+		if (sscanf(line, "%*s %*s %*s %*s %llu", &in) == 1 && in == (unsigned long long)ino)
+			found = true;
+	}
+	fclose(f);
+	return found;
+}
+
+/* When an object goes to disk, a spare of its segment's size is made from
+ * the memory it gave back, its pages touched (a restore meets no page the
+ * host took back); a put and delete of another size, whose spare would
+ * push the oldest out, leaves it; the get lands in it. Neither the spill
+ * nor the restore leaves the file's pages in the page cache. */
+SH_TEST(a_restore_lands_in_the_spare_its_spill_made)
+{
+	spilld d;
+	spilld_init(&d);
+	enum { SIZE = 16 << 20, FILL = 17 << 20, OTHER = 6 << 20 };
+	/* 40 MiB: a and the filler pass the high mark (32), a goes to disk;
+	 * spares may hold 16 MiB, one of a's size */
+	const char *extra[] = {"--spares", "16777216", NULL};
+	CHECK_EQ(spilld_start_with(&d, (size_t)40 << 20, NULL, extra), 0);
+	shoal_client *c;
+	CHECK_OK(shoal_connect(&c, d.sock));
+	shoal_id a = put_pattern(c, "a", 1, SIZE, 0);
+	put_pattern(c, "filler", 2, FILL, 0);
+	shoal_store_stat st = stat_of(c);
+	for (int i = 0; i < 500 && (st.spill_objects < 1 || st.spare_bytes < SIZE); i++) {
+		usleep(10000);
+		st = stat_of(c);
+	}
+	CHECK_EQ(st.spill_objects, 1);
+	CHECK(st.spare_bytes >= SIZE);
+	uint64_t spare = st.spare_bytes;
+	CHECK_EQ(cached_pages(d.spill), 0);
+
+	put_pattern(c, "other", 3, OTHER, 0);
+	CHECK_OK(shoal_delete(c, "other"));
+	usleep(300000); /* time for a spare of OTHER to be made, were it let */
+	CHECK_EQ(stat_of(c).spare_bytes, spare);
+	int n;
+	char path[320];
+	ino_t ino = segment_of_size(d.pid, spare, &n, path, sizeof(path));
+	CHECK_EQ(n, 1);
+	/* its pages touched already: data, not the holes fallocate leaves */
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK_EQ(lseek(fd, 0, SEEK_DATA), 0);
+	CHECK_EQ(lseek(fd, 0, SEEK_HOLE), (off_t)spare);
+	close(fd);
+
+	shoal_object *o;
+	CHECK_OK(shoal_get_by_name(c, "a", &o));
+	if (!mapped_here(ino))
+		sh_test_fail(__FILE__, __LINE__, "a came back into a fresh segment, not the spare");
+	CHECK_OK(shoal_object_release(o));
+	check_pattern(c, "a", a, 1, SIZE);
+	CHECK_EQ(stat_of(c).restored, 1);
+	CHECK_EQ(cached_pages(d.spill), 0);
 	CHECK_OK(shoal_disconnect(c));
 	spilld_fini(&d);
 }

@@ -100,12 +100,15 @@ typedef struct shoal_store_opts {
 	 * checksums, the metadata as strictly as a client's); a bad one is
 	 * logged and moved into aside/, and what does not fit size is too. */
 	const char *state_dir;
-	/* The most bytes of free capacity kept allocated ahead of creates, in
-	 * spare segments the size of recent ones (1 MiB and up) that a thread
-	 * of the store fills with zeroed pages: a put into one skips the
-	 * allocation of its pages, about half its time. Never more than the
-	 * free capacity (a create that needs it gives spares up first), so what
-	 * they cost is resident memory, not room. 0: none;
+	/* The most bytes of free capacity kept allocated ahead of creates and
+	 * restores, in spare segments the size of recent puts, or of objects
+	 * just spilled (1 MiB and up), whose pages a thread of the store
+	 * allocates (and, for a restore, touches): a put into one skips the
+	 * allocation of its pages, about half its time; a restore also the
+	 * first touch of memory the VM took back, several times the read.
+	 * Never more than the free capacity (a
+	 * create that needs it gives spares up first), so what they cost is
+	 * resident memory, not room. 0: none;
 	 * SHOAL_STORE_SPARES_AUTO (the default): half the capacity, at most
 	 * 1 GiB (a store of 2 GiB keeps one for a put of 1 GiB); with reserve,
 	 * half the capacity whatever it is. */

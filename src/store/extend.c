@@ -206,7 +206,7 @@ int sh_store_room_for_copy(shoal_store *s, uint64_t region, sh_store_room *r, ch
 	if (s->spares) {
 		r->spare_fd = sh_spares_take(s->spares, r->size);
 		if (r->spare_fd < 0)
-			sh_spares_fit(s->spares, s->capacity - s->used - charged);
+			sh_spares_fit(s->spares, s->capacity - s->used - charged, 0);
 	}
 	s->used += charged;
 	s->incoming += charged;

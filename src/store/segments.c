@@ -64,7 +64,7 @@ void sh_st_seg_free(shoal_store *s, st_seg *g)
 	 * hands out the last freed first): the next put or copy of that size
 	 * (a model replaced, a checkpoint moved again) only copies. */
 	if (big && !s->stopping)
-		sh_spares_want(s->spares, g->size, s->capacity - s->used);
+		sh_spares_want(s->spares, g->size, s->capacity - s->used, false);
 	SH_DELETE(g);
 }
 
@@ -165,7 +165,7 @@ int sh_st_op_create(st_conn *c, const sh_frame *req, sh_mp *m)
 	shoal_pages kind = s->pages.kind;
 	g->fd = s->spares ? sh_spares_take(s->spares, got) : -1;
 	if (g->fd < 0 && s->spares) /* the capacity spares hold is this create's first */
-		sh_spares_fit(s->spares, s->capacity - s->used - charged);
+		sh_spares_fit(s->spares, s->capacity - s->used - charged, 0);
 	/* the room is this create's from here: other fibers run while huge
 	 * pages are allocated for it off this thread */
 	s->used += charged;
@@ -514,7 +514,7 @@ int sh_st_op_seal(st_conn *c, const sh_frame *req, sh_mp *m)
 	/* The next put is likely of this size: its spare is made now that
 	 * this one's copy is done (not during it, which it would slow). */
 	for (uint32_t i = 0; s->spares && i < o->nsegs; i++)
-		sh_spares_want(s->spares, o->segs[i]->size, s->capacity - s->used);
+		sh_spares_want(s->spares, o->segs[i]->size, s->capacity - s->used, false);
 	msgpack_packer pk;
 	sh_st_begin_reply(c, &pk);
 	msgpack_pack_array(&pk, 2);

@@ -118,11 +118,17 @@ static void keep_sizes(st_obj *o)
 		shoal_free(sizes, o->nsegs * sizeof(uint64_t));
 }
 
-/* Frees the bytes of o, whose record is on disk. */
+/* Frees the bytes of o, whose record is on disk. Its segments' sizes are
+ * wanted as spares for its restore: made now, from the pages it gave back
+ * (the last freed are the first handed out, and they are still backed),
+ * they spare the restore the first touch of fresh memory, which on a VM
+ * costs several times the read. */
 static void unload(shoal_store *s, st_obj *o)
 {
 	sh_spiller *sp = s->spiller;
 	sh_st_obj_unload(s, o);
+	for (uint32_t k = 0; s->spares && o->spill_sizes && k < o->spill_nsegs; k++)
+		sh_spares_want(s->spares, o->spill_sizes[k], s->capacity - s->used, true);
 	o->spilled = true;
 	sp->on_disk++;
 	sp->on_disk_bytes += o->bytes;
@@ -375,23 +381,20 @@ typedef struct restore_job {
 	st_obj *o; /* read only off the store's thread: its spill fields */
 	sh_rec_reader x;
 	sh_state_rec r;
-	int *pre; /* spares taken for its segments, in order, or -1 */
-	uint32_t made;
 	int rc;
 	char why[512];
 } restore_job;
 
-/* A segment to read into: the spare taken for it, whose pages exist (a
- * fresh page's first touch costs more than its read here), else a fresh
+/* A segment to read into: a spare, whose pages exist (a fresh page's first
+ * touch costs more than its read here), waited for when the one being
+ * made would serve (made since the spill, for this restore), else a fresh
  * one on the store's pages. */
 static int seg_make(void *ctx, uint64_t size, int *fd, uint64_t *map_len)
 {
 	restore_job *j = ctx;
-	uint32_t k = j->made++;
-	if (k < j->o->spill_nsegs && j->pre[k] >= 0 && j->o->spill_sizes &&
-	    j->o->spill_sizes[k] == size) {
-		*fd = j->pre[k];
-		j->pre[k] = -1;
+	int x = j->s->spares ? sh_spares_take_wait(j->s->spares, size) : -1;
+	if (x >= 0) {
+		*fd = x;
 		*map_len = size;
 		return 0;
 	}
@@ -451,23 +454,24 @@ int sh_st_restore(shoal_store *s, st_obj *o, char *why, size_t whylen)
 	restore_job *j = rc == 0 ? SH_NEW(restore_job) : NULL;
 	int *fds = j ? shoal_alloc(ns * sizeof(int)) : NULL;
 	uint64_t *sizes = j ? shoal_alloc(ns * sizeof(uint64_t)) : NULL;
-	int *pre = j ? shoal_alloc(ns * sizeof(int)) : NULL;
-	if (rc == 0 && (!j || !fds || !sizes || !pre)) {
+	if (rc == 0 && (!j || !fds || !sizes)) {
 		snprintf(why, whylen, "out of memory");
 		rc = SHOAL_ENOMEM;
 	}
 	if (rc == 0) {
-		for (uint32_t k = 0; k < ns; k++)
-			pre[k] = s->spares && o->spill_sizes && k < o->spill_nsegs &&
-						 o->spill_sizes[k] >= SH_SPARE_MIN
-					 ? sh_spares_take(s->spares, o->spill_sizes[k])
-					 : -1;
-		s->used += reserve; /* the room is this restore's while it reads */
+		/* the room is this restore's while it reads; spares give it
+		 * up, but for the one its largest segment will take */
+		uint64_t keep = 0;
+		for (uint32_t k = 0; o->spill_sizes && k < o->spill_nsegs; k++)
+			if (o->spill_sizes[k] > keep)
+				keep = o->spill_sizes[k];
+		s->used += reserve;
+		if (s->spares)
+			sh_spares_fit(s->spares, s->capacity - s->used, keep);
 		*j = (restore_job){.s = s,
 				   .o = o,
 				   .x = {.make = seg_make, .ctx = j},
-				   .r = {.seg_fds = fds, .seg_sizes = sizes, .seg_room = ns},
-				   .pre = pre};
+				   .r = {.seg_fds = fds, .seg_sizes = sizes, .seg_room = ns}};
 		uint64_t t0 = shoal_now_ns();
 		sh_run_aside("shoal-restore", restore_main, j);
 		sp->restore_ns += shoal_now_ns() - t0;
@@ -497,7 +501,7 @@ int sh_st_restore(shoal_store *s, st_obj *o, char *why, size_t whylen)
 			for (uint32_t k = 0; s->spares && k < o->nsegs; k++)
 				if (o->segs[k]->size >= SH_SPARE_MIN)
 					sh_spares_want(s->spares, o->segs[k]->size,
-						       s->capacity - s->used);
+						       s->capacity - s->used, false);
 			o->spilled = false;
 			sp->on_disk--;
 			sp->on_disk_bytes -= o->bytes;
@@ -512,11 +516,6 @@ int sh_st_restore(shoal_store *s, st_obj *o, char *why, size_t whylen)
 		shoal_free(fds, ns * sizeof(int));
 	if (sizes)
 		shoal_free(sizes, ns * sizeof(uint64_t));
-	for (uint32_t k = 0; pre && k < ns; k++)
-		if (pre[k] >= 0) /* not used: the read failed first */
-			sh_spares_dispose(s->spares, pre[k]);
-	if (pre)
-		shoal_free(pre, ns * sizeof(int));
 	o->busy = false;
 	sh_waitq_wake_all(&sp->restored);
 	return rc;
