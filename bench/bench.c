@@ -44,7 +44,7 @@ const char sh_bench_opts_usage[] =
 	"  --large          include the sizes that need many GiB of memory\n"
 	"  --only TEST      only the tests of that name in the suites that have it\n"
 	"                   (cluster: migrate, link, remote, dedup, peer_loss, task_buffers;\n"
-	"                   store: small, dict, import, readers, spill;\n"
+	"                   store: small, dict, import, readers, spill, restore;\n"
 	"                   py-rpc: calls, shared, readers, start, idle)\n"
 	"Both paths are checked before the run. Tables: times show mean, std dev,\n"
 	"min (best) and max; rates the same with max (best); amounts one value.\n";

@@ -740,7 +740,7 @@ int sh_bench_store(const sh_bench_opts *o, sh_bench_report *r)
 	if (sh_bench_wants(o, "readers"))
 		bench_readers(o, r, sock);
 	shoal_store_close(s);
-	if (sh_bench_wants(o, "spill"))
+	if (sh_bench_wants(o, "spill") || sh_bench_wants(o, "restore"))
 		sh_bench_spill(o, r);
 	sh_bench_note(r, "get_small: get, read every byte, release, timed together. "
 			 "get_tensor_dict: client=warm, the same client again, its segments "
