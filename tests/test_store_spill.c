@@ -798,6 +798,21 @@ static ino_t segment_of_size(pid_t pid, uint64_t size, int *count, char *path, s
 	return ino;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* Whether the kernel touches pages for a madvise (before 5.14 a store's
+ * spares are only allocated). */
+static bool kernel_populates(void)
+{
+	void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(m != MAP_FAILED);
+	bool ok = madvise(m, 4096, MADV_POPULATE_WRITE) == 0;
+	munmap(m, 4096);
+	return ok;
+}
+
 /* Whether this process maps the file of inode ino. */
 static bool mapped_here(ino_t ino)
 {
@@ -853,8 +868,10 @@ SH_TEST(a_restore_lands_in_the_spare_its_spill_made)
 	/* its pages touched already: data, not the holes fallocate leaves */
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	CHECK(fd >= 0);
-	CHECK_EQ(lseek(fd, 0, SEEK_DATA), 0);
-	CHECK_EQ(lseek(fd, 0, SEEK_HOLE), (off_t)spare);
+	if (kernel_populates()) {
+		CHECK_EQ(lseek(fd, 0, SEEK_DATA), 0);
+		CHECK_EQ(lseek(fd, 0, SEEK_HOLE), (off_t)spare);
+	}
 	close(fd);
 
 	shoal_object *o;

@@ -50,7 +50,8 @@ bool sh_store_make_room(shoal_store *s, uint64_t bytes, bool local)
 	return true;
 }
 
-void sh_st_seg_free(shoal_store *s, st_seg *g)
+/* Frees g; guess: ask for a spare of its size for the next put. */
+static void seg_release(shoal_store *s, st_seg *g, bool guess)
 {
 	sh_map_del(&s->segs, g->id);
 	bool big = s->spares && g->size >= SH_SPARE_MIN;
@@ -63,9 +64,14 @@ void sh_st_seg_free(shoal_store *s, st_seg *g)
 	 * takes the pages it gives back (the worker closes it first; the pool
 	 * hands out the last freed first): the next put or copy of that size
 	 * (a model replaced, a checkpoint moved again) only copies. */
-	if (big && !s->stopping)
+	if (big && guess && !s->stopping)
 		sh_spares_want(s->spares, g->size, s->capacity - s->used, false);
 	SH_DELETE(g);
+}
+
+void sh_st_seg_free(shoal_store *s, st_seg *g)
+{
+	seg_release(s, g, true);
 }
 
 /* What an object owns besides its blobs and their lists: freed with it, or
@@ -684,7 +690,7 @@ int sh_st_obj_load(shoal_store *s, st_obj *o, shoal_node *root, uint32_t nsegs, 
 void sh_st_obj_unload(shoal_store *s, st_obj *o)
 {
 	for (uint32_t i = 0; i < o->nsegs; i++)
-		sh_st_seg_free(s, o->segs[i]);
+		seg_release(s, o->segs[i], false); /* the spiller asks for its own */
 	for (uint32_t i = 0; i < o->narena; i++)
 		sh_st_arena_free(s, o->arena[i] >> 8, (int)(o->arena[i] & 0xff));
 	if (o->segs)

@@ -175,7 +175,8 @@ int sh_st_obj_load(shoal_store *s, st_obj *o, shoal_node *root, uint32_t nsegs, 
  * fds and sizes (o->nsegs each) its segments'. */
 int sh_st_obj_record(shoal_store *s, st_obj *o, const char *name, size_t name_len, sh_wbuf *w,
 		     int *fds, uint64_t *sizes, char *why, size_t whylen);
-/* Frees the bytes of o (segments, arena slots), keeping the object. */
+/* Frees the bytes of o (segments, arena slots), keeping the object; asks
+ * for no spare of its segments' sizes (the spiller asks, for a restore). */
 void sh_st_obj_unload(shoal_store *s, st_obj *o);
 
 /* ---- spilling (spilling.c) ---- */

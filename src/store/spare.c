@@ -27,6 +27,7 @@ typedef struct spare {
 	int fd;
 	uint64_t size;
 	bool restore; /* wanted for a spilled object's restore */
+	bool touched; /* its pages zeroed already, not only allocated */
 } spare;
 
 struct sh_spares {
@@ -80,13 +81,24 @@ static void give_up(sh_spares *sp, uint32_t i)
 }
 
 /* The oldest spare that may make way for a spare wanted (for a restore
- * when restore): one kept for a restore makes way only for another, since
- * the object it waits for is still in the store, only not in memory; -1
- * when none may. Under mu. */
+ * when restore): a put's guess first; one kept for a restore makes way
+ * only for another, since the object it waits for is still in the store,
+ * only not in memory; -1 when none may. Under mu. */
 static int yielding(const sh_spares *sp, bool restore)
 {
 	for (uint32_t i = 0; i < sp->nready; i++)
-		if (restore || !sp->ready[i].restore)
+		if (!sp->ready[i].restore)
+			return (int)i;
+	return restore && sp->nready ? 0 : -1;
+}
+
+/* A ready spare kept for a restore whose pages were only allocated (it
+ * was a put's guess, or being made as one, when a restore wanted it), or
+ * -1. Under mu. */
+static int untouched(const sh_spares *sp)
+{
+	for (uint32_t i = 0; i < sp->nready; i++)
+		if (sp->ready[i].restore && !sp->ready[i].touched)
 			return (int)i;
 	return -1;
 }
@@ -156,6 +168,29 @@ static int make(sh_spares *sp, uint64_t size, bool restore)
 	return fd;
 }
 
+/* The spare being made is done (fd, or -1: it could not be), touched or
+ * not: ready, unless given up meanwhile. A restore's want that came while
+ * it was made leaves it untouched but kept for a restore: the worker
+ * touches it next. Under mu. */
+static void made(sh_spares *sp, int fd, uint64_t size, bool touched)
+{
+	bool restore = sp->making_restore;
+	sp->making = 0;
+	pthread_cond_broadcast(&sp->made);
+	if (atomic_load(&sp->cancel)) { /* sh_spares_fit took it out of held */
+		if (fd >= 0)
+			to_close(sp, fd);
+		return;
+	}
+	if (fd < 0 || sp->nready == SPARES_MAX) { /* the latter cannot be: room was kept */
+		if (fd >= 0)
+			to_close(sp, fd);
+		sp->held -= size;
+		return;
+	}
+	sp->ready[sp->nready++] = (spare){fd, size, restore, touched};
+}
+
 static void *worker(void *arg)
 {
 	sh_spares *sp = arg;
@@ -167,6 +202,23 @@ static void *worker(void *arg)
 			pthread_mutex_unlock(&sp->mu);
 			close(fd);
 			pthread_mutex_lock(&sp->mu);
+			continue;
+		}
+		int u = untouched(sp);
+		if (u >= 0) {
+			/* out of the list while touched: a taker seals it, which
+			 * no writable mapping of ours may see */
+			spare x = sp->ready[u];
+			for (uint32_t j = (uint32_t)u; j + 1 < sp->nready; j++)
+				sp->ready[j] = sp->ready[j + 1];
+			sp->nready--;
+			sp->making = x.size;
+			sp->making_restore = true;
+			atomic_store(&sp->cancel, false);
+			pthread_mutex_unlock(&sp->mu);
+			(void)touch(sp, x.fd, x.size); /* short of memory: as it is */
+			pthread_mutex_lock(&sp->mu);
+			made(sp, x.fd, x.size, true);
 			continue;
 		}
 		if (!sp->want) {
@@ -193,25 +245,7 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&sp->mu);
 		int fd = make(sp, size, restore);
 		pthread_mutex_lock(&sp->mu);
-		restore = sp->making_restore; /* a want may have raised it */
-		sp->making = 0;
-		pthread_cond_broadcast(&sp->made);
-		if (atomic_load(&sp->cancel)) {
-			/* sh_spares_fit took it out of held already */
-			if (fd >= 0) {
-				pthread_mutex_unlock(&sp->mu);
-				close(fd);
-				pthread_mutex_lock(&sp->mu);
-			}
-			continue;
-		}
-		if (fd < 0) {
-			sp->held -= size;
-			continue;
-		}
-		if (sp->nready == SPARES_MAX && (old = yielding(sp, true)) >= 0)
-			give_up(sp, (uint32_t)old);
-		sp->ready[sp->nready++] = (spare){fd, size, restore};
+		made(sp, fd, size, restore);
 	}
 	pthread_mutex_unlock(&sp->mu);
 	return NULL;
@@ -295,7 +329,7 @@ static int take(sh_spares *sp, uint64_t size, bool wait)
 	int best;
 	while ((best = best_fit(sp, size)) < 0 && wait && coming(sp, size))
 		pthread_cond_wait(&sp->made, &sp->mu);
-	spare x = {-1, 0, false};
+	spare x = {.fd = -1};
 	if (best >= 0) {
 		x = sp->ready[best];
 		sp->held -= x.size;
@@ -332,10 +366,14 @@ void sh_spares_want(sh_spares *sp, uint64_t size, uint64_t room, bool restore)
 	if (have && restore)
 		sp->making_restore = true;
 	int i = have ? -1 : best_fit(sp, size);
-	if (i >= 0 && restore)
+	if (i >= 0 && restore && !sp->ready[i].restore) {
 		sp->ready[i].restore = true;
+		pthread_cond_signal(&sp->cv); /* the worker touches it */
+	}
 	/* a guess from a put's size does not push out a restore's want */
 	if (!have && i < 0 && (restore || !sp->want || !sp->want_restore)) {
+		if (sp->want && sp->want != r) /* a taker waiting for it waits no more */
+			pthread_cond_broadcast(&sp->made);
 		sp->want = r;
 		sp->want_room = room;
 		sp->want_restore = restore;
@@ -345,14 +383,16 @@ void sh_spares_want(sh_spares *sp, uint64_t size, uint64_t room, bool restore)
 }
 
 /* The spare to give up first when room is needed: a put's guess before a
- * restore's, the largest first (the fewest give-ups); none that serves
- * keep. -1 when none may go. Under mu. */
+ * restore's, the largest first (the fewest give-ups); not the one that
+ * serves keep (the one a take of keep would get). -1 when none may go.
+ * Under mu. */
 static int to_give_up(const sh_spares *sp, uint64_t keep)
 {
+	int kept = keep ? best_fit(sp, keep) : -1;
 	int big = -1;
 	for (uint32_t i = 0; i < sp->nready; i++) {
 		const spare *x = &sp->ready[i];
-		if (keep && fits(x->size, keep))
+		if ((int)i == kept)
 			continue;
 		if (big < 0 || (sp->ready[big].restore && !x->restore) ||
 		    (sp->ready[big].restore == x->restore && x->size > sp->ready[big].size))
@@ -364,9 +404,16 @@ static int to_give_up(const sh_spares *sp, uint64_t keep)
 void sh_spares_fit(sh_spares *sp, uint64_t room, uint64_t keep)
 {
 	pthread_mutex_lock(&sp->mu);
+	/* a spare still to be made is held to the room there is now */
+	if (sp->want && !(keep && fits(sp->want, keep))) {
+		if (sp->held + sp->want > room) {
+			sp->want = 0;
+			pthread_cond_broadcast(&sp->made);
+		} else if (sp->want_room > room) {
+			sp->want_room = room;
+		}
+	}
 	if (sp->held > room) {
-		sp->want = 0;
-		pthread_cond_broadcast(&sp->made);
 		int big;
 		while (sp->held > room && (big = to_give_up(sp, keep)) >= 0)
 			give_up(sp, (uint32_t)big);
