@@ -1,11 +1,12 @@
-/* Blobs of a known pattern, a store's figures and a daemon's log: what the
- * tests of shoald's files (test_store_state, test_store_spill) put, check
- * and read. */
+/* Blobs of a known pattern, a store's figures, a daemon's start and its
+ * log: what the tests of shoald's files (test_store_state,
+ * test_store_spill) put, check, run and read. */
 #ifndef SHOAL_TESTS_STORE_BLOB_H
 #define SHOAL_TESTS_STORE_BLOB_H
 
 #include "test.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -36,6 +37,26 @@ static inline shoal_id put_pattern(shoal_client *c, const char *name, int k, siz
 			     shoal_strerror(rc), shoal_client_error(c));
 	free(b);
 	return id;
+}
+
+/* Starts shoald with the arguments of head, then of extra (each
+ * NULL-terminated; extra may be NULL), logging at info and appending its
+ * stderr to log. 0 once it serves (*pid), else its exit status (*pid 0). */
+static inline int shoald_start(const char *const *head, const char *const *extra, const char *log,
+			       pid_t *pid)
+{
+	const char *args[24];
+	int n = 0;
+	for (; head && *head && n < 23; head++)
+		args[n++] = *head;
+	for (; extra && *extra && n < 23; extra++)
+		args[n++] = *extra;
+	args[n] = NULL;
+	const char *env[] = {"SHOAL_LOG=info", NULL};
+	int st = sh_test_shoald(args, env, log, O_APPEND, pid);
+	if (st != 0)
+		*pid = 0;
+	return st;
 }
 
 /* The text of a daemon's log (its first 64 KiB). */

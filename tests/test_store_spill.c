@@ -50,17 +50,9 @@ static int spilld_start_with(spilld *d, size_t size, const char *dir, const char
 {
 	char sz[32];
 	snprintf(sz, sizeof(sz), "%zu", size);
-	const char *args[20] = {"--socket",	      d->sock,	  "--size", sz, "--spill-dir",
-				dir ? dir : d->spill, "--spares", "0"};
-	int n = 8;
-	for (; extra && *extra && n < 19; extra++)
-		args[n++] = *extra;
-	args[n] = NULL;
-	const char *env[] = {"SHOAL_LOG=info", NULL};
-	int st = sh_test_shoald(args, env, d->log, O_APPEND, &d->pid);
-	if (st != 0)
-		d->pid = 0;
-	return st;
+	const char *head[] = {"--socket",	    d->sock,	"--size", sz,  "--spill-dir",
+			      dir ? dir : d->spill, "--spares", "0",	  NULL};
+	return shoald_start(head, extra, d->log, &d->pid);
 }
 
 static void spilld_start(spilld *d, size_t size)
@@ -115,13 +107,12 @@ static void check_pattern(shoal_client *c, const char *name, shoal_id id, int k,
 	CHECK_OK(shoal_object_release(o));
 }
 
-/* The spill files in dir, and their bytes. */
-static int spill_files(const char *dir, uint64_t *bytes)
+/* Calls fn with the path of every spill file in dir; how many there are. */
+static int each_spill_file(const char *dir, void (*fn)(const char *path, void *arg), void *arg)
 {
 	DIR *d = opendir(dir);
 	CHECK(d != NULL);
 	int n = 0;
-	*bytes = 0;
 	struct dirent *e;
 	while ((e = readdir(d)) != NULL) {
 		size_t l = strlen(e->d_name);
@@ -129,13 +120,25 @@ static int spill_files(const char *dir, uint64_t *bytes)
 			continue;
 		char p[400];
 		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-		struct stat st;
-		CHECK_EQ(stat(p, &st), 0);
-		*bytes += (uint64_t)st.st_size;
+		fn(p, arg);
 		n++;
 	}
 	closedir(d);
 	return n;
+}
+
+static void add_size(const char *path, void *arg)
+{
+	struct stat st;
+	CHECK_EQ(stat(path, &st), 0);
+	*(uint64_t *)arg += (uint64_t)st.st_size;
+}
+
+/* The spill files in dir, and their bytes. */
+static int spill_files(const char *dir, uint64_t *bytes)
+{
+	*bytes = 0;
+	return each_spill_file(dir, add_size, bytes);
 }
 
 SH_TEST(one_client_puts_three_times_the_store_and_gets_all_back)
@@ -247,25 +250,22 @@ SH_TEST(a_held_object_is_not_spilled)
 	spilld_fini(&d);
 }
 
-/* The only spill file in dir, into p. */
-static void the_spill_file(const char *dir, char *p, size_t len)
+static void keep_path(const char *path, void *arg)
 {
-	DIR *dd = opendir(dir);
-	CHECK(dd != NULL);
-	struct dirent *e;
-	p[0] = 0;
-	while ((e = readdir(dd)) != NULL)
-		if (strstr(e->d_name, ".spill"))
-			snprintf(p, len, "%s/%s", dir, e->d_name);
-	closedir(dd);
-	CHECK(p[0] != 0);
+	snprintf(arg, 400, "%s", path);
+}
+
+/* The only spill file in dir (the last listed, were there more), into p. */
+static void the_spill_file(const char *dir, char p[400])
+{
+	CHECK(each_spill_file(dir, keep_path, p) >= 1);
 }
 
 /* Flips a byte at off of the only spill file in dir. */
 static void corrupt(const char *dir, uint64_t off)
 {
 	char p[400];
-	the_spill_file(dir, p, sizeof(p));
+	the_spill_file(dir, p);
 	int fd = open(p, O_RDWR);
 	CHECK(fd >= 0);
 	unsigned char b;
@@ -628,7 +628,7 @@ SH_TEST(a_truncated_spill_file_is_never_served)
 	/* cut in the middle of the first record's bytes: every record is
 	 * short or gone */
 	char p[400];
-	the_spill_file(d.spill, p, sizeof(p));
+	the_spill_file(d.spill, p);
 	CHECK_EQ(truncate(p, 4096 + SIZE / 2), 0);
 	uint64_t refused = 0;
 	for (int k = 0; k < N; k++) {
@@ -716,7 +716,7 @@ SH_TEST(a_rewritten_spill_record_cannot_overflow_the_store)
 			  .seg_fds = segs,
 			  .seg_sizes = sizes};
 	char p[400];
-	the_spill_file(d.spill, p, sizeof(p));
+	the_spill_file(d.spill, p);
 	int fd = open(p, O_WRONLY);
 	CHECK(fd >= 0);
 	CHECK_OK(sh_rec_write(fd, 0, &r, true));
@@ -734,37 +734,32 @@ SH_TEST(a_rewritten_spill_record_cannot_overflow_the_store)
 	spilld_fini(&d);
 }
 
+static void add_cached(const char *path, void *arg)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	struct stat st;
+	CHECK_EQ(fstat(fd, &st), 0);
+	size_t pages = ((size_t)st.st_size + 4095) / 4096;
+	if (pages) {
+		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+		CHECK(m != MAP_FAILED);
+		unsigned char *v = malloc(pages);
+		CHECK(v != NULL);
+		CHECK_EQ(mincore(m, (size_t)st.st_size, v), 0);
+		for (size_t i = 0; i < pages; i++)
+			*(size_t *)arg += v[i] & 1;
+		free(v);
+		munmap(m, (size_t)st.st_size);
+	}
+	close(fd);
+}
+
 /* Pages of the spill files in dir that the page cache holds. */
 static size_t cached_pages(const char *dir)
 {
-	DIR *dd = opendir(dir);
-	CHECK(dd != NULL);
 	size_t n = 0;
-	struct dirent *e;
-	while ((e = readdir(dd)) != NULL) {
-		if (!strstr(e->d_name, ".spill"))
-			continue;
-		char p[400];
-		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-		int fd = open(p, O_RDONLY | O_CLOEXEC);
-		CHECK(fd >= 0);
-		struct stat st;
-		CHECK_EQ(fstat(fd, &st), 0);
-		size_t pages = ((size_t)st.st_size + 4095) / 4096;
-		if (pages) {
-			void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-			CHECK(m != MAP_FAILED);
-			unsigned char *v = malloc(pages);
-			CHECK(v != NULL);
-			CHECK_EQ(mincore(m, (size_t)st.st_size, v), 0);
-			for (size_t i = 0; i < pages; i++)
-				n += v[i] & 1;
-			free(v);
-			munmap(m, (size_t)st.st_size);
-		}
-		close(fd);
-	}
-	closedir(dd);
+	each_spill_file(dir, add_cached, &n);
 	return n;
 }
 

@@ -55,16 +55,8 @@ static int daemon_start_with(shoald_proc *d, size_t size, const char *const *ext
 {
 	char sz[32];
 	snprintf(sz, sizeof(sz), "%zu", size);
-	const char *args[16] = {"--socket", d->sock, "--size", sz, "--state-dir", d->state};
-	int n = 6;
-	for (; extra && *extra && n < 15; extra++)
-		args[n++] = *extra;
-	args[n] = NULL;
-	const char *env[] = {"SHOAL_LOG=info", NULL};
-	int st = sh_test_shoald(args, env, d->log, O_APPEND, &d->pid);
-	if (st != 0)
-		d->pid = 0;
-	return st;
+	const char *head[] = {"--socket", d->sock, "--size", sz, "--state-dir", d->state, NULL};
+	return shoald_start(head, extra, d->log, &d->pid);
 }
 
 static void daemon_start(shoald_proc *d, size_t size)
